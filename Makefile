@@ -1,0 +1,150 @@
+# shardlab — one Makefile.
+#
+#   make            the library, lessons, tests, benchmarks and tools, into build/
+#   make run        the main job (for now: every lesson, in order)
+#   make test       build and run the whole GoogleTest suite
+#   make lessons    every lesson in order;  make lesson N=01  one of them
+#   make bench      the benchmarks (JSON lines)
+#   make deps       check for (and, as root, install) Eigen, GoogleTest, nlohmann-json, OpenBLAS, OpenMPI
+#   make format     clang-format every source;  make compdb  compile_commands.json for editors
+#   make clean
+#
+# Options:
+#   SANITIZE=address,undefined | thread   build everything with that sanitizer, into build-<name>/
+#   CUDA=auto|0|1                         auto: build the CUDA backend when nvcc is found
+#   BLAS=openblas|eigen                   who runs GEMM on the CPU (see README: Results)
+#   BUILD=dir                             another build directory
+
+CXX      ?= g++
+SANITIZE ?=
+CUDA     ?= auto
+BLAS     ?= openblas
+comma    := ,
+
+ifeq ($(SANITIZE),)
+  BUILD ?= build
+else
+  BUILD ?= build-$(subst $(comma),-,$(SANITIZE))
+  SANFLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
+endif
+
+CXXFLAGS := -std=c++20 -O2 -g -Wall -Wextra -MMD -MP -I. -isystem /usr/include/eigen3 $(SANFLAGS)
+LDFLAGS  := $(SANFLAGS) -pthread
+LDLIBS   :=
+
+ifeq ($(BLAS),openblas)
+  OPENBLAS_DIR := /usr/lib/x86_64-linux-gnu/openblas-pthread
+  CXXFLAGS += -DSL_USE_OPENBLAS -isystem /usr/include/x86_64-linux-gnu/openblas-pthread
+  LDLIBS   += -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -lopenblas
+endif
+
+# ---- CUDA switch ---------------------------------------------------------------------------------
+NVCC := $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+ifeq ($(CUDA),auto)
+  CUDA := $(if $(NVCC),1,0)
+endif
+ifeq ($(CUDA),1)
+  ifeq ($(NVCC),)
+    $(error CUDA=1 but nvcc was not found (put /usr/local/cuda/bin on PATH, or build with CUDA=0))
+  endif
+  CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
+  NVCCFLAGS := -std=c++20 -O2 -I. -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+               -gencode arch=compute_90,code=compute_90 -Xcompiler -Wall,-Wextra -MMD -MP
+  CXXFLAGS  += -DSL_WITH_CUDA -isystem $(CUDA_HOME)/include
+  LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart
+  CU_SRCS   := $(wildcard tensor/cuda/*.cu)
+endif
+
+# ---- what gets built ------------------------------------------------------------------------------
+LIB_SRCS    := $(wildcard tensor/*.cpp tensor/cpu/*.cpp tensor/ops/*.cpp autograd/*.cpp nn/*.cpp parallel/*.cpp)
+LIB_OBJS    := $(LIB_SRCS:%.cpp=$(BUILD)/%.o) $(CU_SRCS:%.cu=$(BUILD)/%.cu.o)
+LIB         := $(BUILD)/libshardlab.a
+LESSONS     := $(patsubst lessons/%.cpp,$(BUILD)/lessons/%,$(sort $(wildcard lessons/*.cpp)))
+TEST_SRCS   := $(wildcard tests/*.cpp)
+TEST_BIN    := $(BUILD)/tests/shardlab_tests
+BENCHES     := $(patsubst bench/%.cpp,$(BUILD)/bench/%,$(wildcard bench/*.cpp))
+TOOLS       := $(patsubst tools/%.cpp,$(BUILD)/bin/%,$(wildcard tools/*.cpp))
+# Whole archive: every op's object is linked, whichever symbols a program happens to use.
+LINK_LIB    := -Wl,--whole-archive $(LIB) -Wl,--no-whole-archive
+
+MAKEFLAGS += --no-builtin-rules
+ifeq ($(filter -j%,$(MAKEFLAGS)),)
+  MAKEFLAGS += -j$(shell nproc)
+endif
+
+.PHONY: all run test lessons lesson bench deps format compdb clean programs
+.DEFAULT_GOAL := all
+
+all: deps
+	@$(MAKE) --no-print-directory programs
+
+programs: $(LIB) $(LESSONS) $(TEST_BIN) $(BENCHES) $(TOOLS)
+
+$(BUILD)/%.o: %.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -c $< -o $@
+
+$(BUILD)/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(LIB): $(LIB_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/lessons/%: $(BUILD)/lessons/%.o $(LIB)
+	$(CXX) $(LDFLAGS) $< $(LINK_LIB) $(LDLIBS) -o $@
+
+$(BUILD)/bench/%: $(BUILD)/bench/%.o $(LIB)
+	$(CXX) $(LDFLAGS) $< $(LINK_LIB) $(LDLIBS) -o $@
+
+$(BUILD)/bin/%: $(BUILD)/tools/%.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $< $(LINK_LIB) $(LDLIBS) -o $@
+
+$(TEST_BIN): $(TEST_SRCS:%.cpp=$(BUILD)/%.o) $(LIB)
+	$(CXX) $(LDFLAGS) $(filter %.o,$^) $(LINK_LIB) $(LDLIBS) -lgtest -lgtest_main -o $@
+
+# ---- running things -------------------------------------------------------------------------------
+# ASan's shadow-gap protection clashes with the CUDA runtime, which a CUDA build links.
+SAN_ENV := ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+
+test: deps
+	@$(MAKE) --no-print-directory $(TEST_BIN)
+	$(SAN_ENV) $(TEST_BIN) $(GTEST_ARGS)
+
+run: deps
+	@$(MAKE) --no-print-directory lessons
+
+lessons: deps
+	@$(MAKE) --no-print-directory $(LESSONS)
+	@set -e; for lesson in $(LESSONS); do echo "=== $$lesson"; $(SAN_ENV) $$lesson; echo; done
+
+lesson: deps
+	@test -n "$(N)" || { echo "usage: make lesson N=01"; exit 2; }
+	@$(MAKE) --no-print-directory $(filter $(BUILD)/lessons/$(N)_%,$(LESSONS))
+	@lesson="$(filter $(BUILD)/lessons/$(N)_%,$(LESSONS))"; \
+	  test -n "$$lesson" || { echo "no lesson $(N) (have: $(notdir $(LESSONS)))"; exit 2; }; \
+	  $(SAN_ENV) $$lesson
+
+bench: deps
+	@$(MAKE) --no-print-directory $(BENCHES)
+	@set -e; for b in $(BENCHES); do $$b; done
+
+deps:
+	@bash tools/deps.sh
+
+format:
+	clang-format -i $(shell git ls-files '*.cpp' '*.h' '*.cu')
+
+compdb:
+	$(MAKE) clean-build
+	bear --output compile_commands.json -- $(MAKE) programs
+
+clean-build:
+	rm -rf $(BUILD)
+
+clean:
+	rm -rf build build-*
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,111 @@
+// engine.cpp — backward(): run the tape in reverse.
+//
+// 1. Walk the graph from the roots and count, for every node, how many edges point into it
+//    (its dependencies: gradients it must receive before it can run).
+// 2. Seed the roots' gradients. A node whose dependencies are all in is *ready*; run ready nodes,
+//    latest-created first (so gradients of the last layer arrive first, as DDP expects), and add
+//    each gradient it returns into the buffer of the node its edge points to.
+// 3. AccumulateGrad nodes add the total into leaf.grad and fire the post-accumulate-grad hooks.
+// Unless retain_graph, each node frees its saved tensors right after it runs, so activation memory
+// shrinks as backward proceeds.
+#include <queue>
+#include <unordered_map>
+
+#include "autograd/grad_mode.h"
+#include "autograd/node.h"
+#include "tensor/ops.h"
+
+namespace sl {
+
+namespace {
+
+struct LaterFirst {
+  bool operator()(const Node* a, const Node* b) const { return a->sequence_nr < b->sequence_nr; }
+};
+
+void accumulate_into(Tensor& slot, const Tensor& grad) {
+  if (!grad.defined()) return;
+  slot = slot.defined() ? add(slot, grad) : grad;
+}
+
+}  // namespace
+
+void run_backward(const TensorList& roots, const TensorList& grads, bool retain_graph) {
+  SL_ASSERT(roots.size() == grads.size());
+  NoGradGuard no_grad;
+
+  // 1. Dependencies.
+  std::unordered_map<Node*, int> dependencies;
+  std::vector<Node*> stack;
+  std::vector<Edge> root_edges;
+  for (const Tensor& root : roots) {
+    Edge edge = gradient_edge(root);
+    SL_CHECK(edge.node != nullptr, "backward: the tensor of shape ", root.shape(),
+             " does not require grad and has no grad_fn (did you forget set_requires_grad()?)");
+    root_edges.push_back(edge);
+    if (dependencies.emplace(edge.node.get(), 0).second) stack.push_back(edge.node.get());
+  }
+  while (!stack.empty()) {
+    Node* node = stack.back();
+    stack.pop_back();
+    for (const Edge& edge : node->next_edges) {
+      if (!edge.node) continue;
+      auto [it, first_visit] = dependencies.emplace(edge.node.get(), 0);
+      it->second++;
+      if (first_visit) stack.push_back(edge.node.get());
+    }
+  }
+
+  // 2. Seed and run.
+  std::unordered_map<Node*, TensorList> buffers;
+  std::priority_queue<Node*, std::vector<Node*>, LaterFirst> ready;
+  for (size_t i = 0; i < roots.size(); ++i) {
+    Node* node = root_edges[i].node.get();
+    TensorList& buffer = buffers[node];
+    buffer.resize(node->outputs.size());
+    accumulate_into(buffer[root_edges[i].input_nr], grads[i]);
+  }
+  for (auto& [node, count] : dependencies)
+    if (count == 0) ready.push(node);
+
+  while (!ready.empty()) {
+    Node* node = ready.top();
+    ready.pop();
+    TensorList input_grads = std::move(buffers[node]);
+    buffers.erase(node);
+    input_grads.resize(node->outputs.size());
+    bool any_grad = false;
+    for (const Tensor& g : input_grads) any_grad = any_grad || g.defined();
+    // A node none of whose outputs received a gradient passes none on.
+    TensorList output_grads = any_grad ? node->apply(std::move(input_grads)) : TensorList{};
+    if (!retain_graph) node->release_saved();
+    for (size_t i = 0; i < node->next_edges.size(); ++i) {
+      const Edge& edge = node->next_edges[i];
+      if (!edge.node) continue;
+      if (i < output_grads.size() && output_grads[i].defined()) {
+        const OutputMeta& meta = edge.node->outputs[edge.input_nr];
+        SL_CHECK(output_grads[i].shape() == meta.shape, node->name(), ": backward returned a gradient of shape ",
+                 output_grads[i].shape(), " for input ", i, " of shape ", meta.shape);
+        TensorList& buffer = buffers[edge.node.get()];
+        buffer.resize(edge.node->outputs.size());
+        accumulate_into(buffer[edge.input_nr], output_grads[i]);
+      }
+      if (--dependencies[edge.node.get()] == 0) ready.push(edge.node.get());
+    }
+  }
+}
+
+void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
+  Tensor seed = gradient;
+  if (!seed.defined()) {
+    SL_CHECK(numel() == 1, "backward: grad can be implicitly created only for a tensor with one element, but this "
+             "tensor has shape ", shape(), " (pass a gradient of that shape: t.backward(grad))");
+    seed = ones(shape(), options());
+  } else {
+    SL_CHECK(seed.shape() == shape(), "backward: the gradient has shape ", seed.shape(),
+             " but the tensor has shape ", shape());
+  }
+  run_backward({*this}, {seed}, retain_graph);
+}
+
+}  // namespace sl

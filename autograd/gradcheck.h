@@ -1,0 +1,34 @@
+// gradcheck.h — is backward right? Compare it with finite differences.
+//
+// For inputs x (f64, requires_grad) and a function f, gradcheck draws a fixed random weight w of
+// f's output shape and checks, for every element i of every input,
+//
+//     d/dx_i sum(w * f(x))  by backward   ==   (sum(w*f(x + eps e_i)) - sum(w*f(x - eps e_i))) / 2 eps
+//
+// within atol + rtol * |numerical|. One backward pass checks the whole Jacobian against w.
+#pragma once
+#include <functional>
+#include <string>
+
+#include "autograd/node.h"
+
+namespace sl {
+
+struct GradcheckOptions {
+  double eps = 1e-6;
+  double atol = 1e-5;
+  double rtol = 1e-3;
+  uint64_t seed = 1234;
+};
+
+struct GradcheckResult {
+  bool ok = true;
+  int64_t checked = 0;   // number of input elements compared
+  std::string message;   // the first mismatch: input, index, analytic and numerical values
+};
+
+using TensorFn = std::function<Tensor(const TensorList& inputs)>;
+
+GradcheckResult gradcheck(const TensorFn& fn, const TensorList& inputs, const GradcheckOptions& options = {});
+
+}  // namespace sl

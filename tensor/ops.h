@@ -1,0 +1,127 @@
+// ops.h — every tensor op, as free functions in namespace sl.
+//
+// Dimension letters used in shape comments throughout shardlab (from llm.c):
+//   B batch, T time (sequence), C channels (n_embd), V vocab, NH heads, HS head size (C / NH).
+//
+// Every op on floating tensors is differentiable (its backward sits beside its forward in
+// tensor/ops/<family>.cpp) and has a finite-difference gradcheck in tests/test_gradcheck.cpp.
+// Binary ops broadcast like NumPy. bf16/f16 inputs compute in f32 and round back.
+#pragma once
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "tensor/philox.h"
+#include "tensor/tensor.h"
+
+namespace sl {
+
+// ---- creation (tensor/ops/creation.cpp) ----------------------------------------------------------
+Tensor zeros(const Shape& shape, const TensorOptions& options = {});
+Tensor ones(const Shape& shape, const TensorOptions& options = {});
+Tensor full(const Shape& shape, double value, const TensorOptions& options = {});
+Tensor zeros_like(const Tensor& t);
+Tensor ones_like(const Tensor& t);
+Tensor arange(int64_t end, const TensorOptions& options = TensorOptions{DType::i64, std::nullopt, false});
+Tensor arange(double start, double end, double step = 1.0, const TensorOptions& options = {});
+// From values, converted to options.dtype; the shape's numel must match values.size().
+Tensor from_vector(const std::vector<double>& values, const Shape& shape, const TensorOptions& options = {});
+Tensor scalar_tensor(double value, const TensorOptions& options = {});
+
+// Random tensors drawn from a Philox generator (the thread's default when none is given).
+Tensor rand(const Shape& shape, const TensorOptions& options = {}, Generator* generator = nullptr);   // U[0,1)
+Tensor randn(const Shape& shape, const TensorOptions& options = {}, Generator* generator = nullptr);  // N(0,1)
+// Only the region [starts[d], starts[d] + sizes[d]) of a `full_shape` random tensor: equal, byte
+// for byte, to narrowing the full tensor. The generator advances by full_shape.numel(), as for the
+// full draw, so ranks that each generate their own shard stay in step.
+Tensor rand_region(const Shape& full_shape, const Shape& starts, const Shape& sizes,
+                   const TensorOptions& options = {}, Generator* generator = nullptr);
+Tensor randn_region(const Shape& full_shape, const Shape& starts, const Shape& sizes,
+                    const TensorOptions& options = {}, Generator* generator = nullptr);
+
+// ---- elementwise unary (tensor/ops/unary.cpp) -----------------------------------------------------
+Tensor neg(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor rsqrt(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor relu(const Tensor& x);
+Tensor gelu(const Tensor& x);  // tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+Tensor pow(const Tensor& x, double exponent);
+
+// ---- elementwise binary, broadcasting (tensor/ops/binary.cpp) ---------------------------------------
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor maximum(const Tensor& a, const Tensor& b);  // gradient goes to a where a >= b, else to b
+Tensor add(const Tensor& a, double b);
+Tensor sub(const Tensor& a, double b);
+Tensor mul(const Tensor& a, double b);
+Tensor div(const Tensor& a, double b);
+Tensor maximum(const Tensor& a, double b);
+// Sums a broadcast gradient back down to `shape` (the backward of broadcasting).
+Tensor sum_to(const Tensor& x, const Shape& shape);
+
+// ---- matmul (tensor/ops/matmul.cpp) -----------------------------------------------------------------
+// a [..., M, K] @ b [..., K, N] -> [..., M, N]; with transpose_a, a is [..., K, M]; with
+// transpose_b, b is [..., N, K] (so Linear is matmul(x, W, false, true) with W [out, in]).
+// Leading dims broadcast. 1-D operands are not accepted: reshape to [1, K] or [K, 1].
+Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
+// Intra-op threads for GEMM in this process (1 by default: one rank, one core).
+void set_num_threads(int threads);
+int num_threads();
+
+// ---- reductions (tensor/ops/reduce.cpp) -------------------------------------------------------------
+Tensor sum(const Tensor& x);
+Tensor mean(const Tensor& x);
+Tensor max(const Tensor& x);
+Tensor sum(const Tensor& x, int dim, bool keepdim = false);
+Tensor mean(const Tensor& x, int dim, bool keepdim = false);
+Tensor max(const Tensor& x, int dim, bool keepdim = false);  // gradient goes to the first maximum
+Tensor argmax(const Tensor& x, int dim, bool keepdim = false);  // i64, not differentiable
+
+// ---- normalisation and losses (tensor/ops/softmax.cpp, layer_norm.cpp, loss.cpp) ---------------------
+Tensor softmax(const Tensor& x);      // over the last dim
+Tensor log_softmax(const Tensor& x);  // over the last dim
+// x [..., C], weight and bias [C]: (x - mean) / sqrt(var + eps) * weight + bias, over the last dim.
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+// weight [V, C], ids (i32/i64) of any shape -> [..., C].
+Tensor embedding(const Tensor& weight, const Tensor& ids);
+// logits [..., V], targets (i32/i64) [...]: mean over the targets that are not ignore_index of
+// -log softmax(logits)[target]. Fused: the backward is softmax - one_hot, never materialised twice.
+constexpr int64_t kDefaultIgnoreIndex = -100;
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = kDefaultIgnoreIndex);
+
+// ---- masks, selection, dropout (tensor/ops/select.cpp) ---------------------------------------------
+// out = x where mask is 0, value where mask is non-zero (mask broadcasts to x).
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
+// [T, T] i32: 1 above the diagonal (the future, which attention must not see), 0 elsewhere.
+Tensor causal_mask(int64_t T, Device device = current_device());
+// out = a where condition is non-zero, else b (all three broadcast).
+Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b);
+// Zeroes each element with probability p and scales the rest by 1/(1-p), from the Philox stream
+// (the same mask on every device). The identity when !training or p == 0.
+Tensor dropout(const Tensor& x, double p, bool training = true, Generator* generator = nullptr);
+
+// ---- layout (tensor/ops/layout.cpp) --------------------------------------------------------------------
+Tensor reshape(const Tensor& x, const Shape& shape);
+Tensor transpose(const Tensor& x, int dim0, int dim1);
+Tensor permute(const Tensor& x, const std::vector<int>& dims);
+Tensor narrow(const Tensor& x, int dim, int64_t start, int64_t length);
+Tensor cat(const std::vector<Tensor>& tensors, int dim);
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int dim);
+std::vector<Tensor> split(const Tensor& x, int64_t size, int dim);  // equal pieces, the last may be short
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int dim);
+
+// ---- casts and copies (tensor/ops/cast.cpp) -------------------------------------------------------------
+Tensor cast(const Tensor& x, DType dtype);  // differentiable between floating dtypes
+Tensor to_device(const Tensor& x, Device device);  // differentiable
+
+// ---- comparisons used by tests -------------------------------------------------------------------------
+bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8);
+double max_abs_diff(const Tensor& a, const Tensor& b);
+
+}  // namespace sl
