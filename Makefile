@@ -111,7 +111,7 @@ SAN_ENV := ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=1 UBSAN_OPTIONS=print_
 
 test: deps
 	@$(MAKE) --no-print-directory $(TEST_BIN)
-	$(SAN_ENV) $(TEST_BIN) $(GTEST_ARGS)
+	@$(SAN_ENV) bash tools/run_tests.sh $(TEST_BIN) $(GTEST_ARGS)
 
 run: deps
 	@$(MAKE) --no-print-directory lessons

@@ -81,6 +81,7 @@ std::string demangle_function_name(const char* mangled) {
   std::string name = status == 0 ? readable : mangled;
   std::free(readable);
   if (auto colon = name.rfind("::"); colon != std::string::npos) name = name.substr(colon + 2);
+  if (name.size() > 2 && name.ends_with("Fn")) name.resize(name.size() - 2);  // MulFn -> "MulBackward"
   return name;
 }
 

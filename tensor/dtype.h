@@ -63,7 +63,7 @@ struct f16 {
     if (abs > 0x7f800000u) { bits = static_cast<uint16_t>(sign | 0x7e00u); return; }  // NaN
     if (abs >= 0x477ff000u) { bits = static_cast<uint16_t>(sign | 0x7c00u); return; }  // overflow -> inf
     if (abs < 0x38800000u) {  // result is subnormal (or zero): shift the mantissa, round to even
-      int shift = 113 - static_cast<int>(abs >> 23);
+      int shift = 126 - static_cast<int>(abs >> 23);  // value = mant * 2^(e-150), half = value * 2^24
       if (shift > 24) { bits = static_cast<uint16_t>(sign); return; }
       uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
       uint32_t half = mant >> shift;

@@ -22,7 +22,7 @@ Tensor ones(const Shape& shape, const TensorOptions& options = {});
 Tensor full(const Shape& shape, double value, const TensorOptions& options = {});
 Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);
-Tensor arange(int64_t end, const TensorOptions& options = TensorOptions{DType::i64, std::nullopt, false});
+Tensor arange(int64_t end, const TensorOptions& options = DType::i64);
 Tensor arange(double start, double end, double step = 1.0, const TensorOptions& options = {});
 // From values, converted to options.dtype; the shape's numel must match values.size().
 Tensor from_vector(const std::vector<double>& values, const Shape& shape, const TensorOptions& options = {});

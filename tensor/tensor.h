@@ -33,6 +33,10 @@ struct TensorOptions {
   std::optional<Device> device;  // unset: the thread's current device
   bool requires_grad = false;
 
+  TensorOptions() = default;
+  TensorOptions(DType dtype, std::optional<Device> device = std::nullopt, bool requires_grad = false)  // NOLINT
+      : dtype(dtype), device(device), requires_grad(requires_grad) {}
+
   TensorOptions with_dtype(DType d) const { auto o = *this; o.dtype = d; return o; }
   TensorOptions with_device(Device d) const { auto o = *this; o.device = d; return o; }
   TensorOptions with_requires_grad(bool r = true) const { auto o = *this; o.requires_grad = r; return o; }

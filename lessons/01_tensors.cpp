@@ -1,0 +1,106 @@
+// Lesson 01 — tensors: shapes, dtypes, devices, memory, and randomness you can shard.
+//
+// What you will learn
+//   * a Tensor is a handle to a block of memory with a shape and a dtype; ops make new tensors
+//   * broadcasting, matmul with transpose flags, reductions: the vocabulary of a transformer
+//   * bf16/f16 store half the bytes; their math runs in f32
+//   * virtual devices cpu:0..n: one process, but memory accounted per "GPU" — how every later
+//     lesson measures what each rank holds
+//   * counter-based randomness (Philox): a rank can generate only its own shard of a weight
+//
+// Run:    make lesson N=01        Prints: the story below, then "lesson 01: OK".
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+
+#include "tensor/cuda_info.h"
+#include "tensor/ops.h"
+
+using namespace sl;
+
+static void section(const char* title) { std::printf("\n--- %s\n", title); }
+
+int main() {
+  bool ok = true;
+  auto check = [&](bool condition, const char* what) {
+    std::printf("  check: %-58s %s\n", what, condition ? "ok" : "FAILED");
+    ok = ok && condition;
+  };
+
+  section("1. A tensor is shape + dtype + device + bytes");
+  Tensor x = arange(0.0, 6.0, 1.0).reshape({2, 3});
+  std::cout << "x = " << x << "\n";
+  std::printf("  shape [%lld, %lld], %s, on %s, %lld bytes\n", (long long)x.size(0), (long long)x.size(1),
+              dtype_name(x.dtype()), x.device().str().c_str(), (long long)x.nbytes());
+
+  section("2. Broadcasting: shapes line up from the right, size-1 dims stretch");
+  Tensor bias = from_vector({10, 20, 30}, {3});
+  Tensor y = x + bias;  // [2, 3] + [3] -> [2, 3]
+  std::cout << "x + [10, 20, 30] = " << y << "\n";
+  check(y.to_vector() == std::vector<double>({10, 21, 32, 13, 24, 35}), "[2,3] + [3] adds the row to each row");
+  try {
+    add(x, ones({2}));
+  } catch (const Error& e) {
+    std::printf("  a bad shape is a clear error: %s\n", e.what());
+  }
+
+  section("3. matmul: a Linear layer is x @ W^T, with no transpose copied");
+  // x [B, C_in] and W [C_out, C_in] (PyTorch's layout): transpose_b reads W as W^T in place.
+  Tensor W = from_vector({1, 0, 0, 0, 1, 1}, {2, 3});
+  Tensor out = matmul(x, W, false, true);  // [2, 3] @ [3, 2] -> [2, 2]
+  std::cout << "x @ W^T = " << out << "\n";
+  check(out.to_vector() == std::vector<double>({0, 3, 3, 9}), "x @ W^T by hand: [[0, 3], [3, 9]]");
+
+  section("4. Reductions and softmax");
+  std::cout << "sum over dim 1 = " << x.sum(1) << "\n";
+  Tensor p = softmax(from_vector({1, 2, 3}, {1, 3}));
+  std::cout << "softmax([1, 2, 3]) = " << p << "\n";
+  check(std::abs(p.sum().item() - 1.0) < 1e-6, "softmax sums to 1");
+
+  section("5. Half-precision storage: bf16 keeps f32's range with 8 bits of mantissa");
+  Tensor third = full({1}, 1.0 / 3.0);
+  std::printf("  1/3 in f32 %.8f   bf16 %.8f   f16 %.8f\n", third.item(), third.to(DType::bf16).item(),
+              third.to(DType::f16).item());
+  std::printf("  1e6 in f16 is %g (f16 tops out at 65504); in bf16 it is %g\n", full({1}, 1e6).to(DType::f16).item(),
+              full({1}, 1e6).to(DType::bf16).item());
+  check(std::isinf(full({1}, 1e6).to(DType::f16).item()), "f16 overflows past 65504, bf16 does not");
+
+  section("6. Virtual devices and the memory ledger");
+  // Pretend cpu:1 is a GPU: weights and optimizer state allocated there are accounted to it.
+  MemoryLedger& ledger = MemoryLedger::instance();
+  {
+    DeviceGuard on_gpu1(Device::cpu(1));
+    MemoryScope weights_scope(MemoryCategory::weights);
+    Tensor w = zeros({1024, 1024});  // 4 MiB of f32
+    {
+      MemoryScope optimizer_scope(MemoryCategory::optimizer);
+      Tensor adam_m = zeros_like(w), adam_v = zeros_like(w);  // Adam keeps two more copies
+      std::cout << ledger.report(Device::cpu(1));
+    }
+    check(ledger.current(Device::cpu(1), MemoryCategory::weights) == 4 * 1024 * 1024, "weights: 4 bytes x 1M");
+    check(ledger.peak(Device::cpu(1), MemoryCategory::optimizer) == 8 * 1024 * 1024, "Adam state peaked at 8 bytes x 1M");
+  }
+  check(ledger.current(Device::cpu(1)) == 0, "everything on cpu:1 was freed");
+
+  section("7. Randomness you can shard (Philox)");
+  // Element i of a random tensor is philox(seed, offset + i): no hidden state between numbers.
+  Generator whole_gen(2024);
+  Tensor whole = randn({8, 6}, {}, &whole_gen);
+  Generator rank_gen(2024);  // a rank that owns rows 4..7 only
+  Tensor my_rows = randn_region({8, 6}, {4, 0}, {4, 6}, {}, &rank_gen);
+  std::cout << "rows 4..7 generated alone: " << my_rows.narrow(0, 0, 1) << " ...\n";
+  check(std::memcmp(my_rows.raw_data(), whole.narrow(0, 4, 4).raw_data(), my_rows.nbytes()) == 0,
+        "a shard generated alone == the same rows of the full tensor");
+
+  section("8. GPUs");
+  CudaInfo cuda = cuda_info();
+  if (cuda.device_count > 0) {
+    for (size_t i = 0; i < cuda.names.size(); ++i) std::printf("  cuda:%zu  %s\n", i, cuda.names[i].c_str());
+  } else {
+    std::printf("  no CUDA device here (%s); every lesson runs on virtual CPU devices\n", cuda.error.c_str());
+  }
+
+  std::printf("\nlesson 01: %s\n", ok ? "OK" : "FAILED");
+  return ok ? 0 : 1;
+}

@@ -1,0 +1,132 @@
+// Lesson 02 — autograd: how backward() finds every gradient.
+//
+// What you will learn
+//   * each op records a node on a tape; backward() walks the tape in reverse (chain rule)
+//   * gradients of a tensor used twice add up; leaf gradients accumulate across backward calls
+//   * finite differences check any backward (gradcheck)
+//   * a custom differentiable op is a Function: forward and backward side by side — this is how
+//     the parallel chapters write all-reduce-in-backward ops
+//   * a post-accumulate-grad hook runs as soon as a parameter's gradient is ready — DDP and ZeRO
+//     start communicating from it, while backward is still running
+//
+// Run:    make lesson N=02        Prints: the story below, then "lesson 02: OK".
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <set>
+
+#include "autograd/function.h"
+#include "autograd/gradcheck.h"
+#include "tensor/ops.h"
+
+using namespace sl;
+
+static void section(const char* title) { std::printf("\n--- %s\n", title); }
+
+// Prints the graph that produced `t`, one node per line, indented by depth.
+static void print_graph(const std::shared_ptr<Node>& node, int depth, std::set<Node*>& seen) {
+  if (!node) return;
+  std::printf("  %*s%s%s\n", 2 * depth, "", node->name().c_str(), seen.count(node.get()) ? " (seen)" : "");
+  if (!seen.insert(node.get()).second) return;
+  for (const Edge& edge : node->next_edges) print_graph(edge.node, depth + 1, seen);
+}
+
+// Megatron's "f": identity in forward, all-reduce in backward. With one rank the all-reduce is the
+// identity too; here backward just reports that it ran, to show where communication would go.
+struct CopyToParallelRegion : Function<CopyToParallelRegion> {
+  static Tensor forward(FunctionCtx&, const Tensor& x) { return x; }
+  static TensorList backward(FunctionCtx&, const TensorList& grads) {
+    std::printf("  CopyToParallelRegion backward: here a tensor-parallel rank would all-reduce a %s gradient\n",
+                grads[0].shape().str().c_str());
+    return {grads[0]};
+  }
+};
+
+int main() {
+  bool ok = true;
+  auto check = [&](bool condition, const char* what) {
+    std::printf("  check: %-58s %s\n", what, condition ? "ok" : "FAILED");
+    ok = ok && condition;
+  };
+
+  section("1. The tape: every op remembers how to send gradients back");
+  Tensor w = from_vector({0.5, -1.0, 2.0}, {3}, TensorOptions().with_requires_grad());
+  Tensor x = from_vector({1.0, 2.0, 3.0}, {3});
+  Tensor loss = sum(mul(tanh(mul(w, x)), w));  // w is used twice
+  std::cout << "loss = " << loss << "\n  the graph behind it:\n";
+  std::set<Node*> seen;
+  print_graph(loss.grad_fn(), 0, seen);
+
+  section("2. backward(): reverse topological order, chain rule at each node");
+  loss.backward();
+  std::cout << "dloss/dw = " << w.grad() << "\n";
+  // By hand: loss = sum w*tanh(w x)  =>  d/dw = tanh(w x) + w x (1 - tanh^2(w x))
+  bool matches = true;
+  for (int i = 0; i < 3; ++i) {
+    double wi = w.to_vector()[i], xi = x.to_vector()[i], t = std::tanh(wi * xi);
+    matches = matches && std::abs(w.grad().to_vector()[i] - (t + wi * xi * (1 - t * t))) < 1e-5;
+  }
+  check(matches, "backward == the derivative worked out by hand");
+
+  section("3. Leaf gradients accumulate: zero them between steps");
+  Tensor before = w.grad().clone();
+  sum(mul(tanh(mul(w, x)), w)).backward();
+  check(allclose(w.grad(), mul(before, 2.0)), "a second backward adds the same gradient again");
+  w.set_grad(Tensor());
+
+  section("4. gradcheck: finite differences as the referee");
+  Tensor a = randn({4, 3}, TensorOptions(DType::f64).with_requires_grad());
+  Tensor b = randn({3, 5}, TensorOptions(DType::f64).with_requires_grad());
+  GradcheckResult result = gradcheck(
+      [](const TensorList& in) { return softmax(gelu(matmul(in[0], in[1]))); }, {a, b});
+  std::printf("  softmax(gelu(a @ b)): %lld input elements checked: %s\n", (long long)result.checked,
+              result.ok ? "backward == finite differences" : result.message.c_str());
+  check(result.ok, "gradcheck of a small network");
+
+  section("5. A custom Function: where the parallel chapters put their communication");
+  Tensor h = from_vector({1, 2}, {1, 2}, TensorOptions().with_requires_grad());
+  Tensor y = CopyToParallelRegion::apply(h);
+  std::printf("  y was made by %s\n", y.grad_fn()->name().c_str());
+  sum(mul(y, 3.0)).backward();
+  check(h.grad().to_vector() == std::vector<double>({3, 3}), "gradient flowed through the custom op");
+
+  section("6. Hooks: act the moment a parameter's gradient is ready");
+  Tensor layer1 = from_vector({1.0}, {1}, TensorOptions().with_requires_grad());
+  Tensor layer2 = from_vector({2.0}, {1}, TensorOptions().with_requires_grad());
+  std::vector<std::string> ready_order;
+  layer1.register_post_accumulate_grad_hook([&](Tensor&) { ready_order.push_back("layer1"); });
+  layer2.register_post_accumulate_grad_hook([&](Tensor&) { ready_order.push_back("layer2"); });
+  sum(mul(mul(ones({1}), layer1), layer2)).backward();
+  std::printf("  gradients became ready in the order: %s, %s  (last layer first)\n", ready_order[0].c_str(),
+              ready_order[1].c_str());
+  check(ready_order == std::vector<std::string>({"layer2", "layer1"}), "the last layer's gradient is ready first");
+
+  section("7. Putting it together: fit y = 3x - 1 by gradient descent");
+  Generator gen(0);
+  Tensor inputs = randn({64, 1}, {}, &gen);
+  Tensor targets = sub(mul(inputs, 3.0), 1.0);
+  Tensor weight = zeros({1, 1}, TensorOptions().with_requires_grad());
+  Tensor offset = zeros({1}, TensorOptions().with_requires_grad());
+  double first_loss = 0, last_loss = 0;
+  for (int step = 0; step < 100; ++step) {
+    Tensor prediction = add(matmul(inputs, weight, false, true), offset);
+    Tensor mse = mean(pow(sub(prediction, targets), 2.0));
+    mse.backward();
+    {
+      NoGradGuard no_grad;  // the update itself is not part of the model
+      weight.add_(weight.grad(), -0.1);
+      offset.add_(offset.grad(), -0.1);
+    }
+    weight.set_grad(Tensor());
+    offset.set_grad(Tensor());
+    if (step == 0) first_loss = mse.item();
+    last_loss = mse.item();
+    if (step % 25 == 0 || step == 99)
+      std::printf("  step %3d  loss %.6f  w %.4f  b %.4f\n", step, mse.item(), weight.item(), offset.item());
+  }
+  check(last_loss < 1e-4 * first_loss, "loss fell by more than 10^4");
+  check(std::abs(weight.item() - 3.0) < 1e-2 && std::abs(offset.item() + 1.0) < 1e-2, "recovered w = 3, b = -1");
+
+  std::printf("\nlesson 02: %s\n", ok ? "OK" : "FAILED");
+  return ok ? 0 : 1;
+}

@@ -1,0 +1,93 @@
+// embedding.cpp — table lookup: weight [V, C], ids [...] (i32/i64) -> out [..., C].
+//
+//   forward    out[n, :] = weight[ids[n], :]              a row copy per id
+//   backward   dweight[ids[n], :] += dout[n, :]           a scatter-add: an id used k times gets k rows
+//
+// ids are integers and never get a gradient. Backward needs only the ids (and V), not the table,
+// so only the ids are saved. bf16/f16 gradients are summed in float, then rounded once.
+#include <cstring>
+
+#include "autograd/function.h"
+#include "tensor/cpu/dispatch.h"
+#include "tensor/ops.h"
+
+namespace sl {
+
+namespace {
+
+// Every id must name a row: the check runs before any row is read.
+template <typename Id>
+void check_ids(const Id* ids, int64_t count, const Tensor& weight) {
+  const int64_t V = weight.size(0);
+  for (int64_t n = 0; n < count; ++n) {
+    const auto id = static_cast<int64_t>(ids[n]);
+    SL_CHECK(id >= 0 && id < V, "embedding: index ", id, " is out of range for a table of ", V, " rows (weight ",
+             weight.shape(), ")");
+  }
+}
+
+struct EmbeddingFn : Function<EmbeddingFn> {
+  static Tensor forward(FunctionCtx& ctx, const Tensor& weight, const Tensor& ids) {
+    const int64_t C = weight.size(1);
+    Shape out_shape = ids.shape();
+    out_shape.push_back(C);
+    Tensor out = Tensor::empty(out_shape, weight.options());
+    const size_t row_bytes = static_cast<size_t>(C) * dtype_size(weight.dtype());
+    dispatch_index(ids.dtype(), "embedding", [&](auto id_tag) {
+      using Id = decltype(id_tag);
+      const Id* id = ids.data<Id>();
+      check_ids(id, ids.numel(), weight);
+      // The row copy is the same bytes whatever the dtype: no per-element dispatch needed.
+      const char* table = static_cast<const char*>(weight.raw_data());
+      char* o = static_cast<char*>(out.raw_data());
+      for (int64_t n = 0, count = ids.numel(); n < count; ++n)
+        std::memcpy(o + n * row_bytes, table + static_cast<int64_t>(id[n]) * row_bytes, row_bytes);
+    });
+    ctx.save_for_backward({ids});
+    ctx.set("weight_shape", weight.shape());
+    ctx.set("weight_dtype", weight.dtype());
+    return out;
+  }
+
+  static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {
+    const Tensor& ids = ctx.saved()[0];
+    const Shape& weight_shape = ctx.get<Shape>("weight_shape");
+    const DType weight_dtype = ctx.get<DType>("weight_dtype");
+    if (!ctx.needs_input_grad(0)) return {Tensor(), Tensor()};
+    const int64_t C = weight_shape[1];
+    Tensor dout = grads[0].to(weight_dtype);
+    // [V, C] in compute type: f32/f64 accumulate in place, bf16/f16 in float then round below.
+    Tensor dweight = zeros(weight_shape, dout.options().with_dtype(weight_dtype == DType::f64 ? DType::f64 : DType::f32));
+    dispatch_floating(weight_dtype, "embedding", [&](auto tag) {
+      using T = decltype(tag);
+      using Compute = compute_t<T>;
+      const T* g = dout.data<T>();
+      Compute* dw = dweight.data<Compute>();
+      dispatch_index(ids.dtype(), "embedding", [&](auto id_tag) {
+        using Id = decltype(id_tag);
+        const Id* id = ids.data<Id>();
+        for (int64_t n = 0, count = ids.numel(); n < count; ++n) {
+          Compute* dw_row = dw + static_cast<int64_t>(id[n]) * C;
+          const T* g_row = g + n * C;
+          for (int64_t c = 0; c < C; ++c) dw_row[c] += static_cast<Compute>(g_row[c]);
+        }
+      });
+    });
+    return {dweight.to(weight_dtype), Tensor()};
+  }
+};
+
+}  // namespace
+
+Tensor embedding(const Tensor& weight, const Tensor& ids) {
+  SL_CHECK(weight.dim() == 2, "embedding: weight must be [V, C] but has shape ", weight.shape());
+  SL_CHECK(is_floating(weight.dtype()), "embedding: weight must be floating (f32, f64, bf16, f16) but is ",
+           dtype_name(weight.dtype()));
+  SL_CHECK(is_integer(ids.dtype()), "embedding: ids must be an integer tensor (i32 or i64) but are ",
+           dtype_name(ids.dtype()), " (shape ", ids.shape(), ")");
+  SL_CHECK(ids.device() == weight.device(), "embedding: weight is on ", weight.device(), " but ids are on ",
+           ids.device());
+  return EmbeddingFn::apply(weight, ids);
+}
+
+}  // namespace sl

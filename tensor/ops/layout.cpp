@@ -1,0 +1,410 @@
+// layout.cpp — ops that move elements without changing them: reshape, transpose, permute, narrow,
+// cat, split and chunk.
+//
+// Tensors are contiguous and row-major, so only reshape can be a view (same storage, new shape);
+// the others copy into a new contiguous tensor. None of them looks at values, so the kernels move
+// bytes and work for every dtype, integers included (which carry no gradient). Each backward is the
+// inverse layout op:
+//
+//   reshape     <-> reshape back            transpose(d0, d1) <-> transpose(d0, d1)
+//   permute(p)  <-> permute(p^-1)           narrow            <-> the gradient written into zeros
+//   cat         <-> split                   split / chunk     <-> cat (a missing gradient is zeros)
+//
+// narrow, cat and split see a tensor as [outer, size(dim), inner] and copy `outer` runs of
+// contiguous bytes. permute plans a loop nest; attention's [B,T,NH,HS] <-> [B,NH,T,HS] becomes
+// B*NH*T memcpy runs of HS elements, and a transpose of the last two dims a tiled 2-D transpose.
+#include <algorithm>
+#include <cstring>
+
+#include "autograd/function.h"
+#include "tensor/ops.h"
+
+namespace sl {
+
+namespace {
+
+std::string dims_str(const std::vector<int>& dims) { return Shape(dims.begin(), dims.end()).str(); }
+
+// A missing gradient from an op with several outputs; others arrive in the output's dtype already.
+Tensor in_dtype(const Tensor& grad, DType dtype) { return grad.dtype() == dtype ? grad : grad.to(dtype); }
+
+// ---- [outer, size(dim), inner] slab copies (narrow, cat, split) ---------------------------------------
+
+struct Slabs {
+  int64_t outer = 1;        // product of the sizes before dim
+  int64_t inner_bytes = 0;  // bytes of one step along dim (product of the sizes after dim)
+};
+
+Slabs slabs_around(const Shape& shape, int dim, DType dtype) {
+  Slabs s;
+  int64_t inner = 1;
+  for (int d = 0; d < dim; ++d) s.outer *= shape[d];
+  for (int d = dim + 1; d < shape.dim(); ++d) inner *= shape[d];
+  s.inner_bytes = inner * static_cast<int64_t>(dtype_size(dtype));
+  return s;
+}
+
+// Copies dim-range [src_start, src_start + length) of src (src_size long along dim) to
+// [dst_start, dst_start + length) of dst (dst_size long); a null src writes zeros instead.
+void copy_slab(const Slabs& s, const char* src, int64_t src_size, int64_t src_start, char* dst, int64_t dst_size,
+               int64_t dst_start, int64_t length) {
+  int64_t run = length * s.inner_bytes;
+  if (run == 0) return;
+  for (int64_t o = 0; o < s.outer; ++o) {
+    char* to = dst + (o * dst_size + dst_start) * s.inner_bytes;
+    if (src) std::memcpy(to, src + (o * src_size + src_start) * s.inner_bytes, static_cast<size_t>(run));
+    else std::memset(to, 0, static_cast<size_t>(run));
+  }
+}
+
+// x split along dim into pieces of `sizes` (their sum is x.size(dim)); an unwanted piece is left
+// undefined (wanted empty: all are wanted).
+TensorList split_pieces(const Tensor& x, const std::vector<int64_t>& sizes, int dim, const std::vector<bool>& wanted) {
+  Slabs s = slabs_around(x.shape(), dim, x.dtype());
+  TensorList pieces(sizes.size());
+  int64_t start = 0;
+  for (size_t i = 0; i < sizes.size(); start += sizes[i], ++i) {
+    if (!wanted.empty() && !wanted[i]) continue;
+    Shape shape = x.shape();
+    shape[dim] = sizes[i];
+    pieces[i] = Tensor::empty(shape, x.options());
+    copy_slab(s, static_cast<const char*>(x.raw_data()), x.size(dim), start, static_cast<char*>(pieces[i].raw_data()),
+              sizes[i], 0, sizes[i]);
+  }
+  return pieces;
+}
+
+// The pieces joined along dim into a tensor of `shape`; an undefined piece i stands for zeros of
+// size sizes[i] (an output of split whose gradient never arrived).
+Tensor cat_pieces(const TensorList& pieces, const std::vector<int64_t>& sizes, const Shape& shape, int dim,
+                  const TensorOptions& options) {
+  Tensor out = Tensor::empty(shape, options);
+  Slabs s = slabs_around(shape, dim, options.dtype);
+  int64_t start = 0;
+  for (size_t i = 0; i < pieces.size(); start += sizes[i], ++i) {
+    Tensor piece = pieces[i].defined() ? in_dtype(pieces[i], options.dtype) : Tensor();
+    const char* src = piece.defined() ? static_cast<const char*>(piece.raw_data()) : nullptr;
+    copy_slab(s, src, sizes[i], 0, static_cast<char*>(out.raw_data()), shape[dim], start, sizes[i]);
+  }
+  return out;
+}
+
+// ---- permute: a loop nest over the output, reading the input with strides ------------------------------
+
+// Output dims in order, each with its size and its stride in the input. Size-1 dims are dropped
+// and neighbours that stay adjacent in the input merged, so the nest is as short as it can be.
+struct LoopNest {
+  std::vector<int64_t> sizes, strides;
+};
+
+LoopNest plan_permute(const Shape& in_shape, const std::vector<int>& perm) {
+  std::vector<int64_t> in_strides = contiguous_strides(in_shape);
+  LoopNest nest;
+  for (int d : perm) {
+    int64_t size = in_shape[d], stride = in_strides[d];
+    if (size == 1) continue;
+    if (!nest.sizes.empty() && nest.strides.back() == stride * size) {  // outer dim continues this one
+      nest.sizes.back() *= size;
+      nest.strides.back() = stride;
+    } else {
+      nest.sizes.push_back(size);
+      nest.strides.push_back(stride);
+    }
+  }
+  return nest;
+}
+
+// Calls body(block, input_offset) for each index of the first `outer_dims` dims of the nest, in
+// order (block numbers the contiguous output blocks), with an odometer instead of divisions.
+template <typename Body>
+void for_each_block(const LoopNest& nest, int outer_dims, Body&& body) {
+  int64_t blocks = 1;
+  for (int d = 0; d < outer_dims; ++d) blocks *= nest.sizes[d];
+  std::vector<int64_t> index(outer_dims, 0);
+  int64_t offset = 0;
+  for (int64_t block = 0; block < blocks; ++block) {
+    body(block, offset);
+    for (int d = outer_dims - 1; d >= 0; --d) {
+      offset += nest.strides[d];
+      if (++index[d] < nest.sizes[d]) break;
+      offset -= nest.strides[d] * nest.sizes[d];
+      index[d] = 0;
+    }
+  }
+}
+
+// out [rows, cols] = in^T, where in has rows contiguous and column c starting at c * col_stride.
+// Tiles keep both the strided reads and the contiguous writes in cache.
+template <typename E>
+void transpose_2d(const E* in, int64_t col_stride, E* out, int64_t rows, int64_t cols) {
+  constexpr int64_t kTile = 32;
+  for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
+    int64_t r1 = std::min(r0 + kTile, rows);
+    for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+      int64_t c1 = std::min(c0 + kTile, cols);
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = c0; c < c1; ++c) out[r * cols + c] = in[r + c * col_stride];
+    }
+  }
+}
+
+template <typename E>
+void permute_kernel(const E* in, E* out, const LoopNest& nest) {
+  int n = static_cast<int>(nest.sizes.size());
+  if (n == 0) {  // every dim had size 1
+    out[0] = in[0];
+    return;
+  }
+  int64_t last = nest.sizes[n - 1], last_stride = nest.strides[n - 1];
+  if (last_stride == 1) {
+    // The innermost output dim is contiguous in the input: [B,T,NH,HS] -> [B,NH,T,HS] is B*NH*T runs of HS.
+    for_each_block(nest, n - 1, [&](int64_t block, int64_t offset) {
+      std::memcpy(out + block * last, in + offset, static_cast<size_t>(last) * sizeof(E));
+    });
+  } else if (n >= 2 && nest.strides[n - 2] == 1) {
+    // A batch of 2-D transposes ([..., T, HS] -> [..., HS, T]).
+    int64_t rows = nest.sizes[n - 2];
+    for_each_block(nest, n - 2, [&](int64_t block, int64_t offset) {
+      transpose_2d(in + offset, last_stride, out + block * rows * last, rows, last);
+    });
+  } else {
+    for_each_block(nest, n - 1, [&](int64_t block, int64_t offset) {
+      E* to = out + block * last;
+      const E* from = in + offset;
+      for (int64_t j = 0; j < last; ++j) to[j] = from[j * last_stride];
+    });
+  }
+}
+
+// The copy is dtype-blind: only the element size matters.
+Tensor permute_copy(const Tensor& x, const std::vector<int>& perm) {
+  Shape shape(perm.size());
+  for (size_t k = 0; k < perm.size(); ++k) shape[k] = x.shape()[perm[k]];
+  Tensor out = Tensor::empty(shape, x.options());
+  if (out.numel() == 0) return out;
+  LoopNest nest = plan_permute(x.shape(), perm);
+  auto run = [&](auto element) {
+    using E = decltype(element);
+    permute_kernel(static_cast<const E*>(x.raw_data()), static_cast<E*>(out.raw_data()), nest);
+  };
+  switch (dtype_size(x.dtype())) {
+    case 2: run(uint16_t{}); break;
+    case 4: run(uint32_t{}); break;
+    case 8: run(uint64_t{}); break;
+    default: SL_ASSERT(false);
+  }
+  return out;
+}
+
+// ---- the differentiable ops -----------------------------------------------------------------------------
+
+// A view: same storage, new shape. Backward reshapes the gradient back.
+struct ReshapeFn : Function<ReshapeFn> {
+  static Tensor forward(FunctionCtx& ctx, const Tensor& x, const Shape& shape) {
+    ctx.set("shape", x.shape());
+    Tensor view = x.detach();
+    view.impl()->shape = shape;
+    return view;
+  }
+  static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {
+    return {reshape(grads[0], ctx.get<Shape>("shape"))};
+  }
+};
+
+struct PermuteFn : Function<PermuteFn> {
+  static Tensor forward(FunctionCtx& ctx, const Tensor& x, const std::vector<int>& perm) {
+    std::vector<int> inverse(perm.size());
+    for (size_t k = 0; k < perm.size(); ++k) inverse[perm[k]] = static_cast<int>(k);
+    ctx.set("inverse", inverse);
+    return permute_copy(x, perm);
+  }
+  static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {
+    return {permute_copy(grads[0], ctx.get<std::vector<int>>("inverse"))};
+  }
+};
+
+// A swap of two dims is its own inverse.
+struct TransposeFn : Function<TransposeFn> {
+  static Tensor forward(FunctionCtx& ctx, const Tensor& x, const std::vector<int>& swap) {
+    ctx.set("swap", swap);
+    return permute_copy(x, swap);
+  }
+  static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {
+    return {permute_copy(grads[0], ctx.get<std::vector<int>>("swap"))};
+  }
+};
+
+struct NarrowFn : Function<NarrowFn> {
+  static Tensor forward(FunctionCtx& ctx, const Tensor& x, int dim, int64_t start, int64_t length) {
+    ctx.set("shape", x.shape());
+    ctx.set("dim", dim);
+    ctx.set("start", start);
+    Shape shape = x.shape();
+    shape[dim] = length;
+    Tensor out = Tensor::empty(shape, x.options());
+    copy_slab(slabs_around(x.shape(), dim, x.dtype()), static_cast<const char*>(x.raw_data()), x.size(dim), start,
+              static_cast<char*>(out.raw_data()), length, 0, length);
+    return out;
+  }
+  // grad_x is zero outside the slice and grad inside it.
+  static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {
+    const Shape& shape = ctx.get<Shape>("shape");
+    int dim = ctx.get<int>("dim");
+    int64_t start = ctx.get<int64_t>("start"), length = grads[0].size(dim);
+    Tensor grad_x = Tensor::empty(shape, grads[0].options());
+    std::memset(grad_x.raw_data(), 0, static_cast<size_t>(grad_x.nbytes()));
+    copy_slab(slabs_around(shape, dim, grad_x.dtype()), static_cast<const char*>(grads[0].raw_data()), length, 0,
+              static_cast<char*>(grad_x.raw_data()), shape[dim], start, length);
+    return {grad_x};
+  }
+};
+
+struct CatFn : Function<CatFn> {
+  static Tensor forward(FunctionCtx& ctx, const TensorList& tensors, int dim) {
+    std::vector<int64_t> sizes;
+    for (const Tensor& t : tensors) sizes.push_back(t.size(dim));
+    Shape shape = tensors[0].shape();
+    shape[dim] = 0;
+    for (int64_t size : sizes) shape[dim] += size;
+    ctx.set("sizes", sizes);
+    ctx.set("dim", dim);
+    return cat_pieces(tensors, sizes, shape, dim, tensors[0].options());
+  }
+  // One gradient per input: the matching slice of grad (cat({x, x}) sends x two, which add up).
+  static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {
+    const auto& sizes = ctx.get<std::vector<int64_t>>("sizes");
+    std::vector<bool> wanted(sizes.size());
+    for (size_t i = 0; i < sizes.size(); ++i) wanted[i] = ctx.needs_input_grad(i);
+    return split_pieces(grads[0], sizes, ctx.get<int>("dim"), wanted);
+  }
+};
+
+// split and chunk: one node with one output per piece.
+struct SplitFn : Function<SplitFn> {
+  static TensorList forward(FunctionCtx& ctx, const Tensor& x, const std::vector<int64_t>& sizes, int dim) {
+    ctx.set("shape", x.shape());
+    ctx.set("sizes", sizes);
+    ctx.set("dim", dim);
+    ctx.set("dtype", x.dtype());
+    return split_pieces(x, sizes, dim, {});
+  }
+  // Pieces nobody used get no gradient: they count as zeros.
+  static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {
+    TensorOptions options{ctx.get<DType>("dtype"), std::nullopt, false};
+    for (const Tensor& g : grads)
+      if (g.defined()) options.device = g.device();
+    return {cat_pieces(grads, ctx.get<std::vector<int64_t>>("sizes"), ctx.get<Shape>("shape"), ctx.get<int>("dim"),
+                       options)};
+  }
+};
+
+}  // namespace
+
+Tensor reshape(const Tensor& x, const Shape& shape) {
+  Shape target = shape;
+  int inferred = -1;
+  int64_t known = 1;
+  for (int d = 0; d < target.dim(); ++d) {
+    if (target[d] == -1) {
+      SL_CHECK(inferred < 0, "reshape: only one size may be -1 (asked for ", shape, " from ", x.shape(), ")");
+      inferred = d;
+    } else {
+      SL_CHECK(target[d] >= 0, "reshape: invalid size ", target[d], " in shape ", shape);
+      known *= target[d];
+    }
+  }
+  if (inferred >= 0) {
+    SL_CHECK(known != 0 && x.numel() % known == 0, "reshape: cannot reshape a tensor of shape ", x.shape(), " (",
+             x.numel(), " elements) into shape ", shape, " (the other sizes multiply to ", known, ")");
+    target[inferred] = x.numel() / known;
+  }
+  SL_CHECK(target.numel() == x.numel(), "reshape: cannot reshape a tensor of shape ", x.shape(), " (", x.numel(),
+           " elements) into shape ", shape, " (", target.numel(), " elements)");
+  return ReshapeFn::apply(x, target);
+}
+
+Tensor permute(const Tensor& x, const std::vector<int>& dims) {
+  SL_CHECK(static_cast<int>(dims.size()) == x.dim(), "permute: dims ", dims_str(dims), " are not a permutation of the ",
+           x.dim(), " dims of a tensor of shape ", x.shape());
+  std::vector<int> perm(dims.size());
+  std::vector<bool> seen(dims.size(), false);
+  for (size_t k = 0; k < dims.size(); ++k) {
+    int ndim = x.dim();
+    SL_CHECK(dims[k] >= -ndim && dims[k] < ndim && !seen[dims[k] < 0 ? dims[k] + ndim : dims[k]], "permute: dims ",
+             dims_str(dims), " are not a permutation of the ", ndim, " dims of a tensor of shape ", x.shape());
+    perm[k] = dims[k] < 0 ? dims[k] + ndim : dims[k];
+    seen[perm[k]] = true;
+  }
+  return PermuteFn::apply(x, perm);
+}
+
+Tensor transpose(const Tensor& x, int dim0, int dim1) {
+  int d0 = normalize_dim(dim0, x.shape(), "transpose"), d1 = normalize_dim(dim1, x.shape(), "transpose");
+  std::vector<int> swap(x.dim());
+  for (int d = 0; d < x.dim(); ++d) swap[d] = d;
+  std::swap(swap[d0], swap[d1]);
+  return TransposeFn::apply(x, swap);
+}
+
+Tensor narrow(const Tensor& x, int dim, int64_t start, int64_t length) {
+  int d = normalize_dim(dim, x.shape(), "narrow");
+  int64_t size = x.size(d);
+  SL_CHECK(start >= -size && start <= size, "narrow: start ", start, " is out of range for dim ", dim,
+           " of size ", size, " (shape ", x.shape(), ")");
+  if (start < 0) start += size;
+  SL_CHECK(length >= 0 && start + length <= size, "narrow: start ", start, " + length ", length,
+           " does not fit in dim ", dim, " of size ", size, " (shape ", x.shape(), ")");
+  return NarrowFn::apply(x, d, start, length);
+}
+
+Tensor cat(const std::vector<Tensor>& tensors, int dim) {
+  SL_CHECK(!tensors.empty(), "cat: expected a non-empty list of tensors");
+  for (size_t i = 0; i < tensors.size(); ++i) SL_CHECK(tensors[i].defined(), "cat: tensor ", i, " is undefined");
+  const Tensor& first = tensors[0];
+  int d = normalize_dim(dim, first.shape(), "cat");
+  for (size_t i = 1; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    SL_CHECK(t.dtype() == first.dtype(), "cat: tensor ", i, " has dtype ", dtype_name(t.dtype()),
+             " but tensor 0 has dtype ", dtype_name(first.dtype()));
+    SL_CHECK(t.device() == first.device(), "cat: tensor ", i, " is on ", t.device(), " but tensor 0 is on ",
+             first.device());
+    bool match = t.dim() == first.dim();
+    for (int k = 0; match && k < first.dim(); ++k) match = k == d || t.shape()[k] == first.shape()[k];
+    SL_CHECK(match, "cat: tensor ", i, " has shape ", t.shape(), " but tensor 0 has shape ", first.shape(),
+             " (sizes must match except in dim ", dim, ")");
+  }
+  return CatFn::apply(tensors, d);
+}
+
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int dim) {
+  int d = normalize_dim(dim, x.shape(), "split");
+  int64_t total = 0;
+  for (int64_t size : sizes) {
+    SL_CHECK(size >= 0, "split: negative size in ", Shape(sizes));
+    total += size;
+  }
+  SL_CHECK(!sizes.empty() && total == x.size(d), "split: sizes ", Shape(sizes), " sum to ", total, " but dim ", dim,
+           " of shape ", x.shape(), " has size ", x.size(d));
+  return SplitFn::apply(x, sizes, d);
+}
+
+std::vector<Tensor> split(const Tensor& x, int64_t size, int dim) {
+  int d = normalize_dim(dim, x.shape(), "split");
+  SL_CHECK(size > 0, "split: split size must be positive (got ", size, ") for shape ", x.shape());
+  int64_t n = x.size(d);
+  std::vector<int64_t> sizes;
+  for (int64_t start = 0; start < n; start += size) sizes.push_back(std::min(size, n - start));
+  if (sizes.empty()) sizes.push_back(0);  // an empty dim splits into one empty piece
+  return split(x, sizes, d);
+}
+
+// Like PyTorch: pieces of ceil(n / chunks), so there may be fewer than `chunks` of them.
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int dim) {
+  int d = normalize_dim(dim, x.shape(), "chunk");
+  SL_CHECK(chunks > 0, "chunk: number of chunks must be positive (got ", chunks, ") for shape ", x.shape());
+  int64_t n = x.size(d);
+  if (n == 0) return split(x, std::vector<int64_t>(chunks, 0), d);
+  return split(x, (n + chunks - 1) / chunks, d);
+}
+
+}  // namespace sl

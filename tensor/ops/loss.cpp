@@ -1,0 +1,153 @@
+// loss.cpp — cross-entropy, fused: log-softmax and negative log-likelihood in one pass per row.
+//
+//   logits [..., V] read as rows [N, V]; targets [...] (i32/i64) read as [N].
+//   Per row n with target t != ignore_index:
+//     lse_n  = m + log sum_v exp(x_v - m)         (m = max_v x_v, so exp never overflows)
+//     loss_n = lse_n - x_t                       = -log softmax(x)_t
+//   loss = sum_n loss_n / count                   count = rows whose target is not ignored
+//
+//   Backward: dx_v = (softmax(x)_v - [v == t]) * g / count = (exp(x_v - lse_n) - [v == t]) * g / count,
+//   and 0 for ignored rows. Forward saves the logits, the targets and lse [N] (f32, or f64 for f64
+//   logits), so backward rebuilds the softmax from the logits in the same pass that writes dx: no
+//   [N, V] probability tensor is ever kept.
+//
+//   All targets ignored (count 0): the loss is 0 and the gradient is 0. PyTorch returns 0/0 = NaN
+//   here. A micro-batch (or a data-parallel shard, or a pipeline stage's slice) made only of padding
+//   is a normal event in training; 0 lets it add nothing to a sum of losses and to the gradients,
+//   where NaN would poison the all-reduce and every parameter after the step.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "autograd/function.h"
+#include "tensor/cpu/dispatch.h"
+#include "tensor/ops.h"
+
+namespace sl {
+
+namespace {
+
+DType stats_dtype(DType logits_dtype) { return logits_dtype == DType::f64 ? DType::f64 : DType::f32; }
+
+// Checks every target before any row is computed; returns how many rows count.
+template <typename Id>
+int64_t check_targets(const Id* targets, int64_t N, int64_t ignore_index, const Tensor& logits) {
+  const int64_t V = logits.size(-1);
+  int64_t count = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    const auto t = static_cast<int64_t>(targets[n]);
+    if (t == ignore_index) continue;
+    SL_CHECK(t >= 0 && t < V, "cross_entropy: target ", t, " is out of range for ", V, " classes (logits ",
+             logits.shape(), ", ignore_index ", ignore_index, ")");
+    count++;
+  }
+  return count;
+}
+
+// x [N, V]; targets [N]; writes lse [N] (0 for ignored rows) and returns sum_n loss_n in double.
+template <typename T, typename Id>
+double cross_entropy_forward(const T* x, const Id* targets, compute_t<T>* lse, int64_t N, int64_t V,
+                             int64_t ignore_index) {
+  using Compute = compute_t<T>;
+  double total = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    const auto t = static_cast<int64_t>(targets[n]);
+    if (t == ignore_index) {
+      lse[n] = 0;
+      continue;
+    }
+    const T* x_row = x + n * V;
+    Compute m = -std::numeric_limits<Compute>::infinity();
+    for (int64_t v = 0; v < V; ++v) m = std::max(m, static_cast<Compute>(x_row[v]));
+    if (std::isinf(m)) m = 0;  // all -inf: shift by 0, not -inf (exp(-inf - -inf) would be NaN)
+    Compute sum_exp = 0;
+    for (int64_t v = 0; v < V; ++v) sum_exp += std::exp(static_cast<Compute>(x_row[v]) - m);
+    lse[n] = m + std::log(sum_exp);
+    total += static_cast<double>(lse[n]) - static_cast<double>(static_cast<Compute>(x_row[t]));
+  }
+  return total;
+}
+
+// dx [N, V] = (exp(x - lse) - one_hot(t)) * scale for counted rows, 0 for ignored rows.
+template <typename T, typename Id>
+void cross_entropy_backward(const T* x, const Id* targets, const compute_t<T>* lse, T* dx, int64_t N, int64_t V,
+                            int64_t ignore_index, compute_t<T> scale) {
+  using Compute = compute_t<T>;
+  for (int64_t n = 0; n < N; ++n) {
+    const auto t = static_cast<int64_t>(targets[n]);
+    T* dx_row = dx + n * V;
+    if (t == ignore_index) {
+      for (int64_t v = 0; v < V; ++v) dx_row[v] = static_cast<T>(Compute(0));
+      continue;
+    }
+    const T* x_row = x + n * V;
+    const Compute row_lse = lse[n];
+    for (int64_t v = 0; v < V; ++v) {
+      Compute probability = std::exp(static_cast<Compute>(x_row[v]) - row_lse);
+      dx_row[v] = static_cast<T>((probability - (v == t ? Compute(1) : Compute(0))) * scale);
+    }
+  }
+}
+
+struct CrossEntropyFn : Function<CrossEntropyFn> {
+  static Tensor forward(FunctionCtx& ctx, const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+    const int64_t V = logits.size(-1);
+    const int64_t N = targets.numel();
+    Tensor lse = Tensor::empty(Shape{N}, logits.options().with_dtype(stats_dtype(logits.dtype())));
+    double total = 0;
+    int64_t count = 0;
+    dispatch_floating(logits.dtype(), "cross_entropy", [&](auto tag) {
+      using T = decltype(tag);
+      dispatch_index(targets.dtype(), "cross_entropy", [&](auto id_tag) {
+        using Id = decltype(id_tag);
+        count = check_targets(targets.data<Id>(), N, ignore_index, logits);
+        total = cross_entropy_forward(logits.data<T>(), targets.data<Id>(), lse.data<compute_t<T>>(), N, V,
+                                      ignore_index);
+      });
+    });
+    ctx.save_for_backward({logits, targets, lse});
+    ctx.set("ignore_index", ignore_index);
+    ctx.set("count", count);
+    return full(Shape{}, count > 0 ? total / static_cast<double>(count) : 0.0, logits.options());
+  }
+
+  static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {
+    const Tensor& logits = ctx.saved()[0];
+    const Tensor& targets = ctx.saved()[1];
+    const Tensor& lse = ctx.saved()[2];
+    const auto ignore_index = ctx.get<int64_t>("ignore_index");
+    const auto count = ctx.get<int64_t>("count");
+    const int64_t V = logits.size(-1);
+    const int64_t N = targets.numel();
+    // The loss is a mean over counted rows, so each gets g / count (and nothing when none count).
+    const double scale = count > 0 ? grads[0].item() / static_cast<double>(count) : 0.0;
+    Tensor dx = Tensor::empty(logits.shape(), logits.options());
+    dispatch_floating(logits.dtype(), "cross_entropy", [&](auto tag) {
+      using T = decltype(tag);
+      using Compute = compute_t<T>;
+      dispatch_index(targets.dtype(), "cross_entropy", [&](auto id_tag) {
+        using Id = decltype(id_tag);
+        cross_entropy_backward(logits.data<T>(), targets.data<Id>(), lse.data<Compute>(), dx.data<T>(), N, V,
+                               ignore_index, static_cast<Compute>(scale));
+      });
+    });
+    return {dx, Tensor()};
+  }
+};
+
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+  SL_CHECK(logits.dim() >= 1, "cross_entropy: logits must be [..., V] but have shape ", logits.shape());
+  Shape leading(logits.shape().begin(), logits.shape().end() - 1);
+  SL_CHECK(targets.shape() == leading, "cross_entropy: logits ", logits.shape(), " need targets of shape ", leading,
+           " but targets have shape ", targets.shape());
+  SL_CHECK(is_integer(targets.dtype()), "cross_entropy: targets must be class indices (i32 or i64) but are ",
+           dtype_name(targets.dtype()), " (shape ", targets.shape(), ")");
+  SL_CHECK(logits.size(-1) > 0, "cross_entropy: logits have no classes (shape ", logits.shape(), ")");
+  SL_CHECK(targets.device() == logits.device(), "cross_entropy: logits are on ", logits.device(),
+           " but targets are on ", targets.device());
+  return CrossEntropyFn::apply(logits, targets, ignore_index);
+}
+
+}  // namespace sl

@@ -1,0 +1,176 @@
+// unary.cpp — elementwise unary ops: neg, exp, log, sqrt, rsqrt, tanh, sigmoid, relu, gelu, pow.
+//
+//   forward    y[i] = f(x[i])                    one loop over contiguous memory
+//   backward   dx[i] = dy[i] * f'(saved[i])      one fused loop, no temporary for f'
+//
+// The math of f and f' lives in tensor/functors.h (shared with a future CUDA kernel); this file only
+// loops. Each op saves what its derivative needs: the output when f' is cheapest written in y
+// (exp, sqrt, rsqrt, tanh, sigmoid, relu), otherwise the input (log, gelu, pow). A saved output is
+// saved as y.detach(): the tensor y itself points at this node (its grad_fn), and the node must not
+// point back at y, or the pair would keep each other alive when no backward ever runs.
+//
+// Every op takes f32, f64, bf16, f16 (bf16/f16 compute in float); neg also negates i32/i64.
+#include "autograd/function.h"
+#include "tensor/cpu/dispatch.h"
+#include "tensor/functors.h"
+#include "tensor/ops.h"
+
+namespace sl {
+
+namespace {
+
+void check_on_cpu(const Tensor& x, const char* op) {
+  SL_CHECK(x.device().is_cpu(), op, ": the tensor of shape ", x.shape(), " is on ", x.device(),
+           ", and the CUDA elementwise kernels are not written yet");
+}
+
+template <typename T, typename Op>
+void map_loop(const T* x, T* y, int64_t n, Op op) {
+  using C = compute_t<T>;
+  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>(op(static_cast<C>(x[i])));
+}
+
+// y = op(x) elementwise, floating dtypes only.
+template <typename Op>
+Tensor map_unary(const Tensor& x, Op op, const char* name) {
+  check_on_cpu(x, name);
+  Tensor y = Tensor::empty(x.shape(), x.options());
+  dispatch_floating(x.dtype(), name, [&](auto tag) {
+    using T = decltype(tag);
+    map_loop(x.data<T>(), y.data<T>(), x.numel(), op);
+  });
+  return y;
+}
+
+// dx = dy * derivative(saved), fused. saved is x or y (same shape as dy).
+template <typename Derivative>
+Tensor grad_times(const Tensor& dy, const Tensor& saved, Derivative derivative, const char* name) {
+  SL_ASSERT(dy.shape() == saved.shape());
+  Tensor grad = dy.to(saved.dtype());  // a gradient handed in by the user may be in another dtype
+  Tensor dx = Tensor::empty(saved.shape(), saved.options());
+  dispatch_floating(saved.dtype(), name, [&](auto tag) {
+    using T = decltype(tag);
+    using C = compute_t<T>;
+    const T* g = grad.data<T>();
+    const T* s = saved.data<T>();
+    T* out = dx.data<T>();
+    for (int64_t i = 0, n = saved.numel(); i < n; ++i)
+      out[i] = static_cast<T>(static_cast<C>(g[i]) * derivative(static_cast<C>(s[i])));
+  });
+  return dx;
+}
+
+// The two shapes of a unary Function: derivative from the output y, or from the input x.
+template <typename Forward>
+Tensor forward_saving_output(FunctionCtx& ctx, const Tensor& x, Forward f, const char* name) {
+  Tensor y = map_unary(x, f, name);
+  ctx.save_for_backward({y.detach()});
+  return y;
+}
+template <typename Forward>
+Tensor forward_saving_input(FunctionCtx& ctx, const Tensor& x, Forward f, const char* name) {
+  ctx.save_for_backward({x});
+  return map_unary(x, f, name);
+}
+
+// ---- the ops ---------------------------------------------------------------------------------------
+
+// y = -x, dx = -dy. Needs nothing saved; integers are negated too (they carry no gradient).
+struct NegFn : Function<NegFn> {
+  static Tensor forward(FunctionCtx&, const Tensor& x) {
+    check_on_cpu(x, "neg");
+    Tensor y = Tensor::empty(x.shape(), x.options());
+    dispatch_all(x.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      map_loop(x.data<T>(), y.data<T>(), x.numel(), Neg{});
+    });
+    return y;
+  }
+  static TensorList backward(FunctionCtx&, const TensorList& grads) { return {map_unary(grads[0], Neg{}, "neg")}; }
+};
+
+struct ExpFn : Function<ExpFn> {
+  static Tensor forward(FunctionCtx& ctx, const Tensor& x) { return forward_saving_output(ctx, x, Exp{}, "exp"); }
+  static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {
+    return {grad_times(grads[0], ctx.saved()[0], ExpBackward{}, "exp")};
+  }
+};
+
+struct LogFn : Function<LogFn> {
+  static Tensor forward(FunctionCtx& ctx, const Tensor& x) { return forward_saving_input(ctx, x, Log{}, "log"); }
+  static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {
+    return {grad_times(grads[0], ctx.saved()[0], LogBackward{}, "log")};
+  }
+};
+
+struct SqrtFn : Function<SqrtFn> {
+  static Tensor forward(FunctionCtx& ctx, const Tensor& x) { return forward_saving_output(ctx, x, Sqrt{}, "sqrt"); }
+  static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {
+    return {grad_times(grads[0], ctx.saved()[0], SqrtBackward{}, "sqrt")};
+  }
+};
+
+struct RsqrtFn : Function<RsqrtFn> {
+  static Tensor forward(FunctionCtx& ctx, const Tensor& x) { return forward_saving_output(ctx, x, Rsqrt{}, "rsqrt"); }
+  static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {
+    return {grad_times(grads[0], ctx.saved()[0], RsqrtBackward{}, "rsqrt")};
+  }
+};
+
+struct TanhFn : Function<TanhFn> {
+  static Tensor forward(FunctionCtx& ctx, const Tensor& x) { return forward_saving_output(ctx, x, Tanh{}, "tanh"); }
+  static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {
+    return {grad_times(grads[0], ctx.saved()[0], TanhBackward{}, "tanh")};
+  }
+};
+
+struct SigmoidFn : Function<SigmoidFn> {
+  static Tensor forward(FunctionCtx& ctx, const Tensor& x) {
+    return forward_saving_output(ctx, x, Sigmoid{}, "sigmoid");
+  }
+  static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {
+    return {grad_times(grads[0], ctx.saved()[0], SigmoidBackward{}, "sigmoid")};
+  }
+};
+
+struct ReluFn : Function<ReluFn> {
+  static Tensor forward(FunctionCtx& ctx, const Tensor& x) { return forward_saving_output(ctx, x, Relu{}, "relu"); }
+  static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {
+    return {grad_times(grads[0], ctx.saved()[0], ReluBackward{}, "relu")};
+  }
+};
+
+// GPT-2's MLP activation: x [B, T, 4C] -> [B, T, 4C]. Saves x: f' needs tanh(u(x)), not y.
+struct GeluFn : Function<GeluFn> {
+  static Tensor forward(FunctionCtx& ctx, const Tensor& x) {
+    return forward_saving_input(ctx, x, GeluForward{}, "gelu");
+  }
+  static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {
+    return {grad_times(grads[0], ctx.saved()[0], GeluBackward{}, "gelu")};
+  }
+};
+
+struct PowFn : Function<PowFn> {
+  static Tensor forward(FunctionCtx& ctx, const Tensor& x, double exponent) {
+    ctx.set("exponent", exponent);
+    return forward_saving_input(ctx, x, Pow{exponent}, "pow");
+  }
+  static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {
+    return {grad_times(grads[0], ctx.saved()[0], PowBackward{ctx.get<double>("exponent")}, "pow")};
+  }
+};
+
+}  // namespace
+
+Tensor neg(const Tensor& x) { return NegFn::apply(x); }
+Tensor exp(const Tensor& x) { return ExpFn::apply(x); }
+Tensor log(const Tensor& x) { return LogFn::apply(x); }
+Tensor sqrt(const Tensor& x) { return SqrtFn::apply(x); }
+Tensor rsqrt(const Tensor& x) { return RsqrtFn::apply(x); }
+Tensor tanh(const Tensor& x) { return TanhFn::apply(x); }
+Tensor sigmoid(const Tensor& x) { return SigmoidFn::apply(x); }
+Tensor relu(const Tensor& x) { return ReluFn::apply(x); }
+Tensor gelu(const Tensor& x) { return GeluFn::apply(x); }
+Tensor pow(const Tensor& x, double exponent) { return PowFn::apply(x, exponent); }
+
+}  // namespace sl

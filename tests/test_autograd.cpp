@@ -1,0 +1,212 @@
+// Autograd: the tape, the engine, grad mode, hooks and the Function API.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "autograd/function.h"
+#include "autograd/gradcheck.h"
+#include "tensor/ops.h"
+
+namespace sl {
+namespace {
+
+Tensor leaf(std::vector<double> values, Shape shape) {
+  return from_vector(values, shape, TensorOptions{}.with_requires_grad());
+}
+
+std::string message_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(Autograd, ChainRuleThroughATensorUsedTwice) {
+  Tensor x = leaf({1, 2, 3}, {3});
+  Tensor y = mul(x, x);          // x used twice: dy/dx = 2x
+  Tensor loss = sum(add(y, x));  // d/dx = 2x + 1
+  loss.backward();
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{3, 5, 7}));
+  EXPECT_TRUE(x.is_leaf());
+  EXPECT_FALSE(loss.is_leaf());
+  EXPECT_EQ(loss.grad_fn()->name(), "SumBackward");
+}
+
+TEST(Autograd, LeafGradientsAccumulateAcrossBackwardCalls) {
+  Tensor x = leaf({1, 2}, {2});
+  sum(mul(x, 3.0)).backward();
+  sum(mul(x, 3.0)).backward();
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{6, 6}));
+  x.set_grad(Tensor());
+  EXPECT_FALSE(x.grad().defined());
+}
+
+TEST(Autograd, BackwardWithAnExplicitGradient) {
+  // A pipeline stage receives dL/d(output) from the next stage and calls output.backward(grad).
+  Tensor x = leaf({1, 2, 3, 4}, {2, 2});
+  Tensor y = mul(x, x);
+  y.backward(from_vector({1, 0, 0, 10}, {2, 2}));
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{2, 0, 0, 80}));
+}
+
+TEST(Autograd, NonScalarBackwardWithoutGradientIsAnError) {
+  Tensor x = leaf({1, 2}, {2});
+  Tensor y = mul(x, 2.0);
+  std::string message = message_of([&] { y.backward(); });
+  EXPECT_NE(message.find("only for a tensor with one element"), std::string::npos) << message;
+  EXPECT_NE(message.find("[2]"), std::string::npos) << message;
+  message = message_of([&] { y.backward(ones({3})); });
+  EXPECT_NE(message.find("gradient has shape [3] but the tensor has shape [2]"), std::string::npos) << message;
+}
+
+TEST(Autograd, BackwardOfATensorThatNeedsNoGradIsAnError) {
+  std::string message = message_of([] { sum(ones({2})).backward(); });
+  EXPECT_NE(message.find("does not require grad"), std::string::npos) << message;
+}
+
+TEST(Autograd, NoGradGuardRecordsNothingAndIsPerThread) {
+  Tensor x = leaf({1}, {1});
+  {
+    NoGradGuard no_grad;
+    EXPECT_FALSE(mul(x, 2.0).requires_grad());
+    // Another thread (another rank) still records.
+    std::thread other([&] { EXPECT_TRUE(GradMode::is_enabled()); EXPECT_TRUE(mul(x, 2.0).requires_grad()); });
+    other.join();
+    EnableGradGuard enable;
+    EXPECT_TRUE(mul(x, 2.0).requires_grad());
+  }
+  EXPECT_TRUE(GradMode::is_enabled());
+}
+
+TEST(Autograd, DetachCutsTheGraphButSharesData) {
+  Tensor x = leaf({1, 2}, {2});
+  Tensor y = mul(x, 2.0);
+  Tensor d = y.detach();
+  EXPECT_FALSE(d.requires_grad());
+  EXPECT_EQ(d.raw_data(), y.raw_data());
+  sum(mul(d, x)).backward();  // only the x factor carries gradient
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{2, 4}));
+}
+
+TEST(Autograd, PostAccumulateGradHookSeesTheFinalGradientOncePerBackward) {
+  Tensor w = leaf({1, 1}, {2});
+  int calls = 0;
+  std::vector<double> seen;
+  w.register_post_accumulate_grad_hook([&](Tensor& param) {
+    calls++;
+    seen = param.grad().to_vector();
+  });
+  // w is used three times: the hook must fire once, after all three contributions are summed.
+  sum(add(add(mul(w, 1.0), mul(w, 2.0)), mul(w, 3.0))).backward();
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(seen, (std::vector<double>{6, 6}));
+}
+
+TEST(Autograd, HooksFireLastLayerFirst) {
+  // DDP relies on this: gradients of later layers are ready (and can be communicated) first.
+  Tensor w1 = leaf({2}, {1}), w2 = leaf({3}, {1});
+  std::vector<std::string> order;
+  w1.register_post_accumulate_grad_hook([&](Tensor&) { order.push_back("w1"); });
+  w2.register_post_accumulate_grad_hook([&](Tensor&) { order.push_back("w2"); });
+  Tensor x = ones({1});
+  sum(mul(mul(x, w1), w2)).backward();
+  EXPECT_EQ(order, (std::vector<std::string>{"w2", "w1"}));
+}
+
+TEST(Autograd, SavedTensorsAreFreedAfterBackwardUnlessRetained) {
+  Tensor x = leaf({1, 2}, {2});
+  Tensor y = sum(mul(x, x));
+  y.backward(Tensor(), /*retain_graph=*/true);
+  y.backward();  // works: the graph was retained
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{4, 8}));
+}
+
+// A custom differentiable op written with the Function API: y = x^3, dy/dx = 3x^2.
+struct Cube : Function<Cube> {
+  static Tensor forward(FunctionCtx& ctx, const Tensor& x) {
+    ctx.save_for_backward({x});
+    return mul(mul(x, x), x);
+  }
+  static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {
+    const Tensor& x = ctx.saved()[0];
+    return {mul(grads[0], mul(mul(x, x), 3.0))};
+  }
+};
+
+TEST(Autograd, CustomFunction) {
+  Tensor x = leaf({1, 2}, {2});
+  Tensor y = Cube::apply(x);
+  EXPECT_EQ(y.grad_fn()->name(), "CubeBackward");
+  sum(y).backward();
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{3, 12}));
+  Tensor x64 = randn({5}, TensorOptions{DType::f64}.with_requires_grad());
+  GradcheckResult result = gradcheck([](const TensorList& in) { return Cube::apply(in[0]); }, {x64});
+  EXPECT_TRUE(result.ok) << result.message;
+  EXPECT_EQ(result.checked, 5);
+}
+
+// Megatron's f: identity in forward, a (here: doubled, to be visible) gradient in backward.
+// Returning the input itself must not disturb the input's own history.
+struct IdentityForwardDoubleBackward : Function<IdentityForwardDoubleBackward> {
+  static Tensor forward(FunctionCtx&, const Tensor& x) { return x; }
+  static TensorList backward(FunctionCtx&, const TensorList& grads) { return {mul(grads[0], 2.0)}; }
+};
+
+TEST(Autograd, FunctionReturningItsInputGetsItsOwnHistory) {
+  Tensor x = leaf({1, 2}, {2});
+  Tensor h = mul(x, 1.0);
+  Tensor y = IdentityForwardDoubleBackward::apply(h);
+  EXPECT_FALSE(y.is_same(h));
+  EXPECT_EQ(h.grad_fn()->name(), "MulBackward");
+  sum(y).backward();
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{2, 2}));
+}
+
+// Two outputs; only one used: the other's gradient arrives undefined.
+struct SplitHalves : Function<SplitHalves> {
+  static TensorList forward(FunctionCtx&, const Tensor& x) { return {mul(x, 1.0), mul(x, 10.0)}; }
+  static TensorList backward(FunctionCtx&, const TensorList& grads) {
+    Tensor total = zeros(grads[0].defined() ? grads[0].shape() : grads[1].shape(), TensorOptions{DType::f32});
+    if (grads[0].defined()) total = add(total, grads[0]);
+    if (grads[1].defined()) total = add(total, mul(grads[1], 10.0));
+    return {total};
+  }
+};
+
+TEST(Autograd, MultiOutputFunctionWithAnUnusedOutput) {
+  Tensor x = leaf({1, 2}, {2});
+  TensorList parts = SplitHalves::apply(x);
+  ASSERT_EQ(parts.size(), 2u);
+  sum(parts[1]).backward();
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{10, 10}));
+}
+
+TEST(Autograd, InPlaceOnALeafThatRequiresGradIsAnError) {
+  Tensor x = leaf({1}, {1});
+  std::string message = message_of([&] { x.add_(ones({1})); });
+  EXPECT_NE(message.find("NoGradGuard"), std::string::npos) << message;
+  NoGradGuard no_grad;
+  x.add_(ones({1}), 0.5);  // an optimizer step
+  EXPECT_EQ(x.item(), 1.5);
+}
+
+TEST(Autograd, IntegerTensorsCannotRequireGrad) {
+  std::string message = message_of([] { zeros({2}, TensorOptions{DType::i64}).set_requires_grad(); });
+  EXPECT_NE(message.find("i64"), std::string::npos) << message;
+}
+
+TEST(Autograd, GradcheckCatchesAWrongBackward) {
+  struct WrongSquare : Function<WrongSquare> {
+    static Tensor forward(FunctionCtx& ctx, const Tensor& x) { ctx.save_for_backward({x}); return mul(x, x); }
+    static TensorList backward(FunctionCtx& ctx, const TensorList& g) { return {mul(g[0], ctx.saved()[0])}; }
+  };
+  Tensor x = randn({4}, TensorOptions{DType::f64}.with_requires_grad());
+  GradcheckResult result = gradcheck([](const TensorList& in) { return WrongSquare::apply(in[0]); }, {x});
+  EXPECT_FALSE(result.ok);
+  EXPECT_NE(result.message.find("finite differences"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sl

@@ -1,0 +1,96 @@
+// dtypes: the 16-bit formats round correctly, casts convert, mismatches are reported.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "tensor/ops.h"
+
+namespace sl {
+namespace {
+
+TEST(DType, SizesAndNames) {
+  EXPECT_EQ(dtype_size(DType::f32), 4u);
+  EXPECT_EQ(dtype_size(DType::bf16), 2u);
+  EXPECT_EQ(dtype_size(DType::i64), 8u);
+  EXPECT_STREQ(dtype_name(DType::f16), "f16");
+  EXPECT_TRUE(is_floating(DType::bf16));
+  EXPECT_TRUE(is_integer(DType::i32));
+}
+
+TEST(DType, Bf16RoundsToNearestEven) {
+  EXPECT_EQ(bf16(1.0f).bits, 0x3f80);
+  EXPECT_EQ(float(bf16(1.0f)), 1.0f);
+  // 1 + 2^-8 is exactly halfway between 1 and 1 + 2^-7: ties go to the even mantissa (1.0).
+  EXPECT_EQ(float(bf16(1.0f + std::ldexp(1.0f, -8))), 1.0f);
+  // 1 + 3*2^-8 is halfway between 1+2^-7 and 1+2^-6: ties to even -> 1 + 2^-6.
+  EXPECT_EQ(float(bf16(1.0f + 3 * std::ldexp(1.0f, -8))), 1.0f + std::ldexp(1.0f, -6));
+  EXPECT_TRUE(std::isnan(float(bf16(std::numeric_limits<float>::quiet_NaN()))));
+  EXPECT_TRUE(std::isinf(float(bf16(std::numeric_limits<float>::infinity()))));
+}
+
+TEST(DType, F16RoundTripsAndLimits) {
+  for (float v : {0.0f, 1.0f, -2.5f, 0.333251953125f, 65504.0f, 6.103515625e-05f /* smallest normal */,
+                  5.960464477539063e-08f /* smallest subnormal */})
+    EXPECT_EQ(float(f16(v)), v) << v;
+  EXPECT_EQ(f16(1.0f).bits, 0x3c00);
+  EXPECT_TRUE(std::isinf(float(f16(70000.0f))));  // past the largest half
+  EXPECT_EQ(float(f16(1e-9f)), 0.0f);             // below the smallest subnormal
+  EXPECT_TRUE(std::isnan(float(f16(std::nanf("")))));
+  // 2049 lies halfway between 2048 and 2050: ties to even -> 2048.
+  EXPECT_EQ(float(f16(2049.0f)), 2048.0f);
+  EXPECT_EQ(float(f16(2051.0f)), 2052.0f);
+}
+
+TEST(DType, CastsBetweenEveryPair) {
+  Tensor values = from_vector({-3, 0, 1, 2.5, 100}, {5}, TensorOptions{DType::f64});
+  for (DType to : {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i32, DType::i64}) {
+    Tensor converted = values.to(to);
+    EXPECT_EQ(converted.dtype(), to);
+    std::vector<double> back = converted.to(DType::f64).to_vector();
+    std::vector<double> expected =
+        is_integer(to) ? std::vector<double>{-3, 0, 1, 2, 100} : std::vector<double>{-3, 0, 1, 2.5, 100};
+    EXPECT_EQ(back, expected) << dtype_name(to);
+  }
+}
+
+TEST(DType, CastIsDifferentiableBetweenFloatingTypes) {
+  Tensor x = from_vector({1, 2}, {2}, TensorOptions{DType::f64}.with_requires_grad());
+  sum(mul(x.to(DType::f32), 3.0)).backward();
+  EXPECT_EQ(x.grad().dtype(), DType::f64);
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{3, 3}));
+}
+
+TEST(DType, DataOfTheWrongTypeIsAnError) {
+  Tensor t = zeros({2}, TensorOptions{DType::f64});
+  try {
+    t.data<float>();
+    FAIL() << "expected sl::Error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "Tensor::data: asked for f32 but the tensor is f64");
+  }
+}
+
+TEST(DType, CreationOps) {
+  EXPECT_EQ(arange(4).to_vector(), (std::vector<double>{0, 1, 2, 3}));
+  EXPECT_EQ(arange(4).dtype(), DType::i64);
+  EXPECT_EQ(arange(1.0, 2.0, 0.25).to_vector(), (std::vector<double>{1, 1.25, 1.5, 1.75}));
+  EXPECT_EQ(full({2, 2}, 7.0).to_vector(), (std::vector<double>{7, 7, 7, 7}));
+  EXPECT_EQ(ones({3}, TensorOptions{DType::bf16}).to_vector(), (std::vector<double>{1, 1, 1}));
+  EXPECT_EQ(scalar_tensor(2.5).item(), 2.5);
+  EXPECT_EQ(scalar_tensor(2.5).dim(), 0);
+  EXPECT_THROW(from_vector({1, 2, 3}, {2, 2}), Error);
+  EXPECT_THROW(zeros({2, -1}), Error);
+  EXPECT_THROW(arange(0.0, 1.0, 0.0), Error);
+  EXPECT_THROW(zeros({2}).item(), Error);
+}
+
+TEST(DType, UndefinedTensorIsAnErrorNotACrash) {
+  Tensor undefined;
+  EXPECT_FALSE(undefined.defined());
+  EXPECT_THROW(undefined.shape(), Error);
+  EXPECT_THROW(undefined.numel(), Error);
+}
+
+}  // namespace
+}  // namespace sl
