@@ -13,6 +13,7 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
+#include "autograd/profiler.h"
 #include "tensor/ops.h"
 
 namespace sl {
@@ -77,7 +78,17 @@ void run_backward(const TensorList& roots, const TensorList& grads, bool retain_
     bool any_grad = false;
     for (const Tensor& g : input_grads) any_grad = any_grad || g.defined();
     // A node none of whose outputs received a gradient passes none on.
-    TensorList output_grads = any_grad ? node->apply(std::move(input_grads)) : TensorList{};
+    TensorList output_grads;
+    if (any_grad) {
+      if (Profiler::enabled()) {
+        std::string op = node->name();
+        if (op.ends_with("Backward")) op.resize(op.size() - 8);
+        ProfileScope profile(op, /*backward=*/true);
+        output_grads = node->apply(std::move(input_grads));
+      } else {
+        output_grads = node->apply(std::move(input_grads));
+      }
+    }
     if (!retain_graph) node->release_saved();
     for (size_t i = 0; i < node->next_edges.size(); ++i) {
       const Edge& edge = node->next_edges[i];

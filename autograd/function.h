@@ -29,6 +29,7 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
+#include "autograd/profiler.h"
 
 namespace sl {
 
@@ -65,6 +66,16 @@ void connect(const std::shared_ptr<Node>& node, const TensorList& inputs, Tensor
 std::string demangle_function_name(const char* mangled);
 }  // namespace detail
 
+// The op's name as the profiler and grad_fn show it: struct MulFn -> "Mul".
+template <typename Derived>
+const std::string& function_name() {
+  static const std::string name = [] {
+    std::string n = detail::demangle_function_name(typeid(Derived).name());
+    return n;
+  }();
+  return name;
+}
+
 template <typename Derived>
 class FunctionNode : public Node {
  public:
@@ -75,7 +86,7 @@ class FunctionNode : public Node {
              " gradients but forward had ", next_edges.size(), " tensor inputs");
     return grads;
   }
-  std::string name() const override { return detail::demangle_function_name(typeid(Derived).name()) + "Backward"; }
+  std::string name() const override { return function_name<Derived>() + "Backward"; }
   void release_saved() override { ctx.release(); }
 };
 
@@ -94,6 +105,7 @@ struct Function {
       for (const Tensor& input : inputs) ctx.needs_input_grad_.push_back(input.defined() && input.requires_grad());
     }
     using Result = decltype(Derived::forward(ctx, std::forward<Args>(args)...));
+    ProfileScope profile(function_name<Derived>(), /*backward=*/false);
     if constexpr (std::is_same_v<Result, Tensor>) {
       TensorList outputs;
       {

@@ -139,6 +139,8 @@ class Tensor {
 
 std::ostream& operator<<(std::ostream& out, const Tensor& tensor);
 
+using TensorList = std::vector<Tensor>;
+
 Tensor operator+(const Tensor& a, const Tensor& b);
 Tensor operator-(const Tensor& a, const Tensor& b);
 Tensor operator*(const Tensor& a, const Tensor& b);

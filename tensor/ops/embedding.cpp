@@ -57,7 +57,8 @@ struct EmbeddingFn : Function<EmbeddingFn> {
     const int64_t C = weight_shape[1];
     Tensor dout = grads[0].to(weight_dtype);
     // [V, C] in compute type: f32/f64 accumulate in place, bf16/f16 in float then round below.
-    Tensor dweight = zeros(weight_shape, dout.options().with_dtype(weight_dtype == DType::f64 ? DType::f64 : DType::f32));
+    Tensor dweight =
+        zeros(weight_shape, dout.options().with_dtype(weight_dtype == DType::f64 ? DType::f64 : DType::f32));
     dispatch_floating(weight_dtype, "embedding", [&](auto tag) {
       using T = decltype(tag);
       using Compute = compute_t<T>;

@@ -56,9 +56,8 @@ void layer_norm_forward(const T* x, const T* weight, const T* bias, T* y, comput
 // dy, x, dx [N, C]; weight [C]; mean, rstd [N]; dweight, dbias [C] accumulated in compute type.
 // dx is skipped when null (x needs no gradient); dweight and dbias are always cheap to sum.
 template <typename T>
-void layer_norm_backward(const T* dy, const T* x, const T* weight, const compute_t<T>* mean,
-                         const compute_t<T>* rstd, T* dx, compute_t<T>* dweight, compute_t<T>* dbias, int64_t N,
-                         int64_t C) {
+void layer_norm_backward(const T* dy, const T* x, const T* weight, const compute_t<T>* mean, const compute_t<T>* rstd,
+                         T* dx, compute_t<T>* dweight, compute_t<T>* dbias, int64_t N, int64_t C) {
   using Compute = compute_t<T>;
   const Compute inv_C = Compute(1) / static_cast<Compute>(C);
   for (int64_t n = 0; n < N; ++n) {
@@ -140,12 +139,15 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   const int64_t C = x.size(-1);
   SL_CHECK(weight.shape() == Shape{C}, "layer_norm: weight has shape ", weight.shape(), " but x ", x.shape(),
            " needs [", C, "]");
-  SL_CHECK(bias.shape() == Shape{C}, "layer_norm: bias has shape ", bias.shape(), " but x ", x.shape(), " needs [",
-           C, "]");
-  SL_CHECK(weight.dtype() == x.dtype() && bias.dtype() == x.dtype(), "layer_norm: x, weight and bias must share a dtype (got ",
-           dtype_name(x.dtype()), ", ", dtype_name(weight.dtype()), ", ", dtype_name(bias.dtype()), ")");
-  SL_CHECK(weight.device() == x.device() && bias.device() == x.device(), "layer_norm: x, weight and bias must be on "
-           "one device (got ", x.device(), ", ", weight.device(), ", ", bias.device(), ")");
+  SL_CHECK(bias.shape() == Shape{C}, "layer_norm: bias has shape ", bias.shape(), " but x ", x.shape(), " needs [", C,
+           "]");
+  SL_CHECK(weight.dtype() == x.dtype() && bias.dtype() == x.dtype(),
+           "layer_norm: x, weight and bias must share a dtype (got ", dtype_name(x.dtype()), ", ",
+           dtype_name(weight.dtype()), ", ", dtype_name(bias.dtype()), ")");
+  SL_CHECK(weight.device() == x.device() && bias.device() == x.device(),
+           "layer_norm: x, weight and bias must be on "
+           "one device (got ",
+           x.device(), ", ", weight.device(), ", ", bias.device(), ")");
   SL_CHECK(C > 0, "layer_norm: cannot normalise over an empty last dim (x ", x.shape(), ")");
   SL_CHECK(eps >= 0, "layer_norm: eps must be >= 0 but got ", eps);
   return LayerNormFn::apply(x, weight, bias, eps);

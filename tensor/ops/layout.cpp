@@ -91,10 +91,12 @@ Tensor cat_pieces(const TensorList& pieces, const std::vector<int64_t>& sizes, c
 
 // ---- permute: a loop nest over the output, reading the input with strides ------------------------------
 
-// Output dims in order, each with its size and its stride in the input. Size-1 dims are dropped
-// and neighbours that stay adjacent in the input merged, so the nest is as short as it can be.
+// The output dims in order, each with its size, its stride in the input and its stride in the
+// (contiguous) output. Size-1 dims are dropped and neighbours that stay adjacent in the input are
+// merged, so [B,T,NH,HS] -> [B,NH,T,HS] is the nest [B, NH, T] of runs of HS elements.
 struct LoopNest {
-  std::vector<int64_t> sizes, strides;
+  std::vector<int64_t> sizes, in_strides, out_strides;
+  int dim() const { return static_cast<int>(sizes.size()); }
 };
 
 LoopNest plan_permute(const Shape& in_shape, const std::vector<int>& perm) {
@@ -103,77 +105,99 @@ LoopNest plan_permute(const Shape& in_shape, const std::vector<int>& perm) {
   for (int d : perm) {
     int64_t size = in_shape[d], stride = in_strides[d];
     if (size == 1) continue;
-    if (!nest.sizes.empty() && nest.strides.back() == stride * size) {  // outer dim continues this one
+    if (!nest.sizes.empty() && nest.in_strides.back() == stride * size) {  // the outer dim continues this one
       nest.sizes.back() *= size;
-      nest.strides.back() = stride;
+      nest.in_strides.back() = stride;
     } else {
       nest.sizes.push_back(size);
-      nest.strides.push_back(stride);
+      nest.in_strides.push_back(stride);
     }
   }
+  while (nest.dim() < 3) {  // pad to 3 dims so the kernel has one shape of loop
+    nest.sizes.insert(nest.sizes.begin(), 1);
+    nest.in_strides.insert(nest.in_strides.begin(), 0);
+  }
+  nest.out_strides = contiguous_strides(Shape(nest.sizes));
   return nest;
 }
 
-// Calls body(block, input_offset) for each index of the first `outer_dims` dims of the nest, in
-// order (block numbers the contiguous output blocks), with an odometer instead of divisions.
+// Calls body(in_offset, out_offset) for every index of the nest dims `dims` (the first slowest),
+// stepping both offsets like an odometer instead of dividing.
 template <typename Body>
-void for_each_block(const LoopNest& nest, int outer_dims, Body&& body) {
-  int64_t blocks = 1;
-  for (int d = 0; d < outer_dims; ++d) blocks *= nest.sizes[d];
-  std::vector<int64_t> index(outer_dims, 0);
-  int64_t offset = 0;
-  for (int64_t block = 0; block < blocks; ++block) {
-    body(block, offset);
-    for (int d = outer_dims - 1; d >= 0; --d) {
-      offset += nest.strides[d];
-      if (++index[d] < nest.sizes[d]) break;
-      offset -= nest.strides[d] * nest.sizes[d];
+void for_each_index(const LoopNest& nest, const std::vector<int>& dims, Body&& body) {
+  std::vector<int64_t> index(dims.size(), 0);
+  int64_t in = 0, out = 0;
+  for (;;) {
+    body(in, out);
+    int d = static_cast<int>(dims.size()) - 1;
+    for (; d >= 0; --d) {
+      int k = dims[d];
+      in += nest.in_strides[k];
+      out += nest.out_strides[k];
+      if (++index[d] < nest.sizes[k]) break;
+      in -= nest.in_strides[k] * nest.sizes[k];
+      out -= nest.out_strides[k] * nest.sizes[k];
       index[d] = 0;
     }
+    if (d < 0) return;
   }
 }
 
-// out [rows, cols] = in^T, where in has rows contiguous and column c starting at c * col_stride.
-// Tiles keep both the strided reads and the contiguous writes in cache.
+// Two nest dims r and c walked in square tiles, so that whichever side is strided stays in cache:
+// out[i*out_r + j*out_c] = in[i*in_r + j*in_c] for i < rows, j < cols, each a run of `run` elements.
+struct Tile2d {
+  int64_t rows, cols, in_r, in_c, out_r, out_c, run;
+};
+
 template <typename E>
-void transpose_2d(const E* in, int64_t col_stride, E* out, int64_t rows, int64_t cols) {
-  constexpr int64_t kTile = 32;
-  for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
-    int64_t r1 = std::min(r0 + kTile, rows);
-    for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
-      int64_t c1 = std::min(c0 + kTile, cols);
-      for (int64_t r = r0; r < r1; ++r)
-        for (int64_t c = c0; c < c1; ++c) out[r * cols + c] = in[r + c * col_stride];
+void copy_tiled(const E* in, E* out, const Tile2d& t) {
+  // About 16 KiB per tile: 64 x 64 floats, or 8 x 8 runs of 64 floats (one attention head).
+  int64_t run_bytes = t.run * static_cast<int64_t>(sizeof(E)), tile = 1;
+  while (tile < 64 && (tile + 1) * (tile + 1) * run_bytes <= 16384) ++tile;
+  for (int64_t i0 = 0; i0 < t.rows; i0 += tile) {
+    int64_t i1 = std::min(i0 + tile, t.rows);
+    for (int64_t j0 = 0; j0 < t.cols; j0 += tile) {
+      int64_t j1 = std::min(j0 + tile, t.cols);
+      for (int64_t i = i0; i < i1; ++i) {
+        const E* from = in + i * t.in_r;
+        E* to = out + i * t.out_r;
+        if (t.run == 1) {
+          for (int64_t j = j0; j < j1; ++j) to[j * t.out_c] = from[j * t.in_c];
+        } else {
+          for (int64_t j = j0; j < j1; ++j)
+            std::memcpy(to + j * t.out_c, from + j * t.in_c, static_cast<size_t>(run_bytes));
+        }
+      }
     }
   }
 }
 
 template <typename E>
 void permute_kernel(const E* in, E* out, const LoopNest& nest) {
-  int n = static_cast<int>(nest.sizes.size());
-  if (n == 0) {  // every dim had size 1
-    out[0] = in[0];
-    return;
-  }
-  int64_t last = nest.sizes[n - 1], last_stride = nest.strides[n - 1];
-  if (last_stride == 1) {
-    // The innermost output dim is contiguous in the input: [B,T,NH,HS] -> [B,NH,T,HS] is B*NH*T runs of HS.
-    for_each_block(nest, n - 1, [&](int64_t block, int64_t offset) {
-      std::memcpy(out + block * last, in + offset, static_cast<size_t>(last) * sizeof(E));
-    });
-  } else if (n >= 2 && nest.strides[n - 2] == 1) {
-    // A batch of 2-D transposes ([..., T, HS] -> [..., HS, T]).
-    int64_t rows = nest.sizes[n - 2];
-    for_each_block(nest, n - 2, [&](int64_t block, int64_t offset) {
-      transpose_2d(in + offset, last_stride, out + block * rows * last, rows, last);
-    });
+  int n = nest.dim(), r, c;
+  int64_t run = 1;
+  if (nest.in_strides[n - 1] == 1) {
+    // The innermost dim is contiguous on both sides: copy it as runs, tiling the two dims above it
+    // ([B,T,NH,HS] <-> [B,NH,T,HS]: tiles of T x NH runs of HS).
+    run = nest.sizes[n - 1];
+    r = n - 3;
+    c = n - 2;
   } else {
-    for_each_block(nest, n - 1, [&](int64_t block, int64_t offset) {
-      E* to = out + block * last;
-      const E* from = in + offset;
-      for (int64_t j = 0; j < last; ++j) to[j] = from[j * last_stride];
-    });
+    // A transpose of single elements ([..., T, HS] -> [..., HS, T]): tile the dim that is contiguous
+    // in the input against the dim that is contiguous in the output.
+    r = 0;
+    while (nest.in_strides[r] != 1) ++r;
+    c = n - 1;
+    SL_ASSERT(r < c);
   }
+  std::vector<int> outer;
+  for (int d = 0; d < n; ++d)
+    if (d != r && d != c && !(run > 1 && d == n - 1)) outer.push_back(d);
+  Tile2d tile{nest.sizes[r], nest.sizes[c], nest.in_strides[r], nest.in_strides[c],
+              nest.out_strides[r], nest.out_strides[c], run};
+  for_each_index(nest, outer, [&](int64_t in_offset, int64_t out_offset) {
+    copy_tiled(in + in_offset, out + out_offset, tile);
+  });
 }
 
 // The copy is dtype-blind: only the element size matters.

@@ -62,8 +62,10 @@ double cross_entropy_forward(const T* x, const Id* targets, compute_t<T>* lse, i
     if (std::isinf(m)) m = 0;  // all -inf: shift by 0, not -inf (exp(-inf - -inf) would be NaN)
     Compute sum_exp = 0;
     for (int64_t v = 0; v < V; ++v) sum_exp += std::exp(static_cast<Compute>(x_row[v]) - m);
-    lse[n] = m + std::log(sum_exp);
-    total += static_cast<double>(lse[n]) - static_cast<double>(static_cast<Compute>(x_row[t]));
+    const Compute log_sum = std::log(sum_exp);
+    lse[n] = m + log_sum;
+    // (m - x_t) + log_sum rather than lse - x_t: no cancellation between two large numbers.
+    total += static_cast<double>(m - static_cast<Compute>(x_row[t])) + static_cast<double>(log_sum);
   }
   return total;
 }
@@ -101,8 +103,8 @@ struct CrossEntropyFn : Function<CrossEntropyFn> {
       dispatch_index(targets.dtype(), "cross_entropy", [&](auto id_tag) {
         using Id = decltype(id_tag);
         count = check_targets(targets.data<Id>(), N, ignore_index, logits);
-        total = cross_entropy_forward(logits.data<T>(), targets.data<Id>(), lse.data<compute_t<T>>(), N, V,
-                                      ignore_index);
+        total =
+            cross_entropy_forward(logits.data<T>(), targets.data<Id>(), lse.data<compute_t<T>>(), N, V, ignore_index);
       });
     });
     ctx.save_for_backward({logits, targets, lse});

@@ -12,6 +12,7 @@
 // same counters draws exactly the same mask. The generator advances by numel per training call.
 #include <array>
 #include <cmath>
+#include <vector>
 
 #include "autograd/function.h"
 #include "tensor/cpu/dispatch.h"
@@ -118,12 +119,13 @@ struct MaskedFillFn : Function<MaskedFillFn> {
       });
     });
     ctx.save_for_backward({mask});
+    ctx.set("dtype", x.dtype());
     return out;
   }
 
   static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {
     const Tensor& mask = ctx.saved()[0];
-    const Tensor& g = grads[0];
+    Tensor g = grads[0].to(ctx.get<DType>("dtype"));
     Tensor dx = Tensor::empty(g.shape(), g.options());
     BroadcastWalk<2> walk(g.shape(), {g.shape(), mask.shape()});
     dispatch_floating(g.dtype(), "masked_fill", [&](auto tag) {
@@ -271,8 +273,10 @@ Tensor causal_mask(int64_t T, Device device) {
 Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
   SL_CHECK(a.dtype() == b.dtype(), "where: a and b must share a dtype (got ", dtype_name(a.dtype()), " and ",
            dtype_name(b.dtype()), ")");
-  SL_CHECK(a.device() == b.device() && condition.device() == a.device(), "where: condition, a and b must be on one "
-           "device (got ", condition.device(), ", ", a.device(), ", ", b.device(), ")");
+  SL_CHECK(a.device() == b.device() && condition.device() == a.device(),
+           "where: condition, a and b must be on one "
+           "device (got ",
+           condition.device(), ", ", a.device(), ", ", b.device(), ")");
   return WhereFn::apply(condition, a, b);
 }
 

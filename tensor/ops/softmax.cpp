@@ -115,38 +115,53 @@ void log_softmax_backward(const T* y, const T* g, T* dx, Rows rows) {
   }
 }
 
-// One Function for both: `log` picks the pair of kernels; backward needs only the output y.
+// Both Functions share these: `log` picks the pair of kernels; backward needs only the output y.
 template <bool log>
-struct SoftmaxFn : Function<SoftmaxFn<log>> {
-  static constexpr const char* kName = log ? "log_softmax" : "softmax";
+Tensor forward_rows(FunctionCtx& ctx, const Tensor& x, const char* op) {
+  Tensor y = Tensor::empty(x.shape(), x.options());
+  dispatch_floating(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (log)
+      log_softmax_forward(x.data<T>(), y.data<T>(), Rows(x.shape()));
+    else
+      softmax_forward(x.data<T>(), y.data<T>(), Rows(x.shape()));
+  });
+  ctx.save_for_backward({y});
+  return y;
+}
 
-  static Tensor forward(FunctionCtx& ctx, const Tensor& x) {
-    Tensor y = Tensor::empty(x.shape(), x.options());
-    dispatch_floating(x.dtype(), kName, [&](auto tag) {
-      using T = decltype(tag);
-      if constexpr (log) log_softmax_forward(x.data<T>(), y.data<T>(), Rows(x.shape()));
-      else softmax_forward(x.data<T>(), y.data<T>(), Rows(x.shape()));
-    });
-    ctx.save_for_backward({y});
-    return y;
-  }
+template <bool log>
+TensorList backward_rows(FunctionCtx& ctx, const TensorList& grads, const char* op) {
+  const Tensor& y = ctx.saved()[0];
+  Tensor g = grads[0].to(y.dtype());
+  Tensor dx = Tensor::empty(y.shape(), y.options());
+  dispatch_floating(y.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (log)
+      log_softmax_backward(y.data<T>(), g.data<T>(), dx.data<T>(), Rows(y.shape()));
+    else
+      softmax_backward(y.data<T>(), g.data<T>(), dx.data<T>(), Rows(y.shape()));
+  });
+  return {dx};
+}
 
+struct SoftmaxFn : Function<SoftmaxFn> {
+  static Tensor forward(FunctionCtx& ctx, const Tensor& x) { return forward_rows<false>(ctx, x, "softmax"); }
   static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {
-    const Tensor& y = ctx.saved()[0];
-    Tensor g = grads[0].to(y.dtype());
-    Tensor dx = Tensor::empty(y.shape(), y.options());
-    dispatch_floating(y.dtype(), kName, [&](auto tag) {
-      using T = decltype(tag);
-      if constexpr (log) log_softmax_backward(y.data<T>(), g.data<T>(), dx.data<T>(), Rows(y.shape()));
-      else softmax_backward(y.data<T>(), g.data<T>(), dx.data<T>(), Rows(y.shape()));
-    });
-    return {dx};
+    return backward_rows<false>(ctx, grads, "softmax");
+  }
+};
+
+struct LogSoftmaxFn : Function<LogSoftmaxFn> {
+  static Tensor forward(FunctionCtx& ctx, const Tensor& x) { return forward_rows<true>(ctx, x, "log_softmax"); }
+  static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {
+    return backward_rows<true>(ctx, grads, "log_softmax");
   }
 };
 
 }  // namespace
 
-Tensor softmax(const Tensor& x) { return SoftmaxFn<false>::apply(x); }
-Tensor log_softmax(const Tensor& x) { return SoftmaxFn<true>::apply(x); }
+Tensor softmax(const Tensor& x) { return SoftmaxFn::apply(x); }
+Tensor log_softmax(const Tensor& x) { return LogSoftmaxFn::apply(x); }
 
 }  // namespace sl

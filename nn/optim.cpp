@@ -1,0 +1,141 @@
+#include "nn/optim.h"
+
+#include <cmath>
+
+#include "autograd/grad_mode.h"
+
+namespace sl::nn {
+
+Optimizer::Optimizer(std::vector<Tensor> params) : params_(std::move(params)), state_(params_.size()) {
+  for (size_t i = 0; i < params_.size(); ++i)
+    SL_CHECK(params_[i].defined() && params_[i].is_leaf() && params_[i].requires_grad(), "Optimizer: parameter ", i,
+             " must be a leaf tensor that requires grad");
+}
+
+void Optimizer::zero_grad() {
+  for (const Tensor& p : params_) p.set_grad(Tensor());
+}
+
+Tensor& Optimizer::buffer(size_t i, const std::string& name) {
+  Tensor& slot = state_[i].buffers[name];
+  if (!slot.defined()) {
+    MemoryScope scope(MemoryCategory::optimizer);
+    slot = zeros(params_[i].shape(), params_[i].options());
+  }
+  return slot;
+}
+
+StateDict Optimizer::state_dict() const {
+  StateDict out;
+  for (size_t i = 0; i < state_.size(); ++i) {
+    std::string prefix = "state." + std::to_string(i) + ".";
+    if (state_[i].step == 0 && state_[i].buffers.empty()) continue;
+    out.emplace(prefix + "step", scalar_tensor(static_cast<double>(state_[i].step), DType::i64));
+    for (const auto& [name, tensor] : state_[i].buffers) out.emplace(prefix + name, tensor);
+  }
+  return out;
+}
+
+void Optimizer::load_state_dict(const StateDict& state) {
+  for (auto& [key, tensor] : state) {
+    // key = state.{i}.{name}
+    size_t first = key.find('.'), second = key.find('.', first + 1);
+    SL_CHECK(key.rfind("state.", 0) == 0 && second != std::string::npos, "Optimizer::load_state_dict: bad key '", key,
+             "' (expected state.{i}.{name})");
+    size_t index = std::stoul(key.substr(first + 1, second - first - 1));
+    std::string name = key.substr(second + 1);
+    SL_CHECK(index < params_.size(), "Optimizer::load_state_dict: key '", key, "' names parameter ", index,
+             " but the optimizer has ", params_.size());
+    if (name == "step") {
+      state_[index].step = static_cast<int64_t>(tensor.item());
+    } else {
+      SL_CHECK(tensor.shape() == params_[index].shape(), "Optimizer::load_state_dict: '", key, "' has shape ",
+               tensor.shape(), " but parameter ", index, " has shape ", params_[index].shape());
+      buffer(index, name).copy_(tensor);
+    }
+  }
+}
+
+// ---- SGD ---------------------------------------------------------------------------------------------------
+
+SGD::SGD(std::vector<Tensor> params, const SGDOptions& opts) : Optimizer(std::move(params)), options(opts) {
+  lr = options.lr;
+}
+
+void SGD::step() {
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    state_[i].step++;
+    if (options.weight_decay != 0) g = add(g, mul(p, options.weight_decay));
+    if (options.momentum != 0) {
+      Tensor& velocity = buffer(i, "momentum_buffer");
+      // PyTorch: the first step copies the gradient into the buffer; later steps b = m b + g.
+      if (state_[i].step == 1) velocity.copy_(g);
+      else velocity.mul_(options.momentum).add_(g);
+      g = velocity;
+    }
+    p.add_(g, -lr);
+  }
+}
+
+// ---- AdamW -------------------------------------------------------------------------------------------------
+
+AdamW::AdamW(std::vector<Tensor> params, const AdamWOptions& opts) : Optimizer(std::move(params)), options(opts) {
+  lr = options.lr;
+  SL_CHECK(options.beta1 >= 0 && options.beta1 < 1 && options.beta2 >= 0 && options.beta2 < 1,
+           "AdamW: betas must be in [0, 1) (got ", options.beta1, ", ", options.beta2, ")");
+  SL_CHECK(options.eps >= 0 && lr >= 0, "AdamW: lr (", lr, ") and eps (", options.eps, ") must not be negative");
+}
+
+void AdamW::step() {
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    SL_CHECK(p.dtype() == DType::f32 && g.dtype() == DType::f32, "AdamW: parameter ", i, " is ",
+             dtype_name(p.dtype()), " with a ", dtype_name(g.dtype()), " gradient; AdamW keeps f32 parameters (use an "
+             "f32 master copy for mixed precision)");
+    int64_t t = ++state_[i].step;
+    float* m = buffer(i, "exp_avg").data<float>();
+    float* v = buffer(i, "exp_avg_sq").data<float>();
+    float* w = p.data<float>();
+    const float* grad = g.data<float>();
+    const double bias_correction1 = 1.0 - std::pow(options.beta1, static_cast<double>(t));
+    const double bias_correction2 = 1.0 - std::pow(options.beta2, static_cast<double>(t));
+    const float step_size = static_cast<float>(lr / bias_correction1);
+    const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bias_correction2));
+    const float decay = p.dim() >= 2 ? static_cast<float>(1.0 - lr * options.weight_decay) : 1.0f;
+    const float b1 = static_cast<float>(options.beta1), b2 = static_cast<float>(options.beta2);
+    const float eps = static_cast<float>(options.eps);
+    for (int64_t j = 0, n = p.numel(); j < n; ++j) {  // one fused pass over the parameter
+      m[j] = b1 * m[j] + (1 - b1) * grad[j];
+      v[j] = b2 * v[j] + (1 - b2) * grad[j] * grad[j];
+      w[j] = w[j] * decay - step_size * m[j] / (std::sqrt(v[j]) * inv_sqrt_bc2 + eps);
+    }
+  }
+}
+
+// ---- clipping ------------------------------------------------------------------------------------------------
+
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  SL_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be positive (got ", max_norm, ")");
+  double sum_of_squares = 0;
+  for (const Tensor& p : params) {
+    if (!p.grad().defined()) continue;
+    for (double value : p.grad().to_vector()) sum_of_squares += value * value;
+  }
+  double norm = std::sqrt(sum_of_squares);
+  if (norm > max_norm) {
+    NoGradGuard no_grad;
+    double scale = max_norm / (norm + 1e-6);
+    for (const Tensor& p : params)
+      if (p.grad().defined()) p.grad().mul_(scale);
+  }
+  return norm;
+}
+
+}  // namespace sl::nn

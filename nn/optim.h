@@ -1,0 +1,78 @@
+// optim.h — SGD, AdamW and gradient clipping.
+//
+// State is per parameter and visible: optimizer.state(i) holds parameter i's buffers by name
+// ("momentum_buffer"; "exp_avg", "exp_avg_sq") and its step count, so ZeRO can shard it and
+// state_dict() can save it. Buffers are charged to the ledger's "optimizer" category.
+//
+// AdamW (Loshchilov & Hutter), as PyTorch computes it, for each parameter p with gradient g:
+//     m = b1 m + (1 - b1) g                 v = b2 v + (1 - b2) g^2
+//     p = p - lr wd p          (decoupled decay; only for tensors of rank >= 2: no biases, no LayerNorm)
+//     p = p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "nn/module.h"
+
+namespace sl::nn {
+
+struct ParamState {
+  int64_t step = 0;
+  std::map<std::string, Tensor> buffers;
+};
+
+class Optimizer {
+ public:
+  explicit Optimizer(std::vector<Tensor> params);
+  virtual ~Optimizer() = default;
+  virtual void step() = 0;  // parameters without a gradient are skipped
+  void zero_grad();         // drops the gradients (set_to_none)
+
+  const std::vector<Tensor>& params() const { return params_; }
+  ParamState& state(size_t i) { return state_.at(i); }
+  double lr = 0;
+
+  // "state.{i}.{buffer}" and "state.{i}.step" (an i64 scalar): everything needed to resume.
+  StateDict state_dict() const;
+  void load_state_dict(const StateDict& state);
+
+ protected:
+  // The buffer `name` of parameter i, created as zeros the first time.
+  Tensor& buffer(size_t i, const std::string& name);
+  std::vector<Tensor> params_;
+  std::vector<ParamState> state_;
+};
+
+struct SGDOptions {
+  double lr = 1e-2;
+  double momentum = 0.0;
+  double weight_decay = 0.0;  // L2, added to the gradient as in torch.optim.SGD
+};
+
+class SGD : public Optimizer {
+ public:
+  SGD(std::vector<Tensor> params, const SGDOptions& options = {});
+  void step() override;
+  SGDOptions options;
+};
+
+struct AdamWOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9, beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+};
+
+class AdamW : public Optimizer {
+ public:
+  AdamW(std::vector<Tensor> params, const AdamWOptions& options = {});
+  void step() override;
+  AdamWOptions options;
+};
+
+// Scales all gradients together so their global L2 norm is at most max_norm (PyTorch's rule:
+// multiply by max_norm / (norm + 1e-6) when norm > max_norm). Returns the norm before clipping.
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+
+}  // namespace sl::nn
