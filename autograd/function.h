@@ -35,7 +35,13 @@ namespace sl {
 
 class FunctionCtx {
  public:
-  void save_for_backward(TensorList tensors) { saved_ = std::move(tensors); }
+  // Keeps tensors for backward. Each is stored as a detached alias (same data, no history): a
+  // saved output would otherwise point back to this node through its grad_fn, a reference cycle
+  // that would keep the whole graph, and its activations, alive.
+  void save_for_backward(const TensorList& tensors) {
+    saved_.clear();
+    for (const Tensor& t : tensors) saved_.push_back(t.defined() ? t.detach() : t);
+  }
   const TensorList& saved() const { return saved_; }
   // Does input i (counting Tensor arguments) need a gradient? Lets backward skip work.
   bool needs_input_grad(size_t i) const { return i < needs_input_grad_.size() && needs_input_grad_[i]; }

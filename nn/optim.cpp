@@ -1,5 +1,6 @@
 #include "nn/optim.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "autograd/grad_mode.h"
@@ -117,6 +118,13 @@ void AdamW::step() {
       w[j] = w[j] * decay - step_size * m[j] / (std::sqrt(v[j]) * inv_sqrt_bc2 + eps);
     }
   }
+}
+
+double cosine_lr(int64_t step, int64_t total_steps, int64_t warmup_steps, double max_lr, double min_lr) {
+  if (step < warmup_steps) return max_lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
+  if (step >= total_steps) return min_lr;
+  double progress = static_cast<double>(step - warmup_steps) / static_cast<double>(std::max<int64_t>(1, total_steps - warmup_steps));
+  return min_lr + 0.5 * (1.0 + std::cos(M_PI * progress)) * (max_lr - min_lr);
 }
 
 // ---- clipping ------------------------------------------------------------------------------------------------

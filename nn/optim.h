@@ -71,6 +71,10 @@ class AdamW : public Optimizer {
   AdamWOptions options;
 };
 
+// Linear warm-up from 0 to max_lr over warmup_steps, then cosine decay to min_lr at total_steps
+// (nanoGPT's schedule). Past total_steps it stays at min_lr.
+double cosine_lr(int64_t step, int64_t total_steps, int64_t warmup_steps, double max_lr, double min_lr);
+
 // Scales all gradients together so their global L2 norm is at most max_norm (PyTorch's rule:
 // multiply by max_norm / (norm + 1e-6) when norm > max_norm). Returns the norm before clipping.
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);

@@ -49,6 +49,8 @@ std::vector<double> permute_by_index(const Tensor& x, const std::vector<int>& pe
   return out;
 }
 
+std::string dims_str(const std::vector<int>& dims) { return Shape(dims.begin(), dims.end()).str(); }
+
 TensorOptions f64_grad() { return TensorOptions{DType::f64}.with_requires_grad(); }
 
 // ---- reshape ---------------------------------------------------------------------------------------
@@ -121,6 +123,17 @@ TEST(Layout, PermuteMatchesIndexLoopForEveryOrderAndDtype) {
   EXPECT_EQ(iota({2, 3}).permute({1, 0}).to_vector(), (std::vector<double>{0, 3, 1, 4, 2, 5}));
   EXPECT_EQ(permute(scalar_tensor(7), {}).item(), 7);
   EXPECT_EQ(permute(iota({0, 3}), {1, 0}).shape(), (Shape{3, 0}));
+}
+
+TEST(Layout, PermuteAcrossTileBoundaries) {
+  // Sizes past the 32/64-element tiles of the element transpose, in 4- and 8-byte dtypes.
+  for (DType dtype : {DType::f32, DType::i64}) {
+    Tensor x = iota({2, 70, 3, 67}, dtype);
+    std::vector<int> perm = {0, 1, 2, 3};
+    do {
+      EXPECT_EQ(permute(x, perm).to_vector(), permute_by_index(x, perm)) << dtype_name(dtype) << " " << dims_str(perm);
+    } while (std::next_permutation(perm.begin(), perm.end()));
+  }
 }
 
 TEST(Layout, HalfPrecisionLayoutMatchesF32) {
