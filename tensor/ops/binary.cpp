@@ -96,16 +96,19 @@ bool is_trailing_part(const Shape& small, const Shape& big) {
 
 void check_same_dtype_and_device(const Tensor& a, const Tensor& b, const char* name) {
   SL_CHECK(a.dtype() == b.dtype(), name, ": dtype mismatch (", dtype_name(a.dtype()), " and ", dtype_name(b.dtype()),
-           "; shapes ", a.shape(), " and ", b.shape(), "): cast one with .to(dtype)");
+           ") for shapes ", a.shape(), " and ", b.shape(), ": cast one with .to(dtype)");
   SL_CHECK(a.device() == b.device(), name, ": tensors on ", a.device(), " and ", b.device(), " (shapes ", a.shape(),
            " and ", b.shape(), "): move one with .to(device)");
-  SL_CHECK(a.device().is_cpu(), name, ": tensors on ", a.device(), ", and the CUDA elementwise kernels are not written yet");
+  SL_CHECK(a.device().is_cpu(), name, ": tensors on ", a.device(),
+           ", and the CUDA elementwise kernels are not written yet");
 }
 
 template <bool AllowInteger, typename F>
 void dispatch_op(DType dtype, const char* name, F&& f) {
-  if constexpr (AllowInteger) dispatch_all(dtype, f);
-  else dispatch_floating(dtype, name, f);
+  if constexpr (AllowInteger)
+    dispatch_all(dtype, f);
+  else
+    dispatch_floating(dtype, name, f);
 }
 
 // The row kernels every path comes down to: both operands walk, or one of them is a constant. They
@@ -114,17 +117,17 @@ void dispatch_op(DType dtype, const char* name, F&& f) {
 template <typename T, typename Op>
 [[gnu::noinline]] void row_both(const T* __restrict a, const T* __restrict b, T* __restrict out, int64_t n, Op op) {
   using C = compute_t<T>;
-  for_each_blocked(n, [&](int64_t i) { out[i] = static_cast<T>(op(static_cast<C>(a[i]), static_cast<C>(b[i]))); });
+  for_each_index(n, [&](int64_t i) { out[i] = static_cast<T>(op(static_cast<C>(a[i]), static_cast<C>(b[i]))); });
 }
 template <typename T, typename Op>
 [[gnu::noinline]] void row_b_constant(const T* __restrict a, compute_t<T> b, T* __restrict out, int64_t n, Op op) {
   using C = compute_t<T>;
-  for_each_blocked(n, [&](int64_t i) { out[i] = static_cast<T>(op(static_cast<C>(a[i]), b)); });
+  for_each_index(n, [&](int64_t i) { out[i] = static_cast<T>(op(static_cast<C>(a[i]), b)); });
 }
 template <typename T, typename Op>
 [[gnu::noinline]] void row_a_constant(compute_t<T> a, const T* __restrict b, T* __restrict out, int64_t n, Op op) {
   using C = compute_t<T>;
-  for_each_blocked(n, [&](int64_t i) { out[i] = static_cast<T>(op(a, static_cast<C>(b[i]))); });
+  for_each_index(n, [&](int64_t i) { out[i] = static_cast<T>(op(a, static_cast<C>(b[i]))); });
 }
 
 template <typename T, typename Op>
@@ -150,9 +153,12 @@ void binary_loop(const T* a, const T* b, T* out, const Shape& a_shape, const Sha
     const int64_t inner = loop.sizes.back();
     const bool a_walks = loop.strides[0].back() == 1, b_walks = loop.strides[1].back() == 1;
     for_each_row(loop, [&](int64_t o, int64_t oa, int64_t ob) {
-      if (a_walks && b_walks) row_both(a + oa, b + ob, out + o, inner, op);
-      else if (a_walks) row_b_constant(a + oa, static_cast<C>(b[ob]), out + o, inner, op);  // [R, C] op [R, 1]
-      else row_a_constant(static_cast<C>(a[oa]), b + ob, out + o, inner, op);
+      if (a_walks && b_walks)
+        row_both(a + oa, b + ob, out + o, inner, op);
+      else if (a_walks)
+        row_b_constant(a + oa, static_cast<C>(b[ob]), out + o, inner, op);  // [R, C] op [R, 1]
+      else
+        row_a_constant(static_cast<C>(a[oa]), b + ob, out + o, inner, op);
     });
   }
 }
@@ -173,7 +179,8 @@ Tensor binary(const Tensor& a, const Tensor& b, Op op, const char* name) {
 // out = op(x, s) for a number s. Integer tensors need a whole s that fits their type.
 template <bool AllowInteger = false, typename Op>
 Tensor binary_scalar(const Tensor& x, double s, Op op, const char* name) {
-  SL_CHECK(x.device().is_cpu(), name, ": tensor on ", x.device(), ", and the CUDA elementwise kernels are not written yet");
+  SL_CHECK(x.device().is_cpu(), name, ": tensor on ", x.device(),
+           ", and the CUDA elementwise kernels are not written yet");
   Tensor out = Tensor::empty(x.shape(), x.options());
   dispatch_op<AllowInteger>(x.dtype(), name, [&](auto tag) {
     using T = decltype(tag);
@@ -182,7 +189,8 @@ Tensor binary_scalar(const Tensor& x, double s, Op op, const char* name) {
       SL_CHECK(s >= static_cast<double>(std::numeric_limits<T>::min()) &&  // range first: the cast needs it
                    s < -static_cast<double>(std::numeric_limits<T>::min()) &&
                    s == static_cast<double>(static_cast<T>(s)),
-               name, ": a ", dtype_name(x.dtype()), " tensor (shape ", x.shape(), ") needs a whole-number scalar in its range, got ", s);
+               name, ": the scalar ", s, " does not suit the ", dtype_name(x.dtype()), " tensor (shape ", x.shape(),
+               "): integer tensors take only whole numbers that fit their type");
     T one[1] = {static_cast<T>(static_cast<C>(s))};
     binary_loop(x.data<T>(), one, out.data<T>(), x.shape(), Shape{}, x.shape(), op);
   });
@@ -194,7 +202,7 @@ Tensor binary_scalar(const Tensor& x, double s, Op op, const char* name) {
 // acc[j] += x[j] for a row, in the accumulator type.
 template <typename Acc, typename T>
 [[gnu::noinline]] void accumulate_row(Acc* __restrict acc, const T* __restrict x, int64_t n) {
-  for_each_blocked(n, [&](int64_t j) { acc[j] += static_cast<Acc>(static_cast<compute_t<T>>(x[j])); });
+  for_each_index(n, [&](int64_t j) { acc[j] += static_cast<Acc>(static_cast<compute_t<T>>(x[j])); });
 }
 
 // The sum of x[0, n) in 8 running sums (SIMD lanes), added up at the end.
@@ -223,6 +231,7 @@ Tensor reduce_to(const Tensor& x, const Shape& shape) {
     const int64_t n = x.numel();
     std::vector<Acc> acc(shape.numel(), Acc(0));
     if (n == 0) {
+      // nothing to add: an empty x sums to zeros
     } else if (shape.numel() == 1) {
       acc[0] = sum_all<Acc>(in, n);
     } else if (is_trailing_part(shape, x.shape())) {  // a bias: [B, T, C] -> [C]
@@ -285,7 +294,8 @@ struct AddFn : Function<AddFn> {
     return binary<true>(a, b, Add{}, "add");
   }
   static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {  // da = db = dy
-    return {grad_for(ctx, 0, grads[0], ctx.get<Shape>("a_shape")), grad_for(ctx, 1, grads[0], ctx.get<Shape>("b_shape"))};
+    return {grad_for(ctx, 0, grads[0], ctx.get<Shape>("a_shape")),
+            grad_for(ctx, 1, grads[0], ctx.get<Shape>("b_shape"))};
   }
 };
 
@@ -320,7 +330,8 @@ struct DivFn : Function<DivFn> {
   static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {  // da = dy / b, db = -dy a / b^2
     const Tensor &a = ctx.saved()[0], &b = ctx.saved()[1], g = grads[0].to(a.dtype());
     Tensor db;
-    if (ctx.needs_input_grad(1)) db = reduce_to(binary(binary(g, a, Mul{}, "div"), b, NegDivBySquare{}, "div"), b.shape());
+    if (ctx.needs_input_grad(1))
+      db = reduce_to(binary(binary(g, a, Mul{}, "div"), b, NegDivBySquare{}, "div"), b.shape());
     return {ctx.needs_input_grad(0) ? reduce_to(binary(g, b, Div{}, "div"), a.shape()) : Tensor(), db};
   }
 };

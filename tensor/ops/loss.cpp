@@ -21,6 +21,7 @@
 
 #include "autograd/function.h"
 #include "tensor/cpu/dispatch.h"
+#include "tensor/functors.h"
 #include "tensor/ops.h"
 
 namespace sl {
@@ -61,7 +62,7 @@ double cross_entropy_forward(const T* x, const Id* targets, compute_t<T>* lse, i
     for (int64_t v = 0; v < V; ++v) m = std::max(m, static_cast<Compute>(x_row[v]));
     if (std::isinf(m)) m = 0;  // all -inf: shift by 0, not -inf (exp(-inf - -inf) would be NaN)
     Compute sum_exp = 0;
-    for (int64_t v = 0; v < V; ++v) sum_exp += std::exp(static_cast<Compute>(x_row[v]) - m);
+    for (int64_t v = 0; v < V; ++v) sum_exp += exp_of(static_cast<Compute>(x_row[v]) - m);
     const Compute log_sum = std::log(sum_exp);
     lse[n] = m + log_sum;
     // (m - x_t) + log_sum rather than lse - x_t: no cancellation between two large numbers.
@@ -84,10 +85,9 @@ void cross_entropy_backward(const T* x, const Id* targets, const compute_t<T>* l
     }
     const T* x_row = x + n * V;
     const Compute row_lse = lse[n];
-    for (int64_t v = 0; v < V; ++v) {
-      Compute probability = std::exp(static_cast<Compute>(x_row[v]) - row_lse);
-      dx_row[v] = static_cast<T>((probability - (v == t ? Compute(1) : Compute(0))) * scale);
-    }
+    // softmax * scale everywhere (a loop that vectorizes), then subtract scale at the target.
+    for_each_index(V, [&](int64_t v) { dx_row[v] = static_cast<T>(exp_of(static_cast<Compute>(x_row[v]) - row_lse) * scale); });
+    dx_row[t] = static_cast<T>(static_cast<Compute>(dx_row[t]) - scale);
   }
 }
 

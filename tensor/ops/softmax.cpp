@@ -17,6 +17,7 @@
 
 #include "autograd/function.h"
 #include "tensor/cpu/dispatch.h"
+#include "tensor/functors.h"
 #include "tensor/ops.h"
 
 namespace sl {
@@ -58,13 +59,12 @@ void softmax_forward(const T* x, T* y, Rows rows) {
     T* y_row = y + n * C;
     Compute* e = std::is_same_v<T, Compute> ? reinterpret_cast<Compute*>(y_row) : buffer.data();
     Compute m = finite_shift(row_max<Compute>(x_row, C));
+    // The exp loop alone vectorizes (a running sum in it would keep it scalar): exp, then sum.
+    for_each_index(C, [&](int64_t i) { e[i] = exp_of(static_cast<Compute>(x_row[i]) - m); });
     Compute total = 0;
-    for (int64_t i = 0; i < C; ++i) {
-      e[i] = std::exp(static_cast<Compute>(x_row[i]) - m);
-      total += e[i];
-    }
+    for (int64_t i = 0; i < C; ++i) total += e[i];
     Compute inv_total = Compute(1) / total;
-    for (int64_t i = 0; i < C; ++i) y_row[i] = static_cast<T>(e[i] * inv_total);
+    for_each_index(C, [&](int64_t i) { y_row[i] = static_cast<T>(e[i] * inv_total); });
   }
 }
 
@@ -77,7 +77,7 @@ void log_softmax_forward(const T* x, T* y, Rows rows) {
     T* y_row = y + n * C;
     Compute m = finite_shift(row_max<Compute>(x_row, C));
     Compute total = 0;
-    for (int64_t i = 0; i < C; ++i) total += std::exp(static_cast<Compute>(x_row[i]) - m);
+    for (int64_t i = 0; i < C; ++i) total += exp_of(static_cast<Compute>(x_row[i]) - m);
     Compute log_normaliser = m + std::log(total);
     for (int64_t i = 0; i < C; ++i) y_row[i] = static_cast<T>(static_cast<Compute>(x_row[i]) - log_normaliser);
   }
@@ -94,8 +94,9 @@ void softmax_backward(const T* y, const T* g, T* dx, Rows rows) {
     T* dx_row = dx + n * C;
     Compute dot = 0;
     for (int64_t i = 0; i < C; ++i) dot += static_cast<Compute>(g_row[i]) * static_cast<Compute>(y_row[i]);
-    for (int64_t i = 0; i < C; ++i)
+    for_each_index(C, [&](int64_t i) {
       dx_row[i] = static_cast<T>(static_cast<Compute>(y_row[i]) * (static_cast<Compute>(g_row[i]) - dot));
+    });
   }
 }
 
@@ -111,7 +112,7 @@ void log_softmax_backward(const T* y, const T* g, T* dx, Rows rows) {
     Compute g_total = 0;
     for (int64_t i = 0; i < C; ++i) g_total += static_cast<Compute>(g_row[i]);
     for (int64_t i = 0; i < C; ++i)
-      dx_row[i] = static_cast<T>(static_cast<Compute>(g_row[i]) - std::exp(static_cast<Compute>(y_row[i])) * g_total);
+      dx_row[i] = static_cast<T>(static_cast<Compute>(g_row[i]) - exp_of(static_cast<Compute>(y_row[i])) * g_total);
   }
 }
 

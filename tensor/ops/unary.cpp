@@ -5,9 +5,7 @@
 //
 // The math of f and f' lives in tensor/functors.h (shared with a future CUDA kernel); this file only
 // loops. Each op saves what its derivative needs: the output when f' is cheapest written in y
-// (exp, sqrt, rsqrt, tanh, sigmoid, relu), otherwise the input (log, gelu, pow). A saved output is
-// saved as y.detach(): the tensor y itself points at this node (its grad_fn), and the node must not
-// point back at y, or the pair would keep each other alive when no backward ever runs.
+// (exp, sqrt, rsqrt, tanh, sigmoid, relu), otherwise the input (log, gelu, pow).
 //
 // Every op takes f32, f64, bf16, f16 (bf16/f16 compute in float); neg also negates i32/i64.
 #include "autograd/function.h"
@@ -29,15 +27,15 @@ void check_on_cpu(const Tensor& x, const char* op) {
 template <typename T, typename Op>
 [[gnu::noinline]] void map_loop(const T* __restrict x, T* __restrict y, int64_t n, Op op) {
   using C = compute_t<T>;
-  for_each_blocked(n, [&](int64_t i) { y[i] = static_cast<T>(op(static_cast<C>(x[i]))); });
+  for_each_index(n, [&](int64_t i) { y[i] = static_cast<T>(op(static_cast<C>(x[i]))); });
 }
 
 template <typename T, typename Derivative>
-[[gnu::noinline]] void grad_loop(const T* __restrict dy, const T* __restrict saved, T* __restrict dx, int64_t n, Derivative derivative) {
+[[gnu::noinline]] void grad_loop(const T* __restrict dy, const T* __restrict saved, T* __restrict dx, int64_t n,
+                                 Derivative derivative) {
   using C = compute_t<T>;
-  for_each_blocked(n, [&](int64_t i) {
-    dx[i] = static_cast<T>(static_cast<C>(dy[i]) * derivative(static_cast<C>(saved[i])));
-  });
+  for_each_index(
+      n, [&](int64_t i) { dx[i] = static_cast<T>(static_cast<C>(dy[i]) * derivative(static_cast<C>(saved[i]))); });
 }
 
 // y = op(x) elementwise, floating dtypes only.
@@ -69,7 +67,7 @@ Tensor grad_times(const Tensor& dy, const Tensor& saved, Derivative derivative, 
 template <typename Forward>
 Tensor forward_saving_output(FunctionCtx& ctx, const Tensor& x, Forward f, const char* name) {
   Tensor y = map_unary(x, f, name);
-  ctx.save_for_backward({y.detach()});
+  ctx.save_for_backward({y});  // stored detached, so y and its node do not keep each other alive
   return y;
 }
 template <typename Forward>
