@@ -34,7 +34,6 @@ class CausalSelfAttention : public UnaryModule {
   int64_t n_head;
 
  private:
-  Tensor mask_;  // [T, T] causal mask, cached for the last T seen
   double dropout_;
 };
 

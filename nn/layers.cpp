@@ -20,17 +20,7 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias, const 
   if (with_bias) bias = register_parameter("bias", init_constant({out_features}, 0.0, init.dtype));
 }
 
-Tensor Linear::forward(const Tensor& x) {
-  SL_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "Linear: input of shape ", x.shape(), " does not end in ",
-           weight.size(1), " features (weight ", weight.shape(), ")");
-  // x [..., in] -> [N, in] so one GEMM does the whole batch, then back to [..., out].
-  Shape out_shape = x.shape();
-  out_shape.back() = weight.size(0);
-  Tensor x2d = x.reshape({-1, weight.size(1)});
-  Tensor y = matmul(x2d, weight, false, true);  // [N, in] @ [out, in]^T -> [N, out]
-  if (bias.defined()) y = add(y, bias);
-  return y.reshape(out_shape);
-}
+Tensor Linear::forward(const Tensor& x) { return linear(x, weight, bias); }
 
 Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, const InitOptions& init) {
   SL_CHECK(num_embeddings > 0 && embedding_dim > 0, "Embedding: sizes must be positive (got ", num_embeddings, " x ",

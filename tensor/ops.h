@@ -4,7 +4,7 @@
 //   B batch, T time (sequence), C channels (n_embd), V vocab, NH heads, HS head size (C / NH).
 //
 // Every op on floating tensors is differentiable (its backward sits beside its forward in
-// tensor/ops/<family>.cpp) and has a finite-difference gradcheck in tests/test_gradcheck.cpp.
+// tensor/ops/<family>.cpp) and has a finite-difference gradcheck in tests/test_<family>.cpp.
 // Binary ops broadcast like NumPy. bf16/f16 inputs compute in f32 and round back.
 #pragma once
 #include <cstdint>
@@ -70,6 +70,9 @@ Tensor sum_to(const Tensor& x, const Shape& shape);
 // transpose_b, b is [..., N, K] (so Linear is matmul(x, W, false, true) with W [out, in]).
 // Leading dims broadcast. 1-D operands are not accepted: reshape to [1, K] or [K, 1].
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
+// y [..., out] = x [..., in] @ weight^T + bias, weight [out, in], bias [out] or undefined. One GEMM
+// with the bias folded in (tensor/ops/linear.cpp): what nn::Linear and the parallel layers call.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 // Intra-op threads for GEMM in this process (1 by default: one rank, one core).
 void set_num_threads(int threads);
 int num_threads();
@@ -86,6 +89,9 @@ Tensor argmax(const Tensor& x, int dim, bool keepdim = false);  // i64, not diff
 // ---- normalisation and losses (tensor/ops/softmax.cpp, layer_norm.cpp, loss.cpp) ---------------------
 Tensor softmax(const Tensor& x);      // over the last dim
 Tensor log_softmax(const Tensor& x);  // over the last dim
+// scores [..., T, T] -> softmax(masked_fill(scores * scale, causal_mask(T), -inf)) in one fused op
+// (tensor/ops/attention.cpp): what attention calls.
+Tensor causal_softmax(const Tensor& scores, double scale);
 // x [..., C], weight and bias [C]: (x - mean) / sqrt(var + eps) * weight + bias, over the last dim.
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
 // weight [V, C], ids (i32/i64) of any shape -> [..., C].

@@ -150,3 +150,43 @@ INSTANTIATE_TEST_SUITE_P(
 
 }  // namespace
 }  // namespace sl
+
+// ---- causal_softmax (tensor/ops/attention.cpp) --------------------------------------------------
+
+namespace sl {
+namespace {
+
+TEST(CausalSoftmax, EqualsScaleMaskThenSoftmax) {
+  Generator gen(11);
+  Tensor scores = randn({2, 3, 5, 5}, {}, &gen);
+  const double scale = 0.37;
+  Tensor expected = softmax(masked_fill(mul(scores, scale), causal_mask(5), -std::numeric_limits<double>::infinity()));
+  EXPECT_TRUE(allclose(causal_softmax(scores, scale), expected, 1e-6, 1e-7));
+  // The future gets exactly zero weight, the first query attends only to itself.
+  std::vector<double> y = causal_softmax(scores, scale).to_vector();
+  EXPECT_EQ(y[0 * 5 + 1], 0.0);
+  EXPECT_EQ(y[0], 1.0);
+  for (DType dtype : {DType::bf16, DType::f16})
+    EXPECT_TRUE(allclose(causal_softmax(scores.to(dtype), scale).to(DType::f32), expected, 1e-2, 1e-2));
+}
+
+TEST(CausalSoftmax, RejectsNonSquareScores) {
+  try {
+    causal_softmax(ones({2, 3, 4}), 1.0);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[2, 3, 4]"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CausalSoftmaxGradcheck, MatchesFiniteDifferences) {
+  Tensor scores = randn({2, 2, 4, 4}, TensorOptions(DType::f64).with_requires_grad());
+  GradcheckResult result = gradcheck([](const TensorList& t) { return causal_softmax(t[0], 0.5); }, {scores});
+  EXPECT_TRUE(result.ok) << result.message;
+  // The scores used twice: causal_softmax(s) * s.
+  result = gradcheck([](const TensorList& t) { return mul(causal_softmax(t[0], 2.0), t[0]); }, {scores});
+  EXPECT_TRUE(result.ok) << result.message;
+}
+
+}  // namespace
+}  // namespace sl

@@ -12,122 +12,18 @@
 //     d op(A) = dC @ op(B)^T        d op(B) = op(A)^T @ dC
 //   each summed over the batch dims its operand was broadcast along.
 //
-//   GEMM: OpenBLAS sgemm/dgemm when SL_USE_OPENBLAS (make BLAS=openblas, the default), else Eigen.
+//   GEMM: tensor/cpu/gemm.cpp (OpenBLAS by default, Eigen with make BLAS=eigen).
 //   bf16/f16 operands are widened to f32, multiplied with f32 accumulation, and rounded back.
-#include <atomic>
-#include <climits>
-#include <mutex>
-#include <thread>
 #include <vector>
 
 #include "autograd/function.h"
 #include "tensor/cpu/dispatch.h"
+#include "tensor/cpu/gemm.h"
 #include "tensor/ops.h"
-
-#ifdef SL_USE_OPENBLAS
-#include <cblas.h>
-#endif
-#include <Eigen/Core>
 
 namespace sl {
 
 namespace {
-
-// ---- intra-op threads ----------------------------------------------------------------------------
-
-std::atomic<int> gemm_threads{1};
-std::once_flag default_threads_applied;
-
-void apply_threads(int threads) {
-#ifdef SL_USE_OPENBLAS
-  openblas_set_num_threads(threads);
-#endif
-  Eigen::setNbThreads(threads);  // only takes effect in an OpenMP build; see eigen_gemm for ours
-}
-
-// OpenBLAS starts with one thread per core; shardlab's default is 1 (one rank, one core).
-void ensure_default_threads() {
-  std::call_once(default_threads_applied, [] { apply_threads(gemm_threads.load()); });
-}
-
-// ---- one GEMM: C [M, N] (+)= op(A) @ op(B), row-major with leading dims ---------------------------
-
-#ifdef SL_USE_OPENBLAS
-
-void check_blas_size(int64_t value) {
-  SL_CHECK(value <= INT_MAX, "matmul: a GEMM dimension of ", value, " is too large for BLAS (max ", INT_MAX, ")");
-}
-
-template <typename T>
-void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb, T* C,
-          int64_t ldc, bool accumulate) {
-  for (int64_t v : {M, N, K, lda, ldb, ldc}) check_blas_size(v);
-  auto op_a = ta ? CblasTrans : CblasNoTrans;
-  auto op_b = tb ? CblasTrans : CblasNoTrans;
-  auto m = static_cast<blasint>(M), n = static_cast<blasint>(N), k = static_cast<blasint>(K);
-  auto la = static_cast<blasint>(lda), lb = static_cast<blasint>(ldb), lc = static_cast<blasint>(ldc);
-  if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, op_a, op_b, m, n, k, 1.0f, A, la, B, lb, accumulate ? 1.0f : 0.0f, C, lc);
-  else
-    cblas_dgemm(CblasRowMajor, op_a, op_b, m, n, k, 1.0, A, la, B, lb, accumulate ? 1.0 : 0.0, C, lc);
-}
-
-#else
-
-template <typename T>
-using RowMajorMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <typename T>
-using ConstMatrixMap = Eigen::Map<const RowMajorMatrix<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
-template <typename T>
-using MatrixMap = Eigen::Map<RowMajorMatrix<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
-
-template <typename T>
-void eigen_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb,
-                T* C, int64_t ldc, bool accumulate) {
-  ConstMatrixMap<T> a(A, ta ? K : M, ta ? M : K, Eigen::OuterStride<>(lda));
-  ConstMatrixMap<T> b(B, tb ? N : K, tb ? K : N, Eigen::OuterStride<>(ldb));
-  MatrixMap<T> c(C, M, N, Eigen::OuterStride<>(ldc));
-  // Each transpose combination is its own expression type; Eigen's kernel reads them in place.
-  auto run = [&](const auto& x, const auto& y) {
-    if (accumulate) c.noalias() += x * y;
-    else c.noalias() = x * y;
-  };
-  if (ta && tb) run(a.transpose(), b.transpose());
-  else if (ta) run(a.transpose(), b);
-  else if (tb) run(a, b.transpose());
-  else run(a, b);
-}
-
-// Eigen parallelises only under OpenMP, which this build does not use: with more than one thread
-// we split C into row (or column) blocks ourselves, one std::thread each, when the GEMM is big
-// enough to pay for starting them (~30 us each).
-template <typename T>
-void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb, T* C,
-          int64_t ldc, bool accumulate) {
-  int threads = gemm_threads.load();
-  constexpr double kMinFlopsPerThread = 16e6;
-  if (threads <= 1 || 2.0 * M * N * K < kMinFlopsPerThread * threads || std::max(M, N) < 2 * threads) {
-    eigen_gemm(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
-    return;
-  }
-  bool split_rows = M >= N;
-  int64_t extent = split_rows ? M : N;
-  auto block = [&](int part) {
-    int64_t begin = extent * part / threads, end = extent * (part + 1) / threads;
-    if (split_rows)  // rows [begin, end) of op(A) and C
-      eigen_gemm(ta, tb, end - begin, N, K, ta ? A + begin : A + begin * lda, lda, B, ldb, C + begin * ldc, ldc,
-                 accumulate);
-    else  // columns [begin, end) of op(B) and C
-      eigen_gemm(ta, tb, M, end - begin, K, A, lda, tb ? B + begin * ldb : B + begin, ldb, C + begin, ldc,
-                 accumulate);
-  };
-  std::vector<std::thread> workers;
-  for (int part = 1; part < threads; ++part) workers.emplace_back(block, part);
-  block(0);
-  for (std::thread& worker : workers) worker.join();
-}
-
-#endif
 
 // ---- batched GEMM ------------------------------------------------------------------------------------
 
@@ -167,12 +63,12 @@ void batched_gemm_into(const Tensor& a, bool ta, const Tensor& b, bool tb, const
 
   // [B, T, C] @ op(W): one GEMM with B*T rows.
   if (!ta && b_batch.numel() == 1 && a_batch.numel() == count && !reduces) {
-    gemm(false, tb, count * M, N, K, A, lda, B, ldb, C, N, false);
+    cpu::gemm(false, tb, count * M, N, K, A, lda, B, ldb, C, N, false);
     return;
   }
   // sum_b A_b^T @ G_b (a weight gradient): one GEMM whose K runs over the whole batch.
   if (ta && !tb && a_batch.numel() == count && b_batch.numel() == count && out_batch.numel() == 1) {
-    gemm(true, false, M, N, count * K, A, lda, B, ldb, C, N, false);
+    cpu::gemm(true, false, M, N, count * K, A, lda, B, ldb, C, N, false);
     return;
   }
   std::vector<int64_t> index(batch.dim(), 0);
@@ -180,7 +76,7 @@ void batched_gemm_into(const Tensor& a, bool ta, const Tensor& b, bool tb, const
     const T* a_matrix = A + batch_offset(batch, index, a_batch) * M * K;
     const T* b_matrix = B + batch_offset(batch, index, b_batch) * K * N;
     T* c_matrix = C + batch_offset(batch, index, out_batch) * M * N;
-    gemm(ta, tb, M, N, K, a_matrix, lda, b_matrix, ldb, c_matrix, N, reduces);
+    cpu::gemm(ta, tb, M, N, K, a_matrix, lda, b_matrix, ldb, c_matrix, N, reduces);
     for (int d = batch.dim() - 1; d >= 0; --d) {  // odometer step through the batch
       if (++index[d] < batch[d]) break;
       index[d] = 0;
@@ -191,7 +87,6 @@ void batched_gemm_into(const Tensor& a, bool ta, const Tensor& b, bool tb, const
 // op(a) @ op(b) with its batch summed down to out_batch. bf16/f16 go through f32 buffers, so a
 // summed batch also accumulates in f32 and is rounded once.
 Tensor batched_gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, const Shape& out_batch) {
-  ensure_default_threads();
   int64_t M = ta ? a.size(-1) : a.size(-2);
   int64_t N = tb ? b.size(-2) : b.size(-1);
   Shape out_shape = out_batch;
@@ -261,14 +156,5 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose
              " and ", sb, " cannot be broadcast (", a_batch[da], " vs ", b_batch[db], ")");
   return MatmulFn::apply(a, b, transpose_a, transpose_b);
 }
-
-void set_num_threads(int threads) {
-  SL_CHECK(threads >= 1, "set_num_threads: threads must be at least 1 (got ", threads, ")");
-  ensure_default_threads();
-  gemm_threads.store(threads);
-  apply_threads(threads);
-}
-
-int num_threads() { return gemm_threads.load(); }
 
 }  // namespace sl

@@ -1,0 +1,76 @@
+// linear: the fused x W^T + b against matmul + add, and its gradients against finite differences.
+#include <gtest/gtest.h>
+
+#include "autograd/gradcheck.h"
+#include "tensor/ops.h"
+
+namespace sl {
+namespace {
+
+TEST(Linear, MatchesMatmulPlusBias) {
+  Generator gen(3);
+  Tensor x = randn({2, 5, 7}, {}, &gen), w = randn({4, 7}, {}, &gen), b = randn({4}, {}, &gen);
+  Tensor expected = add(matmul(x.reshape({10, 7}), w, false, true), b).reshape({2, 5, 4});
+  EXPECT_TRUE(allclose(linear(x, w, b), expected, 1e-5, 1e-6));
+  EXPECT_TRUE(allclose(linear(x, w), matmul(x.reshape({10, 7}), w, false, true).reshape({2, 5, 4}), 1e-5, 1e-6));
+}
+
+TEST(Linear, HalfPrecisionTakesTheComposedPath) {
+  Generator gen(4);
+  Tensor x = randn({3, 8}, {}, &gen), w = randn({2, 8}, {}, &gen), b = randn({2}, {}, &gen);
+  Tensor reference = linear(x, w, b);
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    Tensor y = linear(x.to(dtype), w.to(dtype), b.to(dtype));
+    EXPECT_EQ(y.dtype(), dtype);
+    EXPECT_TRUE(allclose(y.to(DType::f32), reference, 2e-2, 5e-2)) << dtype_name(dtype);
+  }
+}
+
+TEST(Linear, ErrorsNameTheShapes) {
+  try {
+    linear(ones({2, 3}), ones({4, 5}));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[2, 3] does not end in 5 features (weight [4, 5])"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(linear(ones({2, 5}), ones({4, 5}), ones({3})), Error);
+  EXPECT_THROW(linear(ones({2, 5}), ones({4, 5}, DType::f64)), Error);
+  EXPECT_THROW(linear(ones({2, 5}), ones({5})), Error);
+}
+
+struct LinearCase {
+  const char* name;
+  Shape x;
+  bool bias;
+};
+
+class LinearGradcheck : public testing::TestWithParam<LinearCase> {};
+
+TEST_P(LinearGradcheck, MatchesFiniteDifferences) {
+  const LinearCase& c = GetParam();
+  TensorOptions f64 = TensorOptions(DType::f64).with_requires_grad();
+  Generator gen(7);
+  int64_t in = c.x.back();
+  TensorList inputs = {randn(c.x, f64, &gen), randn({3, in}, f64, &gen)};
+  if (c.bias) inputs.push_back(randn({3}, f64, &gen));
+  GradcheckResult result = gradcheck(
+      [&](const TensorList& t) { return linear(t[0], t[1], c.bias ? t[2] : Tensor()); }, inputs);
+  EXPECT_TRUE(result.ok) << result.message;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, LinearGradcheck,
+                         testing::Values(LinearCase{"x2d_bias", {4, 5}, true}, LinearCase{"x2d_no_bias", {4, 5}, false},
+                                         LinearCase{"x3d_bias", {2, 3, 5}, true}),
+                         [](const testing::TestParamInfo<LinearCase>& info) { return info.param.name; });
+
+TEST(LinearGradcheckTwice, SameTensorAsInputAndWeight) {
+  // y = x x^T + b: x is both the input and the weight.
+  Tensor x = randn({3, 3}, TensorOptions(DType::f64).with_requires_grad());
+  Tensor b = randn({3}, TensorOptions(DType::f64).with_requires_grad());
+  GradcheckResult result = gradcheck([](const TensorList& t) { return linear(t[0], t[0], t[1]); }, {x, b});
+  EXPECT_TRUE(result.ok) << result.message;
+}
+
+}  // namespace
+}  // namespace sl
