@@ -24,12 +24,12 @@ std::string train_binary() {
   return path ? path : "build/bin/train";
 }
 
-struct Run {
+struct CliRun {
   int exit_code;
   std::string output;
 };
 
-Run run_train(const std::string& args) {
+CliRun run_train(const std::string& args) {
   std::string command = train_binary() + " " + args + " 2>&1";
   FILE* pipe = popen(command.c_str(), "r");
   if (!pipe) return {-1, "popen failed"};
@@ -62,16 +62,16 @@ class TrainCli : public testing::Test {
 };
 
 TEST_F(TrainCli, BadFlagsAreUsageErrorsNamingTheFlag) {
-  Run unknown = run_train("--bogus 3");
+  CliRun unknown = run_train("--bogus 3");
   EXPECT_EQ(unknown.exit_code, 2);
   EXPECT_NE(unknown.output.find("unknown flag --bogus"), std::string::npos) << unknown.output;
-  Run bad_value = run_train("--steps many");
+  CliRun bad_value = run_train("--steps many");
   EXPECT_EQ(bad_value.exit_code, 2);
   EXPECT_NE(bad_value.output.find("--steps: expected an integer"), std::string::npos) << bad_value.output;
-  Run missing = run_train("--lr");
+  CliRun missing = run_train("--lr");
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_NE(missing.output.find("--lr needs a value"), std::string::npos) << missing.output;
-  Run heads = run_train("--n-embd 10 --n-head 4");
+  CliRun heads = run_train("--n-embd 10 --n-head 4");
   EXPECT_EQ(heads.exit_code, 2);
   EXPECT_NE(heads.output.find("--n-embd (10) must be divisible by --n-head (4)"), std::string::npos) << heads.output;
   EXPECT_EQ(run_train("--help").exit_code, 0);
@@ -81,7 +81,7 @@ TEST_F(TrainCli, TwoRunsWriteTheSameLogApartFromTimings) {
   std::string a = temp_path("a.jsonl"), b = temp_path("b.jsonl");
   ASSERT_EQ(run_train(kTiny + " --steps 6 --log-jsonl " + a).exit_code, 0);
   ASSERT_EQ(run_train(kTiny + " --steps 6 --log-jsonl " + b).exit_code, 0);
-  std::regex timing(R"("(ms|tokens_per_s)": [0-9.e+-]+)");
+  std::regex timing(R"re("(ms|tokens_per_s)": [0-9.e+-]+)re");
   std::string log_a = std::regex_replace(read_file(a), timing, "\"$1\": T");
   std::string log_b = std::regex_replace(read_file(b), timing, "\"$1\": T");
   EXPECT_EQ(log_a, log_b);
@@ -95,7 +95,7 @@ TEST_F(TrainCli, TwoRunsWriteTheSameLogApartFromTimings) {
 
 TEST_F(TrainCli, StepsZeroSavesTheInitialWeightsAndInitFromLoadsThem) {
   std::string path = temp_path("init.safetensors");
-  Run saved = run_train(kTiny + " --steps 0 --seed 9 --save " + path);
+  CliRun saved = run_train(kTiny + " --steps 0 --seed 9 --save " + path);
   ASSERT_EQ(saved.exit_code, 0) << saved.output;
   nn::StateDict loaded = nn::load_safetensors(path);
   nn::GPT reference(nn::GPTConfig{256, 16, 1, 2, 16, 0.0}, 9);
@@ -109,7 +109,7 @@ TEST_F(TrainCli, StepsZeroSavesTheInitialWeightsAndInitFromLoadsThem) {
   std::string task = " --task text --data " + text;
   ASSERT_EQ(run_train(kTiny + task + " --steps 2 --seed 9 --log-jsonl " + a).exit_code, 0);
   ASSERT_EQ(run_train(kTiny + task + " --steps 2 --seed 4 --init-from " + path + " --log-jsonl " + b).exit_code, 0);
-  std::regex loss(R"("loss": [0-9.e+-]+)");
+  std::regex loss(R"re("loss": [0-9.e+-]+)re");
   auto losses = [&](const std::string& file) {
     std::string text = read_file(file), out;
     for (std::sregex_iterator it(text.begin(), text.end(), loss), end; it != end; ++it) out += it->str() + ";";
@@ -117,7 +117,7 @@ TEST_F(TrainCli, StepsZeroSavesTheInitialWeightsAndInitFromLoadsThem) {
   };
   EXPECT_EQ(losses(a), losses(b));
   // A checkpoint of another shape is refused, naming the parameter.
-  Run mismatch = run_train("--n-layer 1 --n-head 2 --n-embd 32 --block-size 16 --steps 1 --init-from " + path);
+  CliRun mismatch = run_train("--n-layer 1 --n-head 2 --n-embd 32 --block-size 16 --steps 1 --init-from " + path);
   EXPECT_NE(mismatch.exit_code, 0);
   EXPECT_NE(mismatch.output.find("shape mismatch"), std::string::npos) << mismatch.output;
   for (const std::string& file : {path, a, b, text}) std::remove(file.c_str());
