@@ -139,9 +139,11 @@ lesson: deps
 	  test -n "$$lesson" || { echo "no lesson $(N) (have: $(notdir $(LESSONS)))"; exit 2; }; \
 	  $(SAN_ENV) $$lesson
 
+# Benchmarks run with OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE unset: this machine sets them to a slower
+# kernel for old OpenBLAS builds, and ../shared/bench/README.md measures PyTorch without them too.
 bench: deps
 	@$(MAKE) --no-print-directory $(BENCHES)
-	@set -e; for b in $(BENCHES); do $$b; done
+	@set -e; for b in $(BENCHES); do env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $$b; done
 
 deps:
 	@bash tools/deps.sh

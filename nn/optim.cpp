@@ -133,8 +133,14 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   SL_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be positive (got ", max_norm, ")");
   double sum_of_squares = 0;
   for (const Tensor& p : params) {
-    if (!p.grad().defined()) continue;
-    for (double value : p.grad().to_vector()) sum_of_squares += value * value;
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    if (g.dtype() == DType::f32) {  // the common case, read in place (no copy into doubles)
+      const float* data = g.data<float>();
+      for (int64_t i = 0, n = g.numel(); i < n; ++i) sum_of_squares += static_cast<double>(data[i]) * data[i];
+    } else {
+      for (double value : g.to_vector()) sum_of_squares += value * value;
+    }
   }
   double norm = std::sqrt(sum_of_squares);
   if (norm > max_norm) {
