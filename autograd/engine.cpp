@@ -109,12 +109,14 @@ void run_backward(const TensorList& roots, const TensorList& grads, bool retain_
 void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
   Tensor seed = gradient;
   if (!seed.defined()) {
-    SL_CHECK(numel() == 1, "backward: grad can be implicitly created only for a tensor with one element, but this "
-             "tensor has shape ", shape(), " (pass a gradient of that shape: t.backward(grad))");
+    SL_CHECK(numel() == 1,
+             "backward: grad can be implicitly created only for a tensor with one element, but this "
+             "tensor has shape ",
+             shape(), " (pass a gradient of that shape: t.backward(grad))");
     seed = ones(shape(), options());
   } else {
-    SL_CHECK(seed.shape() == shape(), "backward: the gradient has shape ", seed.shape(),
-             " but the tensor has shape ", shape());
+    SL_CHECK(seed.shape() == shape(), "backward: the gradient has shape ", seed.shape(), " but the tensor has shape ",
+             shape());
   }
   run_backward({*this}, {seed}, retain_graph);
 }

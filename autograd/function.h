@@ -46,9 +46,18 @@ class FunctionCtx {
   // Does input i (counting Tensor arguments) need a gradient? Lets backward skip work.
   bool needs_input_grad(size_t i) const { return i < needs_input_grad_.size() && needs_input_grad_[i]; }
   // Non-tensor values backward needs (a dim, an eps, ...).
-  template <typename T> void set(const std::string& key, T value) { data_[key] = std::move(value); }
-  template <typename T> const T& get(const std::string& key) const { return std::any_cast<const T&>(data_.at(key)); }
-  void release() { saved_.clear(); data_.clear(); }
+  template <typename T>
+  void set(const std::string& key, T value) {
+    data_[key] = std::move(value);
+  }
+  template <typename T>
+  const T& get(const std::string& key) const {
+    return std::any_cast<const T&>(data_.at(key));
+  }
+  void release() {
+    saved_.clear();
+    data_.clear();
+  }
 
   std::vector<bool> needs_input_grad_;  // filled by Function::apply
 
@@ -61,8 +70,10 @@ namespace detail {
 inline void collect_tensors(TensorList&) {}
 template <typename First, typename... Rest>
 void collect_tensors(TensorList& out, const First& first, const Rest&... rest) {
-  if constexpr (std::is_same_v<std::decay_t<First>, Tensor>) out.push_back(first);
-  else if constexpr (std::is_same_v<std::decay_t<First>, TensorList>) out.insert(out.end(), first.begin(), first.end());
+  if constexpr (std::is_same_v<std::decay_t<First>, Tensor>)
+    out.push_back(first);
+  else if constexpr (std::is_same_v<std::decay_t<First>, TensorList>)
+    out.insert(out.end(), first.begin(), first.end());
   collect_tensors(out, rest...);
 }
 bool any_requires_grad(const TensorList& inputs);

@@ -47,8 +47,8 @@ GradcheckResult gradcheck(const TensorFn& fn, const TensorList& inputs, const Gr
       result.checked++;
       if (std::abs(g[i] - numerical) > options.atol + options.rtol * std::abs(numerical) || std::isnan(g[i])) {
         std::ostringstream message;
-        message << "gradcheck: input " << k << " (shape " << input.shape() << "), element " << i
-                << ": backward gives " << g[i] << ", finite differences give " << numerical;
+        message << "gradcheck: input " << k << " (shape " << input.shape() << "), element " << i << ": backward gives "
+                << g[i] << ", finite differences give " << numerical;
         result.ok = false;
         result.message = message.str();
         return result;

@@ -23,8 +23,8 @@ struct GradcheckOptions {
 
 struct GradcheckResult {
   bool ok = true;
-  int64_t checked = 0;   // number of input elements compared
-  std::string message;   // the first mismatch: input, index, analytic and numerical values
+  int64_t checked = 0;  // number of input elements compared
+  std::string message;  // the first mismatch: input, index, analytic and numerical values
 };
 
 using TensorFn = std::function<Tensor(const TensorList& inputs)>;

@@ -1,8 +1,9 @@
 // node.cpp — recording the tape: edges, AccumulateGrad, and wiring a Function's outputs.
 #include "autograd/node.h"
 
-#include <atomic>
 #include <cxxabi.h>
+
+#include <atomic>
 
 #include "autograd/function.h"
 #include "tensor/ops.h"
@@ -70,8 +71,10 @@ void connect(const std::shared_ptr<Node>& node, const TensorList& inputs, Tensor
     if (!output.defined()) continue;
     for (const Tensor& input : inputs)
       if (output.is_same(input)) output = input.detach();  // an alias with its own history
-    if (is_floating(output.dtype())) set_history(output, node, static_cast<int>(i));
-    else node->outputs[i] = {output.shape(), output.dtype(), output.device()};
+    if (is_floating(output.dtype()))
+      set_history(output, node, static_cast<int>(i));
+    else
+      node->outputs[i] = {output.shape(), output.dtype(), output.device()};
   }
 }
 

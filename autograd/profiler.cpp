@@ -37,8 +37,8 @@ std::string Profiler::report(int rows) {
   for (auto& [_, e] : sorted) total += e.forward_ms + e.backward_ms;
   std::string out;
   char line[160];
-  std::snprintf(line, sizeof line, "%-16s %11s %11s %8s %8s %7s\n", "op", "forward ms", "backward ms", "fwd n",
-                "bwd n", "share");
+  std::snprintf(line, sizeof line, "%-16s %11s %11s %8s %8s %7s\n", "op", "forward ms", "backward ms", "fwd n", "bwd n",
+                "share");
   out += line;
   for (int i = 0; i < static_cast<int>(sorted.size()) && i < rows; ++i) {
     const auto& [name, e] = sorted[i];

@@ -33,8 +33,7 @@ class Profiler {
 // RAII: times a scope and records it under (op, phase) when the profiler is on.
 class ProfileScope {
  public:
-  ProfileScope(const std::string& op, bool backward)
-      : op_(Profiler::enabled() ? &op : nullptr), backward_(backward) {
+  ProfileScope(const std::string& op, bool backward) : op_(Profiler::enabled() ? &op : nullptr), backward_(backward) {
     if (op_) start_ = std::chrono::steady_clock::now();
   }
   ~ProfileScope() {

@@ -33,9 +33,7 @@ constexpr const char* kBlas = "eigen";
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // Seconds of each of `reps` timed calls of A @ B, A and B [n, n] f32, after the warm-up.
 std::vector<double> time_gemm(int64_t n, int reps, int warmup) {
@@ -66,10 +64,14 @@ int main(int argc, char** argv) {
   std::vector<int64_t> sizes = {256, 512, 1024, 2048}, threads = {1, 2};
   int reps = 10, warmup = 2;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--sizes")) sizes = parse_list(argc, argv, i);
-    else if (!std::strcmp(argv[i], "--threads")) threads = parse_list(argc, argv, i);
-    else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--warmup") && i + 1 < argc) warmup = std::atoi(argv[++i]);
+    if (!std::strcmp(argv[i], "--sizes"))
+      sizes = parse_list(argc, argv, i);
+    else if (!std::strcmp(argv[i], "--threads"))
+      threads = parse_list(argc, argv, i);
+    else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc)
+      reps = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--warmup") && i + 1 < argc)
+      warmup = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr, "usage: %s [--sizes N...] [--threads T...] [--reps 10] [--warmup 2]\n", argv[0]);
       return 2;
@@ -85,14 +87,15 @@ int main(int argc, char** argv) {
       for (int64_t n : sizes) {
         std::vector<double> times = time_gemm(n, reps, warmup);
         std::sort(times.begin(), times.end());
-        double median = times.size() % 2 ? times[times.size() / 2]
-                                         : 0.5 * (times[times.size() / 2 - 1] + times[times.size() / 2]);
+        double median =
+            times.size() % 2 ? times[times.size() / 2] : 0.5 * (times[times.size() / 2 - 1] + times[times.size() / 2]);
         double flops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
-        std::printf("{\"bench\": \"gemm\", \"impl\": \"shardlab\", \"blas\": \"%s\", \"n\": %lld, \"threads\": %lld, "
-                    "\"stat\": \"median\", \"reps\": %d, \"median_s\": %.6g, \"min_s\": %.6g, \"gflops\": %.2f, "
-                    "\"gflops_best\": %.2f}\n",
-                    kBlas, static_cast<long long>(n), static_cast<long long>(thread_count), reps, median, times[0],
-                    flops / median / 1e9, flops / times[0] / 1e9);
+        std::printf(
+            "{\"bench\": \"gemm\", \"impl\": \"shardlab\", \"blas\": \"%s\", \"n\": %lld, \"threads\": %lld, "
+            "\"stat\": \"median\", \"reps\": %d, \"median_s\": %.6g, \"min_s\": %.6g, \"gflops\": %.2f, "
+            "\"gflops_best\": %.2f}\n",
+            kBlas, static_cast<long long>(n), static_cast<long long>(thread_count), reps, median, times[0],
+            flops / median / 1e9, flops / times[0] / 1e9);
         std::fflush(stdout);
       }
     }

@@ -47,7 +47,8 @@ static double run(const BenchConfig& bench, int steps, int warmup, bool profile)
     if (step >= warmup) times_ms.push_back(ms);
   }
   if (profile) {
-    std::printf("profile of config %s over %d steps (inclusive times):\n%s", bench.name, steps, Profiler::report().c_str());
+    std::printf("profile of config %s over %d steps (inclusive times):\n%s", bench.name, steps,
+                Profiler::report().c_str());
     Profiler::disable();
     Profiler::reset();
   }
@@ -62,15 +63,26 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
     auto value = [&]() -> std::string {
-      if (i + 1 >= argc) { std::fprintf(stderr, "gpt_step: %s needs a value\n", flag.c_str()); std::exit(2); }
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "gpt_step: %s needs a value\n", flag.c_str());
+        std::exit(2);
+      }
       return argv[++i];
     };
-    if (flag == "--config") only = value();
-    else if (flag == "--threads") threads = std::stoi(value());
-    else if (flag == "--steps") steps = std::stoi(value());
-    else if (flag == "--warmup") warmup = std::stoi(value());
-    else if (flag == "--profile") profile = true;
-    else { std::fprintf(stderr, "usage: gpt_step [--config A|B] [--threads N] [--steps N] [--warmup N] [--profile]\n"); return 2; }
+    if (flag == "--config")
+      only = value();
+    else if (flag == "--threads")
+      threads = std::stoi(value());
+    else if (flag == "--steps")
+      steps = std::stoi(value());
+    else if (flag == "--warmup")
+      warmup = std::stoi(value());
+    else if (flag == "--profile")
+      profile = true;
+    else {
+      std::fprintf(stderr, "usage: gpt_step [--config A|B] [--threads N] [--steps N] [--warmup N] [--profile]\n");
+      return 2;
+    }
   }
   set_num_threads(threads);
   std::vector<BenchConfig> configs = {

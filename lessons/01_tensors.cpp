@@ -79,7 +79,8 @@ int main() {
       std::cout << ledger.report(Device::cpu(1));
     }
     check(ledger.current(Device::cpu(1), MemoryCategory::weights) == 4 * 1024 * 1024, "weights: 4 bytes x 1M");
-    check(ledger.peak(Device::cpu(1), MemoryCategory::optimizer) == 8 * 1024 * 1024, "Adam state peaked at 8 bytes x 1M");
+    check(ledger.peak(Device::cpu(1), MemoryCategory::optimizer) == 8 * 1024 * 1024,
+          "Adam state peaked at 8 bytes x 1M");
   }
   check(ledger.current(Device::cpu(1)) == 0, "everything on cpu:1 was freed");
 

@@ -77,8 +77,7 @@ int main() {
   section("4. gradcheck: finite differences as the referee");
   Tensor a = randn({4, 3}, TensorOptions(DType::f64).with_requires_grad());
   Tensor b = randn({3, 5}, TensorOptions(DType::f64).with_requires_grad());
-  GradcheckResult result = gradcheck(
-      [](const TensorList& in) { return softmax(gelu(matmul(in[0], in[1]))); }, {a, b});
+  GradcheckResult result = gradcheck([](const TensorList& in) { return softmax(gelu(matmul(in[0], in[1]))); }, {a, b});
   std::printf("  softmax(gelu(a @ b)): %lld input elements checked: %s\n", (long long)result.checked,
               result.ok ? "backward == finite differences" : result.message.c_str());
   check(result.ok, "gradcheck of a small network");

@@ -12,6 +12,7 @@
 // Run:    make lesson N=03        Prints: the story below, then "lesson 03: OK".
 #include <cstdio>
 
+#include "nn/addition.h"
 #include "nn/data.h"
 #include "nn/gpt.h"
 #include "nn/optim.h"
@@ -39,7 +40,8 @@ int main() {
   const int64_t psi = model.num_parameters();  // Ψ, the parameter count
   std::printf("  %lld layers, n_embd %lld, %lld heads: Ψ = %lld parameters\n", (long long)config.n_layer,
               (long long)config.n_embd, (long long)config.n_head, (long long)psi);
-  std::printf("  weights     %8.3f MiB measured   4 x Ψ = %8.3f MiB\n", mib(bytes(MemoryCategory::weights)), mib(4 * psi));
+  std::printf("  weights     %8.3f MiB measured   4 x Ψ = %8.3f MiB\n", mib(bytes(MemoryCategory::weights)),
+              mib(4 * psi));
   check(bytes(MemoryCategory::weights) == 4 * psi, "weights take 4 bytes per parameter (f32)");
 
   section("2. Forward: activations are kept for backward");
@@ -68,7 +70,8 @@ int main() {
 
   section("3. Backward: gradients appear, activations are released");
   loss.backward();
-  std::printf("  grads       %8.3f MiB measured   4 x Ψ = %8.3f MiB\n", mib(bytes(MemoryCategory::grads)), mib(4 * psi));
+  std::printf("  grads       %8.3f MiB measured   4 x Ψ = %8.3f MiB\n", mib(bytes(MemoryCategory::grads)),
+              mib(4 * psi));
   std::printf("  activations still held: %.3f MiB (the loss and logits we still hold)\n",
               mib(bytes(MemoryCategory::activations)));
   check(bytes(MemoryCategory::grads) == 4 * psi, "gradients take 4 bytes per parameter");
@@ -84,8 +87,9 @@ int main() {
               static_cast<double>(states) / psi);
   check(states == 16 * psi, "model states: 16 bytes per parameter");
   std::printf("  peak on %s this step: %.3f MiB (states + activations)\n", gpu.str().c_str(), mib(ledger.peak(gpu)));
-  std::printf("  For a 7B-parameter model that is 112 GB of states alone: more than one GPU holds.\n"
-              "  ZeRO (chapter 6) shards these 16 bytes across data-parallel ranks.\n");
+  std::printf(
+      "  For a 7B-parameter model that is 112 GB of states alone: more than one GPU holds.\n"
+      "  ZeRO (chapter 6) shards these 16 bytes across data-parallel ranks.\n");
 
   section("5. Train: the loss on the answer digits falls");
   double first = loss.item(), last = 0;

@@ -9,8 +9,8 @@ namespace sl::nn {
 
 void GPTConfig::validate() const {
   SL_CHECK(vocab_size > 0 && block_size > 0 && n_layer > 0 && n_head > 0 && n_embd > 0,
-           "GPTConfig: every size must be positive (vocab_size ", vocab_size, ", block_size ", block_size,
-           ", n_layer ", n_layer, ", n_head ", n_head, ", n_embd ", n_embd, ")");
+           "GPTConfig: every size must be positive (vocab_size ", vocab_size, ", block_size ", block_size, ", n_layer ",
+           n_layer, ", n_head ", n_head, ", n_embd ", n_embd, ")");
   SL_CHECK(n_embd % n_head == 0, "GPTConfig: n_embd (", n_embd, ") is not divisible by n_head (", n_head, ")");
   SL_CHECK(dropout >= 0 && dropout < 1, "GPTConfig: dropout must be in [0, 1) (got ", dropout, ")");
 }
@@ -27,15 +27,15 @@ CausalSelfAttention::CausalSelfAttention(const GPTConfig& config, const InitOpti
 
 Tensor CausalSelfAttention::forward(const Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), NH = n_head, HS = C / NH;
-  TensorList qkv = split(c_attn->forward(x), C, 2);  // 3 x [B, T, C]
+  TensorList qkv = split(c_attn->forward(x), C, 2);                                         // 3 x [B, T, C]
   auto heads = [&](const Tensor& t) { return t.reshape({B, T, NH, HS}).transpose(1, 2); };  // [B, NH, T, HS]
   Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
   // softmax(q k^T / sqrt(HS)) with the future masked out, as one fused op: the same numbers as
   // softmax(masked_fill(att * scale, causal_mask(T), -inf)) in a third of the passes.
   Tensor att = causal_softmax(matmul(q, k, false, true), 1.0 / std::sqrt(static_cast<double>(HS)));  // [B, NH, T, T]
   att = dropout(att, dropout_, is_training());
-  Tensor y = matmul(att, v);                          // [B, NH, T, HS]
-  y = y.transpose(1, 2).reshape({B, T, C});           // heads side by side again
+  Tensor y = matmul(att, v);                 // [B, NH, T, HS]
+  y = y.transpose(1, 2).reshape({B, T, C});  // heads side by side again
   return c_proj->forward(dropout(y, dropout_, is_training()));
 }
 
@@ -96,9 +96,9 @@ Tensor GPT::generate(const Tensor& idx, int64_t max_new_tokens) {
   for (int64_t step = 0; step < max_new_tokens; ++step) {
     int64_t T = context.size(1);
     Tensor window = T > config_.block_size ? context.narrow(1, T - config_.block_size, config_.block_size) : context;
-    Tensor logits = forward(window);                                          // [B, T, V]
-    Tensor last = logits.narrow(1, window.size(1) - 1, 1);                    // [B, 1, V]
-    Tensor next = argmax(last, 2).to(context.dtype());                        // [B, 1]
+    Tensor logits = forward(window);                        // [B, T, V]
+    Tensor last = logits.narrow(1, window.size(1) - 1, 1);  // [B, 1, V]
+    Tensor next = argmax(last, 2).to(context.dtype());      // [B, 1]
     context = cat({context, next}, 1);
   }
   return context;

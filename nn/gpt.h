@@ -57,8 +57,8 @@ class GPT : public Module {
  public:
   // Parameters are drawn from a Philox generator seeded with `seed`, in registration order.
   explicit GPT(const GPTConfig& config, uint64_t seed = 0);
-  Tensor forward(const Tensor& idx);                        // idx [B, T] ints -> logits [B, T, V]
-  Tensor loss(const Tensor& idx, const Tensor& targets);    // mean cross-entropy (ignore index -100)
+  Tensor forward(const Tensor& idx);                      // idx [B, T] ints -> logits [B, T, V]
+  Tensor loss(const Tensor& idx, const Tensor& targets);  // mean cross-entropy (ignore index -100)
   // Greedy decoding: appends max_new_tokens argmax tokens to each row of idx [B, T0].
   Tensor generate(const Tensor& idx, int64_t max_new_tokens);
 

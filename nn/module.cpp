@@ -77,8 +77,9 @@ void Module::load_state_dict(const StateDict& state, bool strict) {
     return out.str();
   };
   SL_CHECK(mismatched.empty(), "load_state_dict: shape mismatch for ", join(mismatched));
-  SL_CHECK(!strict || (missing.empty() && unexpected.empty()), "load_state_dict: ",
-           missing.empty() ? "" : "missing keys: " + join(missing), missing.empty() || unexpected.empty() ? "" : "; ",
+  SL_CHECK(!strict || (missing.empty() && unexpected.empty()),
+           "load_state_dict: ", missing.empty() ? "" : "missing keys: " + join(missing),
+           missing.empty() || unexpected.empty() ? "" : "; ",
            unexpected.empty() ? "" : "unexpected keys: " + join(unexpected));
   NoGradGuard no_grad;
   for (auto& [name, param] : own)

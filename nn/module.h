@@ -68,7 +68,10 @@ class ModuleList : public Module {
  public:
   void push_back(std::shared_ptr<Module> module);
   size_t size() const { return modules_.size(); }
-  template <typename M> M& at(size_t i) const { return static_cast<M&>(*modules_.at(i)); }
+  template <typename M>
+  M& at(size_t i) const {
+    return static_cast<M&>(*modules_.at(i));
+  }
 
  private:
   std::vector<std::shared_ptr<Module>> modules_;

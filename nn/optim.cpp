@@ -74,8 +74,10 @@ void SGD::step() {
     if (options.momentum != 0) {
       Tensor& velocity = buffer(i, "momentum_buffer");
       // PyTorch: the first step copies the gradient into the buffer; later steps b = m b + g.
-      if (state_[i].step == 1) velocity.copy_(g);
-      else velocity.mul_(options.momentum).add_(g);
+      if (state_[i].step == 1)
+        velocity.copy_(g);
+      else
+        velocity.mul_(options.momentum).add_(g);
       g = velocity;
     }
     p.add_(g, -lr);
@@ -97,8 +99,9 @@ void AdamW::step() {
     const Tensor& p = params_[i];
     Tensor g = p.grad();
     if (!g.defined()) continue;
-    SL_CHECK(p.dtype() == DType::f32 && g.dtype() == DType::f32, "AdamW: parameter ", i, " is ",
-             dtype_name(p.dtype()), " with a ", dtype_name(g.dtype()), " gradient; AdamW keeps f32 parameters (use an "
+    SL_CHECK(p.dtype() == DType::f32 && g.dtype() == DType::f32, "AdamW: parameter ", i, " is ", dtype_name(p.dtype()),
+             " with a ", dtype_name(g.dtype()),
+             " gradient; AdamW keeps f32 parameters (use an "
              "f32 master copy for mixed precision)");
     int64_t t = ++state_[i].step;
     float* m = buffer(i, "exp_avg").data<float>();
@@ -123,7 +126,8 @@ void AdamW::step() {
 double cosine_lr(int64_t step, int64_t total_steps, int64_t warmup_steps, double max_lr, double min_lr) {
   if (step < warmup_steps) return max_lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
   if (step >= total_steps) return min_lr;
-  double progress = static_cast<double>(step - warmup_steps) / static_cast<double>(std::max<int64_t>(1, total_steps - warmup_steps));
+  double progress =
+      static_cast<double>(step - warmup_steps) / static_cast<double>(std::max<int64_t>(1, total_steps - warmup_steps));
   return min_lr + 0.5 * (1.0 + std::cos(M_PI * progress)) * (max_lr - min_lr);
 }
 

@@ -1,9 +1,10 @@
 // safetensors.cpp — reading and writing safetensors files (the layout is drawn in nn/safetensors.h).
 //
 // Reading trusts nothing: the file size is known first, the header length is checked against it,
-// then the JSON header is parsed and every entry checked (dtype, shape, offsets, byte count, overlap)
-// before any tensor is allocated. Each tensor is then filled by a bounded read of its own bytes, so
-// the memory a file can make us allocate is at most its own size (plus a header of at most 100 MB).
+// then the JSON header is parsed and every entry checked (dtype, shape, offsets, byte count, overlap;
+// nn/safetensors_header.cpp) before any tensor is allocated. Each tensor is then filled by a bounded
+// read of its own bytes, so the memory a file can make us allocate is at most its own size (plus a
+// header of at most 100 MB).
 //
 // Writing follows the reference implementation: tensors sorted by dtype (widest first) then name,
 // packed back to back, the compact JSON header padded with spaces to a multiple of 8 — so every
@@ -18,52 +19,24 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
-#include <limits>
-#include <nlohmann/json.hpp>
-#include <optional>
 #include <utility>
 #include <vector>
+
+#include "nn/safetensors_header.h"
 
 namespace sl::nn {
 namespace {
 
 static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian; so must the host be");
 
-using json = nlohmann::json;
 using detail::concat;
+using safetensors::Header;
+using safetensors::TensorRecord;
 
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // the reference implementation's limit
 constexpr size_t kMaxChunk = size_t{1} << 30;      // one read()/write() call moves at most 1 GiB
 
-// rank is the reference writer's dtype order: tensors are written widest (highest rank) first.
-struct DTypeInfo {
-  DType dtype;
-  const char* name;
-  int rank;
-};
-constexpr DTypeInfo kDTypes[] = {{DType::f16, "F16", 0}, {DType::bf16, "BF16", 1}, {DType::i32, "I32", 2},
-                                 {DType::f32, "F32", 3}, {DType::f64, "F64", 4}, {DType::i64, "I64", 5}};
-
-const DTypeInfo& info_of(DType dtype) {
-  for (const DTypeInfo& info : kDTypes)
-    if (info.dtype == dtype) return info;
-  detail::throw_internal("every DType has a safetensors name", __FILE__, __LINE__);
-}
-
 std::string errno_text() { return std::strerror(errno); }
-
-// A JSON value shown in an error message, cut short: a hostile header may hold megabytes of it.
-std::string brief(const json& value) {
-  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
-  return text.size() <= 40 ? text : text.substr(0, 40) + "...";
-}
-
-// A JSON non-negative integer, or nothing (negative, fractional, string, bool, ...).
-std::optional<uint64_t> as_count(const json& value) {
-  if (value.is_number_unsigned()) return value.get<uint64_t>();
-  if (value.is_number_integer() && value.get<int64_t>() >= 0) return static_cast<uint64_t>(value.get<int64_t>());
-  return std::nullopt;
-}
 
 // A file descriptor, closed when the handle goes away.
 class FileHandle {
@@ -85,7 +58,7 @@ FileHandle open_for_reading(const std::string& path, const std::string& where, u
   // O_NONBLOCK: opening a FIFO must not hang; it is then refused as not a regular file.
   FileHandle file(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   SL_CHECK(file.fd() >= 0, where, "cannot open for reading: ", errno_text());
-  struct stat info{};
+  struct stat info {};
   SL_CHECK(::fstat(file.fd(), &info) == 0, where, "cannot stat: ", errno_text());
   SL_CHECK(S_ISREG(info.st_mode), where, "not a regular file");
   file_size = static_cast<uint64_t>(info.st_size);
@@ -119,94 +92,7 @@ void write_all(int fd, const void* from, uint64_t bytes, const std::string& wher
 
 // ---- reading the header -------------------------------------------------------------------------
 
-struct TensorRecord {
-  std::string name;
-  DType dtype = DType::f32;
-  Shape shape;
-  uint64_t begin = 0, end = 0;  // byte range in the data buffer
-};
-
-struct Header {
-  std::map<std::string, std::string> metadata;
-  std::vector<TensorRecord> tensors;
-  uint64_t data_start = 0;  // file offset of the data buffer: 8 + N
-};
-
-std::map<std::string, std::string> parse_metadata(const json& value, const std::string& where) {
-  SL_CHECK(value.is_object(), where, "\"__metadata__\" must be an object of string to string, got ", brief(value));
-  std::map<std::string, std::string> metadata;
-  for (const auto& [key, text] : value.items()) {
-    SL_CHECK(text.is_string(), where, "\"__metadata__\" must map strings to strings, but key '", key, "' holds ",
-             brief(text));
-    metadata[key] = text.get<std::string>();
-  }
-  return metadata;
-}
-
-TensorRecord parse_entry(const std::string& name, const json& entry, uint64_t data_bytes, const std::string& where) {
-  std::string at = concat(where, "tensor '", name, "': ");
-  SL_CHECK(entry.is_object(), at, "the entry must be a JSON object, got ", brief(entry));
-  for (const char* key : {"dtype", "shape", "data_offsets"}) SL_CHECK(entry.contains(key), at, "missing \"", key, "\"");
-  TensorRecord record;
-  record.name = name;
-
-  const json& dtype = entry["dtype"];
-  SL_CHECK(dtype.is_string(), at, "\"dtype\" must be a string, got ", brief(dtype));
-  const DTypeInfo* info = nullptr;
-  for (const DTypeInfo& candidate : kDTypes)
-    if (dtype.get<std::string>() == candidate.name) info = &candidate;
-  SL_CHECK(info != nullptr, at, "unknown dtype ", brief(dtype), " (shardlab reads F32, F64, BF16, F16, I32, I64)");
-  record.dtype = info->dtype;
-
-  // numel and bytes with overflow-checked products: a hostile shape must not wrap around to a small size.
-  const json& shape = entry["shape"];
-  SL_CHECK(shape.is_array(), at, "\"shape\" must be an array, got ", brief(shape));
-  int64_t numel = 1;
-  for (const json& size : shape) {
-    std::optional<uint64_t> count = as_count(size);
-    SL_CHECK(count && *count <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), at, "shape entry ",
-             brief(size), " is not a non-negative integer (shape ", brief(shape), ")");
-    SL_CHECK(!__builtin_mul_overflow(numel, static_cast<int64_t>(*count), &numel), at, "shape ", brief(shape),
-             " overflows int64 (its element count)");
-    record.shape.push_back(static_cast<int64_t>(*count));
-  }
-  int64_t nbytes = 0;
-  SL_CHECK(!__builtin_mul_overflow(numel, static_cast<int64_t>(dtype_size(record.dtype)), &nbytes), at, "shape ",
-           record.shape, " of ", info->name, " overflows int64 in bytes");
-
-  const json& offsets = entry["data_offsets"];
-  SL_CHECK(offsets.is_array() && offsets.size() == 2, at, "\"data_offsets\" must be [begin, end], got ",
-           brief(offsets));
-  std::optional<uint64_t> begin = as_count(offsets[0]), end = as_count(offsets[1]);
-  SL_CHECK(begin && end, at, "\"data_offsets\" ", brief(offsets), " must be non-negative integers [begin, end]");
-  SL_CHECK(*begin <= *end, at, "data_offsets [", *begin, ", ", *end, "]: begin ", *begin, " > end ", *end);
-  SL_CHECK(*end <= data_bytes, at, "data_offsets [", *begin, ", ", *end, "] run past the end of the data buffer (",
-           data_bytes, " bytes)");
-  SL_CHECK(*end - *begin == static_cast<uint64_t>(nbytes), at, "data_offsets [", *begin, ", ", *end, "] hold ",
-           *end - *begin, " bytes but shape ", record.shape, " of ", info->name, " needs ", nbytes);
-  record.begin = *begin;
-  record.end = *end;
-  return record;
-}
-
-// Two tensors may not share bytes. Sorted by begin, it is enough that each starts at or after the
-// previous one's end. Empty tensors own no bytes and cannot overlap anything.
-void check_no_overlap(const std::vector<TensorRecord>& tensors, const std::string& where) {
-  std::vector<const TensorRecord*> by_begin;
-  for (const TensorRecord& record : tensors)
-    if (record.end > record.begin) by_begin.push_back(&record);
-  std::sort(by_begin.begin(), by_begin.end(), [](const TensorRecord* a, const TensorRecord* b) {
-    return std::pair(a->begin, a->end) < std::pair(b->begin, b->end);
-  });
-  for (size_t i = 1; i < by_begin.size(); ++i) {
-    const TensorRecord& previous = *by_begin[i - 1];
-    const TensorRecord& current = *by_begin[i];
-    SL_CHECK(current.begin >= previous.end, where, "tensors '", previous.name, "' (data_offsets [", previous.begin,
-             ", ", previous.end, "]) and '", current.name, "' (data_offsets [", current.begin, ", ", current.end,
-             "]) overlap");
-  }
-}
-
+// The 8-byte length N, checked against the file, then the N bytes of header, parsed and checked.
 Header read_header(int fd, uint64_t file_size, const std::string& where) {
   SL_CHECK(file_size >= 8, where, "the file is ", file_size, " bytes, shorter than the 8-byte header length");
   uint64_t header_bytes = 0;
@@ -217,26 +103,7 @@ Header read_header(int fd, uint64_t file_size, const std::string& where) {
            kMaxHeaderBytes, " bytes");
   std::string text(header_bytes, '\0');
   read_exact(fd, text.data(), header_bytes, 8, where);
-
-  json parsed;
-  try {
-    parsed = json::parse(text);
-  } catch (const json::exception& e) {
-    throw Error(concat(where, "the header is not valid JSON (", e.what(), ")"));
-  }
-  SL_CHECK(parsed.is_object(), where, "the header is not a JSON object (it is ", parsed.type_name(), ")");
-
-  Header header;
-  header.data_start = 8 + header_bytes;
-  uint64_t data_bytes = file_size - header.data_start;
-  for (const auto& [name, entry] : parsed.items()) {
-    if (name == "__metadata__")
-      header.metadata = parse_metadata(entry, where);
-    else
-      header.tensors.push_back(parse_entry(name, entry, data_bytes, where));
-  }
-  check_no_overlap(header.tensors, where);
-  return header;
+  return safetensors::parse_header(text, file_size, where);
 }
 
 }  // namespace
@@ -281,27 +148,18 @@ void save_safetensors(const std::string& path, const StateDict& tensors,
   }
   // The map gives name order; a stable sort by dtype rank keeps it within each dtype.
   std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
-    return info_of(a.host.dtype()).rank > info_of(b.host.dtype()).rank;
+    return safetensors::write_rank(a.host.dtype()) > safetensors::write_rank(b.host.dtype());
   });
 
-  // ordered_json keeps insertion order: __metadata__ first, then the tensors in data order.
-  nlohmann::ordered_json header = nlohmann::ordered_json::object();
-  if (!metadata.empty()) header["__metadata__"] = metadata;
+  // Packed back to back in that order.
+  std::vector<TensorRecord> records;
   uint64_t offset = 0;
   for (const Item& item : items) {
     auto bytes = static_cast<uint64_t>(item.host.nbytes());
-    header[*item.name] = {{"dtype", info_of(item.host.dtype()).name},
-                          {"shape", static_cast<const std::vector<int64_t>&>(item.host.shape())},
-                          {"data_offsets", nlohmann::ordered_json::array({offset, offset + bytes})}};
+    records.push_back({*item.name, item.host.dtype(), item.host.shape(), offset, offset + bytes});
     offset += bytes;
   }
-  std::string text;
-  try {
-    text = header.dump();
-  } catch (const nlohmann::ordered_json::exception& e) {
-    throw Error(concat(where, "a tensor name or metadata string is not valid UTF-8 (", e.what(), ")"));
-  }
-  text.append((8 - text.size() % 8) % 8, ' ');  // the data then starts 8-byte aligned
+  const std::string text = safetensors::format_header(records, metadata, where);
 
   // Write PATH.tmp and rename it over PATH: a crash leaves either the old file or the new one.
   std::string temp_path = path + ".tmp";

@@ -9,10 +9,10 @@
 namespace sl {
 
 struct CudaInfo {
-  bool built = false;             // compiled with the CUDA backend
-  int device_count = 0;           // GPUs found at run time
-  std::string error;              // why none were found (the CUDA error string), if so
-  std::vector<std::string> names; // e.g. "NVIDIA H100 80GB HBM3 (sm_90, 79.1 GiB)"
+  bool built = false;              // compiled with the CUDA backend
+  int device_count = 0;            // GPUs found at run time
+  std::string error;               // why none were found (the CUDA error string), if so
+  std::vector<std::string> names;  // e.g. "NVIDIA H100 80GB HBM3 (sm_90, 79.1 GiB)"
 };
 
 CudaInfo cuda_info();

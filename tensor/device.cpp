@@ -15,11 +15,12 @@ Device Device::parse(const std::string& text) {
     kind = text.substr(0, colon);
     index = text.substr(colon + 1);
   }
-  SL_CHECK(kind == "cpu" || kind == "cuda", "Device: unknown device '", text, "' (expected cpu, cpu:N, cuda or cuda:N)");
+  SL_CHECK(kind == "cpu" || kind == "cuda", "Device: unknown device '", text,
+           "' (expected cpu, cpu:N, cuda or cuda:N)");
   int number = 0;
   if (!index.empty()) {
-    SL_CHECK(index.size() <= 4 && index.find_first_not_of("0123456789") == std::string::npos,
-             "Device: bad index in '", text, "' (expected a number from 0 to ", kMaxDevices - 1, ")");
+    SL_CHECK(index.size() <= 4 && index.find_first_not_of("0123456789") == std::string::npos, "Device: bad index in '",
+             text, "' (expected a number from 0 to ", kMaxDevices - 1, ")");
     number = std::stoi(index);
   }
   SL_CHECK(number < kMaxDevices, "Device: index ", number, " in '", text, "' is past ", kMaxDevices - 1);

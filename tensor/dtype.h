@@ -60,11 +60,20 @@ struct f16 {
     uint32_t u = float_bits(f);
     uint32_t sign = (u >> 16) & 0x8000u;
     uint32_t abs = u & 0x7fffffffu;
-    if (abs > 0x7f800000u) { bits = static_cast<uint16_t>(sign | 0x7e00u); return; }  // NaN
-    if (abs >= 0x477ff000u) { bits = static_cast<uint16_t>(sign | 0x7c00u); return; }  // overflow -> inf
+    if (abs > 0x7f800000u) {
+      bits = static_cast<uint16_t>(sign | 0x7e00u);
+      return;
+    }  // NaN
+    if (abs >= 0x477ff000u) {
+      bits = static_cast<uint16_t>(sign | 0x7c00u);
+      return;
+    }                         // overflow -> inf
     if (abs < 0x38800000u) {  // result is subnormal (or zero): shift the mantissa, round to even
       int shift = 126 - static_cast<int>(abs >> 23);  // value = mant * 2^(e-150), half = value * 2^24
-      if (shift > 24) { bits = static_cast<uint16_t>(sign); return; }
+      if (shift > 24) {
+        bits = static_cast<uint16_t>(sign);
+        return;
+      }
       uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
       uint32_t half = mant >> shift;
       uint32_t rest = mant & ((1u << shift) - 1);
@@ -81,7 +90,7 @@ struct f16 {
     uint32_t exp = (bits >> 10) & 0x1fu;
     uint32_t mant = bits & 0x3ffu;
     if (exp == 0x1f) return bits_float(sign | 0x7f800000u | (mant << 13));  // inf / NaN
-    if (exp == 0) {  // zero or subnormal: value = mant * 2^-24
+    if (exp == 0) {                                                         // zero or subnormal: value = mant * 2^-24
       float v = static_cast<float>(mant) * 5.9604644775390625e-8f;
       return sign ? -v : v;
     }
@@ -90,17 +99,46 @@ struct f16 {
 };
 
 // The C++ type behind each dtype, and the type its math runs in.
-template <typename T> struct dtype_of;
-template <> struct dtype_of<float> { static constexpr DType value = DType::f32; };
-template <> struct dtype_of<double> { static constexpr DType value = DType::f64; };
-template <> struct dtype_of<bf16> { static constexpr DType value = DType::bf16; };
-template <> struct dtype_of<f16> { static constexpr DType value = DType::f16; };
-template <> struct dtype_of<int32_t> { static constexpr DType value = DType::i32; };
-template <> struct dtype_of<int64_t> { static constexpr DType value = DType::i64; };
+template <typename T>
+struct dtype_of;
+template <>
+struct dtype_of<float> {
+  static constexpr DType value = DType::f32;
+};
+template <>
+struct dtype_of<double> {
+  static constexpr DType value = DType::f64;
+};
+template <>
+struct dtype_of<bf16> {
+  static constexpr DType value = DType::bf16;
+};
+template <>
+struct dtype_of<f16> {
+  static constexpr DType value = DType::f16;
+};
+template <>
+struct dtype_of<int32_t> {
+  static constexpr DType value = DType::i32;
+};
+template <>
+struct dtype_of<int64_t> {
+  static constexpr DType value = DType::i64;
+};
 
-template <typename T> struct compute_type { using type = T; };
-template <> struct compute_type<bf16> { using type = float; };
-template <> struct compute_type<f16> { using type = float; };
-template <typename T> using compute_t = typename compute_type<T>::type;
+template <typename T>
+struct compute_type {
+  using type = T;
+};
+template <>
+struct compute_type<bf16> {
+  using type = float;
+};
+template <>
+struct compute_type<f16> {
+  using type = float;
+};
+template <typename T>
+using compute_t = typename compute_type<T>::type;
 
 }  // namespace sl

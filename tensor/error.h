@@ -2,7 +2,8 @@
 //
 //   SL_CHECK(cond, parts...)  a *user* error (bad shape, bad dim, bad index): throws sl::Error whose
 //                             message is the parts streamed together, e.g.
-//                             SL_CHECK(k == k2, "matmul: shapes cannot be multiplied (", a.shape(), " and ", b.shape(), ")")
+//                             SL_CHECK(k == k2, "matmul: shapes cannot be multiplied (", a.shape(), " and ", b.shape(),
+//                             ")")
 //   SL_ASSERT(cond)           a broken *internal* invariant (a bug in shardlab, not in your input):
 //                             throws sl::InternalError with file and line.
 //
@@ -38,8 +39,8 @@ std::string concat(const Parts&... parts) {
 
 }  // namespace sl
 
-#define SL_CHECK(cond, ...)                                    \
-  do {                                                         \
+#define SL_CHECK(cond, ...)                                            \
+  do {                                                                 \
     if (!(cond)) throw ::sl::Error(::sl::detail::concat(__VA_ARGS__)); \
   } while (0)
 

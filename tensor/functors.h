@@ -55,9 +55,14 @@ SL_HOST_DEVICE inline float fast_exp(float x) {
 }
 
 // e^x in the compute type: the vectorizable exp for float, std::exp otherwise.
-template <typename T> SL_HOST_DEVICE inline T exp_of(T x) { return std::exp(x); }
-template <> SL_HOST_DEVICE inline float exp_of<float>(float x) { return fast_exp(x); }
-
+template <typename T>
+SL_HOST_DEVICE inline T exp_of(T x) {
+  return std::exp(x);
+}
+template <>
+SL_HOST_DEVICE inline float exp_of<float>(float x) {
+  return fast_exp(x);
+}
 
 // One line per formula reads as a table; clang-format would break every template onto three lines.
 // clang-format off

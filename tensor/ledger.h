@@ -32,13 +32,13 @@ class MemoryLedger {
   void release(Device device, MemoryCategory category, int64_t bytes);
   void record_transfer(Device from, Device to, int64_t bytes);
 
-  int64_t current(Device device) const;                            // all categories
-  int64_t peak(Device device) const;                               // highest total since reset
+  int64_t current(Device device) const;  // all categories
+  int64_t peak(Device device) const;     // highest total since reset
   int64_t current(Device device, MemoryCategory category) const;
   int64_t peak(Device device, MemoryCategory category) const;
-  int64_t transferred(Device from, Device to) const;               // bytes copied by to()
+  int64_t transferred(Device from, Device to) const;  // bytes copied by to()
 
-  void reset_peak(Device device);  // peaks := current values (start a new measurement)
+  void reset_peak(Device device);           // peaks := current values (start a new measurement)
   std::string report(Device device) const;  // a small table, one line per category
 
  private:
@@ -47,7 +47,7 @@ class MemoryLedger {
     std::array<int64_t, kNumMemoryCategories> category_current{}, category_peak{};
   };
   mutable std::mutex mutex_;
-  std::map<std::string, Account> accounts_;  // keyed by Device::str()
+  std::map<std::string, Account> accounts_;   // keyed by Device::str()
   std::map<std::string, int64_t> transfers_;  // "cpu:0->cpu:1"
 };
 

@@ -34,10 +34,10 @@ Tensor randn(const Shape& shape, const TensorOptions& options = {}, Generator* g
 // Only the region [starts[d], starts[d] + sizes[d]) of a `full_shape` random tensor: equal, byte
 // for byte, to narrowing the full tensor. The generator advances by full_shape.numel(), as for the
 // full draw, so ranks that each generate their own shard stay in step.
-Tensor rand_region(const Shape& full_shape, const Shape& starts, const Shape& sizes,
-                   const TensorOptions& options = {}, Generator* generator = nullptr);
-Tensor randn_region(const Shape& full_shape, const Shape& starts, const Shape& sizes,
-                    const TensorOptions& options = {}, Generator* generator = nullptr);
+Tensor rand_region(const Shape& full_shape, const Shape& starts, const Shape& sizes, const TensorOptions& options = {},
+                   Generator* generator = nullptr);
+Tensor randn_region(const Shape& full_shape, const Shape& starts, const Shape& sizes, const TensorOptions& options = {},
+                    Generator* generator = nullptr);
 
 // ---- elementwise unary (tensor/ops/unary.cpp) -----------------------------------------------------
 Tensor neg(const Tensor& x);
@@ -83,7 +83,7 @@ Tensor mean(const Tensor& x);
 Tensor max(const Tensor& x);
 Tensor sum(const Tensor& x, int dim, bool keepdim = false);
 Tensor mean(const Tensor& x, int dim, bool keepdim = false);
-Tensor max(const Tensor& x, int dim, bool keepdim = false);  // gradient goes to the first maximum
+Tensor max(const Tensor& x, int dim, bool keepdim = false);     // gradient goes to the first maximum
 Tensor argmax(const Tensor& x, int dim, bool keepdim = false);  // i64, not differentiable
 
 // ---- normalisation and losses (tensor/ops/softmax.cpp, layer_norm.cpp, loss.cpp) ---------------------
@@ -123,7 +123,7 @@ std::vector<Tensor> split(const Tensor& x, int64_t size, int dim);  // equal pie
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int dim);
 
 // ---- casts and copies (tensor/ops/cast.cpp) -------------------------------------------------------------
-Tensor cast(const Tensor& x, DType dtype);  // differentiable between floating dtypes
+Tensor cast(const Tensor& x, DType dtype);         // differentiable between floating dtypes
 Tensor to_device(const Tensor& x, Device device);  // differentiable
 
 // ---- comparisons used by tests -------------------------------------------------------------------------

@@ -62,7 +62,7 @@ class Generator {
   uint64_t offset_ = 0;
 };
 
-Generator& default_generator();    // this thread's generator
+Generator& default_generator();   // this thread's generator
 void manual_seed(uint64_t seed);  // resets this thread's generator to (seed, offset 0)
 
 }  // namespace sl

@@ -14,7 +14,7 @@ struct Shape : std::vector<int64_t> {
   using std::vector<int64_t>::vector;
   Shape() = default;
   Shape(const std::vector<int64_t>& sizes) : std::vector<int64_t>(sizes) {}  // NOLINT
-  int64_t numel() const;  // product of the sizes; 1 for a scalar []
+  int64_t numel() const;                                                     // product of the sizes; 1 for a scalar []
   int dim() const { return static_cast<int>(size()); }
   std::string str() const;  // "[2, 3]"
 };

@@ -7,8 +7,7 @@
 
 namespace sl {
 
-Storage::Storage(int64_t bytes, Device device)
-    : bytes_(bytes), device_(device), category_(MemoryScope::current()) {
+Storage::Storage(int64_t bytes, Device device) : bytes_(bytes), device_(device), category_(MemoryScope::current()) {
   SL_ASSERT(bytes >= 0);
   SL_CHECK(device.is_cpu(), "Storage: cannot allocate on ", device,
            ": this build of shardlab has no CUDA backend (build with CUDA=1 on a machine with nvcc)");

@@ -21,7 +21,8 @@ Tensor Tensor::empty(const Shape& shape, const TensorOptions& options) {
 }
 
 TensorImpl& Tensor::checked() const {
-  SL_CHECK(impl_ != nullptr, "Tensor: this tensor is undefined (default-constructed, or a gradient that was never computed)");
+  SL_CHECK(impl_ != nullptr,
+           "Tensor: this tensor is undefined (default-constructed, or a gradient that was never computed)");
   return *impl_;
 }
 
@@ -152,8 +153,10 @@ void Tensor::set_grad(const Tensor& grad) const {
 }
 
 void Tensor::register_post_accumulate_grad_hook(PostAccumulateGradHook hook) const {
-  SL_CHECK(is_leaf() && requires_grad(), "register_post_accumulate_grad_hook: only leaf tensors that require grad "
-           "accumulate gradients (shape ", shape(), ")");
+  SL_CHECK(is_leaf() && requires_grad(),
+           "register_post_accumulate_grad_hook: only leaf tensors that require grad "
+           "accumulate gradients (shape ",
+           shape(), ")");
   checked().post_accumulate_grad_hooks.push_back(std::move(hook));
 }
 

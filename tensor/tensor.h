@@ -37,9 +37,21 @@ struct TensorOptions {
   TensorOptions(DType dtype, std::optional<Device> device = std::nullopt, bool requires_grad = false)  // NOLINT
       : dtype(dtype), device(device), requires_grad(requires_grad) {}
 
-  TensorOptions with_dtype(DType d) const { auto o = *this; o.dtype = d; return o; }
-  TensorOptions with_device(Device d) const { auto o = *this; o.device = d; return o; }
-  TensorOptions with_requires_grad(bool r = true) const { auto o = *this; o.requires_grad = r; return o; }
+  TensorOptions with_dtype(DType d) const {
+    auto o = *this;
+    o.dtype = d;
+    return o;
+  }
+  TensorOptions with_device(Device d) const {
+    auto o = *this;
+    o.device = d;
+    return o;
+  }
+  TensorOptions with_requires_grad(bool r = true) const {
+    auto o = *this;
+    o.requires_grad = r;
+    return o;
+  }
   Device resolved_device() const { return device ? *device : current_device(); }
 };
 
@@ -83,27 +95,32 @@ class Tensor {
 
   // ---- data ------------------------------------------------------------------------------------
   // data<T>() checks that T matches the dtype: t.data<float>() on an f64 tensor throws.
-  template <typename T> T* data() const {
+  template <typename T>
+  T* data() const {
     SL_CHECK(dtype_of<T>::value == dtype(), "Tensor::data: asked for ", dtype_name(dtype_of<T>::value),
              " but the tensor is ", dtype_name(dtype()));
     return static_cast<T*>(raw_data());
   }
   void* raw_data() const;
-  double item() const;                       // the value of a one-element tensor
-  std::vector<double> to_vector() const;     // all values, converted to double (for tests, printing)
-  template <typename T> std::vector<T> values() const { const T* p = data<T>(); return {p, p + numel()}; }
+  double item() const;                    // the value of a one-element tensor
+  std::vector<double> to_vector() const;  // all values, converted to double (for tests, printing)
+  template <typename T>
+  std::vector<T> values() const {
+    const T* p = data<T>();
+    return {p, p + numel()};
+  }
 
   // ---- copies and views ------------------------------------------------------------------------
-  Tensor to(Device device) const;  // copies (counted by the ledger as a transfer); same device: self
-  Tensor to(DType dtype) const;    // cast (differentiable); same dtype: self
-  Tensor clone() const;            // a copy with its own storage (differentiable)
-  Tensor detach() const;           // same storage, cut from the graph
+  Tensor to(Device device) const;            // copies (counted by the ledger as a transfer); same device: self
+  Tensor to(DType dtype) const;              // cast (differentiable); same dtype: self
+  Tensor clone() const;                      // a copy with its own storage (differentiable)
+  Tensor detach() const;                     // same storage, cut from the graph
   Tensor reshape(const Shape& shape) const;  // same storage; one size may be -1
   // A non-differentiable view of `shape` starting `offset` elements into this tensor's data (same
   // storage): how flat parameter and gradient buffers hand out per-parameter views.
   Tensor flat_view(int64_t offset, const Shape& shape) const;
-  Tensor transpose(int dim0, int dim1) const;  // copies
-  Tensor permute(const std::vector<int>& dims) const;  // copies
+  Tensor transpose(int dim0, int dim1) const;                   // copies
+  Tensor permute(const std::vector<int>& dims) const;           // copies
   Tensor narrow(int dim, int64_t start, int64_t length) const;  // copies
 
   // ---- in-place (no autograd; for optimizers and communication buffers) -------------------------
@@ -118,7 +135,7 @@ class Tensor {
   const Tensor& set_requires_grad(bool requires_grad = true) const;  // leaves only
   bool is_leaf() const { return checked().grad_fn == nullptr; }
   Tensor grad() const { return Tensor(checked().grad); }  // undefined until a backward reaches it
-  void set_grad(const Tensor& grad) const;  // undefined Tensor clears it
+  void set_grad(const Tensor& grad) const;                // undefined Tensor clears it
   const std::shared_ptr<Node>& grad_fn() const { return checked().grad_fn; }
   // Backpropagates from this tensor. Without a gradient the tensor must hold one element.
   void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;

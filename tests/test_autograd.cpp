@@ -72,7 +72,10 @@ TEST(Autograd, NoGradGuardRecordsNothingAndIsPerThread) {
     NoGradGuard no_grad;
     EXPECT_FALSE(mul(x, 2.0).requires_grad());
     // Another thread (another rank) still records.
-    std::thread other([&] { EXPECT_TRUE(GradMode::is_enabled()); EXPECT_TRUE(mul(x, 2.0).requires_grad()); });
+    std::thread other([&] {
+      EXPECT_TRUE(GradMode::is_enabled());
+      EXPECT_TRUE(mul(x, 2.0).requires_grad());
+    });
     other.join();
     EnableGradGuard enable;
     EXPECT_TRUE(mul(x, 2.0).requires_grad());
@@ -199,7 +202,10 @@ TEST(Autograd, IntegerTensorsCannotRequireGrad) {
 
 TEST(Autograd, GradcheckCatchesAWrongBackward) {
   struct WrongSquare : Function<WrongSquare> {
-    static Tensor forward(FunctionCtx& ctx, const Tensor& x) { ctx.save_for_backward({x}); return mul(x, x); }
+    static Tensor forward(FunctionCtx& ctx, const Tensor& x) {
+      ctx.save_for_backward({x});
+      return mul(x, x);
+    }
     static TensorList backward(FunctionCtx& ctx, const TensorList& g) { return {mul(g[0], ctx.saved()[0])}; }
   };
   Tensor x = randn({4}, TensorOptions{DType::f64}.with_requires_grad());

@@ -1,7 +1,7 @@
 // Training data (nn/data.h): the batching rule element by element, rank slices, token files, every
 // error, and the addition task: line format, the held-out split, the loss mask, determinism, evaluate.
-#include <gtest/gtest.h>
 #include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -10,6 +10,7 @@
 #include <set>
 #include <string>
 
+#include "nn/addition.h"
 #include "nn/data.h"
 #include "tensor/ops.h"
 
@@ -99,7 +100,9 @@ TEST(TokenStream, RankSliceEqualsTheSameRowsOfTheFullBatch) {
   for (int64_t step : {0, 1, 7}) {
     auto full_inputs = stream.get_batch(step, B, T).inputs.values<int64_t>();
     auto full_targets = stream.get_batch(step, B, T).targets.values<int64_t>();
-    struct Slice { int64_t begin, end; };
+    struct Slice {
+      int64_t begin, end;
+    };
     for (Slice slice : {Slice{0, 2}, Slice{2, 4}, Slice{6, 8}, Slice{3, 8}, Slice{7, 8}, Slice{0, 8}}) {
       Batch part = stream.get_batch(step, B, T, slice.begin, slice.end);
       ASSERT_EQ(part.inputs.shape(), (Shape{slice.end - slice.begin, T}));

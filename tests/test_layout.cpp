@@ -27,10 +27,10 @@ std::string message_of(const std::function<void()>& fn) {
   return "(no error)";
 }
 
-#define EXPECT_MESSAGE_HAS(statement, ...)                                         \
-  do {                                                                             \
-    std::string message = message_of([&] { statement; });                          \
-    for (const char* part : {__VA_ARGS__})                                         \
+#define EXPECT_MESSAGE_HAS(statement, ...)                                                        \
+  do {                                                                                            \
+    std::string message = message_of([&] { statement; });                                         \
+    for (const char* part : {__VA_ARGS__})                                                        \
       EXPECT_NE(message.find(part), std::string::npos) << "'" << part << "' not in: " << message; \
   } while (0)
 
@@ -289,7 +289,11 @@ TEST(LayoutGradcheck, Transpose) {
 }
 
 TEST(LayoutGradcheck, Permute) {
-  expect_gradcheck([](const TensorList& in) { return permute(in[0], {2, 0, 3, 1}); }, {randn({2, 3, 4, 2}, f64_grad())});
+  expect_gradcheck(
+      [](const TensorList& in) {
+        return permute(in[0], {2, 0, 3, 1});
+      },
+      {randn({2, 3, 4, 2}, f64_grad())});
 }
 
 TEST(LayoutGradcheck, Narrow) {
@@ -297,11 +301,17 @@ TEST(LayoutGradcheck, Narrow) {
 }
 
 TEST(LayoutGradcheck, Cat) {
-  expect_gradcheck([](const TensorList& in) { return cat({in[0], in[1]}, -1); },
-                   {randn({2, 3}, f64_grad()), randn({2, 2}, f64_grad())});
+  expect_gradcheck(
+      [](const TensorList& in) {
+        return cat({in[0], in[1]}, -1);
+      },
+      {randn({2, 3}, f64_grad()), randn({2, 2}, f64_grad())});
   // Only the second input needs a gradient.
-  expect_gradcheck([](const TensorList& in) { return cat({in[0], in[1]}, 0); },
-                   {randn({1, 3}, TensorOptions{DType::f64}), randn({2, 3}, f64_grad())});
+  expect_gradcheck(
+      [](const TensorList& in) {
+        return cat({in[0], in[1]}, 0);
+      },
+      {randn({1, 3}, TensorOptions{DType::f64}), randn({2, 3}, f64_grad())});
 }
 
 TEST(LayoutGradcheck, CatOfTheSameTensorTwice) {
@@ -310,19 +320,23 @@ TEST(LayoutGradcheck, CatOfTheSameTensorTwice) {
 
 TEST(LayoutGradcheck, Split) {
   // Pieces 0 and 2 used (in the other order), piece 1 dropped: its gradient is zero.
-  expect_gradcheck([](const TensorList& in) {
-    std::vector<Tensor> pieces = split(in[0], {1, 2, 2}, 1);
-    return cat({pieces[2], pieces[0]}, 1);
-  }, {randn({3, 5}, f64_grad())});
+  expect_gradcheck(
+      [](const TensorList& in) {
+        std::vector<Tensor> pieces = split(in[0], {1, 2, 2}, 1);
+        return cat({pieces[2], pieces[0]}, 1);
+      },
+      {randn({3, 5}, f64_grad())});
   expect_gradcheck([](const TensorList& in) { return split(in[0], 2, 0)[2]; }, {randn({5, 2}, f64_grad())});
 }
 
 TEST(LayoutGradcheck, ChunkWithOnlyTheFirstChunkUsed) {
   expect_gradcheck([](const TensorList& in) { return sum(chunk(in[0], 3, -1)[0]); }, {randn({2, 6}, f64_grad())});
-  expect_gradcheck([](const TensorList& in) {
-    std::vector<Tensor> qkv = chunk(in[0], 3, 2);
-    return add(qkv[0], qkv[2]);
-  }, {randn({1, 2, 6}, f64_grad())});
+  expect_gradcheck(
+      [](const TensorList& in) {
+        std::vector<Tensor> qkv = chunk(in[0], 3, 2);
+        return add(qkv[0], qkv[2]);
+      },
+      {randn({1, 2, 6}, f64_grad())});
 }
 
 }  // namespace

@@ -22,7 +22,7 @@ TEST(Ledger, TwoScopesExactCurrentAndPeak) {
     }
     {
       MemoryScope scope(MemoryCategory::optimizer);
-      optimizer_state = zeros({2, 256, 128});  // two moments: 262144 bytes
+      optimizer_state = zeros({2, 256, 128});                     // two moments: 262144 bytes
       Tensor scratch = zeros({1000}, TensorOptions{DType::f64});  // 8000 bytes, freed at the brace
       EXPECT_EQ(ledger.current(dev, MemoryCategory::optimizer), 262144 + 8000);
     }

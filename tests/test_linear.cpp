@@ -54,8 +54,8 @@ TEST_P(LinearGradcheck, MatchesFiniteDifferences) {
   int64_t in = c.x.back();
   TensorList inputs = {randn(c.x, f64, &gen), randn({3, in}, f64, &gen)};
   if (c.bias) inputs.push_back(randn({3}, f64, &gen));
-  GradcheckResult result = gradcheck(
-      [&](const TensorList& t) { return linear(t[0], t[1], c.bias ? t[2] : Tensor()); }, inputs);
+  GradcheckResult result =
+      gradcheck([&](const TensorList& t) { return linear(t[0], t[1], c.bias ? t[2] : Tensor()); }, inputs);
   EXPECT_TRUE(result.ok) << result.message;
 }
 

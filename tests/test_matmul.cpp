@@ -59,7 +59,8 @@ std::vector<double> naive_matmul(const Tensor& a, const Tensor& b, bool ta, bool
     for (int64_t m = 0; m < M; ++m)
       for (int64_t n = 0; n < N; ++n) {
         double total = 0;
-        for (int64_t k = 0; k < K; ++k) total += (ta ? A[k * M + m] : A[m * K + k]) * (tb ? B[n * K + k] : B[k * N + n]);
+        for (int64_t k = 0; k < K; ++k)
+          total += (ta ? A[k * M + m] : A[m * K + k]) * (tb ? B[n * K + k] : B[k * N + n]);
         out[(e * M + m) * N + n] = total;
       }
   }
@@ -193,23 +194,52 @@ TEST(Matmul, ErrorMessages) {
   } catch (const sl::Error& e) {
     EXPECT_STREQ(e.what(), "matmul: shapes cannot be multiplied ([2, 3] and [4, 5])");
   }
-  expect_error([] { sl::matmul(sl::zeros({4, 3}), sl::zeros({4, 5}), false, false); },
-               "matmul: shapes cannot be multiplied ([4, 3] and [4, 5])");
-  expect_error([] { sl::matmul(sl::zeros({3, 2}), sl::zeros({4, 5}), true, false); },
-               "matmul: shapes cannot be multiplied ([3, 2] and [4, 5] with transpose_a)");
-  expect_error([] { sl::matmul(sl::zeros({2, 3}), sl::zeros({4, 5}), false, true); },
-               "matmul: shapes cannot be multiplied ([2, 3] and [4, 5] with transpose_b)");
-  expect_error([] { sl::matmul(sl::zeros({2, 3}), sl::zeros({4, 5}), true, true); },
-               "([2, 3] and [4, 5] with transpose_a and transpose_b)");
-  expect_error([] { sl::matmul(sl::zeros({3}), sl::zeros({3, 4})); }, "matmul: both operands need at least 2 dims (got [3] and [3, 4])");
-  expect_error([] { sl::matmul(sl::zeros({2, 3}), sl::zeros({3, 4}, sl::TensorOptions{sl::DType::f64})); },
-               "matmul: dtypes differ (f32 and f64)");
-  expect_error([] { sl::matmul(sl::zeros({2, 3}, sl::TensorOptions{sl::DType::i64}), sl::zeros({3, 4}, sl::TensorOptions{sl::DType::i64})); },
-               "matmul: expected floating tensors (f32, f64, bf16, f16) but got i64");
-  expect_error([] { sl::matmul(sl::zeros({2, 3}), sl::zeros({3, 4}, sl::TensorOptions{}.with_device(sl::Device::cpu(1)))); },
-               "matmul: tensors are on different devices (cpu:0 and cpu:1)");
-  expect_error([] { sl::matmul(sl::zeros({2, 2, 3}), sl::zeros({3, 3, 4})); },
-               "matmul: batch dims of [2, 2, 3] and [3, 3, 4] cannot be broadcast (2 vs 3)");
+  expect_error(
+      [] {
+        sl::matmul(sl::zeros({4, 3}), sl::zeros({4, 5}), false, false);
+      },
+      "matmul: shapes cannot be multiplied ([4, 3] and [4, 5])");
+  expect_error(
+      [] {
+        sl::matmul(sl::zeros({3, 2}), sl::zeros({4, 5}), true, false);
+      },
+      "matmul: shapes cannot be multiplied ([3, 2] and [4, 5] with transpose_a)");
+  expect_error(
+      [] {
+        sl::matmul(sl::zeros({2, 3}), sl::zeros({4, 5}), false, true);
+      },
+      "matmul: shapes cannot be multiplied ([2, 3] and [4, 5] with transpose_b)");
+  expect_error(
+      [] {
+        sl::matmul(sl::zeros({2, 3}), sl::zeros({4, 5}), true, true);
+      },
+      "([2, 3] and [4, 5] with transpose_a and transpose_b)");
+  expect_error(
+      [] {
+        sl::matmul(sl::zeros({3}), sl::zeros({3, 4}));
+      },
+      "matmul: both operands need at least 2 dims (got [3] and [3, 4])");
+  expect_error(
+      [] {
+        sl::matmul(sl::zeros({2, 3}), sl::zeros({3, 4}, sl::TensorOptions{sl::DType::f64}));
+      },
+      "matmul: dtypes differ (f32 and f64)");
+  expect_error(
+      [] {
+        sl::matmul(sl::zeros({2, 3}, sl::TensorOptions{sl::DType::i64}),
+                   sl::zeros({3, 4}, sl::TensorOptions{sl::DType::i64}));
+      },
+      "matmul: expected floating tensors (f32, f64, bf16, f16) but got i64");
+  expect_error(
+      [] {
+        sl::matmul(sl::zeros({2, 3}), sl::zeros({3, 4}, sl::TensorOptions{}.with_device(sl::Device::cpu(1))));
+      },
+      "matmul: tensors are on different devices (cpu:0 and cpu:1)");
+  expect_error(
+      [] {
+        sl::matmul(sl::zeros({2, 2, 3}), sl::zeros({3, 3, 4}));
+      },
+      "matmul: batch dims of [2, 2, 3] and [3, 3, 4] cannot be broadcast (2 vs 3)");
 }
 
 // ---- backward ------------------------------------------------------------------------------------------
@@ -235,8 +265,8 @@ TEST_P(MatmulBackward, MatchesFormulas) {
       Tensor one_hot = sl::zeros(x.shape(), f64);
       one_hot.data<double>()[i] = 1.0;
       Shape s;
-      std::vector<double> out = is_a ? naive_matmul(one_hot, b.detach(), c.ta, c.tb, &s)
-                                     : naive_matmul(a.detach(), one_hot, c.ta, c.tb, &s);
+      std::vector<double> out =
+          is_a ? naive_matmul(one_hot, b.detach(), c.ta, c.tb, &s) : naive_matmul(a.detach(), one_hot, c.ta, c.tb, &s);
       for (size_t k = 0; k < out.size(); ++k) grad[i] += out[k] * gv[k];
     }
     return grad;

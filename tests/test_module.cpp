@@ -25,8 +25,8 @@ TEST(Module, GPTParameterNamesFollowGPT2) {
   std::vector<std::string> expected = {"wte.weight", "wpe.weight"};
   for (int i = 0; i < 2; ++i)
     for (const char* suffix : {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
-                               "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
-                               "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"})
+                               "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight",
+                               "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"})
       expected.push_back("h." + std::to_string(i) + "." + suffix);
   expected.push_back("ln_f.weight");
   expected.push_back("ln_f.bias");
@@ -105,7 +105,7 @@ TEST(Module, ZeroGradDropsGradients) {
 }
 
 TEST(Module, ToMovesParametersInPlaceAndChargesTheNewDevice) {
-  Linear layer(8, 4);  // 32 + 4 floats
+  Linear layer(8, 4);          // 32 + 4 floats
   Tensor held = layer.weight;  // a handle taken before the move
   layer.to(Device::cpu(120));
   EXPECT_EQ(held.device(), Device::cpu(120));

@@ -37,7 +37,9 @@ TEST(Philox, RowAndColumnRegionsEqualSlicesOfTheFullTensor) {
   Generator full_gen(42);
   Tensor full = randn(full_shape, {}, &full_gen);
 
-  struct Region { int64_t r0, rows, c0, cols; };
+  struct Region {
+    int64_t r0, rows, c0, cols;
+  };
   for (Region region : {Region{0, 256, 0, 768}, Region{256, 512, 0, 768}, Region{1000, 24, 0, 768},
                         Region{0, 1024, 0, 192}, Region{0, 1024, 576, 192}, Region{100, 7, 300, 13}}) {
     Generator gen(42);  // a rank's generator: same seed, same offset
@@ -64,7 +66,11 @@ TEST(Philox, MomentsLookRight) {
   mean /= n.size();
   for (double v : n) var += (v - mean) * (v - mean);
   var /= n.size();
-  for (double v : u) { umean += v; umin = std::min(umin, v); umax = std::max(umax, v); }
+  for (double v : u) {
+    umean += v;
+    umin = std::min(umin, v);
+    umax = std::max(umax, v);
+  }
   umean /= u.size();
   EXPECT_NEAR(mean, 0.0, 0.01);
   EXPECT_NEAR(var, 1.0, 0.01);

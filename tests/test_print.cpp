@@ -84,7 +84,8 @@ TEST(Print, NonFiniteValuesAndEmptyTensors) {
 TEST(Print, LongRowsWrapAtEightyColumns) {
   std::string s = arange(30.0, 60.0, 1.0).str();
   // 7 columns of "tensor(" leave room for 8 elements of width 7 + ", " per line
-  EXPECT_EQ(s.substr(0, s.find('\n')), "tensor([30.0000, 31.0000, 32.0000, 33.0000, 34.0000, 35.0000, 36.0000, 37.0000,");
+  EXPECT_EQ(s.substr(0, s.find('\n')),
+            "tensor([30.0000, 31.0000, 32.0000, 33.0000, 34.0000, 35.0000, 36.0000, 37.0000,");
   for (size_t start = 0, end; start < s.size(); start = end + 1) {
     end = std::min(s.find('\n', start), s.size());
     EXPECT_LE(end - start, 80u);
@@ -93,8 +94,9 @@ TEST(Print, LongRowsWrapAtEightyColumns) {
 
 TEST(Print, LargeTensorsAreSummarised) {
   std::string s = arange(2000).reshape({2, 1000}).str();
-  EXPECT_EQ(s, "tensor([[   0,    1,    2,  ...,  997,  998,  999],\n"
-               "        [1000, 1001, 1002,  ..., 1997, 1998, 1999]])");
+  EXPECT_EQ(s,
+            "tensor([[   0,    1,    2,  ...,  997,  998,  999],\n"
+            "        [1000, 1001, 1002,  ..., 1997, 1998, 1999]])");
   std::string rows = arange(4000).reshape({1000, 4}).str();
   EXPECT_NE(rows.find("        ...,\n"), std::string::npos) << rows;
   EXPECT_EQ(std::count(rows.begin(), rows.end(), '\n'), 6);  // 3 + ... + 3 rows

@@ -233,8 +233,8 @@ std::vector<ReduceCase> reduce_cases() {
   };
   for (int dim : {0, 1, 2, -1})
     for (bool keepdim : {false, true}) {
-      std::string tag = (dim < 0 ? "dim_minus" + std::to_string(-dim) : "dim" + std::to_string(dim)) +
-                        (keepdim ? "_keepdim" : "");
+      std::string tag =
+          (dim < 0 ? "dim_minus" + std::to_string(-dim) : "dim" + std::to_string(dim)) + (keepdim ? "_keepdim" : "");
       cases.push_back({"sum_" + tag, [=](const Tensor& x) { return sl::sum(x, dim, keepdim); }});
       cases.push_back({"mean_" + tag, [=](const Tensor& x) { return sl::mean(x, dim, keepdim); }});
       cases.push_back({"max_" + tag, [=](const Tensor& x) { return sl::max(x, dim, keepdim); }});

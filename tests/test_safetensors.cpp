@@ -56,7 +56,8 @@ std::string file_bytes(const std::string& header, size_t data_bytes) {
 }
 
 // The message of the sl::Error that `load` raises ("" and a test failure if it raises none).
-template <typename Load> std::string error_of(Load load) {
+template <typename Load>
+std::string error_of(Load load) {
   try {
     load();
   } catch (const Error& e) {
@@ -114,8 +115,8 @@ TEST_F(Safetensors, RoundTripsEveryDTypeByteForByte) {
 
 TEST_F(Safetensors, ValuesAndMetadataRoundTrip) {
   StateDict saved = {{"w", from_vector({1.5, -2.0, 0.25, 1e-3}, {2, 2})}};
-  std::map<std::string, std::string> metadata = {{"format", "pt"}, {"step", "1200"}, {"note", "ünïcode \"quoted\""},
-                                                 {"empty", ""}};
+  std::map<std::string, std::string> metadata = {
+      {"format", "pt"}, {"step", "1200"}, {"note", "ünïcode \"quoted\""}, {"empty", ""}};
   std::string file = path("with_metadata.safetensors");
   save_safetensors(file, saved, metadata);
   EXPECT_EQ(load_safetensors_metadata(file), metadata);
@@ -181,8 +182,10 @@ TEST_F(Safetensors, WritesTheReferenceBytes) {
 
 TEST_F(Safetensors, PacksWidestDTypesFirstSoDataIsAligned) {
   std::string file = path("order.safetensors");
-  save_safetensors(file, {{"a_half", zeros({3}, DType::f16)}, {"b_long", zeros({1}, DType::i64)},
-                          {"c_float", zeros({1}, DType::f32)}, {"d_brain", zeros({1}, DType::bf16)}});
+  save_safetensors(file, {{"a_half", zeros({3}, DType::f16)},
+                          {"b_long", zeros({1}, DType::i64)},
+                          {"c_float", zeros({1}, DType::f32)},
+                          {"d_brain", zeros({1}, DType::bf16)}});
   std::string bytes = read_bytes(file);
   auto header = nlohmann::ordered_json::parse(bytes.substr(8, bytes.size() - 8 - 20));
   std::vector<std::string> order;
@@ -303,8 +306,8 @@ INSTANTIATE_TEST_SUITE_P(
                     8, "shape entry 9223372036854775808 is not a non-negative integer"},
         CorruptCase{"numel_overflow", R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})",
                     8, "shape [4294967296,4294967296] overflows int64 (its element count)"},
-        CorruptCase{"bytes_overflow", R"({"w":{"dtype":"F32","shape":[4611686018427387904],"data_offsets":[0,8]}})",
-                    8, "shape [4611686018427387904] of F32 overflows int64 in bytes"},
+        CorruptCase{"bytes_overflow", R"({"w":{"dtype":"F32","shape":[4611686018427387904],"data_offsets":[0,8]}})", 8,
+                    "shape [4611686018427387904] of F32 overflows int64 in bytes"},
         CorruptCase{"offsets_one_number", "{\"w\":{" + kF32Pair + ",\"data_offsets\":[8]}}", 8,
                     "\"data_offsets\" must be [begin, end], got [8]"},
         CorruptCase{"offsets_three_numbers", "{\"w\":{" + kF32Pair + ",\"data_offsets\":[0,4,8]}}", 8,
@@ -322,11 +325,13 @@ INSTANTIATE_TEST_SUITE_P(
         CorruptCase{"offsets_far_past_data",
                     "{\"w\":{" + kF32Pair + ",\"data_offsets\":[18446744073709551608,18446744073709551615]}}", 8,
                     "run past the end of the data buffer (8 bytes)"},
-        CorruptCase{"overlap", "{\"a\":{" + kF32Pair + ",\"data_offsets\":[0,8]},\"b\":{" + kF32Pair +
-                    ",\"data_offsets\":[4,12]}}", 12,
-                    "tensors 'a' (data_offsets [0, 8]) and 'b' (data_offsets [4, 12]) overlap"},
-        CorruptCase{"same_range_twice", "{\"a\":{" + kF32Pair + ",\"data_offsets\":[0,8]},\"b\":{" + kF32Pair +
-                    ",\"data_offsets\":[0,8]}}", 8, "overlap"},
+        CorruptCase{
+            "overlap",
+            "{\"a\":{" + kF32Pair + ",\"data_offsets\":[0,8]},\"b\":{" + kF32Pair + ",\"data_offsets\":[4,12]}}", 12,
+            "tensors 'a' (data_offsets [0, 8]) and 'b' (data_offsets [4, 12]) overlap"},
+        CorruptCase{"same_range_twice",
+                    "{\"a\":{" + kF32Pair + ",\"data_offsets\":[0,8]},\"b\":{" + kF32Pair + ",\"data_offsets\":[0,8]}}",
+                    8, "overlap"},
         CorruptCase{"byte_count", R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8,
                     "tensor 'w': data_offsets [0, 8] hold 8 bytes but shape [3] of F32 needs 12"},
         CorruptCase{"metadata_not_object", R"({"__metadata__":5})", 0,

@@ -5,10 +5,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <algorithm>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -51,7 +51,8 @@ std::string read_file(const std::string& path) {
   return text.str();
 }
 
-const std::string kTiny = "--n-layer 1 --n-head 2 --n-embd 16 --block-size 16 --batch-size 4 --eval-every 0 --threads 1";
+const std::string kTiny =
+    "--n-layer 1 --n-head 2 --n-embd 16 --block-size 16 --batch-size 4 --eval-every 0 --threads 1";
 
 class TrainCli : public testing::Test {
  protected:

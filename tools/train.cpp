@@ -13,12 +13,13 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
-#include <iomanip>
 #include <functional>
+#include <iomanip>
 #include <map>
 #include <string>
 
 #include "autograd/profiler.h"
+#include "nn/addition.h"
 #include "nn/data.h"
 #include "nn/gpt.h"
 #include "nn/optim.h"
@@ -71,8 +72,13 @@ Options parse(int argc, char** argv) {
     return [&slot, minimum](const std::string& v) {
       size_t used = 0;
       long long parsed = 0;
-      try { parsed = std::stoll(v, &used); } catch (...) { used = 0; }
-      if (used != v.size() || v.empty() || parsed < minimum) throw UsageError{"expected an integer >= " + std::to_string(minimum) + ", got '" + v + "'"};
+      try {
+        parsed = std::stoll(v, &used);
+      } catch (...) {
+        used = 0;
+      }
+      if (used != v.size() || v.empty() || parsed < minimum)
+        throw UsageError{"expected an integer >= " + std::to_string(minimum) + ", got '" + v + "'"};
       slot = parsed;
     };
   };
@@ -80,15 +86,21 @@ Options parse(int argc, char** argv) {
     return [&slot, minimum](const std::string& v) {
       size_t used = 0;
       double parsed = 0;
-      try { parsed = std::stod(v, &used); } catch (...) { used = 0; }
-      if (used != v.size() || v.empty() || !std::isfinite(parsed) || parsed < minimum) throw UsageError{"expected a number >= " + std::to_string(minimum) + ", got '" + v + "'"};
+      try {
+        parsed = std::stod(v, &used);
+      } catch (...) {
+        used = 0;
+      }
+      if (used != v.size() || v.empty() || !std::isfinite(parsed) || parsed < minimum)
+        throw UsageError{"expected a number >= " + std::to_string(minimum) + ", got '" + v + "'"};
       slot = parsed;
     };
   };
   auto text = [](std::string& slot) { return [&slot](const std::string& v) { slot = v; }; };
   int64_t seed = static_cast<int64_t>(o.seed);
   flags["--task"] = [&](const std::string& v) {
-    if (v != "addition" && v != "text" && v != "bin") throw UsageError{"expected addition, text or bin, got '" + v + "'"};
+    if (v != "addition" && v != "text" && v != "bin")
+      throw UsageError{"expected addition, text or bin, got '" + v + "'"};
     o.task = v;
   };
   flags["--device"] = [&](const std::string& v) {
@@ -117,8 +129,14 @@ Options parse(int argc, char** argv) {
   flags["--grad-clip"] = real(o.grad_clip, 0);
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
-    if (flag == "--help" || flag == "-h") { o.help = true; continue; }
-    if (flag == "--profile") { o.profile = true; continue; }
+    if (flag == "--help" || flag == "-h") {
+      o.help = true;
+      continue;
+    }
+    if (flag == "--profile") {
+      o.profile = true;
+      continue;
+    }
     auto it = flags.find(flag);
     if (it == flags.end()) throw UsageError{"unknown flag " + flag};
     if (i + 1 >= argc) throw UsageError{flag + " needs a value"};
@@ -129,10 +147,12 @@ Options parse(int argc, char** argv) {
     }
   }
   o.seed = static_cast<uint64_t>(seed);
-  if ((o.task == "text" || o.task == "bin") && o.data.empty()) throw UsageError{"--task " + o.task + " needs --data PATH"};
+  if ((o.task == "text" || o.task == "bin") && o.data.empty())
+    throw UsageError{"--task " + o.task + " needs --data PATH"};
   if (o.task == "bin" && o.vocab_size == 0) throw UsageError{"--task bin needs --vocab-size N"};
   if (o.n_embd % o.n_head != 0)
-    throw UsageError{"--n-embd (" + std::to_string(o.n_embd) + ") must be divisible by --n-head (" + std::to_string(o.n_head) + ")"};
+    throw UsageError{"--n-embd (" + std::to_string(o.n_embd) + ") must be divisible by --n-head (" +
+                     std::to_string(o.n_head) + ")"};
   return o;
 }
 
@@ -164,7 +184,8 @@ int train(const Options& o) {
   nn::TokenStream stream;
   std::unique_ptr<nn::AdditionTask> addition;
   if (o.task == "addition") {
-    addition = std::make_unique<nn::AdditionTask>(nn::AdditionConfig{static_cast<int>(o.digits), o.seed, 0.1, true, true});
+    addition =
+        std::make_unique<nn::AdditionTask>(nn::AdditionConfig{static_cast<int>(o.digits), o.seed, 0.1, true, true});
     // Lines all have one length L ("07+85=290\n": 10). With block_size = L every row of every batch
     // is exactly one line starting at position 0, because the batching rule starts row r at
     // ((s*B + r)*T) mod (N - T), a multiple of L when T and N are. The model then sees each digit at
@@ -187,9 +208,10 @@ int train(const Options& o) {
   nn::GPTConfig config{o.task == "bin" ? o.vocab_size : 256, run.block_size, o.n_layer, o.n_head, o.n_embd, 0.0};
   nn::GPT model(config, o.seed);
   if (!o.init_from.empty()) model.load_state_dict(nn::load_safetensors(o.init_from));
-  std::printf("train: task %s, %lld tokens of data; GPT %lld layers, %lld heads, n_embd %lld, block %lld: %.2fM parameters\n",
-              o.task.c_str(), (long long)stream.size(), (long long)o.n_layer, (long long)o.n_head, (long long)o.n_embd,
-              (long long)run.block_size, model.num_parameters() / 1e6);
+  std::printf(
+      "train: task %s, %lld tokens of data; GPT %lld layers, %lld heads, n_embd %lld, block %lld: %.2fM parameters\n",
+      o.task.c_str(), (long long)stream.size(), (long long)o.n_layer, (long long)o.n_head, (long long)o.n_embd,
+      (long long)run.block_size, model.num_parameters() / 1e6);
   nn::AdamW optimizer(model.parameters(), nn::AdamWOptions{o.lr, 0.9, 0.95, 1e-8, o.weight_decay});
 
   auto accuracy = [&] {
@@ -232,7 +254,8 @@ int train(const Options& o) {
       log << "{\"step\": " << step << ", \"loss\": " << std::setprecision(9) << loss_value << ", \"ms\": " << ms
           << ", \"tokens_per_s\": " << tokens_per_s << ", \"lr\": " << optimizer.lr << "}\n";
     bool report = (step + 1) % 100 == 0 || step + 1 == o.steps;
-    if (terminal) progress(step, o.steps, loss_value, tokens_per_s);
+    if (terminal)
+      progress(step, o.steps, loss_value, tokens_per_s);
     else if (report)
       std::printf("step %5lld  loss %.4f  lr %.2e  %6.1f ms  %8.0f tok/s\n", (long long)step + 1, loss_value,
                   optimizer.lr, ms, tokens_per_s);
@@ -244,7 +267,8 @@ int train(const Options& o) {
   if (terminal && o.steps > 0) std::printf("\n");
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
   if (o.profile) {
-    std::printf("\nprofile (inclusive ms per op kind over %lld steps):\n%s", (long long)o.steps, Profiler::report().c_str());
+    std::printf("\nprofile (inclusive ms per op kind over %lld steps):\n%s", (long long)o.steps,
+                Profiler::report().c_str());
     Profiler::disable();
   }
   if (o.steps > 0) std::printf("trained %lld steps in %.1f s\n", (long long)o.steps, seconds);

@@ -14,12 +14,18 @@ namespace sl {
 template <typename F>
 decltype(auto) dispatch_all(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::f32: return f(float{});
-    case DType::f64: return f(double{});
-    case DType::bf16: return f(bf16{});
-    case DType::f16: return f(f16{});
-    case DType::i32: return f(int32_t{});
-    case DType::i64: return f(int64_t{});
+    case DType::f32:
+      return f(float{});
+    case DType::f64:
+      return f(double{});
+    case DType::bf16:
+      return f(bf16{});
+    case DType::f16:
+      return f(f16{});
+    case DType::i32:
+      return f(int32_t{});
+    case DType::i64:
+      return f(int64_t{});
   }
   SL_ASSERT(false);
 }
@@ -27,11 +33,16 @@ decltype(auto) dispatch_all(DType dtype, F&& f) {
 template <typename F>
 decltype(auto) dispatch_floating(DType dtype, const char* op, F&& f) {
   switch (dtype) {
-    case DType::f32: return f(float{});
-    case DType::f64: return f(double{});
-    case DType::bf16: return f(bf16{});
-    case DType::f16: return f(f16{});
-    default: break;
+    case DType::f32:
+      return f(float{});
+    case DType::f64:
+      return f(double{});
+    case DType::bf16:
+      return f(bf16{});
+    case DType::f16:
+      return f(f16{});
+    default:
+      break;
   }
   throw Error(detail::concat(op, ": expected a floating tensor (f32, f64, bf16, f16) but got ", dtype_name(dtype)));
 }
@@ -39,9 +50,12 @@ decltype(auto) dispatch_floating(DType dtype, const char* op, F&& f) {
 template <typename F>
 decltype(auto) dispatch_index(DType dtype, const char* op, F&& f) {
   switch (dtype) {
-    case DType::i32: return f(int32_t{});
-    case DType::i64: return f(int64_t{});
-    default: break;
+    case DType::i32:
+      return f(int32_t{});
+    case DType::i64:
+      return f(int64_t{});
+    default:
+      break;
   }
   throw Error(detail::concat(op, ": expected an index tensor (i32 or i64) but got ", dtype_name(dtype)));
 }

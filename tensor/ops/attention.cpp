@@ -89,8 +89,10 @@ struct CausalSoftmaxFn : Function<CausalSoftmaxFn> {
 }  // namespace
 
 Tensor causal_softmax(const Tensor& scores, double scale) {
-  SL_CHECK(scores.dim() >= 2 && scores.size(-1) == scores.size(-2), "causal_softmax: scores must be [..., T, T] "
-           "(queries x keys), got shape ", scores.shape());
+  SL_CHECK(scores.dim() >= 2 && scores.size(-1) == scores.size(-2),
+           "causal_softmax: scores must be [..., T, T] "
+           "(queries x keys), got shape ",
+           scores.shape());
   SL_CHECK(std::isfinite(scale), "causal_softmax: scale must be finite (got ", scale, ")");
   return CausalSoftmaxFn::apply(scores, scale);
 }

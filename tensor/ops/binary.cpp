@@ -6,8 +6,8 @@
 //
 // Forward loops, fastest first: equal shapes (one flat loop); a one-element operand (a scalar in a
 // register); a trailing-row operand, b [T, C] or [C] against a [B, T, C] (a bias: b[i % inner]); and
-// a general strided walk over the coalesced output dims, row by row, each operand's inner stride 1
-// or 0. The per-element math is in tensor/functors.h.
+// a general walk over the merged output dims, row by row, each operand's step along a row 1 or 0
+// (tensor/cpu/broadcast.h). The per-element math is in tensor/functors.h.
 //
 // dtypes: both operands must have the same dtype and device (no implicit promotion: cast first).
 // Integer tensors (i32, i64) work for add, sub, mul and maximum, without autograd (integers carry no
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "autograd/function.h"
+#include "tensor/cpu/broadcast.h"
 #include "tensor/cpu/dispatch.h"
 #include "tensor/functors.h"
 #include "tensor/ops.h"
@@ -24,73 +25,6 @@
 namespace sl {
 
 namespace {
-
-// ---- the broadcast walk ----------------------------------------------------------------------------
-
-// The output seen as rows: sizes of its coalesced dims (size-1 dims dropped, dims that every operand
-// walks contiguously merged) and each operand's element stride per dim, 0 where it is broadcast.
-// The last dim is the row; every inner stride is 0 or 1.
-struct BroadcastLoop {
-  std::vector<int64_t> sizes;
-  std::vector<int64_t> strides[2];
-};
-
-BroadcastLoop plan_broadcast(const Shape& out, const Shape& a, const Shape& b) {
-  BroadcastLoop loop;
-  const Shape* operands[2] = {&a, &b};
-  std::vector<int64_t> contiguous[2] = {contiguous_strides(a), contiguous_strides(b)};
-  for (int d = 0; d < out.dim(); ++d) {
-    if (out[d] == 1) continue;
-    int64_t stride[2];
-    for (int k = 0; k < 2; ++k) {
-      int dim = d - (out.dim() - operands[k]->dim());  // operands align to the right
-      stride[k] = (dim < 0 || (*operands[k])[dim] == 1) ? 0 : contiguous[k][dim];
-    }
-    bool mergeable = !loop.sizes.empty();
-    for (int k = 0; k < 2 && mergeable; ++k) mergeable = loop.strides[k].back() == stride[k] * out[d];
-    if (mergeable) {
-      loop.sizes.back() *= out[d];
-      for (int k = 0; k < 2; ++k) loop.strides[k].back() = stride[k];
-    } else {
-      loop.sizes.push_back(out[d]);
-      for (int k = 0; k < 2; ++k) loop.strides[k].push_back(stride[k]);
-    }
-  }
-  if (loop.sizes.empty()) loop = {{1}, {{0}, {0}}};  // a one-element output
-  SL_ASSERT(loop.strides[0].back() <= 1 && loop.strides[1].back() <= 1);
-  return loop;
-}
-
-// Calls row(out_offset, a_offset, b_offset) for every row of the loop, in output order.
-template <typename RowFn>
-void for_each_row(const BroadcastLoop& loop, RowFn&& row) {
-  const int outer_dims = static_cast<int>(loop.sizes.size()) - 1;
-  const int64_t inner = loop.sizes.back();
-  int64_t rows = 1;
-  for (int d = 0; d < outer_dims; ++d) rows *= loop.sizes[d];
-  std::vector<int64_t> index(outer_dims, 0);
-  int64_t offset[2] = {0, 0};
-  for (int64_t r = 0; r < rows; ++r) {
-    row(r * inner, offset[0], offset[1]);
-    for (int d = outer_dims - 1; d >= 0; --d) {  // odometer: step the innermost outer dim
-      for (int k = 0; k < 2; ++k) offset[k] += loop.strides[k][d];
-      if (++index[d] < loop.sizes[d]) break;
-      for (int k = 0; k < 2; ++k) offset[k] -= loop.strides[k][d] * loop.sizes[d];
-      index[d] = 0;
-    }
-  }
-}
-
-// Is `small` (leading 1s ignored) a trailing part of `big`? Then small[j] pairs with big[i % small.numel()].
-bool is_trailing_part(const Shape& small, const Shape& big) {
-  int first = 0;
-  while (first < small.dim() && small[first] == 1) ++first;
-  int len = small.dim() - first;
-  if (len > big.dim()) return false;
-  for (int j = 0; j < len; ++j)
-    if (small[first + j] != big[big.dim() - len + j]) return false;
-  return true;
-}
 
 // ---- the binary kernel -------------------------------------------------------------------------------
 
@@ -142,23 +76,24 @@ void binary_loop(const T* a, const T* b, T* out, const Shape& a_shape, const Sha
     row_b_constant(a, static_cast<C>(b[0]), out, n, op);
   } else if (a_shape.numel() == 1) {
     row_a_constant(static_cast<C>(a[0]), b, out, n, op);
-  } else if (a_shape == out_shape && is_trailing_part(b_shape, out_shape)) {  // b is a row: [C] vs [B, T, C]
+  } else if (a_shape == out_shape && cpu::is_trailing_part(b_shape, out_shape)) {  // b is a row: [C] vs [B, T, C]
     const int64_t inner = b_shape.numel();
     for (int64_t row = 0; row < n; row += inner) row_both(a + row, b, out + row, inner, op);
-  } else if (b_shape == out_shape && is_trailing_part(a_shape, out_shape)) {
+  } else if (b_shape == out_shape && cpu::is_trailing_part(a_shape, out_shape)) {
     const int64_t inner = a_shape.numel();
     for (int64_t row = 0; row < n; row += inner) row_both(a, b + row, out + row, inner, op);
-  } else {
-    const BroadcastLoop loop = plan_broadcast(out_shape, a_shape, b_shape);
-    const int64_t inner = loop.sizes.back();
-    const bool a_walks = loop.strides[0].back() == 1, b_walks = loop.strides[1].back() == 1;
-    for_each_row(loop, [&](int64_t o, int64_t oa, int64_t ob) {
+  } else {  // operands 0, 1: a, b; the output is written in order, row after row
+    const cpu::BroadcastWalk<2> walk(out_shape, {a_shape, b_shape});
+    T* out_row = out;
+    walk.for_each_row([&](const auto& at, int64_t length, const auto& step) {
+      const bool a_walks = step[0] == 1, b_walks = step[1] == 1;
       if (a_walks && b_walks)
-        row_both(a + oa, b + ob, out + o, inner, op);
+        row_both(a + at[0], b + at[1], out_row, length, op);
       else if (a_walks)
-        row_b_constant(a + oa, static_cast<C>(b[ob]), out + o, inner, op);  // [R, C] op [R, 1]
+        row_b_constant(a + at[0], static_cast<C>(b[at[1]]), out_row, length, op);  // [R, C] op [R, 1]
       else
-        row_a_constant(static_cast<C>(a[oa]), b + ob, out + o, inner, op);
+        row_a_constant(static_cast<C>(a[at[0]]), b + at[1], out_row, length, op);
+      out_row += length;
     });
   }
 }
@@ -234,20 +169,18 @@ Tensor reduce_to(const Tensor& x, const Shape& shape) {
       // nothing to add: an empty x sums to zeros
     } else if (shape.numel() == 1) {
       acc[0] = sum_all<Acc>(in, n);
-    } else if (is_trailing_part(shape, x.shape())) {  // a bias: [B, T, C] -> [C]
+    } else if (cpu::is_trailing_part(shape, x.shape())) {  // a bias: [B, T, C] -> [C]
       const int64_t inner = shape.numel();
       for (int64_t row = 0; row < n; row += inner) accumulate_row(acc.data(), in + row, inner);
-    } else {
-      const BroadcastLoop loop = plan_broadcast(x.shape(), shape, Shape{});
-      const int64_t inner = loop.sizes.back();
-      const bool walks = loop.strides[0].back() == 1;
-      for_each_row(loop, [&](int64_t o, int64_t target, int64_t) {
-        if (walks) {
-          accumulate_row(acc.data() + target, in + o, inner);
+    } else {  // operands 0, 1: x, the sums
+      const cpu::BroadcastWalk<2> walk(x.shape(), {x.shape(), shape});
+      walk.for_each_row([&](const auto& at, int64_t length, const auto& step) {
+        if (step[1] == 1) {
+          accumulate_row(acc.data() + at[1], in + at[0], length);
         } else {  // [R, C] -> [R, 1]: the row sums to one element
           Acc total = 0;
-          for (int64_t j = 0; j < inner; ++j) total += static_cast<Acc>(static_cast<C>(in[o + j]));
-          acc[target] += total;
+          for (int64_t j = 0; j < length; ++j) total += static_cast<Acc>(static_cast<C>(in[at[0] + j]));
+          acc[at[1]] += total;
         }
       });
     }
@@ -265,12 +198,9 @@ Tensor broadcast_to(const Tensor& x, const Shape& shape) {
     using T = decltype(tag);
     const T* in = x.data<T>();
     T* o = out.data<T>();
-    if (shape.numel() == 0) return;
-    const BroadcastLoop loop = plan_broadcast(shape, x.shape(), Shape{});
-    const int64_t inner = loop.sizes.back();
-    const int64_t stride = loop.strides[0].back();
-    for_each_row(loop, [&](int64_t out_offset, int64_t in_offset, int64_t) {
-      for (int64_t j = 0; j < inner; ++j) o[out_offset + j] = in[in_offset + j * stride];
+    const cpu::BroadcastWalk<2> walk(shape, {shape, x.shape()});  // operands 0, 1: out, x
+    walk.for_each_row([&](const auto& at, int64_t length, const auto& step) {
+      for (int64_t j = 0; j < length; ++j) o[at[0] + j] = in[at[1] + j * step[1]];
     });
   });
   return out;

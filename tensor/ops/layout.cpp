@@ -11,12 +11,14 @@
 //   cat         <-> split                   split / chunk     <-> cat (a missing gradient is zeros)
 //
 // narrow, cat and split see a tensor as [outer, size(dim), inner] and copy `outer` runs of
-// contiguous bytes. permute plans a loop nest; attention's [B,T,NH,HS] <-> [B,NH,T,HS] becomes
-// B*NH*T memcpy runs of HS elements, and a transpose of the last two dims a tiled 2-D transpose.
+// contiguous bytes. permute and transpose copy with tensor/cpu/permute.cpp: a planned loop nest,
+// where attention's [B,T,NH,HS] <-> [B,NH,T,HS] is B*NH*T memcpy runs of HS elements and a
+// transpose of the last two dims a tiled 2-D transpose.
 #include <algorithm>
 #include <cstring>
 
 #include "autograd/function.h"
+#include "tensor/cpu/permute.h"
 #include "tensor/ops.h"
 
 namespace sl {
@@ -52,8 +54,10 @@ void copy_slab(const Slabs& s, const char* src, int64_t src_size, int64_t src_st
   if (run == 0) return;
   for (int64_t o = 0; o < s.outer; ++o) {
     char* to = dst + (o * dst_size + dst_start) * s.inner_bytes;
-    if (src) std::memcpy(to, src + (o * src_size + src_start) * s.inner_bytes, static_cast<size_t>(run));
-    else std::memset(to, 0, static_cast<size_t>(run));
+    if (src)
+      std::memcpy(to, src + (o * src_size + src_start) * s.inner_bytes, static_cast<size_t>(run));
+    else
+      std::memset(to, 0, static_cast<size_t>(run));
   }
 }
 
@@ -89,117 +93,15 @@ Tensor cat_pieces(const TensorList& pieces, const std::vector<int64_t>& sizes, c
   return out;
 }
 
-// ---- permute: a loop nest over the output, reading the input with strides ------------------------------
+// ---- permute: the copy is tensor/cpu/permute.cpp ---------------------------------------------------------
 
-// The output dims in order, each with its size, its stride in the input and its stride in the
-// (contiguous) output. Size-1 dims are dropped and neighbours that stay adjacent in the input are
-// merged, so [B,T,NH,HS] -> [B,NH,T,HS] is the nest [B, NH, T] of runs of HS elements.
-struct LoopNest {
-  std::vector<int64_t> sizes, in_strides, out_strides;
-  int dim() const { return static_cast<int>(sizes.size()); }
-};
-
-LoopNest plan_permute(const Shape& in_shape, const std::vector<int>& perm) {
-  std::vector<int64_t> in_strides = contiguous_strides(in_shape);
-  LoopNest nest;
-  for (int d : perm) {
-    int64_t size = in_shape[d], stride = in_strides[d];
-    if (size == 1) continue;
-    if (!nest.sizes.empty() && nest.in_strides.back() == stride * size) {  // the outer dim continues this one
-      nest.sizes.back() *= size;
-      nest.in_strides.back() = stride;
-    } else {
-      nest.sizes.push_back(size);
-      nest.in_strides.push_back(stride);
-    }
-  }
-  if (nest.sizes.empty()) nest = {{1}, {1}, {}};  // one element
-  nest.out_strides = contiguous_strides(Shape(nest.sizes));
-  return nest;
-}
-
-// Calls body(in_offset, out_offset) for every index of the nest dims `dims` (the first slowest),
-// stepping both offsets like an odometer instead of dividing.
-template <typename Body>
-void for_each_index(const LoopNest& nest, const std::vector<int>& dims, Body&& body) {
-  std::vector<int64_t> index(dims.size(), 0);
-  int64_t in = 0, out = 0;
-  for (;;) {
-    body(in, out);
-    int d = static_cast<int>(dims.size()) - 1;
-    for (; d >= 0; --d) {
-      int k = dims[d];
-      in += nest.in_strides[k];
-      out += nest.out_strides[k];
-      if (++index[d] < nest.sizes[k]) break;
-      in -= nest.in_strides[k] * nest.sizes[k];
-      out -= nest.out_strides[k] * nest.sizes[k];
-      index[d] = 0;
-    }
-    if (d < 0) return;
-  }
-}
-
-// A 2-D transpose of single elements, out[i*out_r + j] = in[i + j*in_c] (i < rows, j < cols), in
-// 16 KiB tiles so that the strided side stays in cache.
-template <typename E>
-void transpose_tiled(const E* in, int64_t in_c, E* out, int64_t out_r, int64_t rows, int64_t cols) {
-  constexpr int64_t kTile = sizeof(E) >= 8 ? 32 : 64;
-  for (int64_t i0 = 0; i0 < rows; i0 += kTile) {
-    int64_t i1 = std::min(i0 + kTile, rows);
-    for (int64_t j0 = 0; j0 < cols; j0 += kTile) {
-      int64_t j1 = std::min(j0 + kTile, cols);
-      for (int64_t i = i0; i < i1; ++i)
-        for (int64_t j = j0; j < j1; ++j) out[i * out_r + j] = in[i + j * in_c];
-    }
-  }
-}
-
-template <typename E>
-void permute_kernel(const E* in, E* out, const LoopNest& nest) {
-  int n = nest.dim();
-  std::vector<int> outer;
-  if (nest.in_strides[n - 1] == 1) {
-    // The innermost dim is contiguous on both sides: one memcpy per run. Attention's
-    // [B,T,NH,HS] <-> [B,NH,T,HS] is B*NH*T runs of HS; with runs that long, the loop order
-    // hardly matters (measured: within 2x of one big memcpy either way).
-    int64_t run_bytes = nest.sizes[n - 1] * static_cast<int64_t>(sizeof(E));
-    for (int d = 0; d < n - 1; ++d) outer.push_back(d);
-    for_each_index(nest, outer, [&](int64_t in_offset, int64_t out_offset) {
-      std::memcpy(out + out_offset, in + in_offset, static_cast<size_t>(run_bytes));
-    });
-    return;
-  }
-  // Single elements ([..., T, HS] -> [..., HS, T], or any permute that moves the last dim): tile the
-  // dim that is contiguous in the input (r) against the one contiguous in the output (the last).
-  int r = n - 2;
-  while (r > 0 && nest.in_strides[r] != 1) --r;
-  SL_ASSERT(nest.in_strides[r] == 1);
-  for (int d = 0; d < n - 1; ++d)
-    if (d != r) outer.push_back(d);
-  for_each_index(nest, outer, [&](int64_t in_offset, int64_t out_offset) {
-    transpose_tiled(in + in_offset, nest.in_strides[n - 1], out + out_offset, nest.out_strides[r], nest.sizes[r],
-                    nest.sizes[n - 1]);
-  });
-}
-
-// The copy is dtype-blind: only the element size matters.
+// x [...] -> out [x.shape permuted by perm] (perm already checked).
 Tensor permute_copy(const Tensor& x, const std::vector<int>& perm) {
   Shape shape(perm.size());
   for (size_t k = 0; k < perm.size(); ++k) shape[k] = x.shape()[perm[k]];
   Tensor out = Tensor::empty(shape, x.options());
   if (out.numel() == 0) return out;
-  LoopNest nest = plan_permute(x.shape(), perm);
-  auto run = [&](auto element) {
-    using E = decltype(element);
-    permute_kernel(static_cast<const E*>(x.raw_data()), static_cast<E*>(out.raw_data()), nest);
-  };
-  switch (dtype_size(x.dtype())) {
-    case 2: run(uint16_t{}); break;
-    case 4: run(uint32_t{}); break;
-    case 8: run(uint64_t{}); break;
-    default: SL_ASSERT(false);
-  }
+  cpu::permute_copy(x.raw_data(), x.shape(), perm, out.raw_data(), dtype_size(x.dtype()));
   return out;
 }
 
@@ -356,8 +258,8 @@ Tensor transpose(const Tensor& x, int dim0, int dim1) {
 Tensor narrow(const Tensor& x, int dim, int64_t start, int64_t length) {
   int d = normalize_dim(dim, x.shape(), "narrow");
   int64_t size = x.size(d);
-  SL_CHECK(start >= -size && start <= size, "narrow: start ", start, " is out of range for dim ", dim,
-           " of size ", size, " (shape ", x.shape(), ")");
+  SL_CHECK(start >= -size && start <= size, "narrow: start ", start, " is out of range for dim ", dim, " of size ",
+           size, " (shape ", x.shape(), ")");
   if (start < 0) start += size;
   SL_CHECK(length >= 0 && start + length <= size, "narrow: start ", start, " + length ", length,
            " does not fit in dim ", dim, " of size ", size, " (shape ", x.shape(), ")");

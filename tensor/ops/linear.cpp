@@ -70,8 +70,10 @@ struct LinearFn : Function<LinearFn> {
         bias_grad(dy.data<T>(), db.data<T>(), N, out);
       }
     };
-    if (x.dtype() == DType::f32) run(float{});
-    else run(double{});
+    if (x.dtype() == DType::f32)
+      run(float{});
+    else
+      run(double{});
     return {dx, dw, db};
   }
 };

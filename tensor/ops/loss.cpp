@@ -86,7 +86,8 @@ void cross_entropy_backward(const T* x, const Id* targets, const compute_t<T>* l
     const T* x_row = x + n * V;
     const Compute row_lse = lse[n];
     // softmax * scale everywhere (a loop that vectorizes), then subtract scale at the target.
-    for_each_index(V, [&](int64_t v) { dx_row[v] = static_cast<T>(exp_of(static_cast<Compute>(x_row[v]) - row_lse) * scale); });
+    for_each_index(
+        V, [&](int64_t v) { dx_row[v] = static_cast<T>(exp_of(static_cast<Compute>(x_row[v]) - row_lse) * scale); });
     dx_row[t] = static_cast<T>(static_cast<Compute>(dx_row[t]) - scale);
   }
 }

@@ -99,8 +99,10 @@ Tensor batched_gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, const Sh
     return out.to(dtype);
   }
   Tensor out = Tensor::empty(out_shape, a.options());
-  if (dtype == DType::f32) batched_gemm_into<float>(a, ta, b, tb, out);
-  else batched_gemm_into<double>(a, ta, b, tb, out);
+  if (dtype == DType::f32)
+    batched_gemm_into<float>(a, ta, b, tb, out);
+  else
+    batched_gemm_into<double>(a, ta, b, tb, out);
   return out;
 }
 
@@ -121,9 +123,11 @@ struct MatmulFn : Function<MatmulFn> {
     bool ta = ctx.get<bool>("transpose_a"), tb = ctx.get<bool>("transpose_b");
     Tensor da, db;
     if (ctx.needs_input_grad(0))  // dA = dC @ op(B)^T  [M, K];  stored transposed: op(B) @ dC^T  [K, M]
-      da = ta ? batched_gemm(b, tb, dc, true, batch_of(a.shape())) : batched_gemm(dc, false, b, !tb, batch_of(a.shape()));
+      da = ta ? batched_gemm(b, tb, dc, true, batch_of(a.shape()))
+              : batched_gemm(dc, false, b, !tb, batch_of(a.shape()));
     if (ctx.needs_input_grad(1))  // dB = op(A)^T @ dC  [K, N];  stored transposed: dC^T @ op(A)  [N, K]
-      db = tb ? batched_gemm(dc, true, a, ta, batch_of(b.shape())) : batched_gemm(a, !ta, dc, false, batch_of(b.shape()));
+      db = tb ? batched_gemm(dc, true, a, ta, batch_of(b.shape()))
+              : batched_gemm(a, !ta, dc, false, batch_of(b.shape()));
     return {da, db};
   }
 };
@@ -152,8 +156,8 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose
            ")");
   Shape a_batch = batch_of(sa), b_batch = batch_of(sb);
   for (int da = a_batch.dim() - 1, db = b_batch.dim() - 1; da >= 0 && db >= 0; --da, --db)
-    SL_CHECK(a_batch[da] == b_batch[db] || a_batch[da] == 1 || b_batch[db] == 1, "matmul: batch dims of ", sa,
-             " and ", sb, " cannot be broadcast (", a_batch[da], " vs ", b_batch[db], ")");
+    SL_CHECK(a_batch[da] == b_batch[db] || a_batch[da] == 1 || b_batch[db] == 1, "matmul: batch dims of ", sa, " and ",
+             sb, " cannot be broadcast (", a_batch[da], " vs ", b_batch[db], ")");
   return MatmulFn::apply(a, b, transpose_a, transpose_b);
 }
 

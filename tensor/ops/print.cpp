@@ -29,12 +29,14 @@ constexpr int kPrecision = 4;
 constexpr int64_t kEdgeItems = 3;
 constexpr int64_t kSummariseAbove = 1000;  // elements
 constexpr int kLineWidth = 80;
-constexpr int64_t kEllipsis = -1;          // marks "..." in a list of shown indices
+constexpr int64_t kEllipsis = -1;  // marks "..." in a list of shown indices
 
 class Printer {
  public:
   explicit Printer(const Tensor& t)
-      : t_(t), strides_(contiguous_strides(t.shape())), summarise_(t.numel() > kSummariseAbove),
+      : t_(t),
+        strides_(contiguous_strides(t.shape())),
+        summarise_(t.numel() > kSummariseAbove),
         floating_(is_floating(t.dtype())) {
     choose_format();
   }
@@ -154,13 +156,16 @@ std::string Tensor::str() const {
     body = dim() == 0 ? printer.scalar() : printer.body(indent);
     if (dtype() != DType::f32 && dtype() != DType::i64) suffixes.push_back(std::string("dtype=") + dtype_name(dtype()));
   }
-  if (grad_fn()) suffixes.push_back("grad_fn=<" + grad_fn()->name() + ">");
-  else if (requires_grad()) suffixes.push_back("requires_grad=True");
+  if (grad_fn())
+    suffixes.push_back("grad_fn=<" + grad_fn()->name() + ">");
+  else if (requires_grad())
+    suffixes.push_back("requires_grad=True");
 
   // Suffixes go on the last line while it stays within the line width (PyTorch's arithmetic).
   std::string out = prefix + body;
   size_t newline = out.rfind('\n');
-  int64_t line_length = static_cast<int64_t>(out.size()) - (newline == std::string::npos ? -1 : static_cast<int64_t>(newline)) + 1;
+  int64_t line_length =
+      static_cast<int64_t>(out.size()) - (newline == std::string::npos ? -1 : static_cast<int64_t>(newline)) + 1;
   for (const std::string& suffix : suffixes) {
     auto length = static_cast<int64_t>(suffix.size());
     if (line_length + length + 2 > kLineWidth) {
@@ -203,9 +208,8 @@ void for_each_pair(const Tensor& a, const Tensor& b, const char* op, F&& f) {
 // |a - b| <= atol + rtol * |b| everywhere (as torch.allclose); NaN is never close, equal infinities are.
 bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol) {
   bool close = true;
-  for_each_pair(a, b, "allclose", [&](double x, double y) {
-    close = close && (x == y || std::abs(x - y) <= atol + rtol * std::abs(y));
-  });
+  for_each_pair(a, b, "allclose",
+                [&](double x, double y) { close = close && (x == y || std::abs(x - y) <= atol + rtol * std::abs(y)); });
   return close;
 }
 

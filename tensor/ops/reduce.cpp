@@ -39,22 +39,44 @@ ReduceView view_along(const Shape& shape, int dim, bool keepdim, const char* op)
   view.n = shape[d];
   for (int k = d + 1; k < shape.dim(); ++k) view.inner *= shape[k];
   view.out_shape = shape;
-  if (keepdim) view.out_shape[d] = 1;
-  else view.out_shape.erase(view.out_shape.begin() + d);
+  if (keepdim)
+    view.out_shape[d] = 1;
+  else
+    view.out_shape.erase(view.out_shape.begin() + d);
   return view;
 }
 
 // ---- kernels ------------------------------------------------------------------------------------
 
-template <typename T> struct accumulator { using type = double; };
-template <> struct accumulator<bf16> { using type = float; };
-template <> struct accumulator<f16> { using type = float; };
-template <> struct accumulator<int32_t> { using type = int64_t; };
-template <> struct accumulator<int64_t> { using type = int64_t; };
-template <typename T> using acc_t = typename accumulator<T>::type;
-template <typename T> using sum_out_t = std::conditional_t<std::is_integral_v<T>, int64_t, T>;
+template <typename T>
+struct accumulator {
+  using type = double;
+};
+template <>
+struct accumulator<bf16> {
+  using type = float;
+};
+template <>
+struct accumulator<f16> {
+  using type = float;
+};
+template <>
+struct accumulator<int32_t> {
+  using type = int64_t;
+};
+template <>
+struct accumulator<int64_t> {
+  using type = int64_t;
+};
+template <typename T>
+using acc_t = typename accumulator<T>::type;
+template <typename T>
+using sum_out_t = std::conditional_t<std::is_integral_v<T>, int64_t, T>;
 
-template <typename T> acc_t<T> widen(T v) { return static_cast<acc_t<T>>(static_cast<compute_t<T>>(v)); }
+template <typename T>
+acc_t<T> widen(T v) {
+  return static_cast<acc_t<T>>(static_cast<compute_t<T>>(v));
+}
 
 // Sum of n contiguous values; eight independent lanes let the compiler vectorise the adds.
 template <typename T>
@@ -74,8 +96,10 @@ void sum_kernel(const T* x, sum_out_t<T>* out, const ReduceView& v, bool mean) {
   using Acc = acc_t<T>;
   using Out = sum_out_t<T>;
   auto finish = [&](Acc total) {
-    if constexpr (std::is_integral_v<T>) return static_cast<Out>(total);
-    else return static_cast<Out>(static_cast<compute_t<Out>>(mean ? total / static_cast<Acc>(v.n) : total));
+    if constexpr (std::is_integral_v<T>)
+      return static_cast<Out>(total);
+    else
+      return static_cast<Out>(static_cast<compute_t<Out>>(mean ? total / static_cast<Acc>(v.n) : total));
   };
   if (v.inner == 1) {
     for (int64_t o = 0; o < v.outer; ++o) out[o] = finish(sum_contiguous(x + o * v.n, v.n));
@@ -140,8 +164,10 @@ struct SumFn : Function<SumFn> {
       using T = decltype(tag);
       sum_kernel<T>(x.data<T>(), out.data<sum_out_t<T>>(), view, mean);
     };
-    if (mean) dispatch_floating(x.dtype(), "mean", kernel);
-    else dispatch_all(x.dtype(), kernel);
+    if (mean)
+      dispatch_floating(x.dtype(), "mean", kernel);
+    else
+      dispatch_all(x.dtype(), kernel);
     return out;
   }
   static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {

@@ -5,84 +5,22 @@
 //   dropout(x, p)             out = keep ? x / (1 - p) : 0   dx = keep ? g / (1 - p) : 0
 //   causal_mask(T)            [T, T] i32, 1 where column > row (the future a position must not see)
 //
-// A mask or condition may have any dtype; "set" means non-zero. It never gets a gradient.
+// A mask or condition may have any dtype; "set" means non-zero. It never gets a gradient. Operands
+// of different shapes are walked together row by row (tensor/cpu/broadcast.h).
 //
 // Dropout's mask comes from the Philox stream: element i of the draw is kept iff the 32-bit word
 // philox4x32(first + i, seed)[0] >= p * 2^32, an integer comparison, so a CUDA kernel reading the
 // same counters draws exactly the same mask. The generator advances by numel per training call.
-#include <array>
 #include <cmath>
-#include <vector>
 
 #include "autograd/function.h"
+#include "tensor/cpu/broadcast.h"
 #include "tensor/cpu/dispatch.h"
 #include "tensor/ops.h"
 
 namespace sl {
 
 namespace {
-
-// ---- broadcast walking ------------------------------------------------------------------------------
-//
-// Walks an output shape in row-major order together with N operands that broadcast to it (operand 0
-// is the output itself, so its offset is the running element index). An operand's stride is 0 along
-// a dim where it has size 1 or no dim at all. Adjacent dims that are contiguous for every operand
-// are merged first: a [B, NH, T, T] output with a [T, T] mask walks B*NH rows of T*T elements.
-template <int N>
-class BroadcastWalk {
- public:
-  using Offsets = std::array<int64_t, N>;
-
-  BroadcastWalk(const Shape& out, const std::array<Shape, N>& operands) : numel_(out.numel()) {
-    std::array<std::vector<int64_t>, N> operand_strides;
-    for (int k = 0; k < N; ++k) operand_strides[k] = contiguous_strides(operands[k]);
-    for (int d = 0; d < out.dim(); ++d) {
-      if (out[d] == 1) continue;  // a size-1 dim moves no operand
-      Offsets stride{};
-      for (int k = 0; k < N; ++k) {
-        int od = d - (out.dim() - operands[k].dim());  // operands are right-aligned
-        stride[k] = od < 0 || operands[k][od] == 1 ? 0 : operand_strides[k][od];
-      }
-      bool mergeable = !sizes_.empty();
-      for (int k = 0; k < N && mergeable; ++k) mergeable = strides_.back()[k] == stride[k] * out[d];
-      if (mergeable) {
-        sizes_.back() *= out[d];
-        strides_.back() = stride;
-      } else {
-        sizes_.push_back(out[d]);
-        strides_.push_back(stride);
-      }
-    }
-    if (sizes_.empty()) {  // a single element
-      sizes_.push_back(1);
-      strides_.push_back(Offsets{});
-    }
-  }
-
-  // Calls row(offsets, length, steps) once per innermost run: the run's elements are at
-  // offsets[k] + i * steps[k] in operand k, for i in [0, length); steps[0] is 1.
-  template <typename F>
-  void for_each_row(F&& row) const {
-    if (numel_ == 0) return;
-    const int outer = static_cast<int>(sizes_.size()) - 1;
-    std::vector<int64_t> index(outer, 0);
-    Offsets offsets{};
-    for (int64_t r = 0, rows = numel_ / sizes_.back(); r < rows; ++r) {
-      row(offsets, sizes_.back(), strides_.back());
-      for (int d = outer - 1; d >= 0; --d) {  // odometer step over the outer dims
-        for (int k = 0; k < N; ++k) offsets[k] += strides_[d][k];
-        if (++index[d] < sizes_[d]) break;
-        for (int k = 0; k < N; ++k) offsets[k] -= strides_[d][k] * sizes_[d];
-        index[d] = 0;
-      }
-    }
-  }
-
- private:
-  int64_t numel_;
-  std::vector<int64_t> sizes_;
-  std::vector<Offsets> strides_;
-};
 
 template <typename M>
 bool is_set(M value) {
@@ -96,7 +34,7 @@ DType accumulate_dtype(DType dtype) { return dtype == DType::f64 ? DType::f64 : 
 
 // out [...] from x [...] and mask (broadcast to x); with `value` null, the backward: zero where set.
 template <typename T, typename M>
-void masked_select_kernel(const T* x, const M* mask, T* out, const BroadcastWalk<2>& walk, const T* value) {
+void masked_select_kernel(const T* x, const M* mask, T* out, const cpu::BroadcastWalk<2>& walk, const T* value) {
   walk.for_each_row([&](const auto& at, int64_t length, const auto& step) {
     const T* x_row = x + at[0];
     const M* mask_row = mask + at[1];
@@ -109,7 +47,7 @@ void masked_select_kernel(const T* x, const M* mask, T* out, const BroadcastWalk
 struct MaskedFillFn : Function<MaskedFillFn> {
   static Tensor forward(FunctionCtx& ctx, const Tensor& x, const Tensor& mask, double value) {
     Tensor out = Tensor::empty(x.shape(), x.options());
-    BroadcastWalk<2> walk(x.shape(), {x.shape(), mask.shape()});
+    cpu::BroadcastWalk<2> walk(x.shape(), {x.shape(), mask.shape()});
     dispatch_all(x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       const T fill = static_cast<T>(static_cast<compute_t<T>>(value));
@@ -127,7 +65,7 @@ struct MaskedFillFn : Function<MaskedFillFn> {
     const Tensor& mask = ctx.saved()[0];
     Tensor g = grads[0].to(ctx.get<DType>("dtype"));
     Tensor dx = Tensor::empty(g.shape(), g.options());
-    BroadcastWalk<2> walk(g.shape(), {g.shape(), mask.shape()});
+    cpu::BroadcastWalk<2> walk(g.shape(), {g.shape(), mask.shape()});
     dispatch_floating(g.dtype(), "masked_fill", [&](auto tag) {
       using T = decltype(tag);
       dispatch_all(mask.dtype(), [&](auto mask_tag) {
@@ -145,7 +83,7 @@ struct WhereFn : Function<WhereFn> {
   static Tensor forward(FunctionCtx& ctx, const Tensor& condition, const Tensor& a, const Tensor& b) {
     Shape out_shape = broadcast_shapes(broadcast_shapes(condition.shape(), a.shape(), "where"), b.shape(), "where");
     Tensor out = Tensor::empty(out_shape, a.options());
-    BroadcastWalk<4> walk(out_shape, {out_shape, condition.shape(), a.shape(), b.shape()});
+    cpu::BroadcastWalk<4> walk(out_shape, {out_shape, condition.shape(), a.shape(), b.shape()});
     dispatch_all(a.dtype(), [&](auto tag) {
       using T = decltype(tag);
       dispatch_all(condition.dtype(), [&](auto condition_tag) {
@@ -174,7 +112,7 @@ struct WhereFn : Function<WhereFn> {
     TensorOptions sum_options = g.options().with_dtype(accumulate_dtype(g.dtype()));
     Tensor da = ctx.needs_input_grad(1) ? zeros(a_shape, sum_options) : Tensor();
     Tensor db = ctx.needs_input_grad(2) ? zeros(b_shape, sum_options) : Tensor();
-    BroadcastWalk<4> walk(g.shape(), {g.shape(), condition.shape(), a_shape, b_shape});
+    cpu::BroadcastWalk<4> walk(g.shape(), {g.shape(), condition.shape(), a_shape, b_shape});
     dispatch_floating(g.dtype(), "where", [&](auto tag) {
       using T = decltype(tag);
       using Compute = compute_t<T>;
