@@ -6,21 +6,13 @@
 #include "autograd/function.h"
 #include "autograd/gradcheck.h"
 #include "tensor/ops.h"
+#include "tests/test_util.h"
 
 namespace sl {
 namespace {
 
 Tensor leaf(std::vector<double> values, Shape shape) {
   return from_vector(values, shape, TensorOptions{}.with_requires_grad());
-}
-
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 TEST(Autograd, ChainRuleThroughATensorUsedTwice) {

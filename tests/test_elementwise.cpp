@@ -8,6 +8,7 @@
 
 #include "autograd/gradcheck.h"
 #include "tensor/ops.h"
+#include "tests/test_util.h"
 
 namespace sl {
 namespace {
@@ -15,15 +16,6 @@ namespace {
 const TensorOptions kF64{DType::f64};
 
 Tensor f64(std::vector<double> values, Shape shape) { return from_vector(values, shape, kF64); }
-
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 void expect_near_all(const std::vector<double>& got, const std::vector<double>& want, double tol) {
   ASSERT_EQ(got.size(), want.size());

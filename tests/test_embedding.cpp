@@ -3,20 +3,12 @@
 
 #include "autograd/gradcheck.h"
 #include "tensor/ops.h"
+#include "tests/test_util.h"
 
 namespace sl {
 namespace {
 
 const TensorOptions kF64{DType::f64};
-
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 // weight [4, 2]: row v is (10 v, 10 v + 1).
 Tensor small_table(const TensorOptions& options = kF64) {

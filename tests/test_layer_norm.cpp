@@ -6,20 +6,12 @@
 
 #include "autograd/gradcheck.h"
 #include "tensor/ops.h"
+#include "tests/test_util.h"
 
 namespace sl {
 namespace {
 
 const TensorOptions kF64{DType::f64};
-
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 // LayerNorm of each row of [N, C], the textbook way.
 std::vector<double> reference_layer_norm(const std::vector<double>& x, const std::vector<double>& weight,

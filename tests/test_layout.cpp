@@ -7,6 +7,7 @@
 
 #include "autograd/gradcheck.h"
 #include "tensor/ops.h"
+#include "tests/test_util.h"
 
 namespace sl {
 namespace {
@@ -16,15 +17,6 @@ Tensor iota(const Shape& shape, DType dtype = DType::f32) {
   std::vector<double> values(shape.numel());
   std::iota(values.begin(), values.end(), 0.0);
   return from_vector(values, shape, TensorOptions{dtype});
-}
-
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 #define EXPECT_MESSAGE_HAS(statement, ...)                                                        \

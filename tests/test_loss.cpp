@@ -6,20 +6,12 @@
 
 #include "autograd/gradcheck.h"
 #include "tensor/ops.h"
+#include "tests/test_util.h"
 
 namespace sl {
 namespace {
 
 const TensorOptions kF64{DType::f64};
-
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 // -log softmax(row)[target], written the obvious way.
 double row_loss(const std::vector<double>& logits, int64_t V, int64_t row, int64_t target) {

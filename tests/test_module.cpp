@@ -5,18 +5,10 @@
 
 #include "autograd/grad_mode.h"
 #include "nn/gpt.h"
+#include "tests/test_util.h"
 
 namespace sl::nn {
 namespace {
-
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 TEST(Module, GPTParameterNamesFollowGPT2) {
   GPT model(GPTConfig{32, 8, 2, 2, 16, 0.0});

@@ -7,18 +7,10 @@
 
 #include "autograd/node.h"
 #include "tensor/ops.h"
+#include "tests/test_util.h"
 
 namespace sl {
 namespace {
-
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 TEST(Print, TwoDimensionalF32) {
   Tensor x = from_vector({1, -2, 3, 4}, {2, 2});

@@ -7,20 +7,12 @@
 
 #include "autograd/gradcheck.h"
 #include "tensor/ops.h"
+#include "tests/test_util.h"
 
 namespace sl {
 namespace {
 
 const TensorOptions kF64{DType::f64};
-
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 // ---- causal_mask and masked_fill ---------------------------------------------------------------------
 
