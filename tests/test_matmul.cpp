@@ -8,6 +8,7 @@
 
 #include "autograd/gradcheck.h"
 #include "tensor/ops.h"
+#include "tests/test_util.h"
 
 namespace {
 
@@ -76,15 +77,7 @@ void expect_near_all(const std::vector<double>& got, const std::vector<double>& 
     ASSERT_NEAR(got[i], want[i], atol + rtol * std::abs(want[i])) << "at element " << i;
 }
 
-template <typename F>
-void expect_error(F&& f, const std::string& expected_substring) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an sl::Error containing: " << expected_substring;
-  } catch (const sl::Error& e) {
-    EXPECT_NE(std::string(e.what()).find(expected_substring), std::string::npos) << "message: " << e.what();
-  }
-}
+using sl::expect_error;
 
 // ---- values ------------------------------------------------------------------------------------------
 

@@ -10,21 +10,14 @@
 
 #include "autograd/gradcheck.h"
 #include "tensor/ops.h"
+#include "tests/test_util.h"
 
 namespace {
 
 using sl::Shape;
 using sl::Tensor;
 
-template <typename F>
-void expect_error(F&& f, const std::string& expected_substring) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an sl::Error containing: " << expected_substring;
-  } catch (const sl::Error& e) {
-    EXPECT_NE(std::string(e.what()).find(expected_substring), std::string::npos) << "message: " << e.what();
-  }
-}
+using sl::expect_error;
 
 // x [2, 3, 4] = 0, 1, ..., 23 with a few values moved so every max is unique and not always last.
 Tensor sample(sl::DType dtype = sl::DType::f32) {

@@ -1,5 +1,7 @@
 // test_util.h — small helpers shared by the test files.
 #pragma once
+#include <gtest/gtest.h>
+
 #include <functional>
 #include <string>
 
@@ -15,6 +17,17 @@ inline std::string message_of(const std::function<void()>& fn) {
     return e.what();
   }
   return "(no error)";
+}
+
+// Expects fn to throw an sl::Error whose message contains expected_substring.
+template <typename F>
+void expect_error(F&& fn, const std::string& expected_substring) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected an sl::Error containing: " << expected_substring;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(expected_substring), std::string::npos) << "message: " << e.what();
+  }
 }
 
 }  // namespace sl
