@@ -73,8 +73,11 @@ TOOLS       := $(patsubst tools/%.cpp,$(BUILD)/bin/%,$(wildcard tools/*.cpp))
 LINK_LIB    := -Wl,--whole-archive $(LIB) -Wl,--no-whole-archive
 
 MAKEFLAGS += --no-builtin-rules
-ifeq ($(filter -j%,$(MAKEFLAGS)),)
-  MAKEFLAGS += -j$(shell nproc)
+# Parallel by default; a recursive make inherits the jobserver instead of forcing -j again.
+ifeq ($(MAKELEVEL),0)
+  ifeq ($(filter -j%,$(MAKEFLAGS)),)
+    MAKEFLAGS += -j$(shell nproc)
+  endif
 endif
 
 .PHONY: all run test lessons lesson bench deps format compdb clean programs
