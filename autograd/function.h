@@ -86,10 +86,7 @@ std::string demangle_function_name(const char* mangled);
 // The op's name as the profiler and grad_fn show it: struct MulFn -> "Mul".
 template <typename Derived>
 const std::string& function_name() {
-  static const std::string name = [] {
-    std::string n = detail::demangle_function_name(typeid(Derived).name());
-    return n;
-  }();
+  static const std::string name = detail::demangle_function_name(typeid(Derived).name());
   return name;
 }
 

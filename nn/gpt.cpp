@@ -1,7 +1,6 @@
 #include "nn/gpt.h"
 
 #include <cmath>
-#include <limits>
 
 #include "autograd/grad_mode.h"
 
