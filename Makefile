@@ -52,6 +52,7 @@ endif
 
 # ---- CUDA switch ---------------------------------------------------------------------------------
 NVCC := $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CUDA_ASKED := $(CUDA)
 ifeq ($(CUDA),auto)
   CUDA := $(if $(NVCC),1,0)
 endif
@@ -59,7 +60,24 @@ ifeq ($(CUDA),1)
   ifeq ($(NVCC),)
     $(error CUDA=1 but nvcc was not found (put /usr/local/cuda/bin on PATH, or build with CUDA=0))
   endif
-  CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
+  # nvcc may be a wrapper script (CI has /usr/local/bin/nvcc exec'ing the toolkit's), so ask nvcc
+  # itself where its toolkit lives: its dry run prints TOP=<toolkit>/bin/..
+  ifeq ($(CUDA_HOME),)
+    CUDA_HOME := $(shell $(NVCC) --dryrun -v -x cu -c /dev/null 2>&1 | grep -m1 'TOP=' | sed 's/.*TOP=//; s|/bin/\.\.$$||')
+  endif
+  ifeq ($(wildcard $(CUDA_HOME)/include/cuda_runtime.h),)
+    CUDA_HOME := /usr/local/cuda
+  endif
+  ifeq ($(wildcard $(CUDA_HOME)/lib64/libcudart.so $(CUDA_HOME)/lib/libcudart.so),)
+    ifeq ($(CUDA_ASKED),auto)
+      $(warning nvcc found but not libcudart.so under $(CUDA_HOME): building without CUDA (set CUDA_HOME))
+      CUDA := 0
+    else
+      $(error CUDA=1 but libcudart.so is not under $(CUDA_HOME)/lib64: set CUDA_HOME to the toolkit)
+    endif
+  endif
+endif
+ifeq ($(CUDA),1)
   NVCCFLAGS := -std=c++20 -O2 -I. -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
                -gencode arch=compute_90,code=compute_90 -Xcompiler -Wall,-Wextra -MMD -MP
   CXXFLAGS  += -DSL_WITH_CUDA -isystem $(CUDA_HOME)/include
