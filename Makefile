@@ -12,6 +12,7 @@
 # Options:
 #   SANITIZE=address,undefined | thread   build everything with that sanitizer, into build-<name>/
 #   CUDA=auto|0|1                         auto: build the CUDA backend when nvcc is found
+#   MPI=auto|0|1                          auto: build the MPI backend when mpicxx is found
 #   BLAS=openblas|eigen                   who runs GEMM on the CPU (see README: Results)
 #   ARCH=-march=native                    the default; ARCH= builds for any x86-64
 #   BUILD=dir                             another build directory
@@ -83,6 +84,26 @@ ifeq ($(CUDA),1)
   CXXFLAGS  += -DSL_WITH_CUDA -isystem $(CUDA_HOME)/include
   LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart
   CU_SRCS   := $(wildcard tensor/cuda/*.cu)
+endif
+
+# ---- MPI and NCCL (communication backends; see parallel/) ----------------------------------------
+# MPI=auto builds the MPI backend when OpenMPI's mpicxx is found (make deps installs it). The library
+# is linked into every program, but MPI_Init runs only when a program finds itself under mpirun.
+MPI ?= auto
+MPICXX := $(shell command -v mpicxx 2>/dev/null)
+ifeq ($(MPI),auto)
+  MPI := $(if $(MPICXX),1,0)
+endif
+ifeq ($(MPI),1)
+  CXXFLAGS += -DSL_WITH_MPI $(patsubst -I%,-isystem %,$(shell mpicxx --showme:compile))
+  LDLIBS   += $(filter-out -lmpi_cxx,$(shell mpicxx --showme:link))
+endif
+# NCCL ships with the CUDA toolkit here; the NCCL backend is built when CUDA is and nccl.h is found.
+ifeq ($(CUDA),1)
+  ifneq ($(wildcard $(CUDA_HOME)/include/nccl.h),)
+    CXXFLAGS += -DSL_WITH_NCCL
+    LDLIBS   += -lnccl
+  endif
 endif
 
 # ---- what gets built ------------------------------------------------------------------------------
