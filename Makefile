@@ -95,7 +95,8 @@ ifeq ($(MPI),auto)
   MPI := $(if $(MPICXX),1,0)
 endif
 ifeq ($(MPI),1)
-  CXXFLAGS += -DSL_WITH_MPI $(patsubst -I%,-isystem %,$(shell mpicxx --showme:compile))
+  # OMPI_SKIP_MPICXX: only the C API (the deprecated C++ bindings need libmpi_cxx).
+  CXXFLAGS += -DSL_WITH_MPI -DOMPI_SKIP_MPICXX $(patsubst -I%,-isystem %,$(shell mpicxx --showme:compile))
   LDLIBS   += $(filter-out -lmpi_cxx,$(shell mpicxx --showme:link))
 endif
 # NCCL ships with the CUDA toolkit here; the NCCL backend is built when CUDA is and nccl.h is found.

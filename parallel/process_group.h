@@ -50,15 +50,18 @@ struct CommStats {
   int64_t bytes_received = 0;
 };
 
+// Thread-safe: a rank's async worker and its main thread may both count into it.
 class CommLedger {
  public:
-  const CommStats& operator[](CommOp op) const { return stats_[static_cast<int>(op)]; }
+  CommStats operator[](CommOp op) const;
   CommStats total() const;  // summed over ops
-  void record(CommOp op, int64_t bytes_sent, int64_t bytes_received);
-  void reset() { stats_ = {}; }
-  std::string report() const;  // one line per op that was called
+  void record_call(CommOp op);
+  void record_bytes(CommOp op, int64_t bytes_sent, int64_t bytes_received);
+  void reset();
+  std::string report() const;  // one line per op that was called: "all_reduce  3 calls  sent 1.5 MiB ..."
 
  private:
+  mutable std::mutex mutex_;
   std::array<CommStats, static_cast<int>(CommOp::count_)> stats_{};
 };
 
@@ -132,6 +135,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   std::shared_ptr<ProcessGroup> split(int color, int key = -1);
 
   CommLedger& ledger() { return ledger_; }
+  struct Job;  // a queued async collective (defined in process_group.cpp)
   uint64_t collectives_issued() const { return next_sequence_; }
 
  protected:
@@ -151,12 +155,16 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   virtual std::shared_ptr<ProcessGroup> make_subgroup(const std::vector<int>& members, uint64_t child_index) = 0;
 
   // How many bytes this rank sent and received in the current call (backends call this).
-  void account(CommOp op, int64_t bytes_sent, int64_t bytes_received) { ledger_.record(op, bytes_sent, bytes_received); }
+  void account(CommOp op, int64_t bytes_sent, int64_t bytes_received) {
+    ledger_.record_bytes(op, bytes_sent, bytes_received);
+  }
 
   void shutdown_worker();  // backends' destructors call it before their state goes
 
  private:
-  uint64_t begin_collective(const Fingerprint& fingerprint);  // numbers, drains, debug-checks
+  // Numbers a collective and counts the call; a blocking one first waits for queued async ones.
+  uint64_t begin_collective(CommOp op, bool blocking);
+  void check_fingerprint(Fingerprint fingerprint);  // debug mode: every rank compares all of them
   WorkPtr enqueue(std::function<void()> job);
   void drain_async();  // waits until every queued collective has run
   void worker_loop();
@@ -169,7 +177,6 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   uint64_t next_child_ = 0;
 
   // The async worker: one thread per group handle, started on first use.
-  struct Job;
   std::mutex queue_mutex_;
   std::condition_variable queue_cv_;
   std::deque<std::shared_ptr<Job>> queue_;
