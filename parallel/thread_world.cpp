@@ -34,9 +34,11 @@ void ThreadWorld::check_waitable(int peer, const WaitContext& why, Clock::time_p
                                "this collective?)");
   }
   if (Clock::now() >= deadline) {
-    auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - start).count();
-    throw TimeoutError(where + ": timed out after " + std::to_string(elapsed_ms(start)) + " ms waiting for rank " +
-                       std::to_string(peer) + " (timeout " + std::to_string(timeout) + " ms; did rank " +
+    // Every deadline is (start of the op) + timeout: report the time since the op began.
+    (void)start;
+    throw TimeoutError(where + ": timed out after " + std::to_string(elapsed_ms(deadline - timeout_)) +
+                       " ms waiting for rank " + std::to_string(peer) + " (timeout " +
+                       std::to_string(timeout_.count()) + " ms; did rank " +
                        std::to_string(peer) + " skip this collective, or is it stuck?)");
   }
 }
