@@ -35,6 +35,13 @@ else
   ifeq ($(origin CUDA),file)
     CUDA := 0
   endif
+  # ThreadSanitizer sees only instrumented code: OpenBLAS's own threads would be invisible to it,
+  # so thread-sanitized builds use Eigen's header-only GEMM (compiled, and so checked, with the rest).
+  ifeq ($(SANITIZE),thread)
+    ifeq ($(origin BLAS),file)
+      BLAS := eigen
+    endif
+  endif
 endif
 
 # -march=native: Eigen and the vectorized loops use every SIMD width this CPU has (ARCH= for a portable build).

@@ -108,18 +108,27 @@ void AdamW::step() {
     float* v = buffer(i, "exp_avg_sq").data<float>();
     float* w = p.data<float>();
     const float* grad = g.data<float>();
-    const double bias_correction1 = 1.0 - std::pow(options.beta1, static_cast<double>(t));
-    const double bias_correction2 = 1.0 - std::pow(options.beta2, static_cast<double>(t));
-    const float step_size = static_cast<float>(lr / bias_correction1);
-    const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bias_correction2));
-    const float decay = p.dim() >= 2 ? static_cast<float>(1.0 - lr * options.weight_decay) : 1.0f;
-    const float b1 = static_cast<float>(options.beta1), b2 = static_cast<float>(options.beta2);
-    const float eps = static_cast<float>(options.eps);
-    for (int64_t j = 0, n = p.numel(); j < n; ++j) {  // one fused pass over the parameter
-      m[j] = b1 * m[j] + (1 - b1) * grad[j];
-      v[j] = b2 * v[j] + (1 - b2) * grad[j] * grad[j];
-      w[j] = w[j] * decay - step_size * m[j] / (std::sqrt(v[j]) * inv_sqrt_bc2 + eps);
-    }
+    adamw_update(w, grad, m, v, p.numel(), AdamWStep::make(options, lr, t, p.dim() >= 2));
+  }
+}
+
+AdamWStep AdamWStep::make(const AdamWOptions& options, double lr, int64_t t, bool decay) {
+  const double bias_correction1 = 1.0 - std::pow(options.beta1, static_cast<double>(t));
+  const double bias_correction2 = 1.0 - std::pow(options.beta2, static_cast<double>(t));
+  return {static_cast<float>(lr / bias_correction1),
+          static_cast<float>(1.0 / std::sqrt(bias_correction2)),
+          decay ? static_cast<float>(1.0 - lr * options.weight_decay) : 1.0f,
+          static_cast<float>(options.beta1),
+          static_cast<float>(options.beta2),
+          static_cast<float>(options.eps)};
+}
+
+void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, const AdamWStep& s) {
+  const float b1 = s.b1, b2 = s.b2;
+  for (int64_t j = 0; j < n; ++j) {  // one fused pass
+    m[j] = b1 * m[j] + (1 - b1) * g[j];
+    v[j] = b2 * v[j] + (1 - b2) * g[j] * g[j];
+    w[j] = w[j] * s.decay - s.step_size * m[j] / (std::sqrt(v[j]) * s.inv_sqrt_bc2 + s.eps);
   }
 }
 
