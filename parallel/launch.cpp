@@ -88,6 +88,9 @@ static void launch_threads(int world_size, const RankFunction& fn, const LaunchO
                         std::make_shared<ThreadsProcessGroup>(world, everyone, r, /*context=*/1, group_options),
                         Backend::threads};
         fn(ctx);
+      } catch (const CollectiveMismatch& e) {
+        errors[r] = std::current_exception();
+        world->abort(r, e.what(), /*mismatch=*/true);
       } catch (...) {
         errors[r] = std::current_exception();
         world->abort(r, describe(errors[r]));

@@ -145,14 +145,20 @@ uint64_t ProcessGroup::begin_collective(CommOp op, bool blocking) {
   return next_sequence_++;
 }
 
+// split()'s exchange is told apart from a fingerprint exchange by a high bit of the sequence number.
+static constexpr uint64_t kSplitExchange = 1ull << 38;
+
 void ProcessGroup::check_fingerprint(Fingerprint mine) {
   if (!options_.debug_collectives || size_ == 1) return;
   std::vector<Fingerprint> all(size_);
   // The exchange is itself the first step of every collective in debug mode, so it always pairs up,
   // even when the collectives that follow it would not.
   exchange(&mine, all.data(), sizeof(Fingerprint), mine.sequence);
-  for (int r = 0; r < size_; ++r) {
-    if (all[r] == mine) continue;
+  int differing = -1;
+  for (int r = 0; r < size_ && differing < 0; ++r)
+    if (!(all[r] == mine)) differing = r;
+  if (differing >= 0) {
+    int r = differing;
     throw CollectiveMismatch("collective mismatch (" + backend_name() + " group of " + std::to_string(size_) +
                              "): rank " + std::to_string(rank_) + " called " + mine.str() + " but rank " +
                              std::to_string(r) + " called " + all[r].str() + " (" + mine.difference(all[r]) + ")");
@@ -386,7 +392,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::split(int color, int key) {
     int32_t color, key;
   } mine{color, key < 0 ? rank_ : key};
   std::vector<Entry> all(size_);
-  exchange(&mine, all.data(), sizeof(Entry), next_sequence_);
+  exchange(&mine, all.data(), sizeof(Entry), next_sequence_ | kSplitExchange);
   uint64_t child = next_child_++;
   if (color < 0) return make_subgroup({}, child);  // still called: a backend may need every rank
   std::vector<int> members;

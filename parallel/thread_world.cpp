@@ -25,6 +25,8 @@ void ThreadWorld::check_waitable(int peer, const WaitContext& why, Clock::time_p
   std::string where = std::string(why.op) + " #" + std::to_string(why.sequence) + " on rank " + std::to_string(why.rank);
   {
     std::lock_guard lock(state_mutex_);
+    if (failed_rank_ >= 0 && failure_is_mismatch_)
+      throw CollectiveMismatch(where + ": rank " + std::to_string(failed_rank_) + " found: " + failure_);
     if (failed_rank_ >= 0)
       throw RemoteError(where + ": aborted because rank " + std::to_string(failed_rank_) + " failed: " + failure_,
                         failed_rank_);
@@ -125,12 +127,13 @@ void ThreadWorld::retract(int dst, Envelope* envelope) noexcept {
   box.changed.wait(lock, [&] { return envelope->state != Envelope::taken; });
 }
 
-void ThreadWorld::abort(int failed_rank, const std::string& what) {
+void ThreadWorld::abort(int failed_rank, const std::string& what, bool mismatch) {
   {
     std::lock_guard lock(state_mutex_);
     if (failed_rank_ >= 0) return;
     failed_rank_ = failed_rank;
     failure_ = what;
+    failure_is_mismatch_ = mismatch;
   }
   notify_everyone();
 }

@@ -66,7 +66,8 @@ class ThreadWorld {
   void retract(int dst, Envelope* envelope) noexcept;
 
   // A rank failed: every wait in every rank ends with RemoteError naming it. The first call wins.
-  void abort(int failed_rank, const std::string& what);
+  // A mismatch found in debug mode travels as a CollectiveMismatch, so every rank reports it as one.
+  void abort(int failed_rank, const std::string& what, bool mismatch = false);
   int failed_rank() const;
   // A rank returned from its function: waits on it can never be answered.
   void mark_finished(int rank);
@@ -90,6 +91,7 @@ class ThreadWorld {
   mutable std::mutex state_mutex_;
   int failed_rank_ = -1;
   std::string failure_;
+  bool failure_is_mismatch_ = false;
   std::vector<char> finished_;
 };
 
