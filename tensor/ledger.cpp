@@ -12,7 +12,7 @@ thread_local MemoryCategory tls_category = MemoryCategory::other;
 }
 
 const char* category_name(MemoryCategory category) {
-  static const char* names[] = {"weights", "grads", "optimizer", "activations", "comm", "other"};
+  static const char* names[] = {"weights", "grads", "optimizer", "activations", "comm", "other", "offload"};
   return names[static_cast<int>(category)];
 }
 
@@ -87,10 +87,11 @@ std::string MemoryLedger::report(Device device) const {
   out << "memory on " << device << " (current / peak bytes)\n";
   for (int c = 0; c < kNumMemoryCategories; ++c) {
     auto category = static_cast<MemoryCategory>(c);
-    out << "  " << category_name(category) << std::string(13 - std::string(category_name(category)).size(), ' ')
-        << current(device, category) << " / " << peak(device, category) << "\n";
+    std::string label = category == MemoryCategory::offload ? "host (offloaded)" : category_name(category);
+    out << "  " << label << std::string(17 - label.size(), ' ') << current(device, category) << " / "
+        << peak(device, category) << "\n";
   }
-  out << "  total        " << current(device) << " / " << peak(device) << "\n";
+  out << "  total            " << current(device) << " / " << peak(device) << "\n";
   return out.str();
 }
 

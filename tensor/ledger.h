@@ -20,8 +20,10 @@
 
 namespace sl {
 
-enum class MemoryCategory : uint8_t { weights, grads, optimizer, activations, comm, other };
-constexpr int kNumMemoryCategories = 6;
+// offload: host memory that stands in for the GPU's (ZeRO-Offload's optimizer state, parallel/zero.h);
+// report() labels it "host (offloaded)".
+enum class MemoryCategory : uint8_t { weights, grads, optimizer, activations, comm, other, offload };
+constexpr int kNumMemoryCategories = 7;
 const char* category_name(MemoryCategory category);
 
 class MemoryLedger {

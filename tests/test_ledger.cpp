@@ -89,7 +89,7 @@ TEST(Ledger, EachThreadHasItsOwnDeviceAndScope) {
 
 TEST(Ledger, ReportNamesEveryCategory) {
   std::string report = MemoryLedger::instance().report(Device::cpu(101));
-  for (const char* name : {"weights", "grads", "optimizer", "activations", "comm", "other", "total"})
+  for (const char* name : {"weights", "grads", "optimizer", "activations", "comm", "other", "host (offloaded)", "total"})
     EXPECT_NE(report.find(name), std::string::npos) << name;
 }
 

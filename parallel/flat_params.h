@@ -1,0 +1,106 @@
+// flat_params.h — a list of parameters laid out in one flat, padded, shardable f32 buffer.
+//
+//   params   wte [V,C]     ln.w [C]  ln.b [C]   c_fc.w [4C,C] ...
+//   flat     |---- seg 0 ----|-seg 1-|-seg 2-|------ seg 3 ------| ... |pad|   padded_numel = N x S
+//   shards   |<---- rank 0: S ---->|<---- rank 1: S ---->| ... |<-- rank N-1 -->|
+//
+// Every ZeRO stage and FSDP start here. The parameters' values are copied into one contiguous buffer
+// whose length is the parameter count Ψ rounded up to a multiple of the sharding group's size N, and
+// each parameter is re-pointed at its view of that buffer (storage + storage_offset, as
+// nn::Module::to() does), so every handle to it — the layers', the optimizer's — reads the flat buffer.
+// Rank r owns the elements [r*S, (r+1)*S). The padding (at most N-1 elements, zeros) belongs to no
+// parameter: shard_pieces() never hands it out, so no optimizer ever reads or writes it as a weight.
+//
+// The segment table says which parameter occupies which range and whether AdamW's weight decay
+// applies to it (dim >= 2, the nn::AdamW rule), so an optimizer holding one shard can update it
+// piece by piece with the right rule. A flat gradient buffer has the same layout: bind_grads()
+// makes each parameter's .grad a view of it, and backward then accumulates straight into it.
+//
+//   FlatParams flat(model.parameters(), group->size());          // weights: 4 x padded_numel bytes
+//   Tensor mine = flat.shard(group->rank());                     // [S], a view: writes reach the model
+//   Tensor grads = zeros({flat.layout().padded_numel});          // same layout, for gradients
+//   flat.bind_grads(grads);                                      // p.grad() is now a view of grads
+//   for (const ShardPiece& piece : flat.layout().shard_pieces(rank)) ...  // per-segment work on a shard
+//
+//   Used by: parallel/zero.h (ZeRO-1/2, offload), parallel/fsdp.h (ZeRO-3 / FSDP, HSDP)
+//   Tests: tests/test_zero.cpp (FlatParams.*)
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace sl::parallel {
+
+// One parameter's place in the flat buffer.
+struct FlatSegment {
+  int64_t offset = 0;  // first element in the flat buffer
+  int64_t numel = 0;
+  Shape shape;
+  bool decay = false;  // dim >= 2: AdamW's decoupled weight decay applies (not to biases, LayerNorm)
+};
+
+// The part of one segment that lies inside one rank's shard.
+struct ShardPiece {
+  size_t segment = 0;          // index into FlatLayout::segments (= the parameter's index)
+  int64_t shard_offset = 0;    // where the piece starts inside the shard, in [0, S)
+  int64_t segment_offset = 0;  // where it starts inside the parameter (its flattened index)
+  int64_t numel = 0;
+  bool decay = false;
+};
+
+// The arithmetic alone: segments, padding and shards for parameters of these shapes over N ranks.
+struct FlatLayout {
+  FlatLayout() = default;
+  FlatLayout(const std::vector<Shape>& shapes, int world_size);
+
+  std::vector<FlatSegment> segments;
+  int world_size = 1;
+  int64_t numel = 0;         // Ψ: the parameters' elements
+  int64_t padded_numel = 0;  // Ψ rounded up to a multiple of world_size
+  int64_t shard_numel = 0;   // S = padded_numel / world_size
+
+  int64_t shard_begin(int rank) const { return rank * shard_numel; }
+  // The segments (or their parts) inside rank's shard, in flat order; padding is left out.
+  std::vector<ShardPiece> shard_pieces(int rank) const;
+};
+
+class FlatParams {
+ public:
+  // Copies the values of `params` (distinct f32 leaf tensors on one device) into a new flat buffer
+  // on their device, charged to the ledger's "weights", and re-points every parameter at its view.
+  // The parameters' old storages are freed once nothing else holds them. Gradients are left alone.
+  FlatParams(std::vector<Tensor> params, int world_size);
+
+  const FlatLayout& layout() const { return layout_; }
+  const std::vector<Tensor>& params() const { return params_; }
+  const Tensor& buffer() const { return buffer_; }  // [padded_numel]; undefined after release()
+
+  // Rank's shard [S] of the parameter buffer, or of any buffer with this layout (e.g. gradients):
+  // views, not copies.
+  Tensor shard(int rank) const { return shard_of(buffer_, rank); }
+  Tensor shard_of(const Tensor& flat, int rank) const;
+
+  // Re-points the parameters at views of `flat` ([padded_numel] f32), which becomes buffer():
+  // FSDP binds a unit to its freshly all-gathered buffer before the unit's forward and backward.
+  void bind(const Tensor& flat);
+  // Points the parameters at an empty storage (shapes kept) and drops buffer(). The parameters must
+  // not be read until the next bind(). Tensors that autograd saved still hold the old storage, so
+  // to free the bytes while a graph is alive, release that Storage in place instead (what
+  // parallel/fsdp_unit.cpp does with Storage::release()).
+  void release();
+
+  // Makes each parameter's .grad the view of `flat_grads` ([padded_numel] f32) at its segment:
+  // backward then accumulates into flat_grads in place (AccumulateGrad adds into an existing grad).
+  void bind_grads(const Tensor& flat_grads) const;
+  void release_grads() const;  // every parameter's .grad := none
+
+ private:
+  Tensor checked_flat(const Tensor& flat, const char* what) const;
+
+  std::vector<Tensor> params_;
+  FlatLayout layout_;
+  Tensor buffer_;
+};
+
+}  // namespace sl::parallel

@@ -1,0 +1,478 @@
+// test_zero.cpp — FlatParams (flatten, pad, shard) and ZeRO-1/2 with and without offload against the
+// serial GPT + nn::AdamW + nn::clip_grad_norm run: losses, norms, gradients, parameters and the full
+// optimizer state after every step, the ledger's memory held between steps and the bytes each step
+// moves, at worlds 1-4 (world 3 pads the flat buffer).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "autograd/grad_mode.h"
+#include "nn/data.h"
+#include "nn/gpt.h"
+#include "parallel/zero.h"
+#include "parallel_test_util.h"
+#include "test_util.h"
+
+namespace sl::parallel {
+namespace {
+
+// ---- FlatParams ------------------------------------------------------------------------------------
+
+TEST(FlatParams, LayoutPadsAndCutsSegmentsAtShardEdges) {
+  // 6 + 5 + 4 = 15 elements over 4 ranks: S = 4, one element of padding at 15.
+  FlatLayout layout({Shape({3, 2}), Shape({5}), Shape({2, 2})}, 4);
+  EXPECT_EQ(layout.numel, 15);
+  EXPECT_EQ(layout.padded_numel, 16);
+  EXPECT_EQ(layout.shard_numel, 4);
+  ASSERT_EQ(layout.segments.size(), 3u);
+  EXPECT_EQ(layout.segments[1].offset, 6);
+  EXPECT_TRUE(layout.segments[0].decay);
+  EXPECT_FALSE(layout.segments[1].decay);
+  EXPECT_TRUE(layout.segments[2].decay);
+  auto r1 = layout.shard_pieces(1);  // [4, 8): seg 0 [4, 6) + seg 1 [6, 8)
+  ASSERT_EQ(r1.size(), 2u);
+  EXPECT_EQ(r1[0].segment, 0u);
+  EXPECT_EQ(r1[0].shard_offset, 0);
+  EXPECT_EQ(r1[0].segment_offset, 4);
+  EXPECT_EQ(r1[0].numel, 2);
+  EXPECT_EQ(r1[1].segment, 1u);
+  EXPECT_EQ(r1[1].shard_offset, 2);
+  EXPECT_EQ(r1[1].segment_offset, 0);
+  EXPECT_EQ(r1[1].numel, 2);
+  auto r3 = layout.shard_pieces(3);  // [12, 16): seg 2 [12, 15), then padding (never handed out)
+  ASSERT_EQ(r3.size(), 1u);
+  EXPECT_EQ(r3[0].segment, 2u);
+  EXPECT_EQ(r3[0].segment_offset, 1);
+  EXPECT_EQ(r3[0].numel, 3);
+  expect_error([&] { layout.shard_pieces(4); }, "rank 4 is not in [0, 4)");
+  expect_error([] { FlatLayout({Shape({2})}, 0); }, "world size must be at least 1 (got 0)");
+}
+
+TEST(FlatParams, ParametersBecomeViewsOfOnePaddedBuffer) {
+  DeviceGuard device(Device::cpu(71));
+  auto& ledger = MemoryLedger::instance();
+  int64_t before = ledger.current(Device::cpu(71), MemoryCategory::weights);
+  Tensor a = from_vector({1, 2, 3, 4, 5, 6}, Shape({2, 3})).set_requires_grad();
+  Tensor b = from_vector({7, 8}, Shape({2})).set_requires_grad();
+  Tensor a_elsewhere = a;  // another handle, as a layer holds one
+  {
+    FlatParams flat({a, b}, 3);  // 8 elements -> 9 (S = 3)
+    EXPECT_EQ(flat.buffer().numel(), 9);
+    EXPECT_EQ(flat.buffer().to_vector(), std::vector<double>({1, 2, 3, 4, 5, 6, 7, 8, 0}));
+    EXPECT_EQ(a.to_vector(), std::vector<double>({1, 2, 3, 4, 5, 6}));
+    flat.shard(2).fill_(-1);  // elements 6..8: b and the padding
+    EXPECT_EQ(b.to_vector(), std::vector<double>({-1, -1}));
+    flat.buffer().flat_view(0, {1}).fill_(42);
+    EXPECT_EQ(a_elsewhere.to_vector()[0], 42);
+    // Charged to weights: the buffer's 9 floats (a's and b's old storages are gone).
+    EXPECT_EQ(ledger.current(Device::cpu(71), MemoryCategory::weights) - before, 9 * 4);
+
+    Tensor grads = zeros({9});
+    flat.bind_grads(grads);
+    (a * 2.0).sum().backward();
+    (b * 3.0).sum().backward();
+    EXPECT_EQ(grads.to_vector(), std::vector<double>({2, 2, 2, 2, 2, 2, 3, 3, 0}));
+    EXPECT_EQ(flat.shard_of(grads, 1).to_vector(), std::vector<double>({2, 2, 2}));
+    flat.release_grads();
+    EXPECT_FALSE(a.grad().defined());
+
+    Tensor other = full({9}, 5.0);
+    flat.bind(other);
+    EXPECT_EQ(b.to_vector(), std::vector<double>({5, 5}));
+    flat.release();
+    EXPECT_FALSE(flat.buffer().defined());
+    expect_error([&] { flat.bind(zeros({8})); }, "expected an f32 buffer of 9 elements (8 parameters padded");
+  }
+}
+
+TEST(FlatParams, RejectsWhatCannotBeFlattened) {
+  Tensor p = zeros({2}).set_requires_grad();
+  expect_error([&] { FlatParams({}, 2); }, "the parameter list is empty");
+  expect_error([&] { FlatParams({p, p}, 2); }, "parameter 1 appears twice");
+  expect_error([&] { FlatParams({zeros({2}, DType::f64).set_requires_grad()}, 2); }, "parameter 0 is f64");
+}
+
+// ---- the serial reference ----------------------------------------------------------------------------
+
+constexpr int kSteps = 5;
+constexpr int64_t kBatch = 12, kBlock = 8;
+constexpr double kMaxNorm = 0.5;
+constexpr uint64_t kSeed = 5;
+
+nn::GPTConfig small_config() { return {.vocab_size = 32, .block_size = 8, .n_layer = 2, .n_head = 2, .n_embd = 16}; }
+nn::AdamWOptions adamw_options() { return {.lr = 1e-2}; }
+
+const nn::TokenStream& stream() {
+  static const nn::TokenStream tokens = [] {
+    nn::TokenStream s;
+    s.vocab_size = 32;
+    for (int i = 0; i < 600; ++i) s.tokens.push_back((i * 7 + i / 5 + (i * i) % 11) % 32);
+    return s;
+  }();
+  return tokens;
+}
+
+struct Trace {  // one run, step by step; vectors are the flat (unpadded) parameter order
+  std::vector<double> losses, norms;
+  std::vector<std::vector<float>> grads, params;
+  nn::StateDict state;  // the optimizer's full state after the last step
+};
+
+std::vector<float> flatten(const std::vector<Tensor>& tensors) {
+  std::vector<float> out;
+  for (const Tensor& t : tensors) {
+    std::vector<float> v = t.values<float>();
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+const Trace& serial() {
+  static const Trace trace = [] {
+    DeviceGuard device(Device::cpu(70));  // away from the ranks' cpu:0..3
+    Trace t;
+    nn::GPT model(small_config(), kSeed);
+    nn::AdamW optimizer(model.parameters(), adamw_options());
+    for (int step = 0; step < kSteps; ++step) {
+      optimizer.zero_grad();
+      nn::Batch batch = stream().get_batch(step, kBatch, kBlock);
+      Tensor loss = model.loss(batch.inputs, batch.targets);
+      loss.backward();
+      t.losses.push_back(loss.item());
+      t.norms.push_back(nn::clip_grad_norm(model.parameters(), kMaxNorm));
+      std::vector<Tensor> grads;
+      for (const Tensor& p : model.parameters()) grads.push_back(p.grad());
+      t.grads.push_back(flatten(grads));
+      optimizer.step();
+      t.params.push_back(flatten(model.parameters()));
+    }
+    for (auto& [name, tensor] : optimizer.state_dict()) t.state.emplace(name, tensor.clone());
+    return t;
+  }();
+  return trace;
+}
+
+TEST(ZeroSerial, ReferenceClips) {
+  int clipped = 0;
+  for (double norm : serial().norms) clipped += norm > kMaxNorm;
+  EXPECT_GT(clipped, 0) << "max_norm " << kMaxNorm << " never clips: the test would not test clipping";
+}
+
+// ---- parallel == serial ---------------------------------------------------------------------------------
+
+struct ZeroCase {
+  int stage;
+  int world;
+  bool offload;
+};
+
+void PrintTo(const ZeroCase& c, std::ostream* out) {
+  *out << "stage " << c.stage << ", world " << c.world << (c.offload ? ", offload" : "");
+}
+
+std::string case_name(const testing::TestParamInfo<ZeroCase>& info) {
+  return "stage" + std::to_string(info.param.stage) + "_world" + std::to_string(info.param.world) +
+         (info.param.offload ? "_offload" : "");
+}
+
+// What one rank measured, per step.
+struct RankRecord {
+  Trace trace;
+  std::vector<std::array<int64_t, kNumMemoryCategories>> held;  // bytes above the start, after each step
+  std::array<int64_t, kNumMemoryCategories> peak{};             // above the start, over the run
+  std::vector<std::array<CommStats, 3>> comm;                   // all_reduce, all_gather, reduce_scatter
+  std::vector<int64_t> host_transfers;                          // cpu:r -> cpu:r bytes
+  int64_t padded = 0, shard = 0;
+  bool ran = false;  // under mpirun a process runs one rank: the others' records stay empty
+};
+
+constexpr CommOp kCommOps[3] = {CommOp::all_reduce, CommOp::all_gather, CommOp::reduce_scatter};
+
+void run_rank(RankContext& ctx, const ZeroCase& c, RankRecord& record) {
+  auto& ledger = MemoryLedger::instance();
+  std::array<int64_t, kNumMemoryCategories> start{};
+  for (int k = 0; k < kNumMemoryCategories; ++k) start[k] = ledger.current(ctx.device, MemoryCategory(k));
+  ledger.reset_peak(ctx.device);
+
+  nn::GPT model(small_config(), kSeed);
+  ZeroAdamW optimizer(model.parameters(), ctx.world,
+                      {.stage = c.stage, .offload = c.offload, .adamw = adamw_options()});
+  record.padded = optimizer.flat().layout().padded_numel;
+  record.shard = optimizer.flat().layout().shard_numel;
+  const int64_t rows = kBatch / c.world, numel = optimizer.flat().layout().numel;
+
+  for (int step = 0; step < kSteps; ++step) {
+    optimizer.zero_grad();
+    nn::Batch batch = stream().get_batch(step, kBatch, kBlock, ctx.rank * rows, (ctx.rank + 1) * rows);
+    Tensor loss = model.loss(batch.inputs, batch.targets);
+    loss.backward();
+    Tensor global_loss = loss.detach().clone();
+    ctx.world->all_reduce(global_loss, ReduceOp::avg);  // for the record; outside the step's accounting
+    record.trace.losses.push_back(global_loss.item());
+
+    std::array<CommStats, 3> before;
+    for (int k = 0; k < 3; ++k) before[k] = ctx.world->ledger()[kCommOps[k]];
+    int64_t transfers_before = ledger.transferred(ctx.device, ctx.device);
+    record.trace.norms.push_back(optimizer.clip_grad_norm(kMaxNorm));
+    optimizer.step();
+    std::array<CommStats, 3> moved;
+    for (int k = 0; k < 3; ++k) {
+      CommStats now = ctx.world->ledger()[kCommOps[k]];
+      moved[k] = {now.calls - before[k].calls, now.bytes_sent - before[k].bytes_sent,
+                  now.bytes_received - before[k].bytes_received};
+    }
+    record.comm.push_back(moved);
+    record.host_transfers.push_back(ledger.transferred(ctx.device, ctx.device) - transfers_before);
+    std::array<int64_t, kNumMemoryCategories> held{};
+    for (int k = 0; k < kNumMemoryCategories; ++k) held[k] = ledger.current(ctx.device, MemoryCategory(k)) - start[k];
+    record.held.push_back(held);
+
+    // After the accounting: the gradients this step used (gathered at stage 2) and the new parameters.
+    std::vector<float> grads = optimizer.gather_gradients().values<float>();
+    grads.resize(numel);
+    record.trace.grads.push_back(grads);
+    std::vector<float> params = optimizer.flat().buffer().values<float>();
+    params.resize(numel);
+    record.trace.params.push_back(params);
+  }
+  for (int k = 0; k < kNumMemoryCategories; ++k) record.peak[k] = ledger.peak(ctx.device, MemoryCategory(k)) - start[k];
+  record.trace.state = optimizer.full_state_dict();
+  record.ran = true;
+}
+
+const RankRecord& first_that_ran(const std::vector<RankRecord>& records) {
+  for (const RankRecord& record : records)
+    if (record.ran) return record;
+  return records.at(0);
+}
+
+// |got - want| <= atol + rtol |want| for every element; reports the first few that are not.
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::abs(got[i] - want[i]) <= 1e-5 + 1.3e-6 * std::abs(want[i])) continue;
+    if (++bad <= 3) ADD_FAILURE() << what << " element " << i << ": " << got[i] << " vs serial " << want[i];
+  }
+  EXPECT_EQ(bad, 0) << what << ": elements out of tolerance";
+}
+
+class Zero : public testing::TestWithParam<ZeroCase> {};
+
+TEST_P(Zero, MatchesSerial) {
+  const ZeroCase c = GetParam();
+  SL_SKIP_UNLESS_WORLD(c.world);
+  const Trace& want = serial();
+  std::vector<RankRecord> records(c.world);
+  launch(
+      c.world, [&](RankContext& ctx) { run_rank(ctx, c, records[ctx.rank]); }, quick());
+
+  for (int r = 0; r < c.world; ++r) {
+    const RankRecord& got = records[r];
+    if (!got.ran) continue;
+    const std::string at = "rank " + std::to_string(r);
+    for (int step = 0; step < kSteps; ++step) {
+      const std::string when = at + " step " + std::to_string(step);
+      EXPECT_NEAR(got.trace.losses[step], want.losses[step], 1e-5 + 1.3e-6 * std::abs(want.losses[step])) << when;
+      EXPECT_NEAR(got.trace.norms[step], want.norms[step], 1e-5 + 1.3e-6 * want.norms[step]) << when;
+      expect_close(got.trace.grads[step], want.grads[step], when + " gradients");
+      expect_close(got.trace.params[step], want.params[step], when + " parameters");
+    }
+    EXPECT_EQ(got.trace.norms, first_that_ran(records).trace.norms) << at << ": every rank must clip by the same norm";
+    // The full optimizer state, in nn::AdamW's format.
+    ASSERT_EQ(got.trace.state.size(), want.state.size()) << at;
+    for (const auto& [name, tensor] : want.state) {
+      ASSERT_TRUE(got.trace.state.count(name)) << at << " lacks " << name;
+      const Tensor& mine = got.trace.state.at(name);
+      ASSERT_EQ(mine.shape(), tensor.shape()) << name;
+      if (tensor.dtype() == DType::i64)
+        EXPECT_EQ(mine.item(), tensor.item()) << at << " " << name;
+      else
+        expect_close(mine.values<float>(), tensor.values<float>(), at + " " + name);
+    }
+  }
+}
+
+TEST_P(Zero, MemoryAndCommunicationMatchTheFormulas) {
+  const ZeroCase c = GetParam();
+  SL_SKIP_UNLESS_WORLD(c.world);
+  std::vector<RankRecord> records(c.world);
+  launch(
+      c.world, [&](RankContext& ctx) { run_rank(ctx, c, records[ctx.rank]); }, quick());
+
+  const int64_t n = c.world;
+  for (int r = 0; r < c.world; ++r) {
+    const RankRecord& got = records[r];
+    if (!got.ran) continue;
+    const int64_t P = got.padded, S = got.shard;  // elements; 4 bytes each
+    ASSERT_EQ(P, S * n);
+    const int64_t grads = c.stage == 1 ? 4 * P : 4 * S;
+    const int64_t state = 8 * S;  // exp_avg + exp_avg_sq of the shard
+    auto held_of = [&](int step, MemoryCategory k) { return got.held[step][static_cast<int>(k)]; };
+    for (int step = 0; step < kSteps; ++step) {
+      const std::string when = "rank " + std::to_string(r) + " after step " + std::to_string(step);
+      EXPECT_EQ(held_of(step, MemoryCategory::weights), 4 * P) << when;
+      EXPECT_EQ(held_of(step, MemoryCategory::grads), grads) << when;
+      EXPECT_EQ(held_of(step, MemoryCategory::optimizer), c.offload ? 0 : state) << when;
+      EXPECT_EQ(held_of(step, MemoryCategory::offload), c.offload ? state : 0) << when;
+
+      const std::array<CommStats, 3>& moved = got.comm[step];
+      const CommStats &all_reduce = moved[0], &all_gather = moved[1], &reduce_scatter = moved[2];
+      if (c.stage == 1) {
+        EXPECT_EQ(all_reduce.calls, 1) << when;
+        EXPECT_EQ(all_reduce.bytes_sent, 2 * (n - 1) * 4 * S) << when;  // 2(n-1)/n · 4Ψ
+        EXPECT_EQ(all_gather.calls, 1) << when;
+        EXPECT_EQ(all_gather.bytes_sent, (n - 1) * 4 * S) << when;  // (n-1)/n · 4Ψ
+        EXPECT_EQ(reduce_scatter.calls, 0) << when;
+      } else {
+        EXPECT_EQ(all_reduce.calls, 0) << when;
+        EXPECT_EQ(reduce_scatter.calls, 1) << when;
+        EXPECT_EQ(reduce_scatter.bytes_sent, (n - 1) * 4 * S) << when;
+        EXPECT_EQ(all_gather.calls, 2) << when;  // the norm's partial sums, then the parameters
+        EXPECT_EQ(all_gather.bytes_sent, (n - 1) * 4 * S + (n - 1) * 8) << when;
+      }
+      EXPECT_EQ(all_gather.bytes_received, all_gather.bytes_sent) << when;
+      // Offload: grad and param shards to the host, the param shard back (cpu:r -> cpu:r on this build).
+      EXPECT_EQ(got.host_transfers[step], c.offload ? 3 * 4 * S : 0) << when;
+    }
+    // Peaks: stage 2 holds the full gradient buffer beside the shard until the reduce-scatter;
+    // offload stages grad and param shards on the host during the update.
+    const int64_t grads_peak = got.peak[static_cast<int>(MemoryCategory::grads)];
+    EXPECT_EQ(grads_peak, c.stage == 1 ? 4 * P : 4 * P + 4 * S);
+    EXPECT_EQ(got.peak[static_cast<int>(MemoryCategory::offload)], c.offload ? state + 8 * S : 0);
+    if (r == 0)
+      std::printf(
+          "[   info   ] Ψ padded %lld, S %lld: held weights %lld grads %lld optimizer %lld offload %lld; "
+          "peak grads %lld offload %lld\n",
+          (long long)P, (long long)S, (long long)held_of(0, MemoryCategory::weights),
+          (long long)held_of(0, MemoryCategory::grads), (long long)held_of(0, MemoryCategory::optimizer),
+          (long long)held_of(0, MemoryCategory::offload), (long long)grads_peak,
+          (long long)got.peak[static_cast<int>(MemoryCategory::offload)]);
+  }
+}
+
+std::vector<ZeroCase> all_cases() {
+  std::vector<ZeroCase> cases;
+  for (bool offload : {false, true})
+    for (int stage : {1, 2})
+      for (int world : {1, 2, 3, 4}) cases.push_back({stage, world, offload});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Stages, Zero, testing::ValuesIn(all_cases()), case_name);
+
+// ---- the rest of the contract ---------------------------------------------------------------------------
+
+// Gradients that backward put outside the flat buffer (the model's own zero_grad() dropped the views)
+// are copied in: the step equals the one with optimizer.zero_grad().
+TEST(ZeroUsage, GradientsOutsideTheFlatBufferAreCollected) {
+  SL_SKIP_UNLESS_WORLD(2);
+  for (int stage : {1, 2}) {
+    std::vector<std::vector<float>> params(2);
+    launch(
+        2,
+        [&](RankContext& ctx) {
+          for (int variant = 0; variant < 2; ++variant) {
+            nn::GPT model(small_config(), kSeed);
+            ZeroAdamW optimizer(model.parameters(), ctx.world, {.stage = stage, .adamw = adamw_options()});
+            for (int step = 0; step < 2; ++step) {
+              if (variant == 0)
+                optimizer.zero_grad();
+              else
+                model.zero_grad();
+              nn::Batch batch = stream().get_batch(step, kBatch, kBlock, ctx.rank * 6, ctx.rank * 6 + 6);
+              model.loss(batch.inputs, batch.targets).backward();
+              optimizer.clip_grad_norm(kMaxNorm);
+              optimizer.step();
+            }
+            if (ctx.rank == 0) params[variant] = optimizer.flat().buffer().values<float>();
+          }
+        },
+        quick());
+    EXPECT_EQ(params[0], params[1]) << "stage " << stage;
+  }
+}
+
+// Micro-batches between zero_grad() and step() accumulate, also when a reduce ran between them.
+TEST(ZeroUsage, GradientAccumulationAcrossAReduce) {
+  SL_SKIP_UNLESS_WORLD(2);
+  for (int stage : {1, 2}) {
+    std::vector<std::vector<float>> params(2);
+    launch(
+        2,
+        [&](RankContext& ctx) {
+          for (int variant = 0; variant < 2; ++variant) {
+            nn::GPT model(small_config(), kSeed);
+            ZeroAdamW optimizer(model.parameters(), ctx.world, {.stage = stage, .adamw = adamw_options()});
+            optimizer.zero_grad();
+            for (int micro = 0; micro < 2; ++micro) {  // rows [6r + 3m, 6r + 3m + 3)
+              nn::Batch batch =
+                  stream().get_batch(0, kBatch, kBlock, ctx.rank * 6 + micro * 3, ctx.rank * 6 + micro * 3 + 3);
+              (model.loss(batch.inputs, batch.targets) * 0.5).backward();
+              if (variant == 1 && micro == 0) optimizer.reduce_gradients();
+            }
+            optimizer.step();
+            if (ctx.rank == 0) params[variant] = optimizer.flat().buffer().values<float>();
+          }
+        },
+        quick());
+    expect_close(params[1], params[0], "stage " + std::to_string(stage) + " reduced between micro-batches");
+  }
+}
+
+// A sharded state loads from nn::AdamW's state dict and gives it back whole.
+TEST(ZeroUsage, FullStateDictRoundTripsThroughLoad) {
+  SL_SKIP_UNLESS_WORLD(3);
+  const nn::StateDict& serial_state = serial().state;
+  launch(
+      3,
+      [&](RankContext& ctx) {
+        nn::GPT model(small_config(), kSeed);
+        ZeroAdamW optimizer(model.parameters(), ctx.world, {.stage = 2, .offload = true, .adamw = adamw_options()});
+        EXPECT_TRUE(optimizer.full_state_dict().empty());  // as nn::AdamW before its first step
+        optimizer.load_full_state_dict(serial_state);
+        EXPECT_EQ(optimizer.step_count(), kSteps);
+        nn::StateDict back = optimizer.full_state_dict();
+        ASSERT_EQ(back.size(), serial_state.size());
+        for (const auto& [name, tensor] : serial_state)
+          EXPECT_EQ(back.at(name).to_vector(), tensor.to_vector()) << name;
+        // ...and what it gives back loads into the serial optimizer.
+        nn::AdamW serial_optimizer(model.parameters(), adamw_options());
+        serial_optimizer.load_state_dict(back);
+        EXPECT_EQ(serial_optimizer.state(3).buffers.at("exp_avg_sq").to_vector(),
+                  serial_state.at("state.3.exp_avg_sq").to_vector());
+        EXPECT_EQ(serial_optimizer.state(3).step, kSteps);
+      },
+      quick());
+}
+
+TEST(ZeroUsage, MisuseRaisesClearErrors) {
+  SL_SKIP_UNLESS_WORLD(2);
+  launch(
+      2,
+      [&](RankContext& ctx) {
+        nn::GPT model(small_config(), kSeed);
+        expect_error([&] { ZeroAdamW(model.parameters(), nullptr); }, "ZeroAdamW: the process group is null");
+        expect_error([&] { ZeroAdamW(model.parameters(), ctx.world, {.stage = 3}); }, "stage must be 1 or 2 (got 3)");
+        expect_error(
+            [&] {
+              ZeroAdamW({zeros({2, 2})}, ctx.world);
+            },
+            "parameter 0 (shape [2, 2]) does not require grad");
+        expect_error([&] { ZeroAdamW(model.parameters(), ctx.world, {.adamw = {.lr = -1}}); }, "must not be negative");
+        ZeroAdamW optimizer(model.parameters(), ctx.world, {.stage = 2});
+        optimizer.zero_grad();
+        expect_error([&] { optimizer.grad_shard(); }, "have not been reduced since the last zero_grad() or backward");
+        expect_error([&] { optimizer.clip_grad_norm(0); }, "max_norm must be positive (got 0)");
+        nn::StateDict state = serial().state;
+        state.erase("state.3.exp_avg");
+        expect_error([&] { optimizer.load_full_state_dict(state); }, "'state.3.exp_avg' is missing");
+        state["state.3.exp_avg"] = zeros({2, 2});
+        expect_error([&] { optimizer.load_full_state_dict(state); }, "'state.3.exp_avg' is f32 [2, 2] but parameter 3");
+      },
+      quick());
+}
+
+}  // namespace
+}  // namespace sl::parallel
