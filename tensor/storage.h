@@ -2,11 +2,18 @@
 //
 // Tensors share a Storage through shared_ptr (reshape and flat views reuse it); the bytes are
 // released, and the ledger credited, when the last tensor using it goes away.
+//
+// FSDP also frees a storage's bytes *in place* while tensors still name it (PyTorch's
+// storage.resize_(0)): autograd's saved tensors hold the same Storage object as the parameters, so
+// only releasing that object's bytes actually gives the memory back. release() credits the ledger,
+// reallocate() charges the same bytes to the same device and category again; in between data()
+// throws instead of handing out a dangling pointer.
 #pragma once
 #include <cstdint>
 #include <memory>
 
 #include "tensor/device.h"
+#include "tensor/error.h"
 #include "tensor/ledger.h"
 
 namespace sl {
@@ -19,13 +26,26 @@ class Storage {
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
-  void* data() { return data_; }
-  const void* data() const { return data_; }
-  int64_t bytes() const { return bytes_; }
+  void* data() { return checked_data(); }
+  const void* data() const { return checked_data(); }
+  int64_t bytes() const { return bytes_; }  // the size, also while released
   Device device() const { return device_; }
   MemoryCategory category() const { return category_; }
 
+  // Frees the bytes now (the ledger is credited); every tensor on this storage keeps its handle.
+  void release();
+  // Takes bytes() again (uninitialised), charged to the same device and category. No-op if held.
+  void reallocate();
+  bool is_allocated() const { return data_ != nullptr; }
+
  private:
+  void* checked_data() const {
+    SL_CHECK(data_ != nullptr, "Storage: the ", bytes_, " bytes on ", device_.str(),
+             " were released (FSDP frees a unit's gathered parameters between uses); reallocate() first");
+    return data_;
+  }
+  void allocate();
+
   void* data_ = nullptr;
   int64_t bytes_ = 0;
   Device device_;
