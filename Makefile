@@ -178,7 +178,7 @@ SAN_ENV := ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=1 UBSAN_OPTIONS=print_
 
 test: deps
 	@$(MAKE) --no-print-directory $(TEST_BIN)
-	@$(SAN_ENV) SL_TRAIN_BIN=$(BUILD)/bin/train bash tools/run_tests.sh $(TEST_BIN) $(GTEST_ARGS)
+	@set -f; $(SAN_ENV) SL_TRAIN_BIN=$(BUILD)/bin/train bash tools/run_tests.sh $(TEST_BIN) $(GTEST_ARGS)
 
 # The main job: train the GPT on the addition task with the defaults in tools/train.cpp.
 run: deps
