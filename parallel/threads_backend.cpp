@@ -97,31 +97,44 @@ struct Chunks {
 };
 static int mod(int a, int n) { return ((a % n) + n) % n; }
 
+// Large tensors go round the ring one segment at a time (each rank's chunk of a segment is
+// kSegmentChunkBytes): a chunk that a rank has just reduced is still in cache when its neighbour
+// copies it in the all-gather half, instead of coming back from DRAM. Same bytes, same ledger.
+static constexpr int64_t kSegmentChunkBytes = int64_t{1} << 20;
+
 void ThreadsProcessGroup::run_all_reduce(const Tensor& tensor, ReduceOp op, uint64_t sequence) {
   check_cpu("all_reduce", tensor);
   const int n = size(), r = rank();
   if (n == 1) return;  // sum, avg, max and min of one value
-  const size_t es = dtype_size(tensor.dtype());
-  auto* base = static_cast<std::byte*>(tensor.raw_data());
-  Chunks chunks{tensor.numel(), n};
+  const int64_t es = static_cast<int64_t>(dtype_size(tensor.dtype()));
+  const int64_t count = tensor.numel();
+  // A multiple of n elements, so that S divisible by n gives equal chunks in every segment; the
+  // step field of the tags (16 bits) bounds the number of segments.
+  const int64_t max_segments = std::max<int64_t>(1, 65536 / (2 * n));
+  int64_t segment = std::max<int64_t>(n * (kSegmentChunkBytes / es), (count + max_segments - 1) / max_segments);
+  segment = (segment + n - 1) / n * n;
   WaitContext why{"all_reduce", sequence, world_rank()};
   Clock::time_point deadline = Clock::now() + options().timeout;
-  auto at = [&](int i) { return base + chunks.begin(i) * es; };
-  auto bytes = [&](int i) { return static_cast<int64_t>(chunks.size(i) * es); };
-
-  // Reduce-scatter: after n-1 steps rank r holds the full reduction of chunk r+1.
-  for (int k = 0; k < n - 1; ++k) {
-    int send = mod(r - k, n), recv = mod(r - k - 1, n);
-    ring_step({at(send), bytes(send), at(recv), bytes(recv), at(recv), tensor.dtype(), op,
-               collective_tag(CommOp::all_reduce, sequence, k), CommOp::all_reduce, why, deadline});
-  }
-  int mine = mod(r + 1, n);
-  if (op == ReduceOp::avg) scale_buffer(tensor.dtype(), at(mine), chunks.size(mine), 1.0 / n);
-  // All-gather: pass the finished chunks around the ring.
-  for (int k = 0; k < n - 1; ++k) {
-    int send = mod(r + 1 - k, n), recv = mod(r - k, n);
-    ring_step({at(send), bytes(send), at(recv), bytes(recv), nullptr, tensor.dtype(), op,
-               collective_tag(CommOp::all_reduce, sequence, n + k), CommOp::all_reduce, why, deadline});
+  for (int64_t first = 0, s = 0; first < count || s == 0; first += segment, ++s) {
+    auto* base = static_cast<std::byte*>(tensor.raw_data()) + first * es;
+    Chunks chunks{std::min(segment, count - first), n};
+    auto at = [&](int i) { return base + chunks.begin(i) * es; };
+    auto bytes = [&](int i) { return static_cast<int64_t>(chunks.size(i) * es); };
+    const uint64_t step0 = static_cast<uint64_t>(s) * 2 * n;
+    // Reduce-scatter: after n-1 steps rank r holds the full reduction of chunk r+1.
+    for (int k = 0; k < n - 1; ++k) {
+      int send = mod(r - k, n), recv = mod(r - k - 1, n);
+      ring_step({at(send), bytes(send), at(recv), bytes(recv), at(recv), tensor.dtype(), op,
+                 collective_tag(CommOp::all_reduce, sequence, step0 + k), CommOp::all_reduce, why, deadline});
+    }
+    int mine = mod(r + 1, n);
+    if (op == ReduceOp::avg) scale_buffer(tensor.dtype(), at(mine), chunks.size(mine), 1.0 / n);
+    // All-gather: pass the finished chunks around the ring.
+    for (int k = 0; k < n - 1; ++k) {
+      int send = mod(r + 1 - k, n), recv = mod(r - k, n);
+      ring_step({at(send), bytes(send), at(recv), bytes(recv), nullptr, tensor.dtype(), op,
+                 collective_tag(CommOp::all_reduce, sequence, step0 + n + k), CommOp::all_reduce, why, deadline});
+    }
   }
 }
 

@@ -67,6 +67,8 @@ std::vector<ReduceCase> reduce_cases() {
         // 7 elements: uneven chunks for worlds 2-4; 2 elements at world 4: empty chunks.
         cases.push_back({world, dtype, op, dtype == DType::f32 ? 1003 : 7});
         if (world == 4 && dtype == DType::f32) cases.push_back({world, dtype, op, 2});
+        // 3 MiB and a bit: the ring runs in several 1 MiB-per-rank segments, the last one uneven.
+        if (world >= 2 && dtype == DType::f32 && op != ReduceOp::min) cases.push_back({world, dtype, op, (3 << 18) * world + 7});
       }
   return cases;
 }

@@ -1,0 +1,149 @@
+// collectives — all_reduce bandwidth on the threads backend (MPI under mpirun), beside memcpy.
+//
+//   build/bench/collectives [--sizes-mib 1,16,64] [--worlds 2,4] [--iters 50] [--warmup 3]
+//   mpirun -np 2 build/bench/collectives      (MPI backend: only mpirun's world size runs, rank 0 prints)
+//
+// For each size S (f32) and world size n, every rank all-reduces (sum) its own tensor of S bytes:
+// --warmup calls untimed, then --iters calls, each after a barrier so that the ranks start together.
+// A call's time is its slowest rank's (the collective is done when its last rank is); the median
+// over the calls is reported, with
+//   algbw  = S / t               the rate the caller sees
+//   busbw  = algbw x 2(n-1)/n    the rate at which each rank sent its 2(n-1)/n x S ring bytes: the figure
+//                                that compares across n and with the hardware (nccl-tests' definition)
+//   memcpy = S / t_copy          one thread copying S bytes between two preallocated, already touched
+//                                buffers: rank 0 copies before each timed call while the other ranks
+//                                wait (median of --iters copies), the physical yardstick for busbw
+// One JSON line per case (GB = 1e9 bytes):
+//   {"bench": "all_reduce", "backend": "threads", "world": 2, "bytes": 67108864, "median_ms": ...,
+//    "algbw_GBps": ..., "busbw_GBps": ..., "memcpy_GBps": ...}
+//
+// Run with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset, as `make bench` does.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "parallel/launch.h"
+#include "tensor/ops.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using sl::parallel::RankContext;
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  size_t mid = values.size() / 2;
+  return values.size() % 2 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
+}
+
+struct Case {
+  int64_t bytes;
+  int iters, warmup;
+};
+
+// Runs on every rank; rank 0 prints the JSON line.
+void run_case(RankContext& ctx, const Case& c) {
+  sl::parallel::ProcessGroup& world = *ctx.world;
+  // f32 zeros: the sums stay zero however many calls run (an add costs the same for any normal value).
+  sl::Tensor data = sl::zeros({c.bytes / 4});
+  // The yardstick's buffers, rank 0's only; value-initialised, so every page is touched already.
+  std::vector<char> source(ctx.rank == 0 ? c.bytes : 0, 1), destination(source.size(), 0);
+  for (int i = 0; i < c.warmup; ++i) world.all_reduce(data);
+  // Copies and collectives take turns, so that both see the same machine (others' load comes and goes).
+  std::vector<double> times(c.iters), copy_times;
+  for (double& ms : times) {
+    if (ctx.rank == 0) {  // the other ranks sleep in the barrier meanwhile
+      Clock::time_point start = Clock::now();
+      std::memcpy(destination.data(), source.data(), c.bytes);
+      copy_times.push_back(ms_since(start));
+    }
+    world.barrier();
+    Clock::time_point start = Clock::now();
+    world.all_reduce(data);
+    ms = ms_since(start);
+  }
+  // Every call's slowest rank, on every rank.
+  sl::Tensor slowest = sl::from_vector(times, sl::Shape({c.iters}), sl::DType::f64);
+  world.all_reduce(slowest, sl::parallel::ReduceOp::max);
+  if (ctx.rank != 0) return;
+
+  const int n = ctx.world_size;
+  double median_ms = median(slowest.values<double>());
+  double algbw = c.bytes / median_ms / 1e6;  // bytes per ms / 1e6 = GB/s
+  double busbw = algbw * 2.0 * (n - 1) / n;
+  std::printf(
+      "{\"bench\": \"all_reduce\", \"backend\": \"%s\", \"world\": %d, \"bytes\": %lld, \"median_ms\": %.4f, "
+      "\"algbw_GBps\": %.3f, \"busbw_GBps\": %.3f, \"memcpy_GBps\": %.3f}\n",
+      world.backend_name().c_str(), n, static_cast<long long>(c.bytes), median_ms, algbw, busbw,
+      c.bytes / median(copy_times) / 1e6);
+  std::fflush(stdout);
+}
+
+// "1,16,64" -> {1, 16, 64}; false on anything that is not a list of positive integers.
+bool parse_list(const char* text, std::vector<int64_t>& out) {
+  out.clear();
+  std::string s(text);
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t comma = std::min(s.find(',', start), s.size());
+    std::string item = s.substr(start, comma - start);
+    char* end = nullptr;
+    long long value = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || value <= 0 || value > (1 << 20)) return false;  // <= 1 TiB, 1M ranks
+    out.push_back(value);
+    start = comma + 1;
+  }
+  return !out.empty();
+}
+
+int usage(const char* program) {
+  std::fprintf(stderr, "usage: %s [--sizes-mib 1,16,64] [--worlds 2,4] [--iters 50] [--warmup 3]\n", program);
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int64_t> sizes_mib = {1, 16, 64}, worlds = {2, 4};
+  int iters = 50, warmup = 3;
+  for (int i = 1; i < argc; ++i) {
+    bool has_value = i + 1 < argc;
+    if (!std::strcmp(argv[i], "--sizes-mib") && has_value) {
+      if (!parse_list(argv[++i], sizes_mib)) return usage(argv[0]);
+    } else if (!std::strcmp(argv[i], "--worlds") && has_value) {
+      if (!parse_list(argv[++i], worlds)) return usage(argv[0]);
+    } else if (!std::strcmp(argv[i], "--iters") && has_value) {
+      iters = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--warmup") && has_value) {
+      warmup = std::atoi(argv[++i]);
+    } else {
+      return usage(argv[0]);
+    }
+  }
+  if (iters < 1 || warmup < 0) {
+    std::fprintf(stderr, "collectives: need --iters >= 1 and --warmup >= 0 (got %d and %d)\n", iters, warmup);
+    return 2;
+  }
+  // Under mpirun the world is mpirun's -np: one process per rank, whatever --worlds says.
+  if (sl::parallel::under_mpirun()) worlds = {sl::parallel::mpirun_world_size()};
+  try {
+    for (int64_t world : worlds)
+      for (int64_t mib : sizes_mib) {
+        Case c{mib << 20, iters, warmup};
+        sl::parallel::launch(static_cast<int>(world), [&](RankContext& ctx) { run_case(ctx, c); });
+      }
+  } catch (const std::exception& e) {  // sl::Error, and bad_alloc for sizes this machine cannot hold
+    std::fprintf(stderr, "collectives: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
