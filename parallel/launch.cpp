@@ -5,7 +5,7 @@
 #include <thread>
 
 #include "parallel/threads_backend.h"
-#if defined(SL_WITH_MPI) && __has_include("parallel/mpi_backend.h")
+#if defined(SL_WITH_MPI)
 #include "parallel/mpi_backend.h"
 #define SL_LAUNCH_MPI
 #endif
