@@ -35,6 +35,8 @@
 //   Tensors must live on the rank's GPU (tensor.device() == cuda:r). Until shardlab has CUDA
 //   tensors, the *_device functions below run the same operations on raw CUDA memory.
 //
+//   Code: nccl_backend.cpp (the group, its engine, sub-groups), nccl_collectives.cpp, nccl_p2p.cpp,
+//   nccl_launch.cpp (bootstrap, the world's abort state); nccl_common.h is what they share.
 //   Tests: tests/test_nccl.cpp (they skip, saying why, without enough GPUs).
 #pragma once
 #include <memory>
