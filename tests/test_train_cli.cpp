@@ -12,6 +12,7 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "nn/gpt.h"
 #include "nn/safetensors.h"
@@ -92,6 +93,46 @@ TEST_F(TrainCli, TwoRunsWriteTheSameLogApartFromTimings) {
   EXPECT_NE(log_a.find("{\"step\": 5, \"loss\": "), std::string::npos) << log_a;
   std::remove(a.c_str());
   std::remove(b.c_str());
+}
+
+// The losses of a JSONL log, in step order.
+std::vector<double> logged_losses(const std::string& path) {
+  std::vector<double> losses;
+  std::regex line(R"re(\{"step": (\d+), "loss": ([0-9.e+-]+),)re");
+  std::string text = read_file(path);
+  for (std::sregex_iterator it(text.begin(), text.end(), line), end; it != end; ++it)
+    losses.push_back(std::stod((*it)[2]));
+  return losses;
+}
+
+// Every data-parallel layout writes the serial log's format, with the serial losses (rtol 1.3e-6,
+// atol 1e-5), prints the memory table and the traffic, and --compare-serial reports a difference.
+TEST_F(TrainCli, DataParallelLayoutsLogTheSerialLosses) {
+  const std::string tiny = kTiny + " --batch-size 12 --steps 5";
+  std::string serial = temp_path("serial.jsonl");
+  ASSERT_EQ(run_train(tiny + " --log-jsonl " + serial).exit_code, 0);
+  std::vector<double> expected = logged_losses(serial);
+  ASSERT_EQ(expected.size(), 5u);
+  for (const std::string layout : {"--dp 2", "--dp 3 --zero 1", "--dp 4 --zero 2 --offload", "--dp 2 --zero 3",
+                                   "--dp-replicate 2 --dp-shard 2", "--dp 3 --naive-dp"}) {
+    SCOPED_TRACE(layout);
+    std::string path = temp_path("parallel.jsonl");
+    CliRun run = run_train(tiny + " " + layout + " --compare-serial --log-jsonl " + path);
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    std::vector<double> got = logged_losses(path);
+    ASSERT_EQ(got.size(), expected.size()) << read_file(path);
+    for (size_t s = 0; s < got.size(); ++s) EXPECT_NEAR(got[s], expected[s], 1e-5 + 1.3e-6 * std::abs(expected[s]));
+    EXPECT_NE(run.output.find("memory per rank"), std::string::npos) << run.output;
+    EXPECT_NE(run.output.find("communication per rank"), std::string::npos) << run.output;
+    EXPECT_NE(run.output.find("compared with the serial model: largest loss difference"), std::string::npos);
+    std::remove(path.c_str());
+  }
+  CliRun uneven = run_train(kTiny + " --batch-size 10 --dp 3");
+  EXPECT_EQ(uneven.exit_code, 2);
+  EXPECT_NE(uneven.output.find("--batch-size 10 cannot be split evenly over 3"), std::string::npos) << uneven.output;
+  CliRun hsdp = run_train(kTiny + " --dp-replicate 2");
+  EXPECT_EQ(hsdp.exit_code, 2);
+  std::remove(serial.c_str());
 }
 
 TEST_F(TrainCli, StepsZeroSavesTheInitialWeightsAndInitFromLoadsThem) {

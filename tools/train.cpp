@@ -24,137 +24,12 @@
 #include "nn/gpt.h"
 #include "nn/optim.h"
 #include "nn/safetensors.h"
+#include "parallel/dp_trainer.h"
+#include "tools/train_options.h"
 
 using namespace sl;
 
 namespace {
-
-struct Options {
-  std::string task = "addition", data, device = "cpu", init_from, save, log_jsonl;
-  int64_t vocab_size = 0;  // 0: from the data (256 for addition and text)
-  int64_t n_layer = 2, n_head = 4, n_embd = 128, block_size = 0 /* auto */, batch_size = 128, steps = 1500;
-  int64_t warmup_steps = 100, eval_every = 500, digits = 2, threads = 2;
-  double lr = 3e-3, min_lr = 3e-4, weight_decay = 0.1, grad_clip = 1.0;
-  uint64_t seed = 1337;
-  bool profile = false, help = false;
-};
-
-const char* kUsage = R"(usage: train [flags]
-  --task addition|text|bin  what to learn (default addition: "a+b=c" lines, held-out accuracy)
-  --data PATH               the text file (text) or uint16 token file (bin)
-  --vocab-size N            vocabulary (bin only; addition and text use bytes: 256)
-  --digits N                operand digits for addition (default 2)
-  --n-layer N --n-head N --n-embd N                      the model (default 2, 4, 128)
-  --block-size N            context length (default: one line for addition, 64 otherwise)
-  --batch-size N --steps N  default 128, 1500
-  --lr X --min-lr X --warmup-steps N                     warm-up then cosine decay (3e-3 -> 3e-4, 100)
-  --weight-decay X          AdamW decay on matrices (default 0.1)
-  --grad-clip X             clip the global gradient norm (default 1.0; 0 turns it off)
-  --seed N                  model init and data order (default 1337)
-  --init-from PATH          load weights (safetensors, strict by name) before training
-  --save PATH               save weights (safetensors) at the end; --steps 0 saves the initial weights
-  --log-jsonl PATH          one JSON object per optimizer step
-  --eval-every N            held-out accuracy every N steps (addition; default 500; 0: only at the end)
-  --device cpu|cuda         default cpu
-  --threads N               GEMM threads (default 2)
-  --profile                 print time per op kind, forward and backward
-  --help
-)";
-
-struct UsageError {
-  std::string message;
-};
-
-Options parse(int argc, char** argv) {
-  Options o;
-  std::map<std::string, std::function<void(const std::string&)>> flags;
-  auto integer = [](int64_t& slot, int64_t minimum) {
-    return [&slot, minimum](const std::string& v) {
-      size_t used = 0;
-      long long parsed = 0;
-      try {
-        parsed = std::stoll(v, &used);
-      } catch (...) {
-        used = 0;
-      }
-      if (used != v.size() || v.empty() || parsed < minimum)
-        throw UsageError{"expected an integer >= " + std::to_string(minimum) + ", got '" + v + "'"};
-      slot = parsed;
-    };
-  };
-  auto real = [](double& slot, double minimum) {
-    return [&slot, minimum](const std::string& v) {
-      size_t used = 0;
-      double parsed = 0;
-      try {
-        parsed = std::stod(v, &used);
-      } catch (...) {
-        used = 0;
-      }
-      if (used != v.size() || v.empty() || !std::isfinite(parsed) || parsed < minimum)
-        throw UsageError{"expected a number >= " + std::to_string(minimum) + ", got '" + v + "'"};
-      slot = parsed;
-    };
-  };
-  auto text = [](std::string& slot) { return [&slot](const std::string& v) { slot = v; }; };
-  int64_t seed = static_cast<int64_t>(o.seed);
-  flags["--task"] = [&](const std::string& v) {
-    if (v != "addition" && v != "text" && v != "bin")
-      throw UsageError{"expected addition, text or bin, got '" + v + "'"};
-    o.task = v;
-  };
-  flags["--device"] = [&](const std::string& v) {
-    if (v != "cpu" && v != "cuda") throw UsageError{"expected cpu or cuda, got '" + v + "'"};
-    o.device = v;
-  };
-  flags["--data"] = text(o.data);
-  flags["--init-from"] = text(o.init_from);
-  flags["--save"] = text(o.save);
-  flags["--log-jsonl"] = text(o.log_jsonl);
-  flags["--vocab-size"] = integer(o.vocab_size, 1);
-  flags["--digits"] = integer(o.digits, 1);
-  flags["--n-layer"] = integer(o.n_layer, 1);
-  flags["--n-head"] = integer(o.n_head, 1);
-  flags["--n-embd"] = integer(o.n_embd, 1);
-  flags["--block-size"] = integer(o.block_size, 1);  // 0 (the default) is resolved in train()
-  flags["--batch-size"] = integer(o.batch_size, 1);
-  flags["--steps"] = integer(o.steps, 0);
-  flags["--warmup-steps"] = integer(o.warmup_steps, 0);
-  flags["--eval-every"] = integer(o.eval_every, 0);
-  flags["--threads"] = integer(o.threads, 1);
-  flags["--seed"] = integer(seed, 0);
-  flags["--lr"] = real(o.lr, 0);
-  flags["--min-lr"] = real(o.min_lr, 0);
-  flags["--weight-decay"] = real(o.weight_decay, 0);
-  flags["--grad-clip"] = real(o.grad_clip, 0);
-  for (int i = 1; i < argc; ++i) {
-    std::string flag = argv[i];
-    if (flag == "--help" || flag == "-h") {
-      o.help = true;
-      continue;
-    }
-    if (flag == "--profile") {
-      o.profile = true;
-      continue;
-    }
-    auto it = flags.find(flag);
-    if (it == flags.end()) throw UsageError{"unknown flag " + flag};
-    if (i + 1 >= argc) throw UsageError{flag + " needs a value"};
-    try {
-      it->second(argv[++i]);
-    } catch (const UsageError& e) {
-      throw UsageError{flag + ": " + e.message};
-    }
-  }
-  o.seed = static_cast<uint64_t>(seed);
-  if ((o.task == "text" || o.task == "bin") && o.data.empty())
-    throw UsageError{"--task " + o.task + " needs --data PATH"};
-  if (o.task == "bin" && o.vocab_size == 0) throw UsageError{"--task bin needs --vocab-size N"};
-  if (o.n_embd % o.n_head != 0)
-    throw UsageError{"--n-embd (" + std::to_string(o.n_embd) + ") must be divisible by --n-head (" +
-                     std::to_string(o.n_head) + ")"};
-  return o;
-}
 
 // Greedy decoding of a batch of equal-length prompts with the model (for the addition evaluator).
 std::vector<int64_t> generate_tokens(nn::GPT& model, const std::vector<std::vector<int64_t>>& prompts, int new_tokens) {
@@ -174,68 +49,91 @@ void progress(int64_t step, int64_t steps, double loss, double tokens_per_s) {
   std::fflush(stdout);
 }
 
-int train(const Options& o) {
-  set_num_threads(static_cast<int>(o.threads));
-  Device device = Device::parse(o.device);
-  DeviceGuard on_device(device);
-
-  // ---- data ----
-  Options run = o;
+// The run's shared pieces: data, model shape, the held-out evaluator and the log.
+struct Run {
+  Options o;
   nn::TokenStream stream;
   std::unique_ptr<nn::AdditionTask> addition;
+  nn::GPTConfig config;
+  std::ofstream log;
+  bool terminal = false;
+};
+
+void prepare(Run& r) {
+  const Options& o = r.o;
   if (o.task == "addition") {
-    addition =
+    r.addition =
         std::make_unique<nn::AdditionTask>(nn::AdditionConfig{static_cast<int>(o.digits), o.seed, 0.1, true, true});
     // Lines all have one length L ("07+85=290\n": 10). With block_size = L every row of every batch
     // is exactly one line starting at position 0, because the batching rule starts row r at
     // ((s*B + r)*T) mod (N - T), a multiple of L when T and N are. The model then sees each digit at
     // a fixed position, as in the prompt at evaluation; with rows cut across lines it must first
     // learn where a line starts, and 1500 steps reach ~1% instead of ~100% held-out accuracy.
-    int64_t line_length = static_cast<int64_t>(addition->line(0, 0).size());
-    if (run.block_size == 0) run.block_size = line_length;
+    int64_t line_length = static_cast<int64_t>(r.addition->line(0, 0).size());
+    if (r.o.block_size == 0) r.o.block_size = line_length;
     // Enough lines that the stream does not repeat within the run.
-    int64_t lines = std::max<int64_t>(1000, (o.steps + 1) * o.batch_size * run.block_size / line_length + 1);
-    stream = addition->train_stream(lines, o.seed);
-  } else if (o.task == "text") {
-    if (run.block_size == 0) run.block_size = 64;
-    stream = nn::TokenStream::from_text_file(o.data);
+    int64_t lines = std::max<int64_t>(1000, (o.steps + 1) * o.batch_size * r.o.block_size / line_length + 1);
+    r.stream = r.addition->train_stream(lines, o.seed);
   } else {
-    if (run.block_size == 0) run.block_size = 64;
-    stream = nn::TokenStream::from_bin_file(o.data, o.vocab_size);
+    if (r.o.block_size == 0) r.o.block_size = 64;
+    r.stream = o.task == "text" ? nn::TokenStream::from_text_file(o.data)
+                                : nn::TokenStream::from_bin_file(o.data, o.vocab_size);
   }
-
-  // ---- model ----
-  nn::GPTConfig config{o.task == "bin" ? o.vocab_size : 256, run.block_size, o.n_layer, o.n_head, o.n_embd, 0.0};
-  nn::GPT model(config, o.seed);
-  if (!o.init_from.empty()) model.load_state_dict(nn::load_safetensors(o.init_from));
-  std::printf(
-      "train: task %s, %lld tokens of data; GPT %lld layers, %lld heads, n_embd %lld, block %lld: %.2fM parameters\n",
-      o.task.c_str(), (long long)stream.size(), (long long)o.n_layer, (long long)o.n_head, (long long)o.n_embd,
-      (long long)run.block_size, model.num_parameters() / 1e6);
-  nn::AdamW optimizer(model.parameters(), nn::AdamWOptions{o.lr, 0.9, 0.95, 1e-8, o.weight_decay});
-
-  auto accuracy = [&] {
-    model.eval();
-    double acc = addition->evaluate([&](const auto& prompts, int n) { return generate_tokens(model, prompts, n); },
-                                    static_cast<int64_t>(addition->heldout().size()), 250);
-    model.train();
-    return acc;
-  };
-
-  std::ofstream log;
+  r.config = nn::GPTConfig{o.task == "bin" ? o.vocab_size : 256, r.o.block_size, o.n_layer, o.n_head, o.n_embd, 0.0};
   if (!o.log_jsonl.empty()) {
-    log.open(o.log_jsonl);
-    SL_CHECK(log.good(), "train: cannot write --log-jsonl ", o.log_jsonl);
+    r.log.open(o.log_jsonl);
+    SL_CHECK(r.log.good(), "train: cannot write --log-jsonl ", o.log_jsonl);
   }
-  const bool terminal = isatty(fileno(stdout));
-  if (o.profile) Profiler::enable();
-  static const std::string optimizer_op = "AdamW.step", clip_op = "clip_grad_norm";
-  auto run_start = std::chrono::steady_clock::now();
+  r.terminal = isatty(fileno(stdout));
+}
 
+double accuracy(Run& r, nn::GPT& model) {
+  model.eval();
+  double acc = r.addition->evaluate([&](const auto& prompts, int n) { return generate_tokens(model, prompts, n); },
+                                    static_cast<int64_t>(r.addition->heldout().size()), 250);
+  model.train();
+  return acc;
+}
+
+// The loop every layout shares: schedule, timing, log lines, progress. `step_fn(step, lr)` runs one
+// optimizer step and returns its loss; `eval` (may be empty) gives held-out accuracy.
+std::vector<double> loop(Run& r, bool report, const std::function<double(int64_t, double)>& step_fn,
+                         const std::function<double()>& eval) {
+  const Options& o = r.o;
+  std::vector<double> losses;
   for (int64_t step = 0; step < o.steps; ++step) {
     auto start = std::chrono::steady_clock::now();
-    optimizer.lr = nn::cosine_lr(step, o.steps, o.warmup_steps, o.lr, o.min_lr);
-    nn::Batch batch = stream.get_batch(step, o.batch_size, run.block_size);
+    double lr = nn::cosine_lr(step, o.steps, o.warmup_steps, o.lr, o.min_lr);
+    double loss = step_fn(step, lr);
+    losses.push_back(loss);
+    if (!report) continue;
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    double tokens_per_s = static_cast<double>(o.batch_size * o.block_size) / (ms / 1000.0);
+    if (r.log.is_open())
+      r.log << "{\"step\": " << step << ", \"loss\": " << std::setprecision(9) << loss << ", \"ms\": " << ms
+            << ", \"tokens_per_s\": " << tokens_per_s << ", \"lr\": " << lr << "}\n";
+    if (r.terminal)
+      progress(step, o.steps, loss, tokens_per_s);
+    else if ((step + 1) % 100 == 0 || step + 1 == o.steps)
+      std::printf("step %5lld  loss %.4f  lr %.2e  %6.1f ms  %8.0f tok/s\n", (long long)step + 1, loss, lr, ms,
+                  tokens_per_s);
+    if (eval && o.eval_every > 0 && (step + 1) % o.eval_every == 0 && step + 1 < o.steps) {
+      if (r.terminal) std::printf("\n");
+      std::printf("step %5lld  held-out accuracy %.1f%%\n", (long long)step + 1, 100 * eval());
+    }
+  }
+  if (report && r.terminal && o.steps > 0) std::printf("\n");
+  return losses;
+}
+
+// The serial model: one AdamW over the whole batch.
+std::vector<double> train_serial(Run& r, nn::GPT& model, bool report) {
+  const Options& o = r.o;
+  nn::AdamW optimizer(model.parameters(), nn::AdamWOptions{o.lr, 0.9, 0.95, 1e-8, o.weight_decay});
+  static const std::string optimizer_op = "AdamW.step", clip_op = "clip_grad_norm";
+  auto step_fn = [&](int64_t step, double lr) {
+    optimizer.lr = lr;
+    nn::Batch batch = r.stream.get_batch(step, o.batch_size, o.block_size);
     optimizer.zero_grad();
     Tensor loss = model.loss(batch.inputs, batch.targets);
     loss.backward();
@@ -243,28 +141,90 @@ int train(const Options& o) {
       ProfileScope scope(clip_op, false);
       nn::clip_grad_norm(model.parameters(), o.grad_clip);
     }
-    {
-      ProfileScope scope(optimizer_op, false);
-      optimizer.step();
+    ProfileScope scope(optimizer_op, false);
+    optimizer.step();
+    return loss.item();
+  };
+  std::function<double()> eval;
+  if (r.addition) eval = [&] { return accuracy(r, model); };
+  return loop(r, report, step_fn, eval);
+}
+
+// Data parallel: every rank a thread (or an mpirun process) with its rows of each batch. Rank 0
+// logs; at the end the full weights are copied into `model`, and the memory and traffic printed.
+std::vector<double> train_parallel(Run& r, nn::GPT& model) {
+  const Options& o = r.o;
+  parallel::DataParallelPlan plan{static_cast<int>(o.zero), o.naive_dp, o.offload, static_cast<int>(o.dp_replicate),
+                                  static_cast<int>(o.dp_shard)};
+  const int world = static_cast<int>(o.world());
+  std::printf("data parallel: %s over %d ranks (%s backend), %lld rows each\n", plan.name().c_str(), world,
+              parallel::under_mpirun() ? "mpi" : "threads", (long long)(o.batch_size / world));
+  set_num_threads(1);  // one GEMM thread per rank: the ranks are the parallelism
+  std::vector<double> losses;
+  std::vector<std::string> memory(world);
+  std::vector<parallel::CommStats> traffic(world);
+  nn::StateDict weights;
+  parallel::launch(world, [&](parallel::RankContext& ctx) {
+    nn::GPT replica(r.config, o.seed);  // the same initial weights on every rank
+    MemoryLedger::instance().reset_peak(ctx.device);
+    parallel::DataParallelTrainer trainer(replica, ctx, plan,
+                                          nn::AdamWOptions{o.lr, 0.9, 0.95, 1e-8, o.weight_decay});
+    auto step_fn = [&](int64_t step, double lr) {
+      return trainer.train_step(r.stream, step, o.batch_size, o.block_size, lr, o.grad_clip);
+    };
+    std::vector<double> mine = loop(r, ctx.rank == 0, step_fn, {});
+    memory[ctx.rank] = parallel::memory_table_row(ctx.rank, ctx.device);
+    traffic[ctx.rank] = trainer.communication();
+    nn::StateDict full = trainer.full_state_dict();
+    if (ctx.rank == 0) {
+      losses = mine;
+      weights = full;
     }
-    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    double tokens_per_s = static_cast<double>(o.batch_size * run.block_size) / (ms / 1000.0);
-    double loss_value = loss.item();
-    if (log.is_open())
-      log << "{\"step\": " << step << ", \"loss\": " << std::setprecision(9) << loss_value << ", \"ms\": " << ms
-          << ", \"tokens_per_s\": " << tokens_per_s << ", \"lr\": " << optimizer.lr << "}\n";
-    bool report = (step + 1) % 100 == 0 || step + 1 == o.steps;
-    if (terminal)
-      progress(step, o.steps, loss_value, tokens_per_s);
-    else if (report)
-      std::printf("step %5lld  loss %.4f  lr %.2e  %6.1f ms  %8.0f tok/s\n", (long long)step + 1, loss_value,
-                  optimizer.lr, ms, tokens_per_s);
-    if (addition && o.eval_every > 0 && (step + 1) % o.eval_every == 0 && step + 1 < o.steps) {
-      if (terminal) std::printf("\n");
-      std::printf("step %5lld  held-out accuracy %.1f%%\n", (long long)step + 1, 100 * accuracy());
-    }
+  });
+  std::printf("\nmemory per rank (held after the last step; peak since the start):\n%s\n",
+              parallel::memory_table_header().c_str());
+  for (const std::string& row : memory)
+    if (!row.empty()) std::printf("%s\n", row.c_str());
+  std::printf("communication per rank over %lld steps:\n", (long long)o.steps);
+  for (int rank = 0; rank < world; ++rank)
+    if (traffic[rank].calls > 0 || rank == 0)
+      std::printf("rank %d: %lld calls, sent %.3f MiB, received %.3f MiB (%.3f MiB per step)\n", rank,
+                  (long long)traffic[rank].calls, traffic[rank].bytes_sent / 1048576.0,
+                  traffic[rank].bytes_received / 1048576.0,
+                  traffic[rank].bytes_sent / 1048576.0 / std::max<int64_t>(1, o.steps));
+  if (!weights.empty()) model.load_state_dict(weights);
+  set_num_threads(static_cast<int>(o.threads));
+  return losses;
+}
+
+// Largest |a - b| between two state dicts, and where.
+std::pair<double, std::string> largest_difference(const nn::StateDict& a, const nn::StateDict& b) {
+  std::pair<double, std::string> worst{0.0, ""};
+  for (const auto& [name, tensor] : a) {
+    std::vector<double> x = tensor.to_vector(), y = b.at(name).to_vector();
+    for (size_t i = 0; i < x.size(); ++i)
+      if (std::abs(x[i] - y[i]) > worst.first) worst = {std::abs(x[i] - y[i]), name};
   }
-  if (terminal && o.steps > 0) std::printf("\n");
+  return worst;
+}
+
+int train(const Options& options) {
+  set_num_threads(static_cast<int>(options.threads));
+  DeviceGuard on_device(Device::parse(options.device));
+  Run r;
+  r.o = options;
+  prepare(r);
+  const Options& o = r.o;
+  nn::GPT model(r.config, o.seed);
+  if (!o.init_from.empty()) model.load_state_dict(nn::load_safetensors(o.init_from));
+  std::printf(
+      "train: task %s, %lld tokens of data; GPT %lld layers, %lld heads, n_embd %lld, block %lld: %.2fM parameters\n",
+      o.task.c_str(), (long long)r.stream.size(), (long long)o.n_layer, (long long)o.n_head, (long long)o.n_embd,
+      (long long)o.block_size, model.num_parameters() / 1e6);
+  SL_CHECK(!o.parallel() || o.init_from.empty(), "train: --init-from is not supported with data parallelism yet");
+  if (o.profile) Profiler::enable();
+  auto run_start = std::chrono::steady_clock::now();
+  std::vector<double> losses = o.parallel() ? train_parallel(r, model) : train_serial(r, model, true);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
   if (o.profile) {
     std::printf("\nprofile (inclusive ms per op kind over %lld steps):\n%s", (long long)o.steps,
@@ -272,9 +232,24 @@ int train(const Options& o) {
     Profiler::disable();
   }
   if (o.steps > 0) std::printf("trained %lld steps in %.1f s\n", (long long)o.steps, seconds);
-  if (addition)
-    std::printf("final held-out accuracy: %.1f%% of %zu unseen %lld-digit sums\n", 100 * accuracy(),
-                addition->heldout().size(), (long long)o.digits);
+  if (o.compare_serial && o.parallel()) {
+    nn::GPT serial(r.config, o.seed);
+    std::vector<double> serial_losses = train_serial(r, serial, false);
+    double worst_loss = 0;
+    int64_t worst_step = 0;
+    for (size_t s = 0; s < losses.size() && s < serial_losses.size(); ++s)
+      if (std::abs(losses[s] - serial_losses[s]) > worst_loss) {
+        worst_loss = std::abs(losses[s] - serial_losses[s]);
+        worst_step = static_cast<int64_t>(s);
+      }
+    auto [worst_param, where] = largest_difference(model.state_dict(), serial.state_dict());
+    std::printf("compared with the serial model: largest loss difference %.3g (step %lld), largest parameter "
+                "difference %.3g (%s)\n",
+                worst_loss, (long long)worst_step, worst_param, where.c_str());
+  }
+  if (r.addition)
+    std::printf("final held-out accuracy: %.1f%% of %zu unseen %lld-digit sums\n", 100 * accuracy(r, model),
+                r.addition->heldout().size(), (long long)o.digits);
   if (!o.save.empty()) {
     nn::save_safetensors(o.save, model.state_dict());
     std::printf("saved %s\n", o.save.c_str());

@@ -1,0 +1,166 @@
+// train_options.h — the flags of build/bin/train (tools/train.cpp): parsed into Options, or a
+// UsageError naming the flag.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+
+namespace sl {
+
+struct Options {
+  std::string task = "addition", data, device = "cpu", init_from, save, log_jsonl;
+  int64_t vocab_size = 0;  // 0: from the data (256 for addition and text)
+  int64_t n_layer = 2, n_head = 4, n_embd = 128, block_size = 0 /* auto */, batch_size = 128, steps = 1500;
+  int64_t warmup_steps = 100, eval_every = 500, digits = 2, threads = 2;
+  double lr = 3e-3, min_lr = 3e-4, weight_decay = 0.1, grad_clip = 1.0;
+  uint64_t seed = 1337;
+  bool profile = false, help = false;
+  // Data parallelism (parallel/dp_trainer.h): ranks are threads, or processes under mpirun.
+  int64_t dp = 1, zero = 0, dp_replicate = 0, dp_shard = 0;
+  bool offload = false, naive_dp = false, compare_serial = false;
+  int64_t world() const { return dp_replicate > 0 ? dp_replicate * dp_shard : dp; }
+  bool parallel() const { return world() > 1 || zero > 0 || naive_dp || dp_replicate > 0; }
+};
+
+inline const char* const kUsage = R"(usage: train [flags]
+  --task addition|text|bin  what to learn (default addition: "a+b=c" lines, held-out accuracy)
+  --data PATH               the text file (text) or uint16 token file (bin)
+  --vocab-size N            vocabulary (bin only; addition and text use bytes: 256)
+  --digits N                operand digits for addition (default 2)
+  --n-layer N --n-head N --n-embd N                      the model (default 2, 4, 128)
+  --block-size N            context length (default: one line for addition, 64 otherwise)
+  --batch-size N --steps N  default 128, 1500
+  --lr X --min-lr X --warmup-steps N                     warm-up then cosine decay (3e-3 -> 3e-4, 100)
+  --weight-decay X          AdamW decay on matrices (default 0.1)
+  --grad-clip X             clip the global gradient norm (default 1.0; 0 turns it off)
+  --seed N                  model init and data order (default 1337)
+  --init-from PATH          load weights (safetensors, strict by name) before training
+  --save PATH               save weights (safetensors) at the end; --steps 0 saves the initial weights
+  --log-jsonl PATH          one JSON object per optimizer step
+  --eval-every N            held-out accuracy every N steps (addition; default 500; 0: only at the end)
+  --device cpu|cuda         default cpu
+  --threads N               GEMM threads (default 2)
+  --profile                 print time per op kind, forward and backward
+  --dp N                    data-parallel ranks (threads; under mpirun: the processes), default 1
+  --zero 0|1|2|3            0: DDP (default), 1/2: ZeRO optimizer (and gradient) sharding, 3: FSDP
+  --dp-replicate R --dp-shard S   HSDP: FSDP within S ranks, replicated R times (world R x S)
+  --offload                 ZeRO-1/2: optimizer state and update on the host
+  --naive-dp                the classic DataParallel (rank 0 scatters, gathers and steps)
+  --compare-serial          also train the serial model and report the largest difference
+  --help
+)";
+
+struct UsageError {
+  std::string message;
+};
+
+inline Options parse(int argc, char** argv) {
+  Options o;
+  std::map<std::string, std::function<void(const std::string&)>> flags;
+  auto integer = [](int64_t& slot, int64_t minimum) {
+    return [&slot, minimum](const std::string& v) {
+      size_t used = 0;
+      long long parsed = 0;
+      try {
+        parsed = std::stoll(v, &used);
+      } catch (...) {
+        used = 0;
+      }
+      if (used != v.size() || v.empty() || parsed < minimum)
+        throw UsageError{"expected an integer >= " + std::to_string(minimum) + ", got '" + v + "'"};
+      slot = parsed;
+    };
+  };
+  auto real = [](double& slot, double minimum) {
+    return [&slot, minimum](const std::string& v) {
+      size_t used = 0;
+      double parsed = 0;
+      try {
+        parsed = std::stod(v, &used);
+      } catch (...) {
+        used = 0;
+      }
+      if (used != v.size() || v.empty() || !std::isfinite(parsed) || parsed < minimum)
+        throw UsageError{"expected a number >= " + std::to_string(minimum) + ", got '" + v + "'"};
+      slot = parsed;
+    };
+  };
+  auto text = [](std::string& slot) { return [&slot](const std::string& v) { slot = v; }; };
+  int64_t seed = static_cast<int64_t>(o.seed);
+  flags["--task"] = [&](const std::string& v) {
+    if (v != "addition" && v != "text" && v != "bin")
+      throw UsageError{"expected addition, text or bin, got '" + v + "'"};
+    o.task = v;
+  };
+  flags["--device"] = [&](const std::string& v) {
+    if (v != "cpu" && v != "cuda") throw UsageError{"expected cpu or cuda, got '" + v + "'"};
+    o.device = v;
+  };
+  flags["--data"] = text(o.data);
+  flags["--init-from"] = text(o.init_from);
+  flags["--save"] = text(o.save);
+  flags["--log-jsonl"] = text(o.log_jsonl);
+  flags["--vocab-size"] = integer(o.vocab_size, 1);
+  flags["--digits"] = integer(o.digits, 1);
+  flags["--n-layer"] = integer(o.n_layer, 1);
+  flags["--n-head"] = integer(o.n_head, 1);
+  flags["--n-embd"] = integer(o.n_embd, 1);
+  flags["--block-size"] = integer(o.block_size, 1);  // 0 (the default) is resolved in train()
+  flags["--batch-size"] = integer(o.batch_size, 1);
+  flags["--steps"] = integer(o.steps, 0);
+  flags["--warmup-steps"] = integer(o.warmup_steps, 0);
+  flags["--eval-every"] = integer(o.eval_every, 0);
+  flags["--threads"] = integer(o.threads, 1);
+  flags["--seed"] = integer(seed, 0);
+  flags["--lr"] = real(o.lr, 0);
+  flags["--min-lr"] = real(o.min_lr, 0);
+  flags["--weight-decay"] = real(o.weight_decay, 0);
+  flags["--grad-clip"] = real(o.grad_clip, 0);
+  flags["--dp"] = integer(o.dp, 1);
+  flags["--zero"] = [&](const std::string& v) {
+    if (v != "0" && v != "1" && v != "2" && v != "3") throw UsageError{"expected 0, 1, 2 or 3, got '" + v + "'"};
+    o.zero = std::stoll(v);
+  };
+  flags["--dp-replicate"] = integer(o.dp_replicate, 1);
+  flags["--dp-shard"] = integer(o.dp_shard, 1);
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      o.help = true;
+      continue;
+    }
+    if (flag == "--profile" || flag == "--offload" || flag == "--naive-dp" || flag == "--compare-serial") {
+      (flag == "--profile" ? o.profile : flag == "--offload" ? o.offload : flag == "--naive-dp" ? o.naive_dp
+                                                                                                : o.compare_serial) = true;
+      continue;
+    }
+    auto it = flags.find(flag);
+    if (it == flags.end()) throw UsageError{"unknown flag " + flag};
+    if (i + 1 >= argc) throw UsageError{flag + " needs a value"};
+    try {
+      it->second(argv[++i]);
+    } catch (const UsageError& e) {
+      throw UsageError{flag + ": " + e.message};
+    }
+  }
+  o.seed = static_cast<uint64_t>(seed);
+  if ((o.task == "text" || o.task == "bin") && o.data.empty())
+    throw UsageError{"--task " + o.task + " needs --data PATH"};
+  if (o.task == "bin" && o.vocab_size == 0) throw UsageError{"--task bin needs --vocab-size N"};
+  if (o.n_embd % o.n_head != 0)
+    throw UsageError{"--n-embd (" + std::to_string(o.n_embd) + ") must be divisible by --n-head (" +
+                     std::to_string(o.n_head) + ")"};
+  if ((o.dp_replicate > 0) != (o.dp_shard > 0)) throw UsageError{"--dp-replicate and --dp-shard go together"};
+  if (o.dp_replicate > 0 && o.dp > 1 && o.dp != o.world())
+    throw UsageError{"--dp " + std::to_string(o.dp) + " != --dp-replicate " + std::to_string(o.dp_replicate) +
+                     " x --dp-shard " + std::to_string(o.dp_shard)};
+  if (o.parallel() && o.batch_size % o.world() != 0)
+    throw UsageError{"--batch-size " + std::to_string(o.batch_size) + " cannot be split evenly over " +
+                     std::to_string(o.world()) + " data-parallel ranks"};
+  if (o.parallel() && o.device != "cpu") throw UsageError{"--dp and --zero run on CPU ranks only (--device cpu)"};
+  return o;
+}
+
+}  // namespace sl
