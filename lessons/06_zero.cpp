@@ -1,0 +1,391 @@
+// Lesson 06 — ZeRO: the 16 bytes per parameter, cut into N pieces.
+//
+// What you will learn
+//   * plain data parallelism (DDP) keeps all of a model's 16 bytes per parameter on every rank:
+//     weights 4Ψ, gradients 4Ψ, AdamW's two moments 8Ψ. More ranks, never a bigger model.
+//   * ZeRO cuts the flat parameter buffer into N shards and lets rank r own shard r of what it stores:
+//       ZeRO-1 the optimizer state   8Ψ + 8Ψ/N      ZeRO-2 the gradients too   4Ψ + 12Ψ/N
+//       ZeRO-3 (FSDP) the weights too  16Ψ/N, plus one gathered unit (and its gradient) at the peak
+//     measured by the memory ledger of each rank beside the formula at N = 1, 2, 3, 4 (3 pads Ψ)
+//   * what moves and when: reduce-scatter the gradients, update my shard, all-gather the weights;
+//     bytes per step per rank against DDP's 2(N-1)/N x 4Ψ: ZeRO-1 1.5x, ZeRO-2 1x, ZeRO-3 1.5x
+//   * offload: the optimizer state leaves the device for the host (a ledger category of its own)
+//   * HSDP: shard inside small groups, replicate across them
+//   * and that every one of them trains exactly like the serial model
+//
+// Run:    make lesson N=06   (a fraction of a second: 18 small trainings, one thread per rank)
+// Prints: 1 who owns which elements of the flat buffer and one ZeRO-2 step, rank by rank;
+//         2 a table of memory per rank (ledger vs formula) for DDP and ZeRO-1/2/3 at N = 1-4;
+//         3 bytes per step per rank vs DDP's; 4 offload; 5 HSDP's groups and traffic;
+//         6 one "...: OK" line per layout (== serial, memory, bytes), then "lesson 06: OK".
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "nn/data.h"
+#include "nn/gpt.h"
+#include "nn/optim.h"
+#include "parallel/data_parallel.h"
+#include "parallel/ddp.h"
+#include "parallel/fsdp.h"
+#include "parallel/launch.h"
+#include "parallel/mesh.h"
+#include "parallel/zero.h"
+#include "tensor/ledger.h"
+
+using namespace sl;
+using namespace sl::parallel;
+using i64 = long long;  // printf's %lld without casts
+
+static const nn::GPTConfig kConfig{32, 8, 2, 2, 16, 0.0};  // vocab, block, layers, heads, n_embd
+constexpr int64_t kBatch = 12, kBlock = 8;                 // 12 rows split over 1, 2, 3 or 4 ranks
+constexpr int kSteps = 3;
+constexpr uint64_t kSeed = 5;
+constexpr double kMaxNorm = 0.5;
+// lr 1e-3: a gradient that is zero in exact arithmetic is float noise, which AdamW's 1/(sqrt(v)+eps)
+// amplifies; tests/test_data_parallel.cpp explains why 1e-2 would blur the 1e-5 comparison.
+static nn::AdamWOptions adamw() { return {.lr = 1e-3}; }
+
+static void section(const char* title) { std::printf("\n--- %s\n", title); }
+static bool close(double got, double want) { return std::abs(got - want) <= 1e-5 + 1.3e-6 * std::abs(want); }
+
+using Values = std::map<std::string, std::vector<float>>;  // parameter name -> values
+static Values values_of(const nn::StateDict& state) {
+  Values out;
+  for (const auto& [name, tensor] : state) out[name] = tensor.values<float>();
+  return out;
+}
+
+struct Reference {  // the serial run, and the model's facts the story needs
+  std::vector<double> losses, norms;
+  Values params;  // after the last step
+  i64 psi = 0;    // Ψ
+  std::vector<std::string> names;
+  std::vector<Shape> shapes;
+};
+
+static Reference serial_run(const nn::TokenStream& data) {
+  DeviceGuard on(Device::cpu(70));  // away from the ranks' cpu:0..3
+  Reference ref;
+  nn::GPT model(kConfig, kSeed);
+  nn::AdamW optimizer(model.parameters(), adamw());
+  ref.psi = model.num_parameters();
+  for (const auto& [name, param] : model.named_parameters())
+    ref.names.push_back(name), ref.shapes.push_back(param.shape());
+  for (int step = 0; step < kSteps; ++step) {
+    optimizer.zero_grad();
+    nn::Batch batch = data.get_batch(step, kBatch, kBlock);
+    Tensor loss = model.loss(batch.inputs, batch.targets);
+    loss.backward();
+    ref.losses.push_back(loss.item());
+    ref.norms.push_back(nn::clip_grad_norm(model.parameters(), kMaxNorm));
+    optimizer.step();
+  }
+  ref.params = values_of(model.state_dict());
+  return ref;
+}
+
+// Stage 0 is DDP; ZeRO-k shards the first k of: optimizer state, gradients, weights.
+constexpr int kDDP = 0, kZero1 = 1, kZero2 = 2, kZero3 = 3;
+static const char* const kStageName[] = {"DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3"};
+static const char* const kFormula[] = {"16Ψ     ", "8Ψ+8Ψ/N ", "4Ψ+12Ψ/N", "16Ψ/N   "};  // 8 columns each
+static double formula_bytes(int stage, double psi, double n) {  // held per rank, before padding
+  const double full[] = {16, 8, 4, 0}, sharded[] = {0, 8, 12, 16};
+  return full[stage] * psi + sharded[stage] * psi / n;
+}
+struct Run {
+  int stage, world;
+  bool offload = false;
+  int replicate = 1;  // ZeRO-3 only: > 1 is HSDP, replicate x (world / replicate)
+};
+static std::string name_of(const Run& run) {
+  if (run.replicate > 1)
+    return "HSDP " + std::to_string(run.replicate) + "x" + std::to_string(run.world / run.replicate);
+  return std::string(kStageName[run.stage]) + (run.offload ? "+offload" : "");
+}
+
+struct Bytes {  // model states held by one rank
+  i64 weights = 0, grads = 0, optimizer = 0, offload = 0;
+  i64 total() const { return weights + grads + optimizer + offload; }
+  Bytes operator-(const Bytes& o) const {
+    return {weights - o.weights, grads - o.grads, optimizer - o.optimizer, offload - o.offload};
+  }
+  bool operator==(const Bytes&) const = default;
+};
+struct Sent {  // bytes one rank sent (replicas: HSDP's all-reduce across replicas)
+  i64 all_reduce = 0, all_gather = 0, reduce_scatter = 0, replicas = 0;
+  i64 total() const { return all_reduce + all_gather + reduce_scatter + replicas; }
+  Sent operator-(const Sent& o) const {
+    return {all_reduce - o.all_reduce, all_gather - o.all_gather, reduce_scatter - o.reduce_scatter,
+            replicas - o.replicas};
+  }
+  bool operator==(const Sent&) const = default;
+};
+// What one rank measured; bytes above what its device held before the model was built.
+struct RankResult {
+  Bytes held;                                            // after the last step
+  i64 peak_weights = 0, peak_grads = 0, peak_total = 0;  // over the steps (total: activations too)
+  Sent sent;                                             // in the last step
+  i64 to_host = 0;                                       // offload's copies in the last step
+  i64 padded = 0, shard = 0, gathered = 0;               // P, S = P/N, ZeRO-3's P_root + largest P_block
+  bool matches = true;                                   // every loss and the final weights == serial
+  std::string mesh;                                      // HSDP: the mesh and its groups (rank 0)
+};
+
+static void train_rank(RankContext& ctx, const Run& run, const nn::TokenStream& data, const Reference& want,
+                       RankResult& out) {
+  MemoryLedger& ledger = MemoryLedger::instance();
+  const Device dev = ctx.device;
+  auto held_now = [&] {
+    return Bytes{ledger.current(dev, MemoryCategory::weights), ledger.current(dev, MemoryCategory::grads),
+                 ledger.current(dev, MemoryCategory::optimizer), ledger.current(dev, MemoryCategory::offload)};
+  };
+  const Bytes start = held_now();
+  const i64 start_total = ledger.current(dev);
+
+  nn::GPT model(kConfig, kSeed);  // the same seed on every rank; declared first, so destroyed last
+  std::unique_ptr<nn::AdamW> plain;
+  std::unique_ptr<DistributedDataParallel> ddp;
+  std::unique_ptr<ZeroAdamW> zero;
+  std::unique_ptr<DeviceMesh> mesh;
+  std::unique_ptr<FullyShardedGPT> fsdp;
+  ProcessGroupPtr group = ctx.world, replicas;
+  if (run.stage == kDDP) {
+    ddp = std::make_unique<DistributedDataParallel>(model, ctx.world);
+    plain = std::make_unique<nn::AdamW>(model.parameters(), adamw());
+    out.padded = out.shard = model.num_parameters();  // nothing sharded, nothing padded
+  } else if (run.stage == kZero3) {
+    mesh = std::make_unique<DeviceMesh>(
+        ctx.world, ParallelismConfig{.dp_replicate = run.replicate, .dp_shard = run.world / run.replicate});
+    fsdp = std::make_unique<FullyShardedGPT>(model, *mesh, adamw());
+    group = fsdp->shard_group(), replicas = fsdp->replicate_group();
+    out.padded = fsdp->padded_numel(), out.shard = fsdp->shard_numel(), out.gathered = fsdp->largest_gathered_numel();
+    if (ctx.rank == 0) out.mesh = mesh->str();
+  } else {
+    zero = std::make_unique<ZeroAdamW>(model.parameters(), ctx.world,
+                                       ZeroOptions{.stage = run.stage, .offload = run.offload, .adamw = adamw()});
+    out.padded = zero->flat().layout().padded_numel, out.shard = zero->flat().layout().shard_numel;
+  }
+
+  auto sent_so_far = [&] {
+    auto bytes = [](const ProcessGroupPtr& g, CommOp op) { return g ? g->ledger()[op].bytes_sent : 0; };
+    return Sent{bytes(group, CommOp::all_reduce), bytes(group, CommOp::all_gather),
+                bytes(group, CommOp::reduce_scatter), bytes(replicas, CommOp::all_reduce)};
+  };
+  const RowRange rows = data_parallel_rows(kBatch, ctx.rank, ctx.world_size);
+  ledger.reset_peak(dev);  // the peaks of training, not of building the model
+  for (int step = 0; step < kSteps; ++step) {
+    const Sent before = sent_so_far();
+    const i64 host_before = ledger.transferred(dev, dev);
+    if (ddp) ddp->zero_grad();
+    if (zero) zero->zero_grad();  // (FSDP zeroes its gradient shards after its step)
+    nn::Batch batch = data.get_batch(step, kBatch, kBlock, rows.begin, rows.end);
+    Tensor loss = fsdp ? fsdp->loss(batch.inputs, batch.targets) : model.loss(batch.inputs, batch.targets);
+    loss.backward();
+    if (ddp) {
+      nn::clip_grad_norm(model.parameters(), kMaxNorm);  // the averaged gradients: the same on every rank
+      ddp->step(*plain);
+    } else if (zero) {
+      zero->clip_grad_norm(kMaxNorm);  // reduces the gradients first
+      zero->step();                    // my shard, then the all-gather
+    } else {
+      fsdp->clip_grad_norm(kMaxNorm);
+      fsdp->step();
+      fsdp->zero_grad();
+    }
+    out.sent = sent_so_far() - before;
+    out.to_host = ledger.transferred(dev, dev) - host_before;
+    Tensor global_loss = full({1}, loss.item());  // the global mean loss, outside the step's accounting
+    ctx.world->all_reduce(global_loss, ReduceOp::avg);
+    out.matches = out.matches && close(global_loss.item(), want.losses[step]);
+  }
+  out.held = held_now() - start;
+  out.peak_weights = ledger.peak(dev, MemoryCategory::weights) - start.weights;
+  out.peak_grads = ledger.peak(dev, MemoryCategory::grads) - start.grads;
+  out.peak_total = ledger.peak(dev) - start_total;
+  const Values got = values_of(fsdp ? fsdp->full_state_dict() : model.state_dict());  // collective for FSDP
+  for (const auto& [name, expected] : want.params) {
+    auto it = got.find(name);
+    bool same = it != got.end() && it->second.size() == expected.size();
+    for (size_t i = 0; same && i < expected.size(); ++i) same = close(it->second[i], expected[i]);
+    out.matches = out.matches && same;
+  }
+}
+
+// The formulas in bytes of f32: each state is the full buffer P (Ψ padded to a multiple of N; per
+// unit for ZeRO-3) or one shard S = P/N of it.
+static Bytes held_formula(const Run& run, const RankResult& r) {
+  const i64 P = r.padded, S = r.shard;
+  Bytes b{4 * (run.stage >= kZero3 ? S : P), 4 * (run.stage >= kZero2 ? S : P), 8 * (run.stage >= kZero1 ? S : P)};
+  if (run.offload) std::swap(b.optimizer, b.offload);
+  return b;
+}
+static bool sent_matches(const Run& run, i64 psi, const RankResult& r) {
+  const i64 n = run.world / run.replicate, R = run.replicate, S = r.shard;
+  const Sent& s = r.sent;
+  switch (run.stage) {
+    case kDDP:  // one ring all-reduce; at N = 3 its chunks differ by an element
+      return std::abs(s.all_reduce - 2.0 * (n - 1) / n * 4 * psi) <= 8.0 * (n - 1) && s.total() == s.all_reduce;
+    case kZero1:
+      return s == Sent{8 * (n - 1) * S, 4 * (n - 1) * S, 0, 0};
+    case kZero2:
+      return s == Sent{0, 4 * (n - 1) * (S + 2), 4 * (n - 1) * S, 0};  // + 8 B per peer: the norm
+    default:  // gathered in forward and in backward, scattered once; the norm's all-reduce (<= 16 B)
+      return s.all_gather == 8 * (n - 1) * S && s.reduce_scatter == 4 * (n - 1) * S && s.all_reduce <= 16 &&
+             s.replicas == 8 * (R - 1) * S / R;
+  }
+}
+
+int main() try {
+  bool ok = true;
+  auto check = [&](bool condition, const std::string& what) {
+    std::printf("  %s: %s\n", what.c_str(), condition ? "OK" : "FAILED");
+    ok = ok && condition;
+  };
+  nn::TokenStream data;  // any fixed stream will do (the one of tests/test_zero.cpp)
+  data.vocab_size = kConfig.vocab_size;
+  for (int i = 0; i < 600; ++i) data.tokens.push_back((i * 7 + i / 5 + (i * i) % 11) % 32);
+  const Reference want = serial_run(data);
+  const i64 psi = want.psi;
+
+  // Every layout trains kSteps steps, one thread per rank; the story below reads what they measured.
+  std::vector<Run> runs;
+  for (int n = 1; n <= 4; ++n)
+    for (int stage = kDDP; stage <= kZero3; ++stage) runs.push_back({stage, n});
+  runs.push_back({kZero2, 2, /*offload=*/true});
+  runs.push_back({kZero3, 4, false, /*replicate=*/2});
+  std::map<std::string, std::vector<RankResult>> results;  // "ZeRO-2 N=3" -> per rank
+  auto key = [](const Run& run) { return name_of(run) + " N=" + std::to_string(run.world); };
+  LaunchOptions options;
+  options.timeout = std::chrono::milliseconds(10000);  // a broken run fails in seconds, never hangs
+  for (const Run& run : runs) {
+    std::vector<RankResult>& ranks = results[key(run)] = std::vector<RankResult>(run.world);
+    launch(
+        run.world, [&](RankContext& ctx) { train_rank(ctx, run, data, want, ranks[ctx.rank]); }, options);
+  }
+  auto rank0 = [&](int stage, int n, bool offload = false, int replicate = 1) -> const RankResult& {
+    return results.at(key({stage, n, offload, replicate}))[0];
+  };
+
+  section("1. Who carries what: the flat buffer at N = 3");
+  const FlatLayout layout(want.shapes, 3);
+  std::printf(
+      "  A GPT of %lld layers, n_embd %lld: Ψ = %lld parameters at 16 bytes each (weight, gradient and\n"
+      "  AdamW's two moments in f32, lesson 03): DDP keeps all %lld bytes on every rank. ZeRO (Zero\n"
+      "  Redundancy Optimizer) keeps one copy in all. The %zu parameters lie end to end in one flat\n"
+      "  buffer, padded to P = %lld = 3 x S (S = %lld); rank r owns elements [rS, (r+1)S). A parameter\n"
+      "  across an edge is split between two ranks; the padding at the end belongs to no parameter:\n",
+      i64(kConfig.n_layer), i64(kConfig.n_embd), psi, 16 * psi, want.names.size(), i64(layout.padded_numel),
+      i64(layout.shard_numel));
+  for (int r = 0; r < 3; ++r) {
+    const std::vector<ShardPiece> pieces = layout.shard_pieces(r);
+    const ShardPiece &first = pieces.front(), &last = pieces.back();
+    std::printf("    rank %d owns [%4lld, %4lld): %s[%lld:%lld) ... %s[%lld:%lld)  (%zu pieces)\n", r,
+                i64(layout.shard_begin(r)), i64(layout.shard_begin(r + 1)), want.names[first.segment].c_str(),
+                i64(first.segment_offset), i64(first.segment_offset + first.numel), want.names[last.segment].c_str(),
+                i64(last.segment_offset), i64(last.segment_offset + last.numel), pieces.size());
+  }
+  const Sent& z2 = rank0(kZero2, 3).sent;
+  std::printf(
+      "  Hikers sharing one set of camping gear each carry a part of it (tent, stove, water filter) and\n"
+      "  lend it out at camp every night. Here the gear is the flat buffer, each rank carries its shard,\n"
+      "  and the night is the step. One ZeRO-2 step at N = 3 (bytes each rank sent, from the ledger):\n"
+      "                  rank 0        rank 1        rank 2\n"
+      "  weights         [p0 p1 p2]    [p0 p1 p2]    [p0 p1 p2]    the whole model, 4P on each\n"
+      "  backward        [g0 g1 g2]    [g0 g1 g2]    [g0 g1 g2]    each from its own 4 rows\n"
+      "  reduce-scatter  [G0 -- --]    [-- G1 --]    [-- -- G2]    Gr = mean of the gr: %lld B = (N-1)/N 4P\n"
+      "  clip            |G0|^2        |G1|^2        |G2|^2        all-gathered and summed: %lld B\n"
+      "  update          p0 (m0 v0)    p1 (m1 v1)    p2 (m2 v2)    AdamW on my shard only: no bytes\n"
+      "  all-gather      [p0 p1 p2]    [p0 p1 p2]    [p0 p1 p2]    new weights everywhere: %lld B\n"
+      "  ZeRO-1 all-reduces the gradients instead (every rank keeps all of g) and updates the same way;\n"
+      "  ZeRO-3 also lets go of the p's it does not own, gathering each block only while it computes.\n",
+      z2.reduce_scatter, (z2.all_gather - z2.reduce_scatter), z2.reduce_scatter);
+
+  section("2. Memory per rank held between steps (ledger of rank 0's device), bytes");
+  std::printf("  N  stage     weights    grads optimizer |   held = formula      at Ψ  padded |  peak*\n");
+  for (int n = 1; n <= 4; ++n)
+    for (int stage = kDDP; stage <= kZero3; ++stage) {
+      const RankResult& r = rank0(stage, n);
+      std::printf("  %d  %-7s %9lld %8lld %9lld | %6lld = %s %8.1f  %6lld | %6lld\n", n, kStageName[stage],
+                  r.held.weights, r.held.grads, r.held.optimizer, r.held.total(), kFormula[stage],
+                  formula_bytes(stage, double(psi), n), held_formula({stage, n}, r).total(), r.peak_total);
+    }
+  std::printf(
+      "  * peak: all categories during a step, the activations of the forward included.\n"
+      "  ZeRO-3 at its peak holds its shards, one gathered unit (the root, wte wpe ln_f, gathered for\n"
+      "  the whole pass, plus the largest block) and that unit's full gradient:\n");
+  for (int n = 1; n <= 4; ++n) {
+    const RankResult& r = rank0(kZero3, n);
+    std::printf("    N=%d  peak weights %6lld = 4S %6lld + 4(P_root + P_block) %6lld;  peak grads %6lld\n", n,
+                r.peak_weights, (4 * r.shard), (4 * r.gathered), r.peak_grads);
+  }
+
+  section("3. Communication per step per rank (the groups' ledgers), bytes sent");
+  std::printf("  N  DDP formula 2(N-1)/N 4Ψ |    DDP       |  ZeRO-1      |  ZeRO-2      |  ZeRO-3\n");
+  for (int n = 2; n <= 4; ++n) {
+    const double ddp = 2.0 * (n - 1) / n * 4 * double(psi);
+    std::printf("  %d  %23.1f", n, ddp);
+    for (int stage = kDDP; stage <= kZero3; ++stage) {
+      const i64 bytes = rank0(stage, n).sent.total();
+      std::printf(" | %6lld %4.2fx", bytes, double(bytes) / ddp);
+    }
+    std::printf("\n");
+  }
+  std::printf(
+      "  ZeRO-2's reduce-scatter + all-gather is an all-reduce taken apart: no extra bytes. ZeRO-1\n"
+      "  all-reduces, then all-gathers (1.5x); ZeRO-3 gathers the weights twice (forward and backward)\n"
+      "  and reduce-scatters once (1.5x). At N = 1 nothing moves.\n");
+
+  section("4. Offload: ZeRO-2 at N = 2, the optimizer state moved to the host");
+  const Bytes &on_device = rank0(kZero2, 2).held, &offloaded = rank0(kZero2, 2, true).held;
+  std::printf(
+      "                    weights    grads  optimizer  host (offloaded)\n"
+      "    ZeRO-2          %7lld  %7lld  %9lld  %9lld\n    ZeRO-2+offload  %7lld  %7lld  %9lld  %9lld\n"
+      "  Each step copies the gradient and weight shards to the host and the new weights back:\n"
+      "  %lld bytes (12 S) of traffic over the host link, for 8 S of device memory.\n",
+      on_device.weights, on_device.grads, on_device.optimizer, on_device.offload, offloaded.weights, offloaded.grads,
+      offloaded.optimizer, offloaded.offload, rank0(kZero2, 2, true).to_host);
+
+  section("5. HSDP: dp_replicate 2 x dp_shard 2 over 4 ranks");
+  const RankResult& hsdp = rank0(kZero3, 4, false, 2);
+  for (size_t begin = 0, end; begin < hsdp.mesh.size(); begin = end + 1) {  // the mesh, indented
+    end = std::min(hsdp.mesh.find('\n', begin), hsdp.mesh.size());
+    std::printf("  %.*s\n", static_cast<int>(end - begin), hsdp.mesh.c_str() + begin);
+  }
+  std::printf(
+      "  A dp_shard group holds one whole model in 2 shards: %lld bytes per rank (ZeRO-3 at N = 4:\n"
+      "  %lld). Per step a rank sends %lld bytes in its dp_shard group (two all-gathers and a\n"
+      "  reduce-scatter) and %lld in its dp_replicate group: the all-reduce of its gradient shard,\n"
+      "  2(R-1)/R x 4P/2. Keep a shard group inside a node and only that all-reduce crosses nodes.\n",
+      hsdp.held.total(), rank0(kZero3, 4).held.total(), (hsdp.sent.total() - hsdp.sent.replicas), hsdp.sent.replicas);
+
+  section("6. Checks (every rank; serial: the same model, AdamW and clipping on all 12 rows)");
+  int clipped = 0;
+  for (double norm : want.norms) clipped += norm > kMaxNorm;
+  std::printf("  (the serial run clipped %d of its %d steps at max_norm %.1f)\n", clipped, kSteps, kMaxNorm);
+  for (const Run& run : runs) {
+    bool same = true, memory = true, sent = true;
+    for (const RankResult& r : results.at(key(run))) {
+      same = same && r.matches;
+      memory = memory && r.held == held_formula(run, r);
+      if (run.stage == kZero3)  // shards + one gathered unit, for weights and gradients alike
+        memory = memory && r.peak_weights == 4 * (r.shard + r.gathered) && r.peak_grads == 4 * (r.shard + r.gathered);
+      sent = sent && sent_matches(run, psi, r) && r.to_host == (run.offload ? 12 * r.shard : 0);
+    }
+    const std::string failed =
+        std::string(same ? "" : " [not serial]") + (memory ? "" : " [memory]") + (sent ? "" : " [bytes]");
+    check(failed.empty(), key(run) + ": == serial after " + std::to_string(kSteps) +
+                              " steps, held bytes == formula, sent bytes == formula" + failed);
+  }
+  std::printf("\nlesson 06: %s\n", ok ? "OK" : "FAILED");
+  return ok ? 0 : 1;
+} catch (const std::exception& error) {
+  std::printf("lesson 06: FAILED with %s\n", error.what());
+  return 1;
+}
