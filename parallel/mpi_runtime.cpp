@@ -44,15 +44,9 @@ static MpiRuntime start_mpi() {
     // whole buffer twice on the critical path) below 4 ranks and for every in-place call; the ring
     // is twice as fast at 64 MiB, and is what the ledger counts. A user's own setting wins.
     setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "ring", /*overwrite=*/0);
-    // It also mallocs a scratch buffer of the tensor's size per call; above 32 MiB glibc maps fresh
-    // pages for each, and faulting them in costs more than the transfer (on this VM a 64 MiB
-    // all-reduce took 50-110 ms instead of 22-60). Served from the heap and kept after free, they
-    // are reused: a caching allocator's trade, more resident memory for no page faults, made for
-    // the whole rank process. MALLOC_MMAP_THRESHOLD_ set by the user wins.
-    if (std::getenv("MALLOC_MMAP_THRESHOLD_") == nullptr) {
-      mallopt(M_MMAP_THRESHOLD, 1 << 30);
-      mallopt(M_TRIM_THRESHOLD, INT_MAX);
-    }
+    // It also mallocs a scratch buffer of the tensor's size per call: keep freed memory for reuse
+    // (tensor/storage.h), or each 64 MiB all-reduce pays fresh page faults (50-110 ms instead of 22-60).
+    keep_freed_memory_for_reuse();
     MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
     std::atexit(finalize_at_exit);  // never between launches: MPI cannot be initialized twice
   } else {

@@ -1,11 +1,24 @@
 #include "tensor/storage.h"
 
+#include <malloc.h>
+
+#include <climits>
 #include <cstdlib>
+#include <mutex>
 #include <new>
 
 #include "tensor/error.h"
 
 namespace sl {
+
+void keep_freed_memory_for_reuse() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (std::getenv("MALLOC_MMAP_THRESHOLD_") != nullptr) return;
+    mallopt(M_MMAP_THRESHOLD, 1 << 30);
+    mallopt(M_TRIM_THRESHOLD, INT_MAX);
+  });
+}
 
 Storage::Storage(int64_t bytes, Device device) : bytes_(bytes), device_(device), category_(MemoryScope::current()) {
   SL_ASSERT(bytes >= 0);
@@ -15,6 +28,7 @@ Storage::Storage(int64_t bytes, Device device) : bytes_(bytes), device_(device),
 }
 
 void Storage::allocate() {
+  keep_freed_memory_for_reuse();
   size_t rounded = (static_cast<size_t>(bytes_) + 63) / 64 * 64;
   data_ = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
   SL_CHECK(data_ != nullptr, "Storage: out of memory allocating ", bytes_, " bytes on ", device_);

@@ -18,6 +18,14 @@
 
 namespace sl {
 
+// Large tensors come and go every training step (activations, gradient buckets, collective scratch).
+// By default glibc maps each allocation above its mmap threshold (dynamic, at most 32 MiB) with fresh
+// pages and unmaps it on free, so every step pays the page faults again — and with rank threads in
+// one process, the TLB shootdowns of each munmap too. This keeps freed memory in the heap for reuse,
+// a caching allocator's trade (more resident memory, no faults), for the whole process; Storage
+// calls it before its first allocation. A user's MALLOC_MMAP_THRESHOLD_ wins. Idempotent.
+void keep_freed_memory_for_reuse();
+
 class Storage {
  public:
   // Allocates `bytes` (64-byte aligned, uninitialised) on `device`, charged to the thread's category.
