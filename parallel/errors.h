@@ -9,6 +9,9 @@
 //
 // All three are sl::Error, so code that catches user errors catches them too.
 #pragma once
+#include <exception>
+#include <string>
+
 #include "tensor/error.h"
 
 namespace sl {
@@ -31,5 +34,9 @@ class CollectiveMismatch : public Error {
  public:
   explicit CollectiveMismatch(const std::string& message) : Error(message) {}
 };
+
+// What an exception says: e.what(), or a placeholder for one that is not a std::exception (the
+// message a world abort passes to the other ranks).
+std::string describe_exception(const std::exception_ptr& error);
 
 }  // namespace sl

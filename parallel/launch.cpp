@@ -14,6 +14,18 @@
 #define SL_LAUNCH_NCCL
 #endif
 
+namespace sl {
+std::string describe_exception(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "an exception that is not a std::exception";
+  }
+}
+}  // namespace sl
+
 namespace sl::parallel {
 
 const char* backend_name(Backend backend) {
@@ -61,15 +73,6 @@ int mpirun_rank() {
   return rank > 0 ? rank : 0;
 }
 
-static std::string describe(std::exception_ptr error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const std::exception& e) {
-    return e.what();
-  } catch (...) {
-    return "an exception that is not a std::exception";
-  }
-}
 
 // Threads: rank r runs fn on its own thread with cpu:r as its current device.
 static void launch_threads(int world_size, const RankFunction& fn, const LaunchOptions& options) {
@@ -93,7 +96,7 @@ static void launch_threads(int world_size, const RankFunction& fn, const LaunchO
         world->abort(r, e.what(), /*mismatch=*/true);
       } catch (...) {
         errors[r] = std::current_exception();
-        world->abort(r, describe(errors[r]));
+        world->abort(r, describe_exception(errors[r]));
       }
       // Only now (queued async work drained, the group destroyed) can nothing more come from r.
       world->mark_finished(r);

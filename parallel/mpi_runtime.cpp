@@ -241,16 +241,6 @@ void MpiLaunchState::receive_abort_record() {
 
 // ---- launch -----------------------------------------------------------------------------------------
 
-static std::string describe(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const std::exception& e) {
-    return e.what();
-  } catch (...) {
-    return "an exception that is not a std::exception";
-  }
-}
-
 void detail::launch_mpi(int world_size, const RankFunction& fn, const LaunchOptions& options) {
   const MpiRuntime& mpi = runtime();
   int rank = 0, size = 1;
@@ -277,7 +267,7 @@ void detail::launch_mpi(int world_size, const RankFunction& fn, const LaunchOpti
     state->wait_for_everyone(patience);
   } catch (...) {
     // Before the group goes: its worker may be waiting on peers that wait on this rank.
-    state->notify_failure(describe(std::current_exception()));
+    state->notify_failure(describe_exception(std::current_exception()));
     throw;
   }
 }

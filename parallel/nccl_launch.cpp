@@ -135,16 +135,6 @@ void detail::NcclWorldState::teardown() noexcept {
 
 // ---- bootstrap 1: one process, one thread per GPU ----------------------------------------------
 
-static std::string describe(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const std::exception& e) {
-    return e.what();
-  } catch (...) {
-    return "an exception that is not a std::exception";
-  }
-}
-
 void detail::launch_nccl(int world_size, const RankFunction& fn, const LaunchOptions& options) {
   if (under_mpirun()) return launch_nccl_under_mpi(world_size, fn, options);
   SL_CHECK(world_size >= 1, "launch: world size must be >= 1 (got ", world_size, ")");
@@ -170,7 +160,7 @@ void detail::launch_nccl(int world_size, const RankFunction& fn, const LaunchOpt
         fn(ctx);
       } catch (...) {
         errors[r] = std::current_exception();
-        world->fail(r, describe(errors[r]));  // every other rank's wait now ends with RemoteError
+        world->fail(r, describe_exception(errors[r]));  // every other rank's wait now ends with RemoteError
       }
     });
   }
@@ -259,7 +249,7 @@ void detail::launch_nccl_under_mpi(int world_size, const RankFunction& fn, const
   try {
     fn(ctx);
   } catch (...) {
-    world->abort("rank " + std::to_string(rank) + " failed: " + describe(std::current_exception()));
+    world->abort("rank " + std::to_string(rank) + " failed: " + describe_exception(std::current_exception()));
     throw;
   }
 #else

@@ -19,6 +19,7 @@
 #include "test_util.h"
 #ifdef SL_WITH_NCCL
 #include "parallel/nccl_backend.h"
+#include "tensor/cpu/dispatch.h"
 #endif
 
 namespace sl::parallel {
@@ -90,24 +91,6 @@ double reduced(ReduceOp op, int n, int64_t i) {
   return 0;
 }
 
-// Calls f(T{}) with the C++ type of a dtype.
-template <typename F>
-void with_type(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::f32:
-      return f(float{});
-    case DType::f64:
-      return f(double{});
-    case DType::bf16:
-      return f(bf16{});
-    case DType::f16:
-      return f(f16{});
-    case DType::i32:
-      return f(int32_t{});
-    case DType::i64:
-      return f(int64_t{});
-  }
-}
 
 // cudaMalloc'd memory on this thread's GPU holding `dtype` values; freed at the end of the scope.
 class DeviceBuffer {
@@ -118,7 +101,7 @@ class DeviceBuffer {
   DeviceBuffer(const std::vector<double>& values, DType dtype)
       : DeviceBuffer(static_cast<int64_t>(values.size()), dtype) {
     std::vector<std::byte> bytes(values.size() * dtype_size(dtype));
-    with_type(dtype, [&](auto t) {
+    dispatch_all(dtype, [&](auto t) {
       using T = decltype(t);
       for (size_t i = 0; i < values.size(); ++i) {
         T x = static_cast<T>(values[i]);
@@ -136,7 +119,7 @@ class DeviceBuffer {
     std::vector<std::byte> bytes(count_ * dtype_size(dtype_));
     SL_CUDA_CHECK(cudaMemcpy(bytes.data(), data_, bytes.size(), cudaMemcpyDeviceToHost));
     std::vector<double> out(count_);
-    with_type(dtype_, [&](auto t) {
+    dispatch_all(dtype_, [&](auto t) {
       using T = decltype(t);
       for (int64_t i = 0; i < count_; ++i) {
         T x;
