@@ -26,7 +26,10 @@ constexpr uint64_t kSeed = 11;
 constexpr double kRtol = 1.3e-6, kAtol = 1e-5;
 
 nn::GPTConfig small_config() { return {.vocab_size = 32, .block_size = 8, .n_layer = 2, .n_head = 2, .n_embd = 16}; }
-nn::AdamWOptions adamw_options() { return {.lr = 1e-2}; }
+// lr 1e-3: the attention key bias has a gradient that is mathematically zero and numerically ~1e-11 of
+// summation noise; AdamW turns that into updates of up to lr·noise/eps, so at lr 1e-2 a different
+// summation order (another build's vectorization, the split batch) alone moves it past atol 1e-5.
+nn::AdamWOptions adamw_options() { return {.lr = 1e-3}; }
 
 const nn::TokenStream& stream() {
   static const nn::TokenStream tokens = [] {
