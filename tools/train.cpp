@@ -151,8 +151,8 @@ std::vector<double> train_serial(Run& r, nn::GPT& model, bool report) {
 }
 
 // Data parallel: every rank a thread (or an mpirun process) with its rows of each batch. Rank 0
-// logs; at the end the full weights are copied into `model`, and the memory and traffic printed.
-std::vector<double> train_parallel(Run& r, nn::GPT& model) {
+// logs; at the end rank 0's full weights are returned in `weights`, and the memory and traffic printed.
+std::vector<double> train_parallel(Run& r, nn::StateDict& weights) {
   const Options& o = r.o;
   parallel::DataParallelPlan plan{static_cast<int>(o.zero), o.naive_dp, o.offload, static_cast<int>(o.dp_replicate),
                                   static_cast<int>(o.dp_shard)};
@@ -163,7 +163,6 @@ std::vector<double> train_parallel(Run& r, nn::GPT& model) {
   std::vector<double> losses;
   std::vector<std::string> memory(world);
   std::vector<parallel::CommStats> traffic(world);
-  nn::StateDict weights;
   parallel::launch(world, [&](parallel::RankContext& ctx) {
     nn::GPT replica(r.config, o.seed);  // the same initial weights on every rank
     MemoryLedger::instance().reset_peak(ctx.device);
@@ -192,7 +191,6 @@ std::vector<double> train_parallel(Run& r, nn::GPT& model) {
                   (long long)traffic[rank].calls, traffic[rank].bytes_sent / 1048576.0,
                   traffic[rank].bytes_received / 1048576.0,
                   traffic[rank].bytes_sent / 1048576.0 / std::max<int64_t>(1, o.steps));
-  if (!weights.empty()) model.load_state_dict(weights);
   set_num_threads(static_cast<int>(o.threads));
   return losses;
 }
@@ -215,16 +213,28 @@ int train(const Options& options) {
   r.o = options;
   prepare(r);
   const Options& o = r.o;
-  nn::GPT model(r.config, o.seed);
-  if (!o.init_from.empty()) model.load_state_dict(nn::load_safetensors(o.init_from));
+  auto owned = std::make_unique<nn::GPT>(r.config, o.seed);
+  nn::GPT& model_ref = *owned;
+  if (!o.init_from.empty()) model_ref.load_state_dict(nn::load_safetensors(o.init_from));
   std::printf(
       "train: task %s, %lld tokens of data; GPT %lld layers, %lld heads, n_embd %lld, block %lld: %.2fM parameters\n",
       o.task.c_str(), (long long)r.stream.size(), (long long)o.n_layer, (long long)o.n_head, (long long)o.n_embd,
-      (long long)o.block_size, model.num_parameters() / 1e6);
+      (long long)o.block_size, model_ref.num_parameters() / 1e6);
   SL_CHECK(!o.parallel() || o.init_from.empty(), "train: --init-from is not supported with data parallelism yet");
   if (o.profile) Profiler::enable();
   auto run_start = std::chrono::steady_clock::now();
-  std::vector<double> losses = o.parallel() ? train_parallel(r, model) : train_serial(r, model, true);
+  std::vector<double> losses;
+  if (o.parallel()) {
+    // The ranks build their own replicas; this one would only sit in rank 0's ledger (cpu:0).
+    owned.reset();
+    nn::StateDict weights;
+    losses = train_parallel(r, weights);
+    owned = std::make_unique<nn::GPT>(r.config, o.seed);
+    if (!weights.empty()) owned->load_state_dict(weights);
+  } else {
+    losses = train_serial(r, *owned, true);
+  }
+  nn::GPT& model = *owned;
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
   if (o.profile) {
     std::printf("\nprofile (inclusive ms per op kind over %lld steps):\n%s", (long long)o.steps,
