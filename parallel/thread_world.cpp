@@ -14,14 +14,11 @@ ThreadWorld::ThreadWorld(int size, std::chrono::milliseconds timeout)
   for (int r = 0; r < size; ++r) mailboxes_.push_back(std::make_unique<Mailbox>());
 }
 
-Clock::time_point ThreadWorld::deadline_from_now() const { return Clock::now() + timeout_; }
-
 static long long elapsed_ms(Clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
 }
 
-void ThreadWorld::check_waitable(int peer, const WaitContext& why, Clock::time_point start,
-                                 Clock::time_point deadline) {
+void ThreadWorld::check_waitable(int peer, const WaitContext& why, Clock::time_point deadline) {
   std::string where = std::string(why.op) + " #" + std::to_string(why.sequence) + " on rank " + std::to_string(why.rank);
   {
     std::lock_guard lock(state_mutex_);
@@ -37,7 +34,6 @@ void ThreadWorld::check_waitable(int peer, const WaitContext& why, Clock::time_p
   }
   if (Clock::now() >= deadline) {
     // Every deadline is (start of the op) + timeout: report the time since the op began.
-    (void)start;
     throw TimeoutError(where + ": timed out after " + std::to_string(elapsed_ms(deadline - timeout_)) +
                        " ms waiting for rank " + std::to_string(peer) + " (timeout " +
                        std::to_string(timeout_.count()) + " ms; did rank " +
@@ -64,7 +60,6 @@ static uint64_t sequence_bits(uint64_t tag) { return (tag >> 16) & ((1ull << 40)
 ThreadWorld::Envelope* ThreadWorld::take(int me, int src, uint64_t context, uint64_t tag, const WaitContext& why,
                                          Clock::time_point deadline) {
   Mailbox& box = *mailboxes_[me];
-  Clock::time_point start = Clock::now();
   std::unique_lock lock(box.mutex);
   while (true) {
     for (auto it = box.envelopes.begin(); it != box.envelopes.end(); ++it) {
@@ -82,7 +77,7 @@ ThreadWorld::Envelope* ThreadWorld::take(int me, int src, uint64_t context, uint
                                  comm_op_name(static_cast<CommOp>(op_bits(e->tag))) + " #" +
                                  std::to_string(sequence_bits(e->tag)) + " instead");
     }
-    check_waitable(src, why, start, deadline);
+    check_waitable(src, why, deadline);
     box.changed.wait_until(lock, std::min(deadline, Clock::now() + std::chrono::milliseconds(200)));
   }
 }
@@ -98,12 +93,11 @@ void ThreadWorld::release(int me, Envelope* envelope) {
 
 void ThreadWorld::wait_consumed(int dst, Envelope* envelope, const WaitContext& why, Clock::time_point deadline) {
   Mailbox& box = *mailboxes_[dst];
-  Clock::time_point start = Clock::now();
   std::unique_lock lock(box.mutex);
   while (envelope->state != Envelope::consumed) {
     if (envelope->state == Envelope::posted) {
       try {
-        check_waitable(dst, why, start, deadline);
+        check_waitable(dst, why, deadline);
       } catch (...) {
         // Take the envelope back before the sender's buffer goes away.
         box.envelopes.erase(std::find(box.envelopes.begin(), box.envelopes.end(), envelope));

@@ -88,6 +88,7 @@ void ThreadsProcessGroup::ring_step(const Step& step) {
   if (step.counted) account(step.account_as, step.send_bytes, step.recv_bytes);
 }
 
+namespace {
 // Element ranges of the n chunks of a buffer of `count` elements.
 struct Chunks {
   int64_t count;
@@ -95,7 +96,8 @@ struct Chunks {
   int64_t begin(int i) const { return i * (count / n) + std::min<int64_t>(i, count % n); }
   int64_t size(int i) const { return count / n + (i < count % n ? 1 : 0); }
 };
-static int mod(int a, int n) { return ((a % n) + n) % n; }
+int mod(int a, int n) { return ((a % n) + n) % n; }
+}  // namespace
 
 // Large tensors go round the ring one segment at a time (each rank's chunk of a segment is
 // kSegmentChunkBytes): a chunk that a rank has just reduced is still in cache when its neighbour

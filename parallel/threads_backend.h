@@ -72,7 +72,6 @@ class ThreadWorld {
   // A rank returned from its function: waits on it can never be answered.
   void mark_finished(int rank);
 
-  std::chrono::steady_clock::time_point deadline_from_now() const;
 
  private:
   struct Mailbox {
@@ -81,8 +80,7 @@ class ThreadWorld {
     std::vector<Envelope*> envelopes;  // in posting order
   };
   // Throws if the wait for `peer` can never end; called with `box` locked.
-  void check_waitable(int peer, const WaitContext& why, std::chrono::steady_clock::time_point start,
-                      std::chrono::steady_clock::time_point deadline);
+  void check_waitable(int peer, const WaitContext& why, std::chrono::steady_clock::time_point deadline);
   void notify_everyone();
 
   int size_;
