@@ -216,7 +216,7 @@ TEST(Matmul, ErrorMessages) {
       [] {
         sl::matmul(sl::zeros({2, 3}), sl::zeros({3, 4}, sl::TensorOptions{sl::DType::f64}));
       },
-      "matmul: dtypes differ (f32 and f64)");
+      "matmul: dtypes differ (f32 for [2, 3] and f64 for [3, 4]): cast one with .to(dtype)");
   expect_error(
       [] {
         sl::matmul(sl::zeros({2, 3}, sl::TensorOptions{sl::DType::i64}),

@@ -144,8 +144,8 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose
   const Shape &sa = a.shape(), &sb = b.shape();
   SL_CHECK(a.dim() >= 2 && b.dim() >= 2, "matmul: both operands need at least 2 dims (got ", sa, " and ", sb,
            "); reshape a vector to [1, K] or [K, 1]");
-  SL_CHECK(a.dtype() == b.dtype(), "matmul: dtypes differ (", dtype_name(a.dtype()), " and ", dtype_name(b.dtype()),
-           ")");
+  SL_CHECK(a.dtype() == b.dtype(), "matmul: dtypes differ (", dtype_name(a.dtype()), " for ", sa, " and ",
+           dtype_name(b.dtype()), " for ", sb, "): cast one with .to(dtype)");
   SL_CHECK(is_floating(a.dtype()), "matmul: expected floating tensors (f32, f64, bf16, f16) but got ",
            dtype_name(a.dtype()));
   SL_CHECK(a.device() == b.device(), "matmul: tensors are on different devices (", a.device(), " and ", b.device(),
