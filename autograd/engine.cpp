@@ -7,7 +7,8 @@
 //    each gradient it returns into the buffer of the node its edge points to.
 // 3. AccumulateGrad nodes add the total into leaf.grad and fire the post-accumulate-grad hooks.
 // Unless retain_graph, each node frees its saved tensors right after it runs, so activation memory
-// shrinks as backward proceeds.
+// shrinks as backward proceeds; a later backward that reaches such a node is refused (an error, as
+// in PyTorch). Nodes that saved nothing (add, neg, ...) can run again.
 #include <queue>
 #include <unordered_map>
 
@@ -80,6 +81,9 @@ void run_backward(const TensorList& roots, const TensorList& grads, bool retain_
     // A node none of whose outputs received a gradient passes none on.
     TensorList output_grads;
     if (any_grad) {
+      SL_CHECK(!node->saved_released(), "backward: trying to backward through the graph a second time (the saved ",
+               "tensors and values of ", node->name(), " were freed after the first backward); pass ",
+               "retain_graph=true to the first backward if you need to backward twice");
       if (Profiler::enabled()) {
         std::string op = node->name();
         if (op.ends_with("Backward")) op.resize(op.size() - 8);

@@ -54,16 +54,21 @@ class FunctionCtx {
   const T& get(const std::string& key) const {
     return std::any_cast<const T&>(data_.at(key));
   }
+  // Frees what forward saved (the engine calls it after backward unless retain_graph). A ctx that
+  // had saved something remembers it, so a second backward is refused instead of reading nothing.
   void release() {
+    released_ = released_ || !saved_.empty() || !data_.empty();
     saved_.clear();
     data_.clear();
   }
+  bool released() const { return released_; }
 
   std::vector<bool> needs_input_grad_;  // filled by Function::apply
 
  private:
   TensorList saved_;
   std::unordered_map<std::string, std::any> data_;
+  bool released_ = false;
 };
 
 namespace detail {
@@ -102,6 +107,7 @@ class FunctionNode : public Node {
   }
   std::string name() const override { return function_name<Derived>() + "Backward"; }
   void release_saved() override { ctx.release(); }
+  bool saved_released() const override { return ctx.released(); }
 };
 
 template <typename Derived>

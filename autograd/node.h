@@ -42,6 +42,8 @@ class Node : public std::enable_shared_from_this<Node> {
   virtual std::string name() const = 0;
   // Frees saved tensors once backward is done with this node (unless retain_graph).
   virtual void release_saved() {}
+  // True once release_saved() has freed something apply() needs: the node cannot run again.
+  virtual bool saved_released() const { return false; }
 
   std::vector<Edge> next_edges;
   std::vector<OutputMeta> outputs;

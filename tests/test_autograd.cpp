@@ -118,6 +118,42 @@ TEST(Autograd, SavedTensorsAreFreedAfterBackwardUnlessRetained) {
   EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{4, 8}));
 }
 
+TEST(Autograd, BackwardTwiceThroughFreedSavedTensorsIsAnError) {
+  Tensor x = leaf({1, 2}, {2});
+  Tensor y = mul(x, x);
+  y.backward(ones({2}));
+  std::string message = message_of([&] { y.backward(ones({2})); });
+  EXPECT_NE(message.find("backward: trying to backward through the graph a second time"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("MulBackward"), std::string::npos) << message;
+  EXPECT_NE(message.find("retain_graph=true"), std::string::npos) << message;
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{2, 4}));  // the refused pass added nothing
+
+  // Through a node that saved only values (SumBackward keeps the input's shape), not tensors.
+  Tensor s = sum(x);
+  s.backward();
+  message = message_of([&] { s.backward(); });
+  EXPECT_NE(message.find("SumBackward"), std::string::npos) << message;
+}
+
+TEST(Autograd, RetainedGraphIsFreedByTheLastBackward) {
+  Tensor x = leaf({1, 2}, {2});
+  Tensor y = sum(mul(x, x));
+  y.backward(Tensor(), /*retain_graph=*/true);
+  y.backward();  // retained: runs, and now frees
+  EXPECT_THROW(y.backward(), Error);
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{4, 8}));
+}
+
+TEST(Autograd, NodesThatSavedNothingCanRunAgain) {
+  // As in PyTorch: only a node whose saved state was freed refuses; neg needs nothing saved.
+  Tensor x = leaf({1, 2}, {2});
+  Tensor y = neg(x);
+  y.backward(ones({2}));
+  y.backward(ones({2}));
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{-2, -2}));
+}
+
 // A custom differentiable op written with the Function API: y = x^3, dy/dx = 3x^2.
 struct Cube : Function<Cube> {
   static Tensor forward(FunctionCtx& ctx, const Tensor& x) {
