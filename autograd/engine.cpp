@@ -121,6 +121,13 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
   } else {
     SL_CHECK(seed.shape() == shape(), "backward: the gradient has shape ", seed.shape(), " but the tensor has shape ",
              shape());
+    SL_CHECK(seed.device() == device(), "backward: the gradient is on ", seed.device(), " but the tensor (shape ",
+             shape(), ") is on ", device(), ": move it with .to(device)");
+    SL_CHECK(is_floating(seed.dtype()), "backward: the gradient is ", dtype_name(seed.dtype()),
+             " but the tensor (shape ", shape(), ") is ", dtype_name(dtype()), ": a gradient must be floating");
+    // Another floating dtype is converted here once, as AccumulateGrad converts into a leaf's dtype,
+    // so every node of the graph receives gradients in its own outputs' dtype.
+    if (seed.dtype() != dtype() && is_floating(dtype())) seed = seed.detach().to(dtype());
   }
   run_backward({*this}, {seed}, retain_graph);
 }

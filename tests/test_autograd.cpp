@@ -154,6 +154,35 @@ TEST(Autograd, NodesThatSavedNothingCanRunAgain) {
   EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{-2, -2}));
 }
 
+TEST(Autograd, BackwardGradientOnAnotherDeviceIsAnError) {
+  Tensor x = leaf({1, 2}, {2});
+  Tensor y = mul(x, 3.0);
+  std::string message =
+      message_of([&] { y.backward(ones({2}, TensorOptions{}.with_device(Device::cpu(1)))); });
+  EXPECT_NE(message.find("backward: the gradient is on cpu:1 but the tensor (shape [2]) is on cpu:0"),
+            std::string::npos)
+      << message;
+  EXPECT_FALSE(x.grad().defined());
+}
+
+TEST(Autograd, BackwardGradientMustBeFloatingAndIsConvertedToTheTensorsDtype) {
+  Tensor x = leaf({1, 2}, {2});
+  Tensor y = mul(x, x);
+  std::string message = message_of([&] { y.backward(ones({2}, TensorOptions{DType::i64})); });
+  EXPECT_NE(message.find("backward: the gradient is i64 but the tensor (shape [2]) is f32"), std::string::npos)
+      << message;
+  EXPECT_FALSE(x.grad().defined());
+  // Another floating dtype is accepted and converted: f64 into an f32 graph.
+  y.backward(from_vector({1, 10}, {2}, TensorOptions{DType::f64}));
+  EXPECT_EQ(x.grad().dtype(), DType::f32);
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{2, 40}));
+  // Also when the root is a leaf: its gradient is stored in its own dtype.
+  Tensor w = leaf({1, 2}, {2});
+  w.backward(from_vector({0.5, 0.25}, {2}, TensorOptions{DType::bf16}));
+  EXPECT_EQ(w.grad().dtype(), DType::f32);
+  EXPECT_EQ(w.grad().to_vector(), (std::vector<double>{0.5, 0.25}));
+}
+
 // A custom differentiable op written with the Function API: y = x^3, dy/dx = 3x^2.
 struct Cube : Function<Cube> {
   static Tensor forward(FunctionCtx& ctx, const Tensor& x) {
