@@ -10,11 +10,19 @@ namespace sl {
 
 Tensor Tensor::empty(const Shape& shape, const TensorOptions& options) {
   for (int64_t size : shape) SL_CHECK(size >= 0, "empty: negative size in shape ", shape);
+  // Shape::numel() multiplies the sizes unchecked ([2^32, 2^32] would wrap to 0 elements): check
+  // that product, as numel() forms it, and the byte count, before anything uses either.
+  int64_t numel = 1, bytes = 0;
+  for (int64_t size : shape)
+    SL_CHECK(!__builtin_mul_overflow(numel, size, &numel), "empty: the sizes of shape ", shape,
+             " multiply past int64 (too many elements)");
+  const auto element_size = static_cast<int64_t>(dtype_size(options.dtype));
+  SL_CHECK(!__builtin_mul_overflow(numel, element_size, &bytes), "empty: shape ", shape, " is too large: ", numel,
+           " elements x ", element_size, " bytes (", dtype_name(options.dtype), ") overflows int64");
   auto impl = std::make_shared<TensorImpl>();
   impl->shape = shape;
   impl->dtype = options.dtype;
-  impl->storage = std::make_shared<Storage>(shape.numel() * static_cast<int64_t>(dtype_size(options.dtype)),
-                                            options.resolved_device());
+  impl->storage = std::make_shared<Storage>(bytes, options.resolved_device());
   Tensor t(std::move(impl));
   if (options.requires_grad) t.set_requires_grad(true);
   return t;

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "tensor/ops.h"
+#include "tests/test_util.h"
 
 namespace sl {
 namespace {
@@ -83,6 +84,23 @@ TEST(DType, CreationOps) {
   EXPECT_THROW(zeros({2, -1}), Error);
   EXPECT_THROW(arange(0.0, 1.0, 0.0), Error);
   EXPECT_THROW(zeros({2}).item(), Error);
+}
+
+TEST(DType, ShapesWhoseByteCountOverflowsAreAnError) {
+  const int64_t two_32 = int64_t{1} << 32;
+  // 2^64 elements: Shape::numel() wraps to 0, so without a check this "allocates" 0 bytes.
+  expect_error([&] { zeros({two_32, two_32}); },
+               "empty: the sizes of shape [4294967296, 4294967296] multiply past int64 (too many elements)");
+  expect_error([&] { zeros({two_32, two_32, 0}); }, "multiply past int64");  // numel() would overflow first
+  // 2^62 elements fit int64, 2^62 x 8 bytes do not.
+  expect_error([&] { Tensor::empty({int64_t{1} << 62}, TensorOptions{DType::f64}); },
+               "empty: shape [4611686018427387904] is too large: 4611686018427387904 elements x 8 bytes (f64) "
+               "overflows int64");
+  // A zero reached before the product overflows keeps it at 0 from there on: an empty tensor.
+  Tensor none = Tensor::empty({two_32, 0, two_32});
+  EXPECT_EQ(none.numel(), 0);
+  EXPECT_EQ(none.nbytes(), 0);
+  EXPECT_EQ(zeros({0, two_32, two_32}).numel(), 0);
 }
 
 TEST(DType, UndefinedTensorIsAnErrorNotACrash) {
