@@ -103,6 +103,22 @@ TEST(DType, ShapesWhoseByteCountOverflowsAreAnError) {
   EXPECT_EQ(zeros({0, two_32, two_32}).numel(), 0);
 }
 
+TEST(DType, ArangeRejectsNonFiniteArgumentsAndHugeCounts) {
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  expect_error([&] { arange(0.0, inf); }, "arange: start 0, end inf and step 1 must be finite");
+  expect_error([&] { arange(-inf, 0.0); }, "arange: start -inf, end 0 and step 1 must be finite");
+  expect_error([&] { arange(0.0, 1.0, nan); }, "arange: start 0, end 1 and step nan must be finite");
+  expect_error([&] { arange(nan, 1.0); }, "must be finite");
+  expect_error([&] { arange(0.0, 1e15); }, "arange: start 0, end 1e+15 and step 1 give 1e+15 values (at most 2^40)");
+  expect_error([&] { arange(0.0, 1.0, 1e-300); }, "values (at most 2^40)");
+  // end - start overflows to inf although both are finite.
+  expect_error([&] { arange(-1e308, 1e308, 1e300); }, "give inf values");
+  expect_error([&] { arange(std::numeric_limits<int64_t>::max()); }, "(at most 2^40)");
+  expect_error([&] { arange(1.0, 0.0); }, "arange: start 1, end 0 and step 1 give no values");
+  EXPECT_EQ(arange(0.0, 1.0, 0.5).to_vector(), (std::vector<double>{0, 0.5}));
+  EXPECT_EQ(arange(2.0, 2.0).numel(), 0);
+}
+
 TEST(DType, UndefinedTensorIsAnErrorNotACrash) {
   Tensor undefined;
   EXPECT_FALSE(undefined.defined());

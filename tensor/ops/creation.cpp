@@ -23,9 +23,16 @@ Tensor scalar_tensor(double value, const TensorOptions& options) { return full(S
 Tensor arange(int64_t end, const TensorOptions& options) { return arange(0.0, static_cast<double>(end), 1.0, options); }
 
 Tensor arange(double start, double end, double step, const TensorOptions& options) {
+  SL_CHECK(std::isfinite(start) && std::isfinite(end) && std::isfinite(step), "arange: start ", start, ", end ", end,
+           " and step ", step, " must be finite");
   SL_CHECK(step != 0, "arange: step must not be zero");
   SL_CHECK((end - start) / step >= 0, "arange: start ", start, ", end ", end, " and step ", step, " give no values");
-  auto count = static_cast<int64_t>(std::ceil((end - start) / step));
+  // Checked as a double, before the cast to an integer (which is undefined past int64's range).
+  constexpr double kMaxCount = 1099511627776.0;  // 2^40 elements
+  double steps = std::ceil((end - start) / step);
+  SL_CHECK(steps < kMaxCount, "arange: start ", start, ", end ", end, " and step ", step, " give ", steps,
+           " values (at most 2^40)");
+  auto count = static_cast<int64_t>(steps);
   std::vector<double> values(count);
   for (int64_t i = 0; i < count; ++i) values[i] = start + static_cast<double>(i) * step;
   return from_vector(values, Shape{count}, options);
