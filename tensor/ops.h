@@ -62,6 +62,11 @@ Tensor sub(const Tensor& a, double b);
 Tensor mul(const Tensor& a, double b);
 Tensor div(const Tensor& a, double b);
 Tensor maximum(const Tensor& a, double b);
+// number op tensor, composed of the ops above (tensor/ops/scalar_first.cpp): 1.0 - x, 1.0 / x.
+Tensor add(double a, const Tensor& b);
+Tensor sub(double a, const Tensor& b);
+Tensor mul(double a, const Tensor& b);
+Tensor div(double a, const Tensor& b);  // floating only
 // Sums a broadcast gradient back down to `shape` (the backward of broadcasting).
 Tensor sum_to(const Tensor& x, const Shape& shape);
 

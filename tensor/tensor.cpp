@@ -178,7 +178,10 @@ Tensor operator+(const Tensor& a, double b) { return add(a, b); }
 Tensor operator-(const Tensor& a, double b) { return sub(a, b); }
 Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
 Tensor operator/(const Tensor& a, double b) { return div(a, b); }
-Tensor operator*(double a, const Tensor& b) { return mul(b, a); }
+Tensor operator+(double a, const Tensor& b) { return add(a, b); }
+Tensor operator-(double a, const Tensor& b) { return sub(a, b); }
+Tensor operator*(double a, const Tensor& b) { return mul(a, b); }
+Tensor operator/(double a, const Tensor& b) { return div(a, b); }
 Tensor operator-(const Tensor& a) { return neg(a); }
 
 }  // namespace sl

@@ -166,7 +166,10 @@ Tensor operator+(const Tensor& a, double b);
 Tensor operator-(const Tensor& a, double b);
 Tensor operator*(const Tensor& a, double b);
 Tensor operator/(const Tensor& a, double b);
+Tensor operator+(double a, const Tensor& b);
+Tensor operator-(double a, const Tensor& b);
 Tensor operator*(double a, const Tensor& b);
+Tensor operator/(double a, const Tensor& b);
 Tensor operator-(const Tensor& a);
 
 }  // namespace sl

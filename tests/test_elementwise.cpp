@@ -205,6 +205,47 @@ TEST(Elementwise, ScalarForms) {
   EXPECT_EQ(mul(a, 2.0).dtype(), DType::f64);
 }
 
+TEST(Elementwise, ScalarFirstForms) {
+  Tensor a = f64({1, -2, 4}, {3});
+  EXPECT_EQ(add(1.5, a).to_vector(), (std::vector<double>{2.5, -0.5, 5.5}));
+  EXPECT_EQ(sub(1.0, a).to_vector(), (std::vector<double>{0, 3, -3}));
+  EXPECT_EQ(mul(-2.0, a).to_vector(), (std::vector<double>{-2, 4, -8}));
+  EXPECT_EQ(div(2.0, a).to_vector(), (std::vector<double>{2, -1, 0.5}));
+  EXPECT_EQ((1.0 - a).to_vector(), (std::vector<double>{0, 3, -3}));
+  EXPECT_EQ((1.0 + a).to_vector(), (std::vector<double>{2, -1, 5}));
+  EXPECT_EQ((4.0 / a).to_vector(), (std::vector<double>{4, -2, 1}));
+  EXPECT_EQ((1.0 / a).shape(), a.shape());
+  EXPECT_EQ(div(1.0, zeros({2, 0})).shape(), (Shape{2, 0}));
+  // One rounding, as a / x in f64 arithmetic: 1/3 is the nearest double, not 3^-1 * 1 rounded twice.
+  EXPECT_EQ(div(1.0, f64({3, 7}, {2})).to_vector(), (std::vector<double>{1.0 / 3.0, 1.0 / 7.0}));
+  Tensor x = f64({2, 4}, {2}).set_requires_grad();
+  EXPECT_EQ(div(1.0, x).grad_fn()->name(), "DivBackward");
+  EXPECT_EQ((3.0 - x).dtype(), DType::f64);
+  Tensor f = from_vector({2, 4}, {2}, TensorOptions{DType::bf16});
+  EXPECT_EQ((1.0 / f).dtype(), DType::bf16);
+  EXPECT_EQ((1.0 / f).to_vector(), (std::vector<double>{0.5, 0.25}));
+}
+
+TEST(Elementwise, ScalarFirstFormsOnIntegers) {
+  const TensorOptions i64{DType::i64};
+  Tensor a = from_vector({1, 2, 3}, {3}, i64);
+  EXPECT_EQ(sub(10.0, a).to_vector(), (std::vector<double>{9, 8, 7}));
+  EXPECT_EQ(sub(10.0, a).dtype(), DType::i64);
+  EXPECT_EQ((1.0 + a).to_vector(), (std::vector<double>{2, 3, 4}));
+  EXPECT_EQ((2.0 * a).to_vector(), (std::vector<double>{2, 4, 6}));
+  std::string message = message_of([&] { sub(0.5, a); });
+  EXPECT_NE(message.find("sub: the scalar 0.5 does not suit the i64 tensor (shape [3])"), std::string::npos)
+      << message;
+  message = message_of([&] { sub(1e10, from_vector({1}, {1}, TensorOptions{DType::i32})); });
+  EXPECT_NE(message.find("sub: the scalar 1e+10 does not suit the i32 tensor"), std::string::npos) << message;
+  message = message_of([&] { add(0.5, a); });
+  EXPECT_NE(message.find("add: the scalar 0.5 does not suit the i64 tensor"), std::string::npos) << message;
+  message = message_of([&] { div(1.0, a); });
+  EXPECT_NE(message.find("div: cannot divide 1 by the i64 tensor of shape [3]: div is floating only"),
+            std::string::npos)
+      << message;
+}
+
 TEST(Elementwise, IntegerAddSubMulMaximumWorkAndDivIsRejected) {
   const TensorOptions i64{DType::i64};
   Tensor a = from_vector({1, 2, 3}, {3}, i64), b = from_vector({10, -20}, {2, 1}, i64);
@@ -393,6 +434,14 @@ const GradCase kGradCases[] = {
     {"mul_scalar", {{2, 3}}, [](const TensorList& in) { return mul(in[0], -3.0); }},
     {"div_scalar", {{2, 3}}, [](const TensorList& in) { return div(in[0], 4.0); }},
     {"maximum_scalar", {{3, 4}}, [](const TensorList& in) { return maximum(in[0], 0.0); }, Domain::away_from_zero},
+    {"scalar_add", {{2, 3}}, [](const TensorList& in) { return add(1.5, in[0]); }},
+    {"scalar_sub", {{2, 3}}, [](const TensorList& in) { return sub(1.5, in[0]); }},
+    {"scalar_mul", {{2, 3}}, [](const TensorList& in) { return mul(-3.0, in[0]); }},
+    {"scalar_div", {{2, 3}}, [](const TensorList& in) { return div(2.0, in[0]); }, Domain::positive},
+    {"scalar_div_negative", {{2, 3}}, [](const TensorList& in) { return div(-0.5, in[0]); }, Domain::away_from_zero},
+    {"scalar_operators",
+     {{2, 3}},
+     [](const TensorList& in) { return (1.0 - in[0]) * (2.0 / (1.0 + in[0] * in[0])); }},
     {"sum_to_2x3x4_3x1",
      {{2, 3, 4}},
      [](const TensorList& in) {
