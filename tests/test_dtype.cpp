@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "autograd/gradcheck.h"
 #include "tensor/ops.h"
 #include "tests/test_util.h"
 
@@ -117,6 +118,80 @@ TEST(DType, ArangeRejectsNonFiniteArgumentsAndHugeCounts) {
   expect_error([&] { arange(1.0, 0.0); }, "arange: start 1, end 0 and step 1 give no values");
   EXPECT_EQ(arange(0.0, 1.0, 0.5).to_vector(), (std::vector<double>{0, 0.5}));
   EXPECT_EQ(arange(2.0, 2.0).numel(), 0);
+}
+
+// ---- gradchecks (f64, finite differences): cast, to_device, clone ------------------------------------
+
+Tensor f64_input(const Shape& shape) {
+  Generator generator(7);
+  return randn(shape, TensorOptions{DType::f64}, &generator).set_requires_grad();
+}
+
+TEST(CopyGradcheck, CastToTheSameDtype) {
+  Tensor x = f64_input({3, 4});
+  GradcheckResult result = gradcheck([](const TensorList& in) { return mul(cast(in[0], DType::f64), in[0]); }, {x});
+  EXPECT_TRUE(result.ok) << result.message;
+  EXPECT_EQ(result.checked, 12);
+}
+
+TEST(CopyGradcheck, CastThroughF32AndBack) {
+  // x -> f32 -> f64 is the identity up to f32 rounding (at most 2^-24 |x|). A central difference
+  // with the default eps 1e-6 would divide that rounding by 2e-6 (an error of ~6% for |x| ~ 1), so
+  // eps is 1e-3: the quotient is then off by at most 2^-24 |x| / 1e-3 < 6e-5 |x| relative, inside
+  // rtol 1e-3 for these randn inputs. The exact check of cast's backward is the test below.
+  Tensor x = f64_input({3, 4});
+  GradcheckOptions options;
+  options.eps = 1e-3;
+  GradcheckResult result =
+      gradcheck([](const TensorList& in) { return cast(cast(in[0], DType::f32), DType::f64); }, {x}, options);
+  EXPECT_TRUE(result.ok) << result.message;
+  EXPECT_EQ(result.checked, 12);
+}
+
+TEST(CopyGradcheck, CastBackwardIsExactlyTheGradientInTheInputsDtype) {
+  // The exact check the loose gradcheck above cannot make: dx = dy, converted back to x's dtype.
+  Tensor x = from_vector({1, 2, 3}, {3}, TensorOptions{DType::f64}.with_requires_grad());
+  Tensor y = cast(x, DType::f32);
+  ASSERT_EQ(y.dtype(), DType::f32);
+  EXPECT_EQ(y.grad_fn()->name(), "CastBackward");
+  y.backward(from_vector({0.5, -2, 0.375}, {3}));  // exact in f32 and f64
+  EXPECT_EQ(x.grad().dtype(), DType::f64);
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{0.5, -2, 0.375}));
+
+  Tensor h = from_vector({1, 2}, {2}, TensorOptions{DType::f32}.with_requires_grad());
+  sum(mul(cast(h, DType::bf16), 4.0)).backward();
+  EXPECT_EQ(h.grad().dtype(), DType::f32);
+  EXPECT_EQ(h.grad().to_vector(), (std::vector<double>{4, 4}));
+}
+
+TEST(CopyGradcheck, ToAnotherVirtualDevice) {
+  Tensor x = f64_input({2, 3});
+  GradcheckResult result = gradcheck(
+      [](const TensorList& in) {
+        Tensor moved = in[0].to(Device::cpu(1));
+        EXPECT_EQ(moved.device(), Device::cpu(1));
+        return mul(moved, moved);  // on cpu:1; the gradient must come back to cpu:0
+      },
+      {x});
+  EXPECT_TRUE(result.ok) << result.message;
+  EXPECT_EQ(result.checked, 6);
+  EXPECT_EQ(x.grad().device(), Device::cpu(0));
+}
+
+TEST(CopyGradcheck, ToDeviceAndBack) {
+  Tensor x = f64_input({2, 3});
+  GradcheckResult result = gradcheck(
+      [](const TensorList& in) { return mul(to_device(to_device(in[0], Device::cpu(1)), Device::cpu(0)), in[0]); },
+      {x});
+  EXPECT_TRUE(result.ok) << result.message;
+  EXPECT_EQ(result.checked, 6);
+}
+
+TEST(CopyGradcheck, Clone) {
+  Tensor x = f64_input({2, 3});
+  GradcheckResult result = gradcheck([](const TensorList& in) { return mul(in[0].clone(), exp(in[0])); }, {x});
+  EXPECT_TRUE(result.ok) << result.message;
+  EXPECT_EQ(result.checked, 6);
 }
 
 TEST(DType, UndefinedTensorIsAnErrorNotACrash) {
