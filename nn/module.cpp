@@ -71,16 +71,19 @@ void Module::load_state_dict(const StateDict& state, bool strict) {
   }
   for (auto& [name, _] : state)
     if (!known.count(name)) unexpected.push_back(name);
-  auto join = [](const std::vector<std::string>& names) {
+  auto join_with = [](const std::vector<std::string>& parts, const char* separator) {
     std::ostringstream out;
-    for (size_t i = 0; i < names.size(); ++i) out << (i ? ", " : "") << names[i];
+    for (size_t i = 0; i < parts.size(); ++i) out << (i ? separator : "") << parts[i];
     return out.str();
   };
-  SL_CHECK(mismatched.empty(), "load_state_dict: shape mismatch for ", join(mismatched));
-  SL_CHECK(!strict || (missing.empty() && unexpected.empty()),
-           "load_state_dict: ", missing.empty() ? "" : "missing keys: " + join(missing),
-           missing.empty() || unexpected.empty() ? "" : "; ",
-           unexpected.empty() ? "" : "unexpected keys: " + join(unexpected));
+  auto join = [&](const std::vector<std::string>& names) { return join_with(names, ", "); };
+  // Every problem in one message: a checkpoint that is off in several ways is fixed in one go.
+  // Shape mismatches always count; missing and unexpected keys only when strict.
+  std::vector<std::string> problems;
+  if (!mismatched.empty()) problems.push_back("shape mismatch for " + join(mismatched));
+  if (strict && !missing.empty()) problems.push_back("missing keys: " + join(missing));
+  if (strict && !unexpected.empty()) problems.push_back("unexpected keys: " + join(unexpected));
+  SL_CHECK(problems.empty(), "load_state_dict: ", join_with(problems, "; "));
   NoGradGuard no_grad;
   for (auto& [name, param] : own)
     if (auto it = state.find(name); it != state.end()) param.copy_(it->second);

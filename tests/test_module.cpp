@@ -75,6 +75,19 @@ TEST(Module, StrictLoadNamesMissingUnexpectedAndMismatchedKeys) {
   wrong["wpe.weight"] = zeros({4, 16});
   message = message_of([&] { model.load_state_dict(wrong); });
   EXPECT_NE(message.find("wpe.weight (checkpoint [4, 16], model [8, 16])"), std::string::npos) << message;
+
+  // Off in every way at once: one message names all three kinds of problem.
+  wrong.erase("ln_f.bias");
+  wrong.emplace("lm_head.weight", zeros({32, 16}));
+  message = message_of([&] { model.load_state_dict(wrong); });
+  EXPECT_NE(message.find("shape mismatch for wpe.weight (checkpoint [4, 16], model [8, 16])"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("missing keys: ln_f.bias"), std::string::npos) << message;
+  EXPECT_NE(message.find("unexpected keys: lm_head.weight"), std::string::npos) << message;
+  // Non-strict still refuses the mismatch, and names only it.
+  message = message_of([&] { model.load_state_dict(wrong, /*strict=*/false); });
+  EXPECT_NE(message.find("shape mismatch for wpe.weight"), std::string::npos) << message;
+  EXPECT_EQ(message.find("missing keys"), std::string::npos) << message;
 }
 
 TEST(Module, TrainEvalReachesEveryChildAndDropoutObeysIt) {
