@@ -1,6 +1,7 @@
 #include "nn/optim.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 
 #include "autograd/grad_mode.h"
@@ -43,7 +44,13 @@ void Optimizer::load_state_dict(const StateDict& state) {
     size_t first = key.find('.'), second = key.find('.', first + 1);
     SL_CHECK(key.rfind("state.", 0) == 0 && second != std::string::npos, "Optimizer::load_state_dict: bad key '", key,
              "' (expected state.{i}.{name})");
-    size_t index = std::stoul(key.substr(first + 1, second - first - 1));
+    // {i} must be a whole decimal number (std::stoul would throw its own exception, or read "1x" as 1).
+    const std::string digits = key.substr(first + 1, second - first - 1);
+    size_t index = 0;
+    auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
+    SL_CHECK(!digits.empty() && error == std::errc() && end == digits.data() + digits.size(),
+             "Optimizer::load_state_dict: bad key '", key, "': '", digits,
+             "' is not a parameter index (expected state.{i}.{name})");
     std::string name = key.substr(second + 1);
     SL_CHECK(index < params_.size(), "Optimizer::load_state_dict: key '", key, "' names parameter ", index,
              " but the optimizer has ", params_.size());

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 
 #include "nn/optim.h"
 
@@ -102,6 +103,23 @@ TEST(Optim, StateIsChargedToTheOptimizerCategoryAndRoundTrips) {
   EXPECT_EQ(resumed.state(0).step, 1);
   EXPECT_EQ(resumed.state(0).buffers.at("exp_avg").to_vector(), adam.state(0).buffers.at("exp_avg").to_vector());
   EXPECT_THROW(resumed.load_state_dict({{"state.7.exp_avg", zeros({10, 10})}}), Error);
+}
+
+// A key whose index is not a number is an sl::Error naming the key (not std::stoul's exception).
+TEST(Optim, LoadStateDictRejectsABadParameterIndexNamingTheKey) {
+  Tensor w = param(std::vector<double>(4, 1.0), {2, 2});
+  AdamW adam({w});
+  for (const std::string key : {"state.x.exp_avg", "state..exp_avg", "state.-1.exp_avg", "state.0x.exp_avg",
+                                "state.99999999999999999999999.exp_avg"}) {
+    SCOPED_TRACE(key);
+    try {
+      adam.load_state_dict({{key, zeros({2, 2})}});
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("bad key '" + key + "'"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(adam.state(0).step, 0);  // nothing was loaded
 }
 
 TEST(Optim, ClipGradNormFollowsPyTorchsRule) {
