@@ -76,6 +76,18 @@ TEST_F(TrainCli, BadFlagsAreUsageErrorsNamingTheFlag) {
   CliRun heads = run_train("--n-embd 10 --n-head 4");
   EXPECT_EQ(heads.exit_code, 2);
   EXPECT_NE(heads.output.find("--n-embd (10) must be divisible by --n-head (4)"), std::string::npos) << heads.output;
+  // Values the task would refuse later are refused here, naming the flag: exit 2, not a run-time error.
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--digits 9", "--digits: expected an integer in 1..4, got '9'"},
+           {"--digits 0", "--digits: expected an integer in 1..4, got '0'"},
+           {"--task bin --data tokens.bin --vocab-size 70000", "--vocab-size: expected an integer in 1..65536"},
+           {"--vocab-size 100", "--vocab-size is for --task bin only"},
+           {"--task text --data input.txt --vocab-size 100", "--vocab-size is for --task bin only"},
+           {"--threads 5000000000", "--threads: expected an integer in 1..1024"}}) {
+    CliRun run = run_train(args);
+    EXPECT_EQ(run.exit_code, 2) << args << "\n" << run.output;
+    EXPECT_NE(run.output.find(message), std::string::npos) << args << "\n" << run.output;
+  }
   EXPECT_EQ(run_train("--help").exit_code, 0);
 }
 

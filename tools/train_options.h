@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <string>
 
@@ -27,8 +28,8 @@ struct Options {
 inline const char* const kUsage = R"(usage: train [flags]
   --task addition|text|bin  what to learn (default addition: "a+b=c" lines, held-out accuracy)
   --data PATH               the text file (text) or uint16 token file (bin)
-  --vocab-size N            vocabulary (bin only; addition and text use bytes: 256)
-  --digits N                operand digits for addition (default 2)
+  --vocab-size N            vocabulary, 1..65536 (bin only; addition and text use bytes: 256)
+  --digits N                operand digits for addition, 1..4 (default 2)
   --n-layer N --n-head N --n-embd N                      the model (default 2, 4, 128)
   --block-size N            context length (default: one line for addition, 64 otherwise)
   --batch-size N --steps N  default 128, 1500
@@ -59,8 +60,9 @@ struct UsageError {
 inline Options parse(int argc, char** argv) {
   Options o;
   std::map<std::string, std::function<void(const std::string&)>> flags;
-  auto integer = [](int64_t& slot, int64_t minimum) {
-    return [&slot, minimum](const std::string& v) {
+  // An integer in [minimum, maximum]; the message names the range.
+  auto integer = [](int64_t& slot, int64_t minimum, int64_t maximum = std::numeric_limits<int64_t>::max()) {
+    return [&slot, minimum, maximum](const std::string& v) {
       size_t used = 0;
       long long parsed = 0;
       try {
@@ -68,8 +70,12 @@ inline Options parse(int argc, char** argv) {
       } catch (...) {
         used = 0;
       }
-      if (used != v.size() || v.empty() || parsed < minimum)
-        throw UsageError{"expected an integer >= " + std::to_string(minimum) + ", got '" + v + "'"};
+      if (used != v.size() || v.empty() || parsed < minimum || parsed > maximum)
+        throw UsageError{"expected an integer " +
+                         (maximum == std::numeric_limits<int64_t>::max()
+                              ? ">= " + std::to_string(minimum)
+                              : "in " + std::to_string(minimum) + ".." + std::to_string(maximum)) +
+                         ", got '" + v + "'"};
       slot = parsed;
     };
   };
@@ -102,8 +108,8 @@ inline Options parse(int argc, char** argv) {
   flags["--init-from"] = text(o.init_from);
   flags["--save"] = text(o.save);
   flags["--log-jsonl"] = text(o.log_jsonl);
-  flags["--vocab-size"] = integer(o.vocab_size, 1);
-  flags["--digits"] = integer(o.digits, 1);
+  flags["--vocab-size"] = integer(o.vocab_size, 1, 65536);  // bin tokens are uint16
+  flags["--digits"] = integer(o.digits, 1, 4);              // AdditionTask's operands fit 4 digits
   flags["--n-layer"] = integer(o.n_layer, 1);
   flags["--n-head"] = integer(o.n_head, 1);
   flags["--n-embd"] = integer(o.n_embd, 1);
@@ -112,19 +118,19 @@ inline Options parse(int argc, char** argv) {
   flags["--steps"] = integer(o.steps, 0);
   flags["--warmup-steps"] = integer(o.warmup_steps, 0);
   flags["--eval-every"] = integer(o.eval_every, 0);
-  flags["--threads"] = integer(o.threads, 1);
+  flags["--threads"] = integer(o.threads, 1, 1024);
   flags["--seed"] = integer(seed, 0);
   flags["--lr"] = real(o.lr, 0);
   flags["--min-lr"] = real(o.min_lr, 0);
   flags["--weight-decay"] = real(o.weight_decay, 0);
   flags["--grad-clip"] = real(o.grad_clip, 0);
-  flags["--dp"] = integer(o.dp, 1);
+  flags["--dp"] = integer(o.dp, 1, 1024);
   flags["--zero"] = [&](const std::string& v) {
     if (v != "0" && v != "1" && v != "2" && v != "3") throw UsageError{"expected 0, 1, 2 or 3, got '" + v + "'"};
     o.zero = std::stoll(v);
   };
-  flags["--dp-replicate"] = integer(o.dp_replicate, 1);
-  flags["--dp-shard"] = integer(o.dp_shard, 1);
+  flags["--dp-replicate"] = integer(o.dp_replicate, 1, 1024);
+  flags["--dp-shard"] = integer(o.dp_shard, 1, 1024);
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
     if (flag == "--help" || flag == "-h") {
@@ -149,6 +155,8 @@ inline Options parse(int argc, char** argv) {
   if ((o.task == "text" || o.task == "bin") && o.data.empty())
     throw UsageError{"--task " + o.task + " needs --data PATH"};
   if (o.task == "bin" && o.vocab_size == 0) throw UsageError{"--task bin needs --vocab-size N"};
+  if (o.task != "bin" && o.vocab_size != 0)
+    throw UsageError{"--vocab-size is for --task bin only (" + o.task + " uses bytes: 256)"};
   if (o.n_embd % o.n_head != 0)
     throw UsageError{"--n-embd (" + std::to_string(o.n_embd) + ") must be divisible by --n-head (" +
                      std::to_string(o.n_head) + ")"};
