@@ -1,4 +1,4 @@
-// The train program: usage errors, determinism of --log-jsonl, --steps 0 --save, --init-from.
+// The train program: usage errors, determinism of --log-jsonl, --profile, --steps 0 --save, --init-from.
 //
 // Runs the real binary (build*/bin/train, passed by `make test` in SL_TRAIN_BIN) on tiny settings.
 #include <gtest/gtest.h>
@@ -83,12 +83,43 @@ TEST_F(TrainCli, BadFlagsAreUsageErrorsNamingTheFlag) {
            {"--task bin --data tokens.bin --vocab-size 70000", "--vocab-size: expected an integer in 1..65536"},
            {"--vocab-size 100", "--vocab-size is for --task bin only"},
            {"--task text --data input.txt --vocab-size 100", "--vocab-size is for --task bin only"},
-           {"--threads 5000000000", "--threads: expected an integer in 1..1024"}}) {
+           {"--threads 5000000000", "--threads: expected an integer in 1..1024"},
+           {"--profile --dp 2", "--profile times the serial run's ops"},
+           {"--profile --zero 1", "--profile times the serial run's ops"}}) {
     CliRun run = run_train(args);
     EXPECT_EQ(run.exit_code, 2) << args << "\n" << run.output;
     EXPECT_NE(run.output.find(message), std::string::npos) << args << "\n" << run.output;
   }
   EXPECT_EQ(run_train("--help").exit_code, 0);
+}
+
+// --profile: the optimizer (clipping and AdamW) has its own column, and the held-out evaluation at
+// step 2 is not counted: the embedding runs once per training step, 4 times, not more.
+TEST_F(TrainCli, ProfileCountsTrainingStepsAndShowsTheOptimizerApart) {
+  CliRun run = run_train(kTiny + " --steps 4 --eval-every 2 --profile");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("held-out accuracy"), std::string::npos) << run.output;  // the evaluation ran
+  EXPECT_NE(run.output.find("optimizer ms"), std::string::npos) << run.output;
+  // op, forward ms, backward ms, optimizer ms, fwd n, bwd n, opt n
+  auto row = [&](const std::string& op) {
+    std::smatch match;
+    std::regex pattern("\n" + op + R"re( +([0-9.]+) +([0-9.]+) +([0-9.]+) +(\d+) +(\d+) +(\d+) )re");
+    EXPECT_TRUE(std::regex_search(run.output, match, pattern)) << op << " is missing:\n" << run.output;
+    std::vector<std::string> columns;
+    for (size_t i = 1; i < match.size(); ++i) columns.push_back(match[i]);
+    return columns;
+  };
+  for (const std::string op : {"AdamW\\.step", "clip_grad_norm"}) {
+    std::vector<std::string> columns = row(op);
+    if (columns.size() != 6) continue;
+    EXPECT_EQ(columns[0], "0.00") << op;  // no forward time
+    EXPECT_EQ(columns[3], "0") << op;
+    EXPECT_EQ(columns[5], "4") << op;  // once per step
+  }
+  std::vector<std::string> embedding = row("Embedding");
+  if (embedding.size() == 6) {
+    EXPECT_EQ(embedding[3], "8") << run.output;  // wte and wpe, once per step
+  }
 }
 
 TEST_F(TrainCli, TwoRunsWriteTheSameLogApartFromTimings) {

@@ -5,7 +5,8 @@
 //   build/bin/train --task bin --data train.bin --vocab-size 50304 --save model.safetensors
 //
 // Prints a progress bar on a terminal, plain lines otherwise; --log-jsonl writes one JSON object
-// per optimizer step; --profile prints where the time went, per op kind, forward and backward.
+// per optimizer step; --profile prints where the serial run's training steps spent their time, per
+// op kind: forward, backward and optimizer (clipping and AdamW), held-out evaluations left out.
 // A bad flag or value is a usage error naming the flag (exit code 2).
 #include <unistd.h>
 
@@ -119,6 +120,7 @@ std::vector<double> loop(Run& r, bool report, const std::function<double(int64_t
                   tokens_per_s);
     if (eval && o.eval_every > 0 && (step + 1) % o.eval_every == 0 && step + 1 < o.steps) {
       if (r.terminal) std::printf("\n");
+      ProfilerPause not_training;  // --profile reports the training steps only
       std::printf("step %5lld  held-out accuracy %.1f%%\n", (long long)step + 1, 100 * eval());
     }
   }
@@ -138,10 +140,10 @@ std::vector<double> train_serial(Run& r, nn::GPT& model, bool report) {
     Tensor loss = model.loss(batch.inputs, batch.targets);
     loss.backward();
     if (o.grad_clip > 0) {
-      ProfileScope scope(clip_op, false);
+      ProfileScope scope(clip_op, ProfilePhase::optimizer);
       nn::clip_grad_norm(model.parameters(), o.grad_clip);
     }
-    ProfileScope scope(optimizer_op, false);
+    ProfileScope scope(optimizer_op, ProfilePhase::optimizer);
     optimizer.step();
     return loss.item();
   };
@@ -237,8 +239,8 @@ int train(const Options& options) {
   nn::GPT& model = *owned;
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
   if (o.profile) {
-    std::printf("\nprofile (inclusive ms per op kind over %lld steps):\n%s", (long long)o.steps,
-                Profiler::report().c_str());
+    std::printf("\nprofile of %lld training steps (inclusive ms per op kind; held-out evaluations not counted):\n%s",
+                (long long)o.steps, Profiler::report().c_str());
     Profiler::disable();
   }
   if (o.steps > 0) std::printf("trained %lld steps in %.1f s\n", (long long)o.steps, seconds);

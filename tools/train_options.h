@@ -43,7 +43,7 @@ inline const char* const kUsage = R"(usage: train [flags]
   --eval-every N            held-out accuracy every N steps (addition; default 500; 0: only at the end)
   --device cpu|cuda         default cpu
   --threads N               GEMM threads (default 2)
-  --profile                 print time per op kind, forward and backward
+  --profile                 print time per op kind: forward, backward, optimizer (serial runs only)
   --dp N                    data-parallel ranks (threads; under mpirun: the processes), default 1
   --zero 0|1|2|3            0: DDP (default), 1/2: ZeRO optimizer (and gradient) sharding, 3: FSDP
   --dp-replicate R --dp-shard S   HSDP: FSDP within S ranks, replicated R times (world R x S)
@@ -167,6 +167,10 @@ inline Options parse(int argc, char** argv) {
   if (o.parallel() && o.batch_size % o.world() != 0)
     throw UsageError{"--batch-size " + std::to_string(o.batch_size) + " cannot be split evenly over " +
                      std::to_string(o.world()) + " data-parallel ranks"};
+  // The profiler counts per thread, and the ranks are threads: rank 0's table would miss the rest.
+  if (o.parallel() && o.profile)
+    throw UsageError{
+        "--profile times the serial run's ops; drop --dp, --zero, --dp-replicate/--dp-shard and --naive-dp"};
   if (o.parallel() && o.device != "cpu") throw UsageError{"--dp and --zero run on CPU ranks only (--device cpu)"};
   return o;
 }
