@@ -1,4 +1,5 @@
-// The train program: usage errors, determinism of --log-jsonl, --profile, --steps 0 --save, --init-from.
+// The train program: usage errors, determinism and valid JSON of --log-jsonl, --profile, --steps 0 --save,
+// --init-from.
 //
 // Runs the real binary (build*/bin/train, passed by `make test` in SL_TRAIN_BIN) on tiny settings.
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -136,6 +138,24 @@ TEST_F(TrainCli, TwoRunsWriteTheSameLogApartFromTimings) {
   EXPECT_NE(log_a.find("{\"step\": 5, \"loss\": "), std::string::npos) << log_a;
   std::remove(a.c_str());
   std::remove(b.c_str());
+}
+
+// A diverged run (lr 1e30) logs null for its nan losses: every line stays valid JSON.
+TEST_F(TrainCli, ADivergedRunLogsNullForNonFiniteNumbers) {
+  std::string path = temp_path("diverged.jsonl");
+  CliRun run =
+      run_train(kTiny + " --steps 4 --lr 1e30 --min-lr 1e30 --warmup-steps 0 --grad-clip 0 --log-jsonl " + path);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  std::istringstream lines(read_file(path));
+  int parsed = 0, null_losses = 0;
+  for (std::string line; std::getline(lines, line); ++parsed) {
+    nlohmann::json object = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    ASSERT_FALSE(object.is_discarded()) << "not JSON: " << line;
+    null_losses += object["loss"].is_null();
+  }
+  EXPECT_EQ(parsed, 4);
+  EXPECT_GT(null_losses, 0) << read_file(path);
+  std::remove(path.c_str());
 }
 
 // The losses of a JSONL log, in step order.

@@ -17,6 +17,7 @@
 #include <functional>
 #include <iomanip>
 #include <map>
+#include <sstream>
 #include <string>
 
 #include "autograd/profiler.h"
@@ -40,6 +41,15 @@ std::vector<int64_t> generate_tokens(nn::GPT& model, const std::vector<std::vect
   Tensor out = model.generate(from_vector(flat, {rows, length}, DType::i64), new_tokens);
   std::vector<double> all = out.narrow(1, length, new_tokens).to_vector();
   return std::vector<int64_t>(all.begin(), all.end());
+}
+
+// A number for a JSON line: 9 significant digits, or null where JSON has no number (a diverged
+// run's nan loss, the inf tokens/s of a step that took 0 ms).
+std::string json_number(double value) {
+  if (!std::isfinite(value)) return "null";
+  std::ostringstream out;
+  out << std::setprecision(9) << value;
+  return out.str();
 }
 
 void progress(int64_t step, int64_t steps, double loss, double tokens_per_s) {
@@ -111,8 +121,8 @@ std::vector<double> loop(Run& r, bool report, const std::function<double(int64_t
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     double tokens_per_s = static_cast<double>(o.batch_size * o.block_size) / (ms / 1000.0);
     if (r.log.is_open())
-      r.log << "{\"step\": " << step << ", \"loss\": " << std::setprecision(9) << loss << ", \"ms\": " << ms
-            << ", \"tokens_per_s\": " << tokens_per_s << ", \"lr\": " << lr << "}\n";
+      r.log << "{\"step\": " << step << ", \"loss\": " << json_number(loss) << ", \"ms\": " << json_number(ms)
+            << ", \"tokens_per_s\": " << json_number(tokens_per_s) << ", \"lr\": " << json_number(lr) << "}\n";
     if (r.terminal)
       progress(step, o.steps, loss, tokens_per_s);
     else if ((step + 1) % 100 == 0 || step + 1 == o.steps)
