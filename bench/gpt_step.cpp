@@ -3,11 +3,13 @@
 //
 //   build/bench/gpt_step [--config A|B] [--threads N] [--steps 20] [--warmup 5] [--profile]
 //
+// A bad flag or value prints the usage, naming the flag, and exits 2.
 // Prints one JSON line per config, e.g. {"bench": "gpt_step", "config": "A", "threads": 1, "median_ms": ...}.
 // Compare in one run with ../shared/bench/gpt_torch.py (same shapes; see README: Results).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -32,15 +34,20 @@ static double run(const BenchConfig& bench, int steps, int warmup, bool profile)
   std::vector<double> times_ms;
   static const std::string optimizer_name = "AdamW.step";
   for (int step = 0; step < warmup + steps; ++step) {
-    Tensor tokens = cast(mul(rand({B, T + 1}, {}, &data_gen), static_cast<double>(V)), DType::i64);
-    Tensor inputs = tokens.narrow(1, 0, T), targets = tokens.narrow(1, 1, T);
+    Tensor inputs, targets;
+    {
+      ProfilerPause untimed;  // the batch is drawn outside the timed step, and outside the profile
+      Tensor tokens = cast(mul(rand({B, T + 1}, {}, &data_gen), static_cast<double>(V)), DType::i64);
+      inputs = tokens.narrow(1, 0, T);
+      targets = tokens.narrow(1, 1, T);
+    }
     if (profile && step == warmup) Profiler::enable();
     auto start = std::chrono::steady_clock::now();
     optimizer.zero_grad();
     Tensor loss = model.loss(inputs, targets);
     loss.backward();
     {
-      ProfileScope scope_optimizer(optimizer_name, false);
+      ProfileScope scope_optimizer(optimizer_name, ProfilePhase::optimizer);
       optimizer.step();
     }
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -56,39 +63,65 @@ static double run(const BenchConfig& bench, int steps, int warmup, bool profile)
   return times_ms[times_ms.size() / 2];
 }
 
+static const char* const kUsage =
+    "usage: gpt_step [--config A|B] [--threads N >= 1] [--steps N >= 1] [--warmup N >= 0] [--profile]\n";
+
+// A bad flag or value: the message names it, then the usage; exit code 2.
+[[noreturn]] static void usage_error(const std::string& message) {
+  std::fprintf(stderr, "gpt_step: %s\n%s", message.c_str(), kUsage);
+  std::exit(2);
+}
+
+// The value of `flag` as an integer in [minimum, maximum], or a usage error.
+static int parse_int(const std::string& flag, const std::string& value, int minimum, int maximum) {
+  size_t used = 0;
+  long long parsed = 0;
+  try {
+    parsed = std::stoll(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (value.empty() || used != value.size() || parsed < minimum || parsed > maximum)
+    usage_error(flag + ": expected an integer in " + std::to_string(minimum) + ".." + std::to_string(maximum) +
+                ", got '" + value + "'");
+  return static_cast<int>(parsed);
+}
+
 int main(int argc, char** argv) {
+  std::vector<BenchConfig> configs = {
+      {"A", nn::GPTConfig{256, 64, 4, 4, 128, 0.0}, 16},
+      {"B", nn::GPTConfig{256, 128, 6, 8, 256, 0.0}, 8},
+  };
   std::string only;
   int threads = 1, steps = 20, warmup = 5;
   bool profile = false;
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
     auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "gpt_step: %s needs a value\n", flag.c_str());
-        std::exit(2);
-      }
+      if (i + 1 >= argc) usage_error(flag + " needs a value");
       return argv[++i];
     };
-    if (flag == "--config")
+    if (flag == "--config") {
       only = value();
-    else if (flag == "--threads")
-      threads = std::stoi(value());
-    else if (flag == "--steps")
-      steps = std::stoi(value());
-    else if (flag == "--warmup")
-      warmup = std::stoi(value());
-    else if (flag == "--profile")
+      bool known = false;
+      for (const BenchConfig& config : configs) known = known || only == config.name;
+      if (!known) usage_error("--config: expected A or B, got '" + only + "'");
+    } else if (flag == "--threads") {
+      threads = parse_int(flag, value(), 1, 1024);
+    } else if (flag == "--steps") {
+      steps = parse_int(flag, value(), 1, 1000000);  // the median needs at least one timed step
+    } else if (flag == "--warmup") {
+      warmup = parse_int(flag, value(), 0, 1000000);
+    } else if (flag == "--profile") {
       profile = true;
-    else {
-      std::fprintf(stderr, "usage: gpt_step [--config A|B] [--threads N] [--steps N] [--warmup N] [--profile]\n");
-      return 2;
+    } else if (flag == "--help" || flag == "-h") {
+      std::printf("%s", kUsage);
+      return 0;
+    } else {
+      usage_error("unknown flag " + flag);
     }
   }
   set_num_threads(threads);
-  std::vector<BenchConfig> configs = {
-      {"A", nn::GPTConfig{256, 64, 4, 4, 128, 0.0}, 16},
-      {"B", nn::GPTConfig{256, 128, 6, 8, 256, 0.0}, 8},
-  };
   for (const BenchConfig& config : configs) {
     if (!only.empty() && only != config.name) continue;
     double median = run(config, steps, warmup, profile);
