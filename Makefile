@@ -16,6 +16,7 @@
 #   BLAS=openblas|eigen                   who runs GEMM on the CPU (see README: Results)
 #   ARCH=-march=native                    the default; ARCH= builds for any x86-64
 #   BUILD=dir                             another build directory
+#   TESTS="tests/a.cpp ..."               build the test binary from these files only
 
 CXX      ?= g++
 SANITIZE ?=
@@ -26,12 +27,16 @@ comma    := ,
 ifeq ($(SANITIZE),)
   BUILD ?= build
   OPT   := -O2
+  DEBUG := -g
 else
   BUILD ?= build-$(subst $(comma),-,$(SANITIZE))
   SANFLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
   # Sanitized builds are for finding bugs: -O1 compiles them in half the time, and the CUDA
   # backend (nvcc's code is not instrumented anyway) is left out unless CUDA=1 is asked for.
   OPT   := -O1
+  # Line tables are all a sanitizer report needs (file:line in every frame); full debug info (-g)
+  # doubled the compile time of some test files.
+  DEBUG := -g1
   ifeq ($(origin CUDA),file)
     CUDA := 0
   endif
@@ -48,7 +53,7 @@ endif
 # -fvect-cost-model=dynamic: at -O2, GCC otherwise vectorizes only loops that need no runtime alias check.
 # -fno-math-errno: sqrt never sets errno (nobody reads it), so loops that call it vectorize too.
 ARCH     ?= -march=native
-CXXFLAGS := -std=c++20 $(OPT) -fvect-cost-model=dynamic -fno-math-errno -g $(ARCH) -Wall -Wextra -MMD -MP -I. -isystem /usr/include/eigen3 $(SANFLAGS)
+CXXFLAGS := -std=c++20 $(OPT) -fvect-cost-model=dynamic -fno-math-errno $(DEBUG) $(ARCH) -Wall -Wextra -MMD -MP -I. -isystem /usr/include/eigen3 $(SANFLAGS)
 LDFLAGS  := $(SANFLAGS) -pthread
 LDLIBS   :=
 
@@ -86,8 +91,10 @@ ifeq ($(CUDA),1)
   endif
 endif
 ifeq ($(CUDA),1)
+  # SASS for the A100 (sm_80) and H100/H200 (sm_90), and PTX that newer GPUs compile when they load it.
+  # --expt-relaxed-constexpr: device code may call constexpr host functions (std::numeric_limits, std::array).
   NVCCFLAGS := -std=c++20 -O2 -I. -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
-               -gencode arch=compute_90,code=compute_90 -Xcompiler -Wall,-Wextra -MMD -MP
+               -gencode arch=compute_90,code=compute_90 --expt-relaxed-constexpr -Xcompiler -Wall,-Wextra -MMD -MP
   CXXFLAGS  += -DSL_WITH_CUDA -isystem $(CUDA_HOME)/include
   LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart
   CU_SRCS   := $(wildcard tensor/cuda/*.cu)
@@ -115,11 +122,14 @@ ifeq ($(CUDA),1)
 endif
 
 # ---- what gets built ------------------------------------------------------------------------------
-LIB_SRCS    := $(wildcard tensor/*.cpp tensor/cpu/*.cpp tensor/ops/*.cpp autograd/*.cpp nn/*.cpp parallel/*.cpp)
+LIB_SRCS    := $(wildcard tensor/*.cpp tensor/cpu/*.cpp tensor/cuda/*.cpp tensor/ops/*.cpp autograd/*.cpp nn/*.cpp parallel/*.cpp)
 LIB_OBJS    := $(LIB_SRCS:%.cpp=$(BUILD)/%.o) $(CU_SRCS:%.cu=$(BUILD)/%.cu.o)
 LIB         := $(BUILD)/libshardlab.a
 LESSONS     := $(patsubst lessons/%.cpp,$(BUILD)/lessons/%,$(sort $(wildcard lessons/*.cpp)))
-TEST_SRCS   := $(wildcard tests/*.cpp)
+# TESTS=...: the test files built into the test binary, all by default (CI's thread-sanitizer phase
+# builds only the parallel ones).
+TESTS       ?= $(wildcard tests/*.cpp)
+TEST_SRCS   := $(TESTS)
 TEST_BIN    := $(BUILD)/tests/shardlab_tests
 BENCHES     := $(patsubst bench/%.cpp,$(BUILD)/bench/%,$(wildcard bench/*.cpp))
 TOOLS       := $(patsubst tools/%.cpp,$(BUILD)/bin/%,$(wildcard tools/*.cpp))
@@ -135,6 +145,8 @@ ifeq ($(MAKELEVEL),0)
 endif
 
 .PHONY: all run test lessons lesson bench deps format compdb clean programs
+# Keep the objects of lessons, benchmarks and tools (make would delete them as intermediate files).
+.SECONDARY:
 .DEFAULT_GOAL := all
 
 all: deps
@@ -208,12 +220,12 @@ deps:
 format:
 	clang-format -i $(shell git ls-files '*.cpp' '*.h' '*.cu')
 
+# bear records every compile command, so everything is compiled once more, in a scratch directory
+# (build/ is left as it is).
 compdb:
-	$(MAKE) clean-build
-	bear --output compile_commands.json -- $(MAKE) programs
-
-clean-build:
-	rm -rf $(BUILD)
+	rm -rf build-compdb
+	bear --output compile_commands.json -- $(MAKE) programs BUILD=build-compdb
+	rm -rf build-compdb
 
 clean:
 	rm -rf build build-*

@@ -7,6 +7,7 @@
 //   * virtual devices cpu:0..n: one process, but memory accounted per "GPU" — how every later
 //     lesson measures what each rank holds
 //   * counter-based randomness (Philox): a rank can generate only its own shard of a weight
+//   * on a machine with a GPU: the same ops on cuda:0, checked against the CPU
 //
 // Run:    make lesson N=01        Prints: the story below, then "lesson 01: OK".
 #include <cmath>
@@ -98,6 +99,13 @@ int main() {
   CudaInfo cuda = cuda_info();
   if (cuda.device_count > 0) {
     for (size_t i = 0; i < cuda.names.size(); ++i) std::printf("  cuda:%zu  %s\n", i, cuda.names[i].c_str());
+    // The same ops on the GPU: .to() copies there, kernels (cuBLAS for the matmul) compute, and the
+    // ledger accounts cuda:0 like any other device.
+    const Device gpu = Device::cuda(0);
+    Tensor on_gpu = softmax(matmul(x.to(gpu), W.to(gpu), false, true));
+    std::cout << "softmax(x @ W^T) computed on " << on_gpu.device() << ": " << on_gpu << "\n";
+    std::printf("  cuda:0 holds %lld bytes of tensors now\n", (long long)MemoryLedger::instance().current(gpu));
+    check(allclose(on_gpu.to(Device::cpu()), softmax(out), 1e-5, 1e-6), "cuda:0 computes what the CPU computes");
   } else {
     std::printf("  no CUDA device here (%s); every lesson runs on virtual CPU devices\n", cuda.error.c_str());
   }

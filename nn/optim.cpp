@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "autograd/grad_mode.h"
+#include "tensor/cuda/kernels.h"
 
 namespace sl::nn {
 
@@ -111,11 +112,15 @@ void AdamW::step() {
              " gradient; AdamW keeps f32 parameters (use an "
              "f32 master copy for mixed precision)");
     int64_t t = ++state_[i].step;
-    float* m = buffer(i, "exp_avg").data<float>();
-    float* v = buffer(i, "exp_avg_sq").data<float>();
-    float* w = p.data<float>();
-    const float* grad = g.data<float>();
-    adamw_update(w, grad, m, v, p.numel(), AdamWStep::make(options, lr, t, p.dim() >= 2));
+    SL_CHECK(g.device() == p.device(), "AdamW: parameter ", i, " is on ", p.device(), " but its gradient on ",
+             g.device());
+    auto at = [](const Tensor& x) { return static_cast<float*>(x.data_ptr()); };
+    float *w = at(p), *m = at(buffer(i, "exp_avg")), *v = at(buffer(i, "exp_avg_sq"));
+    const AdamWStep s = AdamWStep::make(options, lr, t, p.dim() >= 2);
+    if (p.device().is_cuda())
+      cuda::adamw_update(w, at(g), m, v, p.numel(), s, p.device().index);  // tensor/cuda/optim.cu
+    else
+      adamw_update(w, at(g), m, v, p.numel(), s);
   }
 }
 
@@ -131,12 +136,7 @@ AdamWStep AdamWStep::make(const AdamWOptions& options, double lr, int64_t t, boo
 }
 
 void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, const AdamWStep& s) {
-  const float b1 = s.b1, b2 = s.b2;
-  for (int64_t j = 0; j < n; ++j) {  // one fused pass
-    m[j] = b1 * m[j] + (1 - b1) * g[j];
-    v[j] = b2 * v[j] + (1 - b2) * g[j] * g[j];
-    w[j] = w[j] * s.decay - s.step_size * m[j] / (std::sqrt(v[j]) * s.inv_sqrt_bc2 + s.eps);
-  }
+  for (int64_t j = 0; j < n; ++j) s.apply(w[j], g[j], m[j], v[j]);  // one fused pass
 }
 
 double cosine_lr(int64_t step, int64_t total_steps, int64_t warmup_steps, double max_lr, double min_lr) {
@@ -155,7 +155,9 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   for (const Tensor& p : params) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
-    if (g.dtype() == DType::f32) {  // the common case, read in place (no copy into doubles)
+    if (g.device().is_cuda()) {  // summed on the GPU (tensor/cuda/reduce.cu); only the total comes back
+      sum_of_squares += cuda::sum_of_squares(g);
+    } else if (g.dtype() == DType::f32) {  // the common case, read in place (no copy into doubles)
       const float* data = g.data<float>();
       for (int64_t i = 0, n = g.numel(); i < n; ++i) sum_of_squares += static_cast<double>(data[i]) * data[i];
     } else {

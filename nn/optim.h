@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "nn/adamw_math.h"
 #include "nn/module.h"
 
 namespace sl::nn {
@@ -73,11 +74,7 @@ class AdamW : public Optimizer {
 
 // One AdamW update of n contiguous f32 elements: the loop AdamW::step runs over each parameter, and
 // the ZeRO optimizers (parallel/zero.h) over each rank's shard, so both compute the same bits.
-struct AdamWStep {
-  float step_size, inv_sqrt_bc2, decay, b1, b2, eps;
-  // t: the step count after incrementing (1 on the first step); decay: false for biases and LayerNorm.
-  static AdamWStep make(const AdamWOptions& options, double lr, int64_t t, bool decay);
-};
+// (AdamWStep, the per-element update, is in nn/adamw_math.h, shared with the CUDA kernel.)
 void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, const AdamWStep& s);
 
 // Linear warm-up from 0 to max_lr over warmup_steps, then cosine decay to min_lr at total_steps

@@ -32,8 +32,8 @@
 //   it matches the sends and receives between two ranks in issue order. A blocking send() to a rank
 //   that is itself blocked in send() to this one waits until the timeout (as MPI_Ssend would).
 //
-//   Tensors must live on the rank's GPU (tensor.device() == cuda:r). Until shardlab has CUDA
-//   tensors, the *_device functions below run the same operations on raw CUDA memory.
+//   Tensors must live on the rank's GPU (tensor.device() == cuda:r); the *_device functions below
+//   run the same operations on raw CUDA memory.
 //
 //   Code: nccl_backend.cpp (the group, its engine, sub-groups), nccl_collectives.cpp, nccl_p2p.cpp,
 //   nccl_launch.cpp (bootstrap, the world's abort state); nccl_common.h is what they share.
@@ -50,6 +50,8 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include "tensor/cuda/check.h"
+
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -60,7 +62,6 @@ namespace sl::parallel {
 #ifdef SL_WITH_NCCL
 
 namespace detail {
-[[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line);
 [[noreturn]] void throw_nccl_error(ncclResult_t status, const char* call, const char* file, int line);
 
 // What all NCCL groups of one launch in this process share: the first failure, which ends every
@@ -94,22 +95,13 @@ class NcclWorldState {
 };
 }  // namespace detail
 
-// Throw sl::Error naming the call, file, line and cudaGetErrorString / ncclGetErrorString.
-#define SL_CUDA_CHECK(call)                                                                 \
-  do {                                                                                      \
-    cudaError_t sl_cuda_status_ = (call);                                                   \
-    if (sl_cuda_status_ != cudaSuccess)                                                     \
-      ::sl::parallel::detail::throw_cuda_error(sl_cuda_status_, #call, __FILE__, __LINE__); \
-  } while (0)
+// Throw sl::Error naming the call, file, line and ncclGetErrorString (SL_CUDA_CHECK: tensor/cuda/check.h).
 #define SL_NCCL_CHECK(call)                                                                 \
   do {                                                                                      \
     ncclResult_t sl_nccl_status_ = (call);                                                  \
     if (sl_nccl_status_ != ncclSuccess)                                                     \
       ::sl::parallel::detail::throw_nccl_error(sl_nccl_status_, #call, __FILE__, __LINE__); \
   } while (0)
-#ifndef CUDA_CHECK
-#define CUDA_CHECK(call) SL_CUDA_CHECK(call)
-#endif
 #ifndef NCCL_CHECK
 #define NCCL_CHECK(call) SL_NCCL_CHECK(call)
 #endif

@@ -131,25 +131,25 @@ void NcclProcessGroup::broadcast_raw(void* data, size_t count, DType dtype, int 
 
 void NcclProcessGroup::run_all_reduce(const Tensor& tensor, ReduceOp op, uint64_t sequence) {
   check_tensor("all_reduce", tensor);
-  all_reduce_raw(tensor.raw_data(), static_cast<size_t>(tensor.numel()), tensor.dtype(), op, sequence);
+  all_reduce_raw(tensor.data_ptr(), static_cast<size_t>(tensor.numel()), tensor.dtype(), op, sequence);
 }
 
 void NcclProcessGroup::run_all_gather(const Tensor& output, const Tensor& input, uint64_t sequence) {
   check_tensor("all_gather", output);
   check_tensor("all_gather", input);
-  all_gather_raw(output.raw_data(), input.raw_data(), static_cast<size_t>(input.numel()), input.dtype(), sequence);
+  all_gather_raw(output.data_ptr(), input.data_ptr(), static_cast<size_t>(input.numel()), input.dtype(), sequence);
 }
 
 void NcclProcessGroup::run_reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op, uint64_t sequence) {
   check_tensor("reduce_scatter", output);
   check_tensor("reduce_scatter", input);
-  reduce_scatter_raw(output.raw_data(), input.raw_data(), static_cast<size_t>(output.numel()), output.dtype(), op,
+  reduce_scatter_raw(output.data_ptr(), input.data_ptr(), static_cast<size_t>(output.numel()), output.dtype(), op,
                      sequence);
 }
 
 void NcclProcessGroup::run_broadcast(const Tensor& tensor, int root, uint64_t sequence) {
   check_tensor("broadcast", tensor);
-  broadcast_raw(tensor.raw_data(), static_cast<size_t>(tensor.numel()), tensor.dtype(), root, sequence);
+  broadcast_raw(tensor.data_ptr(), static_cast<size_t>(tensor.numel()), tensor.dtype(), root, sequence);
 }
 
 void NcclProcessGroup::all_reduce_device(void* data, int64_t count, DType dtype, ReduceOp op) {

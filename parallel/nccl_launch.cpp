@@ -39,12 +39,6 @@ static int count_gpus(std::string* why) {
 
 namespace detail {
 
-void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line) {
-  cudaGetLastError();
-  throw Error(::sl::detail::concat(file, ":", line, ": ", call, " failed: ", cudaGetErrorString(status), " (",
-                                   cudaGetErrorName(status), ")"));
-}
-
 void throw_nccl_error(ncclResult_t status, const char* call, const char* file, int line) {
   throw Error(::sl::detail::concat(file, ":", line, ": ", call, " failed: ", nccl_text(status)));
 }

@@ -153,12 +153,12 @@ bool NcclProcessGroup::p2p_done(const std::shared_ptr<P2P>& p2p) {
 
 WorkPtr NcclProcessGroup::run_isend(const Tensor& tensor, int dst, int tag) {
   check_tensor("send", tensor);
-  return p2p_raw(true, tensor.raw_data(), static_cast<size_t>(tensor.nbytes()), dst, tag, tensor);
+  return p2p_raw(true, tensor.data_ptr(), static_cast<size_t>(tensor.nbytes()), dst, tag, tensor);
 }
 
 WorkPtr NcclProcessGroup::run_irecv(const Tensor& tensor, int src, int tag) {
   check_tensor("recv", tensor);
-  return p2p_raw(false, tensor.raw_data(), static_cast<size_t>(tensor.nbytes()), src, tag, tensor);
+  return p2p_raw(false, tensor.data_ptr(), static_cast<size_t>(tensor.nbytes()), src, tag, tensor);
 }
 
 static void check_peer(const char* op, int peer, int rank, int size) {

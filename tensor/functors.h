@@ -64,6 +64,14 @@ SL_HOST_DEVICE inline float exp_of<float>(float x) {
   return fast_exp(x);
 }
 
+// Every functor below has a name in this enum (its `kind`), so code that cannot take a C++ type, the
+// CUDA kernels behind a plain function call (tensor/cuda/kernels.h), can be told which one to run.
+enum class ElementwiseOp : uint8_t {
+  neg, exp, exp_backward, log, log_backward, sqrt, sqrt_backward, rsqrt, rsqrt_backward, tanh, tanh_backward,
+  sigmoid, sigmoid_backward, relu, relu_backward, gelu, gelu_backward, pow, pow_backward,
+  add, sub, mul, div, maximum, neg_div_by_square, maximum_picks_a, mask_grad, maximum_scalar_grad
+};
+
 // One line per formula reads as a table; clang-format would break every template onto three lines.
 // clang-format off
 
@@ -76,57 +84,72 @@ template <typename T> SL_HOST_DEVICE bool is_nan_value(T x) {
 // ---- unary forward and derivative --------------------------------------------------------------------
 
 struct Neg {
+  static constexpr ElementwiseOp kind = ElementwiseOp::neg;
   template <typename T> SL_HOST_DEVICE T operator()(T x) const { return -x; }
 };
 
 struct Exp {
+  static constexpr ElementwiseOp kind = ElementwiseOp::exp;
   template <typename T> SL_HOST_DEVICE T operator()(T x) const { return exp_of(x); }
 };
 struct ExpBackward {  // from y = e^x
+  static constexpr ElementwiseOp kind = ElementwiseOp::exp_backward;
   template <typename T> SL_HOST_DEVICE T operator()(T y) const { return y; }
 };
 
 struct Log {
+  static constexpr ElementwiseOp kind = ElementwiseOp::log;
   template <typename T> SL_HOST_DEVICE T operator()(T x) const { return std::log(x); }
 };
 struct LogBackward {  // from x
+  static constexpr ElementwiseOp kind = ElementwiseOp::log_backward;
   template <typename T> SL_HOST_DEVICE T operator()(T x) const { return T(1) / x; }
 };
 
 struct Sqrt {
+  static constexpr ElementwiseOp kind = ElementwiseOp::sqrt;
   template <typename T> SL_HOST_DEVICE T operator()(T x) const { return std::sqrt(x); }
 };
 struct SqrtBackward {  // from y = sqrt(x)
+  static constexpr ElementwiseOp kind = ElementwiseOp::sqrt_backward;
   template <typename T> SL_HOST_DEVICE T operator()(T y) const { return T(0.5) / y; }
 };
 
 struct Rsqrt {
+  static constexpr ElementwiseOp kind = ElementwiseOp::rsqrt;
   template <typename T> SL_HOST_DEVICE T operator()(T x) const { return T(1) / std::sqrt(x); }
 };
 struct RsqrtBackward {  // from y = x^-1/2: d/dx = -x^-3/2 / 2 = -y^3 / 2
+  static constexpr ElementwiseOp kind = ElementwiseOp::rsqrt_backward;
   template <typename T> SL_HOST_DEVICE T operator()(T y) const { return T(-0.5) * y * y * y; }
 };
 
 struct Tanh {
+  static constexpr ElementwiseOp kind = ElementwiseOp::tanh;
   template <typename T> SL_HOST_DEVICE T operator()(T x) const { return std::tanh(x); }
 };
 struct TanhBackward {  // from y = tanh(x)
+  static constexpr ElementwiseOp kind = ElementwiseOp::tanh_backward;
   template <typename T> SL_HOST_DEVICE T operator()(T y) const { return T(1) - y * y; }
 };
 
 // For very negative x, e^-x overflows to inf and 1 / inf = 0: the right limit, no NaN.
 struct Sigmoid {
+  static constexpr ElementwiseOp kind = ElementwiseOp::sigmoid;
   template <typename T> SL_HOST_DEVICE T operator()(T x) const { return T(1) / (T(1) + exp_of(-x)); }
 };
 struct SigmoidBackward {  // from y = sigmoid(x)
+  static constexpr ElementwiseOp kind = ElementwiseOp::sigmoid_backward;
   template <typename T> SL_HOST_DEVICE T operator()(T y) const { return y * (T(1) - y); }
 };
 
 // Written as "x < 0 ? 0 : x" so that a NaN input stays NaN (as in PyTorch).
 struct Relu {
+  static constexpr ElementwiseOp kind = ElementwiseOp::relu;
   template <typename T> SL_HOST_DEVICE T operator()(T x) const { return x < T(0) ? T(0) : x; }
 };
 struct ReluBackward {  // from y = relu(x): y > 0 exactly where x > 0
+  static constexpr ElementwiseOp kind = ElementwiseOp::relu_backward;
   template <typename T> SL_HOST_DEVICE T operator()(T y) const { return y > T(0) ? T(1) : T(0); }
 };
 
@@ -135,6 +158,7 @@ struct ReluBackward {  // from y = relu(x): y > 0 exactly where x > 0
 // 2 sigmoid(2u): one exp (std::tanh costs about 5x more with glibc), and no 1 + tanh u, which loses
 // digits for x << 0 where tanh u is close to -1. e^-2u = inf at the far left gives y = 0, no NaN.
 struct GeluForward {
+  static constexpr ElementwiseOp kind = ElementwiseOp::gelu;
   template <typename T> SL_HOST_DEVICE T operator()(T x) const {
     const T u = T(0.7978845608028654) * (x + T(0.044715) * x * x * x);
     return x / (T(1) + exp_of(T(-2) * u));
@@ -143,6 +167,7 @@ struct GeluForward {
 // With s = sigmoid(2u):  dy/dx = s + 2 x s (1 - s) du/dx,  du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
 // (the tanh form's x/2 (1 - tanh^2 u) du/dx, since (1 - tanh^2 u) / 2 = 2 s (1 - s)).
 struct GeluBackward {  // from x
+  static constexpr ElementwiseOp kind = ElementwiseOp::gelu_backward;
   template <typename T> SL_HOST_DEVICE T operator()(T x) const {
     const T k = T(0.7978845608028654);
     const T s = T(1) / (T(1) + exp_of(T(-2) * k * (x + T(0.044715) * x * x * x)));
@@ -153,6 +178,7 @@ struct GeluBackward {  // from x
 
 // x^p for a fixed p; the common exponents skip the general pow.
 struct Pow {
+  static constexpr ElementwiseOp kind = ElementwiseOp::pow;
   double exponent;
   template <typename T> SL_HOST_DEVICE T operator()(T x) const {
     if (exponent == 2.0) return x * x;
@@ -163,6 +189,7 @@ struct Pow {
   }
 };
 struct PowBackward {  // from x: p x^(p-1); p = 0 gives 0 everywhere (not 0 * inf at x = 0)
+  static constexpr ElementwiseOp kind = ElementwiseOp::pow_backward;
   double exponent;
   template <typename T> SL_HOST_DEVICE T operator()(T x) const {
     if (exponent == 0.0) return T(0);
@@ -173,35 +200,43 @@ struct PowBackward {  // from x: p x^(p-1); p = 0 gives 0 everywhere (not 0 * in
 // ---- binary ---------------------------------------------------------------------------------------
 
 struct Add {
+  static constexpr ElementwiseOp kind = ElementwiseOp::add;
   template <typename T> SL_HOST_DEVICE T operator()(T a, T b) const { return a + b; }
 };
 struct Sub {
+  static constexpr ElementwiseOp kind = ElementwiseOp::sub;
   template <typename T> SL_HOST_DEVICE T operator()(T a, T b) const { return a - b; }
 };
 struct Mul {
+  static constexpr ElementwiseOp kind = ElementwiseOp::mul;
   template <typename T> SL_HOST_DEVICE T operator()(T a, T b) const { return a * b; }
 };
 struct Div {
+  static constexpr ElementwiseOp kind = ElementwiseOp::div;
   template <typename T> SL_HOST_DEVICE T operator()(T a, T b) const { return a / b; }
 };
 // Picks a on ties, and a NaN from either side (as torch.maximum does).
 struct Maximum {
+  static constexpr ElementwiseOp kind = ElementwiseOp::maximum;
   template <typename T> SL_HOST_DEVICE T operator()(T a, T b) const { return (a >= b || is_nan_value(a)) ? a : b; }
 };
 
 // div's gradient for the divisor: d(a/b)/db = -a / b^2, applied to t = dy * a.
 struct NegDivBySquare {
+  static constexpr ElementwiseOp kind = ElementwiseOp::neg_div_by_square;
   template <typename T> SL_HOST_DEVICE T operator()(T t, T b) const { return -t / (b * b); }
 };
 
 // maximum's routing: 1 where the gradient goes to a (a >= b), else 0.
 struct MaximumPicksA {
+  static constexpr ElementwiseOp kind = ElementwiseOp::maximum_picks_a;
   template <typename T> SL_HOST_DEVICE T operator()(T a, T b) const {
     return (a >= b || is_nan_value(a)) ? T(1) : T(0);
   }
 };
 // Keeps dy where the mask is set (keep_where_set) or where it is clear (!keep_where_set).
 struct MaskGrad {
+  static constexpr ElementwiseOp kind = ElementwiseOp::mask_grad;
   bool keep_where_set;
   template <typename T> SL_HOST_DEVICE T operator()(T dy, T mask) const {
     return (mask != T(0)) == keep_where_set ? dy : T(0);
@@ -209,6 +244,7 @@ struct MaskGrad {
 };
 // maximum(x, s)'s gradient: dy where x >= s, else 0.
 struct MaximumScalarGrad {
+  static constexpr ElementwiseOp kind = ElementwiseOp::maximum_scalar_grad;
   double scalar;
   template <typename T> SL_HOST_DEVICE T operator()(T dy, T x) const {
     return (x >= T(scalar) || is_nan_value(x)) ? dy : T(0);
@@ -216,6 +252,20 @@ struct MaximumScalarGrad {
 };
 
 // clang-format on
+
+// The one number a functor carries (pow's exponent, a scalar, mask_grad's flag as 0/1), 0 if none:
+// with `kind` it is all a CUDA kernel needs to rebuild the functor on the device.
+template <typename F>
+double parameter_of(const F& functor) {
+  if constexpr (requires { functor.exponent; })
+    return functor.exponent;
+  else if constexpr (requires { functor.scalar; })
+    return functor.scalar;
+  else if constexpr (requires { functor.keep_where_set; })
+    return functor.keep_where_set ? 1.0 : 0.0;
+  else
+    return 0.0;
+}
 
 // ---- how the CPU loops apply them -------------------------------------------------------------------
 

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <new>
 
+#include "tensor/cuda/runtime.h"
 #include "tensor/error.h"
 
 namespace sl {
@@ -22,15 +23,18 @@ void keep_freed_memory_for_reuse() {
 
 Storage::Storage(int64_t bytes, Device device) : bytes_(bytes), device_(device), category_(MemoryScope::current()) {
   SL_ASSERT(bytes >= 0);
-  SL_CHECK(device.is_cpu(), "Storage: cannot allocate on ", device,
-           ": this build of shardlab has no CUDA backend (build with CUDA=1 on a machine with nvcc)");
+  cuda::require_device(device, "Storage: cannot allocate");
   allocate();
 }
 
 void Storage::allocate() {
-  keep_freed_memory_for_reuse();
-  size_t rounded = (static_cast<size_t>(bytes_) + 63) / 64 * 64;
-  data_ = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+  if (device_.is_cuda()) {  // the caching allocator of tensor/cuda/allocator.cu
+    data_ = cuda::allocate(bytes_, device_.index);
+  } else {
+    keep_freed_memory_for_reuse();
+    size_t rounded = (static_cast<size_t>(bytes_) + 63) / 64 * 64;
+    data_ = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+  }
   SL_CHECK(data_ != nullptr, "Storage: out of memory allocating ", bytes_, " bytes on ", device_);
   MemoryLedger::instance().allocate(device_, category_, bytes_);
 }
@@ -39,7 +43,10 @@ Storage::~Storage() { release(); }
 
 void Storage::release() {
   if (data_ == nullptr) return;
-  std::free(data_);
+  if (device_.is_cuda())
+    cuda::release(data_, device_.index);
+  else
+    std::free(data_);
   data_ = nullptr;
   MemoryLedger::instance().release(device_, category_, bytes_);
 }

@@ -4,6 +4,8 @@
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
 #include "tensor/cpu/dispatch.h"
+#include "tensor/cuda/kernels.h"
+#include "tensor/cuda/runtime.h"
 #include "tensor/ops.h"
 
 namespace sl {
@@ -36,9 +38,15 @@ TensorImpl& Tensor::checked() const {
 
 int64_t Tensor::size(int dim) const { return shape()[normalize_dim(dim, shape(), "size")]; }
 
-void* Tensor::raw_data() const {
+void* Tensor::data_ptr() const {
   TensorImpl& impl = checked();
   return static_cast<char*>(impl.storage->data()) + impl.storage_offset * static_cast<int64_t>(dtype_size(impl.dtype));
+}
+
+void* Tensor::raw_data() const {
+  SL_CHECK(device().is_cpu(), "Tensor: a tensor of shape ", shape(), " on ", device(),
+           " is in GPU memory, which host code cannot read; this op has no CUDA path for it, or call .to(Device::cpu()) first");
+  return data_ptr();
 }
 
 double Tensor::item() const {
@@ -47,7 +55,7 @@ double Tensor::item() const {
 }
 
 std::vector<double> Tensor::to_vector() const {
-  SL_CHECK(device().is_cpu(), "to_vector: the tensor is on ", device(), "; call .to(Device::cpu()) first");
+  if (device().is_cuda()) return detach().to(Device::cpu()).to_vector();  // waits for the GPU
   std::vector<double> out(numel());
   dispatch_all(dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -102,6 +110,11 @@ const Tensor& Tensor::add_(const Tensor& other, double alpha) const {
   SL_CHECK(other.shape() == shape(), "add_: shapes ", shape(), " and ", other.shape(), " differ");
   SL_CHECK(other.device() == device(), "add_: tensors on ", device(), " and ", other.device());
   Tensor source = other.to(dtype());
+  if (device().is_cuda()) {
+    require_floating(dtype(), "add_");
+    cuda::add_scaled(*this, source, alpha);
+    return *this;
+  }
   dispatch_floating(dtype(), "add_", [&](auto tag) {
     using T = decltype(tag);
     using C = compute_t<T>;
@@ -115,6 +128,11 @@ const Tensor& Tensor::add_(const Tensor& other, double alpha) const {
 
 const Tensor& Tensor::mul_(double scale) const {
   check_inplace(*this, "mul_");
+  if (device().is_cuda()) {
+    require_floating(dtype(), "mul_");
+    cuda::scale(*this, scale);
+    return *this;
+  }
   dispatch_floating(dtype(), "mul_", [&](auto tag) {
     using T = decltype(tag);
     using C = compute_t<T>;
@@ -128,12 +146,19 @@ const Tensor& Tensor::copy_(const Tensor& source) const {
   check_inplace(*this, "copy_");
   SL_CHECK(source.shape() == shape(), "copy_: shapes ", shape(), " and ", source.shape(), " differ");
   Tensor converted = source.detach().to(device()).to(dtype());
-  std::memcpy(raw_data(), converted.raw_data(), static_cast<size_t>(nbytes()));
+  if (device().is_cuda())
+    cuda::copy(data_ptr(), device(), converted.data_ptr(), device(), static_cast<size_t>(nbytes()));
+  else
+    std::memcpy(raw_data(), converted.raw_data(), static_cast<size_t>(nbytes()));
   return *this;
 }
 
 const Tensor& Tensor::fill_(double value) const {
   check_inplace(*this, "fill_");
+  if (device().is_cuda()) {
+    cuda::fill(*this, value);
+    return *this;
+  }
   dispatch_all(dtype(), [&](auto tag) {
     using T = decltype(tag);
     T v = static_cast<T>(static_cast<compute_t<T>>(value));

@@ -94,7 +94,9 @@ class Tensor {
   int64_t nbytes() const { return numel() * static_cast<int64_t>(dtype_size(dtype())); }
 
   // ---- data ------------------------------------------------------------------------------------
-  // data<T>() checks that T matches the dtype: t.data<float>() on an f64 tensor throws.
+  // data<T>() and raw_data() point into host memory: CPU code reads and writes through them, so
+  // they throw for a tensor on a GPU (move it with .to(Device::cpu()) first). data<T>() also checks
+  // that T matches the dtype: t.data<float>() on an f64 tensor throws.
   template <typename T>
   T* data() const {
     SL_CHECK(dtype_of<T>::value == dtype(), "Tensor::data: asked for ", dtype_name(dtype_of<T>::value),
@@ -102,6 +104,9 @@ class Tensor {
     return static_cast<T*>(raw_data());
   }
   void* raw_data() const;
+  // The address of the first element on whatever device the tensor lives (a GPU pointer for cuda:i):
+  // what CUDA kernels, cuBLAS and NCCL are handed.
+  void* data_ptr() const;
   double item() const;                    // the value of a one-element tensor
   std::vector<double> to_vector() const;  // all values, converted to double (for tests, printing)
   template <typename T>

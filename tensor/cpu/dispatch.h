@@ -30,6 +30,16 @@ decltype(auto) dispatch_all(DType dtype, F&& f) {
   SL_ASSERT(false);
 }
 
+// The errors the dispatchers below raise, for code that checks before it dispatches (CUDA paths).
+inline void require_floating(DType dtype, const char* op) {
+  if (!is_floating(dtype))
+    throw Error(detail::concat(op, ": expected a floating tensor (f32, f64, bf16, f16) but got ", dtype_name(dtype)));
+}
+inline void require_index(DType dtype, const char* op) {
+  if (!is_integer(dtype))
+    throw Error(detail::concat(op, ": expected an index tensor (i32 or i64) but got ", dtype_name(dtype)));
+}
+
 template <typename F>
 decltype(auto) dispatch_floating(DType dtype, const char* op, F&& f) {
   switch (dtype) {
@@ -44,7 +54,8 @@ decltype(auto) dispatch_floating(DType dtype, const char* op, F&& f) {
     default:
       break;
   }
-  throw Error(detail::concat(op, ": expected a floating tensor (f32, f64, bf16, f16) but got ", dtype_name(dtype)));
+  require_floating(dtype, op);
+  SL_ASSERT(false);
 }
 
 template <typename F>
@@ -57,7 +68,8 @@ decltype(auto) dispatch_index(DType dtype, const char* op, F&& f) {
     default:
       break;
   }
-  throw Error(detail::concat(op, ": expected an index tensor (i32 or i64) but got ", dtype_name(dtype)));
+  require_index(dtype, op);
+  SL_ASSERT(false);
 }
 
 }  // namespace sl

@@ -15,6 +15,7 @@
 
 #include "autograd/function.h"
 #include "tensor/cpu/dispatch.h"
+#include "tensor/cuda/kernels.h"
 #include "tensor/functors.h"
 #include "tensor/ops.h"
 
@@ -65,10 +66,15 @@ struct CausalSoftmaxFn : Function<CausalSoftmaxFn> {
   static Tensor forward(FunctionCtx& ctx, const Tensor& scores, double scale) {
     const int64_t T_len = scores.size(-1), rows = scores.numel() / std::max<int64_t>(T_len, 1);
     Tensor y = Tensor::empty(scores.shape(), scores.options());
-    dispatch_floating(scores.dtype(), "causal_softmax", [&](auto tag) {
-      using T = decltype(tag);
-      causal_softmax_forward(scores.data<T>(), y.data<T>(), rows, T_len, scale);
-    });
+    if (scores.device().is_cuda()) {
+      require_floating(scores.dtype(), "causal_softmax");
+      cuda::causal_softmax_forward(scores, y, scale);
+    } else {
+      dispatch_floating(scores.dtype(), "causal_softmax", [&](auto tag) {
+        using T = decltype(tag);
+        causal_softmax_forward(scores.data<T>(), y.data<T>(), rows, T_len, scale);
+      });
+    }
     ctx.save_for_backward({y});
     ctx.set("scale", scale);
     return y;
@@ -78,6 +84,10 @@ struct CausalSoftmaxFn : Function<CausalSoftmaxFn> {
     Tensor g = grads[0].to(y.dtype());
     const int64_t T_len = y.size(-1), rows = y.numel() / std::max<int64_t>(T_len, 1);
     Tensor dx = Tensor::empty(y.shape(), y.options());
+    if (y.device().is_cuda()) {
+      cuda::causal_softmax_backward(y, g, dx, ctx.get<double>("scale"));
+      return {dx};
+    }
     dispatch_floating(y.dtype(), "causal_softmax", [&](auto tag) {
       using T = decltype(tag);
       causal_softmax_backward(y.data<T>(), g.data<T>(), dx.data<T>(), rows, T_len, ctx.get<double>("scale"));

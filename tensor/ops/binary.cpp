@@ -7,7 +7,8 @@
 // Forward loops, fastest first: equal shapes (one flat loop); a one-element operand (a scalar in a
 // register); a trailing-row operand, b [T, C] or [C] against a [B, T, C] (a bias: b[i % inner]); and
 // a general walk over the merged output dims, row by row, each operand's step along a row 1 or 0
-// (tensor/cpu/broadcast.h). The per-element math is in tensor/functors.h.
+// (tensor/cpu/broadcast.h). The per-element math is in tensor/functors.h; on a GPU the same functors
+// run in tensor/cuda/elementwise.cu, one thread per output element.
 //
 // dtypes: both operands must have the same dtype and device (no implicit promotion: cast first).
 // Integer tensors (i32, i64) work for add, sub, mul and maximum, without autograd (integers carry no
@@ -19,6 +20,7 @@
 #include "autograd/function.h"
 #include "tensor/cpu/broadcast.h"
 #include "tensor/cpu/dispatch.h"
+#include "tensor/cuda/kernels.h"
 #include "tensor/functors.h"
 #include "tensor/ops.h"
 
@@ -33,8 +35,6 @@ void check_same_dtype_and_device(const Tensor& a, const Tensor& b, const char* n
            ") for shapes ", a.shape(), " and ", b.shape(), ": cast one with .to(dtype)");
   SL_CHECK(a.device() == b.device(), name, ": tensors on ", a.device(), " and ", b.device(), " (shapes ", a.shape(),
            " and ", b.shape(), "): move one with .to(device)");
-  SL_CHECK(a.device().is_cpu(), name, ": tensors on ", a.device(),
-           ", and the CUDA elementwise kernels are not written yet");
 }
 
 template <bool AllowInteger, typename F>
@@ -104,6 +104,11 @@ Tensor binary(const Tensor& a, const Tensor& b, Op op, const char* name) {
   check_same_dtype_and_device(a, b, name);
   Shape out_shape = broadcast_shapes(a.shape(), b.shape(), name);
   Tensor out = Tensor::empty(out_shape, a.options());
+  if (a.device().is_cuda()) {
+    if (!AllowInteger) require_floating(a.dtype(), name);
+    cuda::binary(Op::kind, parameter_of(op), a, b, out);
+    return out;
+  }
   dispatch_op<AllowInteger>(a.dtype(), name, [&](auto tag) {
     using T = decltype(tag);
     binary_loop(a.data<T>(), b.data<T>(), out.data<T>(), a.shape(), b.shape(), out_shape, op);
@@ -114,8 +119,6 @@ Tensor binary(const Tensor& a, const Tensor& b, Op op, const char* name) {
 // out = op(x, s) for a number s. Integer tensors need a whole s that fits their type.
 template <bool AllowInteger = false, typename Op>
 Tensor binary_scalar(const Tensor& x, double s, Op op, const char* name) {
-  SL_CHECK(x.device().is_cpu(), name, ": tensor on ", x.device(),
-           ", and the CUDA elementwise kernels are not written yet");
   Tensor out = Tensor::empty(x.shape(), x.options());
   dispatch_op<AllowInteger>(x.dtype(), name, [&](auto tag) {
     using T = decltype(tag);
@@ -126,6 +129,10 @@ Tensor binary_scalar(const Tensor& x, double s, Op op, const char* name) {
                    s == static_cast<double>(static_cast<T>(s)),
                name, ": the scalar ", s, " does not suit the ", dtype_name(x.dtype()), " tensor (shape ", x.shape(),
                "): integer tensors take only whole numbers that fit their type");
+    if (x.device().is_cuda()) {
+      cuda::binary_scalar(Op::kind, parameter_of(op), x, s, out);
+      return;
+    }
     T one[1] = {static_cast<T>(static_cast<C>(s))};
     binary_loop(x.data<T>(), one, out.data<T>(), x.shape(), Shape{}, x.shape(), op);
   });
@@ -158,6 +165,10 @@ template <typename Acc, typename T>
 Tensor reduce_to(const Tensor& x, const Shape& shape) {
   if (x.shape() == shape) return x;
   Tensor out = Tensor::empty(shape, x.options());
+  if (x.device().is_cuda()) {
+    cuda::reduce_to(x, out);
+    return out;
+  }
   dispatch_all(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     using C = compute_t<T>;
@@ -194,6 +205,10 @@ Tensor reduce_to(const Tensor& x, const Shape& shape) {
 Tensor broadcast_to(const Tensor& x, const Shape& shape) {
   if (x.shape() == shape) return x;
   Tensor out = Tensor::empty(shape, x.options());
+  if (x.device().is_cuda()) {
+    cuda::broadcast_to(x, out);
+    return out;
+  }
   dispatch_all(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* in = x.data<T>();

@@ -3,6 +3,8 @@
 
 #include "autograd/function.h"
 #include "tensor/cpu/dispatch.h"
+#include "tensor/cuda/kernels.h"
+#include "tensor/cuda/runtime.h"
 #include "tensor/ops.h"
 
 namespace sl {
@@ -11,6 +13,10 @@ namespace {
 
 Tensor convert(const Tensor& x, DType dtype) {
   Tensor out = Tensor::empty(x.shape(), x.options().with_dtype(dtype));
+  if (x.device().is_cuda()) {
+    cuda::convert(x, out);
+    return out;
+  }
   dispatch_all(x.dtype(), [&](auto source_tag) {
     using S = decltype(source_tag);
     dispatch_all(dtype, [&](auto target_tag) {
@@ -36,7 +42,10 @@ struct CastFn : Function<CastFn> {
 
 Tensor copy_to(const Tensor& x, Device device) {
   Tensor out = Tensor::empty(x.shape(), x.options().with_device(device));
-  std::memcpy(out.raw_data(), x.raw_data(), static_cast<size_t>(x.nbytes()));
+  if (device.is_cuda() || x.device().is_cuda())  // host <-> GPU, GPU <-> GPU (tensor/cuda/runtime.cu)
+    cuda::copy(out.data_ptr(), device, x.data_ptr(), x.device(), static_cast<size_t>(x.nbytes()));
+  else
+    std::memcpy(out.raw_data(), x.raw_data(), static_cast<size_t>(x.nbytes()));
   if (x.device() != device) MemoryLedger::instance().record_transfer(x.device(), device, x.nbytes());
   return out;
 }

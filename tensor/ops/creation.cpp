@@ -3,6 +3,7 @@
 
 #include "autograd/grad_mode.h"
 #include "tensor/cpu/dispatch.h"
+#include "tensor/cuda/runtime.h"
 #include "tensor/ops.h"
 
 namespace sl {
@@ -38,17 +39,38 @@ Tensor arange(double start, double end, double step, const TensorOptions& option
   return from_vector(values, Shape{count}, options);
 }
 
+namespace {
+
+// A tensor of `shape` whose values `write(host tensor)` sets on the host. For a GPU tensor they are
+// written to a host buffer first and copied over once (values, ranges and random draws are made
+// on the CPU: the same numbers on every device). Not a transfer between tensors: the ledger counts
+// only the GPU tensor.
+template <typename Write>
+Tensor made_on_host(const Shape& shape, const TensorOptions& options, Write&& write) {
+  Tensor t = Tensor::empty(shape, options.with_requires_grad(false));
+  if (t.device().is_cuda()) {
+    Tensor host = Tensor::empty(shape, options.with_requires_grad(false).with_device(Device::cpu()));
+    write(host);
+    cuda::copy(t.data_ptr(), t.device(), host.data_ptr(), Device::cpu(), static_cast<size_t>(t.nbytes()));
+  } else {
+    write(t);
+  }
+  if (options.requires_grad) t.set_requires_grad(true);
+  return t;
+}
+
+}  // namespace
+
 Tensor from_vector(const std::vector<double>& values, const Shape& shape, const TensorOptions& options) {
   SL_CHECK(static_cast<int64_t>(values.size()) == shape.numel(), "from_vector: ", values.size(),
            " values cannot fill shape ", shape, " (", shape.numel(), " elements)");
-  Tensor t = Tensor::empty(shape, options.with_requires_grad(false));
-  dispatch_all(t.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    T* p = t.data<T>();
-    for (size_t i = 0; i < values.size(); ++i) p[i] = static_cast<T>(static_cast<compute_t<T>>(values[i]));
+  return made_on_host(shape, options, [&](const Tensor& t) {
+    dispatch_all(t.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      T* p = t.data<T>();
+      for (size_t i = 0; i < values.size(); ++i) p[i] = static_cast<T>(static_cast<compute_t<T>>(values[i]));
+    });
   });
-  if (options.requires_grad) t.set_requires_grad(true);
-  return t;
 }
 
 // ---- random ----------------------------------------------------------------------------------------
@@ -71,8 +93,9 @@ Tensor draw_region(const Shape& full_shape, const Shape& starts, const Shape& si
   Generator& gen = generator ? *generator : default_generator();
   uint64_t first = gen.advance(static_cast<uint64_t>(full_shape.numel()));
   uint64_t key = gen.seed();
-  Tensor t = Tensor::empty(sizes, options.with_requires_grad(false));
   std::vector<int64_t> full_strides = contiguous_strides(full_shape);
+  require_floating(options.dtype, op);
+  return made_on_host(sizes, options, [&](const Tensor& t) {
   dispatch_floating(t.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     T* out = t.data<T>();
@@ -90,8 +113,7 @@ Tensor draw_region(const Shape& full_shape, const Shape& starts, const Shape& si
       }
     }
   });
-  if (options.requires_grad) t.set_requires_grad(true);
-  return t;
+  });
 }
 
 }  // namespace

@@ -4,11 +4,13 @@
 //   backward   dweight[ids[n], :] += dout[n, :]           a scatter-add: an id used k times gets k rows
 //
 // ids are integers and never get a gradient. Backward needs only the ids (and V), not the table,
-// so only the ids are saved. bf16/f16 gradients are summed in float, then rounded once.
+// so only the ids are saved. bf16/f16 gradients are summed in float, then rounded once. On a GPU:
+// tensor/cuda/embedding.cu (the scatter-add gives each thread a column, so it needs no atomics).
 #include <cstring>
 
 #include "autograd/function.h"
 #include "tensor/cpu/dispatch.h"
+#include "tensor/cuda/kernels.h"
 #include "tensor/ops.h"
 
 namespace sl {
@@ -33,6 +35,16 @@ struct EmbeddingFn : Function<EmbeddingFn> {
     out_shape.push_back(C);
     Tensor out = Tensor::empty(out_shape, weight.options());
     const size_t row_bytes = static_cast<size_t>(C) * dtype_size(weight.dtype());
+    ctx.save_for_backward({ids});
+    ctx.set("weight_shape", weight.shape());
+    ctx.set("weight_dtype", weight.dtype());
+    if (weight.device().is_cuda()) {  // ids checked on the host (a copy), rows gathered on the GPU
+      const Tensor host_ids = ids.to(Device::cpu());
+      dispatch_index(ids.dtype(), "embedding",
+                     [&](auto id_tag) { check_ids(host_ids.data<decltype(id_tag)>(), ids.numel(), weight); });
+      cuda::embedding_forward(weight, ids, out);
+      return out;
+    }
     dispatch_index(ids.dtype(), "embedding", [&](auto id_tag) {
       using Id = decltype(id_tag);
       const Id* id = ids.data<Id>();
@@ -43,9 +55,6 @@ struct EmbeddingFn : Function<EmbeddingFn> {
       for (int64_t n = 0, count = ids.numel(); n < count; ++n)
         std::memcpy(o + n * row_bytes, table + static_cast<int64_t>(id[n]) * row_bytes, row_bytes);
     });
-    ctx.save_for_backward({ids});
-    ctx.set("weight_shape", weight.shape());
-    ctx.set("weight_dtype", weight.dtype());
     return out;
   }
 
@@ -59,6 +68,10 @@ struct EmbeddingFn : Function<EmbeddingFn> {
     // [V, C] in compute type: f32/f64 accumulate in place, bf16/f16 in float then round below.
     Tensor dweight =
         zeros(weight_shape, dout.options().with_dtype(weight_dtype == DType::f64 ? DType::f64 : DType::f32));
+    if (dout.device().is_cuda()) {
+      cuda::embedding_backward(dout, ids, dweight);
+      return {dweight.to(weight_dtype), Tensor()};
+    }
     dispatch_floating(weight_dtype, "embedding", [&](auto tag) {
       using T = decltype(tag);
       using Compute = compute_t<T>;

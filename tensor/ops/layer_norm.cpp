@@ -10,11 +10,13 @@
 //     dbias   += dy                 dweight += dy * norm
 //     dx       = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm))
 //   one pass for the two row means, one pass that writes dx and accumulates dweight and dbias.
+//   On a GPU (tensor/cuda/layer_norm.cu): a block per row, and one thread per column for dweight, dbias.
 #include <cmath>
 #include <vector>
 
 #include "autograd/function.h"
 #include "tensor/cpu/dispatch.h"
+#include "tensor/cuda/kernels.h"
 #include "tensor/ops.h"
 
 namespace sl {
@@ -97,12 +99,17 @@ struct LayerNormFn : Function<LayerNormFn> {
     TensorOptions stats_options = x.options().with_dtype(stats_dtype(x.dtype()));
     Tensor mean = Tensor::empty(Shape{N}, stats_options);
     Tensor rstd = Tensor::empty(Shape{N}, stats_options);
-    dispatch_floating(x.dtype(), "layer_norm", [&](auto tag) {
-      using T = decltype(tag);
-      using Compute = compute_t<T>;
-      layer_norm_forward(x.data<T>(), weight.data<T>(), bias.data<T>(), y.data<T>(), mean.data<Compute>(),
-                         rstd.data<Compute>(), N, C, eps);
-    });
+    if (x.device().is_cuda()) {
+      require_floating(x.dtype(), "layer_norm");
+      cuda::layer_norm_forward(x, weight, bias, eps, y, mean, rstd);
+    } else {
+      dispatch_floating(x.dtype(), "layer_norm", [&](auto tag) {
+        using T = decltype(tag);
+        using Compute = compute_t<T>;
+        layer_norm_forward(x.data<T>(), weight.data<T>(), bias.data<T>(), y.data<T>(), mean.data<Compute>(),
+                           rstd.data<Compute>(), N, C, eps);
+      });
+    }
     ctx.save_for_backward({x, weight, mean, rstd});
     return y;
   }
@@ -120,12 +127,17 @@ struct LayerNormFn : Function<LayerNormFn> {
     TensorOptions stats_options = x.options().with_dtype(stats_dtype(x.dtype()));
     Tensor dweight = zeros(Shape{C}, stats_options);
     Tensor dbias = zeros(Shape{C}, stats_options);
-    dispatch_floating(x.dtype(), "layer_norm", [&](auto tag) {
-      using T = decltype(tag);
-      using Compute = compute_t<T>;
-      layer_norm_backward(dy.data<T>(), x.data<T>(), weight.data<T>(), mean.data<Compute>(), rstd.data<Compute>(),
-                          dx.defined() ? dx.data<T>() : nullptr, dweight.data<Compute>(), dbias.data<Compute>(), N, C);
-    });
+    if (x.device().is_cuda()) {
+      cuda::layer_norm_backward(dy, x, weight, mean, rstd, dx, dweight, dbias);
+    } else {
+      dispatch_floating(x.dtype(), "layer_norm", [&](auto tag) {
+        using T = decltype(tag);
+        using Compute = compute_t<T>;
+        layer_norm_backward(dy.data<T>(), x.data<T>(), weight.data<T>(), mean.data<Compute>(), rstd.data<Compute>(),
+                            dx.defined() ? dx.data<T>() : nullptr, dweight.data<Compute>(), dbias.data<Compute>(), N,
+                            C);
+      });
+    }
     return {dx, ctx.needs_input_grad(1) ? dweight.to(weight.dtype()) : Tensor(),
             ctx.needs_input_grad(2) ? dbias.to(weight.dtype()) : Tensor()};
   }

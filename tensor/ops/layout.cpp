@@ -19,6 +19,8 @@
 
 #include "autograd/function.h"
 #include "tensor/cpu/permute.h"
+#include "tensor/cuda/kernels.h"
+#include "tensor/cuda/runtime.h"
 #include "tensor/ops.h"
 
 namespace sl {
@@ -47,17 +49,23 @@ Slabs slabs_around(const Shape& shape, int dim, DType dtype) {
 }
 
 // Copies dim-range [src_start, src_start + length) of src (src_size long along dim) to
-// [dst_start, dst_start + length) of dst (dst_size long); a null src writes zeros instead.
-void copy_slab(const Slabs& s, const char* src, int64_t src_size, int64_t src_start, char* dst, int64_t dst_size,
-               int64_t dst_start, int64_t length) {
+// [dst_start, dst_start + length) of dst (dst_size long); an undefined src writes zeros instead.
+// On a GPU the `outer` runs are one strided 2-D copy (cuda::copy_rows).
+void copy_slab(const Slabs& s, const Tensor& src, int64_t src_size, int64_t src_start, const Tensor& dst,
+               int64_t dst_size, int64_t dst_start, int64_t length) {
   int64_t run = length * s.inner_bytes;
-  if (run == 0) return;
+  if (run == 0 || s.outer == 0) return;
+  const char* from = src.defined() ? static_cast<const char*>(src.data_ptr()) + src_start * s.inner_bytes : nullptr;
+  char* to = static_cast<char*>(dst.data_ptr()) + dst_start * s.inner_bytes;
+  if (dst.device().is_cuda()) {
+    cuda::copy_rows(to, dst_size * s.inner_bytes, from, src_size * s.inner_bytes, run, s.outer, dst.device().index);
+    return;
+  }
   for (int64_t o = 0; o < s.outer; ++o) {
-    char* to = dst + (o * dst_size + dst_start) * s.inner_bytes;
-    if (src)
-      std::memcpy(to, src + (o * src_size + src_start) * s.inner_bytes, static_cast<size_t>(run));
+    if (from)
+      std::memcpy(to + o * dst_size * s.inner_bytes, from + o * src_size * s.inner_bytes, static_cast<size_t>(run));
     else
-      std::memset(to, 0, static_cast<size_t>(run));
+      std::memset(to + o * dst_size * s.inner_bytes, 0, static_cast<size_t>(run));
   }
 }
 
@@ -72,8 +80,7 @@ TensorList split_pieces(const Tensor& x, const std::vector<int64_t>& sizes, int 
     Shape shape = x.shape();
     shape[dim] = sizes[i];
     pieces[i] = Tensor::empty(shape, x.options());
-    copy_slab(s, static_cast<const char*>(x.raw_data()), x.size(dim), start, static_cast<char*>(pieces[i].raw_data()),
-              sizes[i], 0, sizes[i]);
+    copy_slab(s, x, x.size(dim), start, pieces[i], sizes[i], 0, sizes[i]);
   }
   return pieces;
 }
@@ -87,8 +94,7 @@ Tensor cat_pieces(const TensorList& pieces, const std::vector<int64_t>& sizes, c
   int64_t start = 0;
   for (size_t i = 0; i < pieces.size(); start += sizes[i], ++i) {
     Tensor piece = pieces[i].defined() ? in_dtype(pieces[i], options.dtype) : Tensor();
-    const char* src = piece.defined() ? static_cast<const char*>(piece.raw_data()) : nullptr;
-    copy_slab(s, src, sizes[i], 0, static_cast<char*>(out.raw_data()), shape[dim], start, sizes[i]);
+    copy_slab(s, piece, sizes[i], 0, out, shape[dim], start, sizes[i]);
   }
   return out;
 }
@@ -101,7 +107,10 @@ Tensor permute_copy(const Tensor& x, const std::vector<int>& perm) {
   for (size_t k = 0; k < perm.size(); ++k) shape[k] = x.shape()[perm[k]];
   Tensor out = Tensor::empty(shape, x.options());
   if (out.numel() == 0) return out;
-  cpu::permute_copy(x.raw_data(), x.shape(), perm, out.raw_data(), dtype_size(x.dtype()));
+  if (x.device().is_cuda())
+    cuda::permute(x, perm, out);
+  else
+    cpu::permute_copy(x.raw_data(), x.shape(), perm, out.raw_data(), dtype_size(x.dtype()));
   return out;
 }
 
@@ -151,8 +160,7 @@ struct NarrowFn : Function<NarrowFn> {
     Shape shape = x.shape();
     shape[dim] = length;
     Tensor out = Tensor::empty(shape, x.options());
-    copy_slab(slabs_around(x.shape(), dim, x.dtype()), static_cast<const char*>(x.raw_data()), x.size(dim), start,
-              static_cast<char*>(out.raw_data()), length, 0, length);
+    copy_slab(slabs_around(x.shape(), dim, x.dtype()), x, x.size(dim), start, out, length, 0, length);
     return out;
   }
   // grad_x is zero outside the slice and grad inside it.
@@ -160,10 +168,8 @@ struct NarrowFn : Function<NarrowFn> {
     const Shape& shape = ctx.get<Shape>("shape");
     int dim = ctx.get<int>("dim");
     int64_t start = ctx.get<int64_t>("start"), length = grads[0].size(dim);
-    Tensor grad_x = Tensor::empty(shape, grads[0].options());
-    std::memset(grad_x.raw_data(), 0, static_cast<size_t>(grad_x.nbytes()));
-    copy_slab(slabs_around(shape, dim, grad_x.dtype()), static_cast<const char*>(grads[0].raw_data()), length, 0,
-              static_cast<char*>(grad_x.raw_data()), shape[dim], start, length);
+    Tensor grad_x = zeros(shape, grads[0].options());
+    copy_slab(slabs_around(shape, dim, grad_x.dtype()), grads[0], length, 0, grad_x, shape[dim], start, length);
     return {grad_x};
   }
 };

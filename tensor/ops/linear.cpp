@@ -12,26 +12,44 @@
 #include <cstring>
 
 #include "autograd/function.h"
-#include "tensor/cpu/gemm.h"
+#include "tensor/gemm.h"
 #include "tensor/ops.h"
 
 namespace sl {
 
 namespace {
 
+// y [N, out] = b in every row (when there is one), then y (+)= x @ W^T.
 template <typename T>
-void linear_forward(const T* x, const T* w, const T* b, T* y, int64_t N, int64_t in, int64_t out) {
-  if (b)
-    for (int64_t n = 0; n < N; ++n) std::memcpy(y + n * out, b, static_cast<size_t>(out) * sizeof(T));
-  cpu::gemm(false, true, N, out, in, x, in, w, in, y, out, /*accumulate=*/b != nullptr);
+void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y, int64_t N, int64_t in,
+                    int64_t out) {
+  if (bias.defined()) {
+    if (y.device().is_cuda()) {
+      cuda::broadcast_to(bias, y);
+    } else {
+      for (int64_t n = 0; n < N; ++n)
+        std::memcpy(y.data<T>() + n * out, bias.data<T>(), static_cast<size_t>(out) * sizeof(T));
+    }
+  }
+  gemm(x.device(), false, true, N, out, in, static_cast<const T*>(x.data_ptr()), in,
+       static_cast<const T*>(weight.data_ptr()), in, static_cast<T*>(y.data_ptr()), out,
+       /*accumulate=*/bias.defined());
 }
 
+// db [out] = the sum of dy's N rows, accumulated in double (N can be large).
 template <typename T>
-void bias_grad(const T* dy, T* db, int64_t N, int64_t out) {
-  std::vector<double> sums(out, 0.0);  // accumulate in double: N can be large
+Tensor bias_grad(const Tensor& dy, int64_t N, int64_t out, const TensorOptions& options) {
+  Tensor db = Tensor::empty({out}, options);
+  if (dy.device().is_cuda()) {
+    cuda::reduce_to(dy.reshape({N, out}), db);
+    return db;
+  }
+  std::vector<double> sums(out, 0.0);
+  const T* g = dy.data<T>();
   for (int64_t n = 0; n < N; ++n)
-    for (int64_t o = 0; o < out; ++o) sums[o] += dy[n * out + o];
-  for (int64_t o = 0; o < out; ++o) db[o] = static_cast<T>(sums[o]);
+    for (int64_t o = 0; o < out; ++o) sums[o] += g[n * out + o];
+  for (int64_t o = 0; o < out; ++o) db.data<T>()[o] = static_cast<T>(sums[o]);
+  return db;
 }
 
 struct LinearFn : Function<LinearFn> {
@@ -42,11 +60,9 @@ struct LinearFn : Function<LinearFn> {
     out_shape.back() = out;
     Tensor y = Tensor::empty(out_shape, x.options());
     if (x.dtype() == DType::f32)
-      linear_forward(x.data<float>(), weight.data<float>(), bias.defined() ? bias.data<float>() : nullptr,
-                     y.data<float>(), N, in, out);
+      linear_forward<float>(x, weight, bias, y, N, in, out);
     else
-      linear_forward(x.data<double>(), weight.data<double>(), bias.defined() ? bias.data<double>() : nullptr,
-                     y.data<double>(), N, in, out);
+      linear_forward<double>(x, weight, bias, y, N, in, out);
     return y;
   }
 
@@ -57,18 +73,16 @@ struct LinearFn : Function<LinearFn> {
     Tensor dx, dw, db;
     auto run = [&](auto tag) {
       using T = decltype(tag);
-      if (ctx.needs_input_grad(0)) {
+      auto at = [](const Tensor& t) { return static_cast<T*>(t.data_ptr()); };
+      if (ctx.needs_input_grad(0)) {  // dx [N, in] = dy [N, out] @ W [out, in]
         dx = Tensor::empty(x.shape(), x.options());
-        cpu::gemm(false, false, N, in, out, dy.data<T>(), out, weight.data<T>(), in, dx.data<T>(), in, false);
+        gemm(x.device(), false, false, N, in, out, at(dy), out, at(weight), in, at(dx), in, false);
       }
-      if (ctx.needs_input_grad(1)) {
+      if (ctx.needs_input_grad(1)) {  // dW [out, in] = dy^T [out, N] @ x [N, in]
         dw = Tensor::empty(weight.shape(), weight.options());
-        cpu::gemm(true, false, out, in, N, dy.data<T>(), out, x.data<T>(), in, dw.data<T>(), in, false);
+        gemm(x.device(), true, false, out, in, N, at(dy), out, at(x), in, at(dw), in, false);
       }
-      if (ctx.needs_input_grad(2)) {
-        db = Tensor::empty({out}, weight.options());
-        bias_grad(dy.data<T>(), db.data<T>(), N, out);
-      }
+      if (ctx.needs_input_grad(2)) db = bias_grad<T>(dy, N, out, weight.options());
     };
     if (x.dtype() == DType::f32)
       run(float{});

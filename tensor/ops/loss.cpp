@@ -21,6 +21,7 @@
 
 #include "autograd/function.h"
 #include "tensor/cpu/dispatch.h"
+#include "tensor/cuda/kernels.h"
 #include "tensor/functors.h"
 #include "tensor/ops.h"
 
@@ -93,10 +94,33 @@ void cross_entropy_backward(const T* x, const Id* targets, const compute_t<T>* l
 }
 
 struct CrossEntropyFn : Function<CrossEntropyFn> {
+  // The targets are checked on the host, as on the CPU (a copy of N ids; the GPU never sees a bad
+  // one), then tensor/cuda/softmax.cu computes each row's loss, and their sum / count stays on the GPU.
+  static Tensor forward_on_gpu(FunctionCtx& ctx, const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                               const Tensor& lse) {
+    require_floating(logits.dtype(), "cross_entropy");
+    const Tensor host_targets = targets.to(Device::cpu());
+    int64_t count = 0;
+    dispatch_index(targets.dtype(), "cross_entropy", [&](auto id_tag) {
+      using Id = decltype(id_tag);
+      count = check_targets(host_targets.data<Id>(), targets.numel(), ignore_index, logits);
+    });
+    ctx.set("count", count);
+    Tensor row_loss = Tensor::empty(lse.shape(), lse.options());
+    cuda::cross_entropy_forward(logits, targets, ignore_index, lse, row_loss);
+    Tensor total = Tensor::empty(Shape{}, lse.options());
+    cuda::sum(row_loss, total, 1, row_loss.numel(), 1, false);
+    cuda::scale(total, count > 0 ? 1.0 / static_cast<double>(count) : 0.0);
+    return total.to(logits.dtype());
+  }
+
   static Tensor forward(FunctionCtx& ctx, const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
     const int64_t V = logits.size(-1);
     const int64_t N = targets.numel();
     Tensor lse = Tensor::empty(Shape{N}, logits.options().with_dtype(stats_dtype(logits.dtype())));
+    ctx.save_for_backward({logits, targets, lse});
+    ctx.set("ignore_index", ignore_index);
+    if (logits.device().is_cuda()) return forward_on_gpu(ctx, logits, targets, ignore_index, lse);
     double total = 0;
     int64_t count = 0;
     dispatch_floating(logits.dtype(), "cross_entropy", [&](auto tag) {
@@ -108,8 +132,6 @@ struct CrossEntropyFn : Function<CrossEntropyFn> {
             cross_entropy_forward(logits.data<T>(), targets.data<Id>(), lse.data<compute_t<T>>(), N, V, ignore_index);
       });
     });
-    ctx.save_for_backward({logits, targets, lse});
-    ctx.set("ignore_index", ignore_index);
     ctx.set("count", count);
     return full(Shape{}, count > 0 ? total / static_cast<double>(count) : 0.0, logits.options());
   }
@@ -125,6 +147,10 @@ struct CrossEntropyFn : Function<CrossEntropyFn> {
     // The loss is a mean over counted rows, so each gets g / count (and nothing when none count).
     const double scale = count > 0 ? grads[0].item() / static_cast<double>(count) : 0.0;
     Tensor dx = Tensor::empty(logits.shape(), logits.options());
+    if (logits.device().is_cuda()) {
+      cuda::cross_entropy_backward(logits, targets, lse, ignore_index, scale, dx);
+      return {dx, Tensor()};
+    }
     dispatch_floating(logits.dtype(), "cross_entropy", [&](auto tag) {
       using T = decltype(tag);
       using Compute = compute_t<T>;

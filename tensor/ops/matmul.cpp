@@ -12,13 +12,14 @@
 //     d op(A) = dC @ op(B)^T        d op(B) = op(A)^T @ dC
 //   each summed over the batch dims its operand was broadcast along.
 //
-//   GEMM: tensor/cpu/gemm.cpp (OpenBLAS by default, Eigen with make BLAS=eigen).
-//   bf16/f16 operands are widened to f32, multiplied with f32 accumulation, and rounded back.
+//   GEMM: tensor/gemm.h, which runs tensor/cpu/gemm.cpp (OpenBLAS by default, Eigen with make
+//   BLAS=eigen) or cuBLAS (tensor/cuda/gemm.cu) for tensors on a GPU. bf16/f16 operands are widened
+//   to f32, multiplied with f32 accumulation, and rounded back; cuBLAS does that itself.
 #include <vector>
 
 #include "autograd/function.h"
 #include "tensor/cpu/dispatch.h"
-#include "tensor/cpu/gemm.h"
+#include "tensor/gemm.h"
 #include "tensor/ops.h"
 
 namespace sl {
@@ -52,9 +53,10 @@ void batched_gemm_into(const Tensor& a, bool ta, const Tensor& b, bool tb, const
   Shape a_batch = batch_of(sa), b_batch = batch_of(sb), out_batch = batch_of(out.shape());
   Shape batch = broadcast_shapes(a_batch, b_batch, "matmul");
   int64_t count = batch.numel();
-  const T* A = a.data<T>();
-  const T* B = b.data<T>();
-  T* C = out.data<T>();
+  const T* A = static_cast<const T*>(a.data_ptr());
+  const T* B = static_cast<const T*>(b.data_ptr());
+  T* C = static_cast<T*>(out.data_ptr());
+  const Device device = out.device();
   if (out.numel() == 0) return;
   bool reduces = out_batch.numel() < count;  // several batch entries land on one out entry
   if (K == 0 || count == 0 || reduces) out.zero_();
@@ -63,12 +65,21 @@ void batched_gemm_into(const Tensor& a, bool ta, const Tensor& b, bool tb, const
 
   // [B, T, C] @ op(W): one GEMM with B*T rows.
   if (!ta && b_batch.numel() == 1 && a_batch.numel() == count && !reduces) {
-    cpu::gemm(false, tb, count * M, N, K, A, lda, B, ldb, C, N, false);
+    gemm(device, false, tb, count * M, N, K, A, lda, B, ldb, C, N, false);
     return;
   }
   // sum_b A_b^T @ G_b (a weight gradient): one GEMM whose K runs over the whole batch.
   if (ta && !tb && a_batch.numel() == count && b_batch.numel() == count && out_batch.numel() == 1) {
-    cpu::gemm(true, false, M, N, count * K, A, lda, B, ldb, C, N, false);
+    gemm(device, true, false, M, N, count * K, A, lda, B, ldb, C, N, false);
+    return;
+  }
+  // Every operand either full-batch or one matrix for all (attention's [B, NH, T, T] products): the
+  // entries sit at fixed strides, one strided-batched call (cuBLAS), or a loop (CPU).
+  const auto stride_of = [&](const Shape& own, int64_t matrix) { return own.numel() == 1 ? 0 : matrix; };
+  if (!reduces && (a_batch.numel() == 1 || a_batch.numel() == count) &&
+      (b_batch.numel() == 1 || b_batch.numel() == count)) {
+    gemm(device, ta, tb, M, N, K, A, lda, B, ldb, C, N, false,
+         cuda::GemmBatch{count, stride_of(a_batch, M * K), stride_of(b_batch, K * N), M * N});
     return;
   }
   std::vector<int64_t> index(batch.dim(), 0);
@@ -76,7 +87,7 @@ void batched_gemm_into(const Tensor& a, bool ta, const Tensor& b, bool tb, const
     const T* a_matrix = A + batch_offset(batch, index, a_batch) * M * K;
     const T* b_matrix = B + batch_offset(batch, index, b_batch) * K * N;
     T* c_matrix = C + batch_offset(batch, index, out_batch) * M * N;
-    cpu::gemm(ta, tb, M, N, K, a_matrix, lda, b_matrix, ldb, c_matrix, N, reduces);
+    gemm(device, ta, tb, M, N, K, a_matrix, lda, b_matrix, ldb, c_matrix, N, reduces);
     for (int d = batch.dim() - 1; d >= 0; --d) {  // odometer step through the batch
       if (++index[d] < batch[d]) break;
       index[d] = 0;
@@ -93,6 +104,16 @@ Tensor batched_gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, const Sh
   out_shape.push_back(M);
   out_shape.push_back(N);
   DType dtype = a.dtype();
+  const bool reduces = out_batch.numel() < broadcast_shapes(batch_of(a.shape()), batch_of(b.shape()), "matmul").numel();
+  if (a.device().is_cuda() && !reduces && (dtype == DType::bf16 || dtype == DType::f16)) {
+    // cuBLAS reads and writes 16 bits and accumulates in f32 itself: no widened copies.
+    Tensor out = Tensor::empty(out_shape, a.options());
+    if (dtype == DType::bf16)
+      batched_gemm_into<bf16>(a, ta, b, tb, out);
+    else
+      batched_gemm_into<f16>(a, ta, b, tb, out);
+    return out;
+  }
   if (dtype == DType::bf16 || dtype == DType::f16) {
     Tensor out = Tensor::empty(out_shape, a.options().with_dtype(DType::f32));
     batched_gemm_into<float>(a.to(DType::f32), ta, b.to(DType::f32), tb, out);

@@ -8,13 +8,15 @@
 //   max   backward: dx[o, j, i] = g[o, i] if j is the first maximum of x[o, :, i], else 0
 //
 // Accumulators: f32 and f64 sum in double (a million f32 values stay within ~1e-7 relative),
-// bf16/f16 in float, integers in int64 (and their sum is i64, as in PyTorch).
+// bf16/f16 in float, integers in int64 (and their sum is i64, as in PyTorch). On a GPU the loops are
+// tensor/cuda/reduce.cu, with the same accumulators.
 #include <algorithm>
 #include <type_traits>
 #include <vector>
 
 #include "autograd/function.h"
 #include "tensor/cpu/dispatch.h"
+#include "tensor/cuda/kernels.h"
 #include "tensor/ops.h"
 
 namespace sl {
@@ -160,6 +162,11 @@ struct SumFn : Function<SumFn> {
     ctx.set("shape", x.shape());
     DType out_dtype = is_integer(x.dtype()) ? DType::i64 : x.dtype();
     Tensor out = Tensor::empty(view.out_shape, x.options().with_dtype(out_dtype));
+    if (x.device().is_cuda()) {
+      if (mean) require_floating(x.dtype(), "mean");
+      cuda::sum(x, out, view.outer, view.n, view.inner, mean);
+      return out;
+    }
     auto kernel = [&](auto tag) {
       using T = decltype(tag);
       sum_kernel<T>(x.data<T>(), out.data<sum_out_t<T>>(), view, mean);
@@ -173,9 +180,13 @@ struct SumFn : Function<SumFn> {
   static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {
     const auto& view = ctx.get<ReduceView>("view");
     Tensor dx = Tensor::empty(ctx.get<Shape>("shape"), grads[0].options());
+    const double scale = ctx.get<bool>("mean") ? 1.0 / static_cast<double>(view.n) : 1.0;
+    if (dx.device().is_cuda()) {
+      cuda::broadcast_back(grads[0], dx, view.outer, view.n, view.inner, scale);
+      return {dx};
+    }
     dispatch_floating(dx.dtype(), "sum backward", [&](auto tag) {
       using T = decltype(tag);
-      double scale = ctx.get<bool>("mean") ? 1.0 / static_cast<double>(view.n) : 1.0;
       broadcast_back<T>(grads[0].data<T>(), dx.data<T>(), view, static_cast<compute_t<T>>(scale));
     });
     return {dx};
@@ -187,10 +198,14 @@ struct MaxFn : Function<MaxFn> {
   static Tensor forward(FunctionCtx& ctx, const Tensor& x, const ReduceView& view) {
     Tensor out = Tensor::empty(view.out_shape, x.options());
     Tensor index = Tensor::empty(view.out_shape, x.options().with_dtype(DType::i64));
-    dispatch_all(x.dtype(), [&](auto tag) {
-      using T = decltype(tag);
-      max_kernel<T>(x.data<T>(), out.data<T>(), index.data<int64_t>(), view);
-    });
+    if (x.device().is_cuda()) {
+      cuda::max(x, out, index, view.outer, view.n, view.inner);
+    } else {
+      dispatch_all(x.dtype(), [&](auto tag) {
+        using T = decltype(tag);
+        max_kernel<T>(x.data<T>(), out.data<T>(), index.data<int64_t>(), view);
+      });
+    }
     ctx.save_for_backward({index});
     ctx.set("view", view);
     ctx.set("shape", x.shape());
@@ -198,6 +213,11 @@ struct MaxFn : Function<MaxFn> {
   }
   static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {
     const auto& view = ctx.get<ReduceView>("view");
+    if (grads[0].device().is_cuda()) {
+      Tensor dx = Tensor::empty(ctx.get<Shape>("shape"), grads[0].options());
+      cuda::scatter_max_grad(grads[0], ctx.saved()[0], dx, view.outer, view.n, view.inner);
+      return {dx};
+    }
     const int64_t* index = ctx.saved()[0].data<int64_t>();
     Tensor dx = zeros(ctx.get<Shape>("shape"), grads[0].options());
     dispatch_floating(dx.dtype(), "max backward", [&](auto tag) {
@@ -258,6 +278,10 @@ Tensor argmax(const Tensor& x, int dim, bool keepdim) {
   ReduceView view = view_along(x.shape(), dim, keepdim, "argmax");
   check_dim_not_empty(x, dim, view, "argmax");
   Tensor index = Tensor::empty(view.out_shape, x.options().with_dtype(DType::i64));
+  if (x.device().is_cuda()) {
+    cuda::max(x, Tensor(), index, view.outer, view.n, view.inner);
+    return index;
+  }
   dispatch_all(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     max_kernel<T>(x.data<T>(), nullptr, index.data<int64_t>(), view);

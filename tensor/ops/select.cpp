@@ -16,6 +16,7 @@
 #include "autograd/function.h"
 #include "tensor/cpu/broadcast.h"
 #include "tensor/cpu/dispatch.h"
+#include "tensor/cuda/kernels.h"
 #include "tensor/ops.h"
 
 namespace sl {
@@ -47,6 +48,12 @@ void masked_select_kernel(const T* x, const M* mask, T* out, const cpu::Broadcas
 struct MaskedFillFn : Function<MaskedFillFn> {
   static Tensor forward(FunctionCtx& ctx, const Tensor& x, const Tensor& mask, double value) {
     Tensor out = Tensor::empty(x.shape(), x.options());
+    ctx.save_for_backward({mask});
+    ctx.set("dtype", x.dtype());
+    if (x.device().is_cuda()) {
+      cuda::masked_fill(x, mask, true, value, out);
+      return out;
+    }
     cpu::BroadcastWalk<2> walk(x.shape(), {x.shape(), mask.shape()});
     dispatch_all(x.dtype(), [&](auto tag) {
       using T = decltype(tag);
@@ -56,8 +63,6 @@ struct MaskedFillFn : Function<MaskedFillFn> {
         masked_select_kernel(x.data<T>(), mask.data<M>(), out.data<T>(), walk, &fill);
       });
     });
-    ctx.save_for_backward({mask});
-    ctx.set("dtype", x.dtype());
     return out;
   }
 
@@ -65,6 +70,10 @@ struct MaskedFillFn : Function<MaskedFillFn> {
     const Tensor& mask = ctx.saved()[0];
     Tensor g = grads[0].to(ctx.get<DType>("dtype"));
     Tensor dx = Tensor::empty(g.shape(), g.options());
+    if (g.device().is_cuda()) {
+      cuda::masked_fill(g, mask, false, 0.0, dx);
+      return {dx, Tensor()};
+    }
     cpu::BroadcastWalk<2> walk(g.shape(), {g.shape(), mask.shape()});
     dispatch_floating(g.dtype(), "masked_fill", [&](auto tag) {
       using T = decltype(tag);
@@ -80,9 +89,29 @@ struct MaskedFillFn : Function<MaskedFillFn> {
 // ---- where ---------------------------------------------------------------------------------------------
 
 struct WhereFn : Function<WhereFn> {
+  // On a GPU: g routed by the condition (zeros elsewhere), then summed down to each operand's shape.
+  static TensorList backward_on_gpu(FunctionCtx& ctx, const Tensor& condition, const Tensor& g, const Shape& a_shape,
+                                    const Shape& b_shape) {
+    const Tensor zero = zeros(Shape{}, g.options());
+    auto routed = [&](const Tensor& if_set, const Tensor& if_clear, const Shape& shape) {
+      Tensor full = Tensor::empty(g.shape(), g.options());
+      cuda::where(condition, if_set, if_clear, full);
+      return sum_to(full, shape);
+    };
+    return {Tensor(), ctx.needs_input_grad(1) ? routed(g, zero, a_shape) : Tensor(),
+            ctx.needs_input_grad(2) ? routed(zero, g, b_shape) : Tensor()};
+  }
+
   static Tensor forward(FunctionCtx& ctx, const Tensor& condition, const Tensor& a, const Tensor& b) {
     Shape out_shape = broadcast_shapes(broadcast_shapes(condition.shape(), a.shape(), "where"), b.shape(), "where");
     Tensor out = Tensor::empty(out_shape, a.options());
+    ctx.save_for_backward({condition});
+    ctx.set("a_shape", a.shape());
+    ctx.set("b_shape", b.shape());
+    if (a.device().is_cuda()) {
+      cuda::where(condition, a, b, out);
+      return out;
+    }
     cpu::BroadcastWalk<4> walk(out_shape, {out_shape, condition.shape(), a.shape(), b.shape()});
     dispatch_all(a.dtype(), [&](auto tag) {
       using T = decltype(tag);
@@ -97,9 +126,6 @@ struct WhereFn : Function<WhereFn> {
         });
       });
     });
-    ctx.save_for_backward({condition});
-    ctx.set("a_shape", a.shape());
-    ctx.set("b_shape", b.shape());
     return out;
   }
 
@@ -109,6 +135,7 @@ struct WhereFn : Function<WhereFn> {
     const Tensor& g = grads[0];
     const Shape& a_shape = ctx.get<Shape>("a_shape");
     const Shape& b_shape = ctx.get<Shape>("b_shape");
+    if (g.device().is_cuda()) return backward_on_gpu(ctx, condition, g, a_shape, b_shape);
     TensorOptions sum_options = g.options().with_dtype(accumulate_dtype(g.dtype()));
     Tensor da = ctx.needs_input_grad(1) ? zeros(a_shape, sum_options) : Tensor();
     Tensor db = ctx.needs_input_grad(2) ? zeros(b_shape, sum_options) : Tensor();
@@ -154,6 +181,12 @@ struct DropoutFn : Function<DropoutFn> {
     const uint64_t threshold = dropout_threshold(p);
     Tensor out = Tensor::empty(x.shape(), x.options());
     Tensor mask = Tensor::empty(x.shape(), x.options());
+    ctx.save_for_backward({mask});
+    ctx.set("p", p);
+    if (x.device().is_cuda()) {  // the same counters, so the same mask, as the loop below
+      cuda::dropout(x, first, key, threshold, 1.0 / (1.0 - p), out, mask);
+      return out;
+    }
     dispatch_floating(x.dtype(), "dropout", [&](auto tag) {
       using T = decltype(tag);
       using Compute = compute_t<T>;
@@ -167,8 +200,6 @@ struct DropoutFn : Function<DropoutFn> {
         o[i] = static_cast<T>(keep ? static_cast<Compute>(xp[i]) * scale : Compute(0));
       }
     });
-    ctx.save_for_backward({mask});
-    ctx.set("p", p);
     return out;
   }
 
@@ -176,6 +207,11 @@ struct DropoutFn : Function<DropoutFn> {
     const Tensor& mask = ctx.saved()[0];
     Tensor g = grads[0].to(mask.dtype());
     Tensor dx = Tensor::empty(mask.shape(), mask.options());
+    if (g.device().is_cuda()) {  // dx = g * mask / (1 - p)
+      cuda::binary(ElementwiseOp::mul, 0.0, g, mask, dx);
+      cuda::scale(dx, 1.0 / (1.0 - ctx.get<double>("p")));
+      return {dx};
+    }
     dispatch_floating(mask.dtype(), "dropout", [&](auto tag) {
       using T = decltype(tag);
       using Compute = compute_t<T>;
@@ -201,11 +237,12 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
 
 Tensor causal_mask(int64_t T, Device device) {
   SL_CHECK(T >= 0, "causal_mask: T must be >= 0 but got ", T);
-  Tensor mask = Tensor::empty(Shape{T, T}, TensorOptions{DType::i32, device, false});
+  // Built on the host and copied to a GPU when asked for one: made once per sequence length.
+  Tensor mask = Tensor::empty(Shape{T, T}, TensorOptions{DType::i32, device.is_cpu() ? device : Device::cpu(), false});
   int32_t* m = mask.data<int32_t>();
   for (int64_t row = 0; row < T; ++row)
     for (int64_t column = 0; column < T; ++column) m[row * T + column] = column > row ? 1 : 0;
-  return mask;
+  return mask.to(device);
 }
 
 Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {

@@ -8,7 +8,7 @@
 //                 dx_i = g_i - exp(y_i) sum_j g_j
 //
 // Both backwards need only the output y, so forward saves y and not x. bf16/f16 rows are computed
-// in float (compute_t<T>) and rounded once, at the end.
+// in float (compute_t<T>) and rounded once, at the end. On a GPU: tensor/cuda/softmax.cu, a block per row.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -17,6 +17,7 @@
 
 #include "autograd/function.h"
 #include "tensor/cpu/dispatch.h"
+#include "tensor/cuda/kernels.h"
 #include "tensor/functors.h"
 #include "tensor/ops.h"
 
@@ -120,6 +121,12 @@ void log_softmax_backward(const T* y, const T* g, T* dx, Rows rows) {
 template <bool log>
 Tensor forward_rows(FunctionCtx& ctx, const Tensor& x, const char* op) {
   Tensor y = Tensor::empty(x.shape(), x.options());
+  ctx.save_for_backward({y});
+  if (x.device().is_cuda()) {
+    require_floating(x.dtype(), op);
+    cuda::softmax_forward(x, y, log);
+    return y;
+  }
   dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (log)
@@ -127,7 +134,6 @@ Tensor forward_rows(FunctionCtx& ctx, const Tensor& x, const char* op) {
     else
       softmax_forward(x.data<T>(), y.data<T>(), Rows(x.shape()));
   });
-  ctx.save_for_backward({y});
   return y;
 }
 
@@ -136,6 +142,10 @@ TensorList backward_rows(FunctionCtx& ctx, const TensorList& grads, const char* 
   const Tensor& y = ctx.saved()[0];
   Tensor g = grads[0].to(y.dtype());
   Tensor dx = Tensor::empty(y.shape(), y.options());
+  if (y.device().is_cuda()) {
+    cuda::softmax_backward(y, g, dx, log);
+    return {dx};
+  }
   dispatch_floating(y.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (log)

@@ -3,24 +3,20 @@
 //   forward    y[i] = f(x[i])                    one loop over contiguous memory
 //   backward   dx[i] = dy[i] * f'(saved[i])      one fused loop, no temporary for f'
 //
-// The math of f and f' lives in tensor/functors.h (shared with a future CUDA kernel); this file only
-// loops. Each op saves what its derivative needs: the output when f' is cheapest written in y
+// The math of f and f' lives in tensor/functors.h, shared with the CUDA kernels (tensor/cuda/
+// elementwise.cu), which run instead of these loops for tensors on a GPU; this file only loops. Each op saves what its derivative needs: the output when f' is cheapest written in y
 // (exp, sqrt, rsqrt, tanh, sigmoid, relu), otherwise the input (log, gelu, pow).
 //
 // Every op takes f32, f64, bf16, f16 (bf16/f16 compute in float); neg also negates i32/i64.
 #include "autograd/function.h"
 #include "tensor/cpu/dispatch.h"
+#include "tensor/cuda/kernels.h"
 #include "tensor/functors.h"
 #include "tensor/ops.h"
 
 namespace sl {
 
 namespace {
-
-void check_on_cpu(const Tensor& x, const char* op) {
-  SL_CHECK(x.device().is_cpu(), op, ": the tensor of shape ", x.shape(), " is on ", x.device(),
-           ", and the CUDA elementwise kernels are not written yet");
-}
 
 // The loops stay out of line (noinline): inlined into the dispatch lambdas, GCC drops the __restrict
 // promises and no longer vectorizes them.
@@ -41,8 +37,12 @@ template <typename T, typename Derivative>
 // y = op(x) elementwise, floating dtypes only.
 template <typename Op>
 Tensor map_unary(const Tensor& x, Op op, const char* name) {
-  check_on_cpu(x, name);
   Tensor y = Tensor::empty(x.shape(), x.options());
+  if (x.device().is_cuda()) {
+    require_floating(x.dtype(), name);
+    cuda::map(Op::kind, parameter_of(op), x, y);
+    return y;
+  }
   dispatch_floating(x.dtype(), name, [&](auto tag) {
     using T = decltype(tag);
     map_loop(x.data<T>(), y.data<T>(), x.numel(), op);
@@ -56,6 +56,10 @@ Tensor grad_times(const Tensor& dy, const Tensor& saved, Derivative derivative, 
   SL_ASSERT(dy.shape() == saved.shape());
   Tensor grad = dy.to(saved.dtype());  // a gradient handed in by the user may be in another dtype
   Tensor dx = Tensor::empty(saved.shape(), saved.options());
+  if (saved.device().is_cuda()) {
+    cuda::map_grad(Derivative::kind, parameter_of(derivative), grad, saved, dx);
+    return dx;
+  }
   dispatch_floating(saved.dtype(), name, [&](auto tag) {
     using T = decltype(tag);
     grad_loop(grad.data<T>(), saved.data<T>(), dx.data<T>(), saved.numel(), derivative);
@@ -81,8 +85,11 @@ Tensor forward_saving_input(FunctionCtx& ctx, const Tensor& x, Forward f, const 
 // y = -x, dx = -dy. Needs nothing saved; integers are negated too (they carry no gradient).
 struct NegFn : Function<NegFn> {
   static Tensor forward(FunctionCtx&, const Tensor& x) {
-    check_on_cpu(x, "neg");
     Tensor y = Tensor::empty(x.shape(), x.options());
+    if (x.device().is_cuda()) {
+      cuda::map(ElementwiseOp::neg, 0.0, x, y);
+      return y;
+    }
     dispatch_all(x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       map_loop(x.data<T>(), y.data<T>(), x.numel(), Neg{});

@@ -1,0 +1,270 @@
+// reduce.cu — sums, means and maxima along a dim or over everything, their backwards, and the sum
+// over broadcast dims that every broadcasting op's backward needs (tensor/cuda/kernels.h).
+//
+// A reduction along one dim sees x as [outer, n, inner] and writes [outer, inner]:
+//
+//   inner == 1, one output   (sum of everything)   two passes: blocks write partial sums, one block adds them
+//   inner == 1, many rows    (sum over the last dim) one block per row, block_sum over its n values
+//   inner  > 1               (sum over a middle dim) one thread per output, walking n with stride inner:
+//                                                    neighbouring threads read neighbouring addresses
+//
+// Accumulators as on the CPU (reduce.cpp): f32 and f64 in double, bf16/f16 in float, integers in
+// int64 (whose sum is i64). The order of the additions differs from the CPU's, so results agree to
+// rounding, not bit for bit.
+#include <type_traits>
+
+#include "tensor/cpu/dispatch.h"
+#include "tensor/cuda/indexing.h"
+#include "tensor/cuda/kernels.h"
+#include "tensor/cuda/launch.cuh"
+
+namespace sl::cuda {
+
+namespace {
+
+template <typename T>
+using acc_t = std::conditional_t<std::is_integral_v<T>, int64_t,
+                                 std::conditional_t<std::is_same_v<compute_t<T>, float> && !std::is_same_v<T, float>,
+                                                    float, double>>;
+template <typename T>
+using sum_out_t = std::conditional_t<std::is_integral_v<T>, int64_t, T>;
+
+template <typename T>
+__device__ acc_t<T> widen(T v) {
+  return static_cast<acc_t<T>>(static_cast<compute_t<T>>(v));
+}
+
+// sum (or mean) of the accumulated total, written in the output type
+template <typename T>
+__device__ sum_out_t<T> finish(acc_t<T> total, int64_t n, bool mean) {
+  if constexpr (std::is_integral_v<T>)
+    return static_cast<sum_out_t<T>>(total);
+  else
+    return static_cast<T>(static_cast<compute_t<T>>(mean ? total / static_cast<acc_t<T>>(n) : total));
+}
+
+// Pass 1 of a whole-tensor sum: block b adds up its share of x (of x^2 when Square).
+template <typename T, bool Square>
+__global__ void partial_sums_kernel(const T* x, int64_t n, acc_t<T>* partial) {
+  acc_t<T> total = 0;
+  SL_FOR_EACH_INDEX(i, n) {
+    const acc_t<T> v = widen(x[i]);
+    total += Square ? v * v : v;
+  }
+  total = block_sum(total);
+  if (threadIdx.x == 0) partial[blockIdx.x] = total;
+}
+
+// Pass 2: one block adds the partial sums. Out is the op's output type, or the accumulator itself
+// (sum_of_squares keeps its total unrounded).
+template <typename T, typename Out>
+__global__ void finish_sums_kernel(const acc_t<T>* partial, int64_t count, int64_t n, bool mean, Out* out) {
+  acc_t<T> total = 0;
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) total += partial[i];
+  total = block_sum(total);
+  if (threadIdx.x != 0) return;
+  if constexpr (std::is_same_v<Out, acc_t<T>>)
+    *out = mean ? total / static_cast<acc_t<T>>(n) : total;
+  else
+    *out = finish<T>(total, n, mean);
+}
+
+template <typename T>
+__global__ void row_sums_kernel(const T* x, int64_t n, bool mean, sum_out_t<T>* out) {
+  const T* row = x + static_cast<int64_t>(blockIdx.x) * n;
+  acc_t<T> total = 0;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) total += widen(row[j]);
+  total = block_sum(total);
+  if (threadIdx.x == 0) out[blockIdx.x] = finish<T>(total, n, mean);
+}
+
+template <typename T>
+__global__ void column_sums_kernel(const T* x, int64_t outer, int64_t n, int64_t inner, bool mean,
+                                   sum_out_t<T>* out) {
+  SL_FOR_EACH_INDEX(k, outer * inner) {
+    const int64_t o = k / inner, i = k % inner;
+    const T* column = x + o * n * inner + i;
+    acc_t<T> total = 0;
+    for (int64_t j = 0; j < n; ++j) total += widen(column[j * inner]);
+    out[k] = finish<T>(total, n, mean);
+  }
+}
+
+// The first maximum along n of every [outer, inner] position; NaN beats everything (CPU's rule).
+template <typename T>
+__global__ void max_kernel(const T* x, int64_t outer, int64_t n, int64_t inner, T* values, int64_t* index) {
+  using C = compute_t<T>;
+  SL_FOR_EACH_INDEX(k, outer * inner) {
+    const int64_t o = k / inner, i = k % inner;
+    const T* column = x + o * n * inner + i;
+    C best = static_cast<C>(column[0]);
+    int64_t best_j = 0;
+    for (int64_t j = 1; j < n; ++j) {
+      const C candidate = static_cast<C>(column[j * inner]);
+      if (candidate > best || (candidate != candidate && best == best)) {
+        best = candidate;
+        best_j = j;
+      }
+    }
+    if (values != nullptr) values[k] = static_cast<T>(best);
+    index[k] = best_j;
+  }
+}
+
+template <typename T>
+__global__ void broadcast_back_kernel(const T* g, T* dx, int64_t n, int64_t inner, int64_t total,
+                                      compute_t<T> scale) {
+  SL_FOR_EACH_INDEX(k, total) {
+    const int64_t o = k / (n * inner), i = k % inner;
+    dx[k] = static_cast<T>(static_cast<compute_t<T>>(g[o * inner + i]) * scale);
+  }
+}
+
+template <typename T>
+__global__ void scatter_max_grad_kernel(const T* g, const int64_t* index, T* dx, int64_t outer, int64_t n,
+                                        int64_t inner) {
+  SL_FOR_EACH_INDEX(k, outer * inner) {
+    const int64_t o = k / inner, i = k % inner;
+    dx[(o * n + index[k]) * inner + i] = g[k];
+  }
+}
+
+template <typename T>
+__global__ void reduce_to_kernel(const T* x, T* out, int64_t n_out, ReduceToIndex index) {
+  SL_FOR_EACH_INDEX(o, n_out) {
+    int64_t base[1], step[1];
+    index.kept.offsets(o, base);
+    acc_t<T> total = 0;
+    for (int64_t r = 0; r < index.count; ++r) {
+      index.summed.offsets(r, step);
+      total += widen(x[base[0] + step[0]]);
+    }
+    out[o] = static_cast<T>(static_cast<compute_t<T>>(total));
+  }
+}
+
+template <typename T>
+__global__ void broadcast_to_kernel(const T* x, T* out, int64_t n, StridedIndex<1> index) {
+  SL_FOR_EACH_INDEX(k, n) {
+    int64_t at[1];
+    index.offsets(k, at);
+    out[k] = x[at[0]];
+  }
+}
+
+// A whole-tensor sum (of squares when Square) into out[0], in two passes; partial sums live in a
+// scratch tensor on the same GPU.
+template <typename T, bool Square, typename Out>
+void sum_all(const Tensor& x, Out* out, bool mean) {
+  const int64_t n = x.numel();
+  const unsigned blocks = std::min<unsigned>(blocks_for(n), 1024);
+  const DType partial_dtype = std::is_integral_v<acc_t<T>>            ? DType::i64
+                              : std::is_same_v<acc_t<T>, float> ? DType::f32
+                                                                      : DType::f64;
+  Tensor partial = Tensor::empty(Shape{blocks}, TensorOptions(partial_dtype, x.device()));
+  partial_sums_kernel<T, Square><<<blocks, kRowThreads>>>(ptr<const T>(x), n, ptr<acc_t<T>>(partial));
+  SL_CUDA_CHECK_LAUNCH();
+  finish_sums_kernel<T, Out><<<1, kRowThreads>>>(ptr<const acc_t<T>>(partial), blocks, n, mean, out);
+  SL_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void sum(const Tensor& x, const Tensor& out, int64_t outer, int64_t n, int64_t inner, bool mean) {
+  use_device_of(x);
+  dispatch_all(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    sum_out_t<T>* o = ptr<sum_out_t<T>>(out);
+    if (outer * inner == 0) return;
+    if (n == 0) {  // an empty dim sums to zeros
+      SL_CUDA_CHECK(cudaMemsetAsync(o, 0, static_cast<size_t>(out.nbytes()), cudaStreamLegacy));
+    } else if (outer * inner == 1) {
+      sum_all<T, false>(x, o, mean);
+    } else if (inner == 1) {
+      for_row_chunks(outer, [&](int64_t first, unsigned rows) {
+        row_sums_kernel<T><<<rows, kRowThreads>>>(ptr<const T>(x) + first * n, n, mean, o + first);
+      });
+    } else {
+      column_sums_kernel<T><<<blocks_for(outer * inner), kThreads>>>(ptr<const T>(x), outer, n, inner, mean, o);
+    }
+  });
+  SL_CUDA_CHECK_LAUNCH();
+}
+
+void max(const Tensor& x, const Tensor& values, const Tensor& index, int64_t outer, int64_t n, int64_t inner) {
+  use_device_of(x);
+  if (outer * inner == 0) return;
+  dispatch_all(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    max_kernel<T><<<blocks_for(outer * inner), kThreads>>>(ptr<const T>(x), outer, n, inner,
+                                                           values.defined() ? ptr<T>(values) : nullptr,
+                                                           ptr<int64_t>(index));
+  });
+  SL_CUDA_CHECK_LAUNCH();
+}
+
+void broadcast_back(const Tensor& g, const Tensor& dx, int64_t outer, int64_t n, int64_t inner, double scale) {
+  use_device_of(dx);
+  const int64_t total = outer * n * inner;
+  if (total == 0) return;
+  dispatch_floating(dx.dtype(), "sum backward", [&](auto tag) {
+    using T = decltype(tag);
+    broadcast_back_kernel<T><<<blocks_for(total), kThreads>>>(ptr<const T>(g), ptr<T>(dx), n, inner, total,
+                                                              static_cast<compute_t<T>>(scale));
+  });
+  SL_CUDA_CHECK_LAUNCH();
+}
+
+void scatter_max_grad(const Tensor& g, const Tensor& index, const Tensor& dx, int64_t outer, int64_t n,
+                      int64_t inner) {
+  use_device_of(dx);
+  SL_CUDA_CHECK(cudaMemsetAsync(dx.data_ptr(), 0, static_cast<size_t>(dx.nbytes()), cudaStreamLegacy));
+  if (outer * inner == 0) return;
+  dispatch_floating(dx.dtype(), "max backward", [&](auto tag) {
+    using T = decltype(tag);
+    scatter_max_grad_kernel<T><<<blocks_for(outer * inner), kThreads>>>(ptr<const T>(g), ptr<const int64_t>(index),
+                                                                        ptr<T>(dx), outer, n, inner);
+  });
+  SL_CUDA_CHECK_LAUNCH();
+}
+
+void reduce_to(const Tensor& x, const Tensor& out) {
+  use_device_of(x);
+  const int64_t n_out = out.numel();
+  if (n_out == 0) return;
+  const ReduceToIndex index = reduce_to_index(x.shape(), out.shape());
+  dispatch_all(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    reduce_to_kernel<T><<<blocks_for(n_out), kThreads>>>(ptr<const T>(x), ptr<T>(out), n_out, index);
+  });
+  SL_CUDA_CHECK_LAUNCH();
+}
+
+void broadcast_to(const Tensor& x, const Tensor& out) {
+  use_device_of(x);
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  const StridedIndex<1> index = broadcast_index<1>(out.shape(), {x.shape()}, "broadcast_to");
+  dispatch_all(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    broadcast_to_kernel<T><<<blocks_for(n), kThreads>>>(ptr<const T>(x), ptr<T>(out), n, index);
+  });
+  SL_CUDA_CHECK_LAUNCH();
+}
+
+double sum_of_squares(const Tensor& x) {
+  use_device_of(x);
+  if (x.numel() == 0) return 0.0;
+  double result = 0;
+  dispatch_floating(x.dtype(), "sum_of_squares", [&](auto tag) {
+    using T = decltype(tag);
+    using Acc = acc_t<T>;  // the total stays in the accumulator's type (f64, or f32 for bf16/f16)
+    Tensor total = Tensor::empty(Shape{}, TensorOptions(std::is_same_v<Acc, float> ? DType::f32 : DType::f64,
+                                                        x.device()));
+    sum_all<T, true>(x, ptr<Acc>(total), false);
+    result = total.item();
+  });
+  return result;
+}
+
+}  // namespace sl::cuda
