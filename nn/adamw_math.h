@@ -1,5 +1,6 @@
 // adamw_math.h — one AdamW update of one element, shared by the CPU loop (nn::adamw_update, which
-// AdamW and the ZeRO optimizers run) and the CUDA kernel (tensor/cuda/optim.cu): the same bits.
+// AdamW and the ZeRO optimizers run) and the CUDA kernel (tensor/cuda/optim.cu): the same formula
+// on both (the compilers may fuse a multiply-add differently, so the last bit can differ).
 //
 //   m = b1 m + (1 - b1) g                       first moment
 //   v = b2 v + (1 - b2) g^2                     second moment

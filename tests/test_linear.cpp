@@ -26,6 +26,20 @@ TEST(Linear, HalfPrecisionTakesTheComposedPath) {
   }
 }
 
+// No input features: every output is the bias (an empty sum), the bias gets dy's column sums, and
+// the empty weight and input get empty gradients; nothing divides by in = 0 or hands BLAS lda = 0.
+TEST(Linear, ZeroInputFeaturesGiveTheBias) {
+  Tensor x = zeros({3, 0}).set_requires_grad(), w = zeros({2, 0}).set_requires_grad();
+  Tensor b = from_vector({1.5, -2}, {2}).set_requires_grad();
+  Tensor y = linear(x, w, b);
+  EXPECT_EQ(y.shape(), Shape({3, 2}));
+  EXPECT_EQ(y.to_vector(), std::vector<double>({1.5, -2, 1.5, -2, 1.5, -2}));
+  y.sum().backward();
+  EXPECT_EQ(b.grad().to_vector(), std::vector<double>({3, 3}));
+  EXPECT_EQ(x.grad().shape(), Shape({3, 0}));
+  EXPECT_EQ(w.grad().shape(), Shape({2, 0}));
+}
+
 TEST(Linear, ErrorsNameTheShapes) {
   try {
     linear(ones({2, 3}), ones({4, 5}));

@@ -97,23 +97,20 @@ class DevicePool {
   size_t cached_ = 0;
 };
 
-// One pool per device, made on first use and kept for the process (blocks outlive any one thread).
+// One pool per device, made on first use and never destroyed: a tensor in a static or thread_local
+// may be freed after every static of this file is gone, and must still find its pool.
 DevicePool& pool(int device) {
   static std::mutex mutex;
-  static std::vector<std::unique_ptr<DevicePool>> pools;
+  static auto* pools = new std::vector<std::unique_ptr<DevicePool>>(static_cast<size_t>(device_count()));
+  require_device(Device::cuda(device), "cuda allocator");
   std::lock_guard lock(mutex);
-  if (pools.empty()) pools.resize(static_cast<size_t>(device_count()));
-  SL_ASSERT(device >= 0 && device < static_cast<int>(pools.size()));
-  if (!pools[device]) pools[device] = std::make_unique<DevicePool>(device);
-  return *pools[device];
+  if (!(*pools)[device]) (*pools)[device] = std::make_unique<DevicePool>(device);
+  return *(*pools)[device];
 }
 
 }  // namespace
 
-void* allocate(int64_t bytes, int device) {
-  require_device(Device::cuda(device), "allocate");
-  return pool(device).allocate(static_cast<size_t>(bytes));
-}
+void* allocate(int64_t bytes, int device) { return pool(device).allocate(static_cast<size_t>(bytes)); }
 void release(void* pointer, int device) { pool(device).release(pointer); }
 int64_t cached_bytes(int device) { return pool(device).cached(); }
 void empty_cache(int device) { pool(device).empty(); }

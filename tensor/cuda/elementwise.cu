@@ -73,6 +73,11 @@ __global__ void add_scaled_kernel(T* y, const T* x, compute_t<T> alpha, int64_t 
   SL_FOR_EACH_INDEX(i, n) { y[i] = static_cast<T>(load(y, i) + alpha * load(x, i)); }
 }
 
+template <typename T>
+__global__ void scale_kernel(T* y, compute_t<T> factor, int64_t n) {
+  SL_FOR_EACH_INDEX(i, n) { y[i] = static_cast<T>(load(y, i) * factor); }
+}
+
 template <typename S, typename D>
 __global__ void convert_kernel(const S* x, D* out, int64_t n) {
   SL_FOR_EACH_INDEX(i, n) { out[i] = static_cast<D>(static_cast<compute_t<S>>(x[i])); }
@@ -141,7 +146,18 @@ void add_scaled(const Tensor& y, const Tensor& x, double alpha) {
   SL_CUDA_CHECK_LAUNCH();
 }
 
-void scale(const Tensor& y, double factor) { binary_scalar(ElementwiseOp::mul, 0.0, y, factor, y); }
+// Not binary_scalar's mul: that rounds the scalar through T, as x * s does on the CPU, while mul_
+// (and so SGD's momentum, dropout's backward) scales by the factor in the compute type.
+void scale(const Tensor& y, double factor) {
+  use_device_of(y);
+  const int64_t n = y.numel();
+  if (n == 0) return;
+  dispatch_floating(y.dtype(), "mul_", [&](auto tag) {
+    using T = decltype(tag);
+    scale_kernel<<<blocks_for(n), kThreads>>>(ptr<T>(y), static_cast<compute_t<T>>(factor), n);
+  });
+  SL_CUDA_CHECK_LAUNCH();
+}
 
 void convert(const Tensor& x, const Tensor& out) {
   use_device_of(x);

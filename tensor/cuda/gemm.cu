@@ -67,6 +67,13 @@ void gemm(DType dtype, bool transpose_a, bool transpose_b, int64_t M, int64_t N,
                ldc <= INT32_MAX && batch.count <= INT32_MAX,
            "matmul: cuBLAS takes sizes below 2^31 (got M ", M, ", N ", N, ", K ", K, ", batch ", batch.count, ")");
   SL_CUDA_CHECK(cudaSetDevice(device));
+  if (K == 0) {  // an empty sum: C = 0, or C unchanged (cuBLAS rejects a leading dimension of 0)
+    const size_t element = dtype_size(dtype);
+    for (int64_t entry = 0; entry < batch.count && !accumulate; ++entry)
+      SL_CUDA_CHECK(cudaMemset2DAsync(static_cast<char*>(C) + entry * batch.stride_c * element, ldc * element, 0,
+                                      N * element, M, cudaStreamLegacy));
+    return;
+  }
   const CublasTypes types = cublas_types(dtype);
   // alpha and beta in the compute type: double for f64, float otherwise.
   const double alpha64 = 1.0, beta64 = accumulate ? 1.0 : 0.0;
@@ -75,7 +82,6 @@ void gemm(DType dtype, bool transpose_a, bool transpose_b, int64_t M, int64_t N,
   const void* beta = dtype == DType::f64 ? static_cast<const void*>(&beta64) : &beta32;
   const cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  // K == 0: cuBLAS scales C by beta, which is what the empty sum means (zeros, or C unchanged).
   SL_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
       handle_for(device), op_b, op_a, static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), alpha, B,
       types.data, static_cast<int>(ldb), batch.stride_b, A, types.data, static_cast<int>(lda), batch.stride_a, beta, C,

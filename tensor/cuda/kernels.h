@@ -87,8 +87,11 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight
 
 // ---- embedding (embedding.cu) ------------------------------------------------------------------------------
 void embedding_forward(const Tensor& weight, const Tensor& ids, const Tensor& out);  // ids checked on the host
-// dweight [V, C] (zeroed by the caller, f32 or f64) += dout rows at ids: a scatter-add with atomics
-void embedding_backward(const Tensor& dout, const Tensor& ids, const Tensor& dweight);
+// dweight [V, C] (zeroed by the caller, f32 or f64): row id gets the sum of dout's rows with that id.
+// The rows come grouped by the host: order (i64) lists dout's rows id by id, ascending within an id;
+// segment_ids (i64) the distinct ids; segment_starts (i64, one more entry) where each begins in order.
+void embedding_backward(const Tensor& dout, const Tensor& order, const Tensor& segment_ids,
+                        const Tensor& segment_starts, const Tensor& dweight);
 
 // ---- layout (layout.cu) -------------------------------------------------------------------------------------
 void permute(const Tensor& x, const std::vector<int>& perm, const Tensor& out);  // out = x.permute(perm)

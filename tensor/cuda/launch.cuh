@@ -90,6 +90,49 @@ __device__ T block_reduce(T value, Op op, T identity) {
   return result;
 }
 
+// ---- column sums: [N, C] values summed over N, deterministically ----------------------------------
+//
+// A bias gradient (dy [N, C] -> [C]) has few columns and many rows: one thread per column would
+// leave most of the GPU idle. So rows are cut into chunks; pass 1 gives each (chunk, column) a
+// thread that sums value(n, c) over its chunk, pass 2 adds each column's chunk sums in chunk order.
+// No atomics: the same bits on every run. Value and Store are small structs with __device__ calls:
+//   value(n, c) -> Acc        store(c, total)
+
+template <typename Acc, typename Value>
+__global__ void column_chunk_sums_kernel(int64_t N, int64_t C, int64_t chunk_rows, Value value, Acc* partial) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  const int64_t first = static_cast<int64_t>(blockIdx.y) * chunk_rows;
+  const int64_t last = first + chunk_rows < N ? first + chunk_rows : N;
+  Acc total = 0;
+  for (int64_t n = first; n < last; ++n) total += value(n, c);
+  partial[blockIdx.y * C + c] = total;
+}
+
+template <typename Acc, typename Store>
+__global__ void column_chunk_totals_kernel(const Acc* partial, int64_t chunks, int64_t C, Store store) {
+  SL_FOR_EACH_INDEX(c, C) {
+    Acc total = 0;
+    for (int64_t k = 0; k < chunks; ++k) total += partial[k * C + c];
+    store(c, total);
+  }
+}
+
+// Runs both passes on the GPU of `like`; partial sums live in a scratch tensor there.
+template <typename Acc, typename Value, typename Store>
+void column_sums(const Tensor& like, int64_t N, int64_t C, Value value, Store store) {
+  if (C == 0) return;
+  constexpr int64_t kMaxChunks = 65535;  // gridDim.y's limit
+  const int64_t chunk_rows = N <= 32 * kMaxChunks ? 32 : (N + kMaxChunks - 1) / kMaxChunks;
+  const int64_t chunks = N == 0 ? 1 : (N + chunk_rows - 1) / chunk_rows;
+  Tensor partial = Tensor::empty(Shape{chunks, C}, TensorOptions(dtype_of<Acc>::value, like.device()));
+  const dim3 grid(static_cast<unsigned>((C + kThreads - 1) / kThreads), static_cast<unsigned>(chunks));
+  column_chunk_sums_kernel<Acc><<<grid, kThreads>>>(N, C, chunk_rows, value, ptr<Acc>(partial));
+  SL_CUDA_CHECK_LAUNCH();
+  column_chunk_totals_kernel<Acc><<<blocks_for(C), kThreads>>>(ptr<const Acc>(partial), chunks, C, store);
+  SL_CUDA_CHECK_LAUNCH();
+}
+
 template <typename T>
 __device__ T block_sum(T value) {
   return block_reduce(value, SumOp{}, T(0));

@@ -3,8 +3,8 @@
 //   forward    one block per row n:  mean, then rstd = 1 / sqrt(mean((x - mean)^2) + eps) (two passes,
 //              as on the CPU: E[x^2] - E[x]^2 cancels badly in float), y = norm * weight + bias
 //   backward   dx: one block per row, dx = rstd (dnorm - mean(dnorm) - norm mean(dnorm norm)), dnorm = dy w
-//              dweight, dbias: one thread per column c, adding rows n = 0, 1, ... in order (the CPU's
-//              order: no atomics, so the result is the same on every run)
+//              dweight, dbias: column sums over the rows, in row chunks (launch.cuh): no atomics, so
+//              the result is the same on every run
 #include "tensor/cpu/dispatch.h"
 #include "tensor/cuda/kernels.h"
 #include "tensor/cuda/launch.cuh"
@@ -62,22 +62,25 @@ __global__ void layer_norm_dx_kernel(const T* dy, const T* x, const T* weight, c
   }
 }
 
-template <typename T>
-__global__ void layer_norm_param_grad_kernel(const T* dy, const T* x, const compute_t<T>* mean,
-                                             const compute_t<T>* rstd, compute_t<T>* dweight, compute_t<T>* dbias,
-                                             int64_t N, int64_t C_len) {
-  using C = compute_t<T>;
-  SL_FOR_EACH_INDEX(c, C_len) {
-    C weight_sum = 0, bias_sum = 0;
-    for (int64_t n = 0; n < N; ++n) {
-      const C g = at(dy, n * C_len + c);
-      bias_sum += g;
-      weight_sum += g * ((at(x, n * C_len + c) - mean[n]) * rstd[n]);
-    }
-    dweight[c] = weight_sum;
-    dbias[c] = bias_sum;
+// The two column sums of the parameter gradients (launch.cuh's column_sums, in row chunks):
+//   dbias[c] = sum_n dy[n, c]        dweight[c] = sum_n dy[n, c] norm[n, c]
+template <typename T, bool Weight>
+struct ParamGradTerm {
+  const T* dy;
+  const T* x;
+  const compute_t<T>* mean;
+  const compute_t<T>* rstd;
+  int64_t C_len;
+  __device__ compute_t<T> operator()(int64_t n, int64_t c) const {
+    const compute_t<T> g = at(dy, n * C_len + c);
+    return Weight ? g * ((at(x, n * C_len + c) - mean[n]) * rstd[n]) : g;
   }
-}
+};
+template <typename C>
+struct StoreIn {
+  C* out;
+  __device__ void operator()(int64_t c, C total) const { out[c] = total; }
+};
 
 }  // namespace
 
@@ -113,9 +116,12 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight
                                                        ptr<T>(dx) + first * C_len, C_len);
       });
     }
-    layer_norm_param_grad_kernel<T><<<blocks_for(C_len), kThreads>>>(ptr<const T>(dy), ptr<const T>(x),
-                                                                     ptr<const C>(mean), ptr<const C>(rstd),
-                                                                     ptr<C>(dweight), ptr<C>(dbias), N, C_len);
+    column_sums<C>(x, N, C_len, ParamGradTerm<T, true>{ptr<const T>(dy), ptr<const T>(x), ptr<const C>(mean),
+                                                       ptr<const C>(rstd), C_len},
+                   StoreIn<C>{ptr<C>(dweight)});
+    column_sums<C>(x, N, C_len, ParamGradTerm<T, false>{ptr<const T>(dy), ptr<const T>(x), ptr<const C>(mean),
+                                                        ptr<const C>(rstd), C_len},
+                   StoreIn<C>{ptr<C>(dbias)});
   });
   SL_CUDA_CHECK_LAUNCH();
 }

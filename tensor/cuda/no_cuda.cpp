@@ -56,7 +56,7 @@ void cross_entropy_backward(const Tensor&, const Tensor&, const Tensor&, int64_t
 void layer_norm_forward(const Tensor&, const Tensor&, const Tensor&, double, const Tensor&, const Tensor&, const Tensor&) { no_cuda("cuda::layer_norm_forward"); }
 void layer_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) { no_cuda("cuda::layer_norm_backward"); }
 void embedding_forward(const Tensor&, const Tensor&, const Tensor&) { no_cuda("cuda::embedding_forward"); }
-void embedding_backward(const Tensor&, const Tensor&, const Tensor&) { no_cuda("cuda::embedding_backward"); }
+void embedding_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) { no_cuda("cuda::embedding_backward"); }
 void permute(const Tensor&, const std::vector<int>&, const Tensor&) { no_cuda("cuda::permute"); }
 void gemm(DType, bool, bool, int64_t, int64_t, int64_t, const void*, int64_t, const void*, int64_t, void*, int64_t, bool, int, GemmBatch) { no_cuda("cuda::gemm"); }
 void adamw_update(float*, const float*, float*, float*, int64_t, const nn::AdamWStep&, int) { no_cuda("cuda::adamw_update"); }

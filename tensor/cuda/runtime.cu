@@ -85,11 +85,26 @@ void copy_rows(void* to, int64_t to_pitch, const void* from, int64_t from_pitch,
                int device) {
   if (row_bytes == 0 || rows == 0) return;
   SL_CUDA_CHECK(cudaSetDevice(device));
-  if (from == nullptr)
-    SL_CUDA_CHECK(cudaMemset2DAsync(to, to_pitch, 0, row_bytes, rows, cudaStreamLegacy));
-  else
-    SL_CUDA_CHECK(cudaMemcpy2DAsync(to, to_pitch, from, from_pitch, row_bytes, rows, cudaMemcpyDeviceToDevice,
-                                    cudaStreamLegacy));
+  // The 2-D calls take pitches below the device's limit (2^31 bytes); one row needs no pitch, and
+  // larger pitches (a slab of a tensor over 2 GiB) go row by row.
+  int max_pitch = 0;
+  SL_CUDA_CHECK(cudaDeviceGetAttribute(&max_pitch, cudaDevAttrMaxPitch, device));
+  if (rows > 1 && to_pitch <= max_pitch && from_pitch <= max_pitch) {
+    if (from == nullptr)
+      SL_CUDA_CHECK(cudaMemset2DAsync(to, to_pitch, 0, row_bytes, rows, cudaStreamLegacy));
+    else
+      SL_CUDA_CHECK(cudaMemcpy2DAsync(to, to_pitch, from, from_pitch, row_bytes, rows, cudaMemcpyDeviceToDevice,
+                                      cudaStreamLegacy));
+    return;
+  }
+  for (int64_t row = 0; row < rows; ++row) {
+    char* row_to = static_cast<char*>(to) + row * to_pitch;
+    if (from == nullptr)
+      SL_CUDA_CHECK(cudaMemsetAsync(row_to, 0, row_bytes, cudaStreamLegacy));
+    else
+      SL_CUDA_CHECK(cudaMemcpyAsync(row_to, static_cast<const char*>(from) + row * from_pitch, row_bytes,
+                                    cudaMemcpyDeviceToDevice, cudaStreamLegacy));
+  }
 }
 
 void synchronize(int device) {

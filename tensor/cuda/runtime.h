@@ -35,8 +35,8 @@ int64_t cached_bytes(int device);  // held by the pool for reuse, not by any ten
 void empty_cache(int device);      // gives the pool's blocks back to CUDA
 
 // Copies `bytes` between any two devices (host <-> GPU, GPU <-> GPU, peer to peer when the GPUs
-// can reach each other). Returns once the bytes are at `to` (a copy to the host waits for the
-// GPU's earlier work on that data).
+// can reach each other). A copy to the host returns once the bytes are there (after the GPU's
+// earlier work on them); copies onto a GPU are ordered on its stream before any later kernel.
 void copy(void* to, Device to_device, const void* from, Device from_device, size_t bytes);
 // Strided 2-D copy within one GPU: `rows` runs of `row_bytes`, at pitches in bytes; a null `from`
 // writes zeros instead. How narrow, cat and split move [outer, size(dim), inner] slabs.

@@ -43,8 +43,8 @@ namespace {
 
 // A tensor of `shape` whose values `write(host tensor)` sets on the host. For a GPU tensor they are
 // written to a host buffer first and copied over once (values, ranges and random draws are made
-// on the CPU: the same numbers on every device). Not a transfer between tensors: the ledger counts
-// only the GPU tensor.
+// on the CPU: the same numbers on every device). Not recorded as a transfer; the host buffer is
+// charged to cpu:0 while it lives.
 template <typename Write>
 Tensor made_on_host(const Shape& shape, const TensorOptions& options, Write&& write) {
   Tensor t = Tensor::empty(shape, options.with_requires_grad(false));

@@ -10,7 +10,7 @@
 //     dbias   += dy                 dweight += dy * norm
 //     dx       = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm))
 //   one pass for the two row means, one pass that writes dx and accumulates dweight and dbias.
-//   On a GPU (tensor/cuda/layer_norm.cu): a block per row, and one thread per column for dweight, dbias.
+//   On a GPU (tensor/cuda/layer_norm.cu): a block per row, and column sums in row chunks for dweight, dbias.
 #include <cmath>
 #include <vector>
 

@@ -19,6 +19,9 @@ namespace sl {
 
 namespace {
 
+// N: the rows of x [..., in], counted from its leading dims (in may be 0).
+int64_t rows_of(const Tensor& x) { return Shape(x.shape().begin(), x.shape().end() - 1).numel(); }
+
 // y [N, out] = b in every row (when there is one), then y (+)= x @ W^T.
 template <typename T>
 void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y, int64_t N, int64_t in,
@@ -54,7 +57,7 @@ Tensor bias_grad(const Tensor& dy, int64_t N, int64_t out, const TensorOptions& 
 
 struct LinearFn : Function<LinearFn> {
   static Tensor forward(FunctionCtx& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias) {
-    const int64_t in = weight.size(1), out = weight.size(0), N = x.numel() / in;
+    const int64_t in = weight.size(1), out = weight.size(0), N = rows_of(x);
     ctx.save_for_backward({x, weight});
     Shape out_shape = x.shape();
     out_shape.back() = out;
@@ -69,7 +72,7 @@ struct LinearFn : Function<LinearFn> {
   static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {
     const Tensor &x = ctx.saved()[0], &weight = ctx.saved()[1];
     const Tensor dy = grads[0].to(x.dtype());
-    const int64_t in = weight.size(1), out = weight.size(0), N = x.numel() / in;
+    const int64_t in = weight.size(1), out = weight.size(0), N = rows_of(x);
     Tensor dx, dw, db;
     auto run = [&](auto tag) {
       using T = decltype(tag);
