@@ -103,27 +103,17 @@ Tensor batched_gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, const Sh
   Shape out_shape = out_batch;
   out_shape.push_back(M);
   out_shape.push_back(N);
-  DType dtype = a.dtype();
+  const DType dtype = a.dtype();
+  // cuBLAS reads and writes 16 bits and accumulates in f32 itself. The CPU widens to f32 buffers, and
+  // so does a GPU summing over a broadcast batch (it would round after every batch entry otherwise).
   const bool reduces = out_batch.numel() < broadcast_shapes(batch_of(a.shape()), batch_of(b.shape()), "matmul").numel();
-  if (a.device().is_cuda() && !reduces && (dtype == DType::bf16 || dtype == DType::f16)) {
-    // cuBLAS reads and writes 16 bits and accumulates in f32 itself: no widened copies.
-    Tensor out = Tensor::empty(out_shape, a.options());
-    if (dtype == DType::bf16)
-      batched_gemm_into<bf16>(a, ta, b, tb, out);
-    else
-      batched_gemm_into<f16>(a, ta, b, tb, out);
-    return out;
-  }
-  if (dtype == DType::bf16 || dtype == DType::f16) {
+  if ((dtype == DType::bf16 || dtype == DType::f16) && (a.device().is_cpu() || reduces)) {
     Tensor out = Tensor::empty(out_shape, a.options().with_dtype(DType::f32));
     batched_gemm_into<float>(a.to(DType::f32), ta, b.to(DType::f32), tb, out);
     return out.to(dtype);
   }
   Tensor out = Tensor::empty(out_shape, a.options());
-  if (dtype == DType::f32)
-    batched_gemm_into<float>(a, ta, b, tb, out);
-  else
-    batched_gemm_into<double>(a, ta, b, tb, out);
+  dispatch_floating(dtype, "matmul", [&](auto tag) { batched_gemm_into<decltype(tag)>(a, ta, b, tb, out); });
   return out;
 }
 
