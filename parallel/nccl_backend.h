@@ -50,11 +50,11 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include "tensor/cuda/check.h"
-
 #include <atomic>
 #include <chrono>
 #include <mutex>
+
+#include "tensor/cuda/check.h"
 #endif
 
 namespace sl::parallel {

@@ -2,9 +2,8 @@
 // broadcast (Tensor forms and *_device forms on raw GPU memory), each one NCCL call enqueued on the
 // group's stream and waited for by polling; the ledger counts the ring algorithms' bytes so that it
 // matches the threads backend's. exchange() and barrier() all-gather bytes without a ledger entry.
-#include "parallel/nccl_backend.h"
-
 #include "parallel/errors.h"
+#include "parallel/nccl_backend.h"
 #include "parallel/nccl_common.h"
 
 #ifdef SL_WITH_NCCL

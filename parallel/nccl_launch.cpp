@@ -3,9 +3,8 @@
 // (launch_nccl_under_mpi: rank 0's id reaches the others by MPI_Bcast). NcclWorldState holds the first
 // failure, which ends every rank's waits, and ends all the communicators of a thread-per-GPU launch
 // together. Also the CUDA/NCCL error helpers behind SL_CUDA_CHECK and SL_NCCL_CHECK.
-#include "parallel/nccl_backend.h"
-
 #include "parallel/errors.h"
+#include "parallel/nccl_backend.h"
 #include "parallel/nccl_common.h"
 
 #ifdef SL_WITH_NCCL
@@ -75,7 +74,7 @@ bool NcclWorldState::retire(const Comms& comms, bool unclean) {
 // deadline), then destroy them. A failure, or a finalize that errs or outlasts the deadline, aborts.
 // Never throws; never waits past the deadline.
 void nccl_detail::end_communicators(const std::vector<std::pair<ncclComm_t, int>>& comms, bool clean,
-                                   milliseconds timeout) noexcept {
+                                    milliseconds timeout) noexcept {
   enum State : char { unfinished, finalizing, finalized };
   std::vector<State> state(comms.size(), unfinished);
   if (clean) {

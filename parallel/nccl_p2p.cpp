@@ -8,7 +8,6 @@
 // so "isend right, irecv left, wait" works around a ring. NCCL matches the sends and receives between
 // two ranks in issue order (it has no tags). The ledger counts S bytes: sent by send, received by recv.
 #include "parallel/nccl_backend.h"
-
 #include "parallel/nccl_common.h"
 
 #ifdef SL_WITH_NCCL

@@ -66,11 +66,13 @@ SL_HOST_DEVICE inline float exp_of<float>(float x) {
 
 // Every functor below has a name in this enum (its `kind`), so code that cannot take a C++ type, the
 // CUDA kernels behind a plain function call (tensor/cuda/kernels.h), can be told which one to run.
+// clang-format off
 enum class ElementwiseOp : uint8_t {
   neg, exp, exp_backward, log, log_backward, sqrt, sqrt_backward, rsqrt, rsqrt_backward, tanh, tanh_backward,
   sigmoid, sigmoid_backward, relu, relu_backward, gelu, gelu_backward, pow, pow_backward,
   add, sub, mul, div, maximum, neg_div_by_square, maximum_picks_a, mask_grad, maximum_scalar_grad
 };
+// clang-format on
 
 // One line per formula reads as a table; clang-format would break every template onto three lines.
 // clang-format off

@@ -45,7 +45,8 @@ void* Tensor::data_ptr() const {
 
 void* Tensor::raw_data() const {
   SL_CHECK(device().is_cpu(), "Tensor: a tensor of shape ", shape(), " on ", device(),
-           " is in GPU memory, which host code cannot read; this op has no CUDA path for it, or call .to(Device::cpu()) first");
+           " is in GPU memory, which host code cannot read; this op has no CUDA path for it, or call "
+           ".to(Device::cpu()) first");
   return data_ptr();
 }
 

@@ -123,8 +123,7 @@ TEST(Autograd, BackwardTwiceThroughFreedSavedTensorsIsAnError) {
   Tensor y = mul(x, x);
   y.backward(ones({2}));
   std::string message = message_of([&] { y.backward(ones({2})); });
-  EXPECT_NE(message.find("backward: trying to backward through the graph a second time"), std::string::npos)
-      << message;
+  EXPECT_NE(message.find("backward: trying to backward through the graph a second time"), std::string::npos) << message;
   EXPECT_NE(message.find("MulBackward"), std::string::npos) << message;
   EXPECT_NE(message.find("retain_graph=true"), std::string::npos) << message;
   EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{2, 4}));  // the refused pass added nothing
@@ -157,8 +156,7 @@ TEST(Autograd, NodesThatSavedNothingCanRunAgain) {
 TEST(Autograd, BackwardGradientOnAnotherDeviceIsAnError) {
   Tensor x = leaf({1, 2}, {2});
   Tensor y = mul(x, 3.0);
-  std::string message =
-      message_of([&] { y.backward(ones({2}, TensorOptions{}.with_device(Device::cpu(1)))); });
+  std::string message = message_of([&] { y.backward(ones({2}, TensorOptions{}.with_device(Device::cpu(1)))); });
   EXPECT_NE(message.find("backward: the gradient is on cpu:1 but the tensor (shape [2]) is on cpu:0"),
             std::string::npos)
       << message;

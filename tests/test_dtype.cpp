@@ -90,8 +90,11 @@ TEST(DType, CreationOps) {
 TEST(DType, ShapesWhoseByteCountOverflowsAreAnError) {
   const int64_t two_32 = int64_t{1} << 32;
   // 2^64 elements: Shape::numel() wraps to 0, so without a check this "allocates" 0 bytes.
-  expect_error([&] { zeros({two_32, two_32}); },
-               "empty: the sizes of shape [4294967296, 4294967296] multiply past int64 (too many elements)");
+  expect_error(
+      [&] {
+        zeros({two_32, two_32});
+      },
+      "empty: the sizes of shape [4294967296, 4294967296] multiply past int64 (too many elements)");
   expect_error([&] { zeros({two_32, two_32, 0}); }, "multiply past int64");  // numel() would overflow first
   // 2^62 elements fit int64, 2^62 x 8 bytes do not.
   expect_error([&] { Tensor::empty({int64_t{1} << 62}, TensorOptions{DType::f64}); },

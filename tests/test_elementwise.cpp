@@ -234,8 +234,7 @@ TEST(Elementwise, ScalarFirstFormsOnIntegers) {
   EXPECT_EQ((1.0 + a).to_vector(), (std::vector<double>{2, 3, 4}));
   EXPECT_EQ((2.0 * a).to_vector(), (std::vector<double>{2, 4, 6}));
   std::string message = message_of([&] { sub(0.5, a); });
-  EXPECT_NE(message.find("sub: the scalar 0.5 does not suit the i64 tensor (shape [3])"), std::string::npos)
-      << message;
+  EXPECT_NE(message.find("sub: the scalar 0.5 does not suit the i64 tensor (shape [3])"), std::string::npos) << message;
   message = message_of([&] { sub(1e10, from_vector({1}, {1}, TensorOptions{DType::i32})); });
   EXPECT_NE(message.find("sub: the scalar 1e+10 does not suit the i32 tensor"), std::string::npos) << message;
   message = message_of([&] { add(0.5, a); });
@@ -439,9 +438,7 @@ const GradCase kGradCases[] = {
     {"scalar_mul", {{2, 3}}, [](const TensorList& in) { return mul(-3.0, in[0]); }},
     {"scalar_div", {{2, 3}}, [](const TensorList& in) { return div(2.0, in[0]); }, Domain::positive},
     {"scalar_div_negative", {{2, 3}}, [](const TensorList& in) { return div(-0.5, in[0]); }, Domain::away_from_zero},
-    {"scalar_operators",
-     {{2, 3}},
-     [](const TensorList& in) { return (1.0 - in[0]) * (2.0 / (1.0 + in[0] * in[0])); }},
+    {"scalar_operators", {{2, 3}}, [](const TensorList& in) { return (1.0 - in[0]) * (2.0 / (1.0 + in[0] * in[0])); }},
     {"sum_to_2x3x4_3x1",
      {{2, 3, 4}},
      [](const TensorList& in) {

@@ -178,8 +178,7 @@ std::vector<double> train_parallel(Run& r, nn::StateDict& weights) {
   parallel::launch(world, [&](parallel::RankContext& ctx) {
     nn::GPT replica(r.config, o.seed);  // the same initial weights on every rank
     MemoryLedger::instance().reset_peak(ctx.device);
-    parallel::DataParallelTrainer trainer(replica, ctx, plan,
-                                          nn::AdamWOptions{o.lr, 0.9, 0.95, 1e-8, o.weight_decay});
+    parallel::DataParallelTrainer trainer(replica, ctx, plan, nn::AdamWOptions{o.lr, 0.9, 0.95, 1e-8, o.weight_decay});
     auto step_fn = [&](int64_t step, double lr) {
       return trainer.train_step(r.stream, step, o.batch_size, o.block_size, lr, o.grad_clip);
     };
@@ -265,9 +264,10 @@ int train(const Options& options) {
         worst_step = static_cast<int64_t>(s);
       }
     auto [worst_param, where] = largest_difference(model.state_dict(), serial.state_dict());
-    std::printf("compared with the serial model: largest loss difference %.3g (step %lld), largest parameter "
-                "difference %.3g (%s)\n",
-                worst_loss, (long long)worst_step, worst_param, where.c_str());
+    std::printf(
+        "compared with the serial model: largest loss difference %.3g (step %lld), largest parameter "
+        "difference %.3g (%s)\n",
+        worst_loss, (long long)worst_step, worst_param, where.c_str());
   }
   if (r.addition)
     std::printf("final held-out accuracy: %.1f%% of %zu unseen %lld-digit sums\n", 100 * accuracy(r, model),

@@ -138,8 +138,10 @@ inline Options parse(int argc, char** argv) {
       continue;
     }
     if (flag == "--profile" || flag == "--offload" || flag == "--naive-dp" || flag == "--compare-serial") {
-      (flag == "--profile" ? o.profile : flag == "--offload" ? o.offload : flag == "--naive-dp" ? o.naive_dp
-                                                                                                : o.compare_serial) = true;
+      (flag == "--profile"    ? o.profile
+       : flag == "--offload"  ? o.offload
+       : flag == "--naive-dp" ? o.naive_dp
+                              : o.compare_serial) = true;
       continue;
     }
     auto it = flags.find(flag);

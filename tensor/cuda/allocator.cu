@@ -92,8 +92,8 @@ class DevicePool {
 
   int device_;
   std::mutex mutex_;
-  std::multimap<size_t, void*> free_;         // size -> cached block, smallest first
-  std::unordered_map<void*, size_t> sizes_;   // every block this pool made, by address
+  std::multimap<size_t, void*> free_;        // size -> cached block, smallest first
+  std::unordered_map<void*, size_t> sizes_;  // every block this pool made, by address
   size_t cached_ = 0;
 };
 

@@ -12,6 +12,7 @@ namespace sl::cuda {
 
 namespace {
 
+// clang-format off
 template <typename Visit>
 void with_binary_functor(ElementwiseOp op, double p, Visit&& visit) {
   switch (op) {
@@ -28,6 +29,7 @@ void with_binary_functor(ElementwiseOp op, double p, Visit&& visit) {
   }
   throw InternalError("cuda: not a binary elementwise op");
 }
+// clang-format on
 
 template <typename T, typename F>
 __global__ void binary_same_shape_kernel(const T* a, const T* b, T* out, int64_t n, F f) {
@@ -78,7 +80,8 @@ void binary(ElementwiseOp op, double param, const Tensor& a, const Tensor& b, co
   const int64_t n = out.numel();
   if (n == 0) return;
   const bool same_shape = a.shape() == out.shape() && b.shape() == out.shape();
-  const StridedIndex<2> index = same_shape ? StridedIndex<2>{} : broadcast_index<2>(out.shape(), {a.shape(), b.shape()}, "binary");
+  const StridedIndex<2> index =
+      same_shape ? StridedIndex<2>{} : broadcast_index<2>(out.shape(), {a.shape(), b.shape()}, "binary");
   with_binary_functor(op, param, [&](auto f) {
     dispatch_for(f, out.dtype(), "binary", [&](auto tag) {
       using T = decltype(tag);
@@ -118,8 +121,8 @@ void masked_fill(const Tensor& x, const Tensor& mask, bool has_value, double val
     const T fill_value = static_cast<T>(static_cast<compute_t<T>>(has_value ? value : 0.0));
     dispatch_all(mask.dtype(), [&](auto mask_tag) {
       using M = decltype(mask_tag);
-      masked_fill_kernel<<<blocks_for(n), kThreads>>>(ptr<const T>(x), ptr<const M>(mask), fill_value, ptr<T>(out),
-                                                       n, index);
+      masked_fill_kernel<<<blocks_for(n), kThreads>>>(ptr<const T>(x), ptr<const M>(mask), fill_value, ptr<T>(out), n,
+                                                      index);
     });
   });
   SL_CUDA_CHECK_LAUNCH();
@@ -129,14 +132,13 @@ void where(const Tensor& condition, const Tensor& a, const Tensor& b, const Tens
   use_device_of(out);
   const int64_t n = out.numel();
   if (n == 0) return;
-  const StridedIndex<3> index =
-      broadcast_index<3>(out.shape(), {condition.shape(), a.shape(), b.shape()}, "where");
+  const StridedIndex<3> index = broadcast_index<3>(out.shape(), {condition.shape(), a.shape(), b.shape()}, "where");
   dispatch_all(out.dtype(), [&](auto tag) {
     using T = decltype(tag);
     dispatch_all(condition.dtype(), [&](auto condition_tag) {
       using M = decltype(condition_tag);
-      where_kernel<<<blocks_for(n), kThreads>>>(ptr<const M>(condition), ptr<const T>(a), ptr<const T>(b),
-                                                 ptr<T>(out), n, index);
+      where_kernel<<<blocks_for(n), kThreads>>>(ptr<const M>(condition), ptr<const T>(a), ptr<const T>(b), ptr<T>(out),
+                                                n, index);
     });
   });
   SL_CUDA_CHECK_LAUNCH();

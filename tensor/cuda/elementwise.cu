@@ -18,6 +18,7 @@ namespace {
 
 // Forward maps y = f(x) (unary.cpp's ops) and derivatives dy/dx = f'(saved) (their backwards) apart,
 // so each kernel is instantiated only for the functors it runs.
+// clang-format off
 template <typename Visit>
 void with_map_functor(ElementwiseOp op, double p, Visit&& visit) {
   switch (op) {
@@ -35,7 +36,9 @@ void with_map_functor(ElementwiseOp op, double p, Visit&& visit) {
   }
   throw InternalError("cuda::map: not a unary forward op");
 }
+// clang-format on
 
+// clang-format off
 template <typename Visit>
 void with_derivative_functor(ElementwiseOp op, double p, Visit&& visit) {
   switch (op) {
@@ -52,6 +55,7 @@ void with_derivative_functor(ElementwiseOp op, double p, Visit&& visit) {
   }
   throw InternalError("cuda::map_grad: not a derivative op");
 }
+// clang-format on
 
 template <typename T, typename F>
 __global__ void map_kernel(const T* x, T* y, int64_t n, F f) {
@@ -84,8 +88,8 @@ __global__ void convert_kernel(const S* x, D* out, int64_t n) {
 }
 
 template <typename T>
-__global__ void dropout_kernel(const T* x, T* out, T* mask, int64_t n, uint64_t first, uint64_t key,
-                               uint64_t threshold, compute_t<T> scale) {
+__global__ void dropout_kernel(const T* x, T* out, T* mask, int64_t n, uint64_t first, uint64_t key, uint64_t threshold,
+                               compute_t<T> scale) {
   using C = compute_t<T>;
   SL_FOR_EACH_INDEX(i, n) {
     const bool keep = static_cast<uint64_t>(philox4x32(first + static_cast<uint64_t>(i), key)[0]) >= threshold;
@@ -181,7 +185,7 @@ void dropout(const Tensor& x, uint64_t first, uint64_t key, uint64_t threshold, 
   dispatch_floating(x.dtype(), "dropout", [&](auto tag) {
     using T = decltype(tag);
     dropout_kernel<<<blocks_for(n), kThreads>>>(ptr<const T>(x), ptr<T>(out), ptr<T>(mask), n, first, key, threshold,
-                                                 static_cast<compute_t<T>>(scale));
+                                                static_cast<compute_t<T>>(scale));
   });
   SL_CUDA_CHECK_LAUNCH();
 }

@@ -46,9 +46,8 @@ void embedding_forward(const Tensor& weight, const Tensor& ids, const Tensor& ou
     using T = decltype(tag);
     dispatch_index(ids.dtype(), "embedding", [&](auto id_tag) {
       using Id = decltype(id_tag);
-      embedding_forward_kernel<T, Id><<<blocks_for(count * C_len), kThreads>>>(ptr<const T>(weight),
-                                                                                ptr<const Id>(ids), ptr<T>(out),
-                                                                                count, C_len);
+      embedding_forward_kernel<T, Id><<<blocks_for(count * C_len), kThreads>>>(ptr<const T>(weight), ptr<const Id>(ids),
+                                                                               ptr<T>(out), count, C_len);
     });
   });
   SL_CUDA_CHECK_LAUNCH();
@@ -62,10 +61,9 @@ void embedding_backward(const Tensor& dout, const Tensor& order, const Tensor& s
   dispatch_floating(dout.dtype(), "embedding", [&](auto tag) {
     using T = decltype(tag);
     for_row_chunks(segment_ids.numel(), [&](int64_t first, unsigned segments) {
-      embedding_backward_kernel<T><<<segments, kRowThreads>>>(ptr<const T>(dout), ptr<const int64_t>(order),
-                                                              ptr<const int64_t>(segment_ids) + first,
-                                                              ptr<const int64_t>(segment_starts) + first,
-                                                              ptr<compute_t<T>>(dweight), C_len);
+      embedding_backward_kernel<T><<<segments, kRowThreads>>>(
+          ptr<const T>(dout), ptr<const int64_t>(order), ptr<const int64_t>(segment_ids) + first,
+          ptr<const int64_t>(segment_starts) + first, ptr<compute_t<T>>(dweight), C_len);
     });
   });
   SL_CUDA_CHECK_LAUNCH();

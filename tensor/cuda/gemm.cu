@@ -46,6 +46,7 @@ struct CublasTypes {
   cublasComputeType_t compute;
 };
 
+// clang-format off
 CublasTypes cublas_types(DType dtype) {
   switch (dtype) {
     case DType::f32: return {CUDA_R_32F, CUBLAS_COMPUTE_32F};
@@ -56,12 +57,12 @@ CublasTypes cublas_types(DType dtype) {
   }
   throw Error(detail::concat("matmul: cuBLAS multiplies f32, f64, bf16 and f16, not ", dtype_name(dtype)));
 }
+// clang-format on
 
 }  // namespace
 
-void gemm(DType dtype, bool transpose_a, bool transpose_b, int64_t M, int64_t N, int64_t K, const void* A,
-          int64_t lda, const void* B, int64_t ldb, void* C, int64_t ldc, bool accumulate, int device,
-          GemmBatch batch) {
+void gemm(DType dtype, bool transpose_a, bool transpose_b, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda,
+          const void* B, int64_t ldb, void* C, int64_t ldc, bool accumulate, int device, GemmBatch batch) {
   if (M == 0 || N == 0 || batch.count == 0) return;
   SL_CHECK(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX && lda <= INT32_MAX && ldb <= INT32_MAX &&
                ldc <= INT32_MAX && batch.count <= INT32_MAX,
@@ -82,11 +83,11 @@ void gemm(DType dtype, bool transpose_a, bool transpose_b, int64_t M, int64_t N,
   const void* beta = dtype == DType::f64 ? static_cast<const void*>(&beta64) : &beta32;
   const cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  SL_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-      handle_for(device), op_b, op_a, static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), alpha, B,
-      types.data, static_cast<int>(ldb), batch.stride_b, A, types.data, static_cast<int>(lda), batch.stride_a, beta, C,
-      types.data, static_cast<int>(ldc), batch.stride_c, static_cast<int>(batch.count), types.compute,
-      CUBLAS_GEMM_DEFAULT));
+  SL_CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle_for(device), op_b, op_a, static_cast<int>(N), static_cast<int>(M),
+                                             static_cast<int>(K), alpha, B, types.data, static_cast<int>(ldb),
+                                             batch.stride_b, A, types.data, static_cast<int>(lda), batch.stride_a, beta,
+                                             C, types.data, static_cast<int>(ldc), batch.stride_c,
+                                             static_cast<int>(batch.count), types.compute, CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace sl::cuda

@@ -103,9 +103,8 @@ void permute(const Tensor& x, const std::vector<int>& perm, const Tensor& out); 
 struct GemmBatch {
   int64_t count = 1, stride_a = 0, stride_b = 0, stride_c = 0;
 };
-void gemm(DType dtype, bool transpose_a, bool transpose_b, int64_t M, int64_t N, int64_t K, const void* A,
-          int64_t lda, const void* B, int64_t ldb, void* C, int64_t ldc, bool accumulate, int device,
-          GemmBatch batch = {});
+void gemm(DType dtype, bool transpose_a, bool transpose_b, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda,
+          const void* B, int64_t ldb, void* C, int64_t ldc, bool accumulate, int device, GemmBatch batch = {});
 
 // ---- optimizer (optim.cu) ---------------------------------------------------------------------------------------
 // AdamW's fused update of n f32 elements: nn::AdamWStep::apply (nn/adamw_math.h) on every element,

@@ -32,8 +32,8 @@ inline unsigned blocks_for(int64_t n) {
 constexpr int64_t kMaxRowsPerLaunch = 1 << 30;
 template <typename Launch>
 void for_row_chunks(int64_t rows, Launch&& launch, int64_t group = 1) {
-  const int64_t chunk = group > 0 && group <= kMaxRowsPerLaunch ? kMaxRowsPerLaunch - kMaxRowsPerLaunch % group
-                                                                : kMaxRowsPerLaunch;
+  const int64_t chunk =
+      group > 0 && group <= kMaxRowsPerLaunch ? kMaxRowsPerLaunch - kMaxRowsPerLaunch % group : kMaxRowsPerLaunch;
   for (int64_t first = 0; first < rows; first += chunk)
     launch(first, static_cast<unsigned>(rows - first < chunk ? rows - first : chunk));
 }
@@ -47,8 +47,8 @@ T* ptr(const Tensor& t) {
 }
 
 // The grid-stride loop every elementwise kernel runs.
-#define SL_FOR_EACH_INDEX(i, n)                                                                        \
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);              \
+#define SL_FOR_EACH_INDEX(i, n)                                                          \
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(blockDim.x) * gridDim.x)
 
 struct SumOp {

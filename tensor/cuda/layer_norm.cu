@@ -92,10 +92,9 @@ void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
     using T = decltype(tag);
     using C = compute_t<T>;
     for_row_chunks(N, [&](int64_t first, unsigned rows) {
-      layer_norm_forward_kernel<T><<<rows, kRowThreads>>>(ptr<const T>(x) + first * C_len, ptr<const T>(weight),
-                                                          ptr<const T>(bias), ptr<T>(y) + first * C_len,
-                                                          ptr<C>(mean) + first, ptr<C>(rstd) + first, C_len,
-                                                          static_cast<C>(eps));
+      layer_norm_forward_kernel<T><<<rows, kRowThreads>>>(
+          ptr<const T>(x) + first * C_len, ptr<const T>(weight), ptr<const T>(bias), ptr<T>(y) + first * C_len,
+          ptr<C>(mean) + first, ptr<C>(rstd) + first, C_len, static_cast<C>(eps));
     });
   });
   SL_CUDA_CHECK_LAUNCH();
@@ -110,18 +109,19 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight
     using C = compute_t<T>;
     if (dx.defined()) {
       for_row_chunks(N, [&](int64_t first, unsigned rows) {
-        layer_norm_dx_kernel<T><<<rows, kRowThreads>>>(ptr<const T>(dy) + first * C_len,
-                                                       ptr<const T>(x) + first * C_len, ptr<const T>(weight),
-                                                       ptr<const C>(mean) + first, ptr<const C>(rstd) + first,
-                                                       ptr<T>(dx) + first * C_len, C_len);
+        layer_norm_dx_kernel<T><<<rows, kRowThreads>>>(
+            ptr<const T>(dy) + first * C_len, ptr<const T>(x) + first * C_len, ptr<const T>(weight),
+            ptr<const C>(mean) + first, ptr<const C>(rstd) + first, ptr<T>(dx) + first * C_len, C_len);
       });
     }
-    column_sums<C>(x, N, C_len, ParamGradTerm<T, true>{ptr<const T>(dy), ptr<const T>(x), ptr<const C>(mean),
-                                                       ptr<const C>(rstd), C_len},
-                   StoreIn<C>{ptr<C>(dweight)});
-    column_sums<C>(x, N, C_len, ParamGradTerm<T, false>{ptr<const T>(dy), ptr<const T>(x), ptr<const C>(mean),
-                                                        ptr<const C>(rstd), C_len},
-                   StoreIn<C>{ptr<C>(dbias)});
+    column_sums<C>(
+        x, N, C_len,
+        ParamGradTerm<T, true>{ptr<const T>(dy), ptr<const T>(x), ptr<const C>(mean), ptr<const C>(rstd), C_len},
+        StoreIn<C>{ptr<C>(dweight)});
+    column_sums<C>(
+        x, N, C_len,
+        ParamGradTerm<T, false>{ptr<const T>(dy), ptr<const T>(x), ptr<const C>(mean), ptr<const C>(rstd), C_len},
+        StoreIn<C>{ptr<C>(dbias)});
   });
   SL_CUDA_CHECK_LAUNCH();
 }

@@ -31,12 +31,14 @@ void permute(const Tensor& x, const std::vector<int>& perm, const Tensor& out) {
   use_device_of(x);
   if (out.numel() == 0) return;
   const StridedIndex<1> index = permute_index(x.shape(), perm);
+  // clang-format off
   switch (dtype_size(x.dtype())) {
     case 2: launch_permute<uint16_t>(x, out, index); break;
     case 4: launch_permute<uint32_t>(x, out, index); break;
     case 8: launch_permute<uint64_t>(x, out, index); break;
     default: throw InternalError("cuda::permute: unexpected element size");
   }
+  // clang-format on
   SL_CUDA_CHECK_LAUNCH();
 }
 

@@ -11,8 +11,9 @@ namespace sl::cuda {
 
 namespace {
 [[noreturn]] void no_cuda(const char* what) {
-  throw Error(detail::concat(what, ": shardlab was built without CUDA (CUDA=0, or nvcc was not found); "
-                                   "rebuild with CUDA=1 on a machine with the CUDA toolkit"));
+  throw Error(detail::concat(what,
+                             ": shardlab was built without CUDA (CUDA=0, or nvcc was not found); "
+                             "rebuild with CUDA=1 on a machine with the CUDA toolkit"));
 }
 }  // namespace
 

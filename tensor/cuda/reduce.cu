@@ -86,8 +86,7 @@ __global__ void row_sums_kernel(const T* x, int64_t n, bool mean, sum_out_t<T>* 
 }
 
 template <typename T>
-__global__ void middle_sums_kernel(const T* x, int64_t outer, int64_t n, int64_t inner, bool mean,
-                                   sum_out_t<T>* out) {
+__global__ void middle_sums_kernel(const T* x, int64_t outer, int64_t n, int64_t inner, bool mean, sum_out_t<T>* out) {
   SL_FOR_EACH_INDEX(k, outer * inner) {
     const int64_t o = k / inner, i = k % inner;
     const T* column = x + o * n * inner + i;
@@ -137,8 +136,7 @@ __global__ void max_kernel(const T* x, int64_t outer, int64_t n, int64_t inner, 
 }
 
 template <typename T>
-__global__ void broadcast_back_kernel(const T* g, T* dx, int64_t n, int64_t inner, int64_t total,
-                                      compute_t<T> scale) {
+__global__ void broadcast_back_kernel(const T* g, T* dx, int64_t n, int64_t inner, int64_t total, compute_t<T> scale) {
   SL_FOR_EACH_INDEX(k, total) {
     const int64_t o = k / (n * inner), i = k % inner;
     dx[k] = static_cast<T>(static_cast<compute_t<T>>(g[o * inner + i]) * scale);
@@ -234,9 +232,8 @@ void max(const Tensor& x, const Tensor& values, const Tensor& index, int64_t out
   if (outer * inner == 0) return;
   dispatch_all(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    max_kernel<T><<<blocks_for(outer * inner), kThreads>>>(ptr<const T>(x), outer, n, inner,
-                                                           values.defined() ? ptr<T>(values) : nullptr,
-                                                           ptr<int64_t>(index));
+    max_kernel<T><<<blocks_for(outer * inner), kThreads>>>(
+        ptr<const T>(x), outer, n, inner, values.defined() ? ptr<T>(values) : nullptr, ptr<int64_t>(index));
   });
   SL_CUDA_CHECK_LAUNCH();
 }
@@ -253,8 +250,7 @@ void broadcast_back(const Tensor& g, const Tensor& dx, int64_t outer, int64_t n,
   SL_CUDA_CHECK_LAUNCH();
 }
 
-void scatter_max_grad(const Tensor& g, const Tensor& index, const Tensor& dx, int64_t outer, int64_t n,
-                      int64_t inner) {
+void scatter_max_grad(const Tensor& g, const Tensor& index, const Tensor& dx, int64_t outer, int64_t n, int64_t inner) {
   use_device_of(dx);
   SL_CUDA_CHECK(cudaMemsetAsync(dx.data_ptr(), 0, static_cast<size_t>(dx.nbytes()), cudaStreamLegacy));
   if (outer * inner == 0) return;

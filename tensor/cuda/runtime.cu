@@ -34,11 +34,11 @@ void require_device(Device device, const char* what) {
   if (!device.is_cuda()) return;
   const CudaInfo& found = info();
   SL_CHECK(found.device_count > 0, what, " on ", device,
-           ": shardlab was built with CUDA, but cudaGetDeviceCount found no device",
-           found.error.empty() ? "" : " (", found.error, found.error.empty() ? "" : ")");
+           ": shardlab was built with CUDA, but cudaGetDeviceCount found no device", found.error.empty() ? "" : " (",
+           found.error, found.error.empty() ? "" : ")");
   SL_CHECK(device.index >= 0 && device.index < found.device_count, what, " on ", device, ": this machine has ",
-           found.device_count, " CUDA device", found.device_count == 1 ? "" : "s", " (cuda:0 to cuda:",
-           found.device_count - 1, ")");
+           found.device_count, " CUDA device", found.device_count == 1 ? "" : "s",
+           " (cuda:0 to cuda:", found.device_count - 1, ")");
 }
 
 namespace {

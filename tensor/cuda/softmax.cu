@@ -62,7 +62,8 @@ __global__ void softmax_forward_kernel(const T* x, T* y, int64_t C_len) {
     for (int64_t i = threadIdx.x; i < C_len; i += blockDim.x) y_row[i] = static_cast<T>(at(x_row, i) - log_normaliser);
   } else {
     const C inv_total = C(1) / total;
-    for (int64_t i = threadIdx.x; i < C_len; i += blockDim.x) y_row[i] = static_cast<T>(exp_of(at(x_row, i) - m) * inv_total);
+    for (int64_t i = threadIdx.x; i < C_len; i += blockDim.x)
+      y_row[i] = static_cast<T>(exp_of(at(x_row, i) - m) * inv_total);
   }
 }
 
@@ -71,7 +72,8 @@ __global__ void softmax_backward_kernel(const T* y, const T* g, T* dx, int64_t C
   using C = compute_t<T>;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * C_len;
   C partial = 0;  // softmax: sum g y;  log_softmax: sum g
-  for (int64_t i = threadIdx.x; i < C_len; i += blockDim.x) partial += Log ? at(g, row + i) : at(g, row + i) * at(y, row + i);
+  for (int64_t i = threadIdx.x; i < C_len; i += blockDim.x)
+    partial += Log ? at(g, row + i) : at(g, row + i) * at(y, row + i);
   const C total = block_sum(partial);
   for (int64_t i = threadIdx.x; i < C_len; i += blockDim.x) {
     const C gi = at(g, row + i), yi = at(y, row + i);
@@ -190,12 +192,14 @@ void causal_softmax_forward(const Tensor& scores, const Tensor& y, double scale)
   const int64_t T_len = scores.size(-1);
   dispatch_floating(scores.dtype(), "causal_softmax", [&](auto tag) {
     using T = decltype(tag);
-    for_row_chunks(rows_of(scores), [&](int64_t first, unsigned rows) {
-      SL_ASSERT(first % T_len == 0);
-      causal_softmax_forward_kernel<T><<<rows, kRowThreads>>>(ptr<const T>(scores) + first * T_len,
-                                                              ptr<T>(y) + first * T_len, T_len,
-                                                              static_cast<compute_t<T>>(scale));
-    }, T_len);
+    for_row_chunks(
+        rows_of(scores),
+        [&](int64_t first, unsigned rows) {
+          SL_ASSERT(first % T_len == 0);
+          causal_softmax_forward_kernel<T><<<rows, kRowThreads>>>(
+              ptr<const T>(scores) + first * T_len, ptr<T>(y) + first * T_len, T_len, static_cast<compute_t<T>>(scale));
+        },
+        T_len);
   });
   SL_CUDA_CHECK_LAUNCH();
 }
@@ -205,13 +209,16 @@ void causal_softmax_backward(const Tensor& y, const Tensor& g, const Tensor& dx,
   const int64_t T_len = y.size(-1);
   dispatch_floating(y.dtype(), "causal_softmax", [&](auto tag) {
     using T = decltype(tag);
-    for_row_chunks(rows_of(y), [&](int64_t first, unsigned rows) {
-      SL_ASSERT(first % T_len == 0);
-      const int64_t offset = first * T_len;
-      causal_softmax_backward_kernel<T><<<rows, kRowThreads>>>(ptr<const T>(y) + offset, ptr<const T>(g) + offset,
-                                                               ptr<T>(dx) + offset, T_len,
-                                                               static_cast<compute_t<T>>(scale));
-    }, T_len);
+    for_row_chunks(
+        rows_of(y),
+        [&](int64_t first, unsigned rows) {
+          SL_ASSERT(first % T_len == 0);
+          const int64_t offset = first * T_len;
+          causal_softmax_backward_kernel<T><<<rows, kRowThreads>>>(ptr<const T>(y) + offset, ptr<const T>(g) + offset,
+                                                                   ptr<T>(dx) + offset, T_len,
+                                                                   static_cast<compute_t<T>>(scale));
+        },
+        T_len);
   });
   SL_CUDA_CHECK_LAUNCH();
 }

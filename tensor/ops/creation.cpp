@@ -96,23 +96,23 @@ Tensor draw_region(const Shape& full_shape, const Shape& starts, const Shape& si
   std::vector<int64_t> full_strides = contiguous_strides(full_shape);
   require_floating(options.dtype, op);
   return made_on_host(sizes, options, [&](const Tensor& t) {
-  dispatch_floating(t.dtype(), op, [&](auto tag) {
-    using T = decltype(tag);
-    T* out = t.data<T>();
-    std::vector<int64_t> index(sizes.size(), 0);  // position inside the region
-    for (int64_t i = 0, n = sizes.numel(); i < n; ++i) {
-      int64_t flat = 0;
-      for (int d = 0; d < sizes.dim(); ++d) flat += (starts[d] + index[d]) * full_strides[d];
-      uint64_t counter = first + static_cast<uint64_t>(flat);
-      double value = distribution == Distribution::normal ? philox_normal(counter, key)
-                                                          : static_cast<double>(philox_uniform(counter, key));
-      out[i] = static_cast<T>(static_cast<compute_t<T>>(value));
-      for (int d = sizes.dim() - 1; d >= 0; --d) {  // odometer increment of the region index
-        if (++index[d] < sizes[d]) break;
-        index[d] = 0;
+    dispatch_floating(t.dtype(), op, [&](auto tag) {
+      using T = decltype(tag);
+      T* out = t.data<T>();
+      std::vector<int64_t> index(sizes.size(), 0);  // position inside the region
+      for (int64_t i = 0, n = sizes.numel(); i < n; ++i) {
+        int64_t flat = 0;
+        for (int d = 0; d < sizes.dim(); ++d) flat += (starts[d] + index[d]) * full_strides[d];
+        uint64_t counter = first + static_cast<uint64_t>(flat);
+        double value = distribution == Distribution::normal ? philox_normal(counter, key)
+                                                            : static_cast<double>(philox_uniform(counter, key));
+        out[i] = static_cast<T>(static_cast<compute_t<T>>(value));
+        for (int d = sizes.dim() - 1; d >= 0; --d) {  // odometer increment of the region index
+          if (++index[d] < sizes[d]) break;
+          index[d] = 0;
+        }
       }
-    }
-  });
+    });
   });
 }
 

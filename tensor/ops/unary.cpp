@@ -4,8 +4,9 @@
 //   backward   dx[i] = dy[i] * f'(saved[i])      one fused loop, no temporary for f'
 //
 // The math of f and f' lives in tensor/functors.h, shared with the CUDA kernels (tensor/cuda/
-// elementwise.cu), which run instead of these loops for tensors on a GPU; this file only loops. Each op saves what its derivative needs: the output when f' is cheapest written in y
-// (exp, sqrt, rsqrt, tanh, sigmoid, relu), otherwise the input (log, gelu, pow).
+// elementwise.cu), which run instead of these loops for tensors on a GPU; this file only loops. Each op saves what its
+// derivative needs: the output when f' is cheapest written in y (exp, sqrt, rsqrt, tanh, sigmoid, relu), otherwise the
+// input (log, gelu, pow).
 //
 // Every op takes f32, f64, bf16, f16 (bf16/f16 compute in float); neg also negates i32/i64.
 #include "autograd/function.h"
