@@ -59,7 +59,7 @@ void broadcast_back(const Tensor& g, const Tensor& dx, int64_t outer, int64_t n,
 void scatter_max_grad(const Tensor& g, const Tensor& index, const Tensor& dx, int64_t outer, int64_t n, int64_t inner);
 // out = x summed down to out's shape (the backward of broadcasting); sums in double (i64 for integers)
 void reduce_to(const Tensor& x, const Tensor& out);
-// out = x repeated along the broadcast dims of out's shape
+// out = x repeated along the broadcast dims of out's shape (layout.cu: a gather, like permute)
 void broadcast_to(const Tensor& x, const Tensor& out);
 // sum of x^2 over all elements, in double (clip_grad_norm); waits for the result
 double sum_of_squares(const Tensor& x);

@@ -166,15 +166,6 @@ __global__ void reduce_to_kernel(const T* x, T* out, int64_t n_out, ReduceToInde
   }
 }
 
-template <typename T>
-__global__ void broadcast_to_kernel(const T* x, T* out, int64_t n, StridedIndex<1> index) {
-  SL_FOR_EACH_INDEX(k, n) {
-    int64_t at[1];
-    index.offsets(k, at);
-    out[k] = x[at[0]];
-  }
-}
-
 // A whole-tensor sum of x (of x^2 when Square) into *out, in two passes; partial sums live in a
 // scratch tensor on the same GPU.
 template <typename T, typename Acc, bool Square, typename Out, typename Finish>
@@ -276,18 +267,6 @@ void reduce_to(const Tensor& x, const Tensor& out) {
     }
     const ReduceToIndex index = reduce_to_index(x.shape(), out.shape());
     reduce_to_kernel<T><<<blocks_for(n_out), kThreads>>>(ptr<const T>(x), ptr<T>(out), n_out, index);
-  });
-  SL_CUDA_CHECK_LAUNCH();
-}
-
-void broadcast_to(const Tensor& x, const Tensor& out) {
-  use_device_of(x);
-  const int64_t n = out.numel();
-  if (n == 0) return;
-  const StridedIndex<1> index = broadcast_index<1>(out.shape(), {x.shape()}, "broadcast_to");
-  dispatch_all(x.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    broadcast_to_kernel<T><<<blocks_for(n), kThreads>>>(ptr<const T>(x), ptr<T>(out), n, index);
   });
   SL_CUDA_CHECK_LAUNCH();
 }
