@@ -19,7 +19,7 @@ std::string DataParallelPlan::name() const {
   if (replicate > 0) return "hsdp" + std::to_string(replicate) + "x" + std::to_string(shard);
   if (naive) return "naive";
   if (zero == 0) return "ddp";
-  if (zero == 3) return "fsdp";
+  if (zero == 3) return offload ? "fsdp+offload" : "fsdp";
   return "zero" + std::to_string(zero) + (offload ? "+offload" : "");
 }
 
@@ -84,7 +84,7 @@ DataParallelTrainer::DataParallelTrainer(nn::GPT& model, RankContext& ctx, const
     SL_CHECK(plan.zero == 0 && !plan.offload, "data parallel: --naive-dp is the classic DataParallel; it cannot be ",
              "combined with --zero ", plan.zero, plan.offload ? " or --offload" : "");
   } else if (plan.zero == 0) {
-    SL_CHECK(!plan.offload, "data parallel: --offload moves ZeRO-1/2's optimizer to the host: add --zero 1 or 2");
+    SL_CHECK(!plan.offload, "data parallel: --offload moves ZeRO's optimizer to the host: add --zero 1, 2 or 3");
     s.ddp = std::make_unique<DistributedDataParallel>(model, ctx.world);
     s.adamw = std::make_unique<nn::AdamW>(model.parameters(), adamw);
   } else if (plan.zero == 1 || plan.zero == 2) {
@@ -92,8 +92,7 @@ DataParallelTrainer::DataParallelTrainer(nn::GPT& model, RankContext& ctx, const
                                          ZeroOptions{.stage = plan.zero, .offload = plan.offload, .adamw = adamw});
   } else {
     SL_CHECK(plan.zero == 3, "data parallel: --zero must be 0 (DDP), 1, 2 or 3 (got ", plan.zero, ")");
-    SL_CHECK(!plan.offload, "data parallel: --offload is implemented for ZeRO-1/2 only (got --zero 3)");
-    s.fsdp = std::make_unique<FullyShardedGPT>(model, ctx.world, nullptr, adamw);
+    s.fsdp = std::make_unique<FullyShardedGPT>(model, ctx.world, nullptr, adamw, FsdpOptions{.offload = plan.offload});
   }
   s.at_start = s.total();
 }

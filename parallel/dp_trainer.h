@@ -5,8 +5,9 @@
 //   {}                       DDP: bucketed all-reduce overlapped with backward (parallel/ddp.h)
 //   {.naive = true}          the classic DataParallel: rank 0 scatters, gathers, steps (naive_data_parallel.h)
 //   {.zero = 1 | 2}          ZeRO-1/2: sharded AdamW state (and gradients) (parallel/zero.h)
-//   {.zero = 1|2, .offload}  ... with the optimizer on the host
+//   {.zero = 1|2, .offload}  ... with the optimizer state, master weights and update on the host
 //   {.zero = 3}              FSDP: parameters sharded per Block (parallel/fsdp.h)
+//   {.zero = 3, .offload}    ... with every shard and the update on the host (FsdpOptions::offload)
 //   {.replicate = R, .shard = S}   HSDP: FSDP within S ranks, all-reduce across R replicas
 //
 // Every layout returns the same number from train_step: the mean loss of the global batch (an
@@ -25,7 +26,7 @@ namespace sl::parallel {
 struct DataParallelPlan {
   int zero = 0;          // 0: DDP; 1, 2: ZeRO stage; 3: FSDP
   bool naive = false;    // the classic DataParallel instead of DDP
-  bool offload = false;  // ZeRO-1/2: optimizer state and update on the host
+  bool offload = false;  // ZeRO-1/2/3: optimizer state and update on the host
   int replicate = 0;     // HSDP when > 0: dp_replicate x dp_shard (= world size)
   int shard = 0;
   std::string name() const;  // "ddp", "naive", "zero1", "zero2+offload", "fsdp", "hsdp2x2"

@@ -10,26 +10,53 @@
 
 namespace sl::parallel {
 
-FlatLayout::FlatLayout(const std::vector<Shape>& shapes, int world) : world_size(world) {
+FlatLayout::FlatLayout(const std::vector<Shape>& shapes, int world, int64_t bucket_bytes) : world_size(world) {
   SL_CHECK(world >= 1, "FlatLayout: world size must be at least 1 (got ", world, ")");
-  segments.reserve(shapes.size());
-  for (const Shape& shape : shapes) {
-    segments.push_back({numel, shape.numel(), shape, shape.dim() >= 2});
-    numel += shape.numel();
+  SL_CHECK(bucket_bytes > 0, "FlatLayout: bucket_bytes must be positive (got ", bucket_bytes, ")");
+  const int64_t n = static_cast<int64_t>(shapes.size());
+  // Which parameters go together: one bucket in order, or reverse-order buckets of >= bucket_bytes.
+  std::vector<std::vector<size_t>> members(1);
+  int64_t bytes = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    const size_t i = bucket_bytes == kOneBucket ? static_cast<size_t>(k) : static_cast<size_t>(n - 1 - k);
+    if (bytes >= bucket_bytes) {
+      members.emplace_back();
+      bytes = 0;
+    }
+    members.back().push_back(i);
+    bytes += shapes[i].numel() * static_cast<int64_t>(sizeof(float));
   }
-  // Round up so every rank owns the same S elements; the tail [numel, padded_numel) is padding.
-  shard_numel = (numel + world - 1) / world;
-  padded_numel = shard_numel * world;
+  segments.resize(shapes.size());
+  for (const std::vector<size_t>& indices : members) {
+    FlatBucket bucket;
+    bucket.offset = padded_numel;
+    bucket.shard_offset = shard_numel;
+    for (size_t i : indices) {
+      segments[i] = {bucket.offset + bucket.numel, shapes[i].numel(), shapes[i], shapes[i].dim() >= 2};
+      bucket.numel += shapes[i].numel();
+    }
+    // Round up so every rank owns the same chunk of it; the tail is padding.
+    bucket.chunk_numel = (bucket.numel + world - 1) / world;
+    bucket.padded_numel = bucket.chunk_numel * world;
+    bucket.segments = indices;
+    numel += bucket.numel;
+    padded_numel += bucket.padded_numel;
+    shard_numel += bucket.chunk_numel;
+    buckets.push_back(std::move(bucket));
+  }
 }
 
 std::vector<ShardPiece> FlatLayout::shard_pieces(int rank) const {
   SL_CHECK(rank >= 0 && rank < world_size, "FlatLayout::shard_pieces: rank ", rank, " is not in [0, ", world_size, ")");
-  const int64_t begin = shard_begin(rank), end = begin + shard_numel;
   std::vector<ShardPiece> pieces;
-  for (size_t i = 0; i < segments.size(); ++i) {
-    const FlatSegment& s = segments[i];
-    int64_t lo = std::max(begin, s.offset), hi = std::min(end, s.offset + s.numel);
-    if (lo < hi) pieces.push_back({i, lo - begin, lo - s.offset, hi - lo, s.decay});
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    const FlatBucket& bucket = buckets[b];
+    const int64_t begin = chunk_begin(b, rank), end = begin + bucket.chunk_numel;
+    for (size_t i : bucket.segments) {
+      const FlatSegment& s = segments[i];
+      int64_t lo = std::max(begin, s.offset), hi = std::min(end, s.offset + s.numel);
+      if (lo < hi) pieces.push_back({i, bucket.shard_offset + lo - begin, lo - s.offset, hi - lo, s.decay, lo});
+    }
   }
   return pieces;
 }
@@ -55,9 +82,9 @@ static void check_params(const std::vector<Tensor>& params) {
   }
 }
 
-FlatParams::FlatParams(std::vector<Tensor> params, int world_size) : params_(std::move(params)) {
+FlatParams::FlatParams(std::vector<Tensor> params, int world_size, int64_t bucket_bytes) : params_(std::move(params)) {
   check_params(params_);
-  layout_ = FlatLayout(shapes_of(params_), world_size);
+  layout_ = FlatLayout(shapes_of(params_), world_size, bucket_bytes);
   Tensor flat;
   {
     MemoryScope scope(MemoryCategory::weights);
@@ -79,11 +106,24 @@ Tensor FlatParams::checked_flat(const Tensor& flat, const char* what) const {
 }
 
 Tensor FlatParams::shard_of(const Tensor& flat, int rank) const {
-  SL_CHECK(rank >= 0 && rank < layout_.world_size, "FlatParams::shard_of: rank ", rank, " is not in [0, ",
+  SL_CHECK(layout_.buckets.size() == 1, "FlatParams::shard_of: the layout has ", layout_.buckets.size(),
+           " buckets, so a rank's shard is not contiguous (use chunk_of)");
+  return chunk_of(flat, 0, rank);
+}
+
+Tensor FlatParams::bucket_of(const Tensor& flat, size_t bucket) const {
+  SL_ASSERT(bucket < layout_.buckets.size());
+  const FlatBucket& b = layout_.buckets[bucket];
+  return checked_flat(flat, "FlatParams::bucket_of").reshape({layout_.padded_numel}).flat_view(b.offset, {b.padded_numel});
+}
+
+Tensor FlatParams::chunk_of(const Tensor& flat, size_t bucket, int rank) const {
+  SL_CHECK(rank >= 0 && rank < layout_.world_size, "FlatParams::chunk_of: rank ", rank, " is not in [0, ",
            layout_.world_size, ")");
-  return checked_flat(flat, "FlatParams::shard_of")
+  SL_ASSERT(bucket < layout_.buckets.size());
+  return checked_flat(flat, "FlatParams::chunk_of")
       .reshape({layout_.padded_numel})
-      .flat_view(layout_.shard_begin(rank), {layout_.shard_numel});
+      .flat_view(layout_.chunk_begin(bucket, rank), {layout_.buckets[bucket].chunk_numel});
 }
 
 void FlatParams::bind(const Tensor& flat) {

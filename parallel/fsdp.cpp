@@ -41,7 +41,7 @@ nn::NamedTensors with_prefix(const std::string& prefix, const nn::NamedTensors& 
 }  // namespace
 
 FullyShardedGPT::FullyShardedGPT(nn::GPT& model, ProcessGroupPtr shard_group, ProcessGroupPtr replicate_group,
-                                 const nn::AdamWOptions& adamw)
+                                 const nn::AdamWOptions& adamw, const FsdpOptions& fsdp)
     : lr(adamw.lr),
       options(adamw),
       model_(model),
@@ -56,12 +56,12 @@ FullyShardedGPT::FullyShardedGPT(nn::GPT& model, ProcessGroupPtr shard_group, Pr
   nn::NamedTensors root = with_prefix("wte.", model.wte->named_parameters());
   for (auto& entry : with_prefix("wpe.", model.wpe->named_parameters())) root.push_back(entry);
   for (auto& entry : with_prefix("ln_f.", model.ln_f->named_parameters())) root.push_back(entry);
-  units_.push_back(FsdpUnit::make("root", root, shard_group_, replicate_group_));
+  units_.push_back(FsdpUnit::make("root", root, shard_group_, replicate_group_, fsdp.offload));
   for (size_t i = 0; i < model.h->size(); ++i) {
     std::string prefix = "h." + std::to_string(i) + ".";
     units_.push_back(FsdpUnit::make(prefix.substr(0, prefix.size() - 1),
                                     with_prefix(prefix, model.block(i).named_parameters()), shard_group_,
-                                    replicate_group_));
+                                    replicate_group_, fsdp.offload));
   }
   int64_t wrapped = 0;
   for (const auto& unit : units_) wrapped += unit->layout().numel;
@@ -74,8 +74,9 @@ static ProcessGroupPtr mesh_group(const DeviceMesh& mesh, const char* name) {
   return mesh.group(name);
 }
 
-FullyShardedGPT::FullyShardedGPT(nn::GPT& model, const DeviceMesh& mesh, const nn::AdamWOptions& adamw)
-    : FullyShardedGPT(model, mesh_group(mesh, "dp_shard"), mesh_group(mesh, "dp_replicate"), adamw) {}
+FullyShardedGPT::FullyShardedGPT(nn::GPT& model, const DeviceMesh& mesh, const nn::AdamWOptions& adamw,
+                                 const FsdpOptions& fsdp)
+    : FullyShardedGPT(model, mesh_group(mesh, "dp_shard"), mesh_group(mesh, "dp_replicate"), adamw, fsdp) {}
 
 // ---- forward: gather, compute, free, unit by unit (GPT::forward's ops in GPT::forward's order) ----
 
@@ -148,6 +149,12 @@ nn::StateDict FullyShardedGPT::full_grads() {
   finish_backward();
   nn::StateDict out;
   for (const auto& unit : units_) unit->gather_grads(out);
+  return out;
+}
+
+nn::StateDict FullyShardedGPT::full_optimizer_state() {
+  nn::StateDict out;
+  for (const auto& unit : units_) unit->gather_optimizer_state(out);
   return out;
 }
 

@@ -61,15 +61,24 @@
 
 namespace sl::parallel {
 
+struct FsdpOptions {
+  // CPU offload (FSDP's CPUOffload, ZeRO-Offload's placement): every unit's weight shard, gradient
+  // shard and AdamW state live on the host (ledger "offload", 16 S bytes) and the update runs there.
+  // Per step the weight shards move up before each all-gather (forward and backward: 2 x 4S) and
+  // the reduced gradient shards move down (4S). A rank's host is cpu:i for a device with index i.
+  bool offload = false;
+};
+
 class FullyShardedGPT {
  public:
   // Shards `model` over shard_group; with a replicate_group (HSDP) gradients are also averaged
   // across it. The model's parameters then view gathered buffers that hold bytes only while their
   // unit is gathered: read weights through full_state_dict(). The model must outlive the wrapper.
   FullyShardedGPT(nn::GPT& model, ProcessGroupPtr shard_group, ProcessGroupPtr replicate_group = nullptr,
-                  const nn::AdamWOptions& options = {});
+                  const nn::AdamWOptions& options = {}, const FsdpOptions& fsdp = {});
   // HSDP from a mesh: shard over "dp_shard", replicate over "dp_replicate" (pp, cp, tp must be 1).
-  FullyShardedGPT(nn::GPT& model, const DeviceMesh& mesh, const nn::AdamWOptions& options = {});
+  FullyShardedGPT(nn::GPT& model, const DeviceMesh& mesh, const nn::AdamWOptions& options = {},
+                  const FsdpOptions& fsdp = {});
   FullyShardedGPT(const FullyShardedGPT&) = delete;
   FullyShardedGPT& operator=(const FullyShardedGPT&) = delete;
 
@@ -85,6 +94,8 @@ class FullyShardedGPT {
   // Collective over the shard group: full, unpadded copies by GPT-2 name on every rank.
   nn::StateDict full_state_dict();
   nn::StateDict full_grads();  // the averaged gradients (what the serial model's .grad would hold)
+  // AdamW's state by parameter name: "<name>.exp_avg", "<name>.exp_avg_sq", "<name>.step". Collective.
+  nn::StateDict full_optimizer_state();
 
   double lr;
   nn::AdamWOptions options;

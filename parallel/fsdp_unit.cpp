@@ -7,9 +7,9 @@
 namespace sl::parallel {
 
 std::shared_ptr<FsdpUnit> FsdpUnit::make(std::string name, const nn::NamedTensors& params, ProcessGroupPtr shard_group,
-                                         ProcessGroupPtr replicate_group) {
+                                         ProcessGroupPtr replicate_group, bool offload) {
   std::shared_ptr<FsdpUnit> unit(
-      new FsdpUnit(std::move(name), params, std::move(shard_group), std::move(replicate_group)));
+      new FsdpUnit(std::move(name), params, std::move(shard_group), std::move(replicate_group), offload));
   // The hooks hold the unit weakly: a model that outlives its wrapper only gets harmless no-ops.
   std::weak_ptr<FsdpUnit> weak = unit;
   for (const Tensor& p : unit->flat_->params())
@@ -20,8 +20,11 @@ std::shared_ptr<FsdpUnit> FsdpUnit::make(std::string name, const nn::NamedTensor
 }
 
 FsdpUnit::FsdpUnit(std::string name, const nn::NamedTensors& params, ProcessGroupPtr shard_group,
-                   ProcessGroupPtr replicate_group)
-    : name_(std::move(name)), shard_group_(std::move(shard_group)), replicate_group_(std::move(replicate_group)) {
+                   ProcessGroupPtr replicate_group, bool offload)
+    : name_(std::move(name)),
+      shard_group_(std::move(shard_group)),
+      replicate_group_(std::move(replicate_group)),
+      offload_(offload) {
   SL_CHECK(shard_group_ != nullptr, "FSDP unit ", name_, ": the shard group is null");
   std::vector<Tensor> tensors;
   for (const auto& [param_name, tensor] : params) {
@@ -31,26 +34,42 @@ FsdpUnit::FsdpUnit(std::string name, const nn::NamedTensors& params, ProcessGrou
   // Full buffer [P] (weights), the params re-pointed at it; their old storages are freed.
   flat_ = std::make_unique<FlatParams>(std::move(tensors), shard_group_->size());
   const int64_t S = layout().shard_numel;
+  device_ = flat_->buffer().device();
+  host_ = Device::cpu(device_.index);
+  SL_CHECK(!offload_ || device_.is_cpu(), "FSDP unit ", name_, ": offload needs the parameters on a CPU device (got ",
+           device_, ")");
+  const Device home = offload_ ? host_ : device_;
   {
-    MemoryScope scope(MemoryCategory::weights);
-    weight_shard_ = flat_->shard(shard_group_->rank()).clone();
+    MemoryScope scope(offload_ ? MemoryCategory::offload : MemoryCategory::weights);
+    weight_shard_ = zeros({S}, TensorOptions(DType::f32, home));
+    weight_shard_.copy_(flat_->shard(shard_group_->rank()));
   }
+  if (offload_) MemoryLedger::instance().record_transfer(device_, host_, weight_shard_.nbytes());
   {
-    MemoryScope scope(MemoryCategory::grads);
-    grad_shard_ = zeros({S}, weight_shard_.options());
+    MemoryScope scope(offload_ ? MemoryCategory::offload : MemoryCategory::grads);
+    grad_shard_ = zeros({S}, TensorOptions(DType::f32, home));
   }
-  {
-    MemoryScope scope(MemoryCategory::optimizer);
-    exp_avg_ = zeros({S}, weight_shard_.options());
-    exp_avg_sq_ = zeros({S}, weight_shard_.options());
-  }
+  adam_ = std::make_unique<ShardedAdamW>(layout(), shard_group_->rank(), home,
+                                         offload_ ? MemoryCategory::offload : MemoryCategory::optimizer);
   reshard();  // from here on a rank holds 16 S bytes of this unit
 }
 
 void FsdpUnit::unshard() {
   if (state_ != State::sharded) return;
   full_storage().reallocate();  // charged to "weights" again, as when it was first made
-  shard_group_->all_gather(flat_->buffer(), weight_shard_);
+  if (!offload_) {
+    shard_group_->all_gather(flat_->buffer(), weight_shard_);
+  } else {
+    // Weights up: the host's shard to the device, then the all-gather from there.
+    Tensor up;
+    {
+      MemoryScope scope(MemoryCategory::comm);
+      up = Tensor::empty({layout().shard_numel}, TensorOptions(DType::f32, device_));
+    }
+    up.copy_(weight_shard_);
+    MemoryLedger::instance().record_transfer(host_, device_, up.nbytes());
+    shard_group_->all_gather(flat_->buffer(), up);
+  }
   state_ = State::gathered;
 }
 
@@ -98,6 +117,7 @@ void FsdpUnit::post_backward() {
   // [P] on every rank -> my [S] of the mean over the shard group; HSDP: then the mean over replicas.
   shard_group_->reduce_scatter(reduced, full_grads_, ReduceOp::avg);
   if (replicate_group_ && replicate_group_->size() > 1) replicate_group_->all_reduce(reduced, ReduceOp::avg);
+  if (offload_) MemoryLedger::instance().record_transfer(device_, host_, reduced.nbytes());  // gradients down
   grad_shard_.add_(reduced);  // accumulates across backwards until zero_grad
   has_grad_ = true;
   flat_->release_grads();
@@ -114,22 +134,27 @@ double FsdpUnit::grad_square_sum() const {
 }
 
 void FsdpUnit::adamw_step(const nn::AdamWOptions& options, double lr) {
-  if (!has_grad_) return;  // as nn::AdamW skips a parameter without a gradient
-  const int64_t t = ++step_;
-  float* w = weight_shard_.data<float>();
-  const float* g = grad_shard_.data<float>();
-  float* m = exp_avg_.data<float>();
-  float* v = exp_avg_sq_.data<float>();
-  // Each piece is one parameter's part of my shard; the padding belongs to no piece and stays 0.
-  for (const ShardPiece& piece : layout().shard_pieces(shard_group_->rank())) {
-    const int64_t at = piece.shard_offset;
-    nn::adamw_update(w + at, g + at, m + at, v + at, piece.numel, nn::AdamWStep::make(options, lr, t, piece.decay));
-  }
+  // A unit's parameters get their gradients together: all of them or (no backward reached it) none.
+  const std::vector<char> has_grad(layout().segments.size(), has_grad_ ? 1 : 0);
+  adam_->step(weight_shard_.data<float>(), ShardedAdamW::Weights::in_shard, grad_shard_.data<float>(), has_grad,
+              options, lr);
 }
 
 void FsdpUnit::zero_grad() {
   grad_shard_.zero_();
   has_grad_ = false;
+}
+
+void FsdpUnit::gather_optimizer_state(nn::StateDict& out) const {
+  if (adam_->step_of(0) == 0) return;
+  nn::StateDict m, v;
+  gather(adam_->exp_avg(), m);
+  gather(adam_->exp_avg_sq(), v);
+  for (size_t i = 0; i < param_names_.size(); ++i) {
+    out[param_names_[i] + ".exp_avg"] = m.at(param_names_[i]);
+    out[param_names_[i] + ".exp_avg_sq"] = v.at(param_names_[i]);
+    out[param_names_[i] + ".step"] = scalar_tensor(static_cast<double>(adam_->step_of(i)), DType::i64);
+  }
 }
 
 void FsdpUnit::gather(const Tensor& shard, nn::StateDict& out) const {

@@ -25,6 +25,7 @@
 #include "nn/optim.h"
 #include "parallel/flat_params.h"
 #include "parallel/process_group.h"
+#include "parallel/sharded_adamw.h"
 
 namespace sl::parallel {
 
@@ -33,8 +34,11 @@ class FsdpUnit {
   // Flattens `params` (GPT-2 names with their tensors) into one buffer padded to a multiple of shard_group's size,
   // keeps this rank's shard of it, and frees the rest. Every rank must pass parameters holding the
   // same values (built from the same seed). replicate_group (HSDP) may be null.
+  // offload: the weight shard, the gradient shard and AdamW's state live on the host (ledger category
+  // "offload") and the update runs there; unshard() moves the weight shard up before its all-gather
+  // and post_backward() moves the reduced gradient shard down.
   static std::shared_ptr<FsdpUnit> make(std::string name, const nn::NamedTensors& params, ProcessGroupPtr shard_group,
-                                        ProcessGroupPtr replicate_group);
+                                        ProcessGroupPtr replicate_group, bool offload = false);
 
   enum class State : uint8_t { sharded, gathered, backward };
 
@@ -46,9 +50,12 @@ class FsdpUnit {
   // Sum of squares of this rank's gradient shard (padding is zero): clipping's local part.
   double grad_square_sum() const;
   void scale_grads(double scale) const { grad_shard_.mul_(scale); }
-  // AdamW on the shard, piece by piece with each parameter's decay rule (nn::adamw_update's bits).
+  // AdamW on the shard (parallel/sharded_adamw.h: nn::AdamW's update, piece by piece).
   void adamw_step(const nn::AdamWOptions& options, double lr);
   void zero_grad();
+  // The optimizer state by parameter name ("<name>.exp_avg", "<name>.exp_avg_sq", "<name>.step"),
+  // full and unpadded on every rank of the shard group: collective. Empty before the first step.
+  void gather_optimizer_state(nn::StateDict& out) const;
 
   // Full (unpadded) copies on every rank of the shard group, by parameter name: collective.
   void gather_weights(nn::StateDict& out) const { gather(weight_shard_, out); }
@@ -66,7 +73,7 @@ class FsdpUnit {
 
  private:
   FsdpUnit(std::string name, const nn::NamedTensors& params, ProcessGroupPtr shard_group,
-           ProcessGroupPtr replicate_group);
+           ProcessGroupPtr replicate_group, bool offload);
   void on_grad_accumulated();  // a parameter's post-accumulate-grad hook
   void post_backward();
   Storage& full_storage() const { return *flat_->buffer().impl()->storage; }
@@ -76,9 +83,11 @@ class FsdpUnit {
   std::vector<std::string> param_names_;
   std::unique_ptr<FlatParams> flat_;  // the params view flat_->buffer(), whose bytes come and go
   ProcessGroupPtr shard_group_, replicate_group_;
-  Tensor weight_shard_, grad_shard_, exp_avg_, exp_avg_sq_;  // [S] each: what this rank owns
-  Tensor full_grads_;                                        // [P], only during this unit's backward
-  int64_t step_ = 0;
+  bool offload_ = false;
+  Device device_, host_;                // host_: cpu:i for device index i (on a CPU build, the same)
+  Tensor weight_shard_, grad_shard_;    // [S] each: what this rank owns (offload: on the host)
+  std::unique_ptr<ShardedAdamW> adam_;  // exp_avg, exp_avg_sq [S]
+  Tensor full_grads_;                   // [P], only during this unit's backward
   size_t pending_grads_ = 0;  // parameters still to accumulate in this backward
   bool has_grad_ = false;     // a backward reached the unit since zero_grad (AdamW skips it otherwise)
   State state_ = State::gathered;

@@ -186,6 +186,9 @@ void ProcessGroup::worker_loop() {
     } catch (...) {
       error = std::current_exception();
     }
+    // Drop the tensors the job captured: a Work kept by its caller must not keep them alive (ZeRO-2
+    // frees a bucket's gradients by letting go of them once its reduce-scatter is done).
+    job->run = nullptr;
     {
       std::lock_guard job_lock(job->mutex);
       job->done = true;

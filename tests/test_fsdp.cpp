@@ -26,10 +26,10 @@ constexpr uint64_t kSeed = 11;
 constexpr double kRtol = 1.3e-6, kAtol = 1e-5;
 
 nn::GPTConfig small_config() { return {.vocab_size = 32, .block_size = 8, .n_layer = 2, .n_head = 2, .n_embd = 16}; }
-// lr 1e-3: the attention key bias has a gradient that is mathematically zero and numerically ~1e-11 of
-// summation noise; AdamW turns that into updates of up to lr·noise/eps, so at lr 1e-2 a different
-// summation order (another build's vectorization, the split batch) alone moves it past atol 1e-5.
-nn::AdamWOptions adamw_options() { return {.lr = 1e-3}; }
+// lr 1e-2 and weight decay 0.1, so decay on a bias or forgotten on a shard shows over 5 steps; eps 1e-6:
+// the attention key bias has a gradient that is mathematically zero and numerically ~1e-11 of
+// summation noise, which Adam amplifies to lr·noise/eps — harmless at eps 1e-6.
+nn::AdamWOptions adamw_options() { return {.lr = 1e-2, .eps = 1e-6, .weight_decay = 0.1}; }
 
 const nn::TokenStream& stream() {
   static const nn::TokenStream tokens = [] {
@@ -57,6 +57,8 @@ struct Trace {
   Values initial;
   std::vector<double> losses, norms;
   std::vector<Values> grads, params;  // grads before clipping; params after the step
+  Values optimizer_state;             // after the last step: "<name>.exp_avg", "<name>.exp_avg_sq"
+  int64_t steps = 0;                  // nn::AdamW's step count of every parameter
 };
 
 const Trace& serial() {
@@ -78,6 +80,14 @@ const Trace& serial() {
       optimizer.step();
       optimizer.zero_grad();
       t.params.push_back(values_of(model.state_dict()));
+    }
+    const nn::StateDict state = optimizer.state_dict();  // "state.{i}.exp_avg" in parameter order
+    size_t i = 0;
+    for (const auto& [name, p] : model.named_parameters()) {
+      const std::string key = "state." + std::to_string(i++) + ".";
+      t.optimizer_state[name + ".exp_avg"] = state.at(key + "exp_avg").values<float>();
+      t.optimizer_state[name + ".exp_avg_sq"] = state.at(key + "exp_avg_sq").values<float>();
+      t.steps = static_cast<int64_t>(state.at(key + "step").item());
     }
     return t;
   }();
@@ -111,18 +121,21 @@ TEST(FsdpSerial, ReferenceClips) {
 
 struct Layout {
   int replicate = 1, shard = 1;
-  bool hsdp = false;  // built from a DeviceMesh (HSDP), else FullyShardedGPT(model, world)
+  bool hsdp = false;     // built from a DeviceMesh (HSDP), else FullyShardedGPT(model, world)
+  bool offload = false;  // FsdpOptions::offload
   int world() const { return replicate * shard; }
 };
 
 void PrintTo(const Layout& l, std::ostream* out) {
-  *out << "dp_replicate " << l.replicate << " x dp_shard " << l.shard << (l.hsdp ? " (mesh)" : "");
+  *out << "dp_replicate " << l.replicate << " x dp_shard " << l.shard << (l.hsdp ? " (mesh)" : "")
+       << (l.offload ? " offload" : "");
 }
 
 std::string layout_name(const testing::TestParamInfo<Layout>& info) {
   const Layout& l = info.param;
-  if (!l.hsdp) return "world" + std::to_string(l.world());
-  return "replicate" + std::to_string(l.replicate) + "_shard" + std::to_string(l.shard);
+  const std::string offload = l.offload ? "_offload" : "";
+  if (!l.hsdp) return "world" + std::to_string(l.world()) + offload;
+  return "replicate" + std::to_string(l.replicate) + "_shard" + std::to_string(l.shard) + offload;
 }
 
 // Runs fn(ctx, fsdp, model) on every rank of the layout, comparing every collective's fingerprint
@@ -135,10 +148,10 @@ void run_layout(const Layout& layout, Fn&& fn) {
         nn::GPT model(small_config(), kSeed);
         if (layout.hsdp) {
           DeviceMesh mesh(ctx.world, {.dp_replicate = layout.replicate, .dp_shard = layout.shard});
-          FullyShardedGPT fsdp(model, mesh, adamw_options());
+          FullyShardedGPT fsdp(model, mesh, adamw_options(), {.offload = layout.offload});
           fn(ctx, fsdp, model);
         } else {
-          FullyShardedGPT fsdp(model, ctx.world, nullptr, adamw_options());
+          FullyShardedGPT fsdp(model, ctx.world, nullptr, adamw_options(), {.offload = layout.offload});
           fn(ctx, fsdp, model);
         }
       },
@@ -176,6 +189,16 @@ void matches_serial(const Layout& layout) {
       expect_close(values_of(fsdp.full_state_dict()), want.params[step],
                    "step " + std::to_string(step) + " parameters");
     }
+    // AdamW's moments, gathered from the shards, against the serial optimizer's.
+    nn::StateDict state = fsdp.full_optimizer_state();
+    Values moments;
+    for (const auto& [key, tensor] : state) {
+      if (key.size() > 5 && key.substr(key.size() - 5) == ".step")
+        EXPECT_EQ(static_cast<int64_t>(tensor.item()), want.steps) << key;
+      else
+        moments[key] = tensor.values<float>();
+    }
+    expect_close(moments, want.optimizer_state, "optimizer state after the last step");
   });
 }
 
@@ -480,10 +503,55 @@ TEST(FsdpBackward, GradientsAccumulateOverMicroBatches) {
       quick());
 }
 
-std::vector<Layout> fsdp_layouts() { return {{1, 1}, {1, 2}, {1, 3}, {1, 4}}; }
-std::vector<Layout> hsdp_layouts() { return {{2, 1, true}, {1, 2, true}, {2, 2, true}}; }
+// Offload: every shard (weights, gradients, AdamW's m and v: 16 S) lives on the host; the device holds
+// only what is gathered. Per step the weight shards move up twice (forward and backward gathers) and
+// the reduced gradient shards down once: 3 x 4S. (cpu:r -> cpu:r on a CPU-only build.)
+TEST(FsdpOffload, ShardsAndTheUpdateLiveOnTheHost) {
+  for (int n : {2, 3}) {
+    SL_SKIP_UNLESS_WORLD(n);
+    launch(
+        n,
+        [&](RankContext& ctx) {
+          MemoryLedger& ledger = MemoryLedger::instance();
+          const Device dev = ctx.device;
+          auto now = [&](MemoryCategory c) { return ledger.current(dev, c); };
+          const int64_t weights0 = now(MemoryCategory::weights), grads0 = now(MemoryCategory::grads),
+                        optimizer0 = now(MemoryCategory::optimizer), offload0 = now(MemoryCategory::offload);
+          nn::GPT model(small_config(), kSeed);
+          const Expected e = expected_sizes(model, n);
+          FullyShardedGPT fsdp(model, ctx.world, nullptr, adamw_options(), {.offload = true});
+          for (int step = 0; step < 2; ++step) {
+            const std::string when = "world " + std::to_string(n) + " step " + std::to_string(step);
+            ledger.reset_peak(dev);
+            const int64_t moved0 = ledger.transferred(dev, dev);
+            nn::Batch batch = rank_batch(step, ctx);
+            fsdp.loss(batch.inputs, batch.targets).backward();
+            fsdp.clip_grad_norm(kMaxNorm);
+            fsdp.step();
+            fsdp.zero_grad();
+            EXPECT_EQ(now(MemoryCategory::offload) - offload0, 16 * e.shard) << when;
+            EXPECT_EQ(now(MemoryCategory::weights) - weights0, 0) << when;
+            EXPECT_EQ(now(MemoryCategory::grads) - grads0, 0) << when;
+            EXPECT_EQ(now(MemoryCategory::optimizer) - optimizer0, 0) << when;
+            EXPECT_EQ(ledger.peak(dev, MemoryCategory::weights) - weights0, 4 * e.largest_gathered) << when;
+            EXPECT_EQ(ledger.transferred(dev, dev) - moved0, 3 * 4 * e.shard) << when;
+          }
+        },
+        quick());
+  }
+}
 
-INSTANTIATE_TEST_SUITE_P(Layouts, Fsdp, testing::ValuesIn(fsdp_layouts()), layout_name);
+std::vector<Layout> fsdp_layouts() { return {{1, 1}, {1, 2}, {1, 3}, {1, 4}}; }
+// 2x3: a shard group of 3 pads every unit (Ψ_u not divisible by 3).
+std::vector<Layout> hsdp_layouts() { return {{2, 1, true}, {1, 2, true}, {2, 2, true}, {2, 3, true}}; }
+std::vector<Layout> parity_layouts() {
+  std::vector<Layout> layouts = fsdp_layouts();
+  layouts.push_back({1, 2, false, true});  // offload: shards and the update on the host
+  layouts.push_back({1, 3, false, true});
+  return layouts;
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, Fsdp, testing::ValuesIn(parity_layouts()), layout_name);
 INSTANTIATE_TEST_SUITE_P(Layouts, Hsdp, testing::ValuesIn(hsdp_layouts()), layout_name);
 INSTANTIATE_TEST_SUITE_P(Layouts, FsdpMemory, testing::ValuesIn(fsdp_layouts()), layout_name);
 INSTANTIATE_TEST_SUITE_P(Layouts, HsdpMemory, testing::ValuesIn(hsdp_layouts()), layout_name);

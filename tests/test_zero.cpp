@@ -1,7 +1,9 @@
-// test_zero.cpp — FlatParams (flatten, pad, shard) and ZeRO-1/2 with and without offload against the
-// serial GPT + nn::AdamW + nn::clip_grad_norm run: losses, norms, gradients, parameters and the full
-// optimizer state after every step, the ledger's memory held between steps and the bytes each step
-// moves, at worlds 1-4 (world 3 pads the flat buffer).
+// test_zero.cpp — FlatParams (flatten, pad, bucket, shard) and ZeRO-1/2 with and without offload
+// against the serial GPT + nn::AdamW + nn::clip_grad_norm run at lr 1e-2 and weight decay 0.1 (so a
+// lost or misplaced decay shows): losses, norms, gradients, parameters and the full optimizer state
+// after every step, at worlds 1-4 (world 3 pads). The ledger's memory held between steps, the peak
+// gradient memory during backward and the bytes each step moves are derived here from Ψ, ⌈Ψ/N⌉ and
+// the paper's formulas (ZeRO-1/2 move DDP's 2(N-1)/N·4Ψ), never read back from the implementation.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -47,6 +49,33 @@ TEST(FlatParams, LayoutPadsAndCutsSegmentsAtShardEdges) {
   EXPECT_EQ(r3[0].numel, 3);
   expect_error([&] { layout.shard_pieces(4); }, "rank 4 is not in [0, 4)");
   expect_error([] { FlatLayout({Shape({2})}, 0); }, "world size must be at least 1 (got 0)");
+}
+
+TEST(FlatParams, BucketsInReverseOrderEachCutIntoOneChunkPerRank) {
+  // 4-byte floats over 2 ranks, buckets closing at >= 12 bytes, filled from the last parameter:
+  // bucket 0 = p3 [2], p2 [1] (12 bytes: 3 elements, padded to 4), bucket 1 = p1 [2], p0 [2] (4).
+  FlatLayout layout({Shape({2}), Shape({2}), Shape({1}), Shape({2})}, 2, 12);
+  ASSERT_EQ(layout.buckets.size(), 2u);
+  EXPECT_EQ(layout.buckets[0].segments, std::vector<size_t>({3, 2}));
+  EXPECT_EQ(layout.buckets[1].segments, std::vector<size_t>({1, 0}));
+  EXPECT_EQ(layout.segments[3].offset, 0);
+  EXPECT_EQ(layout.segments[2].offset, 2);
+  EXPECT_EQ(layout.buckets[1].offset, 4);  // after bucket 0's element of padding
+  EXPECT_EQ(layout.segments[1].offset, 4);
+  EXPECT_EQ(layout.segments[0].offset, 6);
+  EXPECT_EQ(layout.padded_numel, 8);
+  EXPECT_EQ(layout.shard_numel, 4);
+  // Rank 1 owns chunk 1 of each bucket: flat [2, 4) = p2 + padding, then flat [6, 8) = p0.
+  auto r1 = layout.shard_pieces(1);
+  ASSERT_EQ(r1.size(), 2u);
+  EXPECT_EQ(r1[0].segment, 2u);
+  EXPECT_EQ(r1[0].shard_offset, 0);
+  EXPECT_EQ(r1[0].flat_offset, 2);
+  EXPECT_EQ(r1[0].numel, 1);
+  EXPECT_EQ(r1[1].segment, 0u);
+  EXPECT_EQ(r1[1].shard_offset, 2);  // after rank 1's 2-element chunk of bucket 0
+  EXPECT_EQ(r1[1].flat_offset, 6);
+  EXPECT_EQ(r1[1].numel, 2);
 }
 
 TEST(FlatParams, ParametersBecomeViewsOfOnePaddedBuffer) {
@@ -101,10 +130,12 @@ constexpr double kMaxNorm = 0.5;
 constexpr uint64_t kSeed = 5;
 
 nn::GPTConfig small_config() { return {.vocab_size = 32, .block_size = 8, .n_layer = 2, .n_head = 2, .n_embd = 16}; }
-// lr 1e-3: the attention key bias has a gradient that is mathematically zero and numerically ~1e-11 of
-// summation noise; AdamW turns that into updates of up to lr·noise/eps, so at lr 1e-2 a different
-// summation order (another build's vectorization, the split batch) alone moves it past atol 1e-5.
-nn::AdamWOptions adamw_options() { return {.lr = 1e-3}; }
+// lr 1e-2 and weight decay 0.1: a decay applied to biases, or forgotten on a shard, moves parameters
+// by lr·wd·w per step, well past atol over 5 steps. eps 1e-6: the attention key bias has a gradient
+// that is mathematically zero and numerically ~1e-11 of summation noise, which Adam would amplify to
+// lr·noise/eps; at eps 1e-6 that stays far below atol whatever the summation order.
+nn::AdamWOptions adamw_options() { return {.lr = 1e-2, .eps = 1e-6, .weight_decay = 0.1}; }
+constexpr int64_t kSmallBuckets = 4096;  // bytes: the small GPT's 100k bytes of parameters in ~10 buckets
 
 const nn::TokenStream& stream() {
   static const nn::TokenStream tokens = [] {
@@ -168,10 +199,12 @@ struct ZeroCase {
   int stage;
   int world;
   bool offload;
+  int64_t bucket_bytes = kSmallBuckets;
 };
 
 void PrintTo(const ZeroCase& c, std::ostream* out) {
-  *out << "stage " << c.stage << ", world " << c.world << (c.offload ? ", offload" : "");
+  *out << "stage " << c.stage << ", world " << c.world << (c.offload ? ", offload" : "") << ", buckets of "
+       << c.bucket_bytes << " bytes";
 }
 
 std::string case_name(const testing::TestParamInfo<ZeroCase>& info) {
@@ -186,7 +219,6 @@ struct RankRecord {
   std::array<int64_t, kNumMemoryCategories> peak{};             // above the start, over the run
   std::vector<std::array<CommStats, 3>> comm;                   // all_reduce, all_gather, reduce_scatter
   std::vector<int64_t> host_transfers;                          // cpu:r -> cpu:r bytes
-  int64_t padded = 0, shard = 0;
   bool ran = false;  // under mpirun a process runs one rank: the others' records stay empty
 };
 
@@ -200,10 +232,9 @@ void run_rank(RankContext& ctx, const ZeroCase& c, RankRecord& record) {
 
   nn::GPT model(small_config(), kSeed);
   ZeroAdamW optimizer(model.parameters(), ctx.world,
-                      {.stage = c.stage, .offload = c.offload, .adamw = adamw_options()});
-  record.padded = optimizer.flat().layout().padded_numel;
-  record.shard = optimizer.flat().layout().shard_numel;
-  const int64_t rows = kBatch / c.world, numel = optimizer.flat().layout().numel;
+                      {.stage = c.stage, .offload = c.offload, .adamw = adamw_options(), .bucket_bytes = c.bucket_bytes});
+  const int64_t rows = kBatch / c.world;
+  ledger.reset_peak(ctx.device);  // the peaks below are those of the steps, not of the construction
 
   for (int step = 0; step < kSteps; ++step) {
     optimizer.zero_grad();
@@ -232,12 +263,8 @@ void run_rank(RankContext& ctx, const ZeroCase& c, RankRecord& record) {
     record.held.push_back(held);
 
     // After the accounting: the gradients this step used (gathered at stage 2) and the new parameters.
-    std::vector<float> grads = optimizer.gather_gradients().values<float>();
-    grads.resize(numel);
-    record.trace.grads.push_back(grads);
-    std::vector<float> params = optimizer.flat().buffer().values<float>();
-    params.resize(numel);
-    record.trace.params.push_back(params);
+    record.trace.grads.push_back(optimizer.gather_gradients().values<float>());  // parameter order
+    record.trace.params.push_back(flatten(model.parameters()));
   }
   for (int k = 0; k < kNumMemoryCategories; ++k) record.peak[k] = ledger.peak(ctx.device, MemoryCategory(k)) - start[k];
   record.trace.state = optimizer.full_state_dict();
@@ -297,61 +324,110 @@ TEST_P(Zero, MatchesSerial) {
   }
 }
 
+// Ψ and the largest parameter, from the model's shapes alone.
+struct ModelFigures {
+  int64_t psi = 0, largest = 0;
+};
+ModelFigures model_figures() {
+  ModelFigures f;
+  nn::GPT model(small_config(), kSeed);
+  for (const Tensor& p : model.parameters()) {
+    f.psi += p.numel();
+    f.largest = std::max(f.largest, p.numel());
+  }
+  return f;
+}
+
+// One bucket: P = N ⌈Ψ/N⌉ exactly, so every figure is a formula of Ψ and N.
 TEST_P(Zero, MemoryAndCommunicationMatchTheFormulas) {
-  const ZeroCase c = GetParam();
+  ZeroCase c = GetParam();
+  c.bucket_bytes = FlatLayout::kOneBucket;
   SL_SKIP_UNLESS_WORLD(c.world);
   std::vector<RankRecord> records(c.world);
   launch(
       c.world, [&](RankContext& ctx) { run_rank(ctx, c, records[ctx.rank]); }, quick());
 
-  const int64_t n = c.world;
+  const int64_t n = c.world, psi = model_figures().psi;
+  const int64_t S = (psi + n - 1) / n, P = n * S;  // ⌈Ψ/N⌉ and Ψ padded to N of them
+  const int64_t ddp_bytes = 2 * (n - 1) * 4 * S;   // DDP's ring all-reduce 2(N-1)/N·4P
   for (int r = 0; r < c.world; ++r) {
     const RankRecord& got = records[r];
     if (!got.ran) continue;
-    const int64_t P = got.padded, S = got.shard;  // elements; 4 bytes each
-    ASSERT_EQ(P, S * n);
-    const int64_t grads = c.stage == 1 ? 4 * P : 4 * S;
-    const int64_t state = 8 * S;  // exp_avg + exp_avg_sq of the shard
     auto held_of = [&](int step, MemoryCategory k) { return got.held[step][static_cast<int>(k)]; };
     for (int step = 0; step < kSteps; ++step) {
       const std::string when = "rank " + std::to_string(r) + " after step " + std::to_string(step);
       EXPECT_EQ(held_of(step, MemoryCategory::weights), 4 * P) << when;
-      EXPECT_EQ(held_of(step, MemoryCategory::grads), grads) << when;
-      EXPECT_EQ(held_of(step, MemoryCategory::optimizer), c.offload ? 0 : state) << when;
-      EXPECT_EQ(held_of(step, MemoryCategory::offload), c.offload ? state : 0) << when;
+      // Stage 1: the flat buffer of local sums and the averaged shard; stage 2: the shard only.
+      EXPECT_EQ(held_of(step, MemoryCategory::grads), c.stage == 1 ? 4 * P + 4 * S : 4 * S) << when;
+      EXPECT_EQ(held_of(step, MemoryCategory::optimizer), c.offload ? 0 : 8 * S) << when;
+      // Offload: exp_avg, exp_avg_sq, the master weight shard and the gradient shard on the host.
+      EXPECT_EQ(held_of(step, MemoryCategory::offload), c.offload ? 16 * S : 0) << when;
 
       const std::array<CommStats, 3>& moved = got.comm[step];
       const CommStats &all_reduce = moved[0], &all_gather = moved[1], &reduce_scatter = moved[2];
+      EXPECT_EQ(all_reduce.calls, 0) << when;
+      EXPECT_EQ(reduce_scatter.calls, c.stage == 1 ? 1 : 0) << when;  // stage 2 reduced during backward
+      EXPECT_EQ(all_gather.calls, 2) << when;  // the norm's partial sums, then the parameters
+      // The weights' all-gather plus the gradients' reduce-scatter are DDP's all-reduce, byte for byte.
+      const int64_t weights_gathered = all_gather.bytes_sent - (n - 1) * 8;
+      EXPECT_EQ(weights_gathered, (n - 1) * 4 * S) << when;
       if (c.stage == 1) {
-        EXPECT_EQ(all_reduce.calls, 1) << when;
-        EXPECT_EQ(all_reduce.bytes_sent, 2 * (n - 1) * 4 * S) << when;  // 2(n-1)/n · 4Ψ
-        EXPECT_EQ(all_gather.calls, 1) << when;
-        EXPECT_EQ(all_gather.bytes_sent, (n - 1) * 4 * S) << when;  // (n-1)/n · 4Ψ
-        EXPECT_EQ(reduce_scatter.calls, 0) << when;
-      } else {
-        EXPECT_EQ(all_reduce.calls, 0) << when;
-        EXPECT_EQ(reduce_scatter.calls, 1) << when;
-        EXPECT_EQ(reduce_scatter.bytes_sent, (n - 1) * 4 * S) << when;
-        EXPECT_EQ(all_gather.calls, 2) << when;  // the norm's partial sums, then the parameters
-        EXPECT_EQ(all_gather.bytes_sent, (n - 1) * 4 * S + (n - 1) * 8) << when;
+        EXPECT_EQ(reduce_scatter.bytes_sent + weights_gathered, ddp_bytes) << when;
       }
       EXPECT_EQ(all_gather.bytes_received, all_gather.bytes_sent) << when;
-      // Offload: grad and param shards to the host, the param shard back (cpu:r -> cpu:r on this build).
-      EXPECT_EQ(got.host_transfers[step], c.offload ? 3 * 4 * S : 0) << when;
+      // Offload: the gradient shard down, the weight shard up (cpu:r -> cpu:r on this build).
+      EXPECT_EQ(got.host_transfers[step], c.offload ? 2 * 4 * S : 0) << when;
     }
-    // Peaks: stage 2 holds the full gradient buffer beside the shard until the reduce-scatter;
-    // offload stages grad and param shards on the host during the update.
+    // Stage 2's gradient bytes over the whole run: the reduce-scatters ran inside backward.
     const int64_t grads_peak = got.peak[static_cast<int>(MemoryCategory::grads)];
-    EXPECT_EQ(grads_peak, c.stage == 1 ? 4 * P : 4 * P + 4 * S);
-    EXPECT_EQ(got.peak[static_cast<int>(MemoryCategory::offload)], c.offload ? state + 8 * S : 0);
-    if (r == 0)
-      std::printf(
-          "[   info   ] Ψ padded %lld, S %lld: held weights %lld grads %lld optimizer %lld offload %lld; "
-          "peak grads %lld offload %lld\n",
-          (long long)P, (long long)S, (long long)held_of(0, MemoryCategory::weights),
-          (long long)held_of(0, MemoryCategory::grads), (long long)held_of(0, MemoryCategory::optimizer),
-          (long long)held_of(0, MemoryCategory::offload), (long long)grads_peak,
-          (long long)got.peak[static_cast<int>(MemoryCategory::offload)]);
+    if (c.stage == 1)
+      EXPECT_EQ(grads_peak, 4 * P + 4 * S);  // the flat buffer and the shard
+    else  // the shard + the one bucket (the whole model) + the first gradient, which arrives before it
+      EXPECT_LE(grads_peak, 4 * S + 4 * P + 4 * model_figures().largest);
+  }
+}
+
+// Stage 2 with small buckets: during backward a rank holds its gradient shard and a bounded number of
+// buckets (those launched and not yet waited, kBucketsInFlight, and the one being filled), never the
+// whole 4Ψ. A bucket closes at >= bucket_bytes, so it holds at most bucket_bytes + the largest
+// parameter, plus N-1 elements of padding.
+TEST(ZeroStage2, PeakGradientMemoryIsTheShardPlusBoundedBuckets) {
+  for (int world : {2, 4}) {
+    SL_SKIP_UNLESS_WORLD(world);
+    std::vector<int64_t> peaks(world, -1);
+    launch(
+        world,
+        [&](RankContext& ctx) {
+          auto& ledger = MemoryLedger::instance();
+          const int64_t start = ledger.current(ctx.device, MemoryCategory::grads);
+          nn::GPT model(small_config(), kSeed);
+          ZeroAdamW optimizer(model.parameters(), ctx.world,
+                              {.stage = 2, .adamw = adamw_options(), .bucket_bytes = kSmallBuckets});
+          ledger.reset_peak(ctx.device);
+          for (int step = 0; step < 2; ++step) {
+            optimizer.zero_grad();
+            const int64_t rows = kBatch / world;
+            nn::Batch batch = stream().get_batch(step, kBatch, kBlock, ctx.rank * rows, (ctx.rank + 1) * rows);
+            model.loss(batch.inputs, batch.targets).backward();
+            optimizer.step();
+          }
+          peaks[ctx.rank] = ledger.peak(ctx.device, MemoryCategory::grads) - start;
+        },
+        quick());
+    const ModelFigures f = model_figures();
+    const int64_t n = world;
+    const int64_t bucket_bound = kSmallBuckets + 4 * f.largest + 4 * (n - 1);
+    // 4Ψ/N, padded per bucket (fewer than 20 buckets of 4 KiB in this model's 30 KB)
+    const int64_t bound = 4 * ((f.psi + n - 1) / n) + 4 * 20 * (n - 1) +
+                          (ZeroAdamW::kBucketsInFlight + 1) * bucket_bound + 4 * f.largest;
+    for (int r = 0; r < world; ++r) {
+      if (peaks[r] < 0) continue;
+      EXPECT_LE(peaks[r], bound) << "world " << world << " rank " << r << ": 4Ψ = " << 4 * f.psi;
+      EXPECT_GE(peaks[r], 4 * f.psi / n) << "world " << world << " rank " << r;
+      EXPECT_LT(peaks[r], 4 * f.psi) << "stage 2 must never hold the whole gradient";
+    }
+    std::printf("[   info   ] world %d: peak gradient bytes %lld, bound %lld, 4Ψ/N %lld, 4Ψ %lld\n", world,
+                (long long)peaks[0], (long long)bound, (long long)(4 * f.psi / n), (long long)(4 * f.psi));
   }
 }
 
@@ -389,7 +465,7 @@ TEST(ZeroUsage, GradientsOutsideTheFlatBufferAreCollected) {
               optimizer.clip_grad_norm(kMaxNorm);
               optimizer.step();
             }
-            if (ctx.rank == 0) params[variant] = optimizer.flat().buffer().values<float>();
+            if (ctx.rank == 0) params[variant] = flatten(model.parameters());
           }
         },
         quick());
@@ -416,7 +492,7 @@ TEST(ZeroUsage, GradientAccumulationAcrossAReduce) {
               if (variant == 1 && micro == 0) optimizer.reduce_gradients();
             }
             optimizer.step();
-            if (ctx.rank == 0) params[variant] = optimizer.flat().buffer().values<float>();
+            if (ctx.rank == 0) params[variant] = flatten(model.parameters());
           }
         },
         quick());
@@ -464,7 +540,7 @@ TEST(ZeroUsage, MisuseRaisesClearErrors) {
             },
             "parameter 0 (shape [2, 2]) does not require grad");
         expect_error([&] { ZeroAdamW(model.parameters(), ctx.world, {.adamw = {.lr = -1}}); }, "must not be negative");
-        ZeroAdamW optimizer(model.parameters(), ctx.world, {.stage = 2});
+        ZeroAdamW optimizer(model.parameters(), ctx.world, {.stage = 1});
         optimizer.zero_grad();
         expect_error([&] { optimizer.grad_shard(); }, "have not been reduced since the last zero_grad() or backward");
         expect_error([&] { optimizer.clip_grad_norm(0); }, "max_norm must be positive (got 0)");

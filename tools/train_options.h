@@ -47,7 +47,7 @@ inline const char* const kUsage = R"(usage: train [flags]
   --dp N                    data-parallel ranks (threads; under mpirun: the processes), default 1
   --zero 0|1|2|3            0: DDP (default), 1/2: ZeRO optimizer (and gradient) sharding, 3: FSDP
   --dp-replicate R --dp-shard S   HSDP: FSDP within S ranks, replicated R times (world R x S)
-  --offload                 ZeRO-1/2: optimizer state and update on the host
+  --offload                 ZeRO-1/2/3: optimizer state and update on the host
   --naive-dp                the classic DataParallel (rank 0 scatters, gathers and steps)
   --compare-serial          also train the serial model and report the largest difference
   --help
