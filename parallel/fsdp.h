@@ -33,6 +33,10 @@
 //   reduce-scatter (N-1)/N 4P: 3 (N-1)/N 4P = 1.5x DDP's 2 (N-1)/N 4Ψ; clipping adds one 8-byte
 //   all-reduce. HSDP adds per replica group 2 (R-1)/R 4P/S (an all-reduce of every gradient shard).
 //
+// Offload (FsdpOptions{.offload}): the 16P/N of shards move to the host (ledger "offload"), the update
+//   runs there; per step each unit's weight shard moves up before its two gathers and its reduced
+//   gradient shard moves down: 3 x 4P/N over the host link.
+//
 // In a training loop (every rank, on its rows of the global batch; its dp rank is its world rank):
 //
 //   nn::GPT model(config, seed);                                     // same seed on every rank
@@ -49,7 +53,7 @@
 //   }
 //   nn::StateDict weights = fsdp.full_state_dict();                  // every rank: the full model
 //
-//   Lesson: lessons/06_zero.cpp   Tests: tests/test_fsdp.cpp (Fsdp*, Hsdp*)
+//   Lesson: lessons/06_zero.cpp   Tests: tests/test_fsdp.cpp (Fsdp*, Hsdp*), tests/test_grad_accumulation.cpp
 #pragma once
 #include <memory>
 #include <vector>
