@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,7 @@ struct GemmCase {
   int64_t pad;  // extra elements per row of A, B and C: leading dims larger than the rows
   std::string name;
 };
+void PrintTo(const GemmCase& c, std::ostream* out) { *out << c.name; }  // failures name the case
 
 // Restores the process's thread count, whatever the test did.
 class ThreadsRestorer {
@@ -112,15 +114,16 @@ TEST_P(GemmThreads, MatchesATripleLoop) {
 
 // Shapes under the split threshold, split by rows (M >= N), split by columns, ragged last blocks,
 // every transpose pair, accumulate, and leading dims larger than the rows.
-INSTANTIATE_TEST_SUITE_P(Shapes, GemmThreads,
-                         testing::Values(GemmCase{false, false, false, 7, 5, 3, 0, "tiny"},
-                                         GemmCase{false, true, false, 130, 70, 96, 1, "small_tb"},
-                                         GemmCase{false, false, false, 1000, 96, 200, 0, "rows_nn"},
-                                         GemmCase{true, false, true, 1000, 96, 200, 3, "rows_tn_acc"},
-                                         GemmCase{false, true, false, 777, 130, 150, 2, "rows_nt_ragged"},
-                                         GemmCase{true, true, true, 70, 900, 300, 1, "cols_tt_acc"},
-                                         GemmCase{false, false, false, 48, 1100, 256, 0, "cols_nn"}),
-                         [](const testing::TestParamInfo<GemmCase>& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, GemmThreads,
+    testing::Values(GemmCase{false, false, false, 7, 5, 3, 0, "tiny"},
+                    GemmCase{false, true, false, 130, 70, 96, 1, "small_tb"},
+                    GemmCase{false, false, false, 1000, 200, 300, 0, "rows_nn"},  // 3 blocks of 384 rows
+                    GemmCase{true, false, true, 1000, 200, 300, 3, "rows_tn_acc"},
+                    GemmCase{false, true, false, 777, 130, 400, 2, "rows_nt_ragged"},  // 512 + 265 rows
+                    GemmCase{true, true, true, 100, 1200, 400, 1, "cols_tt_acc"},      // 3 blocks of columns
+                    GemmCase{false, false, false, 64, 1300, 512, 0, "cols_nn"}),       // 768 + 532 columns
+    [](const testing::TestParamInfo<GemmCase>& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace sl

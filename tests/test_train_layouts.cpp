@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,7 @@ std::string base_args(const std::string& corpus) {
 struct Layout {
   std::string name, args;
 };
+void PrintTo(const Layout& layout, std::ostream* out) { *out << layout.args; }  // failures name the flags
 
 // The files every layout is compared with, made once by serial runs:
 //   trained   seed 9, 3 steps                          (what a --dp run from seed 9 must save)

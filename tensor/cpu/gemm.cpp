@@ -109,10 +109,12 @@ void single_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, 
 
 // ---- the blocks: a function of the shape only -------------------------------------------------------
 
-// A block is worth a thread (~30 us to start) from about 8 MFLOP; blocks are whole multiples of 64
-// rows (the BLAS kernels' unroll divides 64, so only the last block has a ragged edge); 16 at most.
-constexpr double kFlopsPerBlock = 8e6;
-constexpr int64_t kBlockAlign = 64, kMaxBlocks = 16;
+// One thread runs every block in turn, so a block must be big enough that cutting costs little: from
+// 32 MFLOP and whole multiples of 128 rows (the BLAS kernels' unroll divides 128, so only the last
+// block has a ragged edge), 16 at most. Measured at 1 thread (bench/gemm, min of 10): n = 256 as fast
+// as one call, n = 512 (4 blocks) about 4% slower.
+constexpr double kFlopsPerBlock = 32e6;
+constexpr int64_t kBlockAlign = 128, kMaxBlocks = 16;
 
 struct GemmBlocks {
   bool split_rows = true;  // rows of op(A) and C, else columns of op(B) and C
