@@ -24,7 +24,8 @@ inline std::string json_number(double value) {
   return out.str();
 }
 
-// One row per rank that reported (under mpirun only this process's rank has one).
+// One row per rank that reported (under mpirun only this process's rank has one). `memory` and
+// `traffic` are indexed by rank.
 inline void print_memory_and_traffic(const std::vector<std::string>& memory,
                                      const std::vector<parallel::CommStats>& traffic, int64_t steps) {
   std::printf("\nmemory per rank (held after the last step; peak since the start):\n%s\n",
@@ -32,8 +33,9 @@ inline void print_memory_and_traffic(const std::vector<std::string>& memory,
   for (const std::string& row : memory)
     if (!row.empty()) std::printf("%s\n", row.c_str());
   std::printf("communication per rank over %lld steps:\n", (long long)steps);
+  // A rank's row where this process ran it (under mpirun: its own) and it talked (naive DP's rank 0 may not).
   for (size_t rank = 0; rank < traffic.size(); ++rank)
-    if (traffic[rank].calls > 0 || rank == 0)
+    if (!memory[rank].empty() && (traffic[rank].calls > 0 || rank == 0))
       std::printf("rank %zu: %lld calls, sent %.3f MiB, received %.3f MiB (%.3f MiB per step)\n", rank,
                   (long long)traffic[rank].calls, traffic[rank].bytes_sent / 1048576.0,
                   traffic[rank].bytes_received / 1048576.0,
