@@ -43,6 +43,11 @@ TEST(TrainFiles, SavePathProbeLeavesNothingBehindAndAnOldFileIntact) {
   EXPECT_FALSE(file_exists(fresh + ".tmp"));
   EXPECT_FALSE(file_exists(old + ".tmp"));
   EXPECT_EQ(read_file(old), "old weights");  // the old file survives until the new one is complete
+  // A PATH.tmp left by a crashed save is neither truncated nor removed by the probe.
+  std::ofstream(old + ".tmp") << "partial";
+  train_files::check_save_path("--save", old);
+  EXPECT_EQ(read_file(old + ".tmp"), "partial");
+  std::remove((old + ".tmp").c_str());
   std::remove(old.c_str());
 }
 

@@ -244,7 +244,7 @@ int train(const Options& options) {
   } else {
     losses = train_serial(r, *owned, true);
   }
-  r.log.close();  // its last write checked: a full disk fails the run here, not silently
+  r.log.close();  // checked too: some file systems (NFS, quotas) report a failed write only here
   nn::GPT& model = *owned;
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
   if (o.profile) {

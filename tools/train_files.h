@@ -42,10 +42,13 @@ inline void check_save_path(const std::string& flag, const std::string& path) {
   SL_CHECK(!is_existing_non_regular(path), flag, " '", path,
            "': exists and is not a regular file (a directory or a device); give a file path");
   const std::string temp = path + ".tmp";
-  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NONBLOCK, 0644);
+  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  const bool created = fd >= 0;
+  // A PATH.tmp already there (a crashed save) is opened, not truncated: the save will replace it.
+  if (!created && errno == EEXIST) fd = ::open(temp.c_str(), O_WRONLY | O_CLOEXEC | O_NONBLOCK);
   SL_CHECK(fd >= 0, flag, " '", path, "': cannot create '", temp, "': ", os_error(errno));
   ::close(fd);
-  ::unlink(temp.c_str());
+  if (created) ::unlink(temp.c_str());
 }
 
 // --log-jsonl PATH: opened (created or truncated) before step 0, written line by line with write(2),
