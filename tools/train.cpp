@@ -7,17 +7,18 @@
 // Prints a progress bar on a terminal, plain lines otherwise; --log-jsonl writes one JSON object
 // per optimizer step; --profile prints where the serial run's training steps spent their time, per
 // op kind: forward, backward and optimizer (clipping and AdamW), held-out evaluations left out.
-// A bad flag or value is a usage error naming the flag (exit code 2).
+// A bad flag or value is a usage error naming the flag (exit code 2). Every other failure exits 1
+// with one line naming what failed: an input that cannot be read, an output path that cannot be
+// written (checked before step 0: tools/train_files.h), a log write or standard output that failed.
+//
+// --init-from and --save work with every layout: each rank starts from the serial file's weights,
+// and --save writes the serial model's file (full_state_dict(); rank 0 alone under mpirun).
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <functional>
-#include <iomanip>
-#include <map>
-#include <sstream>
 #include <string>
 
 #include "autograd/profiler.h"
@@ -27,7 +28,9 @@
 #include "nn/optim.h"
 #include "nn/safetensors.h"
 #include "parallel/dp_trainer.h"
+#include "tools/train_files.h"
 #include "tools/train_options.h"
+#include "tools/train_report.h"
 
 using namespace sl;
 
@@ -43,15 +46,6 @@ std::vector<int64_t> generate_tokens(nn::GPT& model, const std::vector<std::vect
   return std::vector<int64_t>(all.begin(), all.end());
 }
 
-// A number for a JSON line: 9 significant digits, or null where JSON has no number (a diverged
-// run's nan loss, the inf tokens/s of a step that took 0 ms).
-std::string json_number(double value) {
-  if (!std::isfinite(value)) return "null";
-  std::ostringstream out;
-  out << std::setprecision(9) << value;
-  return out.str();
-}
-
 void progress(int64_t step, int64_t steps, double loss, double tokens_per_s) {
   const int width = 30;
   int filled = static_cast<int>(width * (step + 1) / std::max<int64_t>(steps, 1));
@@ -60,15 +54,33 @@ void progress(int64_t step, int64_t steps, double loss, double tokens_per_s) {
   std::fflush(stdout);
 }
 
-// The run's shared pieces: data, model shape, the held-out evaluator and the log.
+// The run's shared pieces: data, model shape, the starting weights, the held-out evaluator and the log.
 struct Run {
   Options o;
   nn::TokenStream stream;
   std::unique_ptr<nn::AdditionTask> addition;
   nn::GPTConfig config;
-  std::ofstream log;
+  nn::StateDict initial;  // --init-from's weights; empty: the seed's draw
+  train_files::LogFile log;
   bool terminal = false;
+  bool writer = true;  // writes the log and --save: every run but ranks 1.. of an mpirun job
 };
+
+// Every model of the run (the serial one, each rank's replica, the --compare-serial reference) starts
+// from the same weights: the seed's draw, then --init-from's file over it (strict: every name, every shape).
+std::unique_ptr<nn::GPT> initial_model(const Run& r) {
+  auto model = std::make_unique<nn::GPT>(r.config, r.o.seed);
+  if (!r.initial.empty()) model->load_state_dict(r.initial);
+  return model;
+}
+
+nn::AdamWOptions adamw_options(const Options& o) { return {o.lr, 0.9, 0.95, o.adam_eps, o.weight_decay}; }
+
+// Before anything is read or trained: every output path can be written. Only the writer checks
+// (under mpirun the other ranks write nothing, and their probes of PATH.tmp would race).
+void check_outputs(const Options& o) {
+  if (!o.save.empty()) train_files::check_save_path("--save", o.save);
+}
 
 void prepare(Run& r) {
   const Options& o = r.o;
@@ -91,10 +103,11 @@ void prepare(Run& r) {
                                 : nn::TokenStream::from_bin_file(o.data, o.vocab_size);
   }
   r.config = nn::GPTConfig{o.task == "bin" ? o.vocab_size : 256, r.o.block_size, o.n_layer, o.n_head, o.n_embd, 0.0};
-  if (!o.log_jsonl.empty()) {
-    r.log.open(o.log_jsonl);
-    SL_CHECK(r.log.good(), "train: cannot write --log-jsonl ", o.log_jsonl);
-  }
+  // Read once here; each rank copies the whole file into its replica, and a sharded layout then
+  // keeps its rank's shard of it (ZeRO's flat buffer, FSDP's units).
+  if (!o.init_from.empty()) r.initial = nn::load_safetensors(o.init_from);
+  // Opened (and an old log truncated) only once every input has been read.
+  if (!o.log_jsonl.empty() && r.writer) r.log.open("--log-jsonl", o.log_jsonl);
   r.terminal = isatty(fileno(stdout));
 }
 
@@ -120,9 +133,11 @@ std::vector<double> loop(Run& r, bool report, const std::function<double(int64_t
     if (!report) continue;
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     double tokens_per_s = static_cast<double>(o.batch_size * o.block_size) / (ms / 1000.0);
+    using train_report::json_number;
     if (r.log.is_open())
-      r.log << "{\"step\": " << step << ", \"loss\": " << json_number(loss) << ", \"ms\": " << json_number(ms)
-            << ", \"tokens_per_s\": " << json_number(tokens_per_s) << ", \"lr\": " << json_number(lr) << "}\n";
+      r.log.write("{\"step\": " + std::to_string(step) + ", \"loss\": " + json_number(loss) +
+                  ", \"ms\": " + json_number(ms) + ", \"tokens_per_s\": " + json_number(tokens_per_s) +
+                  ", \"lr\": " + json_number(lr) + "}\n");
     if (r.terminal)
       progress(step, o.steps, loss, tokens_per_s);
     else if ((step + 1) % 100 == 0 || step + 1 == o.steps)
@@ -141,7 +156,7 @@ std::vector<double> loop(Run& r, bool report, const std::function<double(int64_t
 // The serial model: one AdamW over the whole batch.
 std::vector<double> train_serial(Run& r, nn::GPT& model, bool report) {
   const Options& o = r.o;
-  nn::AdamW optimizer(model.parameters(), nn::AdamWOptions{o.lr, 0.9, 0.95, 1e-8, o.weight_decay});
+  nn::AdamW optimizer(model.parameters(), adamw_options(o));
   static const std::string optimizer_op = "AdamW.step", clip_op = "clip_grad_norm";
   auto step_fn = [&](int64_t step, double lr) {
     optimizer.lr = lr;
@@ -163,7 +178,8 @@ std::vector<double> train_serial(Run& r, nn::GPT& model, bool report) {
 }
 
 // Data parallel: every rank a thread (or an mpirun process) with its rows of each batch. Rank 0
-// logs; at the end rank 0's full weights are returned in `weights`, and the memory and traffic printed.
+// logs; at the end rank 0's full weights are returned in `weights` (under mpirun: in rank 0's process
+// only), and the memory and traffic printed.
 std::vector<double> train_parallel(Run& r, nn::StateDict& weights) {
   const Options& o = r.o;
   parallel::DataParallelPlan plan{static_cast<int>(o.zero), o.naive_dp, o.offload, static_cast<int>(o.dp_replicate),
@@ -176,62 +192,43 @@ std::vector<double> train_parallel(Run& r, nn::StateDict& weights) {
   std::vector<std::string> memory(world);
   std::vector<parallel::CommStats> traffic(world);
   parallel::launch(world, [&](parallel::RankContext& ctx) {
-    nn::GPT replica(r.config, o.seed);  // the same initial weights on every rank
+    // The same initial weights on every rank: the seed's, or --init-from's file, which the sharded
+    // layouts (ZeRO-1/2's flat buffer, FSDP's units) then cut into this rank's shard.
+    std::unique_ptr<nn::GPT> replica = initial_model(r);
     MemoryLedger::instance().reset_peak(ctx.device);
-    parallel::DataParallelTrainer trainer(replica, ctx, plan, nn::AdamWOptions{o.lr, 0.9, 0.95, 1e-8, o.weight_decay});
+    parallel::DataParallelTrainer trainer(*replica, ctx, plan, adamw_options(o));
     auto step_fn = [&](int64_t step, double lr) {
       return trainer.train_step(r.stream, step, o.batch_size, o.block_size, lr, o.grad_clip);
     };
     std::vector<double> mine = loop(r, ctx.rank == 0, step_fn, {});
     memory[ctx.rank] = parallel::memory_table_row(ctx.rank, ctx.device);
     traffic[ctx.rank] = trainer.communication();
-    nn::StateDict full = trainer.full_state_dict();
+    nn::StateDict full = trainer.full_state_dict();  // collective: the serial model's names and shapes
     if (ctx.rank == 0) {
       losses = mine;
       weights = full;
     }
   });
-  std::printf("\nmemory per rank (held after the last step; peak since the start):\n%s\n",
-              parallel::memory_table_header().c_str());
-  for (const std::string& row : memory)
-    if (!row.empty()) std::printf("%s\n", row.c_str());
-  std::printf("communication per rank over %lld steps:\n", (long long)o.steps);
-  for (int rank = 0; rank < world; ++rank)
-    if (traffic[rank].calls > 0 || rank == 0)
-      std::printf("rank %d: %lld calls, sent %.3f MiB, received %.3f MiB (%.3f MiB per step)\n", rank,
-                  (long long)traffic[rank].calls, traffic[rank].bytes_sent / 1048576.0,
-                  traffic[rank].bytes_received / 1048576.0,
-                  traffic[rank].bytes_sent / 1048576.0 / std::max<int64_t>(1, o.steps));
+  train_report::print_memory_and_traffic(memory, traffic, o.steps);
   set_num_threads(static_cast<int>(o.threads));
   return losses;
 }
 
-// Largest |a - b| between two state dicts, and where.
-std::pair<double, std::string> largest_difference(const nn::StateDict& a, const nn::StateDict& b) {
-  std::pair<double, std::string> worst{0.0, ""};
-  for (const auto& [name, tensor] : a) {
-    std::vector<double> x = tensor.to_vector(), y = b.at(name).to_vector();
-    for (size_t i = 0; i < x.size(); ++i)
-      if (std::abs(x[i] - y[i]) > worst.first) worst = {std::abs(x[i] - y[i]), name};
-  }
-  return worst;
-}
-
 int train(const Options& options) {
-  set_num_threads(static_cast<int>(options.threads));
-  DeviceGuard on_device(Device::parse(options.device));
   Run r;
   r.o = options;
+  r.writer = parallel::mpirun_rank() == 0;
+  if (r.writer) check_outputs(options);  // before the data is read or a step is taken
+  set_num_threads(static_cast<int>(options.threads));
+  DeviceGuard on_device(Device::parse(options.device));
   prepare(r);
   const Options& o = r.o;
-  auto owned = std::make_unique<nn::GPT>(r.config, o.seed);
-  nn::GPT& model_ref = *owned;
-  if (!o.init_from.empty()) model_ref.load_state_dict(nn::load_safetensors(o.init_from));
+  std::unique_ptr<nn::GPT> owned = initial_model(r);
   std::printf(
       "train: task %s, %lld tokens of data; GPT %lld layers, %lld heads, n_embd %lld, block %lld: %.2fM parameters\n",
       o.task.c_str(), (long long)r.stream.size(), (long long)o.n_layer, (long long)o.n_head, (long long)o.n_embd,
-      (long long)o.block_size, model_ref.num_parameters() / 1e6);
-  SL_CHECK(!o.parallel() || o.init_from.empty(), "train: --init-from is not supported with data parallelism yet");
+      (long long)o.block_size, owned->num_parameters() / 1e6);
+  if (!o.init_from.empty()) std::printf("initial weights from %s\n", o.init_from.c_str());
   if (o.profile) Profiler::enable();
   auto run_start = std::chrono::steady_clock::now();
   std::vector<double> losses;
@@ -240,11 +237,14 @@ int train(const Options& options) {
     owned.reset();
     nn::StateDict weights;
     losses = train_parallel(r, weights);
+    // Under mpirun only rank 0's process holds the trained weights; the others are done.
+    if (!r.writer) return 0;
     owned = std::make_unique<nn::GPT>(r.config, o.seed);
-    if (!weights.empty()) owned->load_state_dict(weights);
+    owned->load_state_dict(weights);
   } else {
     losses = train_serial(r, *owned, true);
   }
+  r.log.close();  // checked too: some file systems (NFS, quotas) report a failed write only here
   nn::GPT& model = *owned;
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
   if (o.profile) {
@@ -253,27 +253,16 @@ int train(const Options& options) {
     Profiler::disable();
   }
   if (o.steps > 0) std::printf("trained %lld steps in %.1f s\n", (long long)o.steps, seconds);
-  if (o.compare_serial && o.parallel()) {
-    nn::GPT serial(r.config, o.seed);
-    std::vector<double> serial_losses = train_serial(r, serial, false);
-    double worst_loss = 0;
-    int64_t worst_step = 0;
-    for (size_t s = 0; s < losses.size() && s < serial_losses.size(); ++s)
-      if (std::abs(losses[s] - serial_losses[s]) > worst_loss) {
-        worst_loss = std::abs(losses[s] - serial_losses[s]);
-        worst_step = static_cast<int64_t>(s);
-      }
-    auto [worst_param, where] = largest_difference(model.state_dict(), serial.state_dict());
-    std::printf(
-        "compared with the serial model: largest loss difference %.3g (step %lld), largest parameter "
-        "difference %.3g (%s)\n",
-        worst_loss, (long long)worst_step, worst_param, where.c_str());
+  if (o.compare_serial) {
+    std::unique_ptr<nn::GPT> serial = initial_model(r);
+    std::vector<double> serial_losses = train_serial(r, *serial, false);
+    train_report::print_comparison(losses, serial_losses, model.state_dict(), serial->state_dict());
   }
   if (r.addition)
     std::printf("final held-out accuracy: %.1f%% of %zu unseen %lld-digit sums\n", 100 * accuracy(r, model),
                 r.addition->heldout().size(), (long long)o.digits);
   if (!o.save.empty()) {
-    nn::save_safetensors(o.save, model.state_dict());
+    train_files::save_weights("--save", o.save, model.state_dict());
     std::printf("saved %s\n", o.save.c_str());
   }
   return 0;
@@ -294,8 +283,11 @@ int main(int argc, char** argv) {
     return 0;
   }
   try {
-    return train(options);
+    int code = train(options);
+    train_files::check_stdout();  // the report is part of the run: lost output is a failed run
+    return code;
   } catch (const std::exception& e) {
+    std::fflush(stdout);  // what was printed before the error comes first
     std::fprintf(stderr, "\ntrain: %s\n", e.what());
     return 1;
   }

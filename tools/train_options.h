@@ -15,7 +15,7 @@ struct Options {
   int64_t vocab_size = 0;  // 0: from the data (256 for addition and text)
   int64_t n_layer = 2, n_head = 4, n_embd = 128, block_size = 0 /* auto */, batch_size = 128, steps = 1500;
   int64_t warmup_steps = 100, eval_every = 500, digits = 2, threads = 2;
-  double lr = 3e-3, min_lr = 3e-4, weight_decay = 0.1, grad_clip = 1.0;
+  double lr = 3e-3, min_lr = 3e-4, weight_decay = 0.1, grad_clip = 1.0, adam_eps = 1e-8;
   uint64_t seed = 1337;
   bool profile = false, help = false;
   // Data parallelism (parallel/dp_trainer.h): ranks are threads, or processes under mpirun.
@@ -35,10 +35,12 @@ inline const char* const kUsage = R"(usage: train [flags]
   --batch-size N --steps N  default 128, 1500
   --lr X --min-lr X --warmup-steps N                     warm-up then cosine decay (3e-3 -> 3e-4, 100)
   --weight-decay X          AdamW decay on matrices (default 0.1)
+  --adam-eps X              AdamW's epsilon, > 0 (default 1e-8)
   --grad-clip X             clip the global gradient norm (default 1.0; 0 turns it off)
   --seed N                  model init and data order (default 1337)
-  --init-from PATH          load weights (safetensors, strict by name) before training
-  --save PATH               save weights (safetensors) at the end; --steps 0 saves the initial weights
+  --init-from PATH          load weights (safetensors, strict by name) before training; any layout
+  --save PATH               save weights (safetensors, the serial model's names) at the end, from any
+                            layout; --steps 0 saves the initial weights. Checked writable before step 0
   --log-jsonl PATH          one JSON object per optimizer step
   --eval-every N            held-out accuracy every N steps (addition; default 500; 0: only at the end)
   --device cpu|cuda         default cpu
@@ -124,6 +126,16 @@ inline Options parse(int argc, char** argv) {
   flags["--min-lr"] = real(o.min_lr, 0);
   flags["--weight-decay"] = real(o.weight_decay, 0);
   flags["--grad-clip"] = real(o.grad_clip, 0);
+  flags["--adam-eps"] = [&](const std::string& v) {
+    // Adam divides by sqrt(v) + eps: 0 would turn a parameter with no gradient into 0/0.
+    const UsageError positive{"expected a number > 0, got '" + v + "'"};
+    try {
+      real(o.adam_eps, 0)(v);
+    } catch (const UsageError&) {
+      throw positive;
+    }
+    if (o.adam_eps <= 0) throw positive;
+  };
   flags["--dp"] = integer(o.dp, 1, 1024);
   flags["--zero"] = [&](const std::string& v) {
     if (v != "0" && v != "1" && v != "2" && v != "3") throw UsageError{"expected 0, 1, 2 or 3, got '" + v + "'"};
@@ -173,6 +185,15 @@ inline Options parse(int argc, char** argv) {
   if (o.parallel() && o.profile)
     throw UsageError{
         "--profile times the serial run's ops; drop --dp, --zero, --dp-replicate/--dp-shard and --naive-dp"};
+  // Combinations that would otherwise be ignored silently or refused only after the data is read.
+  if (o.offload && o.zero == 0) throw UsageError{"--offload moves ZeRO's optimizer to the host: add --zero 1, 2 or 3"};
+  if (o.naive_dp && (o.zero > 0 || o.dp_replicate > 0))
+    throw UsageError{"--naive-dp is the classic DataParallel; it cannot be combined with --zero or HSDP"};
+  if (o.dp_replicate > 0 && (o.zero == 1 || o.zero == 2))
+    throw UsageError{"HSDP (--dp-replicate/--dp-shard) shards like ZeRO-3; --zero " + std::to_string(o.zero) +
+                     " cannot be combined with it"};
+  if (o.compare_serial && !o.parallel())
+    throw UsageError{"--compare-serial compares a data-parallel run with the serial one: add --dp N, --zero or HSDP"};
   if (o.parallel() && o.device != "cpu") throw UsageError{"--dp and --zero run on CPU ranks only (--device cpu)"};
   return o;
 }

@@ -1,7 +1,8 @@
 // gemm.cpp — one matrix multiply on the CPU: C [M, N] (+)= op(A) @ op(B), row-major.
 //
 // OpenBLAS's sgemm/dgemm when SL_USE_OPENBLAS (make BLAS=openblas, the default), otherwise Eigen's
-// kernel (make BLAS=eigen). Both read transposed operands in place through the flags.
+// kernel (make BLAS=eigen). Both read transposed operands in place through the flags. Both run
+// single-threaded on fixed blocks of C, so the result is bitwise the same for every thread count.
 #include "tensor/cpu/gemm.h"
 
 #include <algorithm>
@@ -28,21 +29,26 @@ namespace sl {
 
 namespace {
 
-// ---- intra-op threads ----------------------------------------------------------------------------
+// ---- intra-op threads -----------------------------------------------------------------------------
+//
+// Results must not depend on the thread count (`train --threads 1` and `--threads 4` save the same
+// bytes). A multithreaded BLAS splits its work by the thread count, and a different split can add up
+// an element's K products in another order (another kernel for a smaller piece, another K blocking).
+// So BLAS always runs on one thread, and the parallelism is ours: a GEMM is cut into blocks of rows
+// (or columns) of C whose bounds depend only on (M, N, K); every block is one single-threaded call;
+// threads only decide who runs which block. Each element of C comes from the same call every time.
 
 std::atomic<int> gemm_threads{1};
-std::once_flag default_threads_applied;
+std::once_flag blas_single_threaded;
 
-void apply_threads(int threads) {
+// OpenBLAS starts with one thread per core: set it to one, once, before the first GEMM.
+void make_blas_single_threaded() {
+  std::call_once(blas_single_threaded, [] {
 #ifdef SL_USE_OPENBLAS
-  openblas_set_num_threads(threads);
+    openblas_set_num_threads(1);
 #endif
-  Eigen::setNbThreads(threads);  // only takes effect in an OpenMP build; see eigen_gemm for ours
-}
-
-// OpenBLAS starts with one thread per core; shardlab's default is 1 (one rank, one core).
-void apply_default_threads() {
-  std::call_once(default_threads_applied, [] { apply_threads(gemm_threads.load()); });
+    Eigen::setNbThreads(1);  // only matters in an OpenMP build
+  });
 }
 
 // ---- one GEMM: C [M, N] (+)= op(A) @ op(B), row-major with leading dims ---------------------------
@@ -54,7 +60,7 @@ void check_blas_size(int64_t value) {
 }
 
 template <typename T>
-void gemm_kernel(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb,
+void single_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb,
                  T* C, int64_t ldc, bool accumulate) {
   for (int64_t v : {M, N, K, lda, ldb, ldc}) check_blas_size(v);
   auto op_a = ta ? CblasTrans : CblasNoTrans;
@@ -77,8 +83,8 @@ template <typename T>
 using MatrixMap = Eigen::Map<RowMajorMatrix<T>, Eigen::Unaligned, Eigen::OuterStride<> >;
 
 template <typename T>
-void eigen_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb,
-                T* C, int64_t ldc, bool accumulate) {
+void single_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb,
+                 T* C, int64_t ldc, bool accumulate) {
   ConstMatrixMap<T> a(A, ta ? K : M, ta ? M : K, Eigen::OuterStride<>(lda));
   ConstMatrixMap<T> b(B, tb ? N : K, tb ? K : N, Eigen::OuterStride<>(ldb));
   MatrixMap<T> c(C, M, N, Eigen::OuterStride<>(ldc));
@@ -99,35 +105,62 @@ void eigen_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, i
     run(a, b);
 }
 
-// Eigen parallelises only under OpenMP, which this build does not use: with more than one thread
-// we split C into row (or column) blocks ourselves, one std::thread each, when the GEMM is big
-// enough to pay for starting them (~30 us each).
+#endif
+
+// ---- the blocks: a function of the shape only -------------------------------------------------------
+
+// One thread runs every block in turn, so a block must be big enough that cutting costs little: from
+// 32 MFLOP and whole multiples of 128 rows (the BLAS kernels' unroll divides 128, so only the last
+// block has a ragged edge), 16 at most. Measured at 1 thread (bench/gemm, min of 10): n = 256 as fast
+// as one call, n = 512 (4 blocks) about 4% slower.
+constexpr double kFlopsPerBlock = 32e6;
+constexpr int64_t kBlockAlign = 128, kMaxBlocks = 16;
+
+struct GemmBlocks {
+  bool split_rows = true;  // rows of op(A) and C, else columns of op(B) and C
+  int64_t extent = 0, size = 0, count = 1;
+};
+
+GemmBlocks gemm_blocks(int64_t M, int64_t N, int64_t K) {
+  GemmBlocks blocks;
+  blocks.split_rows = M >= N;
+  blocks.extent = blocks.split_rows ? M : N;
+  auto by_flops = static_cast<int64_t>(2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) /
+                                       kFlopsPerBlock);
+  int64_t wanted = std::clamp<int64_t>(std::min(by_flops, blocks.extent / kBlockAlign), 1, kMaxBlocks);
+  int64_t per_block = (blocks.extent + wanted - 1) / wanted;
+  blocks.size = (per_block + kBlockAlign - 1) / kBlockAlign * kBlockAlign;
+  blocks.count = (blocks.extent + blocks.size - 1) / blocks.size;
+  return blocks;
+}
+
 template <typename T>
 void gemm_kernel(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb,
                  T* C, int64_t ldc, bool accumulate) {
-  int threads = gemm_threads.load();
-  constexpr double kMinFlopsPerThread = 16e6;
-  if (threads <= 1 || 2.0 * M * N * K < kMinFlopsPerThread * threads || std::max(M, N) < 2 * threads) {
-    eigen_gemm(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+  const GemmBlocks blocks = gemm_blocks(M, N, K);
+  if (blocks.count == 1) {
+    single_gemm(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
     return;
   }
-  bool split_rows = M >= N;
-  int64_t extent = split_rows ? M : N;
-  auto block = [&](int part) {
-    int64_t begin = extent * part / threads, end = extent * (part + 1) / threads;
-    if (split_rows)  // rows [begin, end) of op(A) and C
-      eigen_gemm(ta, tb, end - begin, N, K, ta ? A + begin : A + begin * lda, lda, B, ldb, C + begin * ldc, ldc,
-                 accumulate);
+  auto run_block = [&](int64_t index) {
+    int64_t begin = index * blocks.size, end = std::min(blocks.extent, begin + blocks.size);
+    if (blocks.split_rows)  // rows [begin, end) of op(A) and C
+      single_gemm(ta, tb, end - begin, N, K, ta ? A + begin : A + begin * lda, lda, B, ldb, C + begin * ldc, ldc,
+                  accumulate);
     else  // columns [begin, end) of op(B) and C
-      eigen_gemm(ta, tb, M, end - begin, K, A, lda, tb ? B + begin * ldb : B + begin, ldb, C + begin, ldc, accumulate);
+      single_gemm(ta, tb, M, end - begin, K, A, lda, tb ? B + begin * ldb : B + begin, ldb, C + begin, ldc, accumulate);
   };
-  std::vector<std::thread> workers;
-  for (int part = 1; part < threads; ++part) workers.emplace_back(block, part);
-  block(0);
-  for (std::thread& worker : workers) worker.join();
+  // Threads take the next block until none is left; with one thread this is a plain loop.
+  std::atomic<int64_t> next{0};
+  auto worker = [&] {
+    for (int64_t index = next++; index < blocks.count; index = next++) run_block(index);
+  };
+  const int64_t helpers = std::min<int64_t>(gemm_threads.load(), blocks.count) - 1;
+  std::vector<std::thread> threads;
+  for (int64_t t = 0; t < helpers; ++t) threads.emplace_back(worker);
+  worker();
+  for (std::thread& thread : threads) thread.join();
 }
-
-#endif
 
 }  // namespace
 
@@ -136,7 +169,7 @@ namespace cpu {
 template <typename T>
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb, T* C,
           int64_t ldc, bool accumulate) {
-  apply_default_threads();
+  make_blas_single_threaded();
   gemm_kernel(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
 }
 template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*,
@@ -148,9 +181,8 @@ template void gemm<double>(bool, bool, int64_t, int64_t, int64_t, const double*,
 
 void set_num_threads(int threads) {
   SL_CHECK(threads >= 1, "set_num_threads: threads must be at least 1 (got ", threads, ")");
-  apply_default_threads();
-  gemm_threads.store(threads);
-  apply_threads(threads);
+  make_blas_single_threaded();
+  gemm_threads.store(threads);  // our threads over fixed blocks; BLAS itself stays single-threaded
 }
 
 int num_threads() { return gemm_threads.load(); }

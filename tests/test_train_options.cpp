@@ -1,0 +1,70 @@
+// tools/train_options.h: the train program's flags, parsed in-process (tests/test_train_cli.cpp runs
+// the binary). Combinations that would be ignored, or refused only after the data is read, are usage
+// errors (exit code 2) with the exact message asserted here.
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tools/train_options.h"
+
+namespace sl {
+namespace {
+
+// parse() of a command line split at spaces; the UsageError's message, or "" when it parsed.
+std::string usage_error(const std::string& command_line, Options* parsed = nullptr) {
+  std::vector<std::string> words{"train"};
+  std::istringstream in(command_line);
+  for (std::string word; in >> word;) words.push_back(word);
+  std::vector<char*> argv;
+  for (std::string& word : words) argv.push_back(word.data());
+  try {
+    Options o = parse(static_cast<int>(argv.size()), argv.data());
+    if (parsed) *parsed = o;
+  } catch (const UsageError& e) {
+    return e.message;
+  }
+  return "";
+}
+
+TEST(TrainOptions, BadCombinationsAreUsageErrors) {
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--offload", "--offload moves ZeRO's optimizer to the host: add --zero 1, 2 or 3"},
+           {"--dp 2 --offload", "--offload moves ZeRO's optimizer to the host: add --zero 1, 2 or 3"},
+           {"--dp-replicate 2 --dp-shard 2 --offload",
+            "--offload moves ZeRO's optimizer to the host: add --zero 1, 2 or 3"},
+           {"--dp 2 --naive-dp --zero 1",
+            "--naive-dp is the classic DataParallel; it cannot be combined with --zero or HSDP"},
+           {"--dp-replicate 2 --dp-shard 2 --naive-dp",
+            "--naive-dp is the classic DataParallel; it cannot be combined with --zero or HSDP"},
+           {"--dp-replicate 2 --dp-shard 2 --zero 2",
+            "HSDP (--dp-replicate/--dp-shard) shards like ZeRO-3; --zero 2 cannot be combined with it"},
+           {"--compare-serial",
+            "--compare-serial compares a data-parallel run with the serial one: add --dp N, --zero or HSDP"},
+           {"--dp 2 --device cuda", "--dp and --zero run on CPU ranks only (--device cpu)"},
+           {"--dp-replicate 2", "--dp-replicate and --dp-shard go together"},
+           {"--dp 3 --dp-replicate 2 --dp-shard 2", "--dp 3 != --dp-replicate 2 x --dp-shard 2"},
+           {"--dp 3 --batch-size 10", "--batch-size 10 cannot be split evenly over 3 data-parallel ranks"},
+           {"--adam-eps 0", "--adam-eps: expected a number > 0, got '0'"},
+           {"--adam-eps -1e-8", "--adam-eps: expected a number > 0, got '-1e-8'"},
+           {"--adam-eps tiny", "--adam-eps: expected a number > 0, got 'tiny'"}})
+    EXPECT_EQ(usage_error(args), message) << args;
+}
+
+// What stays valid: ZeRO-3 with --offload is left to the trainer (it decides which stages offload),
+// --zero without --dp is ZeRO at world 1, and --adam-eps takes any positive number.
+TEST(TrainOptions, ValidCombinationsParse) {
+  Options o;
+  EXPECT_EQ(usage_error("--dp 2 --zero 3 --offload", &o), "");
+  EXPECT_TRUE(o.offload);
+  EXPECT_EQ(usage_error("--zero 1 --offload", &o), "");
+  EXPECT_TRUE(o.parallel());
+  EXPECT_EQ(usage_error("--dp 2 --compare-serial --adam-eps 1e-6", &o), "");
+  EXPECT_EQ(o.adam_eps, 1e-6);
+  EXPECT_EQ(usage_error("", &o), "");
+  EXPECT_EQ(o.adam_eps, 1e-8);  // the default, as nn::AdamW's
+}
+
+}  // namespace
+}  // namespace sl
