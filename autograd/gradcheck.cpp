@@ -50,8 +50,8 @@ GradcheckResult gradcheck(const TensorFn& fn, const TensorList& inputs, const Gr
       if (!finite || !(std::abs(g[i] - numerical) <= options.atol + options.rtol * std::abs(numerical))) {
         std::ostringstream message;
         message << "gradcheck: input " << k << " (shape " << input.shape() << "), element " << i << ": backward gives "
-                << g[i] << ", finite differences give " << numerical
-                << (finite ? "" : " (not finite)") << " (atol " << options.atol << ", rtol " << options.rtol << ")";
+                << g[i] << ", finite differences give " << numerical << (finite ? "" : " (not finite)") << " (atol "
+                << options.atol << ", rtol " << options.rtol << ")";
         result.ok = false;
         result.message = message.str();
         return result;

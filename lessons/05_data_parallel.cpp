@@ -117,8 +117,8 @@ class DDPByHand {
  private:
   struct Bucket {
     int64_t numel = 0;
-    int size = 0, pending = 0;  // parameters; gradients still to come in this backward
-    Tensor buffer;              // [numel]: the bucket's gradients end to end
+    int size = 0, pending = 0;                        // parameters; gradients still to come in this backward
+    Tensor buffer;                                    // [numel]: the bucket's gradients end to end
     std::shared_future<Clock::time_point> delivered;  // the all-reduce, then the modeled link: when done
   };
 
@@ -430,8 +430,8 @@ int main() {
       bool same = same_bits(flat_values(library_model.parameters(), true), flat_values(hand_model.parameters(), true));
       library.step(library_adamw);
       hand_adamw.step();
-      same = same && same_bits(flat_values(library_model.parameters(), false),
-                               flat_values(hand_model.parameters(), false));
+      same = same &&
+             same_bits(flat_values(library_model.parameters(), false), flat_values(hand_model.parameters(), false));
       bitwise[ctx.rank] = bitwise[ctx.rank] && same;
     }
     hand_buckets[ctx.rank] = static_cast<int>(hand.timeline().buckets.size());
@@ -439,9 +439,10 @@ int main() {
   std::printf(
       "  4 ranks, 4 KiB buckets (%d of them), 3 AdamW steps: the averaged gradients and the weights\n"
       "  after each step are %s on every rank.\n",
-      hand_buckets[0], std::all_of(bitwise.begin(), bitwise.end(), [](char b) { return b != 0; })
-                           ? "the same bits as parallel/ddp's"
-                           : "NOT the same bits as parallel/ddp's");
+      hand_buckets[0],
+      std::all_of(bitwise.begin(), bitwise.end(), [](char b) { return b != 0; })
+          ? "the same bits as parallel/ddp's"
+          : "NOT the same bits as parallel/ddp's");
   check(std::all_of(bitwise.begin(), bitwise.end(), [](char b) { return b != 0; }),
         "DDPByHand == parallel/ddp, bitwise (gradients and weights)");
 

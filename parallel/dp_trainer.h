@@ -49,9 +49,11 @@ class DataParallelTrainer {
 
   // For tests: from the next train_step on, keep the gradient each step updates with (averaged over
   // the ranks, before clipping), whole on every rank, so it can be compared with a serial run's
-  // .grad. Keeping it costs a gather per step, counted in communication().
+  // .grad. Where gradients are sharded (ZeRO-2, FSDP, HSDP) keeping them costs an all-gather per
+  // step, counted in communication(); naive DP's, on rank 0 only, are broadcast outside it.
   void keep_gradients();
   const nn::StateDict& full_gradients() const;  // by parameter name; empty before a kept step
+
   CommStats communication() const;  // this rank's calls and bytes in the technique's groups
   std::string communication_report() const;
 

@@ -1,6 +1,7 @@
 // test_data_parallel.cpp — naive DP and DDP against the serial run (losses, gradients, parameters
-// over 5 AdamW steps with clipping; again at lr 1e-2 and weight decay 0.1, DataParallelWeightDecay), their communication against the formulas (ledger), DDP's
-// memory (16Ψ per rank), gradient accumulation under no_sync, the bucket timeline, and misuse.
+// over 5 AdamW steps with clipping; again at lr 1e-2 and weight decay 0.1, DataParallelWeightDecay), their
+// communication against the formulas (ledger), DDP's memory (16Ψ per rank), gradient accumulation under no_sync, the
+// bucket timeline, and misuse.
 #include <gtest/gtest.h>
 
 #include <algorithm>

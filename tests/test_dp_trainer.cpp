@@ -100,8 +100,7 @@ std::vector<SerialStep> run_serial(double grad_clip) {
 }
 
 // Every element within rtol/atol of the serial one, and the same names and shapes.
-void expect_close(const nn::StateDict& got, const nn::StateDict& want, const std::string& what, int rank,
-                  int step) {
+void expect_close(const nn::StateDict& got, const nn::StateDict& want, const std::string& what, int rank, int step) {
   ASSERT_EQ(got.size(), want.size()) << what << " on rank " << rank;
   for (const auto& [name, tensor] : want) {
     auto it = got.find(name);
@@ -120,6 +119,10 @@ struct TrainerCase {
   int world;
   double grad_clip;  // 0: none
 };
+
+void PrintTo(const TrainerCase& c, std::ostream* out) {  // gtest shows this, not the struct's bytes
+  *out << c.plan.name() << " world " << c.world << " clip " << c.grad_clip;
+}
 
 std::string case_name(const testing::TestParamInfo<TrainerCase>& info) {
   const TrainerCase& c = info.param;

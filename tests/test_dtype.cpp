@@ -180,8 +180,8 @@ TEST(CopyGradcheck, ToAnotherVirtualDevice) {
 TEST(CopyGradcheck, ToDeviceAndBack) {
   Tensor x = f64_input({2, 3});
   expect_gradcheck(
-      [](const TensorList& in) { return mul(to_device(to_device(in[0], Device::cpu(1)), Device::cpu(0)), in[0]); },
-      {x}, 6);
+      [](const TensorList& in) { return mul(to_device(to_device(in[0], Device::cpu(1)), Device::cpu(0)), in[0]); }, {x},
+      6);
 }
 
 TEST(CopyGradcheck, Clone) {

@@ -96,7 +96,8 @@ TEST(EmbeddingGradcheck, I32IdsFeedingASecondLookup) {
   Tensor weight = randn({4, 2}, kF64.with_requires_grad(), &generator);
   Tensor ids_a = from_vector({0, 3, 3}, {3}, DType::i32);
   Tensor ids_b = from_vector({3, 1, 0}, {3}, DType::i32);
-  expect_gradcheck([&](const TensorList& in) { return mul(embedding(in[0], ids_a), embedding(in[0], ids_b)); }, {weight}, 8);
+  expect_gradcheck([&](const TensorList& in) { return mul(embedding(in[0], ids_a), embedding(in[0], ids_b)); },
+                   {weight}, 8);
 }
 
 }  // namespace

@@ -154,7 +154,7 @@ Tensor hand_forward(const GPT& model, const Tensor& idx) {
 
   Tensor positions = arange(T, TensorOptions(DType::i64));
   Tensor x = add(embedding(p.at("wte.weight"), idx), embedding(p.at("wpe.weight"), positions));  // [B, T, C]
-  Tensor qkv = linear_(layer_norm_(x, "h.0.ln_1"), "h.0.attn.c_attn");                            // [B, T, 3C]
+  Tensor qkv = linear_(layer_norm_(x, "h.0.ln_1"), "h.0.attn.c_attn");                           // [B, T, 3C]
   Tensor q = heads(narrow(qkv, 2, 0, C)), k = heads(narrow(qkv, 2, C, C)), v = heads(narrow(qkv, 2, 2 * C, C));
   Tensor scores = mul(matmul(q, k, false, true), 1.0 / std::sqrt(static_cast<double>(HS)));  // [B, NH, T, T]
   Tensor att = softmax(masked_fill(scores, causal_mask(T), -std::numeric_limits<double>::infinity()));
@@ -197,8 +197,8 @@ TEST(GPTGradcheck, Block) {
   TensorList inputs{x};
   for (const Tensor& param : block.parameters()) inputs.push_back(param);
   // x, then every parameter of the block: gradcheck perturbs them in place, the block reads them.
-  const int64_t C = 8, block_numel = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (4 * C * C + 4 * C) +
-                                     (4 * C * C + C);
+  const int64_t C = 8,
+                block_numel = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (4 * C * C + 4 * C) + (4 * C * C + C);
   expect_gradcheck([&](const TensorList& in) { return block.forward(in[0]); }, inputs, 2 * 3 * C + block_numel);
 }
 

@@ -129,7 +129,8 @@ TEST(LayerNormGradcheck, ThreeDimsBTC) {
   Tensor x = randn({2, 3, 4}, kF64.with_requires_grad(), &generator);
   Tensor weight = randn({4}, kF64.with_requires_grad(), &generator);
   Tensor bias = randn({4}, kF64.with_requires_grad(), &generator);
-  expect_gradcheck([](const TensorList& in) { return layer_norm(in[0], in[1], in[2], 1e-3); }, {x, weight, bias}, 24 + 4 + 4);
+  expect_gradcheck([](const TensorList& in) { return layer_norm(in[0], in[1], in[2], 1e-3); }, {x, weight, bias},
+                   24 + 4 + 4);
 }
 
 TEST(LayerNormGradcheck, OnlyX) {

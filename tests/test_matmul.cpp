@@ -291,7 +291,8 @@ TEST_P(MatmulGradcheck, Matmul) {
   const MatmulCase& c = GetParam();
   auto f64 = sl::TensorOptions{sl::DType::f64}.with_requires_grad();
   Tensor a = sl::randn(c.a_shape(), f64), b = sl::randn(c.b_shape(), f64);
-  expect_gradcheck([&](const sl::TensorList& x) { return sl::matmul(x[0], x[1], c.ta, c.tb); }, {a, b}, c.a_shape().numel() + c.b_shape().numel());
+  expect_gradcheck([&](const sl::TensorList& x) { return sl::matmul(x[0], x[1], c.ta, c.tb); }, {a, b},
+                   c.a_shape().numel() + c.b_shape().numel());
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, MatmulGradcheck, testing::ValuesIn(gradient_cases()), case_name);
