@@ -45,10 +45,13 @@ GradcheckResult gradcheck(const TensorFn& fn, const TensorList& inputs, const Gr
       x[i] = saved;
       double numerical = (plus - minus) / (2 * options.eps);
       result.checked++;
-      if (std::abs(g[i] - numerical) > options.atol + options.rtol * std::abs(numerical) || std::isnan(g[i])) {
+      // Written so that a NaN on either side fails: every comparison with NaN is false.
+      const bool finite = std::isfinite(g[i]) && std::isfinite(numerical);
+      if (!finite || !(std::abs(g[i] - numerical) <= options.atol + options.rtol * std::abs(numerical))) {
         std::ostringstream message;
         message << "gradcheck: input " << k << " (shape " << input.shape() << "), element " << i << ": backward gives "
-                << g[i] << ", finite differences give " << numerical;
+                << g[i] << ", finite differences give " << numerical << (finite ? "" : " (not finite)") << " (atol "
+                << options.atol << ", rtol " << options.rtol << ")";
         result.ok = false;
         result.message = message.str();
         return result;

@@ -11,6 +11,9 @@
 //   * buckets: DDP cuts the gradients into buckets, in the order backward produces them, and
 //     starts each bucket's all-reduce as soon as it is full, so communication hides behind backward
 //     (drawn below from the timestamps DDP records, one timeline per rank)
+//   * DDP on one page: DDPByHand below is the algorithm in ~60 lines over the ProcessGroup API
+//     (hooks, reverse-order buckets, async all-reduce, wait, divide), checked bitwise against
+//     parallel/ddp, then run over a modeled 1 Gbit/s link where the overlap becomes visible
 //   * no_sync(): gradient accumulation without communication until the last micro-batch
 //   * and that both give the serial run's losses, gradients and weights
 //
@@ -20,9 +23,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <future>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "autograd/grad_mode.h"
 #include "nn/data.h"
 #include "nn/gpt.h"
 #include "nn/optim.h"
@@ -68,6 +75,106 @@ static nn::AdamWOptions adamw() {
   options.lr = 1e-3;  // (tests/test_data_parallel.cpp says why not 1e-2 when comparing to 1e-5)
   return options;
 }
+
+// ---- DDP by hand: the algorithm of parallel/ddp.cpp on one page ------------------------------------
+//   1. rank 0's weights are broadcast, so every replica starts equal;
+//   2. buckets hold the parameters in reverse order (the order backward produces their gradients);
+//      a bucket closes once it holds bucket_bytes;
+//   3. a post-accumulate hook per parameter copies its gradient into its bucket; a bucket whose last
+//      gradient is in starts its all-reduce (sum) asynchronously, strictly in bucket order, so every
+//      rank issues the same collectives in the same order;
+//   4. the last hook waits for every bucket, divides by N and gives each .grad the average.
+// Left out (parallel/ddp.cpp has them): no_sync, gradients as views into the buckets (no copies),
+// unused-parameter errors, a watcher thread that stamps each all-reduce's true end.
+//
+// link_bytes_per_s > 0 models a slow link. The real all-reduce still moves the bytes (through shared
+// memory, in well under a millisecond); then the bucket occupies the link for as long as a ring
+// all-reduce's 2(N-1)/N x its bytes take at that speed, after the buckets before it, and only then
+// counts as delivered. Only that wait is modeled: the arithmetic and the bits are the real ones.
+class DDPByHand {
+ public:
+  DDPByHand(nn::Module& model, ProcessGroupPtr group, int64_t bucket_bytes, double link_bytes_per_s = 0)
+      : group_(std::move(group)), params_(model.parameters()), link_bytes_per_s_(link_bytes_per_s) {
+    NoGradGuard no_grad;
+    for (const Tensor& p : params_) group_->broadcast(p, 0);  // 1. every replica starts from rank 0's
+    const int n = static_cast<int>(params_.size());
+    bucket_of_.resize(n), offset_of_.resize(n);
+    int64_t bytes = 0;
+    for (int i = n - 1; i >= 0; --i) {  // 2. reverse-order buckets
+      if (buckets_.empty() || bytes >= bucket_bytes) buckets_.emplace_back(), bytes = 0;
+      bucket_of_[i] = static_cast<int>(buckets_.size()) - 1;
+      offset_of_[i] = buckets_.back().numel;
+      buckets_.back().numel += params_[i].numel();
+      buckets_.back().size++;
+      bytes += params_[i].nbytes();
+    }
+    for (Bucket& b : buckets_) b.buffer = zeros(Shape({b.numel}));
+    for (int i = 0; i < n; ++i)  // 3. (the hooks stay on the parameters: this object must outlive backward)
+      params_[i].register_post_accumulate_grad_hook([this, i](Tensor&) { on_gradient(i); });
+  }
+  const BackwardTimeline& timeline() const { return timeline_; }
+
+ private:
+  struct Bucket {
+    int64_t numel = 0;
+    int size = 0, pending = 0;                        // parameters; gradients still to come in this backward
+    Tensor buffer;                                    // [numel]: the bucket's gradients end to end
+    std::shared_future<Clock::time_point> delivered;  // the all-reduce, then the modeled link: when done
+  };
+
+  void on_gradient(int i) {
+    NoGradGuard no_grad;
+    if (arrived_ == 0) {  // the first gradient of this backward
+      timeline_ = BackwardTimeline{};
+      timeline_.first_gradient = Clock::now();
+      for (Bucket& b : buckets_) b.pending = b.size;
+    }
+    Bucket& bucket = buckets_[bucket_of_[i]];
+    bucket.buffer.flat_view(offset_of_[i], params_[i].shape()).copy_(params_[i].grad());
+    --bucket.pending;
+    while (launched_ < buckets_.size() && buckets_[launched_].pending == 0) launch(launched_++);
+    if (++arrived_ == params_.size()) finish();
+  }
+
+  void launch(size_t index) {
+    Bucket& b = buckets_[index];
+    timeline_.buckets.push_back({static_cast<int>(index), b.buffer.nbytes(), Clock::now(), {}});
+    WorkPtr work = group_->all_reduce_async(b.buffer, ReduceOp::sum);  // returns at once
+    const int n = group_->size();
+    const auto wire = std::chrono::duration<double>(
+        link_bytes_per_s_ > 0 ? 2.0 * (n - 1) / n * b.buffer.nbytes() / link_bytes_per_s_ : 0.0);
+    std::shared_future<Clock::time_point> before = index > 0 ? buckets_[index - 1].delivered : ready_;
+    b.delivered = std::async(std::launch::async, [work, before, wire] {
+                    work->wait();   // the real all-reduce (rethrows what it failed with)
+                    before.wait();  // the link carries one bucket at a time, in order
+                    std::this_thread::sleep_for(wire);
+                    return Clock::now();
+                  }).share();
+  }
+
+  void finish() {  // 4. runs inside backward, in the last parameter's hook
+    timeline_.last_gradient = Clock::now();
+    const double inverse_n = 1.0 / group_->size();  // avg = sum x (1/N), as the library's ReduceOp::avg
+    for (size_t k = 0; k < buckets_.size(); ++k) {
+      timeline_.buckets[k].finished = buckets_[k].delivered.get();
+      buckets_[k].buffer.mul_(inverse_n);
+    }
+    for (size_t i = 0; i < params_.size(); ++i)
+      params_[i].set_grad(buckets_[bucket_of_[i]].buffer.flat_view(offset_of_[i], params_[i].shape()).clone());
+    timeline_.synchronized = Clock::now();
+    arrived_ = 0, launched_ = 0;
+  }
+
+  ProcessGroupPtr group_;
+  std::vector<Tensor> params_;
+  double link_bytes_per_s_;
+  std::vector<int> bucket_of_;
+  std::vector<int64_t> offset_of_;
+  std::vector<Bucket> buckets_;
+  size_t arrived_ = 0, launched_ = 0;
+  std::shared_future<Clock::time_point> ready_ = std::async(std::launch::deferred, [] { return Clock::now(); }).share();
+  BackwardTimeline timeline_;
+};
 
 // One rank's last backward: when it was called, and what DDP recorded.
 struct RankTimeline {
@@ -300,7 +407,102 @@ int main() {
   check(early, "with buckets, the first all-reduce is launched while backward still computes");
 
   // ---------------------------------------------------------------------------------------------
-  section("4. gradient accumulation: 2 micro-batches under no_sync(), then one synced, 2 ranks");
+  section("4. DDP by hand (DDPByHand, at the top of this file), against parallel/ddp, bit for bit");
+  // Each rank trains two replicas side by side from the same weights on the same rows: one wrapped
+  // by the library, one by the hand-written class. Same buckets, same ring: the same bits.
+  std::vector<char> bitwise(n, 1);
+  std::vector<int> hand_buckets(n);
+  launch(n, [&](RankContext& ctx) {
+    nn::GPT library_model(kSmall, /*seed=*/ctx.rank), hand_model(kSmall, /*seed=*/ctx.rank);
+    DistributedDataParallel library(library_model, ctx.world, DDPOptions{4096});
+    DDPByHand hand(hand_model, ctx.world, 4096);
+    nn::AdamW library_adamw(library_model.parameters(), adamw()), hand_adamw(hand_model.parameters(), adamw());
+    RowRange rows = data_parallel_rows(kBatch, ctx.rank, ctx.world_size);
+    auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
+      return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+    };
+    for (int step = 0; step < 3; ++step) {
+      nn::Batch batch = small_tokens.get_batch(step, kBatch, T, rows.begin, rows.end);
+      library.zero_grad();
+      library_model.loss(batch.inputs, batch.targets).backward();
+      hand_adamw.zero_grad();
+      hand_model.loss(batch.inputs, batch.targets).backward();
+      bool same = same_bits(flat_values(library_model.parameters(), true), flat_values(hand_model.parameters(), true));
+      library.step(library_adamw);
+      hand_adamw.step();
+      same = same &&
+             same_bits(flat_values(library_model.parameters(), false), flat_values(hand_model.parameters(), false));
+      bitwise[ctx.rank] = bitwise[ctx.rank] && same;
+    }
+    hand_buckets[ctx.rank] = static_cast<int>(hand.timeline().buckets.size());
+  });
+  std::printf(
+      "  4 ranks, 4 KiB buckets (%d of them), 3 AdamW steps: the averaged gradients and the weights\n"
+      "  after each step are %s on every rank.\n",
+      hand_buckets[0],
+      std::all_of(bitwise.begin(), bitwise.end(), [](char b) { return b != 0; })
+          ? "the same bits as parallel/ddp's"
+          : "NOT the same bits as parallel/ddp's");
+  check(std::all_of(bitwise.begin(), bitwise.end(), [](char b) { return b != 0; }),
+        "DDPByHand == parallel/ddp, bitwise (gradients and weights)");
+
+  // With a modeled link each bucket takes as long as 1 Gbit/s would, so the all-reduces are as
+  // long as backward itself, and what overlap buys shows up in the bars.
+  const double link = 1.25e8;  // bytes per second: 1 Gbit/s
+  auto train_by_hand = [&](int64_t bucket_bytes) {
+    std::vector<RankTimeline> timelines(2);
+    launch(2, [&](RankContext& ctx) {
+      nn::GPT model(kBig, /*seed=*/0);
+      DDPByHand ddp(model, ctx.world, bucket_bytes, link);
+      RowRange rows = data_parallel_rows(kBatch, ctx.rank, ctx.world_size);
+      for (int step = 0; step < 2; ++step) {  // the last step is drawn
+        model.zero_grad();
+        nn::Batch batch = big_tokens.get_batch(step, kBatch, kBig.block_size, rows.begin, rows.end);
+        Tensor loss = model.loss(batch.inputs, batch.targets);
+        ctx.world->barrier();
+        timelines[ctx.rank].called = Clock::now();
+        loss.backward();
+      }
+      timelines[ctx.rank].backward = ddp.timeline();
+    });
+    return timelines;
+  };
+  std::printf(
+      "  Over a modeled 1 Gbit/s link (the bytes move through the real all-reduce, DDPByHand holds each\n"
+      "  result back until such a link would have delivered it), 512 KiB buckets:\n");
+  std::vector<RankTimeline> slow_bucketed = train_by_hand(512 << 10);
+  draw(slow_bucketed);
+  overlap_summary(slow_bucketed);
+  std::printf("  and everything in one bucket, which can only start when backward has finished:\n");
+  std::vector<RankTimeline> slow_single = train_by_hand(DDPOptions::kOneBucket);
+  draw(slow_single);
+  overlap_summary(slow_single);
+  // How much of the link's busy time fell inside backward's compute, on the rank that hid the least:
+  // bucket k occupies the link for its wire time, ending when it is delivered.
+  auto least_hidden_ms = [&](const std::vector<RankTimeline>& ranks) {
+    double least = 1e9;
+    for (const RankTimeline& r : ranks) {
+      double hidden = 0;
+      for (const BucketEvent& e : r.backward.buckets) {
+        const double end = ms_between(r.called, e.finished), begin = end - 2.0 * (2 - 1) / 2 * e.bytes / link * 1e3;
+        hidden += std::max(0.0, std::min(end, ms_between(r.called, r.backward.last_gradient)) - std::max(begin, 0.0));
+      }
+      least = std::min(least, hidden);
+    }
+    return least;
+  };
+  const double wire_ms = 2.0 * (2 - 1) / 2 * 4 * big_psi / link * 1e3;
+  std::printf(
+      "  The link needs %.1f ms for all 4Ψ. With buckets, at least %.1f ms of it ran during backward's\n"
+      "  compute on every rank; with one bucket %.1f ms: it can only start when compute is over, and backward\n"
+      "  waits for all of it. (Where a rank's bars start late or stretch, it waited for its peer: 2 ranks\n"
+      "  share 2 busy cores, and an all-reduce finishes only when both have reached it.)\n",
+      wire_ms, least_hidden_ms(slow_bucketed), least_hidden_ms(slow_single));
+  check(least_hidden_ms(slow_bucketed) > 0.25 * wire_ms && least_hidden_ms(slow_single) < 0.1 * wire_ms,
+        "over a slow link, buckets hide link time behind backward; one bucket cannot");
+
+  // ---------------------------------------------------------------------------------------------
+  section("5. gradient accumulation: 2 micro-batches under no_sync(), then one synced, 2 ranks");
   std::vector<int64_t> calls_after(3);
   launch(2, [&](RankContext& ctx) {
     nn::GPT model(kSmall, /*seed=*/0);
@@ -328,7 +530,7 @@ int main() {
   check(calls_after == std::vector<int64_t>{0, 0, 1}, "no_sync: no communication until the synced micro-batch");
 
   // ---------------------------------------------------------------------------------------------
-  section("5. parallel == serial: 5 AdamW steps with clipping, every rank against the serial run");
+  section("6. parallel == serial: 5 AdamW steps with clipping, every rank against the serial run");
   const int steps = 5;
   Trace serial;
   {

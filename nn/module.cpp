@@ -109,6 +109,18 @@ void Module::to(Device device) {
   }
 }
 
+void Module::to(DType dtype) {
+  for (const Tensor& p : parameters()) {
+    if (p.dtype() == dtype) continue;
+    MemoryScope scope(p.impl()->storage->category());
+    Tensor converted = p.detach().to(dtype);
+    p.impl()->storage = converted.impl()->storage;  // every handle to p now sees the new storage
+    p.impl()->storage_offset = converted.impl()->storage_offset;
+    p.impl()->dtype = dtype;
+    p.set_grad(Tensor());
+  }
+}
+
 void ModuleList::push_back(std::shared_ptr<Module> module) {
   register_module(std::to_string(modules_.size()), module);
   modules_.push_back(std::move(module));

@@ -43,6 +43,9 @@ class Module {
   bool is_training() const { return training_; }
   // Moves every parameter to `device` in place: the handles held by layers stay valid.
   void to(Device device);
+  // Converts every parameter to `dtype` in place (the handles held by layers stay valid), gradients
+  // dropped: an f64 model is what gradcheck needs.
+  void to(DType dtype);
 
  protected:
   // Registers a parameter (a leaf that requires grad, charged to the ledger's "weights").

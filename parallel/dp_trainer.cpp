@@ -36,6 +36,10 @@ struct DataParallelTrainer::Impl {
   std::unique_ptr<FullyShardedGPT> fsdp;
   std::unique_ptr<nn::AdamW> adamw;  // DDP on every rank; naive DP on rank 0 only
   CommStats at_start;                // what construction sent (broadcasts), subtracted from reports
+  bool keep_gradients = false;
+  nn::StateDict kept_gradients;  // the last step's averaged gradients, before clipping
+
+  void keep_full_gradients();
 
   Impl(nn::GPT& m, RankContext& c, const DataParallelPlan& p, const nn::AdamWOptions& a)
       : model(m), ctx(c), plan(p), adamw_options(a) {}
@@ -67,6 +71,39 @@ struct DataParallelTrainer::Impl {
     return sum;
   }
 };
+
+// ZeRO-1/2's averaged gradients by parameter name, cut out of the gathered flat buffer.
+static nn::StateDict zero_full_gradients(ZeroAdamW& zero, const nn::NamedTensors& named) {
+  zero.reduce_gradients();
+  Tensor flat = zero.gather_gradients();  // [Ψ], the parameters one after another in their order
+  nn::StateDict out;
+  int64_t offset = 0;
+  for (const auto& [name, param] : named) {
+    out[name] = flat.flat_view(offset, param.shape()).clone();
+    offset += param.numel();
+  }
+  return out;
+}
+
+// Copies every layout's averaged gradient, whole, before clipping touches it. Naive DP's live on
+// rank 0 only: it broadcasts them on the metrics group (so the technique's ledger stays its own).
+void DataParallelTrainer::Impl::keep_full_gradients() {
+  kept_gradients.clear();
+  if (fsdp) {
+    kept_gradients = fsdp->full_grads();
+    return;
+  }
+  const nn::NamedTensors named = model.named_parameters();
+  if (zero) {
+    kept_gradients = zero_full_gradients(*zero, named);
+    return;
+  }
+  for (const auto& [name, param] : named) {
+    Tensor grad = param.grad().defined() ? param.grad().clone() : zeros(param.shape());
+    if (naive) metrics->broadcast(grad, NaiveDataParallel::kRoot);
+    kept_gradients[name] = grad;
+  }
+}
 
 DataParallelTrainer::DataParallelTrainer(nn::GPT& model, RankContext& ctx, const DataParallelPlan& plan,
                                          const nn::AdamWOptions& adamw)
@@ -113,6 +150,7 @@ double DataParallelTrainer::train_step(const nn::TokenStream& data, int64_t step
     bool root = s.ctx.rank == NaiveDataParallel::kRoot;
     if (root) s.adamw->zero_grad();
     double loss = s.naive->forward_backward(root ? data.get_batch(step, batch_rows, block_size) : nn::Batch{});
+    if (s.keep_gradients) s.keep_full_gradients();
     if (root) {
       if (grad_clip > 0) nn::clip_grad_norm(s.model.parameters(), grad_clip);
       s.adamw->lr = lr;
@@ -142,6 +180,7 @@ double DataParallelTrainer::train_step(const nn::TokenStream& data, int64_t step
   if (s.fsdp) {
     s.fsdp->lr = lr;
     forward(s.fsdp->loss(batch.inputs, batch.targets)).backward();
+    if (s.keep_gradients) s.keep_full_gradients();
     if (grad_clip > 0) s.fsdp->clip_grad_norm(grad_clip);
     s.fsdp->step();
     s.fsdp->zero_grad();
@@ -149,11 +188,13 @@ double DataParallelTrainer::train_step(const nn::TokenStream& data, int64_t step
     s.zero->lr = lr;
     s.zero->zero_grad();
     forward(s.model.loss(batch.inputs, batch.targets)).backward();
+    if (s.keep_gradients) s.keep_full_gradients();
     if (grad_clip > 0) s.zero->clip_grad_norm(grad_clip);
     s.zero->step();
   } else {
     s.ddp->zero_grad();
     forward(s.model.loss(batch.inputs, batch.targets)).backward();  // returns with averaged gradients
+    if (s.keep_gradients) s.keep_full_gradients();
     if (grad_clip > 0) nn::clip_grad_norm(s.model.parameters(), grad_clip);
     s.adamw->lr = lr;
     s.ddp->step(*s.adamw);
@@ -169,6 +210,9 @@ nn::StateDict DataParallelTrainer::full_state_dict() {
   if (s.naive) s.naive->replicate();  // only rank 0 stepped
   return s.model.state_dict();
 }
+
+void DataParallelTrainer::keep_gradients() { impl_->keep_gradients = true; }
+const nn::StateDict& DataParallelTrainer::full_gradients() const { return impl_->kept_gradients; }
 
 CommStats DataParallelTrainer::communication() const {
   CommStats now = impl_->total(), start = impl_->at_start;

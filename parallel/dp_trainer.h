@@ -12,6 +12,8 @@
 //
 // Every layout returns the same number from train_step: the mean loss of the global batch (an
 // all-reduce on a group of its own, so the technique's own ledger stays exact).
+//
+//   Tests: tests/test_dp_trainer.cpp (every layout against a serial nn::GPT + nn::AdamW run)
 #pragma once
 #include <memory>
 #include <string>
@@ -45,6 +47,14 @@ class DataParallelTrainer {
                     double grad_clip);
 
   nn::StateDict full_state_dict();  // collective: the whole model on every rank
+
+  // For tests: from the next train_step on, keep the gradient each step updates with (averaged over
+  // the ranks, before clipping), whole on every rank, so it can be compared with a serial run's
+  // .grad. Where gradients are sharded (ZeRO-2, FSDP, HSDP) keeping them costs an all-gather per
+  // step, counted in communication(); naive DP's, on rank 0 only, are broadcast outside it.
+  void keep_gradients();
+  const nn::StateDict& full_gradients() const;  // by parameter name; empty before a kept step
+
   CommStats communication() const;  // this rank's calls and bytes in the technique's groups
   std::string communication_report() const;
 

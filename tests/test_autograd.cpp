@@ -1,6 +1,7 @@
 // Autograd: the tape, the engine, grad mode, hooks and the Function API.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <thread>
 
 #include "autograd/function.h"
@@ -200,9 +201,7 @@ TEST(Autograd, CustomFunction) {
   sum(y).backward();
   EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{3, 12}));
   Tensor x64 = randn({5}, TensorOptions{DType::f64}.with_requires_grad());
-  GradcheckResult result = gradcheck([](const TensorList& in) { return Cube::apply(in[0]); }, {x64});
-  EXPECT_TRUE(result.ok) << result.message;
-  EXPECT_EQ(result.checked, 5);
+  expect_gradcheck([](const TensorList& in) { return Cube::apply(in[0]); }, {x64}, 5);
 }
 
 // Megatron's f: identity in forward, a (here: doubled, to be visible) gradient in backward.
@@ -267,6 +266,30 @@ TEST(Autograd, GradcheckCatchesAWrongBackward) {
   GradcheckResult result = gradcheck([](const TensorList& in) { return WrongSquare::apply(in[0]); }, {x});
   EXPECT_FALSE(result.ok);
   EXPECT_NE(result.message.find("finite differences"), std::string::npos);
+}
+
+// |NaN - x| <= tol is false and |NaN - x| > tol is false too: a gradcheck that only asks the second
+// question passes every element of a function that returns NaN. Both sides must be finite.
+TEST(Autograd, GradcheckFailsOnNonFiniteGradients) {
+  Tensor x = randn({3}, TensorOptions{DType::f64}.with_requires_grad());
+  // The finite differences see NaN: the function is NaN away from the point it is checked at.
+  const double x0 = x.to_vector()[0];
+  GradcheckResult numerical_nan = gradcheck(
+      [&](const TensorList& in) {
+        const bool moved = in[0].to_vector()[0] != x0;
+        return moved ? full({3}, std::nan(""), TensorOptions{DType::f64}) : mul(in[0], 1.0);
+      },
+      {x});
+  EXPECT_FALSE(numerical_nan.ok);
+  EXPECT_NE(numerical_nan.message.find("not finite"), std::string::npos) << numerical_nan.message;
+  // backward gives NaN, the finite differences 1.
+  struct NaNBackward : Function<NaNBackward> {
+    static Tensor forward(FunctionCtx&, const Tensor& x) { return mul(x, 1.0); }
+    static TensorList backward(FunctionCtx&, const TensorList& g) { return {mul(g[0], std::nan(""))}; }
+  };
+  GradcheckResult analytic_nan = gradcheck([](const TensorList& in) { return NaNBackward::apply(in[0]); }, {x});
+  EXPECT_FALSE(analytic_nan.ok);
+  EXPECT_NE(analytic_nan.message.find("not finite"), std::string::npos) << analytic_nan.message;
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // test_data_parallel.cpp — naive DP and DDP against the serial run (losses, gradients, parameters
-// over 5 AdamW steps with clipping), their communication against the formulas (ledger), DDP's
-// memory (16Ψ per rank), gradient accumulation under no_sync, the bucket timeline, and misuse.
+// over 5 AdamW steps with clipping; again at lr 1e-2 and weight decay 0.1, DataParallelWeightDecay), their
+// communication against the formulas (ledger), DDP's memory (16Ψ per rank), gradient accumulation under no_sync, the
+// bucket timeline, and misuse.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -72,9 +73,9 @@ nn::Batch batch_for(int64_t step, int micro, int j, int64_t row_begin = 0, int64
 }
 
 // The serial reference: one model, the whole batch (the `micro` micro-batches concatenated).
-std::vector<StepRecord> run_serial(int steps, int micro = 1) {
+std::vector<StepRecord> run_serial(int steps, int micro = 1, const nn::AdamWOptions& options = adamw_options()) {
   nn::GPT model(small_config(), kSeed);
-  nn::AdamW optimizer(model.parameters(), adamw_options());
+  nn::AdamW optimizer(model.parameters(), options);
   std::vector<StepRecord> records;
   for (int s = 0; s < steps; ++s) {
     std::vector<Tensor> inputs, targets;
@@ -139,10 +140,9 @@ std::vector<LayoutCase> layout_cases() {
 
 class DataParallel : public testing::TestWithParam<LayoutCase> {};
 
-TEST_P(DataParallel, MatchesSerial) {
-  const LayoutCase c = GetParam();
-  SL_SKIP_UNLESS_WORLD(c.world);
-  const std::vector<StepRecord> serial = run_serial(kSteps);
+// Runs the layout for kSteps steps with `options` and compares every rank with the serial records.
+void expect_matches_serial(const LayoutCase& c, const std::vector<StepRecord>& serial,
+                           const nn::AdamWOptions& options) {
   launch(
       c.world,
       [&](RankContext& ctx) {
@@ -153,7 +153,7 @@ TEST_P(DataParallel, MatchesSerial) {
         if (c.mode == Mode::naive) {
           NaiveDataParallel dp(model, ctx.world, kBatch, small_config().block_size);
           std::unique_ptr<nn::AdamW> optimizer;  // rank 0's alone
-          if (ctx.rank == 0) optimizer = std::make_unique<nn::AdamW>(params, adamw_options());
+          if (ctx.rank == 0) optimizer = std::make_unique<nn::AdamW>(params, options);
           for (int s = 0; s < kSteps; ++s) {
             if (optimizer) optimizer->zero_grad();
             double loss = dp.forward_backward(ctx.rank == 0 ? batch_for(s, 1, 0) : nn::Batch{});
@@ -169,7 +169,7 @@ TEST_P(DataParallel, MatchesSerial) {
           return;
         }
         DistributedDataParallel ddp(model, ctx.world, DDPOptions{c.bucket_bytes});
-        nn::AdamW optimizer(params, adamw_options());
+        nn::AdamW optimizer(params, options);
         for (int s = 0; s < kSteps; ++s) {
           ddp.zero_grad();
           nn::Batch batch = batch_for(s, 1, 0, rows.begin, rows.end);
@@ -187,7 +187,78 @@ TEST_P(DataParallel, MatchesSerial) {
       quick(20000));
 }
 
+TEST_P(DataParallel, MatchesSerial) {
+  const LayoutCase c = GetParam();
+  SL_SKIP_UNLESS_WORLD(c.world);
+  expect_matches_serial(c, run_serial(kSteps), adamw_options());
+}
+
 INSTANTIATE_TEST_SUITE_P(Layouts, DataParallel, testing::ValuesIn(layout_cases()), layout_name);
+
+// ---- weight decay at lr 1e-2, wd 0.1 ---------------------------------------------------------------
+// At the default lr 1e-3 decay moves a weight by lr·wd·p = 1e-4·p per step, near the tolerance. Here
+// it is 1e-3·p: LayerNorm's weights (1.0) would move by 1e-3 a step if decayed, 100 x atol.
+// (eps 1e-6: at lr 1e-2, see the note on adamw_options.)
+nn::AdamWOptions decay_options(double weight_decay = 0.1) {
+  nn::AdamWOptions options;
+  options.lr = 1e-2;
+  options.weight_decay = weight_decay;
+  options.eps = 1e-6;
+  return options;
+}
+
+// The rule both sides share, checked on its own so that breaking it in nn::AdamW cannot pass as
+// "parallel == serial": one step from the same weights and gradients with wd 0.1 and with wd 0
+// differs by exactly lr·wd·p0 on the matrices (rank >= 2) and not at all on biases and LayerNorm.
+void expect_decay_only_on_matrices() {
+  nn::GPT decayed(small_config(), kSeed), plain(small_config(), kSeed);
+  const std::vector<float> before = [&] {
+    std::vector<float> all;
+    for (const Tensor& p : decayed.parameters()) {
+      std::vector<float> v = p.values<float>();
+      all.insert(all.end(), v.begin(), v.end());
+    }
+    return all;
+  }();
+  for (nn::GPT* model : {&decayed, &plain}) {
+    nn::AdamW optimizer(model->parameters(), decay_options(model == &decayed ? 0.1 : 0.0));
+    nn::Batch batch = batch_for(0, 1, 0);
+    model->loss(batch.inputs, batch.targets).backward();
+    optimizer.step();
+  }
+  const nn::NamedTensors a = decayed.named_parameters(), b = plain.named_parameters();
+  size_t offset = 0;
+  for (size_t t = 0; t < a.size(); ++t) {
+    std::vector<float> x = a[t].second.values<float>(), y = b[t].second.values<float>();
+    const bool matrix = a[t].second.dim() >= 2;
+    for (size_t i = 0; i < x.size(); ++i) {
+      // p' = p0 - lr·wd·p0 - adam, against p0 - adam: the difference is lr·wd·p0 (to f32 rounding).
+      const double want = matrix ? -1e-2 * 0.1 * before[offset + i] : 0.0;
+      ASSERT_NEAR(static_cast<double>(x[i]) - y[i], want, matrix ? 1e-7 + 1e-3 * std::abs(want) : 0.0)
+          << a[t].first << "[" << i << "]: " << (matrix ? "decay missing or wrong" : "decayed, but it is not a matrix");
+    }
+    offset += x.size();
+  }
+}
+
+class DataParallelWeightDecay : public testing::TestWithParam<LayoutCase> {};
+
+TEST_P(DataParallelWeightDecay, MatchesSerialOverFiveStepsAtLr1e2Wd01) {
+  const LayoutCase c = GetParam();
+  SL_SKIP_UNLESS_WORLD(c.world);
+  expect_decay_only_on_matrices();
+  expect_matches_serial(c, run_serial(kSteps, 1, decay_options()), decay_options());
+}
+
+std::vector<LayoutCase> decay_cases() {
+  std::vector<LayoutCase> cases;
+  for (int world : {2, 3}) {
+    cases.push_back({Mode::naive, world, 0, ""});
+    cases.push_back({Mode::ddp, world, 4096, "4KiB"});
+  }
+  return cases;
+}
+INSTANTIATE_TEST_SUITE_P(Layouts, DataParallelWeightDecay, testing::ValuesIn(decay_cases()), layout_name);
 
 // ---- DDP: communication and memory from the ledgers ---------------------------------------------
 

@@ -121,9 +121,7 @@ TEST(LayerNormGradcheck, XWeightAndBias) {
   Tensor weight = randn({5}, kF64.with_requires_grad(), &generator);
   Tensor bias = randn({5}, kF64.with_requires_grad(), &generator);
   auto fn = [](const TensorList& in) { return layer_norm(in[0], in[1], in[2]); };
-  GradcheckResult result = gradcheck(fn, {x, weight, bias});
-  EXPECT_TRUE(result.ok) << result.message;
-  EXPECT_EQ(result.checked, 15 + 5 + 5);
+  expect_gradcheck(fn, {x, weight, bias}, 15 + 5 + 5);
 }
 
 TEST(LayerNormGradcheck, ThreeDimsBTC) {
@@ -131,9 +129,8 @@ TEST(LayerNormGradcheck, ThreeDimsBTC) {
   Tensor x = randn({2, 3, 4}, kF64.with_requires_grad(), &generator);
   Tensor weight = randn({4}, kF64.with_requires_grad(), &generator);
   Tensor bias = randn({4}, kF64.with_requires_grad(), &generator);
-  GradcheckResult result =
-      gradcheck([](const TensorList& in) { return layer_norm(in[0], in[1], in[2], 1e-3); }, {x, weight, bias});
-  EXPECT_TRUE(result.ok) << result.message;
+  expect_gradcheck([](const TensorList& in) { return layer_norm(in[0], in[1], in[2], 1e-3); }, {x, weight, bias},
+                   24 + 4 + 4);
 }
 
 TEST(LayerNormGradcheck, OnlyX) {
@@ -142,8 +139,7 @@ TEST(LayerNormGradcheck, OnlyX) {
   Tensor x = randn({4, 6}, kF64.with_requires_grad(), &generator);
   Tensor weight = randn({6}, kF64, &generator);
   Tensor bias = randn({6}, kF64, &generator);
-  GradcheckResult result = gradcheck([&](const TensorList& in) { return layer_norm(in[0], weight, bias); }, {x});
-  EXPECT_TRUE(result.ok) << result.message;
+  expect_gradcheck([&](const TensorList& in) { return layer_norm(in[0], weight, bias); }, {x}, 24);
 }
 
 TEST(LayerNormGradcheck, OnlyWeightAndBias) {
@@ -151,8 +147,7 @@ TEST(LayerNormGradcheck, OnlyWeightAndBias) {
   Tensor x = randn({4, 6}, kF64, &generator);
   Tensor weight = randn({6}, kF64.with_requires_grad(), &generator);
   Tensor bias = randn({6}, kF64.with_requires_grad(), &generator);
-  GradcheckResult result = gradcheck([&](const TensorList& in) { return layer_norm(x, in[0], in[1]); }, {weight, bias});
-  EXPECT_TRUE(result.ok) << result.message;
+  expect_gradcheck([&](const TensorList& in) { return layer_norm(x, in[0], in[1]); }, {weight, bias}, 6 + 6);
 }
 
 TEST(LayerNormGradcheck, SameTensorAsWeightAndBias) {
@@ -160,8 +155,7 @@ TEST(LayerNormGradcheck, SameTensorAsWeightAndBias) {
   Generator generator(9);
   Tensor x = randn({3, 4}, kF64.with_requires_grad(), &generator);
   Tensor scale = randn({4}, kF64.with_requires_grad(), &generator);
-  GradcheckResult result = gradcheck([](const TensorList& in) { return layer_norm(in[0], in[1], in[1]); }, {x, scale});
-  EXPECT_TRUE(result.ok) << result.message;
+  expect_gradcheck([](const TensorList& in) { return layer_norm(in[0], in[1], in[1]); }, {x, scale}, 12 + 4);
 }
 
 }  // namespace

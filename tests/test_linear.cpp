@@ -3,6 +3,7 @@
 
 #include "autograd/gradcheck.h"
 #include "tensor/ops.h"
+#include "tests/test_util.h"
 
 namespace sl {
 namespace {
@@ -68,9 +69,8 @@ TEST_P(LinearGradcheck, MatchesFiniteDifferences) {
   int64_t in = c.x.back();
   TensorList inputs = {randn(c.x, f64, &gen), randn({3, in}, f64, &gen)};
   if (c.bias) inputs.push_back(randn({3}, f64, &gen));
-  GradcheckResult result =
-      gradcheck([&](const TensorList& t) { return linear(t[0], t[1], c.bias ? t[2] : Tensor()); }, inputs);
-  EXPECT_TRUE(result.ok) << result.message;
+  expect_gradcheck([&](const TensorList& t) { return linear(t[0], t[1], c.bias ? t[2] : Tensor()); }, inputs,
+                   c.x.numel() + 3 * in + (c.bias ? 3 : 0));
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, LinearGradcheck,
@@ -82,8 +82,7 @@ TEST(LinearGradcheckTwice, SameTensorAsInputAndWeight) {
   // y = x x^T + b: x is both the input and the weight.
   Tensor x = randn({3, 3}, TensorOptions(DType::f64).with_requires_grad());
   Tensor b = randn({3}, TensorOptions(DType::f64).with_requires_grad());
-  GradcheckResult result = gradcheck([](const TensorList& t) { return linear(t[0], t[0], t[1]); }, {x, b});
-  EXPECT_TRUE(result.ok) << result.message;
+  expect_gradcheck([](const TensorList& t) { return linear(t[0], t[0], t[1]); }, {x, b}, 9 + 3);
 }
 
 }  // namespace

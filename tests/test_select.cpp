@@ -186,8 +186,7 @@ TEST(Dropout, BackwardUsesTheForwardMask) {
 TEST(SelectGradcheck, MaskedFill) {
   Tensor x = randn({2, 3, 3}, kF64.with_requires_grad());
   Tensor mask = causal_mask(3);
-  GradcheckResult result = gradcheck([&](const TensorList& in) { return masked_fill(in[0], mask, -5.0); }, {x});
-  EXPECT_TRUE(result.ok) << result.message;
+  expect_gradcheck([&](const TensorList& in) { return masked_fill(in[0], mask, -5.0); }, {x}, 18);
 }
 
 TEST(SelectGradcheck, MaskedFillThenSoftmax) {
@@ -195,38 +194,32 @@ TEST(SelectGradcheck, MaskedFillThenSoftmax) {
   Tensor x = randn({2, 4, 4}, kF64.with_requires_grad());
   Tensor mask = causal_mask(4);
   const double inf = std::numeric_limits<double>::infinity();
-  GradcheckResult result =
-      gradcheck([&](const TensorList& in) { return softmax(masked_fill(in[0], mask, -inf)); }, {x});
-  EXPECT_TRUE(result.ok) << result.message;
+  expect_gradcheck([&](const TensorList& in) { return softmax(masked_fill(in[0], mask, -inf)); }, {x}, 32);
 }
 
 TEST(SelectGradcheck, WhereWithBroadcasting) {
   Tensor condition = from_vector({1, 0, 1, 0, 0, 1, 1, 1, 0, 0, 1, 0}, {2, 3, 2}, DType::i32);
   Tensor a = randn({3, 1}, kF64.with_requires_grad());
   Tensor b = randn({2}, kF64.with_requires_grad());
-  GradcheckResult result = gradcheck([&](const TensorList& in) { return where(condition, in[0], in[1]); }, {a, b});
-  EXPECT_TRUE(result.ok) << result.message;
-  EXPECT_EQ(result.checked, 5);
+  expect_gradcheck([&](const TensorList& in) { return where(condition, in[0], in[1]); }, {a, b}, 5);
 }
 
 TEST(SelectGradcheck, WhereSameTensorBothSides) {
   // where(c, x, x) == x: both halves of the gradient land in the one tensor.
   Tensor condition = from_vector({1, 0, 0, 1, 1, 0}, {2, 3}, DType::i64);
   Tensor x = randn({2, 3}, kF64.with_requires_grad());
-  GradcheckResult result = gradcheck([&](const TensorList& in) { return where(condition, in[0], in[0]); }, {x});
-  EXPECT_TRUE(result.ok) << result.message;
+  expect_gradcheck([&](const TensorList& in) { return where(condition, in[0], in[0]); }, {x}, 6);
 }
 
 TEST(SelectGradcheck, Dropout) {
   // A fresh generator with the same seed on every call: the finite differences see the same mask.
   Tensor x = randn({4, 8}, kF64.with_requires_grad());
-  GradcheckResult result = gradcheck(
+  expect_gradcheck(
       [](const TensorList& in) {
         Generator generator(123);
         return dropout(in[0], 0.4, true, &generator);
       },
-      {x});
-  EXPECT_TRUE(result.ok) << result.message;
+      {x}, 32);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "autograd/gradcheck.h"
 #include "tensor/ops.h"
+#include "tests/test_util.h"
 
 namespace sl {
 namespace {
@@ -128,9 +129,7 @@ class SoftmaxGradcheck : public ::testing::TestWithParam<SoftmaxCase> {};
 TEST_P(SoftmaxGradcheck, MatchesFiniteDifferences) {
   Generator generator(11);
   Tensor x = randn(GetParam().shape, kF64.with_requires_grad(), &generator);
-  GradcheckResult result = gradcheck(GetParam().fn, {x});
-  EXPECT_TRUE(result.ok) << result.message;
-  EXPECT_EQ(result.checked, x.numel());
+  expect_gradcheck(GetParam().fn, {x}, GetParam().shape.numel());
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -181,11 +180,9 @@ TEST(CausalSoftmax, RejectsNonSquareScores) {
 
 TEST(CausalSoftmaxGradcheck, MatchesFiniteDifferences) {
   Tensor scores = randn({2, 2, 4, 4}, TensorOptions(DType::f64).with_requires_grad());
-  GradcheckResult result = gradcheck([](const TensorList& t) { return causal_softmax(t[0], 0.5); }, {scores});
-  EXPECT_TRUE(result.ok) << result.message;
+  expect_gradcheck([](const TensorList& t) { return causal_softmax(t[0], 0.5); }, {scores}, 64);
   // The scores used twice: causal_softmax(s) * s.
-  result = gradcheck([](const TensorList& t) { return mul(causal_softmax(t[0], 2.0), t[0]); }, {scores});
-  EXPECT_TRUE(result.ok) << result.message;
+  expect_gradcheck([](const TensorList& t) { return mul(causal_softmax(t[0], 2.0), t[0]); }, {scores}, 64);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <functional>
 #include <string>
 
+#include "autograd/gradcheck.h"
 #include "tensor/error.h"
 
 namespace sl {
@@ -28,6 +29,17 @@ void expect_error(F&& fn, const std::string& expected_substring) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(expected_substring), std::string::npos) << "message: " << e.what();
   }
+}
+
+// Runs gradcheck and expects it to pass having compared exactly expected_count input elements: the
+// count, worked out by the caller from the shapes, catches a check that silently skipped an input
+// (one that lost requires_grad, or a gradcheck that stopped early). Every gradcheck in tests/ goes
+// through here, except the ones that test gradcheck itself by expecting it to fail.
+inline void expect_gradcheck(const TensorFn& fn, const TensorList& inputs, int64_t expected_count,
+                             const GradcheckOptions& options = {}) {
+  GradcheckResult result = gradcheck(fn, inputs, options);
+  EXPECT_TRUE(result.ok) << result.message;
+  EXPECT_EQ(result.checked, expected_count) << "gradcheck compared " << result.checked << " elements";
 }
 
 }  // namespace sl
