@@ -279,6 +279,7 @@ int main() {
     LaunchOptions quick;
     quick.timeout = std::chrono::milliseconds(200);
     std::vector<double> caught_at(n, 0);
+    std::vector<std::string> kind(n);
     Clock::time_point start = Clock::now();
     bool timed_out = false;
     auto rank_2_skips = [&](RankContext& ctx) {
@@ -289,6 +290,9 @@ int main() {
       try {
         ctx.world->all_reduce(ones({1024}));
       } catch (const Error& e) {
+        kind[ctx.rank] = dynamic_cast<const TimeoutError*>(&e) ? "TimeoutError"
+                         : dynamic_cast<const RemoteError*>(&e) ? "RemoteError"
+                                                                 : "Error";
         caught[ctx.rank] = e.what();
         caught_at[ctx.rank] = ms_since(start);
         throw;
@@ -302,12 +306,20 @@ int main() {
     } catch (const Error& e) {
       std::printf("  launch() rethrew (not a timeout?): %s\n", e.what());
     }
-    for (int r : {0, 1}) std::printf("  rank %d, after %.0f ms: %s\n", r, caught_at[r], caught[r].c_str());
+    for (int r : {0, 1})
+      std::printf("  rank %d, after %.0f ms: %s: %s\n", r, caught_at[r], kind[r].c_str(), caught[r].c_str());
     check(timed_out, "a rank that skips a collective: the others time out (200 ms here)");
     check(caught_at[0] < 550 && caught_at[1] < 550, "... and they knew before the skipping rank woke up (600 ms)");
+    bool every_one_knew = true;  // each waiting rank raised: its own timeout, or the news of another's
+    for (int r : {0, 1}) every_one_knew = every_one_knew && (kind[r] == "TimeoutError" || kind[r] == "RemoteError");
+    check(every_one_knew, "... each with a TimeoutError of its own or a RemoteError naming a rank that timed out");
     std::printf(
-        "  The first rank to time out aborts the world, so the rest hear of it as a RemoteError. A rank\n"
-        "  that skips a call and *returns* is noticed at once (\"has already returned from its function\").\n"
+        "  Both waiting ranks wait on rank 2 (rank 0 for its chunk, rank 1 for it to take rank 1's),\n"
+        "  with deadlines microseconds apart. The first to reach its deadline raises TimeoutError, and\n"
+        "  that error, leaving its function, aborts the world; the other raises RemoteError naming it,\n"
+        "  or, if its own deadline passed before the abort reached it, a TimeoutError of its own (both\n"
+        "  happen: the lines above show this run's). A rank that skips a call and *returns* is noticed\n"
+        "  at once (\"has already returned from its function\").\n"
         "  The default timeout is 10 minutes (SL_COLLECTIVE_TIMEOUT_MS), as NCCL's: a real job waits that\n"
         "  long for a slow peer, so a test or a lesson sets a short one in LaunchOptions.\n");
   }

@@ -66,15 +66,38 @@ void CommLedger::reset() {
   stats_ = {};
 }
 
+void CommLedger::set_collectives_modelled(bool modelled) {
+  std::lock_guard lock(mutex_);
+  collectives_modelled_ = modelled;
+}
+
+bool CommLedger::collectives_modelled() const {
+  std::lock_guard lock(mutex_);
+  return collectives_modelled_;
+}
+
+// What the byte counts of op are when the backend moved them its own way (see the header).
+static const char* model_of(CommOp op) {
+  switch (op) {
+    case CommOp::all_reduce:
+    case CommOp::all_gather:
+    case CommOp::reduce_scatter: return "   (ring model)";
+    case CommOp::broadcast: return "   (chain model)";
+    default: return "";  // send and recv count the bytes they pass; a barrier moves none
+  }
+}
+
 std::string CommLedger::report() const {
   std::ostringstream out;
-  char line[160];
+  char line[180];
+  const bool modelled = collectives_modelled();
   for (int i = 0; i < static_cast<int>(CommOp::count_); ++i) {
-    CommStats s = (*this)[static_cast<CommOp>(i)];
+    const auto op = static_cast<CommOp>(i);
+    CommStats s = (*this)[op];
     if (s.calls == 0) continue;
-    std::snprintf(line, sizeof line, "%-15s %6lld calls   sent %10.3f MiB   received %10.3f MiB\n",
-                  comm_op_name(static_cast<CommOp>(i)), static_cast<long long>(s.calls), s.bytes_sent / 1048576.0,
-                  s.bytes_received / 1048576.0);
+    std::snprintf(line, sizeof line, "%-15s %6lld calls   sent %10.3f MiB   received %10.3f MiB%s\n",
+                  comm_op_name(op), static_cast<long long>(s.calls), s.bytes_sent / 1048576.0,
+                  s.bytes_received / 1048576.0, modelled ? model_of(op) : "");
     out << line;
   }
   return out.str();

@@ -75,6 +75,11 @@ int mpirun_rank() {
 
 
 // Threads: rank r runs fn on its own thread with cpu:r as its current device.
+//
+// Order matters when fn throws. The rank's context holds the world group, whose destructor joins its
+// async worker, and that worker may be running a queued collective that waits on peers, which may in
+// turn wait on this rank. So the world is aborted first (every wait, the worker's included, ends at
+// once with RemoteError), and only then does the context, with the group, go.
 static void launch_threads(int world_size, const RankFunction& fn, const LaunchOptions& options) {
   auto world = std::make_shared<ThreadWorld>(world_size, options.timeout);
   GroupOptions group_options{options.timeout, options.debug_collectives};
@@ -84,12 +89,12 @@ static void launch_threads(int world_size, const RankFunction& fn, const LaunchO
   for (int r = 0; r < world_size; ++r) {
     threads.emplace_back([&, r] {
       DeviceGuard device(Device::cpu(r));
+      std::vector<int> everyone(world_size);
+      for (int i = 0; i < world_size; ++i) everyone[i] = i;
+      // Outlives the catch blocks below: see above.
+      RankContext ctx{r, world_size, Device::cpu(r), nullptr, Backend::threads};
       try {
-        std::vector<int> everyone(world_size);
-        for (int i = 0; i < world_size; ++i) everyone[i] = i;
-        RankContext ctx{r, world_size, Device::cpu(r),
-                        std::make_shared<ThreadsProcessGroup>(world, everyone, r, /*context=*/1, group_options),
-                        Backend::threads};
+        ctx.world = std::make_shared<ThreadsProcessGroup>(world, everyone, r, /*context=*/1, group_options);
         fn(ctx);
       } catch (const CollectiveMismatch& e) {
         errors[r] = std::current_exception();
@@ -98,13 +103,20 @@ static void launch_threads(int world_size, const RankFunction& fn, const LaunchO
         errors[r] = std::current_exception();
         world->abort(r, describe_exception(errors[r]));
       }
+      ctx.world.reset();  // drains the queued async work: at once, if the world was aborted
       // Only now (queued async work drained, the group destroyed) can nothing more come from r.
       world->mark_finished(r);
     });
   }
   for (std::thread& t : threads) t.join();
   int failed = world->failed_rank();
-  if (failed >= 0) std::rethrow_exception(errors[failed]);
+  if (failed < 0) return;
+  if (errors[failed]) std::rethrow_exception(errors[failed]);
+  // The failed rank's worker aborted the world, but its function caught what wait() rethrew and
+  // returned: the launch failed all the same.
+  for (const std::exception_ptr& error : errors)
+    if (error) std::rethrow_exception(error);
+  throw Error("launch: rank " + std::to_string(failed) + " failed: " + world->failure());
 }
 
 void launch(int world_size, const RankFunction& fn, const LaunchOptions& options) {

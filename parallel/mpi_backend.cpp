@@ -29,7 +29,10 @@ MpiProcessGroup::MpiProcessGroup(MPI_Comm comm, std::vector<int> members, std::s
     : ProcessGroup(comm_rank(comm), static_cast<int>(members.size()), options),
       comm_(comm),
       members_(std::move(members)),
-      launch_(std::move(launch)) {}
+      launch_(std::move(launch)) {
+  // OpenMPI picks its own algorithm per call: the ledger counts what a ring would move.
+  ledger().set_collectives_modelled(true);
+}
 
 MpiProcessGroup::~MpiProcessGroup() {
   shutdown_worker();
@@ -37,6 +40,9 @@ MpiProcessGroup::~MpiProcessGroup() {
   auto lock = serialize_mpi();
   MPI_Comm_free(&comm_);
 }
+
+// Every rank's next poll finds this rank's abort record (a mismatch travels as its message).
+void MpiProcessGroup::abort_world(const std::string& what, bool /*mismatch*/) { launch_->notify_failure(what); }
 
 std::string MpiProcessGroup::where(const char* op, uint64_t sequence) const {
   return std::string(op) + " #" + std::to_string(sequence) + " on rank " + std::to_string(world_rank());

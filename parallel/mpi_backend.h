@@ -64,6 +64,7 @@ class MpiProcessGroup : public ProcessGroup {
   std::string backend_name() const override { return "mpi"; }
   int global_rank(int group_rank) const override { return members_.at(group_rank); }
   MPI_Comm communicator() const { return comm_; }
+  void abort_world(const std::string& what, bool mismatch = false) override;
 
  protected:
   void run_all_reduce(const Tensor& tensor, ReduceOp op, uint64_t sequence) override;

@@ -57,6 +57,8 @@ NcclProcessGroup::NcclProcessGroup(FromSplit, ncclComm_t comm, int rank, std::ve
 // The streams and the send/recv communicator (a split of comm_, so collective too). On failure
 // everything made so far goes before the exception leaves the constructor.
 void NcclProcessGroup::finish_construction() {
+  // NCCL picks its own algorithm (ring, tree, NVLS...): the ledger counts what a ring would move.
+  ledger().set_collectives_modelled(true);
   try {
     SL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     SL_CUDA_CHECK(cudaStreamCreateWithFlags(&p2p_stream_, cudaStreamNonBlocking));
@@ -112,6 +114,12 @@ void NcclProcessGroup::abort(const std::string& reason) {
   std::lock_guard lock(nccl_mutex_);
   world_->fail(global_rank(rank()), reason);
   abort_locked(reason);
+}
+
+// The launch's shared failure: every rank thread of this process raises RemoteError at its next
+// poll (other processes of an mpirun job learn it from their own timeouts, as after a throw).
+void NcclProcessGroup::abort_world(const std::string& what, bool /*mismatch*/) {
+  world_->fail(global_rank(rank()), what);
 }
 
 // ---- the engine: poll until done, failed, aborted or late (enqueue: nccl_collectives.cpp) ------

@@ -117,6 +117,7 @@ class NcclProcessGroup : public ProcessGroup {
   std::string backend_name() const override { return "nccl"; }
   int global_rank(int group_rank) const override { return world_ranks_.at(group_rank); }
   int cuda_device() const { return device_; }
+  void abort_world(const std::string& what, bool mismatch = false) override;
   bool aborted() const;
   // Aborts the communicator (ncclCommAbort): every later call on this group raises sl::Error.
   void abort(const std::string& reason);

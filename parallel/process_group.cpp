@@ -44,7 +44,20 @@ uint64_t ProcessGroup::begin_collective(CommOp op, bool blocking) {
 // split()'s exchange is told apart from a fingerprint exchange by a high bit of the sequence number.
 static constexpr uint64_t kSplitExchange = 1ull << 38;
 
+void ProcessGroup::set_collective_observer(CollectiveObserver observer) {
+  std::lock_guard lock(observer_mutex_);
+  observer_ = std::move(observer);
+}
+
+// Every collective passes here just before it moves bytes, on the thread that runs it: the test
+// observer sees it first (and may throw, as a failing rank would), then debug mode compares it.
 void ProcessGroup::check_fingerprint(Fingerprint mine) {
+  CollectiveObserver observer;
+  {
+    std::lock_guard lock(observer_mutex_);
+    observer = observer_;
+  }
+  if (observer) observer(mine);
   if (!options_.debug_collectives || size_ == 1) return;
   std::vector<Fingerprint> all(size_);
   // The exchange is itself the first step of every collective in debug mode, so it always pairs up,
@@ -183,8 +196,16 @@ void ProcessGroup::worker_loop() {
     std::exception_ptr error;
     try {
       job->run();
-    } catch (...) {
+    } catch (const RemoteError&) {
+      error = std::current_exception();  // the world is aborted already: someone else failed
+    } catch (const CollectiveMismatch& e) {
       error = std::current_exception();
+      abort_world(e.what(), /*mismatch=*/true);
+    } catch (...) {
+      // This rank failed here. Abort the world now: peers blocked on this collective (or on later
+      // ones) must not wait until this rank's main thread waits on the Work and rethrows.
+      error = std::current_exception();
+      abort_world(describe_exception(error));
     }
     // Drop the tensors the job captured: a Work kept by its caller must not keep them alive (ZeRO-2
     // frees a bucket's gradients by letting go of them once its reduce-scatter is done).

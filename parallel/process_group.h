@@ -60,8 +60,15 @@ class CommLedger {
   void reset();
   std::string report() const;  // one line per op that was called: "all_reduce  3 calls  sent 1.5 MiB ..."
 
+  // The threads backend counts the bytes its ring steps pass. MPI and NCCL choose their own
+  // algorithms, and their groups record what the ring would move instead (a model, not a
+  // measurement): report() then marks each collective's line "(ring model)" (broadcast: "(chain model)").
+  void set_collectives_modelled(bool modelled);
+  bool collectives_modelled() const;
+
  private:
   mutable std::mutex mutex_;
+  bool collectives_modelled_ = false;
   std::array<CommStats, static_cast<int>(CommOp::count_)> stats_{};
 };
 
@@ -135,6 +142,19 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   std::shared_ptr<ProcessGroup> split(int color, int key = -1);
 
   CommLedger& ledger() { return ledger_; }
+
+  // Fault injection, for tests only: `observer` is called before every collective of this handle
+  // (on the thread that runs it: the caller's, or for *_async the group's worker), with the
+  // collective's fingerprint. If it throws, the collective fails with that exception, as if this
+  // rank had failed there. An empty function removes it.
+  using CollectiveObserver = std::function<void(const Fingerprint&)>;
+  void set_collective_observer(CollectiveObserver observer);
+
+  // Ends every wait of every rank of the launch this group belongs to: they raise RemoteError
+  // naming this rank and `what` (mismatch: CollectiveMismatch). The group's worker calls it when an
+  // async collective fails, so that peers need not wait for this rank's main thread to notice.
+  virtual void abort_world(const std::string& what, bool mismatch = false) = 0;
+
   struct Job;  // a queued async collective (defined in process_group.cpp)
   uint64_t collectives_issued() const { return next_sequence_; }
 
@@ -183,6 +203,9 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   bool stopping_ = false;
   bool worker_busy_ = false;
   std::thread worker_;
+
+  std::mutex observer_mutex_;  // set by the test's thread, read by the worker
+  CollectiveObserver observer_;
 };
 
 using ProcessGroupPtr = std::shared_ptr<ProcessGroup>;

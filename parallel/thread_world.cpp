@@ -137,6 +137,11 @@ int ThreadWorld::failed_rank() const {
   return failed_rank_;
 }
 
+std::string ThreadWorld::failure() const {
+  std::lock_guard lock(state_mutex_);
+  return failure_;
+}
+
 void ThreadWorld::mark_finished(int rank) {
   {
     std::lock_guard lock(state_mutex_);

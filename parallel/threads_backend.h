@@ -69,6 +69,7 @@ class ThreadWorld {
   // A mismatch found in debug mode travels as a CollectiveMismatch, so every rank reports it as one.
   void abort(int failed_rank, const std::string& what, bool mismatch = false);
   int failed_rank() const;
+  std::string failure() const;  // what the failed rank threw
   // A rank returned from its function: waits on it can never be answered.
   void mark_finished(int rank);
 
@@ -102,6 +103,9 @@ class ThreadsProcessGroup : public ProcessGroup {
 
   std::string backend_name() const override { return "threads"; }
   int global_rank(int group_rank) const override { return members_.at(group_rank); }
+  void abort_world(const std::string& what, bool mismatch = false) override {
+    world_->abort(world_rank(), what, mismatch);
+  }
 
  protected:
   void run_all_reduce(const Tensor& tensor, ReduceOp op, uint64_t sequence) override;

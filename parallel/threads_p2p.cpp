@@ -4,7 +4,8 @@
 //   copied them (a rendezvous: no buffering, no extra copy). So, as with NCCL, two ranks that both
 //   send() to each other before they recv() wait for each other: use isend for such exchanges.
 //   irecv matches at wait(): messages between one pair of ranks with one tag arrive in the order
-//   they were sent, and are received in the order the irecvs are waited on.
+//   they were sent, and are received in the order the irecvs are waited on. A request that failed
+//   (timeout, abort, wrong size) stays failed: every later wait() rethrows its error.
 #include <cstring>
 
 #include "parallel/errors.h"
@@ -16,28 +17,34 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+// A request that failed stays failed: every later wait() rethrows the same error (a retry would
+// otherwise report success with whatever the buffer held). is_completed() is true once it is settled,
+// either way.
 class ThreadsSendWork : public Work {
  public:
   ThreadsSendWork(std::shared_ptr<ThreadWorld> world, Tensor tensor, int dst, WaitContext why,
                   std::chrono::milliseconds timeout)
       : world_(std::move(world)), tensor_(std::move(tensor)), dst_(dst), why_(why), timeout_(timeout) {}
   ~ThreadsSendWork() override {
-    if (!completed_) world_->retract(dst_, &envelope_);  // never waited on: take it back
+    if (!settled()) world_->retract(dst_, &envelope_);  // never waited on: take it back
   }
   ThreadWorld::Envelope* envelope() { return &envelope_; }
   void wait() override {
+    if (error_) std::rethrow_exception(error_);
     if (completed_) return;
     try {
       world_->wait_consumed(dst_, &envelope_, why_, Clock::now() + timeout_);
     } catch (...) {
-      completed_ = true;  // wait_consumed took the envelope back before throwing
+      error_ = std::current_exception();  // wait_consumed took the envelope back before throwing
       throw;
     }
     completed_ = true;
   }
-  bool is_completed() override { return completed_; }
+  bool is_completed() override { return settled(); }
 
  private:
+  bool settled() const { return completed_ || error_ != nullptr; }
+
   std::shared_ptr<ThreadWorld> world_;
   Tensor tensor_;  // keeps the bytes alive while the envelope points at them
   int dst_;
@@ -45,6 +52,7 @@ class ThreadsSendWork : public Work {
   std::chrono::milliseconds timeout_;
   ThreadWorld::Envelope envelope_;
   bool completed_ = false;
+  std::exception_ptr error_;
 };
 
 class ThreadsRecvWork : public Work {
@@ -60,8 +68,20 @@ class ThreadsRecvWork : public Work {
         timeout_(timeout),
         on_done_(std::move(on_done)) {}
   void wait() override {
+    if (error_) std::rethrow_exception(error_);
     if (completed_) return;
-    completed_ = true;
+    try {
+      receive();
+    } catch (...) {
+      error_ = std::current_exception();
+      throw;
+    }
+    completed_ = true;  // only now: the message is in the tensor
+  }
+  bool is_completed() override { return completed_ || error_ != nullptr; }
+
+ private:
+  void receive() {
     ThreadWorld::Envelope* in = world_->take(me_, src_, context_, why_.sequence, why_, Clock::now() + timeout_);
     int64_t got = in->bytes;
     if (got == tensor_.nbytes() && got > 0) std::memcpy(tensor_.raw_data(), in->data, got);
@@ -71,9 +91,7 @@ class ThreadsRecvWork : public Work {
              tensor_.nbytes());
     on_done_(got);
   }
-  bool is_completed() override { return completed_; }
 
- private:
   std::shared_ptr<ThreadWorld> world_;
   Tensor tensor_;
   int me_, src_;
@@ -82,6 +100,7 @@ class ThreadsRecvWork : public Work {
   std::chrono::milliseconds timeout_;
   std::function<void(int64_t)> on_done_;
   bool completed_ = false;
+  std::exception_ptr error_;
 };
 
 }  // namespace

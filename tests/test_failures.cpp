@@ -5,8 +5,13 @@
 //   a rank skips a collective -> the others raise (it returned, or it called another op), never hang
 //   a rank is stuck          -> TimeoutError with op, sequence number, timeout and elapsed time
 //   debug mode               -> mismatched shapes or ops raise CollectiveMismatch with both fingerprints
+//   the order of an abort    -> the world is aborted before the failed rank's group joins its worker;
+//                               an async collective failing on the worker aborts the world at once
+//   point to point           -> a failed isend/irecv stays failed: a second wait() rethrows
+// Fault injection during training (DDP, ZeRO, FSDP): tests/test_fault_injection.cpp.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <mutex>
@@ -197,8 +202,157 @@ TEST_P(Failures, DebugModeFromTheEnvironmentReportsDifferentOps) {
   }
 }
 
+// The issue this guards: rank 0 queues an async all-reduce and throws. Its group's destructor joins
+// the worker, which is inside that all-reduce waiting for its peers; the peers first wait for a
+// message rank 0 would have sent next. Unless the world is aborted *before* the group goes, nobody
+// moves until a timeout.
+TEST_P(Failures, TheWorldIsAbortedBeforeTheFailedRanksGroupWaitsForItsQueuedWork) {
+  const int n = GetParam();
+  std::vector<Outcome> outcomes;
+  Clock::time_point thrown_at;
+  std::string launched = run_and_record(n, quick(5000), outcomes, [&](RankContext& ctx) {
+    Tensor t = ones({256});
+    if (ctx.rank == 0) {
+      ctx.world->all_reduce_async(t);
+      thrown_at = Clock::now();
+      throw std::runtime_error("boom with an all-reduce queued");
+    }
+    Tensor next = zeros({4});
+    ctx.world->recv(next, 0);  // rank 0's next message: never sent
+    ctx.world->all_reduce(t);
+  });
+  EXPECT_EQ(launched, "boom with an all-reduce queued");
+  for (int r = 1; r < n; ++r) {
+    EXPECT_EQ(outcomes[r].type, "remote") << "rank " << r << ": " << outcomes[r].message;
+    EXPECT_NE(outcomes[r].message.find("rank 0 failed: boom"), std::string::npos) << outcomes[r].message;
+    EXPECT_LT(outcomes[r].at - thrown_at, std::chrono::seconds(2)) << outcomes[r].message;
+  }
+}
+
 // Failures need a peer to notice them: worlds 2-4.
 INSTANTIATE_TEST_SUITE_P(Worlds, Failures, testing::Values(2, 3, 4), world_name);
+
+// An async collective that fails on the group's worker (here: a fault injected there) aborts the
+// world at once; the rank's own main thread, busy elsewhere, learns it only later from wait().
+TEST(AsyncFailures, AnAsyncCollectiveFailingOnTheWorkerAbortsTheWorldAtOnce) {
+  SL_SKIP_UNDER_MPI("failure injection into rank threads");
+  const int n = 3;
+  std::vector<Outcome> outcomes;
+  std::atomic<int64_t> failed_at_ns{0};
+  LaunchOptions options;  // the default 10-minute timeout: only the abort can end the wait in time
+  std::string launched = run_and_record(n, options, outcomes, [&](RankContext& ctx) {
+    if (ctx.rank == 0)
+      ctx.world->set_collective_observer([&](const Fingerprint& f) {
+        if (f.op != CommOp::all_reduce || f.sequence != 1) return;
+        failed_at_ns = Clock::now().time_since_epoch().count();
+        throw std::runtime_error("injected on the worker");
+      });
+    Tensor t = ones({256});
+    ctx.world->all_reduce(t);                   // #0 runs
+    WorkPtr work = ctx.world->all_reduce_async(t);  // #1 fails on rank 0's worker
+    if (ctx.rank == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // busy: not waiting on it yet
+      work->wait();
+    }
+    ctx.world->all_reduce(t);  // the peers wait here (after #1)
+  });
+  EXPECT_EQ(launched, "injected on the worker") << "launch rethrows the original exception";
+  const Clock::time_point failed_at{Clock::duration(failed_at_ns.load())};
+  for (int r = 1; r < n; ++r) {
+    EXPECT_EQ(outcomes[r].type, "remote") << "rank " << r << ": " << outcomes[r].message;
+    EXPECT_NE(outcomes[r].message.find("rank 0 failed: injected on the worker"), std::string::npos)
+        << outcomes[r].message;
+    EXPECT_LT(outcomes[r].at - failed_at, std::chrono::seconds(1)) << "not when rank 0's main thread woke up";
+  }
+}
+
+// ---- point to point: a failed request stays failed --------------------------------------------------
+
+class PointToPointFailures : public testing::Test {
+ protected:
+  void SetUp() override { SL_SKIP_UNDER_MPI("the ranks signal each other through shared memory"); }
+};
+
+// Rank 0's recv times out; only then does rank 1 send. A second wait() on the failed request must
+// raise the same error again, not report success with the buffer's old bytes (nor eat the message,
+// which a fresh recv then gets).
+TEST_F(PointToPointFailures, ARecvThatTimedOutStaysFailed) {
+  std::atomic<int> stage{0};  // 1: rank 0's recv timed out; 2: rank 1's message is posted
+  auto wait_for_stage = [&](int s) {
+    while (stage.load() < s) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  };
+  launch(2, [&](RankContext& ctx) {
+    if (ctx.rank == 0) {
+      Tensor t = zeros({4});
+      WorkPtr work = ctx.world->irecv(t, 1);
+      std::string first;
+      try {
+        work->wait();
+      } catch (const TimeoutError& e) {
+        first = e.what();
+      }
+      ASSERT_NE(first.find("timed out"), std::string::npos) << first;
+      stage = 1;
+      wait_for_stage(2);
+      try {
+        work->wait();
+        ADD_FAILURE() << "the second wait() returned success; the tensor holds " << t;
+      } catch (const TimeoutError& e) {
+        EXPECT_EQ(std::string(e.what()), first) << "the same error again";
+      }
+      EXPECT_TRUE(work->is_completed()) << "a failed request is settled";
+      EXPECT_EQ(t.to_vector(), std::vector<double>(4, 0.0));
+      Tensor fresh = zeros({4});
+      ctx.world->recv(fresh, 1);
+      EXPECT_EQ(fresh.to_vector(), std::vector<double>(4, 7.0)) << "the message waits for a fresh recv";
+    } else {
+      wait_for_stage(1);
+      WorkPtr sent = ctx.world->isend(full({4}, 7.0), 0);
+      stage = 2;
+      sent->wait();
+    }
+  }, quick(300));
+}
+
+TEST_F(PointToPointFailures, ASendThatTimedOutStaysFailed) {
+  std::atomic<bool> done{false};
+  launch(2, [&](RankContext& ctx) {
+    if (ctx.rank == 1) {  // never receives; stays in its function until rank 0 is done
+      while (!done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      return;
+    }
+    WorkPtr work = ctx.world->isend(full({4}, 1.0), 1);
+    std::string first;
+    try {
+      work->wait();
+    } catch (const TimeoutError& e) {
+      first = e.what();
+    }
+    ASSERT_NE(first.find("timed out"), std::string::npos) << first;
+    try {
+      work->wait();
+      ADD_FAILURE() << "the second wait() returned success, but nobody received the message";
+    } catch (const TimeoutError& e) {
+      EXPECT_EQ(std::string(e.what()), first);
+    }
+    EXPECT_TRUE(work->is_completed());
+    done = true;
+  }, quick(300));
+}
+
+TEST_F(PointToPointFailures, ARecvOfTheWrongSizeStaysFailed) {
+  launch(2, [&](RankContext& ctx) {
+    if (ctx.rank == 1) {
+      ctx.world->send(full({3}, 5.0), 0);
+      return;
+    }
+    Tensor t = zeros({4});
+    WorkPtr work = ctx.world->irecv(t, 1);
+    expect_error([&] { work->wait(); }, "rank 1 sent 12 bytes but the receiving tensor [4] f32 holds 16");
+    expect_error([&] { work->wait(); }, "rank 1 sent 12 bytes");
+    EXPECT_TRUE(work->is_completed());
+  }, quick(2000));
+}
 
 TEST(Launch, EachRankHasItsOwnDeviceGradModeAndGenerator) {
   SL_SKIP_UNDER_MPI("checks thread-local state");

@@ -38,8 +38,10 @@ LaunchOptions mpi_options(milliseconds timeout = milliseconds(20000), bool debug
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-// Rank r's element i: small integers, so sums are exact in every dtype (bf16 holds integers to 256).
-double value(int r, int64_t i) { return (r + 1) * static_cast<double>(i % 5 + 1) - 3.0 * static_cast<double>(i % 2); }
+// Rank r's value at element i: an integer in [-5, 5], so sums are exact in every dtype (bf16 holds
+// integers to 256), and the largest and smallest sit on different ranks for different i (7r mod 11
+// is 0, 7, 3, 10, 6, 2, 9, 5 for ranks 0-7): a max that always took the last rank would be caught.
+double value(int r, int64_t i) { return static_cast<double>((7 * r + 3 * (i % 11)) % 11) - 5; }
 
 Tensor rank_tensor(int r, int64_t count, DType dtype, int64_t first = 0) {
   std::vector<double> values(count);

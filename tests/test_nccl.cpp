@@ -62,8 +62,10 @@ TEST(NcclLaunch, TooFewGpusIsAClearError) {
                    << (info_.error.empty() ? "" : " (" + info_.error + ")");                        \
   } while (0)
 
-// Rank r's value at element i: small integers, exact in every dtype (bf16 holds integers to 256).
-double value(int r, int64_t i) { return (r + 1) + static_cast<double>(i % 5); }
+// Rank r's value at element i: an integer in [-5, 5], so sums are exact in every dtype (bf16 holds
+// integers to 256), and the largest and smallest sit on different ranks for different i (7r mod 11
+// is 0, 7, 3, 10, 6, 2, 9, 5 for ranks 0-7): a max that always took the last rank would be caught.
+double value(int r, int64_t i) { return static_cast<double>((7 * r + 3 * (i % 11)) % 11) - 5; }
 
 std::vector<double> rank_values(int r, int64_t count, int64_t first = 0) {
   std::vector<double> v(count);
@@ -223,6 +225,9 @@ TEST_P(NcclWorld, LedgerMatchesTheRingFormulas) {
         group.broadcast_device(a.get(), numel, DType::f32, 0);
         ctx.world->barrier();
         const CommLedger& ledger = ctx.world->ledger();
+        // NCCL picks its own algorithm: these figures are the ring's model, and the report says so.
+        EXPECT_TRUE(ledger.collectives_modelled());
+        EXPECT_NE(ledger.report().find("(ring model)"), std::string::npos) << ledger.report();
         EXPECT_EQ(ledger[CommOp::all_reduce].calls, 1);
         EXPECT_EQ(ledger[CommOp::all_reduce].bytes_sent, 2 * (n - 1) * S / n);
         EXPECT_EQ(ledger[CommOp::all_reduce].bytes_received, 2 * (n - 1) * S / n);

@@ -1,39 +1,30 @@
 #!/usr/bin/env bash
 # mpi_tests.sh BINARY [GTEST_FILTER] — runs a GoogleTest binary as an MPI job, one process per rank:
-# first `mpirun -np 2`, then `-np 4`, with the filter (default: the collective and MPI suites).
+# first `mpirun -np 2`, then `-np 4`, with the filter (default: the collective and MPI suites, and the
+# parity suites of naive DP, DDP, ZeRO-1/2, FSDP and HSDP against the serial model).
 #
 #   tools/mpi_tests.sh build/tests/shardlab_tests
 #   tools/mpi_tests.sh build/tests/shardlab_tests 'MpiFailures*'
 #
-# All traffic stays on this machine: shared memory between ranks (btl self,vader), mpirun's own
-# control channel on loopback, and — where a network namespace can be made — inside one that has
-# only a loopback interface, since mpirun still listens on every address. Each rank's output goes to
+# All traffic stays on this machine (tools/mpi_env.sh: shared memory between ranks, mpirun's control
+# channel on loopback, inside a loopback-only network namespace where one can be made). Each rank's output goes to
 # its own log; rank 0's is shown, and every failing rank's. Exits non-zero if any rank fails, crashes,
 # or the job runs past its time limit (a hang, e.g. in MPI_Finalize after a failure test).
 set -uo pipefail
 
 binary=${1:?usage: tools/mpi_tests.sh BINARY [GTEST_FILTER]}
-filter=${2:-'Collectives/*:Worlds/Collectives.*:Mpi*:*/MpiCollectives.*'}
+# The collective and MPI suites, then every data-parallel technique's parity suite (the same tests
+# that run on rank threads, here one process per rank over the MPI backend; a world other than -np skips).
+collectives='Collectives/*:Worlds/Collectives.*:Mpi*:*/MpiCollectives.*'
+parity='Layouts/DataParallel.*:Layouts/DDPNoSync.*:Stages/Zero.*:Layouts/Fsdp.*:Layouts/Hsdp.*'
+filter=${2:-"$collectives:$parity"}
 time_limit=${SL_MPI_TEST_TIMEOUT:-300}  # seconds per mpirun
 
-if ! command -v mpirun > /dev/null; then
-  echo "mpi_tests: mpirun not found: install OpenMPI (apt-get install openmpi-bin libopenmpi-dev, or make deps)" >&2
-  exit 2
-fi
+source "$(dirname "$0")/mpi_env.sh" || exit 2
 [ -x "$binary" ] || { echo "mpi_tests: $binary is not an executable (build it first: make)" >&2; exit 2; }
 
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
-mpirun_args=(--allow-run-as-root --oversubscribe --mca btl self,vader --mca oob_tcp_if_include lo)
-
-# A loopback-only network namespace, if this user may make one (root, or unprivileged user namespaces).
-isolate=()
-if unshare -n sh -c 'ip link set lo up' 2> /dev/null; then
-  isolate=(unshare -n sh -c 'ip link set lo up && exec "$@"' sh)
-else
-  echo "mpi_tests: note: cannot make a network namespace (unshare -n failed: no privileges?); mpirun runs" \
-    "in this one, its ranks still talk only over shared memory and loopback"
-fi
 
 status=0
 for np in 2 4; do
