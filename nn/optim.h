@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "nn/adamw_math.h"
+#include "tensor/adamw_math.h"
 #include "nn/module.h"
 
 namespace sl::nn {
@@ -74,7 +74,7 @@ class AdamW : public Optimizer {
 
 // One AdamW update of n contiguous f32 elements: the loop AdamW::step runs over each parameter, and
 // the ZeRO optimizers (parallel/zero.h) over each rank's shard, so both compute the same bits.
-// (AdamWStep, the per-element update, is in nn/adamw_math.h, shared with the CUDA kernel.)
+// (AdamWStep, the per-element update, is in tensor/adamw_math.h, shared with the CUDA kernel.)
 void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, const AdamWStep& s);
 
 // Linear warm-up from 0 to max_lr over warmup_steps, then cosine decay to min_lr at total_steps

@@ -107,7 +107,7 @@ void gemm(DType dtype, bool transpose_a, bool transpose_b, int64_t M, int64_t N,
           const void* B, int64_t ldb, void* C, int64_t ldc, bool accumulate, int device, GemmBatch batch = {});
 
 // ---- optimizer (optim.cu) ---------------------------------------------------------------------------------------
-// AdamW's fused update of n f32 elements: nn::AdamWStep::apply (nn/adamw_math.h) on every element,
+// AdamW's fused update of n f32 elements: nn::AdamWStep::apply (tensor/adamw_math.h) on every element,
 // the same arithmetic as the CPU's nn::adamw_update
 void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, const nn::AdamWStep& step, int device);
 

@@ -1,6 +1,6 @@
 // optim.cu — AdamW's fused update on the GPU: one thread per element, each running
-// nn::AdamWStep::apply (nn/adamw_math.h), the very function the CPU loop runs.
-#include "nn/adamw_math.h"
+// nn::AdamWStep::apply (tensor/adamw_math.h), the very function the CPU loop runs.
+#include "tensor/adamw_math.h"
 #include "tensor/cuda/kernels.h"
 #include "tensor/cuda/launch.cuh"
 
