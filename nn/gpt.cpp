@@ -26,7 +26,7 @@ CausalSelfAttention::CausalSelfAttention(const GPTConfig& config, const InitOpti
 
 Tensor CausalSelfAttention::forward(const Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), NH = n_head, HS = C / NH;
-  TensorList qkv = split(c_attn->forward(x), C, 2);                                         // 3 x [B, T, C]
+  TensorList qkv = split((*c_attn)(x), C, 2);                                               // 3 x [B, T, C]
   auto heads = [&](const Tensor& t) { return t.reshape({B, T, NH, HS}).transpose(1, 2); };  // [B, NH, T, HS]
   Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
   // softmax(q k^T / sqrt(HS)) with the future masked out, as one fused op: the same numbers as
@@ -35,7 +35,7 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   att = dropout(att, dropout_, is_training());
   Tensor y = matmul(att, v);                 // [B, NH, T, HS]
   y = y.transpose(1, 2).reshape({B, T, C});  // heads side by side again
-  return c_proj->forward(dropout(y, dropout_, is_training()));
+  return (*c_proj)(dropout(y, dropout_, is_training()));
 }
 
 // ---- MLP and block -------------------------------------------------------------------------------------
@@ -47,7 +47,7 @@ MLP::MLP(const GPTConfig& config, const InitOptions& init) {
   c_proj = register_module("c_proj", std::make_shared<Linear>(4 * config.n_embd, config.n_embd, true, proj_init));
 }
 
-Tensor MLP::forward(const Tensor& x) { return c_proj->forward(gelu(c_fc->forward(x))); }
+Tensor MLP::forward(const Tensor& x) { return (*c_proj)(gelu((*c_fc)(x))); }
 
 Block::Block(const GPTConfig& config, const InitOptions& init) {
   ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(config.n_embd));
@@ -57,34 +57,109 @@ Block::Block(const GPTConfig& config, const InitOptions& init) {
 }
 
 Tensor Block::forward(const Tensor& x) {
-  Tensor h = add(x, attn->forward(ln_1->forward(x)));
-  return add(h, mlp->forward(ln_2->forward(h)));
+  Tensor h = add(x, (*attn)((*ln_1)(x)));
+  return add(h, (*mlp)((*ln_2)(h)));
+}
+
+// ---- the shard spec -----------------------------------------------------------------------------------------
+
+GPTShardSpec GPTShardSpec::resolved(const GPTConfig& config) const {
+  GPTShardSpec out = *this;
+  if (out.layer_end < 0) out.layer_end = config.n_layer;
+  SL_CHECK(out.layer_begin >= 0 && out.layer_begin <= out.layer_end && out.layer_end <= config.n_layer,
+           "GPTShardSpec: layers [", layer_begin, ", ", layer_end, ") do not fit a model of n_layer ", config.n_layer);
+  SL_CHECK(out.layer_begin < out.layer_end || out.has_embedding() || out.has_head(config), "GPTShardSpec: ", out.str(),
+           " holds nothing (no blocks, no embedding, no head)");
+  return out;
+}
+
+std::string GPTShardSpec::str() const {
+  return "layers [" + std::to_string(layer_begin) + ", " + std::to_string(layer_end) + ")";
 }
 
 // ---- GPT --------------------------------------------------------------------------------------------------
 
-GPT::GPT(const GPTConfig& config, uint64_t seed) : config_(config) {
+uint64_t GPT::block_counter(const GPTConfig& config, int64_t layer) {
+  const uint64_t C = config.n_embd;
+  return (config.vocab_size + config.block_size) * C + static_cast<uint64_t>(layer) * 12 * C * C;
+}
+
+GPT::GPT(const GPTConfig& config, uint64_t seed, const GPTShardSpec& spec) : config_(config) {
   config.validate();
+  spec_ = spec.resolved(config);
   Generator generator(seed);
   InitOptions init{0.02, &generator, DType::f32};
-  wte = register_module("wte", std::make_shared<Embedding>(config.vocab_size, config.n_embd, init));
-  wpe = register_module("wpe", std::make_shared<Embedding>(config.block_size, config.n_embd, init));
-  h = register_module("h", std::make_shared<ModuleList>());
-  for (int64_t i = 0; i < config.n_layer; ++i) h->push_back(std::make_shared<Block>(config, init));
-  ln_f = register_module("ln_f", std::make_shared<LayerNorm>(config.n_embd));
+  if (spec_.has_embedding() || spec_.has_head(config)) {  // wte is drawn first, at counter 0
+    wte = register_module("wte", std::make_shared<Embedding>(config.vocab_size, config.n_embd, init));
+    if (!spec_.has_embedding()) wte->set_placement("weight", Placement::tied("wte"));
+  }
+  if (spec_.has_embedding())
+    wpe = register_module("wpe", std::make_shared<Embedding>(config.block_size, config.n_embd, init));
+  h = register_module("h", std::make_shared<ModuleList>(spec_.layer_begin));
+  for (int64_t layer = spec_.layer_begin; layer < spec_.layer_end; ++layer) {
+    generator.set_offset(block_counter(config, layer));
+    h->push_back(std::make_shared<Block>(config, init));
+  }
+  // Every block draws exactly 12C² numbers: if a layer ever draws more, the counters above are wrong.
+  SL_ASSERT(spec_.layer_begin == spec_.layer_end || generator.offset() == block_counter(config, spec_.layer_end));
+  if (spec_.has_head(config)) ln_f = register_module("ln_f", std::make_shared<LayerNorm>(config.n_embd));
+}
+
+Block& GPT::block(int64_t layer) const {
+  SL_CHECK(layer >= spec_.layer_begin && layer < spec_.layer_end, "GPT: layer ", layer, " is not in this part (",
+           spec_.str(), ")");
+  return h->at<Block>(static_cast<size_t>(layer - spec_.layer_begin));
+}
+
+Tensor GPT::embed(const Tensor& idx, const Tensor& positions) {
+  SL_CHECK(wpe, "GPT::embed: this part (", spec_.str(), ") does not hold the embedding");
+  SL_CHECK(idx.dim() == 2, "GPT: idx must be [B, T] token ids, got shape ", idx.shape());
+  SL_CHECK(positions.dim() == 1 && positions.size(0) == idx.size(1), "GPT::embed: positions must be [T] = [",
+           idx.size(1), "], got shape ", positions.shape());
+  SL_CHECK(idx.size(1) <= config_.block_size, "GPT: sequence length ", idx.size(1), " is longer than block_size ",
+           config_.block_size);
+  MemoryScope scope(MemoryCategory::activations);
+  return add((*wte)(idx), (*wpe)(positions));  // [B, T, C] + [T, C]
+}
+
+Tensor GPT::embed(const Tensor& idx) {
+  SL_CHECK(idx.dim() == 2, "GPT: idx must be [B, T] token ids, got shape ", idx.shape());
+  return embed(idx, arange(idx.size(1), TensorOptions(DType::i64, idx.device())));
+}
+
+Tensor GPT::blocks(const Tensor& x, int64_t begin, int64_t end) {
+  SL_CHECK(begin <= end, "GPT::blocks: begin ", begin, " > end ", end);
+  SL_CHECK(x.dim() == 3 && x.size(2) == config_.n_embd, "GPT::blocks: x must be [B, T, C=", config_.n_embd,
+           "], got shape ", x.shape());
+  MemoryScope scope(MemoryCategory::activations);
+  Tensor out = x;
+  for (int64_t layer = begin; layer < end; ++layer) out = block(layer)(out);
+  return out;
+}
+
+Tensor GPT::head(const Tensor& x) {
+  SL_CHECK(ln_f, "GPT::head: this part (", spec_.str(), ") does not hold the head");
+  SL_CHECK(x.dim() == 3 && x.size(2) == config_.n_embd, "GPT::head: x must be [B, T, C=", config_.n_embd,
+           "], got shape ", x.shape());
+  const int64_t B = x.size(0), T = x.size(1), C = config_.n_embd, V = config_.vocab_size;
+  MemoryScope scope(MemoryCategory::activations);
+  Tensor normed = (*ln_f)(x);
+  Tensor logits = matmul(normed.reshape({B * T, C}), wte->weight, false, true);  // tied head: [B*T, C] @ [V, C]^T
+  return logits.reshape({B, T, V});
+}
+
+Tensor GPT::forward_part(const Tensor& input, const Tensor& positions) {
+  return call_with_hooks(input, [&] {
+    Tensor x = !spec_.has_embedding() ? input : positions.defined() ? embed(input, positions) : embed(input);
+    x = blocks(x, spec_.layer_begin, spec_.layer_end);
+    return spec_.has_head(config_) ? head(x) : x;
+  });
 }
 
 Tensor GPT::forward(const Tensor& idx) {
-  SL_CHECK(idx.dim() == 2, "GPT: idx must be [B, T] token ids, got shape ", idx.shape());
-  const int64_t B = idx.size(0), T = idx.size(1), C = config_.n_embd, V = config_.vocab_size;
-  SL_CHECK(T <= config_.block_size, "GPT: sequence length ", T, " is longer than block_size ", config_.block_size);
-  MemoryScope scope(MemoryCategory::activations);
-  if (!positions_.defined() || positions_.numel() != T) positions_ = arange(T, TensorOptions(DType::i64, idx.device()));
-  Tensor x = add(wte->forward(idx), wpe->forward(positions_));  // [B, T, C] + [T, C]
-  for (size_t i = 0; i < h->size(); ++i) x = block(i).forward(x);
-  x = ln_f->forward(x);
-  Tensor logits = matmul(x.reshape({B * T, C}), wte->weight, false, true);  // tied head: [B*T, C] @ [V, C]^T
-  return logits.reshape({B, T, V});
+  SL_CHECK(is_whole(), "GPT::forward: this model holds only ", spec_.str(), " of ", config_.n_layer,
+           " layers; run its part with forward_part");
+  return forward_part(idx);
 }
 
 Tensor GPT::loss(const Tensor& idx, const Tensor& targets) { return cross_entropy(forward(idx), targets); }

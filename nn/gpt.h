@@ -9,8 +9,19 @@
 //
 // Parameter names are GPT-2's (wte.weight, h.0.attn.c_attn.weight, ...), Linear weights are
 // [out, in]. Init: N(0, 0.02), c_proj weights N(0, 0.02 / sqrt(2 n_layer)) (the residual stream
-// adds 2 per layer), biases 0, LayerNorm 1 and 0. Later chapters split this model across ranks, so
-// every block is reachable (gpt.blocks()) and every parameter named.
+// adds 2 per layer), biases 0, LayerNorm 1 and 0.
+//
+// The model is cut, never forked. forward = head(blocks(embed(idx, positions), 0, L)), and each
+// piece is public: a pipeline stage runs blocks(x, 4, 8), a sequence shard embeds its tokens'
+// global positions. A GPTShardSpec builds only a part: layers [begin, end), plus wte/wpe on the
+// part that starts at layer 0 and ln_f/the head on the part that ends at layer L. A part's weights
+// are drawn at the same Philox counters as in the whole model, so they equal its slice bitwise:
+//
+//   counters:  wte [V, C] | wpe [BS, C] | h.0: c_attn 3C², c_proj C², c_fc 4C², c_proj 4C² | h.1 ...
+//              0            V·C           (V + BS)·C + layer · 12C²
+//
+// A part that holds the head but not the embedding holds its own copy of wte (placement tied("wte"));
+// the two copies' gradients must be summed every step (parallel/pipeline does that).
 #pragma once
 #include "nn/layers.h"
 
@@ -53,24 +64,54 @@ class Block : public UnaryModule {
   std::shared_ptr<MLP> mlp;
 };
 
+// Which part of the model a rank builds: blocks [layer_begin, layer_end) (layer_end -1: to the end).
+struct GPTShardSpec {
+  int64_t layer_begin = 0;
+  int64_t layer_end = -1;
+
+  static GPTShardSpec whole() { return {}; }
+  static GPTShardSpec layers(int64_t begin, int64_t end) { return {begin, end}; }
+  // layer_end filled in; throws naming the values when the range does not fit n_layer or holds nothing.
+  GPTShardSpec resolved(const GPTConfig& config) const;
+  bool has_embedding() const { return layer_begin == 0; }                           // wte, wpe
+  bool has_head(const GPTConfig& config) const { return layer_end == config.n_layer; }  // ln_f, head (resolved spec)
+  std::string str() const;  // "layers [0, 2)"
+};
+
 class GPT : public Module {
  public:
-  // Parameters are drawn from a Philox generator seeded with `seed`, in registration order.
-  explicit GPT(const GPTConfig& config, uint64_t seed = 0);
-  Tensor forward(const Tensor& idx);                      // idx [B, T] ints -> logits [B, T, V]
+  // Parameters are drawn from a Philox generator seeded with `seed`, each at its counter in the
+  // whole model's draw (see above), so any part equals the same part of the whole model.
+  explicit GPT(const GPTConfig& config, uint64_t seed = 0, const GPTShardSpec& spec = GPTShardSpec::whole());
+
+  // The parts. positions [T] (i64) are the tokens' global positions: 0..T-1 for a whole sequence.
+  Tensor embed(const Tensor& idx, const Tensor& positions);  // idx [B, T] -> wte[idx] + wpe[positions] [B, T, C]
+  Tensor embed(const Tensor& idx);                           // positions 0..T-1
+  Tensor blocks(const Tensor& x, int64_t begin, int64_t end);  // h.begin .. h.{end-1}: [B, T, C] -> [B, T, C]
+  Tensor head(const Tensor& x);                              // ln_f, x @ wte^T: [B, T, C] -> logits [B, T, V]
+  // This part's forward, with its hooks: ids [B, T] in when it holds the embedding (else
+  // activations [B, T, C]); logits [B, T, V] out when it holds the head (else activations).
+  Tensor forward_part(const Tensor& input, const Tensor& positions = Tensor());
+
+  Tensor forward(const Tensor& idx);                      // the whole model: idx [B, T] ints -> logits [B, T, V]
   Tensor loss(const Tensor& idx, const Tensor& targets);  // mean cross-entropy (ignore index -100)
   // Greedy decoding: appends max_new_tokens argmax tokens to each row of idx [B, T0].
   Tensor generate(const Tensor& idx, int64_t max_new_tokens);
 
   const GPTConfig& config() const { return config_; }
-  Block& block(size_t i) const { return h->at<Block>(i); }
-  std::shared_ptr<Embedding> wte, wpe;
+  const GPTShardSpec& spec() const { return spec_; }
+  bool is_whole() const { return spec_.has_embedding() && spec_.has_head(config_); }
+  Block& block(int64_t layer) const;  // by global layer index; throws if this part does not hold it
+  // The first Philox counter of layer `layer`'s weights in the whole model's draw.
+  static uint64_t block_counter(const GPTConfig& config, int64_t layer);
+
+  std::shared_ptr<Embedding> wte, wpe;  // wte: on the first part, and a tied copy on the last
   std::shared_ptr<ModuleList> h;
   std::shared_ptr<LayerNorm> ln_f;
 
  private:
   GPTConfig config_;
-  Tensor positions_;  // arange(T) cached
+  GPTShardSpec spec_;
 };
 
 }  // namespace sl::nn

@@ -54,7 +54,7 @@ void Sequential::push_back(std::shared_ptr<UnaryModule> module) {
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor h = x;
-  for (auto& layer : layers_) h = layer->forward(h);
+  for (auto& layer : layers_) h = (*layer)(h);
   return h;
 }
 

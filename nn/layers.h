@@ -13,7 +13,10 @@ namespace sl::nn {
 class UnaryModule : public Module {
  public:
   virtual Tensor forward(const Tensor& x) = 0;
-  Tensor operator()(const Tensor& x) { return forward(x); }
+  // forward(x) with this module's hooks around it: how a parent calls its children.
+  Tensor operator()(const Tensor& x) {
+    return call_with_hooks(x, [&] { return forward(x); });
+  }
 };
 
 struct InitOptions {
@@ -35,7 +38,9 @@ class Embedding : public Module {
  public:
   Embedding(int64_t num_embeddings, int64_t embedding_dim, const InitOptions& init = {});
   Tensor forward(const Tensor& ids);
-  Tensor operator()(const Tensor& ids) { return forward(ids); }
+  Tensor operator()(const Tensor& ids) {
+    return call_with_hooks(ids, [&] { return forward(ids); });
+  }
   Tensor weight;
 };
 

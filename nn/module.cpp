@@ -15,27 +15,82 @@ void Module::check_name(const std::string& name) const {
   for (const auto& [existing, _] : children_) SL_CHECK(existing != name, "Module: '", name, "' is registered twice");
 }
 
-Tensor Module::register_parameter(const std::string& name, Tensor value) {
+Tensor Module::register_parameter(const std::string& name, Tensor value, Placement placement) {
   check_name(name);
   SL_CHECK(value.defined() && is_floating(value.dtype()), "Module: parameter '", name, "' must be a floating tensor");
   if (!value.is_leaf()) value = value.detach();
   value.set_requires_grad(true);
   parameters_.emplace_back(name, value);
+  placements_.push_back(std::move(placement));
   return value;
 }
 
-void Module::collect(const std::string& prefix, NamedTensors& out) const {
-  for (const auto& [name, tensor] : parameters_) out.emplace_back(prefix + name, tensor);
+void Module::collect(const std::string& prefix, std::vector<Slot>& out) const {
+  for (size_t i = 0; i < parameters_.size(); ++i)
+    out.push_back({prefix + parameters_[i].first, parameters_[i].second, const_cast<Placement*>(&placements_[i])});
   for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out);
 }
 
-NamedTensors Module::named_parameters() const {
-  NamedTensors all, unique;
+std::vector<Module::Slot> Module::unique_slots() const {
+  std::vector<Slot> all, unique;
   collect("", all);
   std::set<TensorImpl*> seen;
-  for (auto& entry : all)
-    if (seen.insert(entry.second.impl()).second) unique.push_back(std::move(entry));
+  for (auto& slot : all)
+    if (seen.insert(slot.value.impl()).second) unique.push_back(std::move(slot));
   return unique;
+}
+
+NamedTensors Module::named_parameters() const {
+  NamedTensors out;
+  for (auto& slot : unique_slots()) out.emplace_back(std::move(slot.path), std::move(slot.value));
+  return out;
+}
+
+std::vector<std::pair<std::string, Placement>> Module::named_placements() const {
+  std::vector<std::pair<std::string, Placement>> out;
+  for (auto& slot : unique_slots()) out.emplace_back(std::move(slot.path), *slot.placement);
+  return out;
+}
+
+Placement* Module::find_placement(const std::string& name) const {
+  for (auto& slot : unique_slots())
+    if (slot.path == name) return slot.placement;
+  SL_CHECK(false, "Module: no parameter named '", name, "' (placement)");
+  return nullptr;
+}
+
+const Placement& Module::placement(const std::string& name) const { return *find_placement(name); }
+
+void Module::set_placement(const std::string& name, Placement placement) { *find_placement(name) = std::move(placement); }
+
+int Module::register_forward_pre_hook(ForwardPreHook hook) {
+  SL_CHECK(static_cast<bool>(hook), "Module::register_forward_pre_hook: empty hook");
+  pre_hooks_.emplace_back(next_hook_id_, std::move(hook));
+  return next_hook_id_++;
+}
+
+int Module::register_forward_hook(ForwardHook hook) {
+  SL_CHECK(static_cast<bool>(hook), "Module::register_forward_hook: empty hook");
+  post_hooks_.emplace_back(next_hook_id_, std::move(hook));
+  return next_hook_id_++;
+}
+
+void Module::remove_hook(int id) {
+  auto drop = [id](auto& hooks) {
+    return std::erase_if(hooks, [id](const auto& entry) { return entry.first == id; }) > 0;
+  };
+  bool removed = drop(pre_hooks_);
+  removed = drop(post_hooks_) || removed;
+  SL_CHECK(removed, "Module::remove_hook: no hook with id ", id);
+}
+
+Tensor Module::call_with_hooks(const Tensor& input, const std::function<Tensor()>& forward) {
+  // Copies: a hook may remove itself (a one-shot hook) while the list is being walked.
+  for (auto [_, hook] : std::vector(pre_hooks_)) hook(*this, input);
+  Tensor output = forward();
+  for (auto [_, hook] : std::vector(post_hooks_))
+    if (Tensor replaced = hook(*this, input, output); replaced.defined()) output = replaced;
+  return output;
 }
 
 std::vector<Tensor> Module::parameters() const {
@@ -122,7 +177,7 @@ void Module::to(DType dtype) {
 }
 
 void ModuleList::push_back(std::shared_ptr<Module> module) {
-  register_module(std::to_string(modules_.size()), module);
+  register_module(std::to_string(first_index_ + static_cast<int64_t>(modules_.size())), module);
   modules_.push_back(std::move(module));
 }
 

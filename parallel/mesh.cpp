@@ -1,4 +1,4 @@
-// mesh.cpp — the device mesh: coordinates on the grid arange(world).view(dp_replicate, dp_shard, pp,
+// mesh.cpp — the device mesh: coordinates on the grid arange(world).view(pp, dp_replicate, dp_shard,
 // cp, tp) and one process group per set of dimensions. The layout and its cost are drawn in mesh.h.
 #include "parallel/mesh.h"
 
@@ -13,11 +13,16 @@ namespace sl::parallel {
 
 namespace {
 
+// Bit d is kDimNames[d]: pp 1, dp_replicate 2, dp_shard 4, cp 8, tp 16.
 constexpr std::array<unsigned, 3> kProductMasks = {
-    0b00011u,  // dp          = dp_replicate x dp_shard
-    0b01010u,  // dp_shard_cp = dp_shard x cp
-    0b01011u,  // dp_cp       = dp_replicate x dp_shard x cp
+    0b00110u,  // dp          = dp_replicate x dp_shard
+    0b01100u,  // dp_shard_cp = dp_shard x cp
+    0b01110u,  // dp_cp       = dp_replicate x dp_shard x cp
 };
+
+// ParallelismConfig's fields in their declared order (Accelerate's), which is how it prints.
+constexpr std::array<std::string_view, 5> kFieldNames = {"dp_replicate", "dp_shard", "pp", "cp", "tp"};
+std::array<int, 5> field_values(const ParallelismConfig& c) { return {c.dp_replicate, c.dp_shard, c.pp, c.cp, c.tp}; }
 
 std::string known_names() {
   std::string out;
@@ -38,16 +43,16 @@ std::string braces(const std::vector<int>& ranks) {
 
 std::string ParallelismConfig::str() const {
   std::ostringstream out;
-  const auto values = degrees();
-  for (int d = 0; d < DeviceMesh::kDims; ++d) out << (d ? " x " : "") << DeviceMesh::kDimNames[d] << " " << values[d];
+  const auto values = field_values(*this);
+  for (int d = 0; d < DeviceMesh::kDims; ++d) out << (d ? " x " : "") << kFieldNames[d] << " " << values[d];
   return out.str();
 }
 
 int ParallelismConfig::world_size() const {
   int64_t product = 1;
-  const auto values = degrees();
+  const auto values = field_values(*this);
   for (int d = 0; d < DeviceMesh::kDims; ++d) {
-    SL_CHECK(values[d] >= 1, "ParallelismConfig: ", DeviceMesh::kDimNames[d], " must be >= 1 (got ", values[d], ")");
+    SL_CHECK(values[d] >= 1, "ParallelismConfig: ", kFieldNames[d], " must be >= 1 (got ", values[d], ")");
     product *= values[d];  // each factor <= INT_MAX after the check below, so int64 cannot overflow first
     SL_CHECK(product <= INT_MAX, "ParallelismConfig: ", str(), " overflows int");
   }
@@ -108,7 +113,7 @@ void DeviceMesh::check_ranks_agree() const {
   const std::vector<double> all = gathered.to_vector();
   auto config_of = [&](int r) {
     auto at = [&](int d) { return static_cast<int>(all[static_cast<size_t>(r * kDims + d)]); };
-    return ParallelismConfig{at(0), at(1), at(2), at(3), at(4)};
+    return ParallelismConfig{.dp_replicate = at(1), .dp_shard = at(2), .pp = at(0), .cp = at(3), .tp = at(4)};
   };
   for (int r = 1; r < n; ++r)
     SL_CHECK(config_of(r) == config_of(0), "DeviceMesh: ranks disagree on the ParallelismConfig: rank 0 has ",
@@ -210,7 +215,7 @@ std::string DeviceMesh::str() const {
   out << "DeviceMesh: world " << world_size() << " = " << config_.str() << "   (this is rank " << rank_
       << ", marked *)\n";
 
-  // The grid: one row per (dp_replicate, dp_shard, pp, cp), one column per tp; size-1 labels left out.
+  // The grid: one row per (pp, dp_replicate, dp_shard, cp), one column per tp; size-1 labels left out.
   const int tp = degrees_[4];
   const int rows = world_size() / tp;
   std::vector<std::string> labels;

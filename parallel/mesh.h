@@ -4,20 +4,22 @@
 //     dp_replicate  data parallel, full replicas (DDP; the "replicate" half of HSDP)
 //     dp_shard      data parallel, sharded (ZeRO / FSDP)
 //     pp            pipeline stages       cp  context (sequence) parallel      tp  tensor parallel
-//   The grid is arange(world).view(dp_replicate, dp_shard, pp, cp, tp), TP innermost: consecutive ranks
-//   share a TP group, so the chattiest parallelism (an all-reduce per layer) stays inside a node.
+//   The grid is arange(world).view(pp, dp_replicate, dp_shard, cp, tp), as torchtitan lays it out: TP
+//   innermost, so consecutive ranks share a TP group and the chattiest parallelism (an all-reduce
+//   per layer) stays inside a node; PP outermost, since a stage boundary moves one activation per
+//   micro-batch and tolerates the slowest links.
 //
-//   world 8 = dp 2 x pp 2 x tp 2  (dp_replicate 2)          rank = (dp * 2 + pp) * 2 + tp
+//   world 8 = pp 2 x dp 2 x tp 2  (dp_replicate 2)          rank = (pp * 2 + dp) * 2 + tp
 //
 //                     tp 0  tp 1
-//        dp 0  pp 0     0     1     <- a tp group: neighbours, one node, the fastest links
-//              pp 1     2     3
-//        dp 1  pp 0     4     5
-//              pp 1     6     7
+//        pp 0  dp 0     0     1     <- a tp group: neighbours, one node, the fastest links
+//              dp 1     2     3
+//        pp 1  dp 0     4     5
+//              dp 1     6     7
 //
 //        tp groups {0,1} {2,3} {4,5} {6,7}     vary tp, hold the rest
-//        pp groups {0,2} {1,3} {4,6} {5,7}     vary pp
-//        dp groups {0,4} {1,5} {2,6} {3,7}     vary dp (the outermost, farthest apart)
+//        dp groups {0,2} {1,3} {4,6} {5,7}     vary dp
+//        pp groups {0,4} {1,5} {2,6} {3,7}     vary pp (the outermost, farthest apart)
 //
 //   A group over a set of dimensions holds the ranks that agree on every *other* coordinate; its
 //   group ranks follow the world ranks (row-major over the set). Named products: "dp" = dp_replicate
@@ -51,8 +53,9 @@ struct ParallelismConfig {
   // Throws sl::Error unless every degree is >= 1 and their product is world_size:
   //   "ParallelismConfig: world size 8 != dp_replicate 1 x dp_shard 2 x pp 2 x cp 1 x tp 3"
   void validate(int world_size) const;
-  std::string str() const;  // "dp_replicate 1 x dp_shard 2 x pp 2 x cp 1 x tp 3"
-  std::array<int, 5> degrees() const { return {dp_replicate, dp_shard, pp, cp, tp}; }
+  std::string str() const;  // "dp_replicate 1 x dp_shard 2 x pp 2 x cp 1 x tp 3" (the fields' order)
+  // The degrees in grid order, outermost first: pp, dp_replicate, dp_shard, cp, tp.
+  std::array<int, 5> degrees() const { return {pp, dp_replicate, dp_shard, cp, tp}; }
   bool operator==(const ParallelismConfig&) const = default;
 };
 
@@ -61,7 +64,7 @@ class DeviceMesh {
   static constexpr int kDims = 5;
   // The grid's dimensions, outermost first, then the named products; group() and coordinate()
   // accept all of them.
-  static constexpr std::array<std::string_view, kDims> kDimNames = {"dp_replicate", "dp_shard", "pp", "cp", "tp"};
+  static constexpr std::array<std::string_view, kDims> kDimNames = {"pp", "dp_replicate", "dp_shard", "cp", "tp"};
   static constexpr std::array<std::string_view, 3> kProductNames = {"dp", "dp_shard_cp", "dp_cp"};
 
   // Collective over `world`: every member calls it with the same config. Throws sl::Error before
@@ -78,10 +81,10 @@ class DeviceMesh {
   // is also the rank in its group): coordinate("tp") == group("tp")->rank().
   int coordinate(std::string_view name) const;
   int size(std::string_view name) const;  // the degree (a product's: the product)
-  std::array<int, kDims> coordinates() const { return coords_; }
-  int dp_replicate_rank() const { return coords_[0]; }
-  int dp_shard_rank() const { return coords_[1]; }
-  int pp_rank() const { return coords_[2]; }
+  std::array<int, kDims> coordinates() const { return coords_; }  // in kDimNames order
+  int pp_rank() const { return coords_[0]; }
+  int dp_replicate_rank() const { return coords_[1]; }
+  int dp_shard_rank() const { return coords_[2]; }
   int cp_rank() const { return coords_[3]; }
   int tp_rank() const { return coords_[4]; }
   int dp_rank() const { return coordinate("dp"); }

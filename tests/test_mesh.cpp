@@ -2,7 +2,7 @@
 // traffic that stays inside a group), over layouts of world 1 to 12 on the threads backend.
 //
 // The expected values come from a reference that builds the grid by counting through nested loops
-// (what arange(world).view(dp_replicate, dp_shard, pp, cp, tp) does), not from the mesh's own
+// (what arange(world).view(pp, dp_replicate, dp_shard, cp, tp) does, as torchtitan lays it out), not from the mesh's own
 // arithmetic; group members are checked by what the group itself moves (all_gather, all_reduce).
 #include <gtest/gtest.h>
 
@@ -20,7 +20,7 @@
 namespace sl::parallel {
 namespace {
 
-using Coords = std::array<int, 5>;  // dp_replicate, dp_shard, pp, cp, tp
+using Coords = std::array<int, 5>;  // pp, dp_replicate, dp_shard, cp, tp (outermost first)
 using DimSet = std::array<bool, 5>;
 
 LaunchOptions quick_threads() {
@@ -33,11 +33,11 @@ LaunchOptions quick_threads() {
 // Every rank's coordinates, by counting: rank r is the r-th cell visited with tp changing fastest.
 std::vector<Coords> reference_grid(const ParallelismConfig& c) {
   std::vector<Coords> grid;
-  for (int a = 0; a < c.dp_replicate; ++a)
-    for (int b = 0; b < c.dp_shard; ++b)
-      for (int p = 0; p < c.pp; ++p)
+  for (int p = 0; p < c.pp; ++p)
+    for (int a = 0; a < c.dp_replicate; ++a)
+      for (int b = 0; b < c.dp_shard; ++b)
         for (int q = 0; q < c.cp; ++q)
-          for (int t = 0; t < c.tp; ++t) grid.push_back({a, b, p, q, t});
+          for (int t = 0; t < c.tp; ++t) grid.push_back({p, a, b, q, t});
   return grid;
 }
 
@@ -61,18 +61,18 @@ struct NamedSet {
 };
 const std::vector<NamedSet>& named_sets() {
   static const std::vector<NamedSet> sets = {
-      {"dp_replicate", {"dp_replicate"}, {1, 0, 0, 0, 0}},
-      {"dp_shard", {"dp_shard"}, {0, 1, 0, 0, 0}},
-      {"pp", {"pp"}, {0, 0, 1, 0, 0}},
+      {"dp_replicate", {"dp_replicate"}, {0, 1, 0, 0, 0}},
+      {"dp_shard", {"dp_shard"}, {0, 0, 1, 0, 0}},
+      {"pp", {"pp"}, {1, 0, 0, 0, 0}},
       {"cp", {"cp"}, {0, 0, 0, 1, 0}},
       {"tp", {"tp"}, {0, 0, 0, 0, 1}},
-      {"dp", {"dp"}, {1, 1, 0, 0, 0}},
-      {"dp_shard_cp", {"dp_shard_cp"}, {0, 1, 0, 1, 0}},
-      {"dp_cp", {"dp_cp"}, {1, 1, 0, 1, 0}},
-      {"{dp_replicate,dp_shard}", {"dp_replicate", "dp_shard"}, {1, 1, 0, 0, 0}},
-      {"{pp,tp}", {"pp", "tp"}, {0, 0, 1, 0, 1}},
-      {"{dp_replicate,cp}", {"dp_replicate", "cp"}, {1, 0, 0, 1, 0}},
-      {"{dp,tp}", {"dp", "tp"}, {1, 1, 0, 0, 1}},
+      {"dp", {"dp"}, {0, 1, 1, 0, 0}},
+      {"dp_shard_cp", {"dp_shard_cp"}, {0, 0, 1, 1, 0}},
+      {"dp_cp", {"dp_cp"}, {0, 1, 1, 1, 0}},
+      {"{dp_replicate,dp_shard}", {"dp_replicate", "dp_shard"}, {0, 1, 1, 0, 0}},
+      {"{pp,tp}", {"pp", "tp"}, {1, 0, 0, 0, 1}},
+      {"{dp_replicate,cp}", {"dp_replicate", "cp"}, {0, 1, 0, 1, 0}},
+      {"{dp,tp}", {"dp", "tp"}, {0, 1, 1, 0, 1}},
       {"all five", {"dp_replicate", "dp_shard", "pp", "cp", "tp"}, {1, 1, 1, 1, 1}},
   };
   return sets;
@@ -150,7 +150,7 @@ std::vector<RankReport> observe(const ParallelismConfig& config) {
         DeviceMesh mesh(ctx.world, config);
         RankReport& report = reports[static_cast<size_t>(ctx.rank)];
         report.coords = mesh.coordinates();
-        report.accessors = {mesh.dp_replicate_rank(), mesh.dp_shard_rank(), mesh.pp_rank(), mesh.cp_rank(),
+        report.accessors = {mesh.pp_rank(), mesh.dp_replicate_rank(), mesh.dp_shard_rank(), mesh.cp_rank(),
                             mesh.tp_rank()};
         report.dp_rank = mesh.dp_rank();
         report.shares_dp_handle = mesh.group({"dp_replicate", "dp_shard"}) == mesh.group("dp");
@@ -189,7 +189,7 @@ TEST_P(DeviceMeshLayout, CoordinatesFollowTheGrid) {
     const RankReport& report = reports[static_cast<size_t>(r)];
     EXPECT_EQ(report.coords, grid[r]);
     EXPECT_EQ(report.accessors, grid[r]);
-    EXPECT_EQ(report.dp_rank, grid[r][0] * config.dp_shard + grid[r][1]);
+    EXPECT_EQ(report.dp_rank, grid[r][1] * config.dp_shard + grid[r][2]);
     for (const auto& set : named_sets()) {
       if (set.names.size() != 1) continue;
       SCOPED_TRACE(set.label);
@@ -270,20 +270,20 @@ TEST(DeviceMesh, HeaderExampleGroups) {
   using Partition = std::vector<std::vector<int>>;
   for (const auto& p : partitions) {
     EXPECT_EQ(p.at("tp"), (Partition{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
-    EXPECT_EQ(p.at("pp"), (Partition{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
-    EXPECT_EQ(p.at("dp"), (Partition{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+    EXPECT_EQ(p.at("dp"), (Partition{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+    EXPECT_EQ(p.at("pp"), (Partition{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
     EXPECT_EQ(p.at("dp_cp"), p.at("dp"));
     EXPECT_EQ(p.at("cp"), (Partition{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}}));
   }
   EXPECT_EQ(drawing,
             "DeviceMesh: world 8 = dp_replicate 2 x dp_shard 1 x pp 2 x cp 1 x tp 2   (this is rank 5, marked *)\n"
             "                        tp 0   tp 1\n"
-            "  dp_replicate 0  pp 0     0      1\n"
-            "  dp_replicate 0  pp 1     2      3\n"
-            "  dp_replicate 1  pp 0     4      5*\n"
-            "  dp_replicate 1  pp 1     6      7\n"
-            "  dp_replicate: {0,4} {1,5} {2,6} {3,7}\n"
-            "  pp          : {0,2} {1,3} {4,6} {5,7}\n"
+            "  pp 0  dp_replicate 0     0      1\n"
+            "  pp 0  dp_replicate 1     2      3\n"
+            "  pp 1  dp_replicate 0     4      5*\n"
+            "  pp 1  dp_replicate 1     6      7\n"
+            "  pp          : {0,4} {1,5} {2,6} {3,7}\n"
+            "  dp_replicate: {0,2} {1,3} {4,6} {5,7}\n"
             "  tp          : {0,1} {2,3} {4,5} {6,7}\n"
             "  dp          : same as dp_replicate\n"
             "  dp_cp       : same as dp_replicate\n");
@@ -388,7 +388,7 @@ TEST(DeviceMesh, UnknownNameListsTheKnownOnes) {
         messages.push_back(message_of([&] { mesh.group(std::vector<std::string>{}); }));
       },
       quick_threads());
-  const std::string known = "(known: dp_replicate, dp_shard, pp, cp, tp, dp, dp_shard_cp, dp_cp)";
+  const std::string known = "(known: pp, dp_replicate, dp_shard, cp, tp, dp, dp_shard_cp, dp_cp)";
   ASSERT_EQ(messages.size(), 4u);
   EXPECT_EQ(messages[0], "DeviceMesh: unknown dimension 'data' " + known);
   EXPECT_EQ(messages[1], "DeviceMesh: unknown dimension 'sp' " + known);
