@@ -2,8 +2,11 @@
 // polls them (MpiLaunchState::wait, so a wait is given up on abort or timeout like a collective's).
 // The ledger counts S bytes: sent when isend posts, received when the recv completes.
 //
-// MPI matches a message to the earliest *posted* irecv with the same (source, tag) — at irecv(), not
-// at wait() as the threads backend does; a Work dropped before it completed cancels its recv.
+// Matching is by issue order, the contract of every backend (NCCL's rule): irecv posts MPI_Irecv
+// with MPI_ANY_TAG, and MPI's non-overtaking rule then hands the k-th message from a source to the
+// k-th receive posted for it. The sender's tag travels as the MPI tag, so debug mode
+// (SL_DEBUG_COLLECTIVES=1) compares it with the receive's. A Work dropped before it completed
+// cancels its recv.
 #include "parallel/mpi_backend.h"
 
 #ifdef SL_WITH_MPI
@@ -22,8 +25,9 @@ namespace {
 class MpiP2PWork : public Work {
  public:
   MpiP2PWork(std::shared_ptr<MpiLaunchState> launch, MPI_Request request, Tensor tensor, std::string where,
-             std::chrono::milliseconds timeout, std::function<void(int64_t)> on_received)
-      : launch_(std::move(launch)),
+             std::chrono::milliseconds timeout, std::function<void(int64_t)> on_received, int expected_tag = -1)
+      : expected_tag_(expected_tag),
+        launch_(std::move(launch)),
         request_(request),
         tensor_(std::move(tensor)),
         where_(std::move(where)),
@@ -75,9 +79,12 @@ class MpiP2PWork : public Work {
     MPI_Get_count(&status, MPI_BYTE, &bytes);
     SL_CHECK(bytes == tensor_.nbytes(), where_, ": the sender sent ", bytes, " bytes but the receiving tensor ",
              tensor_.shape(), " ", dtype_name(tensor_.dtype()), " holds ", tensor_.nbytes());
+    SL_CHECK(expected_tag_ < 0 || status.MPI_TAG == expected_tag_, where_, ": the matching message was sent with tag ",
+             status.MPI_TAG, " (messages between two ranks match in the order they were issued)");
     on_received_(bytes);
   }
 
+  int expected_tag_;  // recv in debug mode: the tag the message must carry (-1: not checked)
   std::mutex mutex_;
   std::shared_ptr<MpiLaunchState> launch_;
   MPI_Request request_;
@@ -113,10 +120,12 @@ WorkPtr MpiProcessGroup::run_irecv(const Tensor& tensor, int src, int tag) {
   std::string at = p2p_where("recv", tag, "from", global_rank(src), world_rank());
   MPI_Request request;
   SL_MPI_CALL(at,
-              MPI_Irecv(tensor.raw_data(), mpi_count("recv", tensor.nbytes()), MPI_BYTE, src, tag, comm_, &request));
+              MPI_Irecv(tensor.raw_data(), mpi_count("recv", tensor.nbytes()), MPI_BYTE, src, MPI_ANY_TAG, comm_,
+                        &request));
   auto self = std::static_pointer_cast<MpiProcessGroup>(shared_from_this());
-  return std::make_shared<MpiP2PWork>(launch_, request, tensor, std::move(at), options().timeout,
-                                      [self](int64_t bytes) { self->account(CommOp::recv, 0, bytes); });
+  return std::make_shared<MpiP2PWork>(
+      launch_, request, tensor, std::move(at), options().timeout,
+      [self](int64_t bytes) { self->account(CommOp::recv, 0, bytes); }, options().debug_collectives ? tag : -1);
 }
 
 }  // namespace sl::parallel

@@ -291,6 +291,14 @@ WorkPtr ProcessGroup::irecv(const Tensor& tensor, int src, int tag) {
   return run_irecv(tensor, src, tag);
 }
 
+std::vector<WorkPtr> ProcessGroup::batch_isend_irecv(const std::vector<P2POp>& ops) {
+  std::vector<WorkPtr> works;
+  works.reserve(ops.size());
+  for (const P2POp& op : ops)
+    works.push_back(op.kind == P2POp::Kind::send ? isend(op.tensor, op.peer, op.tag) : irecv(op.tensor, op.peer, op.tag));
+  return works;
+}
+
 // ---- sub-groups ----------------------------------------------------------------------------------
 
 std::shared_ptr<ProcessGroup> ProcessGroup::new_group(const std::vector<int>& ranks) {

@@ -7,7 +7,9 @@
 //     all_gather(out, in)            out = [in_0 | in_1 | ... | in_{n-1}]   out.numel() = n * in.numel()
 //     reduce_scatter(out, in, op)    out = chunk `rank` of op over all ranks of in
 //     broadcast(t, root)             t := t of rank `root`
-//     send / recv (and isend/irecv)  point to point, matched by (source, tag)
+//     send / recv (and isend/irecv)  point to point: between two ranks, the k-th send meets the k-th
+//                                    receive, in issue order (NCCL's rule); tags are checked in debug mode
+//     batch_isend_irecv(ops)         posts a set of isends and irecvs together (a ring exchange, a stage)
 //     barrier()                      nobody leaves before everybody arrived
 //
 //   The class here is backend-neutral: it checks arguments (naming shapes and sizes), counts calls
@@ -134,6 +136,15 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   void recv(const Tensor& tensor, int src, int tag = 0);
   WorkPtr isend(const Tensor& tensor, int dst, int tag = 0);
   WorkPtr irecv(const Tensor& tensor, int src, int tag = 0);
+  // Posts every op, in order, before waiting on any: the returned Works are in the ops' order. Every
+  // backend's isend and irecv return at once, so two neighbours that both send first never deadlock.
+  struct P2POp {
+    enum class Kind { send, recv } kind;
+    Tensor tensor;
+    int peer;
+    int tag = 0;
+  };
+  std::vector<WorkPtr> batch_isend_irecv(const std::vector<P2POp>& ops);
 
   // ---- sub-groups (collective over this group) ----
   // new_group: every member calls it with the same ranks; non-members get nullptr.

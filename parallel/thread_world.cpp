@@ -82,6 +82,38 @@ ThreadWorld::Envelope* ThreadWorld::take(int me, int src, uint64_t context, uint
   }
 }
 
+// With the mailbox locked: the message after the first `skip` from src in context, taken; or nullptr.
+static ThreadWorld::Envelope* take_locked(std::vector<ThreadWorld::Envelope*>& envelopes, int src, uint64_t context,
+                                          size_t skip) {
+  size_t seen = 0;
+  for (auto it = envelopes.begin(); it != envelopes.end(); ++it) {
+    ThreadWorld::Envelope* e = *it;
+    if (e->src != src || e->context != context || (e->tag & kCollectiveBit)) continue;
+    if (seen++ < skip) continue;  // an earlier receive's message
+    envelopes.erase(it);
+    e->state = ThreadWorld::Envelope::taken;
+    return e;
+  }
+  return nullptr;
+}
+
+ThreadWorld::Envelope* ThreadWorld::try_take_message(int me, int src, uint64_t context, size_t skip) {
+  Mailbox& box = *mailboxes_[me];
+  std::lock_guard lock(box.mutex);
+  return take_locked(box.envelopes, src, context, skip);
+}
+
+ThreadWorld::Envelope* ThreadWorld::take_message(int me, int src, uint64_t context, size_t skip, const WaitContext& why,
+                                                 Clock::time_point deadline) {
+  Mailbox& box = *mailboxes_[me];
+  std::unique_lock lock(box.mutex);
+  while (true) {
+    if (Envelope* e = take_locked(box.envelopes, src, context, skip)) return e;
+    check_waitable(src, why, deadline);
+    box.changed.wait_until(lock, std::min(deadline, Clock::now() + std::chrono::milliseconds(200)));
+  }
+}
+
 void ThreadWorld::release(int me, Envelope* envelope) {
   Mailbox& box = *mailboxes_[me];
   {
@@ -91,10 +123,12 @@ void ThreadWorld::release(int me, Envelope* envelope) {
   box.changed.notify_all();
 }
 
-void ThreadWorld::wait_consumed(int dst, Envelope* envelope, const WaitContext& why, Clock::time_point deadline) {
+bool ThreadWorld::wait_consumed(int dst, Envelope* envelope, const WaitContext& why, Clock::time_point deadline,
+                                Clock::time_point return_at) {
   Mailbox& box = *mailboxes_[dst];
   std::unique_lock lock(box.mutex);
   while (envelope->state != Envelope::consumed) {
+    if (envelope->state == Envelope::posted && Clock::now() >= return_at && Clock::now() < deadline) return false;
     if (envelope->state == Envelope::posted) {
       try {
         check_waitable(dst, why, deadline);
@@ -106,8 +140,9 @@ void ThreadWorld::wait_consumed(int dst, Envelope* envelope, const WaitContext& 
       }
     }
     // Once taken, the receiver is copying right now: that ends without waiting on anyone.
-    box.changed.wait_until(lock, std::min(deadline, Clock::now() + std::chrono::milliseconds(200)));
+    box.changed.wait_until(lock, std::min({deadline, return_at, Clock::now() + std::chrono::milliseconds(200)}));
   }
+  return true;
 }
 
 void ThreadWorld::retract(int dst, Envelope* envelope) noexcept {

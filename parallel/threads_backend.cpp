@@ -34,7 +34,8 @@ ThreadsProcessGroup::ThreadsProcessGroup(std::shared_ptr<ThreadWorld> world, std
     : ProcessGroup(rank, static_cast<int>(members.size()), options),
       world_(std::move(world)),
       members_(std::move(members)),
-      context_(context) {}
+      context_(context),
+      pending_receives_(make_pending_receives(members_.size())) {}
 
 ThreadsProcessGroup::~ThreadsProcessGroup() { shutdown_worker(); }
 

@@ -37,6 +37,10 @@ struct WaitContext {
   int rank;           // the waiting rank (world rank)
 };
 
+// A group's receives still waiting for their messages, per source (defined in threads_p2p.cpp).
+struct PendingReceives;
+std::shared_ptr<PendingReceives> make_pending_receives(size_t group_size);
+
 // The state all rank threads of one launch() share.
 class ThreadWorld {
  public:
@@ -47,6 +51,7 @@ class ThreadWorld {
     const void* data = nullptr;
     int64_t bytes = 0;
     enum State : uint8_t { posted, taken, consumed, withdrawn } state = posted;
+    int user_tag = -1;  // send/recv: the tag the sender gave (checked against the recv's in debug mode)
   };
 
   ThreadWorld(int size, std::chrono::milliseconds timeout);
@@ -54,12 +59,19 @@ class ThreadWorld {
 
   // Sender side: post into dst's mailbox, later wait until the receiver consumed it.
   void post(int dst, Envelope* envelope);
-  void wait_consumed(int dst, Envelope* envelope, const WaitContext& why,
-                     std::chrono::steady_clock::time_point deadline);
+  // Returns true once consumed; false if return_at came first (the envelope stays posted).
+  bool wait_consumed(int dst, Envelope* envelope, const WaitContext& why, std::chrono::steady_clock::time_point deadline,
+                     std::chrono::steady_clock::time_point return_at = std::chrono::steady_clock::time_point::max());
   // Receiver side: wait for the first envelope from src matching (context, tag), mark it taken;
   // read its bytes; then release() marks it consumed.
   Envelope* take(int me, int src, uint64_t context, uint64_t tag, const WaitContext& why,
                  std::chrono::steady_clock::time_point deadline);
+  // Point to point: wait until src has posted more than `skip` messages (not collective steps) in
+  // `context` that nobody has taken, and take the one after the first `skip` (which belong to
+  // earlier receives still outstanding).
+  Envelope* take_message(int me, int src, uint64_t context, size_t skip, const WaitContext& why,
+                         std::chrono::steady_clock::time_point deadline);
+  Envelope* try_take_message(int me, int src, uint64_t context, size_t skip);  // nullptr if not there yet
   void release(int me, Envelope* envelope);
   // Sender side, on an error path: take a posted envelope back (or let a receiver that already took
   // it finish reading), so the sender's buffer may go away.
@@ -131,6 +143,10 @@ class ThreadsProcessGroup : public ProcessGroup {
   std::shared_ptr<ThreadWorld> world_;
   std::vector<int> members_;
   uint64_t context_;
+  // Point to point: the receives issued from each group rank and not yet settled, oldest first.
+  // Messages from A take them in that order, whatever the tags (NCCL's rule); a receive that fails
+  // or is dropped leaves the queue, and its message goes to the next one (as MPI_Cancel does).
+  std::shared_ptr<PendingReceives> pending_receives_;
 };
 
 }  // namespace sl::parallel

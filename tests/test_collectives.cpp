@@ -173,6 +173,115 @@ TEST_P(Collectives, SendRecvAroundTheRing) {
   }, quick());
 }
 
+// ---- the point-to-point contract: issue order, tags checked in debug mode, no deadlock -------------------
+
+// Three messages of different sizes and tags; the receiver posts its irecvs (all with tag 0: tags take
+// no part in matching) in the same order and waits on them backwards: each still gets the message of its
+// own place in the order.
+TEST_P(Collectives, PointToPointMatchesInIssueOrderWhateverTheWaitOrder) {
+  const int n = GetParam();
+  SL_SKIP_UNLESS_WORLD(n);
+  if (n == 1) GTEST_SKIP() << "a rank cannot send to itself";
+  launch(n, [&](RankContext& ctx) {
+    const std::vector<int> tags = {5, 9, 2};
+    if (ctx.rank == 0) {
+      std::vector<WorkPtr> sent;
+      for (int k = 0; k < 3; ++k) sent.push_back(ctx.world->isend(full({k + 1}, 10.0 * (k + 1)), 1, tags[k]));
+      for (auto& work : sent) work->wait();
+    } else if (ctx.rank == 1) {
+      std::vector<Tensor> got;
+      std::vector<WorkPtr> pending;
+      for (int k = 0; k < 3; ++k) {
+        got.push_back(zeros({k + 1}));
+        pending.push_back(ctx.world->irecv(got.back(), 0));
+      }
+      for (int k = 2; k >= 0; --k) pending[static_cast<size_t>(k)]->wait();
+      for (int k = 0; k < 3; ++k)
+        EXPECT_EQ(got[static_cast<size_t>(k)].to_vector(), std::vector<double>(static_cast<size_t>(k + 1), 10.0 * (k + 1)));
+    }
+  }, quick());
+}
+
+// Every rank sends to the next and receives from the previous at the same time, three rounds.
+TEST_P(Collectives, RingExchangeWithBatchIsendIrecv) {
+  const int n = GetParam();
+  SL_SKIP_UNLESS_WORLD(n);
+  if (n == 1) GTEST_SKIP() << "a rank cannot send to itself";
+  launch(n, [&](RankContext& ctx) {
+    const int right = (ctx.rank + 1) % n, left = (ctx.rank + n - 1) % n;
+    Tensor travelling = full({1000}, ctx.rank);
+    for (int round = 1; round <= 3; ++round) {
+      Tensor incoming = zeros({1000});
+      auto works = ctx.world->batch_isend_irecv({{ProcessGroup::P2POp::Kind::send, travelling, right, round},
+                                                 {ProcessGroup::P2POp::Kind::recv, incoming, left, round}});
+      ASSERT_EQ(works.size(), 2u);
+      for (auto& work : works) work->wait();
+      travelling = incoming;
+      EXPECT_EQ(travelling.to_vector(), std::vector<double>(1000, (ctx.rank - round % n + n) % n)) << "round " << round;
+    }
+  }, quick());
+}
+
+// A pipeline's traffic: activations flow down the chain, gradients come back, 25 micro-batches, so a
+// middle rank issues 100 sends and receives. Gradients are received by irecvs posted all at once and
+// waited on in reverse; sends are waited on only at the end.
+TEST_P(Collectives, AHundredMixedSendsAndReceivesLikeAPipeline) {
+  const int n = GetParam();
+  SL_SKIP_UNLESS_WORLD(n);
+  if (n == 1) GTEST_SKIP() << "a rank cannot send to itself";
+  constexpr int kMicroBatches = 25;
+  launch(n, [&](RankContext& ctx) {
+    const int r = ctx.rank;
+    std::vector<WorkPtr> sends;
+    std::vector<Tensor> activations;
+    for (int k = 0; k < kMicroBatches; ++k) {  // forward: receive from r-1, add one, pass on
+      Tensor act = full({8}, 1000.0 * k);
+      if (r > 0) ctx.world->recv(act, r - 1, /*tag=*/k);
+      act = add(act, 1.0);
+      activations.push_back(act);
+      if (r < n - 1) sends.push_back(ctx.world->isend(act, r + 1, k));
+    }
+    std::vector<Tensor> grads(kMicroBatches);
+    std::vector<WorkPtr> grad_recvs;
+    for (int k = 0; k < kMicroBatches; ++k) {
+      grads[static_cast<size_t>(k)] = zeros({8});
+      if (r < n - 1) grad_recvs.push_back(ctx.world->irecv(grads[static_cast<size_t>(k)], r + 1, 100 + k));
+    }
+    for (auto it = grad_recvs.rbegin(); it != grad_recvs.rend(); ++it) (*it)->wait();
+    for (int k = 0; k < kMicroBatches; ++k) {  // backward: the last rank starts; each adds its activation
+      Tensor& grad = grads[static_cast<size_t>(k)];
+      // What arrives from r+1 is the sum of the activations of ranks r+1 .. n-1 for micro-batch k.
+      double expected = 0;
+      for (int later = r + 1; later < n; ++later) expected += 1000.0 * k + later + 1;
+      EXPECT_EQ(grad.to_vector(), std::vector<double>(8, expected)) << "micro-batch " << k << " on rank " << r;
+      grad = add(grad, activations[static_cast<size_t>(k)]);
+      if (r > 0) sends.push_back(ctx.world->isend(grad, r - 1, 100 + k));
+    }
+    for (auto& work : sends) work->wait();
+  }, quick(20000));
+}
+
+// The tag takes no part in matching; in debug mode a receive whose tag differs from its message's
+// says so, naming both.
+TEST_P(Collectives, ATagMismatchIsReportedInDebugModeOnly) {
+  const int n = GetParam();
+  SL_SKIP_UNLESS_WORLD(n);
+  if (n == 1) GTEST_SKIP() << "a rank cannot send to itself";
+  for (bool debug : {false, true}) {
+    launch(n, [&](RankContext& ctx) {
+      if (ctx.rank == 0) ctx.world->send(full({2}, 3.0), 1, /*tag=*/1);
+      if (ctx.rank != 1) return;
+      Tensor got = zeros({2});
+      if (debug) {
+        expect_error([&] { ctx.world->recv(got, 0, /*tag=*/2); }, "was sent with tag 1");
+      } else {
+        ctx.world->recv(got, 0, /*tag=*/2);
+        EXPECT_EQ(got.to_vector(), std::vector<double>(2, 3.0));
+      }
+    }, quick(5000, debug));
+  }
+}
+
 TEST_P(Collectives, AsyncAllReducesCompleteInIssueOrder) {
   const int n = GetParam();
   SL_SKIP_UNLESS_WORLD(n);
