@@ -127,7 +127,7 @@ ifeq ($(CUDA),1)
 endif
 
 # ---- what gets built ------------------------------------------------------------------------------
-LIB_SRCS    := $(wildcard tensor/*.cpp tensor/cpu/*.cpp tensor/cuda/*.cpp tensor/ops/*.cpp autograd/*.cpp nn/*.cpp parallel/*.cpp)
+LIB_SRCS    := $(wildcard tensor/*.cpp tensor/cpu/*.cpp tensor/cuda/*.cpp tensor/ops/*.cpp autograd/*.cpp nn/*.cpp parallel/*/*.cpp parallel/*/*/*.cpp)
 LIB_OBJS    := $(LIB_SRCS:%.cpp=$(BUILD)/%.o) $(CU_SRCS:%.cu=$(BUILD)/%.cu.o)
 LIB         := $(BUILD)/libshardlab.a
 LESSONS     := $(patsubst lessons/%.cpp,$(BUILD)/lessons/%,$(sort $(wildcard lessons/*.cpp)))

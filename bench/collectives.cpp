@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "parallel/launch.h"
+#include "parallel/comm/launch.h"
 #include "tensor/ops.h"
 
 namespace {

@@ -17,7 +17,7 @@
 
 #include "nn/gpt.h"
 #include "nn/optim.h"
-#include "parallel/dp_trainer.h"
+#include "parallel/train/dp_trainer.h"
 #include "tensor/cpu/gemm.h"
 
 using namespace sl;

@@ -23,7 +23,7 @@
 #include <thread>
 #include <vector>
 
-#include "parallel/launch.h"
+#include "parallel/comm/launch.h"
 #include "tensor/ops.h"
 
 using namespace sl;

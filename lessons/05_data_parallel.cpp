@@ -33,10 +33,10 @@
 #include "nn/data.h"
 #include "nn/gpt.h"
 #include "nn/optim.h"
-#include "parallel/data_parallel.h"
-#include "parallel/ddp.h"
-#include "parallel/launch.h"
-#include "parallel/naive_data_parallel.h"
+#include "parallel/data_parallel/data_parallel.h"
+#include "parallel/data_parallel/ddp.h"
+#include "parallel/comm/launch.h"
+#include "parallel/data_parallel/naive_data_parallel.h"
 #include "tensor/ledger.h"
 
 using namespace sl;
@@ -76,7 +76,7 @@ static nn::AdamWOptions adamw() {
   return options;
 }
 
-// ---- DDP by hand: the algorithm of parallel/ddp.cpp on one page ------------------------------------
+// ---- DDP by hand: the algorithm of parallel/data_parallel/ddp.cpp on one page ------------------------------------
 //   1. rank 0's weights are broadcast, so every replica starts equal;
 //   2. buckets hold the parameters in reverse order (the order backward produces their gradients);
 //      a bucket closes once it holds bucket_bytes;
@@ -84,7 +84,7 @@ static nn::AdamWOptions adamw() {
 //      gradient is in starts its all-reduce (sum) asynchronously, strictly in bucket order, so every
 //      rank issues the same collectives in the same order;
 //   4. the last hook waits for every bucket, divides by N and gives each .grad the average.
-// Left out (parallel/ddp.cpp has them): no_sync, gradients as views into the buckets (no copies),
+// Left out (parallel/data_parallel/ddp.cpp has them): no_sync, gradients as views into the buckets (no copies),
 // unused-parameter errors, a watcher thread that stamps each all-reduce's true end.
 //
 // link_bytes_per_s > 0 models a slow link. The real all-reduce still moves the bytes (through shared

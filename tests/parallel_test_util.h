@@ -9,7 +9,7 @@
 
 #include <string>
 
-#include "parallel/launch.h"
+#include "parallel/comm/launch.h"
 
 #define SL_SKIP_UNLESS_WORLD(n)                                                                  \
   do {                                                                                           \

@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "parallel/launch.h"
+#include "parallel/comm/launch.h"
 #include "parallel_test_util.h"
 #include "tensor/ops.h"
 #include "test_util.h"

@@ -20,9 +20,9 @@
 #include "nn/data.h"
 #include "nn/gpt.h"
 #include "nn/optim.h"
-#include "parallel/data_parallel.h"
-#include "parallel/dp_trainer.h"
-#include "parallel/launch.h"
+#include "parallel/data_parallel/data_parallel.h"
+#include "parallel/train/dp_trainer.h"
+#include "parallel/comm/launch.h"
 #include "parallel_test_util.h"
 #include "test_util.h"
 

@@ -18,7 +18,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "parallel/launch.h"
+#include "parallel/comm/launch.h"
 #include "parallel_test_util.h"
 #include "tensor/ops.h"
 #include "tensor/philox.h"

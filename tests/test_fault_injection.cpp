@@ -27,10 +27,10 @@
 #include "nn/data.h"
 #include "nn/gpt.h"
 #include "nn/optim.h"
-#include "parallel/data_parallel.h"
-#include "parallel/ddp.h"
-#include "parallel/fsdp.h"
-#include "parallel/zero.h"
+#include "parallel/data_parallel/data_parallel.h"
+#include "parallel/data_parallel/ddp.h"
+#include "parallel/zero/fsdp.h"
+#include "parallel/zero/zero.h"
 #include "parallel_test_util.h"
 
 namespace sl::parallel {

@@ -1,4 +1,4 @@
-// test_fsdp.cpp — ZeRO-3 / FSDP and HSDP (parallel/fsdp.h) against the serial GPT + nn::AdamW +
+// test_fsdp.cpp — ZeRO-3 / FSDP and HSDP (parallel/zero/fsdp.h) against the serial GPT + nn::AdamW +
 // nn::clip_grad_norm run: losses, norms, gradients and parameters after every step at worlds 1-4 and
 // at dp_replicate x dp_shard 2x1, 1x2, 2x2; the ledger's memory held between steps and at the peak,
 // and the bytes each step moves, against formulas worked out here from the model's shapes; the
@@ -12,7 +12,7 @@
 #include "autograd/grad_mode.h"
 #include "nn/data.h"
 #include "nn/gpt.h"
-#include "parallel/fsdp.h"
+#include "parallel/zero/fsdp.h"
 #include "parallel_test_util.h"
 #include "test_util.h"
 

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "parallel/launch.h"
-#include "parallel/mesh.h"
+#include "parallel/comm/launch.h"
+#include "parallel/comm/mesh.h"
 #include "tensor/ops.h"
 #include "tests/test_util.h"
 

@@ -8,8 +8,8 @@
 #include <mutex>
 #include <stdexcept>
 
-#include "parallel/errors.h"
-#include "parallel/launch.h"
+#include "parallel/comm/errors.h"
+#include "parallel/comm/launch.h"
 #include "tensor/ops.h"
 #include "tests/test_util.h"
 

@@ -12,13 +12,13 @@
 #include <type_traits>
 #include <vector>
 
-#include "parallel/errors.h"
-#include "parallel/launch.h"
+#include "parallel/comm/errors.h"
+#include "parallel/comm/launch.h"
 #include "parallel_test_util.h"
 #include "tensor/cuda_info.h"
 #include "test_util.h"
 #ifdef SL_WITH_NCCL
-#include "parallel/nccl_backend.h"
+#include "parallel/comm/backends/nccl_backend.h"
 #include "tensor/cpu/dispatch.h"
 #endif
 

@@ -5,7 +5,8 @@
 #        ^
 #   nn/                   Module, layers, GPT, optimizers, data, safetensors
 #        ^
-#   parallel/             communication and the techniques built on it
+#   parallel/             comm/ (process groups, backends, launch, mesh), then the techniques built on
+#                         it (data_parallel/, zero/, train/ ...); comm/ includes none of them
 #        ^
 #   tools/ lessons/ bench/ tests/
 #
@@ -28,6 +29,9 @@ check() {
 check "tensor autograd" nn/ parallel/ tools/ lessons/ bench/ tests/
 check "nn" parallel/ tools/ lessons/ bench/ tests/
 check "parallel" tools/ lessons/ bench/ tests/
+# Inside parallel/: the communication layer knows no technique; a technique may build on an earlier one.
+check "parallel/comm" parallel/data_parallel/ parallel/zero/ parallel/train/ parallel/pipeline/ \
+  parallel/tensor_parallel/ parallel/context_parallel/
 
 if [ "$bad" -ne 0 ]; then
   echo "check_includes: the includes above point up a layer (tensor/autograd <- nn <- parallel <- tools/lessons/bench/tests)"

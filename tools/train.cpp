@@ -27,7 +27,7 @@
 #include "nn/gpt.h"
 #include "nn/optim.h"
 #include "nn/safetensors.h"
-#include "parallel/dp_trainer.h"
+#include "parallel/train/dp_trainer.h"
 #include "tools/train_files.h"
 #include "tools/train_options.h"
 #include "tools/train_report.h"

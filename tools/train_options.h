@@ -18,7 +18,7 @@ struct Options {
   double lr = 3e-3, min_lr = 3e-4, weight_decay = 0.1, grad_clip = 1.0, adam_eps = 1e-8;
   uint64_t seed = 1337;
   bool profile = false, help = false;
-  // Data parallelism (parallel/dp_trainer.h): ranks are threads, or processes under mpirun.
+  // Data parallelism (parallel/train/dp_trainer.h): ranks are threads, or processes under mpirun.
   int64_t dp = 1, zero = 0, dp_replicate = 0, dp_shard = 0;
   bool offload = false, naive_dp = false, compare_serial = false;
   int64_t world() const { return dp_replicate > 0 ? dp_replicate * dp_shard : dp; }

@@ -1,0 +1,152 @@
+// threads_backend.h — ranks as threads of one process, talking through shared memory.
+//
+//   Every rank has a mailbox. A sender *posts* an envelope (a pointer to its bytes, not a copy) into
+//   the receiver's mailbox and waits; the receiver takes the envelope, reads the bytes straight from
+//   the sender's buffer (copying or reducing them into its own), and marks it consumed, which
+//   releases the sender. So a message costs exactly one pass over its bytes — the one the algorithm
+//   needs anyway — and the collectives are the textbook ring algorithms written out:
+//
+//       reduce-scatter step k: rank r sends chunk (r-k) right, adds chunk (r-k-1) from the left
+//       all-gather     step k: rank r sends chunk (r+1-k) right, copies chunk (r-k) from the left
+//
+//       rank 0 ──> rank 1 ──> rank 2 ──> rank 3
+//         ^                                 │
+//         └─────────────────────────────────┘
+//
+//   all_reduce = reduce-scatter + all-gather: each rank sends 2(n-1)/n·S bytes, in 2(n-1) steps.
+//
+//   Waits end when the message arrives, when the world is aborted (a rank threw: RemoteError), when
+//   the peer waited for has already returned from its function (it skipped a collective:
+//   CollectiveMismatch), or when the group's timeout passes (TimeoutError). Nothing waits forever.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "parallel/comm/process_group.h"
+
+namespace sl::parallel {
+
+// What a wait is for, for the error messages: "all_reduce #3".
+struct WaitContext {
+  const char* op;
+  uint64_t sequence;  // collectives; for send/recv the tag
+  int rank;           // the waiting rank (world rank)
+};
+
+// A group's receives still waiting for their messages, per source (defined in threads_p2p.cpp).
+struct PendingReceives;
+std::shared_ptr<PendingReceives> make_pending_receives(size_t group_size);
+
+// The state all rank threads of one launch() share.
+class ThreadWorld {
+ public:
+  struct Envelope {
+    uint64_t context = 0;  // which group
+    uint64_t tag = 0;      // which message within it
+    int src = 0;           // world rank of the sender
+    const void* data = nullptr;
+    int64_t bytes = 0;
+    enum State : uint8_t { posted, taken, consumed, withdrawn } state = posted;
+    int user_tag = -1;  // send/recv: the tag the sender gave (checked against the recv's in debug mode)
+  };
+
+  ThreadWorld(int size, std::chrono::milliseconds timeout);
+  int size() const { return size_; }
+
+  // Sender side: post into dst's mailbox, later wait until the receiver consumed it.
+  void post(int dst, Envelope* envelope);
+  // Returns true once consumed; false if return_at came first (the envelope stays posted).
+  bool wait_consumed(int dst, Envelope* envelope, const WaitContext& why, std::chrono::steady_clock::time_point deadline,
+                     std::chrono::steady_clock::time_point return_at = std::chrono::steady_clock::time_point::max());
+  // Receiver side: wait for the first envelope from src matching (context, tag), mark it taken;
+  // read its bytes; then release() marks it consumed.
+  Envelope* take(int me, int src, uint64_t context, uint64_t tag, const WaitContext& why,
+                 std::chrono::steady_clock::time_point deadline);
+  // Point to point: wait until src has posted more than `skip` messages (not collective steps) in
+  // `context` that nobody has taken, and take the one after the first `skip` (which belong to
+  // earlier receives still outstanding).
+  Envelope* take_message(int me, int src, uint64_t context, size_t skip, const WaitContext& why,
+                         std::chrono::steady_clock::time_point deadline);
+  Envelope* try_take_message(int me, int src, uint64_t context, size_t skip);  // nullptr if not there yet
+  void release(int me, Envelope* envelope);
+  // Sender side, on an error path: take a posted envelope back (or let a receiver that already took
+  // it finish reading), so the sender's buffer may go away.
+  void retract(int dst, Envelope* envelope) noexcept;
+
+  // A rank failed: every wait in every rank ends with RemoteError naming it. The first call wins.
+  // A mismatch found in debug mode travels as a CollectiveMismatch, so every rank reports it as one.
+  void abort(int failed_rank, const std::string& what, bool mismatch = false);
+  int failed_rank() const;
+  std::string failure() const;  // what the failed rank threw
+  // A rank returned from its function: waits on it can never be answered.
+  void mark_finished(int rank);
+
+
+ private:
+  struct Mailbox {
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::vector<Envelope*> envelopes;  // in posting order
+  };
+  // Throws if the wait for `peer` can never end; called with `box` locked.
+  void check_waitable(int peer, const WaitContext& why, std::chrono::steady_clock::time_point deadline);
+  void notify_everyone();
+
+  int size_;
+  std::chrono::milliseconds timeout_;
+  std::vector<std::unique_ptr<Mailbox>> mailboxes_;
+  mutable std::mutex state_mutex_;
+  int failed_rank_ = -1;
+  std::string failure_;
+  bool failure_is_mismatch_ = false;
+  std::vector<char> finished_;
+};
+
+class ThreadsProcessGroup : public ProcessGroup {
+ public:
+  // members: world ranks in group order; `rank` is this thread's index into members.
+  ThreadsProcessGroup(std::shared_ptr<ThreadWorld> world, std::vector<int> members, int rank, uint64_t context,
+                      GroupOptions options);
+  ~ThreadsProcessGroup() override;
+
+  std::string backend_name() const override { return "threads"; }
+  int global_rank(int group_rank) const override { return members_.at(group_rank); }
+  void abort_world(const std::string& what, bool mismatch = false) override {
+    world_->abort(world_rank(), what, mismatch);
+  }
+
+ protected:
+  void run_all_reduce(const Tensor& tensor, ReduceOp op, uint64_t sequence) override;
+  void run_all_gather(const Tensor& output, const Tensor& input, uint64_t sequence) override;
+  void run_reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op, uint64_t sequence) override;
+  void run_broadcast(const Tensor& tensor, int root, uint64_t sequence) override;
+  void run_barrier(uint64_t sequence) override;
+  WorkPtr run_isend(const Tensor& tensor, int dst, int tag) override;
+  WorkPtr run_irecv(const Tensor& tensor, int src, int tag) override;
+  void exchange(const void* mine, void* out, size_t bytes, uint64_t sequence) override;
+  std::shared_ptr<ProcessGroup> make_subgroup(const std::vector<int>& members, uint64_t child_index) override;
+
+ private:
+  struct Step;  // one send-right / receive-left exchange of a ring
+  void ring_step(const Step& step);
+  void ring_all_gather_bytes(void* output, int64_t bytes_per_rank, uint64_t tag_base, const WaitContext& why,
+                             std::chrono::steady_clock::time_point deadline);
+  void check_cpu(const char* op, const Tensor& tensor) const;
+  int world_rank() const { return members_[rank()]; }
+  int left() const { return members_[(rank() + size() - 1) % size()]; }
+  int right() const { return members_[(rank() + 1) % size()]; }
+
+  std::shared_ptr<ThreadWorld> world_;
+  std::vector<int> members_;
+  uint64_t context_;
+  // Point to point: the receives issued from each group rank and not yet settled, oldest first.
+  // Messages from A take them in that order, whatever the tags (NCCL's rule); a receive that fails
+  // or is dropped leaves the queue, and its message goes to the next one (as MPI_Cancel does).
+  std::shared_ptr<PendingReceives> pending_receives_;
+};
+
+}  // namespace sl::parallel

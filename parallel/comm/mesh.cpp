@@ -1,0 +1,276 @@
+// mesh.cpp — the device mesh: coordinates on the grid arange(world).view(pp, dp_replicate, dp_shard,
+// cp, tp) and one process group per set of dimensions. The layout and its cost are drawn in mesh.h.
+#include "parallel/comm/mesh.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <sstream>
+
+#include "tensor/ops.h"
+
+namespace sl::parallel {
+
+namespace {
+
+// Bit d is kDimNames[d]: pp 1, dp_replicate 2, dp_shard 4, cp 8, tp 16.
+constexpr std::array<unsigned, 3> kProductMasks = {
+    0b00110u,  // dp          = dp_replicate x dp_shard
+    0b01100u,  // dp_shard_cp = dp_shard x cp
+    0b01110u,  // dp_cp       = dp_replicate x dp_shard x cp
+};
+
+// ParallelismConfig's fields in their declared order (Accelerate's), which is how it prints.
+constexpr std::array<std::string_view, 5> kFieldNames = {"dp_replicate", "dp_shard", "pp", "cp", "tp"};
+std::array<int, 5> field_values(const ParallelismConfig& c) { return {c.dp_replicate, c.dp_shard, c.pp, c.cp, c.tp}; }
+
+std::string known_names() {
+  std::string out;
+  for (auto name : DeviceMesh::kDimNames) out += (out.empty() ? "" : ", ") + std::string(name);
+  for (auto name : DeviceMesh::kProductNames) out += ", " + std::string(name);
+  return out;
+}
+
+std::string braces(const std::vector<int>& ranks) {
+  std::string out = "{";
+  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? "," : "") + std::to_string(ranks[i]);
+  return out + "}";
+}
+
+}  // namespace
+
+// ---- ParallelismConfig ----------------------------------------------------------------------------
+
+std::string ParallelismConfig::str() const {
+  std::ostringstream out;
+  const auto values = field_values(*this);
+  for (int d = 0; d < DeviceMesh::kDims; ++d) out << (d ? " x " : "") << kFieldNames[d] << " " << values[d];
+  return out.str();
+}
+
+int ParallelismConfig::world_size() const {
+  int64_t product = 1;
+  const auto values = field_values(*this);
+  for (int d = 0; d < DeviceMesh::kDims; ++d) {
+    SL_CHECK(values[d] >= 1, "ParallelismConfig: ", kFieldNames[d], " must be >= 1 (got ", values[d], ")");
+    product *= values[d];  // each factor <= INT_MAX after the check below, so int64 cannot overflow first
+    SL_CHECK(product <= INT_MAX, "ParallelismConfig: ", str(), " overflows int");
+  }
+  return static_cast<int>(product);
+}
+
+void ParallelismConfig::validate(int world) const {
+  const int product = world_size();  // checks every degree first
+  SL_CHECK(product == world, "ParallelismConfig: world size ", world, " != ", str());
+}
+
+// ---- construction: validate, agree, then every group in a fixed order --------------------------------
+
+DeviceMesh::DeviceMesh(ProcessGroupPtr world, const ParallelismConfig& config)
+    : world_(std::move(world)), config_(config) {
+  SL_CHECK(world_ != nullptr, "DeviceMesh: the world process group is null");
+  config_.validate(world_->size());  // before any communication: a bad config fails on every rank alike
+  degrees_ = config_.degrees();
+  rank_ = world_->rank();
+  coords_ = coordinates_of(rank_);
+  for (int d = 0; d < kDims; ++d)
+    if (degrees_[d] > 1) nontrivial_ |= 1u << d;
+
+  check_ranks_agree();
+
+  // One group per subset of the size>1 dimensions, in ascending mask order on every rank (split is
+  // collective over the world). A size-1 dimension adds nobody, so {pp, tp} with pp == 1 is {tp}.
+  for (Mask mask = 0; mask <= nontrivial_; ++mask) {
+    if ((mask & ~nontrivial_) != 0) continue;
+    if (mask == nontrivial_) {
+      groups_[mask] = world_;  // varies every coordinate: the whole world
+      continue;
+    }
+    // Same color = same coordinates outside the set: the row-major index over the other dimensions.
+    int color = 0;
+    for (int d = 0; d < kDims; ++d)
+      if (!(mask & (1u << d))) color = color * degrees_[d] + coords_[d];
+    groups_[mask] = world_->split(color, /*key=*/rank_);  // ordered by world rank
+    SL_ASSERT(groups_[mask] != nullptr);
+  }
+  for (Mask mask = 0; mask <= nontrivial_; ++mask) {
+    if ((mask & ~nontrivial_) != 0) continue;
+    const std::vector<int> members = members_of(mask, rank_);  // what the split must have made
+    SL_ASSERT(static_cast<int>(members.size()) == groups_[mask]->size());
+    SL_ASSERT(members[static_cast<size_t>(groups_[mask]->rank())] == rank_);
+  }
+}
+
+// Every rank shares its degrees (one all_gather of 5 ints): a rank built with a different config would
+// otherwise split into groups nobody else makes. All ranks see the same table and throw the same error.
+void DeviceMesh::check_ranks_agree() const {
+  const int n = world_->size();
+  if (n == 1) return;
+  std::vector<double> mine(degrees_.begin(), degrees_.end());
+  Tensor input = from_vector(mine, {kDims}, DType::i64);
+  Tensor gathered = Tensor::empty({static_cast<int64_t>(n) * kDims}, DType::i64);
+  world_->all_gather(gathered, input);
+  const std::vector<double> all = gathered.to_vector();
+  auto config_of = [&](int r) {
+    auto at = [&](int d) { return static_cast<int>(all[static_cast<size_t>(r * kDims + d)]); };
+    return ParallelismConfig{.dp_replicate = at(1), .dp_shard = at(2), .pp = at(0), .cp = at(3), .tp = at(4)};
+  };
+  for (int r = 1; r < n; ++r)
+    SL_CHECK(config_of(r) == config_of(0), "DeviceMesh: ranks disagree on the ParallelismConfig: rank 0 has ",
+             config_of(0).str(), ", rank ", r, " has ", config_of(r).str());
+}
+
+// ---- names, coordinates, members -------------------------------------------------------------------
+
+DeviceMesh::Mask DeviceMesh::mask_of(std::string_view name) const {
+  for (int d = 0; d < kDims; ++d)
+    if (name == kDimNames[d]) return 1u << d;
+  for (size_t p = 0; p < kProductNames.size(); ++p)
+    if (name == kProductNames[p]) return kProductMasks[p];
+  SL_CHECK(false, "DeviceMesh: unknown dimension '", name, "' (known: ", known_names(), ")");
+  return 0;
+}
+
+DeviceMesh::Mask DeviceMesh::mask_of_names(const std::vector<std::string_view>& names) const {
+  SL_CHECK(!names.empty(), "DeviceMesh: group() needs at least one dimension name (known: ", known_names(), ")");
+  Mask mask = 0;
+  for (auto name : names) mask |= mask_of(name);
+  return mask;
+}
+
+std::array<int, DeviceMesh::kDims> DeviceMesh::coordinates_of(int rank) const {
+  std::array<int, kDims> coords{};
+  for (int d = kDims - 1; d >= 0; --d) {  // tp innermost: it changes fastest with the rank
+    coords[d] = rank % degrees_[d];
+    rank /= degrees_[d];
+  }
+  return coords;
+}
+
+int DeviceMesh::coordinate(std::string_view name) const {
+  const Mask mask = mask_of(name);
+  int index = 0;
+  for (int d = 0; d < kDims; ++d)
+    if (mask & (1u << d)) index = index * degrees_[d] + coords_[d];
+  return index;
+}
+
+int DeviceMesh::size(std::string_view name) const {
+  const Mask mask = mask_of(name);
+  int product = 1;
+  for (int d = 0; d < kDims; ++d)
+    if (mask & (1u << d)) product *= degrees_[d];
+  return product;
+}
+
+std::vector<int> DeviceMesh::members_of(Mask mask, int rank) const {
+  const auto anchor = coordinates_of(rank);
+  std::vector<int> members;
+  for (int other = 0; other < world_size(); ++other) {
+    const auto coords = coordinates_of(other);
+    bool same_elsewhere = true;
+    for (int d = 0; d < kDims; ++d)
+      if (!(mask & (1u << d)) && coords[d] != anchor[d]) same_elsewhere = false;
+    if (same_elsewhere) members.push_back(other);
+  }
+  return members;
+}
+
+std::vector<std::vector<int>> DeviceMesh::partition_of(Mask mask) const {
+  std::vector<std::vector<int>> groups;
+  std::vector<bool> placed(static_cast<size_t>(world_size()), false);
+  for (int r = 0; r < world_size(); ++r) {
+    if (placed[static_cast<size_t>(r)]) continue;
+    groups.push_back(members_of(mask, r));
+    for (int member : groups.back()) placed[static_cast<size_t>(member)] = true;
+  }
+  return groups;
+}
+
+std::vector<int> DeviceMesh::members(std::string_view name) const { return members_of(mask_of(name), rank_); }
+std::vector<std::vector<int>> DeviceMesh::partition(std::string_view name) const { return partition_of(mask_of(name)); }
+
+// ---- groups ------------------------------------------------------------------------------------------
+
+ProcessGroupPtr DeviceMesh::group_of(Mask mask) const {
+  const ProcessGroupPtr& group = groups_[mask & nontrivial_];
+  SL_ASSERT(group != nullptr);
+  return group;
+}
+
+ProcessGroupPtr DeviceMesh::group(std::string_view name) const { return group_of(mask_of(name)); }
+
+ProcessGroupPtr DeviceMesh::group(std::initializer_list<std::string_view> names) const {
+  return group_of(mask_of_names(std::vector<std::string_view>(names)));
+}
+
+ProcessGroupPtr DeviceMesh::group(const std::vector<std::string>& names) const {
+  return group_of(mask_of_names(std::vector<std::string_view>(names.begin(), names.end())));
+}
+
+// ---- drawing -------------------------------------------------------------------------------------------
+
+std::string DeviceMesh::str() const {
+  std::ostringstream out;
+  out << "DeviceMesh: world " << world_size() << " = " << config_.str() << "   (this is rank " << rank_
+      << ", marked *)\n";
+
+  // The grid: one row per (pp, dp_replicate, dp_shard, cp), one column per tp; size-1 labels left out.
+  const int tp = degrees_[4];
+  const int rows = world_size() / tp;
+  std::vector<std::string> labels;
+  for (int row = 0; row < rows; ++row) {
+    const auto coords = coordinates_of(row * tp);
+    std::string label;
+    for (int d = 0; d < kDims - 1; ++d)
+      if (degrees_[d] > 1)
+        label += (label.empty() ? "" : "  ") + std::string(kDimNames[d]) + " " + std::to_string(coords[d]);
+    labels.push_back(label);
+  }
+  size_t label_width = 0;
+  for (const auto& label : labels) label_width = std::max(label_width, label.size());
+  const size_t cell = std::max(std::to_string(world_size() - 1).size(), ("tp " + std::to_string(tp - 1)).size());
+  auto pad_left = [](const std::string& s, size_t width) {
+    return std::string(width - std::min(width, s.size()), ' ') + s;
+  };
+
+  auto end_line = [&out](std::string line) {  // no trailing blanks (the unmarked cells leave some)
+    line.erase(line.find_last_not_of(' ') + 1);
+    out << line << "\n";
+  };
+  std::string header = "  " + std::string(label_width, ' ');
+  for (int t = 0; t < tp; ++t) header += "  " + pad_left("tp " + std::to_string(t), cell) + " ";
+  end_line(header);
+  for (int row = 0; row < rows; ++row) {
+    const std::string& label = labels[static_cast<size_t>(row)];
+    std::string line = "  " + label + std::string(label_width - label.size(), ' ');
+    for (int t = 0; t < tp; ++t) {
+      const int r = row * tp + t;
+      line += "  " + pad_left(std::to_string(r), cell) + (r == rank_ ? "*" : " ");
+    }
+    end_line(line);
+  }
+
+  // The groups, as world ranks: every name of size > 1; a product equal to a line above says so.
+  std::vector<std::pair<std::string_view, Mask>> lines;
+  for (int d = 0; d < kDims; ++d) lines.emplace_back(kDimNames[d], 1u << d);
+  for (size_t p = 0; p < kProductNames.size(); ++p) lines.emplace_back(kProductNames[p], kProductMasks[p]);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const auto [name, mask] = lines[i];
+    if (size(name) == 1) continue;
+    out << "  " << name << std::string(12 - name.size(), ' ') << ":";
+    std::string same_as;
+    for (size_t j = 0; j < i && same_as.empty(); ++j)
+      if ((lines[j].second & nontrivial_) == (mask & nontrivial_)) same_as = lines[j].first;
+    if (!same_as.empty()) {
+      out << " same as " << same_as << "\n";
+      continue;
+    }
+    for (const auto& members : partition_of(mask)) out << " " << braces(members);
+    out << "\n";
+  }
+  if (nontrivial_ == 0) out << "  (every degree is 1: one rank, every group is this rank alone)\n";
+  return out.str();
+}
+
+}  // namespace sl::parallel

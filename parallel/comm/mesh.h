@@ -1,0 +1,125 @@
+// mesh.h — the device mesh: every rank placed on one 5-D grid, with a process group per dimension.
+//
+//   ParallelismConfig{dp_replicate, dp_shard, pp, cp, tp} (Accelerate's names) splits the world:
+//     dp_replicate  data parallel, full replicas (DDP; the "replicate" half of HSDP)
+//     dp_shard      data parallel, sharded (ZeRO / FSDP)
+//     pp            pipeline stages       cp  context (sequence) parallel      tp  tensor parallel
+//   The grid is arange(world).view(pp, dp_replicate, dp_shard, cp, tp), as torchtitan lays it out: TP
+//   innermost, so consecutive ranks share a TP group and the chattiest parallelism (an all-reduce
+//   per layer) stays inside a node; PP outermost, since a stage boundary moves one activation per
+//   micro-batch and tolerates the slowest links.
+//
+//   world 8 = pp 2 x dp 2 x tp 2  (dp_replicate 2)          rank = (pp * 2 + dp) * 2 + tp
+//
+//                     tp 0  tp 1
+//        pp 0  dp 0     0     1     <- a tp group: neighbours, one node, the fastest links
+//              dp 1     2     3
+//        pp 1  dp 0     4     5
+//              dp 1     6     7
+//
+//        tp groups {0,1} {2,3} {4,5} {6,7}     vary tp, hold the rest
+//        dp groups {0,2} {1,3} {4,6} {5,7}     vary dp
+//        pp groups {0,4} {1,5} {2,6} {3,7}     vary pp (the outermost, farthest apart)
+//
+//   A group over a set of dimensions holds the ranks that agree on every *other* coordinate; its
+//   group ranks follow the world ranks (row-major over the set). Named products: "dp" = dp_replicate
+//   x dp_shard (all of data parallelism), "dp_shard_cp" = dp_shard x cp (what FSDP shards over when CP
+//   is on: CP ranks hold the same weights), "dp_cp" = dp_replicate x dp_shard x cp (where gradients
+//   are averaged). Any other set: group({"pp", "tp"}).
+//
+//   Cost: the constructor is collective over the world (every rank builds the mesh with the same
+//   config): one all_gather of the 5 degrees (all ranks must agree), then one split per distinct
+//   group. Sets that differ only by size-1 dimensions have the same members and share one group
+//   handle, so k dimensions of size > 1 cost 2^k - 1 splits (the set of all of them is the world
+//   itself). Every group is made there, in a fixed order; lookups afterwards never communicate.
+//
+//   Lesson: the 4D chapters print DeviceMesh::str()   Tests: tests/test_mesh.cpp
+#pragma once
+#include <array>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "parallel/comm/process_group.h"
+
+namespace sl::parallel {
+
+struct ParallelismConfig {
+  int dp_replicate = 1, dp_shard = 1, pp = 1, cp = 1, tp = 1;
+
+  // dp_replicate * dp_shard * pp * cp * tp (throws if a degree is < 1 or the product overflows int).
+  int world_size() const;
+  // Throws sl::Error unless every degree is >= 1 and their product is world_size:
+  //   "ParallelismConfig: world size 8 != dp_replicate 1 x dp_shard 2 x pp 2 x cp 1 x tp 3"
+  void validate(int world_size) const;
+  std::string str() const;  // "dp_replicate 1 x dp_shard 2 x pp 2 x cp 1 x tp 3" (the fields' order)
+  // The degrees in grid order, outermost first: pp, dp_replicate, dp_shard, cp, tp.
+  std::array<int, 5> degrees() const { return {pp, dp_replicate, dp_shard, cp, tp}; }
+  bool operator==(const ParallelismConfig&) const = default;
+};
+
+class DeviceMesh {
+ public:
+  static constexpr int kDims = 5;
+  // The grid's dimensions, outermost first, then the named products; group() and coordinate()
+  // accept all of them.
+  static constexpr std::array<std::string_view, kDims> kDimNames = {"pp", "dp_replicate", "dp_shard", "cp", "tp"};
+  static constexpr std::array<std::string_view, 3> kProductNames = {"dp", "dp_shard_cp", "dp_cp"};
+
+  // Collective over `world`: every member calls it with the same config. Throws sl::Error before
+  // any communication when the config does not fit world->size(). Ranks are ranks of `world`
+  // (normally the whole world; a mesh may also be laid over a sub-group).
+  DeviceMesh(ProcessGroupPtr world, const ParallelismConfig& config);
+
+  const ParallelismConfig& config() const { return config_; }
+  const ProcessGroupPtr& world() const { return world_; }
+  int rank() const { return rank_; }
+  int world_size() const { return world_->size(); }
+
+  // This rank's index along a dimension or a named product (the product's row-major index, which
+  // is also the rank in its group): coordinate("tp") == group("tp")->rank().
+  int coordinate(std::string_view name) const;
+  int size(std::string_view name) const;  // the degree (a product's: the product)
+  std::array<int, kDims> coordinates() const { return coords_; }  // in kDimNames order
+  int pp_rank() const { return coords_[0]; }
+  int dp_replicate_rank() const { return coords_[1]; }
+  int dp_shard_rank() const { return coords_[2]; }
+  int cp_rank() const { return coords_[3]; }
+  int tp_rank() const { return coords_[4]; }
+  int dp_rank() const { return coordinate("dp"); }
+
+  // This rank's group over one name or over a set of names (dimensions or products, united).
+  // Never communicates. A size-1 dimension gives a trivial group (this rank alone).
+  ProcessGroupPtr group(std::string_view name) const;
+  ProcessGroupPtr group(std::initializer_list<std::string_view> names) const;
+  ProcessGroupPtr group(const std::vector<std::string>& names) const;
+
+  // The world ranks in this rank's group, ascending (= group rank order); no communication.
+  std::vector<int> members(std::string_view name) const;
+  // Every group of that kind, each as its world ranks: the partition of the world it induces.
+  std::vector<std::vector<int>> partition(std::string_view name) const;
+
+  // The grid with this rank marked, then the groups of every dimension and product of size > 1.
+  std::string str() const;
+
+ private:
+  using Mask = unsigned;  // bit d set: dimension d (kDimNames[d]) is in the set
+  Mask mask_of(std::string_view name) const;
+  Mask mask_of_names(const std::vector<std::string_view>& names) const;
+  ProcessGroupPtr group_of(Mask mask) const;
+  std::vector<int> members_of(Mask mask, int rank) const;
+  std::vector<std::vector<int>> partition_of(Mask mask) const;
+  std::array<int, kDims> coordinates_of(int rank) const;
+  void check_ranks_agree() const;
+
+  ProcessGroupPtr world_;
+  ParallelismConfig config_;
+  std::array<int, kDims> degrees_{};
+  std::array<int, kDims> coords_{};
+  int rank_ = 0;
+  Mask nontrivial_ = 0;                                // the dimensions of size > 1
+  std::array<ProcessGroupPtr, 1u << kDims> groups_{};  // indexed by mask & nontrivial_
+};
+
+}  // namespace sl::parallel

@@ -1,0 +1,181 @@
+// fsdp.cpp — FullyShardedGPT: GPT's forward with a gather before and a free after every unit, the
+// autograd trigger that gathers again for backward, clipping and AdamW on the shards (see fsdp.h).
+#include "parallel/zero/fsdp.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "autograd/function.h"
+#include "autograd/grad_mode.h"
+
+namespace sl::parallel {
+
+namespace {
+
+// Identity in forward. In backward it runs before every node of its unit (they all feed the unit's
+// output) and gathers the unit's parameters again, with zeroed gradients bound to them.
+struct UnshardBeforeBackward : Function<UnshardBeforeBackward> {
+  static Tensor forward(FunctionCtx& ctx, const Tensor& output, const std::weak_ptr<FsdpUnit>& unit) {
+    ctx.set("unit", unit);
+    return output;
+  }
+  static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {
+    std::shared_ptr<FsdpUnit> unit = ctx.get<std::weak_ptr<FsdpUnit>>("unit").lock();
+    SL_CHECK(unit != nullptr, "FSDP: backward through a graph whose FullyShardedGPT was destroyed");
+    unit->pre_backward();
+    return {grads[0]};
+  }
+};
+
+Tensor unshard_before_backward(const Tensor& output, const std::shared_ptr<FsdpUnit>& unit) {
+  if (!GradMode::is_enabled() || !output.requires_grad()) return output;  // no backward will come
+  return UnshardBeforeBackward::apply(output, std::weak_ptr<FsdpUnit>(unit));
+}
+
+nn::NamedTensors with_prefix(const std::string& prefix, const nn::NamedTensors& params) {
+  nn::NamedTensors out;
+  for (const auto& [name, tensor] : params) out.emplace_back(prefix + name, tensor);
+  return out;
+}
+
+}  // namespace
+
+FullyShardedGPT::FullyShardedGPT(nn::GPT& model, ProcessGroupPtr shard_group, ProcessGroupPtr replicate_group,
+                                 const nn::AdamWOptions& adamw, const FsdpOptions& fsdp)
+    : lr(adamw.lr),
+      options(adamw),
+      model_(model),
+      shard_group_(std::move(shard_group)),
+      replicate_group_(std::move(replicate_group)) {
+  SL_CHECK(shard_group_ != nullptr, "FullyShardedGPT: the shard group is null");
+  SL_CHECK(options.beta1 >= 0 && options.beta1 < 1 && options.beta2 >= 0 && options.beta2 < 1,
+           "FullyShardedGPT: AdamW betas must be in [0, 1) (got ", options.beta1, ", ", options.beta2, ")");
+  SL_CHECK(options.eps >= 0 && lr >= 0, "FullyShardedGPT: AdamW lr (", lr, ") and eps (", options.eps,
+           ") must not be negative");
+  // The root unit: embeddings and final LayerNorm (the head is wte, tied). Then one unit per block.
+  nn::NamedTensors root = with_prefix("wte.", model.wte->named_parameters());
+  for (auto& entry : with_prefix("wpe.", model.wpe->named_parameters())) root.push_back(entry);
+  for (auto& entry : with_prefix("ln_f.", model.ln_f->named_parameters())) root.push_back(entry);
+  units_.push_back(FsdpUnit::make("root", root, shard_group_, replicate_group_, fsdp.offload));
+  for (size_t i = 0; i < model.h->size(); ++i) {
+    std::string prefix = "h." + std::to_string(i) + ".";
+    units_.push_back(FsdpUnit::make(prefix.substr(0, prefix.size() - 1),
+                                    with_prefix(prefix, model.block(i).named_parameters()), shard_group_,
+                                    replicate_group_, fsdp.offload));
+  }
+  int64_t wrapped = 0;
+  for (const auto& unit : units_) wrapped += unit->layout().numel;
+  SL_ASSERT(wrapped == model.num_parameters());  // every parameter in exactly one unit
+}
+
+static ProcessGroupPtr mesh_group(const DeviceMesh& mesh, const char* name) {
+  SL_CHECK(mesh.size("pp") == 1 && mesh.size("cp") == 1 && mesh.size("tp") == 1,
+           "FullyShardedGPT: the mesh must be data parallel only (", mesh.config().str(), "); pp, cp and tp must be 1");
+  return mesh.group(name);
+}
+
+FullyShardedGPT::FullyShardedGPT(nn::GPT& model, const DeviceMesh& mesh, const nn::AdamWOptions& adamw,
+                                 const FsdpOptions& fsdp)
+    : FullyShardedGPT(model, mesh_group(mesh, "dp_shard"), mesh_group(mesh, "dp_replicate"), adamw, fsdp) {}
+
+// ---- forward: gather, compute, free, unit by unit (GPT::forward's ops in GPT::forward's order) ----
+
+Tensor FullyShardedGPT::forward(const Tensor& idx) {
+  const nn::GPTConfig& config = model_.config();
+  SL_CHECK(idx.dim() == 2, "FullyShardedGPT: idx must be [B, T] token ids, got shape ", idx.shape());
+  const int64_t B = idx.size(0), T = idx.size(1), C = config.n_embd, V = config.vocab_size;
+  SL_CHECK(T <= config.block_size, "FullyShardedGPT: sequence length ", T, " is longer than block_size ",
+           config.block_size);
+  finish_backward();
+  MemoryScope scope(MemoryCategory::activations);
+  FsdpUnit& root = *units_[0];
+  root.unshard();  // held until the head: wte is the embedding and the tied head
+  Tensor positions = arange(T, TensorOptions(DType::i64, idx.device()));
+  Tensor x = add(model_.wte->forward(idx), model_.wpe->forward(positions));  // [B, T, C]
+  for (size_t i = 0; i < model_.h->size(); ++i) {
+    const std::shared_ptr<FsdpUnit>& unit = units_[1 + i];
+    unit->unshard();
+    x = unshard_before_backward(model_.block(i).forward(x), unit);
+    unit->reshard();  // the graph keeps its saved tensors, whose bytes are gone until backward
+  }
+  x = model_.ln_f->forward(x);
+  Tensor logits = matmul(x.reshape({B * T, C}), model_.wte->weight, false, true).reshape({B, T, V});
+  logits = unshard_before_backward(logits, units_[0]);
+  root.reshard();
+  return logits;
+}
+
+Tensor FullyShardedGPT::loss(const Tensor& idx, const Tensor& targets) { return cross_entropy(forward(idx), targets); }
+
+void FullyShardedGPT::finish_backward() {
+  for (const auto& unit : units_) unit->finish_backward();
+}
+
+// ---- the optimizer side: everything on shards ----------------------------------------------------
+
+double FullyShardedGPT::clip_grad_norm(double max_norm) {
+  SL_CHECK(max_norm > 0, "FullyShardedGPT::clip_grad_norm: max_norm must be positive (got ", max_norm, ")");
+  finish_backward();
+  // Shards of one replica partition the gradient (replicas hold equal copies): sum over the shard group.
+  double local = 0;
+  for (const auto& unit : units_) local += unit->grad_square_sum();
+  Tensor sum_of_squares = full({1}, local, TensorOptions(DType::f64));
+  shard_group_->all_reduce(sum_of_squares, ReduceOp::sum);
+  const double norm = std::sqrt(sum_of_squares.item());
+  if (norm > max_norm) {
+    const double scale = max_norm / (norm + 1e-6);  // nn::clip_grad_norm's rule
+    for (const auto& unit : units_) unit->scale_grads(scale);
+  }
+  return norm;
+}
+
+void FullyShardedGPT::step() {
+  finish_backward();
+  for (const auto& unit : units_) unit->adamw_step(options, lr);
+}
+
+void FullyShardedGPT::zero_grad() {
+  finish_backward();
+  for (const auto& unit : units_) unit->zero_grad();
+}
+
+nn::StateDict FullyShardedGPT::full_state_dict() {
+  nn::StateDict out;
+  for (const auto& unit : units_) unit->gather_weights(out);
+  return out;
+}
+
+nn::StateDict FullyShardedGPT::full_grads() {
+  finish_backward();
+  nn::StateDict out;
+  for (const auto& unit : units_) unit->gather_grads(out);
+  return out;
+}
+
+nn::StateDict FullyShardedGPT::full_optimizer_state() {
+  nn::StateDict out;
+  for (const auto& unit : units_) unit->gather_optimizer_state(out);
+  return out;
+}
+
+// ---- figures ---------------------------------------------------------------------------------------
+
+int64_t FullyShardedGPT::padded_numel() const {
+  int64_t total = 0;
+  for (const auto& unit : units_) total += unit->layout().padded_numel;
+  return total;
+}
+
+int64_t FullyShardedGPT::shard_numel() const {
+  int64_t total = 0;
+  for (const auto& unit : units_) total += unit->layout().shard_numel;
+  return total;
+}
+
+int64_t FullyShardedGPT::largest_gathered_numel() const {
+  int64_t largest_block = 0;
+  for (size_t i = 1; i < units_.size(); ++i) largest_block = std::max(largest_block, units_[i]->layout().padded_numel);
+  return units_[0]->layout().padded_numel + largest_block;
+}
+
+}  // namespace sl::parallel

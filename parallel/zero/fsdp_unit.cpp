@@ -1,0 +1,172 @@
+// fsdp_unit.cpp — one FSDP unit's life: shard, gather, free, reduce-scatter (see fsdp_unit.h).
+#include "parallel/zero/fsdp_unit.h"
+
+#include "autograd/grad_mode.h"
+#include "tensor/ops.h"
+
+namespace sl::parallel {
+
+std::shared_ptr<FsdpUnit> FsdpUnit::make(std::string name, const nn::NamedTensors& params, ProcessGroupPtr shard_group,
+                                         ProcessGroupPtr replicate_group, bool offload) {
+  std::shared_ptr<FsdpUnit> unit(
+      new FsdpUnit(std::move(name), params, std::move(shard_group), std::move(replicate_group), offload));
+  // The hooks hold the unit weakly: a model that outlives its wrapper only gets harmless no-ops.
+  std::weak_ptr<FsdpUnit> weak = unit;
+  for (const Tensor& p : unit->flat_->params())
+    p.register_post_accumulate_grad_hook([weak](Tensor&) {
+      if (auto alive = weak.lock()) alive->on_grad_accumulated();
+    });
+  return unit;
+}
+
+FsdpUnit::FsdpUnit(std::string name, const nn::NamedTensors& params, ProcessGroupPtr shard_group,
+                   ProcessGroupPtr replicate_group, bool offload)
+    : name_(std::move(name)),
+      shard_group_(std::move(shard_group)),
+      replicate_group_(std::move(replicate_group)),
+      offload_(offload) {
+  SL_CHECK(shard_group_ != nullptr, "FSDP unit ", name_, ": the shard group is null");
+  std::vector<Tensor> tensors;
+  for (const auto& [param_name, tensor] : params) {
+    param_names_.push_back(param_name);
+    tensors.push_back(tensor);
+  }
+  // Full buffer [P] (weights), the params re-pointed at it; their old storages are freed.
+  flat_ = std::make_unique<FlatParams>(std::move(tensors), shard_group_->size());
+  const int64_t S = layout().shard_numel;
+  device_ = flat_->buffer().device();
+  host_ = Device::cpu(device_.index);
+  SL_CHECK(!offload_ || device_.is_cpu(), "FSDP unit ", name_, ": offload needs the parameters on a CPU device (got ",
+           device_, ")");
+  const Device home = offload_ ? host_ : device_;
+  {
+    MemoryScope scope(offload_ ? MemoryCategory::offload : MemoryCategory::weights);
+    weight_shard_ = zeros({S}, TensorOptions(DType::f32, home));
+    weight_shard_.copy_(flat_->shard(shard_group_->rank()));
+  }
+  if (offload_) MemoryLedger::instance().record_transfer(device_, host_, weight_shard_.nbytes());
+  {
+    MemoryScope scope(offload_ ? MemoryCategory::offload : MemoryCategory::grads);
+    grad_shard_ = zeros({S}, TensorOptions(DType::f32, home));
+  }
+  adam_ = std::make_unique<ShardedAdamW>(layout(), shard_group_->rank(), home,
+                                         offload_ ? MemoryCategory::offload : MemoryCategory::optimizer);
+  reshard();  // from here on a rank holds 16 S bytes of this unit
+}
+
+void FsdpUnit::unshard() {
+  if (state_ != State::sharded) return;
+  full_storage().reallocate();  // charged to "weights" again, as when it was first made
+  if (!offload_) {
+    shard_group_->all_gather(flat_->buffer(), weight_shard_);
+  } else {
+    // Weights up: the host's shard to the device, then the all-gather from there.
+    Tensor up;
+    {
+      MemoryScope scope(MemoryCategory::comm);
+      up = Tensor::empty({layout().shard_numel}, TensorOptions(DType::f32, device_));
+    }
+    up.copy_(weight_shard_);
+    MemoryLedger::instance().record_transfer(host_, device_, up.nbytes());
+    shard_group_->all_gather(flat_->buffer(), up);
+  }
+  state_ = State::gathered;
+}
+
+void FsdpUnit::reshard() {
+  if (state_ == State::sharded) return;
+  SL_ASSERT(state_ == State::gathered);  // a unit in backward reshards through post_backward
+  full_storage().release();
+  state_ = State::sharded;
+}
+
+void FsdpUnit::pre_backward() {
+  if (state_ == State::backward) return;
+  unshard();
+  {
+    MemoryScope scope(MemoryCategory::grads);
+    full_grads_ = zeros({layout().padded_numel}, weight_shard_.options());
+  }
+  // AccumulateGrad adds into an existing .grad in place (0 + g == g exactly), so every gradient of
+  // the unit lands in full_grads_ without a copy.
+  flat_->bind_grads(full_grads_);
+  pending_grads_ = flat_->params().size();
+  state_ = State::backward;
+}
+
+void FsdpUnit::on_grad_accumulated() {
+  SL_CHECK(state_ == State::backward, "FSDP unit ", name_,
+           ": a gradient reached its parameters outside FSDP's backward (compute the loss with "
+           "FullyShardedGPT::forward or loss, whose graph gathers each unit again before its backward)");
+  SL_ASSERT(pending_grads_ > 0);
+  if (--pending_grads_ == 0) post_backward();
+}
+
+void FsdpUnit::finish_backward() {
+  if (state_ == State::backward) post_backward();
+}
+
+void FsdpUnit::post_backward() {
+  SL_ASSERT(state_ == State::backward);
+  NoGradGuard no_grad;
+  Tensor reduced;
+  {
+    MemoryScope scope(MemoryCategory::comm);
+    reduced = Tensor::empty({layout().shard_numel}, weight_shard_.options());
+  }
+  // [P] on every rank -> my [S] of the mean over the shard group; HSDP: then the mean over replicas.
+  shard_group_->reduce_scatter(reduced, full_grads_, ReduceOp::avg);
+  if (replicate_group_ && replicate_group_->size() > 1) replicate_group_->all_reduce(reduced, ReduceOp::avg);
+  if (offload_) MemoryLedger::instance().record_transfer(device_, host_, reduced.nbytes());  // gradients down
+  grad_shard_.add_(reduced);  // accumulates across backwards until zero_grad
+  has_grad_ = true;
+  flat_->release_grads();
+  full_grads_ = Tensor();
+  state_ = State::gathered;
+  reshard();
+}
+
+double FsdpUnit::grad_square_sum() const {
+  const float* g = grad_shard_.data<float>();
+  double sum = 0;
+  for (int64_t i = 0, n = grad_shard_.numel(); i < n; ++i) sum += static_cast<double>(g[i]) * g[i];
+  return sum;
+}
+
+void FsdpUnit::adamw_step(const nn::AdamWOptions& options, double lr) {
+  // A unit's parameters get their gradients together: all of them or (no backward reached it) none.
+  const std::vector<char> has_grad(layout().segments.size(), has_grad_ ? 1 : 0);
+  adam_->step(weight_shard_.data<float>(), ShardedAdamW::Weights::in_shard, grad_shard_.data<float>(), has_grad,
+              options, lr);
+}
+
+void FsdpUnit::zero_grad() {
+  grad_shard_.zero_();
+  has_grad_ = false;
+}
+
+void FsdpUnit::gather_optimizer_state(nn::StateDict& out) const {
+  if (adam_->step_of(0) == 0) return;
+  nn::StateDict m, v;
+  gather(adam_->exp_avg(), m);
+  gather(adam_->exp_avg_sq(), v);
+  for (size_t i = 0; i < param_names_.size(); ++i) {
+    out[param_names_[i] + ".exp_avg"] = m.at(param_names_[i]);
+    out[param_names_[i] + ".exp_avg_sq"] = v.at(param_names_[i]);
+    out[param_names_[i] + ".step"] = scalar_tensor(static_cast<double>(adam_->step_of(i)), DType::i64);
+  }
+}
+
+void FsdpUnit::gather(const Tensor& shard, nn::StateDict& out) const {
+  NoGradGuard no_grad;
+  MemoryScope scope(MemoryCategory::other);
+  Tensor full = Tensor::empty({layout().padded_numel}, shard.options());
+  shard_group_->all_gather(full, shard);
+  // Unpad: each parameter is its segment; the tail [Ψ_u, P) is padding and is dropped.
+  for (size_t i = 0; i < param_names_.size(); ++i) {
+    const FlatSegment& segment = layout().segments[i];
+    out[param_names_[i]] = full.flat_view(segment.offset, segment.shape).clone();
+  }
+}
+
+}  // namespace sl::parallel

@@ -1,0 +1,96 @@
+// fsdp_unit.h — one FSDP unit: the parameters of one wrapped module, flat, padded and sharded.
+//
+//   between steps         this rank keeps  weights [S]  grads [S]  exp_avg [S]  exp_avg_sq [S]   (16 S bytes)
+//   unshard()             all-gather [S] x N  ->  full [P]  (P = S x N: Ψ_u padded); the params view it
+//   reshard()             full's bytes released in place (the params and autograd's saved tensors keep
+//                         naming the same Storage, so no copy of the weights survives anywhere)
+//   pre_backward()        unshard() + zeroed full grads [P] bound as the params' .grad
+//   (AccumulateGrad adds each param's gradient in place; the last one's hook calls post_backward)
+//   post_backward()       reduce-scatter(avg) full grads -> [S], HSDP: all-reduce(avg) over replicas,
+//                         added into the grad shard; full grads freed; reshard()
+//
+// The unit's layout (segments, padding, shard pieces with AdamW's decay flag) is parallel/zero/flat_params.h.
+// Why release in place: a Linear's backward node holds a detached alias of its weight. Re-pointing
+// the parameter at a new storage (FlatParams::release) would leave that alias, and so the whole
+// gathered buffer, alive inside the graph until backward. Storage::release() frees the bytes of the
+// one Storage every alias shares; unshard() refills that same Storage before backward reads it.
+//
+//   Used by: parallel/zero/fsdp.h       Tests: tests/test_fsdp.cpp
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nn/module.h"
+#include "nn/optim.h"
+#include "parallel/zero/flat_params.h"
+#include "parallel/comm/process_group.h"
+#include "parallel/zero/sharded_adamw.h"
+
+namespace sl::parallel {
+
+class FsdpUnit {
+ public:
+  // Flattens `params` (GPT-2 names with their tensors) into one buffer padded to a multiple of shard_group's size,
+  // keeps this rank's shard of it, and frees the rest. Every rank must pass parameters holding the
+  // same values (built from the same seed). replicate_group (HSDP) may be null.
+  // offload: the weight shard, the gradient shard and AdamW's state live on the host (ledger category
+  // "offload") and the update runs there; unshard() moves the weight shard up before its all-gather
+  // and post_backward() moves the reduced gradient shard down.
+  static std::shared_ptr<FsdpUnit> make(std::string name, const nn::NamedTensors& params, ProcessGroupPtr shard_group,
+                                        ProcessGroupPtr replicate_group, bool offload = false);
+
+  enum class State : uint8_t { sharded, gathered, backward };
+
+  void unshard();          // all-gather the parameters (no-op unless sharded)
+  void reshard();          // free the gathered parameters' bytes in place (no-op if sharded)
+  void pre_backward();     // unshard + bind zeroed full gradients, start counting (no-op if already)
+  void finish_backward();  // post_backward now if a backward left this unit waiting (unused params)
+
+  // Sum of squares of this rank's gradient shard (padding is zero): clipping's local part.
+  double grad_square_sum() const;
+  void scale_grads(double scale) const { grad_shard_.mul_(scale); }
+  // AdamW on the shard (parallel/zero/sharded_adamw.h: nn::AdamW's update, piece by piece).
+  void adamw_step(const nn::AdamWOptions& options, double lr);
+  void zero_grad();
+  // The optimizer state by parameter name ("<name>.exp_avg", "<name>.exp_avg_sq", "<name>.step"),
+  // full and unpadded on every rank of the shard group: collective. Empty before the first step.
+  void gather_optimizer_state(nn::StateDict& out) const;
+
+  // Full (unpadded) copies on every rank of the shard group, by parameter name: collective.
+  void gather_weights(nn::StateDict& out) const { gather(weight_shard_, out); }
+  void gather_grads(nn::StateDict& out) const { gather(grad_shard_, out); }
+
+  const std::string& name() const { return name_; }
+  const FlatLayout& layout() const { return flat_->layout(); }
+  State state() const { return state_; }
+  bool has_grad() const { return has_grad_; }
+  const Tensor& weight_shard() const { return weight_shard_; }
+  const Tensor& grad_shard() const { return grad_shard_; }
+
+  FsdpUnit(const FsdpUnit&) = delete;
+  FsdpUnit& operator=(const FsdpUnit&) = delete;
+
+ private:
+  FsdpUnit(std::string name, const nn::NamedTensors& params, ProcessGroupPtr shard_group,
+           ProcessGroupPtr replicate_group, bool offload);
+  void on_grad_accumulated();  // a parameter's post-accumulate-grad hook
+  void post_backward();
+  Storage& full_storage() const { return *flat_->buffer().impl()->storage; }
+  void gather(const Tensor& shard, nn::StateDict& out) const;
+
+  std::string name_;
+  std::vector<std::string> param_names_;
+  std::unique_ptr<FlatParams> flat_;  // the params view flat_->buffer(), whose bytes come and go
+  ProcessGroupPtr shard_group_, replicate_group_;
+  bool offload_ = false;
+  Device device_, host_;                // host_: cpu:i for device index i (on a CPU build, the same)
+  Tensor weight_shard_, grad_shard_;    // [S] each: what this rank owns (offload: on the host)
+  std::unique_ptr<ShardedAdamW> adam_;  // exp_avg, exp_avg_sq [S]
+  Tensor full_grads_;                   // [P], only during this unit's backward
+  size_t pending_grads_ = 0;  // parameters still to accumulate in this backward
+  bool has_grad_ = false;     // a backward reached the unit since zero_grad (AdamW skips it otherwise)
+  State state_ = State::gathered;
+};
+
+}  // namespace sl::parallel

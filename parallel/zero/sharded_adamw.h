@@ -1,0 +1,57 @@
+// sharded_adamw.h — nn::AdamW on one rank's shard of a flat layout: the one optimizer update that
+// ZeRO-1/2 (parallel/zero/zero.h), ZeRO-3 / FSDP units (parallel/zero/fsdp_unit.h) and their offload run.
+//
+//   shard of rank r (S elements):  | piece of p3 | piece of p4 | piece of p1 |   (parallel/zero/flat_params.h)
+//   exp_avg, exp_avg_sq           [S] each, the same layout: 8S bytes, on the device or (offload) the host
+//   step(w, g):  for each piece:  nn::AdamWStep(lr, t_p, decay_p).apply(w, g, m, v)   element by element
+//
+// The update is nn::AdamW's, piece by piece, with the rules nn::AdamW applies per parameter:
+//   - decay only on parameters of dim >= 2 (the piece's flag, from the segment table), never on
+//     biases and LayerNorm parameters;
+//   - a parameter without a gradient (has_grad false) is skipped: its weights, moments and step
+//     count stay as they are;
+//   - the step count (bias correction) is counted per parameter, on every rank, also on ranks that
+//     hold none of its elements, so every rank can write the same state dict.
+//
+//   ShardedAdamW adam(layout, rank, device, MemoryCategory::optimizer);
+//   adam.step(weights, ShardedAdamW::Weights::in_flat_buffer, grad_shard, has_grad, options, lr);
+//
+//   Tests: tests/test_zero.cpp, tests/test_fsdp.cpp (the optimizer state against nn::AdamW's)
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "nn/optim.h"
+#include "parallel/zero/flat_params.h"
+#include "tensor/ledger.h"
+
+namespace sl::parallel {
+
+class ShardedAdamW {
+ public:
+  // Where step() finds a piece's weights: in the flat buffer (ZeRO-1/2: every rank holds all the
+  // weights) at piece.flat_offset, or in a shard of their own (FSDP, offload) at piece.shard_offset.
+  enum class Weights : uint8_t { in_flat_buffer, in_shard };
+
+  // Allocates exp_avg and exp_avg_sq [S] (zeros) on `device`, charged to `category`.
+  ShardedAdamW(const FlatLayout& layout, int rank, Device device, MemoryCategory category);
+
+  // One AdamW step on this rank's pieces. grads: the shard [S] of averaged gradients; has_grad:
+  // per parameter (segment), whether a backward gave it a gradient since the last step.
+  void step(float* weights, Weights where, const float* grads, const std::vector<char>& has_grad,
+            const nn::AdamWOptions& options, double lr);
+
+  const std::vector<ShardPiece>& pieces() const { return pieces_; }
+  const Tensor& exp_avg() const { return exp_avg_; }        // [S]
+  const Tensor& exp_avg_sq() const { return exp_avg_sq_; }  // [S]
+  int64_t step_of(size_t param) const { return steps_.at(param); }
+  void set_step(size_t param, int64_t step) { steps_.at(param) = step; }
+  void reset();  // zero moments and step counts (a fresh optimizer)
+
+ private:
+  std::vector<ShardPiece> pieces_;
+  std::vector<int64_t> steps_;  // per parameter
+  Tensor exp_avg_, exp_avg_sq_;
+};
+
+}  // namespace sl::parallel
