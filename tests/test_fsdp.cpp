@@ -446,8 +446,14 @@ TEST(FsdpErrors, MisuseRaisesClearErrors) {
         expect_error([&] { fsdp.forward(zeros({8}, DType::i64)); }, "idx must be [B, T] token ids, got shape [8]");
         expect_error([&] { fsdp.forward(zeros({1, 9}, DType::i64)); }, "sequence length 9 is longer than block_size 8");
         expect_error([&] { fsdp.clip_grad_norm(0); }, "max_norm must be positive (got 0)");
-        // The wrapped model's weights live in shards: reading them (or running the model unwrapped) says so.
-        expect_error([&] { model.loss(zeros({1, 4}, DType::i64), zeros({1, 4}, DType::i64)); }, "were released");
+        // FSDP is forward hooks on the model: the model's own forward gathers and frees as fsdp.forward does.
+        Tensor ids = zeros({1, 4}, DType::i64);
+        EXPECT_EQ(model.loss(ids, ids).item(), fsdp.loss(ids, ids).item());
+        {  // Once the wrapper is gone, so are its hooks: the weights stay in released shards, and reading them says so.
+          nn::GPT wrapped_once(small_config(), kSeed);
+          { FullyShardedGPT gone(wrapped_once, ctx.world, nullptr, adamw_options()); }
+          expect_error([&] { wrapped_once.loss(ids, ids); }, "were released");
+        }
         expect_error([&] { FullyShardedGPT(model, nullptr); }, "the shard group is null");
         DeviceMesh tp_mesh(ctx.world, {.tp = 2});
         nn::GPT other(small_config(), kSeed);

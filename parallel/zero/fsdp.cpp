@@ -1,5 +1,6 @@
-// fsdp.cpp — FullyShardedGPT: GPT's forward with a gather before and a free after every unit, the
-// autograd trigger that gathers again for backward, clipping and AdamW on the shards (see fsdp.h).
+// fsdp.cpp — FullyShardedGPT: forward hooks that gather a unit before its module runs and free it
+// after, the autograd trigger that gathers again for backward, clipping and AdamW on the shards
+// (see fsdp.h).
 #include "parallel/zero/fsdp.h"
 
 #include <algorithm>
@@ -66,6 +67,28 @@ FullyShardedGPT::FullyShardedGPT(nn::GPT& model, ProcessGroupPtr shard_group, Pr
   int64_t wrapped = 0;
   for (const auto& unit : units_) wrapped += unit->layout().numel;
   SL_ASSERT(wrapped == model.num_parameters());  // every parameter in exactly one unit
+  // The root is gathered around the whole forward (wte is the first op and the tied head the last),
+  // each block around its own.
+  wrap(model, units_[0], /*is_root=*/true);
+  for (size_t i = 0; i < model.h->size(); ++i) wrap(model.block(static_cast<int64_t>(i)), units_[1 + i], false);
+}
+
+void FullyShardedGPT::wrap(nn::Module& module, const std::shared_ptr<FsdpUnit>& unit, bool is_root) {
+  std::weak_ptr<FsdpUnit> weak = unit;
+  hooks_.emplace_back(&module, module.register_forward_pre_hook([this, weak, is_root](nn::Module&, const Tensor&) {
+    if (is_root) finish_backward();  // a new forward: flush what the last backward left waiting
+    weak.lock()->unshard();
+  }));
+  hooks_.emplace_back(&module, module.register_forward_hook([weak](nn::Module&, const Tensor&, const Tensor& output) {
+    std::shared_ptr<FsdpUnit> unit = weak.lock();
+    Tensor marked = unshard_before_backward(output, unit);
+    unit->reshard();  // the graph keeps its saved tensors, whose bytes are gone until backward
+    return marked;
+  }));
+}
+
+FullyShardedGPT::~FullyShardedGPT() {
+  for (auto [module, id] : hooks_) module->remove_hook(id);
 }
 
 static ProcessGroupPtr mesh_group(const DeviceMesh& mesh, const char* name) {
@@ -78,32 +101,9 @@ FullyShardedGPT::FullyShardedGPT(nn::GPT& model, const DeviceMesh& mesh, const n
                                  const FsdpOptions& fsdp)
     : FullyShardedGPT(model, mesh_group(mesh, "dp_shard"), mesh_group(mesh, "dp_replicate"), adamw, fsdp) {}
 
-// ---- forward: gather, compute, free, unit by unit (GPT::forward's ops in GPT::forward's order) ----
+// ---- forward: the model's own, with the hooks above gathering and freeing unit by unit ----------
 
-Tensor FullyShardedGPT::forward(const Tensor& idx) {
-  const nn::GPTConfig& config = model_.config();
-  SL_CHECK(idx.dim() == 2, "FullyShardedGPT: idx must be [B, T] token ids, got shape ", idx.shape());
-  const int64_t B = idx.size(0), T = idx.size(1), C = config.n_embd, V = config.vocab_size;
-  SL_CHECK(T <= config.block_size, "FullyShardedGPT: sequence length ", T, " is longer than block_size ",
-           config.block_size);
-  finish_backward();
-  MemoryScope scope(MemoryCategory::activations);
-  FsdpUnit& root = *units_[0];
-  root.unshard();  // held until the head: wte is the embedding and the tied head
-  Tensor positions = arange(T, TensorOptions(DType::i64, idx.device()));
-  Tensor x = add(model_.wte->forward(idx), model_.wpe->forward(positions));  // [B, T, C]
-  for (size_t i = 0; i < model_.h->size(); ++i) {
-    const std::shared_ptr<FsdpUnit>& unit = units_[1 + i];
-    unit->unshard();
-    x = unshard_before_backward(model_.block(i).forward(x), unit);
-    unit->reshard();  // the graph keeps its saved tensors, whose bytes are gone until backward
-  }
-  x = model_.ln_f->forward(x);
-  Tensor logits = matmul(x.reshape({B * T, C}), model_.wte->weight, false, true).reshape({B, T, V});
-  logits = unshard_before_backward(logits, units_[0]);
-  root.reshard();
-  return logits;
-}
+Tensor FullyShardedGPT::forward(const Tensor& idx) { return model_.forward(idx); }
 
 Tensor FullyShardedGPT::loss(const Tensor& idx, const Tensor& targets) { return cross_entropy(forward(idx), targets); }
 

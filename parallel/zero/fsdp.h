@@ -15,6 +15,11 @@
 //   wte), so the root is gathered for the whole of each pass; ln_f and wpe ride with it (tiny). Blocks
 //   are gathered one at a time around their forward and their backward.
 //
+//   FSDP owns no forward: it registers forward hooks on the model's modules (nn::Module hooks), a
+//   pre-hook that gathers the unit and a post-hook that frees it, on every block and on the GPT
+//   itself for the root, and then runs GPT::forward unchanged. The same wrapping works for any
+//   Module a unit is made of.
+//
 //   The trigger for backward is an identity autograd Function on each unit's output
 //   (UnshardBeforeBackward): its backward runs before any node of the unit (they all sit upstream of
 //   that output) and gathers the unit again. The unit's gradients are complete when every parameter's
@@ -85,8 +90,9 @@ class FullyShardedGPT {
                   const FsdpOptions& fsdp = {});
   FullyShardedGPT(const FullyShardedGPT&) = delete;
   FullyShardedGPT& operator=(const FullyShardedGPT&) = delete;
+  ~FullyShardedGPT();  // removes its hooks from the model
 
-  Tensor forward(const Tensor& idx);                      // idx [B, T] -> logits [B, T, V]
+  Tensor forward(const Tensor& idx);                      // the model's forward: idx [B, T] -> logits [B, T, V]
   Tensor loss(const Tensor& idx, const Tensor& targets);  // mean cross-entropy of this rank's rows
 
   // Global L2 norm of the gradient (local sum of squares -> all-reduce over the shard group -> sqrt),
@@ -115,8 +121,11 @@ class FullyShardedGPT {
 
  private:
   void finish_backward();  // flushes units a backward left waiting, in unit order on every rank
+  // Gathers `unit` before `module`'s forward and frees it after (marking the output for backward).
+  void wrap(nn::Module& module, const std::shared_ptr<FsdpUnit>& unit, bool is_root);
 
   nn::GPT& model_;
+  std::vector<std::pair<nn::Module*, int>> hooks_;  // (module, hook id), removed by the destructor
   ProcessGroupPtr shard_group_, replicate_group_;
   std::vector<std::shared_ptr<FsdpUnit>> units_;  // [0] = root, [1 + i] = block i
 };
