@@ -12,8 +12,10 @@
 #   (avx2 and portable are built with CUDA=0 MPI=0: the benchmarks use neither, and nvcc is slow)
 #
 # Per build and config it prints the GPT step's ratio ours/PyTorch from the minimum step time over
-# every round (the least disturbed step; ratio_median beside it), then each elementwise op's ratio,
-# and the machine's load (uptime) when the figure was taken. GEMM against PyTorch follows for native.
+# every round (the least disturbed step; ratio_median beside it), ratio_cpu from the CPU time per
+# step (median over rounds; the steadiest figure when other jobs share the cores), then each
+# elementwise op's ratio, and the machine's load (uptime) when the figure was taken. GEMM against
+# PyTorch follows for native.
 #
 # OpenBLAS picks its kernels from the CPU it sees. The machine's environment sets OPENBLAS_CORETYPE
 # (to a slower kernel for old OpenBLAS builds), so it is unset for both sides; when OpenBLAS's own
@@ -36,6 +38,19 @@ minimum() { sort -g | head -1; }
 field() { sed -n "s/.*\"$1\": \"\{0,1\}\([0-9.e+-]*\).*/\1/p"; }
 ratio() { awk -v o="$1" -v t="$2" 'BEGIN {printf "%.3f", o / t}'; }
 load() { uptime | sed 's/.*load average: //'; }
+
+# Runs "$@" and prints its output, then a last line with the CPU seconds (user + sys) it took.
+cpu_seconds() {
+  local out
+  out=$(mktemp)
+  /usr/bin/time -f "%U %S" -o "$out" "$@"
+  awk '{print $1 + $2}' "$out"
+  rm -f "$out"
+}
+# CPU ms per step from a default run (5 warm-up + 20 timed steps) and a --steps 1 run: their
+# difference is 19 steps, with start-up and model building cancelled out. On a loaded machine the
+# CPU time a step costs moves far less than its wall time, which includes waiting for a core.
+per_step_cpu_ms() { awk -v long="$(tail -1 <<<"$1")" -v short="$(tail -1 <<<"$2")" 'BEGIN {printf "%.1f", (long - short) / 19 * 1000}'; }
 
 # The OpenBLAS core the pthread build of OpenBLAS (ours and torch's) picks under environment "$@".
 openblas_core() {
@@ -66,17 +81,22 @@ for build in $builds; do
   tag="\"build\": \"$build\", \"arch\": \"${arch:-portable}\", \"openblas_core\": \"$core\""
 
   for config in A B; do
-    ours_min=(); ours_med=(); theirs_min=(); theirs_med=()
+    ours_min=(); ours_med=(); theirs_min=(); theirs_med=(); ours_cpu=(); theirs_cpu=()
     for ((r = 0; r < rounds; r++)); do
-      line=$($env_both $dir/bench/gpt_step --config $config)
+      line=$(cpu_seconds $env_both $dir/bench/gpt_step --config $config)
       ours_min+=("$(field min_ms <<<"$line")"); ours_med+=("$(field median_ms <<<"$line")")
-      line=$($env_both $torch_lib /usr/bin/python3 $shared/gpt_torch.py --config $config --threads 1)
+      short=$(cpu_seconds $env_both $dir/bench/gpt_step --config $config --steps 1)
+      ours_cpu+=("$(per_step_cpu_ms "$line" "$short")")
+      line=$(cpu_seconds $env_both $torch_lib /usr/bin/python3 $shared/gpt_torch.py --config $config --threads 1)
       theirs_min+=("$(field min_s <<<"$line" | awk '{print $1 * 1000}')")
       theirs_med+=("$(field median_s <<<"$line" | awk '{print $1 * 1000}')")
+      short=$(cpu_seconds $env_both $torch_lib /usr/bin/python3 $shared/gpt_torch.py --config $config --threads 1 --steps 1)
+      theirs_cpu+=("$(per_step_cpu_ms "$line" "$short")")
     done
     o=$(printf '%s\n' "${ours_min[@]}" | minimum); t=$(printf '%s\n' "${theirs_min[@]}" | minimum)
     om=$(printf '%s\n' "${ours_med[@]}" | median); tm=$(printf '%s\n' "${theirs_med[@]}" | median)
-    echo "{\"bench\": \"gpt_step_vs_torch\", $tag, \"config\": \"$config\", \"threads\": 1, \"shardlab_min_ms\": $o, \"torch_min_ms\": $t, \"ratio\": $(ratio "$o" "$t"), \"ratio_median\": $(ratio "$om" "$tm"), \"load\": \"$(load)\", \"min_runs\": \"${ours_min[*]} | ${theirs_min[*]}\"}"
+    oc=$(printf '%s\n' "${ours_cpu[@]}" | median); tc=$(printf '%s\n' "${theirs_cpu[@]}" | median)
+    echo "{\"bench\": \"gpt_step_vs_torch\", $tag, \"config\": \"$config\", \"threads\": 1, \"shardlab_min_ms\": $o, \"torch_min_ms\": $t, \"ratio\": $(ratio "$o" "$t"), \"ratio_median\": $(ratio "$om" "$tm"), \"shardlab_cpu_ms\": $oc, \"torch_cpu_ms\": $tc, \"ratio_cpu\": $(ratio "$oc" "$tc"), \"load\": \"$(load)\", \"min_runs\": \"${ours_min[*]} | ${theirs_min[*]}\"}"
   done
 
   # Elementwise ops: the best of 50 runs on each side; GELU also against torch's erf form, the
