@@ -83,7 +83,8 @@ int main(int argc, char** argv) {
   int reps = 50, warmup = 5;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
-    if (i + 1 >= argc) usage_error(flag == "--reps" || flag == "--warmup" ? flag + " needs a value" : "unknown flag " + flag);
+    if (i + 1 >= argc)
+      usage_error(flag == "--reps" || flag == "--warmup" ? flag + " needs a value" : "unknown flag " + flag);
     if (flag == "--reps")
       reps = parse_count(flag, argv[++i], 1);
     else if (flag == "--warmup")
@@ -120,13 +121,14 @@ int main(int argc, char** argv) {
   Tensor dx = randn(rows, {}, &gen);
   Tensor ln_out = layer_norm(x, weight, bias);
   report("layer_norm_forward", rows, time_it([&] { layer_norm(x, weight, bias); }, reps, warmup));
-  report("layer_norm_backward", rows, time_it(
-                                          [&] {
-                                            x.set_grad(Tensor());
-                                            weight.set_grad(Tensor());
-                                            bias.set_grad(Tensor());
-                                            ln_out.backward(dx, /*retain_graph=*/true);
-                                          },
-                                          reps, warmup));
+  report("layer_norm_backward", rows,
+         time_it(
+             [&] {
+               x.set_grad(Tensor());
+               weight.set_grad(Tensor());
+               bias.set_grad(Tensor());
+               ln_out.backward(dx, /*retain_graph=*/true);
+             },
+             reps, warmup));
   return 0;
 }

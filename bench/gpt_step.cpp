@@ -5,8 +5,8 @@
 //   build/bench/gpt_step [--config A|B] [--threads N] [--steps 20] [--warmup 5] [--profile]
 //
 // A bad flag or value prints the usage, naming the flag, and exits 2.
-// Prints one JSON line per config, e.g. {"bench": "gpt_step", "config": "A", "threads": 1, "median_ms": ..., "min_ms": ...}.
-// Compare in one run with ../shared/bench/gpt_torch.py (same shapes; see README: Results).
+// Prints one JSON line per config, e.g. {"bench": "gpt_step", "config": "A", "threads": 1, "median_ms": ..., "min_ms":
+// ...}. Compare in one run with ../shared/bench/gpt_torch.py (same shapes; see README: Results).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -130,8 +130,9 @@ int main(int argc, char** argv) {
   for (const BenchConfig& config : configs) {
     if (!only.empty() && only != config.name) continue;
     const StepTimes times = run(config, steps, warmup, profile);
-    std::printf("{\"bench\": \"gpt_step\", \"config\": \"%s\", \"threads\": %d, \"median_ms\": %.3f, \"min_ms\": %.3f}\n",
-                config.name, threads, times.median_ms, times.min_ms);
+    std::printf(
+        "{\"bench\": \"gpt_step\", \"config\": \"%s\", \"threads\": %d, \"median_ms\": %.3f, \"min_ms\": %.3f}\n",
+        config.name, threads, times.median_ms, times.min_ms);
     std::fflush(stdout);
   }
   return 0;

@@ -54,8 +54,7 @@ TEST(FastExp, OverflowsExactlyWhereFloatDoes) {
     EXPECT_TRUE(std::isfinite(fast_exp(x))) << x;
     EXPECT_NEAR(fast_exp(x) / want, 1.0, 1.2e-7) << x;
   }
-  for (float x : {88.7229f, 89.0f, 100.0f, 1e30f, std::numeric_limits<float>::max()})
-    EXPECT_EQ(fast_exp(x), kInf) << x;
+  for (float x : {88.7229f, 89.0f, 100.0f, 1e30f, std::numeric_limits<float>::max()}) EXPECT_EQ(fast_exp(x), kInf) << x;
 }
 
 TEST(FastExp, InfinitiesZerosAndNaNs) {
@@ -74,8 +73,8 @@ TEST(FastExp, InfinitiesZerosAndNaNs) {
 // The vectorized loop (sl::exp on a tensor) must give what the scalar function gives, with the
 // special values at every position of a vector and in the loop's tail.
 TEST(FastExp, VectorizedLoopMatchesTheScalarFunctionBitwise) {
-  const std::vector<float> specials = {kInf, -kInf, std::nanf(""), -std::nanf(""), 0.0f, -0.0f, 88.72f, 88.8f,
-                                       -87.5f, -103.0f, -110.0f, 1e-30f, -1e-30f, 3.5f, -3.5f};
+  const std::vector<float> specials = {kInf,   -kInf,   std::nanf(""), -std::nanf(""), 0.0f,    -0.0f, 88.72f, 88.8f,
+                                       -87.5f, -103.0f, -110.0f,       1e-30f,         -1e-30f, 3.5f,  -3.5f};
   std::vector<double> input;
   for (size_t i = 0; i < 67; ++i) input.push_back(specials[(i * 7) % specials.size()]);
   for (int i = 0; i < 40; ++i) input.push_back(-20.0 + i * 1.013);
@@ -91,8 +90,9 @@ TEST(FastExp, VectorizedLoopMatchesTheScalarFunctionBitwise) {
 }
 
 TEST(OrderedKey, OrdersAsTheFloatsDoAndIsItsOwnInverse) {
-  const float ordered[] = {-kInf, -std::numeric_limits<float>::max(), -2.0f, -1.0f, -1e-40f, -0.0f, 0.0f,
-                           1e-45f, 1e-40f, 1.0f, 1.0000001f, 2.0f, std::numeric_limits<float>::max(), kInf};
+  const float ordered[] = {
+      -kInf, -std::numeric_limits<float>::max(), -2.0f, -1.0f, -1e-40f, -0.0f, 0.0f, 1e-45f, 1e-40f, 1.0f, 1.0000001f,
+      2.0f,  std::numeric_limits<float>::max(),  kInf};
   for (size_t i = 0; i + 1 < std::size(ordered); ++i)
     EXPECT_LT(ordered_key(float_bits(ordered[i])), ordered_key(float_bits(ordered[i + 1])))
         << ordered[i] << " vs " << ordered[i + 1];
@@ -103,7 +103,8 @@ TEST(OrderedKey, OrdersAsTheFloatsDoAndIsItsOwnInverse) {
 // Values whose sum depends on the order of the additions: large ones that cancel, small ones between.
 std::vector<float> cancelling_values(int64_t n) {
   std::vector<float> v(n);
-  for (int64_t i = 0; i < n; ++i) v[i] = (i % 3 == 0 ? 1e7f : 0.1f * static_cast<float>(i % 7)) * (i % 2 ? -1.0f : 1.0f);
+  for (int64_t i = 0; i < n; ++i)
+    v[i] = (i % 3 == 0 ? 1e7f : 0.1f * static_cast<float>(i % 7)) * (i % 2 ? -1.0f : 1.0f);
   return v;
 }
 

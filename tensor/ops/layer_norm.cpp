@@ -38,11 +38,11 @@ void layer_norm_forward(const T* x, const T* weight, const T* bias, T* y, comput
     T* y_row = y + n * C;
     const Compute m = lane_sum<Compute>(C, [&](int64_t i) { return static_cast<Compute>(x_row[i]); }) * inv_C;
     // Two passes (mean first, then the centred squares): E[x^2] - E[x]^2 cancels badly in float.
-    const Compute variance = lane_sum<Compute>(C, [&](int64_t i) {
-                               const Compute centred = static_cast<Compute>(x_row[i]) - m;
-                               return centred * centred;
-                             }) *
-                             inv_C;
+    auto centred_square = [&](int64_t i) {
+      const Compute centred = static_cast<Compute>(x_row[i]) - m;
+      return centred * centred;
+    };
+    const Compute variance = lane_sum<Compute>(C, centred_square) * inv_C;
     Compute s = Compute(1) / std::sqrt(variance + static_cast<Compute>(eps));
     for (int64_t i = 0; i < C; ++i) {
       Compute norm = (static_cast<Compute>(x_row[i]) - m) * s;

@@ -90,8 +90,8 @@ void softmax_backward(const T* y, const T* g, T* dx, Rows rows) {
     const T* y_row = y + n * C;
     const T* g_row = g + n * C;
     T* dx_row = dx + n * C;
-    Compute dot =
-        lane_sum<Compute>(C, [&](int64_t i) { return static_cast<Compute>(g_row[i]) * static_cast<Compute>(y_row[i]); });
+    Compute dot = lane_sum<Compute>(
+        C, [&](int64_t i) { return static_cast<Compute>(g_row[i]) * static_cast<Compute>(y_row[i]); });
     for_each_index(C, [&](int64_t i) {
       dx_row[i] = static_cast<T>(static_cast<Compute>(y_row[i]) * (static_cast<Compute>(g_row[i]) - dot));
     });
