@@ -1,11 +1,12 @@
 // gpt_step — the time of one training step of the tiny GPT (zero_grad, forward, loss, backward,
-// AdamW step), f32, 1 thread by default: the median over 20 steps after 5 warm-up steps.
+// AdamW step), f32, 1 thread by default: the median and the minimum over 20 steps after 5 warm-up
+// steps (on a shared, noisy machine the minimum is the least disturbed step).
 //
 //   build/bench/gpt_step [--config A|B] [--threads N] [--steps 20] [--warmup 5] [--profile]
 //
 // A bad flag or value prints the usage, naming the flag, and exits 2.
-// Prints one JSON line per config, e.g. {"bench": "gpt_step", "config": "A", "threads": 1, "median_ms": ...}.
-// Compare in one run with ../shared/bench/gpt_torch.py (same shapes; see README: Results).
+// Prints one JSON line per config, e.g. {"bench": "gpt_step", "config": "A", "threads": 1, "median_ms": ..., "min_ms":
+// ...}. Compare in one run with ../shared/bench/gpt_torch.py (same shapes; see README: Results).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -26,7 +27,11 @@ struct BenchConfig {
   int64_t batch;
 };
 
-static double run(const BenchConfig& bench, int steps, int warmup, bool profile) {
+struct StepTimes {
+  double median_ms, min_ms;
+};
+
+static StepTimes run(const BenchConfig& bench, int steps, int warmup, bool profile) {
   nn::GPT model(bench.model, /*seed=*/0);
   nn::AdamW optimizer(model.parameters(), nn::AdamWOptions{});
   Generator data_gen(1);
@@ -60,7 +65,7 @@ static double run(const BenchConfig& bench, int steps, int warmup, bool profile)
     Profiler::reset();
   }
   std::sort(times_ms.begin(), times_ms.end());
-  return times_ms[times_ms.size() / 2];
+  return {times_ms[times_ms.size() / 2], times_ms.front()};
 }
 
 static const char* const kUsage =
@@ -124,9 +129,10 @@ int main(int argc, char** argv) {
   set_num_threads(threads);
   for (const BenchConfig& config : configs) {
     if (!only.empty() && only != config.name) continue;
-    double median = run(config, steps, warmup, profile);
-    std::printf("{\"bench\": \"gpt_step\", \"config\": \"%s\", \"threads\": %d, \"median_ms\": %.3f}\n", config.name,
-                threads, median);
+    const StepTimes times = run(config, steps, warmup, profile);
+    std::printf(
+        "{\"bench\": \"gpt_step\", \"config\": \"%s\", \"threads\": %d, \"median_ms\": %.3f, \"min_ms\": %.3f}\n",
+        config.name, threads, times.median_ms, times.min_ms);
     std::fflush(stdout);
   }
   return 0;

@@ -21,6 +21,7 @@
 //   gelu      x/2 (1 + tanh u(x))     see GeluBackward            x
 //   pow       x^p                     p x^(p-1)                   x
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -29,16 +30,44 @@
 
 namespace sl {
 
+// Always inlined: a call per element is exactly what keeps a loop scalar, and GCC's -O2 inliner
+// declines a function of fast_exp's size once a file calls it from many loops (unary.cpp's GELU
+// backward called it, scalar, on every ISA).
+#if defined(__CUDACC__)
+#define SL_ALWAYS_INLINE __forceinline__
+#else
+#define SL_ALWAYS_INLINE [[gnu::always_inline]] inline
+#endif
+
 // exp for float that a compiler can vectorize: plain arithmetic, no library call. glibc's expf is
 // a call per element, which keeps every exp-heavy loop (softmax, GELU, cross-entropy) scalar.
 //   x = n ln2 + r, |r| <= ln2/2   =>   e^x = 2^n e^r,   e^r by Cephes' degree-6 polynomial
-// Accurate to about 1 ulp; exactly 0 below -87.3 (so masked logits of -inf give 0), inf above 88.7,
-// NaN stays NaN. Doubles keep std::exp (gradcheck wants every bit).
-SL_HOST_DEVICE inline float fast_exp(float x) {
-  const float clamped = x > 88.72f ? 88.72f : (x < -87.33f ? -87.33f : x);
+// Within about 2 ulp of e^x for every float: overflow to inf and the subnormal range come out of
+// the final multiply by 2^n as IEEE rounds them, so -inf gives exactly 0, +inf gives inf, and NaN
+// stays NaN. Doubles keep std::exp (gradcheck wants every bit).
+//
+// No branch, no float comparison: under GCC's default -ftrapping-math, a float compare or select
+// (even `x < a ? x : a`) keeps the loop scalar on AVX2 (AVX-512's masked ops hid this), and an
+// integer select that repeats the clamp's condition gets jump-threaded into branches again. So the
+// clamp is an integer min/max on a key that orders as the floats do, and NaN is put back by a mask.
+SL_HOST_DEVICE SL_ALWAYS_INLINE int32_t ordered_key(uint32_t bits) {  // an involution: ordered_key(ordered_key(b)) == b
+  const int32_t u = static_cast<int32_t>(bits);
+  return u ^ ((u >> 31) & 0x7fffffff);  // negative floats: larger magnitude -> smaller key
+}
+
+SL_HOST_DEVICE SL_ALWAYS_INLINE float fast_exp(float x) {
+  // Clamped to [-104, 100]: e^-104 rounds to 0 and e^100 to inf, while n below stays in [-150, 145],
+  // so each half of 2^n is a normal float. +-inf and +-NaN clamp too (NaN is restored at the end).
+  constexpr int32_t hi_key = 0x42c80000;       // ordered_key(bits of 100.0f)
+  constexpr int32_t lo_key = -0x42d00000 - 1;  // ordered_key(bits of -104.0f) = 0xc2d00000 ^ 0x7fffffff
+  const uint32_t x_bits = float_bits(x);
+  const int32_t key = ordered_key(x_bits);
+  const int32_t clamped_key = std::max(std::min(key, hi_key), lo_key);
+  const float clamped = bits_float(static_cast<uint32_t>(ordered_key(static_cast<uint32_t>(clamped_key))));
+
   const float shifter = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer in the low bits
   const float t = clamped * 1.44269504088896341f + shifter;
-  const int n = static_cast<int>(float_bits(t) - float_bits(shifter));
+  const int32_t n = static_cast<int32_t>(float_bits(t) - float_bits(shifter));
   const float fn = t - shifter;
   const float r = clamped - fn * 0.693359375f - fn * -2.12194440e-4f;  // ln2 split in two for accuracy
   float p = 1.9875691500e-4f;
@@ -48,10 +77,16 @@ SL_HOST_DEVICE inline float fast_exp(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  float result = p * bits_float(static_cast<uint32_t>(n + 127) << 23);
-  result = x > 88.72f ? bits_float(0x7f800000u) : result;  // +inf
-  result = x < -87.33f ? 0.0f : result;
-  return x != x ? x : result;  // NaN in, NaN out
+  // 2^n built in the exponent field, in two halves (each in [-75, 73]); the second multiply rounds
+  // once, to inf or to a subnormal where e^x is one.
+  const int32_t n_low = n >> 1, n_high = n - n_low;
+  const float scale_low = bits_float(static_cast<uint32_t>(n_low + 127) << 23);
+  const float scale_high = bits_float(static_cast<uint32_t>(n_high + 127) << 23);
+  const uint32_t out = float_bits(p * scale_low * scale_high);
+  // A NaN's magnitude bits exceed inf's: 0x7f800000 - |bits| is then negative, and its sign spread
+  // over 32 bits masks x back in (out is inf or 0 there, and inf | NaN bits = NaN bits).
+  const int32_t nan_mask = static_cast<int32_t>(0x7f800000u - (x_bits & 0x7fffffffu)) >> 31;
+  return bits_float(out | (static_cast<uint32_t>(nan_mask) & x_bits));
 }
 
 // e^x in the compute type: the vectorizable exp for float, std::exp otherwise.
@@ -60,7 +95,7 @@ SL_HOST_DEVICE inline T exp_of(T x) {
   return std::exp(x);
 }
 template <>
-SL_HOST_DEVICE inline float exp_of<float>(float x) {
+SL_HOST_DEVICE SL_ALWAYS_INLINE float exp_of<float>(float x) {
   return fast_exp(x);
 }
 

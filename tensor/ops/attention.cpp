@@ -15,6 +15,7 @@
 
 #include "autograd/function.h"
 #include "tensor/cpu/dispatch.h"
+#include "tensor/cpu/lanes.h"
 #include "tensor/cuda/kernels.h"
 #include "tensor/functors.h"
 #include "tensor/ops.h"
@@ -32,12 +33,10 @@ void causal_softmax_forward(const T* x, T* y, int64_t rows, int64_t T_len, doubl
     const int64_t t = r % T_len, visible = t + 1;  // row t sees keys 0..t
     const T* x_row = x + r * T_len;
     T* y_row = y + r * T_len;
-    C m = -std::numeric_limits<C>::infinity();
-    for (int64_t s = 0; s < visible; ++s) m = std::max(m, scale * static_cast<C>(x_row[s]));
+    C m = lane_max<C>(visible, [&](int64_t s) { return scale * static_cast<C>(x_row[s]); });
     if (std::isinf(m)) m = 0;
     for_each_index(visible, [&](int64_t s) { e[s] = exp_of(scale * static_cast<C>(x_row[s]) - m); });
-    C total = 0;
-    for (int64_t s = 0; s < visible; ++s) total += e[s];
+    const C total = lane_sum<C>(visible, [&](int64_t s) { return e[s]; });
     const C inv_total = C(1) / total;
     for_each_index(visible, [&](int64_t s) { y_row[s] = static_cast<T>(e[s] * inv_total); });
     for (int64_t s = visible; s < T_len; ++s) y_row[s] = static_cast<T>(C(0));
@@ -53,8 +52,7 @@ void causal_softmax_backward(const T* y, const T* g, T* dx, int64_t rows, int64_
     const T* y_row = y + r * T_len;
     const T* g_row = g + r * T_len;
     T* dx_row = dx + r * T_len;
-    C dot = 0;
-    for (int64_t s = 0; s < visible; ++s) dot += static_cast<C>(g_row[s]) * static_cast<C>(y_row[s]);
+    const C dot = lane_sum<C>(visible, [&](int64_t s) { return static_cast<C>(g_row[s]) * static_cast<C>(y_row[s]); });
     for_each_index(visible, [&](int64_t s) {
       dx_row[s] = static_cast<T>(scale * static_cast<C>(y_row[s]) * (static_cast<C>(g_row[s]) - dot));
     });

@@ -16,6 +16,7 @@
 
 #include "autograd/function.h"
 #include "tensor/cpu/dispatch.h"
+#include "tensor/cpu/lanes.h"
 #include "tensor/cuda/kernels.h"
 #include "tensor/ops.h"
 
@@ -35,16 +36,13 @@ void layer_norm_forward(const T* x, const T* weight, const T* bias, T* y, comput
   for (int64_t n = 0; n < N; ++n) {
     const T* x_row = x + n * C;
     T* y_row = y + n * C;
-    Compute m = 0;
-    for (int64_t i = 0; i < C; ++i) m += static_cast<Compute>(x_row[i]);
-    m *= inv_C;
+    const Compute m = lane_sum<Compute>(C, [&](int64_t i) { return static_cast<Compute>(x_row[i]); }) * inv_C;
     // Two passes (mean first, then the centred squares): E[x^2] - E[x]^2 cancels badly in float.
-    Compute variance = 0;
-    for (int64_t i = 0; i < C; ++i) {
-      Compute centred = static_cast<Compute>(x_row[i]) - m;
-      variance += centred * centred;
-    }
-    variance *= inv_C;
+    auto centred_square = [&](int64_t i) {
+      const Compute centred = static_cast<Compute>(x_row[i]) - m;
+      return centred * centred;
+    };
+    const Compute variance = lane_sum<Compute>(C, centred_square) * inv_C;
     Compute s = Compute(1) / std::sqrt(variance + static_cast<Compute>(eps));
     for (int64_t i = 0; i < C; ++i) {
       Compute norm = (static_cast<Compute>(x_row[i]) - m) * s;
@@ -67,27 +65,24 @@ void layer_norm_backward(const T* dy, const T* x, const T* weight, const compute
     const T* x_row = x + n * C;
     const Compute m = mean[n], s = rstd[n];
     // The two row means the dx formula needs.
-    Compute dnorm_mean = 0, dnorm_norm_mean = 0;
-    for (int64_t i = 0; i < C; ++i) {
-      Compute norm = (static_cast<Compute>(x_row[i]) - m) * s;
-      Compute dnorm = static_cast<Compute>(weight[i]) * static_cast<Compute>(dy_row[i]);
-      dnorm_mean += dnorm;
-      dnorm_norm_mean += dnorm * norm;
-    }
-    dnorm_mean *= inv_C;
-    dnorm_norm_mean *= inv_C;
-    // The fused pass: parameter gradients and dx together.
-    T* dx_row = dx ? dx + n * C : nullptr;
-    for (int64_t i = 0; i < C; ++i) {
-      Compute g = static_cast<Compute>(dy_row[i]);
-      Compute norm = (static_cast<Compute>(x_row[i]) - m) * s;
+    // (Two vectorized sums read the row twice; it is in L1, and one scalar loop is slower.)
+    auto dnorm = [&](int64_t i) { return static_cast<Compute>(weight[i]) * static_cast<Compute>(dy_row[i]); };
+    const Compute dnorm_mean = lane_sum<Compute>(C, dnorm) * inv_C;
+    const Compute dnorm_norm_mean =
+        lane_sum<Compute>(C, [&](int64_t i) { return dnorm(i) * ((static_cast<Compute>(x_row[i]) - m) * s); }) * inv_C;
+    // The fused pass: parameter gradients and dx together (the test on dx outside the loop, so
+    // each loop is straight-line code that vectorizes).
+    for_each_index(C, [&](int64_t i) {
+      const Compute g = static_cast<Compute>(dy_row[i]);
       dbias[i] += g;
-      dweight[i] += g * norm;
-      if (dx_row) {
-        Compute dnorm = static_cast<Compute>(weight[i]) * g;
-        dx_row[i] = static_cast<T>((dnorm - dnorm_mean - norm * dnorm_norm_mean) * s);
-      }
-    }
+      dweight[i] += g * ((static_cast<Compute>(x_row[i]) - m) * s);
+    });
+    if (!dx) continue;
+    T* dx_row = dx + n * C;
+    for_each_index(C, [&](int64_t i) {
+      const Compute norm = (static_cast<Compute>(x_row[i]) - m) * s;
+      dx_row[i] = static_cast<T>((dnorm(i) - dnorm_mean - norm * dnorm_norm_mean) * s);
+    });
   }
 }
 

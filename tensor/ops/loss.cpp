@@ -21,6 +21,7 @@
 
 #include "autograd/function.h"
 #include "tensor/cpu/dispatch.h"
+#include "tensor/cpu/lanes.h"
 #include "tensor/cuda/kernels.h"
 #include "tensor/functors.h"
 #include "tensor/ops.h"
@@ -59,11 +60,9 @@ double cross_entropy_forward(const T* x, const Id* targets, compute_t<T>* lse, i
       continue;
     }
     const T* x_row = x + n * V;
-    Compute m = -std::numeric_limits<Compute>::infinity();
-    for (int64_t v = 0; v < V; ++v) m = std::max(m, static_cast<Compute>(x_row[v]));
+    Compute m = lane_max<Compute>(V, [&](int64_t v) { return static_cast<Compute>(x_row[v]); });
     if (std::isinf(m)) m = 0;  // all -inf: shift by 0, not -inf (exp(-inf - -inf) would be NaN)
-    Compute sum_exp = 0;
-    for (int64_t v = 0; v < V; ++v) sum_exp += exp_of(static_cast<Compute>(x_row[v]) - m);
+    const Compute sum_exp = lane_sum<Compute>(V, [&](int64_t v) { return exp_of(static_cast<Compute>(x_row[v]) - m); });
     const Compute log_sum = std::log(sum_exp);
     lse[n] = m + log_sum;
     // (m - x_t) + log_sum rather than lse - x_t: no cancellation between two large numbers.

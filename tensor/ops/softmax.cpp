@@ -17,6 +17,7 @@
 
 #include "autograd/function.h"
 #include "tensor/cpu/dispatch.h"
+#include "tensor/cpu/lanes.h"
 #include "tensor/cuda/kernels.h"
 #include "tensor/functors.h"
 #include "tensor/ops.h"
@@ -36,9 +37,7 @@ struct Rows {
 
 template <typename Compute, typename T>
 Compute row_max(const T* x, int64_t C) {
-  Compute m = -std::numeric_limits<Compute>::infinity();
-  for (int64_t i = 0; i < C; ++i) m = std::max(m, static_cast<Compute>(x[i]));
-  return m;
+  return lane_max<Compute>(C, [&](int64_t i) { return static_cast<Compute>(x[i]); });
 }
 
 // A row of all -inf (fully masked) has max -inf; shifting by 0 instead keeps exp(-inf) = 0 and
@@ -62,8 +61,7 @@ void softmax_forward(const T* x, T* y, Rows rows) {
     Compute m = finite_shift(row_max<Compute>(x_row, C));
     // The exp loop alone vectorizes (a running sum in it would keep it scalar): exp, then sum.
     for_each_index(C, [&](int64_t i) { e[i] = exp_of(static_cast<Compute>(x_row[i]) - m); });
-    Compute total = 0;
-    for (int64_t i = 0; i < C; ++i) total += e[i];
+    Compute total = lane_sum<Compute>(C, [&](int64_t i) { return e[i]; });
     Compute inv_total = Compute(1) / total;
     for_each_index(C, [&](int64_t i) { y_row[i] = static_cast<T>(e[i] * inv_total); });
   }
@@ -77,8 +75,7 @@ void log_softmax_forward(const T* x, T* y, Rows rows) {
     const T* x_row = x + n * C;
     T* y_row = y + n * C;
     Compute m = finite_shift(row_max<Compute>(x_row, C));
-    Compute total = 0;
-    for (int64_t i = 0; i < C; ++i) total += exp_of(static_cast<Compute>(x_row[i]) - m);
+    Compute total = lane_sum<Compute>(C, [&](int64_t i) { return exp_of(static_cast<Compute>(x_row[i]) - m); });
     Compute log_normaliser = m + std::log(total);
     for (int64_t i = 0; i < C; ++i) y_row[i] = static_cast<T>(static_cast<Compute>(x_row[i]) - log_normaliser);
   }
@@ -93,8 +90,8 @@ void softmax_backward(const T* y, const T* g, T* dx, Rows rows) {
     const T* y_row = y + n * C;
     const T* g_row = g + n * C;
     T* dx_row = dx + n * C;
-    Compute dot = 0;
-    for (int64_t i = 0; i < C; ++i) dot += static_cast<Compute>(g_row[i]) * static_cast<Compute>(y_row[i]);
+    Compute dot = lane_sum<Compute>(
+        C, [&](int64_t i) { return static_cast<Compute>(g_row[i]) * static_cast<Compute>(y_row[i]); });
     for_each_index(C, [&](int64_t i) {
       dx_row[i] = static_cast<T>(static_cast<Compute>(y_row[i]) * (static_cast<Compute>(g_row[i]) - dot));
     });
@@ -110,8 +107,7 @@ void log_softmax_backward(const T* y, const T* g, T* dx, Rows rows) {
     const T* y_row = y + n * C;
     const T* g_row = g + n * C;
     T* dx_row = dx + n * C;
-    Compute g_total = 0;
-    for (int64_t i = 0; i < C; ++i) g_total += static_cast<Compute>(g_row[i]);
+    Compute g_total = lane_sum<Compute>(C, [&](int64_t i) { return static_cast<Compute>(g_row[i]); });
     for (int64_t i = 0; i < C; ++i)
       dx_row[i] = static_cast<T>(static_cast<Compute>(g_row[i]) - exp_of(static_cast<Compute>(y_row[i])) * g_total);
   }

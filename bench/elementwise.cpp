@@ -1,0 +1,134 @@
+// elementwise — the per-element ops of a GPT step on their own, in elements per second: GELU forward
+// and backward, exp, softmax forward and backward, LayerNorm forward and backward. f32, 1 thread.
+//
+//   build/bench/elementwise [--reps 50] [--warmup 5]
+//
+// Shapes are config B's of bench/gpt_step (B 8, T 128, C 256, NH 8): GELU and exp on the MLP's
+// hidden activations [B*T, 4C], softmax on the attention scores [B*NH*T, T], LayerNorm on [B*T, C].
+// Prints one JSON line per op with the best time of --reps runs (these machines are noisy; the
+// minimum is the least disturbed run) and the median. bench/elementwise_torch.py times PyTorch's
+// same ops on the same shapes; bench/compare_torch.sh runs both and prints the ratios.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tensor/ops.h"
+
+using namespace sl;
+
+namespace {
+
+struct Timing {
+  double min_us, median_us;
+};
+
+// The best and the median wall time of `reps` calls of `body`, after `warmup` untimed ones.
+Timing time_it(const std::function<void()>& body, int reps, int warmup) {
+  for (int i = 0; i < warmup; ++i) body();
+  std::vector<double> us;
+  for (int i = 0; i < reps; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    body();
+    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(us.begin(), us.end());
+  return {us.front(), us[us.size() / 2]};
+}
+
+void report(const char* op, const Shape& shape, Timing t) {
+  const double elements = static_cast<double>(shape.numel());
+  std::printf(
+      "{\"bench\": \"elementwise\", \"impl\": \"shardlab\", \"op\": \"%s\", \"shape\": \"%s\", \"min_us\": %.1f, "
+      "\"median_us\": %.1f, \"gelem_per_s\": %.3f}\n",
+      op, shape.str().c_str(), t.min_us, t.median_us, elements / t.min_us / 1e3);
+  std::fflush(stdout);
+}
+
+// The backward of y = f(x) alone: the graph is kept (retain_graph) and x's gradient cleared each
+// time, so every run is one backward kernel writing a fresh gradient, as in a training step.
+Timing time_backward(const Tensor& x, const Tensor& y, const Tensor& dy, int reps, int warmup) {
+  return time_it(
+      [&] {
+        x.set_grad(Tensor());
+        y.backward(dy, /*retain_graph=*/true);
+      },
+      reps, warmup);
+}
+
+[[noreturn]] void usage_error(const std::string& message) {
+  std::fprintf(stderr, "elementwise: %s\nusage: elementwise [--reps N >= 1] [--warmup N >= 0]\n", message.c_str());
+  std::exit(2);
+}
+
+int parse_count(const std::string& flag, const std::string& value, int minimum) {
+  size_t used = 0;
+  long parsed = -1;
+  try {
+    parsed = std::stol(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (value.empty() || used != value.size() || parsed < minimum || parsed > 1000000)
+    usage_error(flag + ": expected an integer in " + std::to_string(minimum) + "..1000000, got '" + value + "'");
+  return static_cast<int>(parsed);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int reps = 50, warmup = 5;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (i + 1 >= argc)
+      usage_error(flag == "--reps" || flag == "--warmup" ? flag + " needs a value" : "unknown flag " + flag);
+    if (flag == "--reps")
+      reps = parse_count(flag, argv[++i], 1);
+    else if (flag == "--warmup")
+      warmup = parse_count(flag, argv[++i], 0);
+    else
+      usage_error("unknown flag " + flag);
+  }
+  set_num_threads(1);
+  const int64_t B = 8, T = 128, C = 256, NH = 8;
+  Generator gen(0);
+
+  // GELU and exp on the MLP's hidden activations [B*T, 4C] (standard normal, as after fc1).
+  const Shape hidden{B * T, 4 * C};
+  Tensor h = randn(hidden, {}, &gen).set_requires_grad();
+  Tensor dh = randn(hidden, {}, &gen);
+  Tensor gelu_out = gelu(h);
+  report("gelu_forward", hidden, time_it([&] { gelu(h); }, reps, warmup));
+  report("gelu_backward", hidden, time_backward(h, gelu_out, dh, reps, warmup));
+  Tensor exp_out = exp(h);
+  report("exp_forward", hidden, time_it([&] { exp(h); }, reps, warmup));
+
+  // Softmax over the keys of the attention scores [B*NH*T, T].
+  const Shape scores{B * NH * T, T};
+  Tensor s = randn(scores, {}, &gen).set_requires_grad();
+  Tensor ds = randn(scores, {}, &gen);
+  Tensor softmax_out = softmax(s);
+  report("softmax_forward", scores, time_it([&] { softmax(s); }, reps, warmup));
+  report("softmax_backward", scores, time_backward(s, softmax_out, ds, reps, warmup));
+
+  // LayerNorm over the channels of the residual stream [B*T, C].
+  const Shape rows{B * T, C};
+  Tensor x = randn(rows, {}, &gen).set_requires_grad();
+  Tensor weight = ones({C}).set_requires_grad(), bias = zeros({C}).set_requires_grad();
+  Tensor dx = randn(rows, {}, &gen);
+  Tensor ln_out = layer_norm(x, weight, bias);
+  report("layer_norm_forward", rows, time_it([&] { layer_norm(x, weight, bias); }, reps, warmup));
+  report("layer_norm_backward", rows,
+         time_it(
+             [&] {
+               x.set_grad(Tensor());
+               weight.set_grad(Tensor());
+               bias.set_grad(Tensor());
+               ln_out.backward(dx, /*retain_graph=*/true);
+             },
+             reps, warmup));
+  return 0;
+}
