@@ -4,11 +4,17 @@
 //                             (visibly). On the threads backend every world size runs.
 //   quick(ms)                 LaunchOptions with a short collective timeout, so a broken test fails
 //                             in seconds instead of waiting NCCL's ten minutes.
+//   parity_config(), parity_adamw(), parity_tokens()
+//                             the small GPT, the AdamW settings and the token stream every
+//                             data-parallel parity suite trains on (one serial reference for all).
 #pragma once
 #include <gtest/gtest.h>
 
 #include <string>
 
+#include "nn/data.h"
+#include "nn/gpt.h"
+#include "nn/optim.h"
 #include "parallel/comm/launch.h"
 
 #define SL_SKIP_UNLESS_WORLD(n)                                                                  \
@@ -35,6 +41,25 @@ inline LaunchOptions quick(int timeout_ms = 5000, bool debug = false) {
 // Name generator for tests parameterized over a world size: "world3".
 inline std::string world_name(const testing::TestParamInfo<int>& info) {
   return "world" + std::to_string(info.param);
+}
+
+// A GPT small enough that a parity test runs in milliseconds (about 25k parameters).
+inline nn::GPTConfig parity_config() {
+  return {.vocab_size = 32, .block_size = 8, .n_layer = 2, .n_head = 2, .n_embd = 16};
+}
+
+// lr 1e-2 and weight decay 0.1, so decay on a bias, or forgotten on a shard, shows within 5 steps.
+// eps 1e-6: the attention key bias has a gradient that is zero in exact arithmetic and ~1e-11 of
+// summation noise in floats; Adam turns it into steps of lr·noise/eps, harmless at 1e-6 whatever
+// the summation order, but not at 1e-8.
+inline nn::AdamWOptions parity_adamw() { return {.lr = 1e-2, .eps = 1e-6, .weight_decay = 0.1}; }
+
+// A fixed, patterned token stream over parity_config()'s vocabulary (600 tokens by default).
+inline nn::TokenStream parity_tokens(int count = 600) {
+  nn::TokenStream s;
+  s.vocab_size = 32;
+  for (int i = 0; i < count; ++i) s.tokens.push_back((i * 7 + i / 5 + (i * i) % 11) % 32);
+  return s;
 }
 
 }  // namespace sl::parallel

@@ -40,12 +40,7 @@ nn::AdamWOptions adamw_options() {
 
 // The token stream of tests/test_zero.cpp: the same serial reference for every data-parallel layout.
 const nn::TokenStream& tokens() {
-  static const nn::TokenStream stream = [] {
-    nn::TokenStream s;
-    s.vocab_size = 32;
-    for (int i = 0; i < 600; ++i) s.tokens.push_back((i * 7 + i / 5 + (i * i) % 11) % 32);
-    return s;
-  }();
+  static const nn::TokenStream stream = parity_tokens();
   return stream;
 }
 

@@ -43,15 +43,10 @@ constexpr int kSteps = 2;
 constexpr int64_t kBatch = 12;  // rows: divisible by every world (2-4)
 constexpr uint64_t kSeed = 5;
 
-nn::GPTConfig small_config() { return {.vocab_size = 32, .block_size = 8, .n_layer = 2, .n_head = 2, .n_embd = 16}; }
+nn::GPTConfig small_config() { return parity_config(); }
 
 const nn::TokenStream& tokens() {
-  static const nn::TokenStream stream = [] {
-    nn::TokenStream s;
-    s.vocab_size = 32;
-    for (int i = 0; i < 600; ++i) s.tokens.push_back((i * 7 + i / 5 + (i * i) % 11) % 32);
-    return s;
-  }();
+  static const nn::TokenStream stream = parity_tokens();
   return stream;
 }
 

@@ -25,11 +25,8 @@ constexpr double kMaxNorm = 0.5;
 constexpr uint64_t kSeed = 11;
 constexpr double kRtol = 1.3e-6, kAtol = 1e-5;
 
-nn::GPTConfig small_config() { return {.vocab_size = 32, .block_size = 8, .n_layer = 2, .n_head = 2, .n_embd = 16}; }
-// lr 1e-2 and weight decay 0.1, so decay on a bias or forgotten on a shard shows over 5 steps; eps 1e-6:
-// the attention key bias has a gradient that is mathematically zero and numerically ~1e-11 of
-// summation noise, which Adam amplifies to lr·noise/eps — harmless at eps 1e-6.
-nn::AdamWOptions adamw_options() { return {.lr = 1e-2, .eps = 1e-6, .weight_decay = 0.1}; }
+nn::GPTConfig small_config() { return parity_config(); }
+nn::AdamWOptions adamw_options() { return parity_adamw(); }  // lr 1e-2, wd 0.1, eps 1e-6: parallel_test_util.h says why
 
 const nn::TokenStream& stream() {
   static const nn::TokenStream tokens = [] {

@@ -29,9 +29,9 @@ constexpr int kSteps = 5, kMicroBatches = 3;
 constexpr int64_t kBatch = 12, kBlock = 8;  // world 2: 6 rows a rank, 3 micro-batches of 2; world 4: of 1
 constexpr uint64_t kSeed = 17;
 
-nn::GPTConfig small_config() { return {.vocab_size = 32, .block_size = 8, .n_layer = 2, .n_head = 2, .n_embd = 16}; }
-// eps 1e-6: see tests/test_zero.cpp (a gradient that is zero in exact arithmetic stays harmless).
-nn::AdamWOptions adamw_options() { return {.lr = 1e-2, .eps = 1e-6, .weight_decay = 0.1}; }
+nn::GPTConfig small_config() { return parity_config(); }
+// eps 1e-6: parallel_test_util.h says why (a gradient that is zero in exact arithmetic stays harmless).
+nn::AdamWOptions adamw_options() { return parity_adamw(); }
 
 const nn::TokenStream& stream() {
   static const nn::TokenStream tokens = [] {

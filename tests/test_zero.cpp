@@ -129,21 +129,12 @@ constexpr int64_t kBatch = 12, kBlock = 8;
 constexpr double kMaxNorm = 0.5;
 constexpr uint64_t kSeed = 5;
 
-nn::GPTConfig small_config() { return {.vocab_size = 32, .block_size = 8, .n_layer = 2, .n_head = 2, .n_embd = 16}; }
-// lr 1e-2 and weight decay 0.1: a decay applied to biases, or forgotten on a shard, moves parameters
-// by lr·wd·w per step, well past atol over 5 steps. eps 1e-6: the attention key bias has a gradient
-// that is mathematically zero and numerically ~1e-11 of summation noise, which Adam would amplify to
-// lr·noise/eps; at eps 1e-6 that stays far below atol whatever the summation order.
-nn::AdamWOptions adamw_options() { return {.lr = 1e-2, .eps = 1e-6, .weight_decay = 0.1}; }
+nn::GPTConfig small_config() { return parity_config(); }
+nn::AdamWOptions adamw_options() { return parity_adamw(); }  // lr 1e-2, wd 0.1, eps 1e-6: parallel_test_util.h says why
 constexpr int64_t kSmallBuckets = 4096;  // bytes: the small GPT's 100k bytes of parameters in ~10 buckets
 
 const nn::TokenStream& stream() {
-  static const nn::TokenStream tokens = [] {
-    nn::TokenStream s;
-    s.vocab_size = 32;
-    for (int i = 0; i < 600; ++i) s.tokens.push_back((i * 7 + i / 5 + (i * i) % 11) % 32);
-    return s;
-  }();
+  static const nn::TokenStream tokens = parity_tokens();
   return tokens;
 }
 
