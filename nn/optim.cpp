@@ -149,29 +149,39 @@ double cosine_lr(int64_t step, int64_t total_steps, int64_t warmup_steps, double
 
 // ---- clipping ------------------------------------------------------------------------------------------------
 
-double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
-  SL_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be positive (got ", max_norm, ")");
-  double sum_of_squares = 0;
-  for (const Tensor& p : params) {
-    Tensor g = p.grad();
-    if (!g.defined()) continue;
-    if (g.device().is_cuda()) {  // summed on the GPU (tensor/cuda/reduce.cu); only the total comes back
-      sum_of_squares += cuda::sum_of_squares(g);
-    } else if (g.dtype() == DType::f32) {  // the common case, read in place (no copy into doubles)
-      const float* data = g.data<float>();
-      for (int64_t i = 0, n = g.numel(); i < n; ++i) sum_of_squares += static_cast<double>(data[i]) * data[i];
-    } else {
-      for (double value : g.to_vector()) sum_of_squares += value * value;
-    }
+double sum_of_squares(const Tensor& t) {
+  if (t.device().is_cuda()) return cuda::sum_of_squares(t);  // tensor/cuda/reduce.cu; only the total comes back
+  double sum = 0;
+  if (t.dtype() == DType::f32) {  // the common case, read in place (no copy into doubles)
+    const float* data = t.data<float>();
+    for (int64_t i = 0, n = t.numel(); i < n; ++i) sum += static_cast<double>(data[i]) * data[i];
+  } else {
+    for (double value : t.to_vector()) sum += value * value;
   }
-  double norm = std::sqrt(sum_of_squares);
+  return sum;
+}
+
+double clip_grad_norm(const std::vector<GradPiece>& pieces, double max_norm,
+                      const std::function<double(double)>& sum_across_ranks) {
+  SL_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be positive (got ", max_norm, ")");
+  double local = 0;
+  for (const GradPiece& piece : pieces)
+    if (piece.counted && piece.grad.defined()) local += sum_of_squares(piece.grad);
+  const double norm = std::sqrt(sum_across_ranks ? sum_across_ranks(local) : local);
   if (norm > max_norm) {
     NoGradGuard no_grad;
-    double scale = max_norm / (norm + 1e-6);
-    for (const Tensor& p : params)
-      if (p.grad().defined()) p.grad().mul_(scale);
+    const double scale = max_norm / (norm + 1e-6);
+    for (const GradPiece& piece : pieces)
+      if (piece.grad.defined()) piece.grad.mul_(scale);
   }
   return norm;
+}
+
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  std::vector<GradPiece> pieces;
+  pieces.reserve(params.size());
+  for (const Tensor& p : params) pieces.push_back({p.grad(), true});
+  return clip_grad_norm(pieces, max_norm);
 }
 
 }  // namespace sl::nn

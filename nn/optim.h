@@ -9,6 +9,7 @@
 //     p = p - lr wd p          (decoupled decay; only for tensors of rank >= 2: no biases, no LayerNorm)
 //     p = p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
 #pragma once
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -81,8 +82,24 @@ void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, const
 // (nanoGPT's schedule). Past total_steps it stays at min_lr.
 double cosine_lr(int64_t step, int64_t total_steps, int64_t warmup_steps, double max_lr, double min_lr);
 
-// Scales all gradients together so their global L2 norm is at most max_norm (PyTorch's rule:
-// multiply by max_norm / (norm + 1e-6) when norm > max_norm). Returns the norm before clipping.
+// Gradient clipping, one rule for every layout. A layout hands in this rank's pieces of the model's
+// gradient (whole gradients, or shards of them) and says which of them this rank counts, so that
+// every logical element enters the norm once (parallel/comm/grad_norm.h derives this from the
+// parameters' placements); `sum_across_ranks` adds the ranks' partial sums of squares (empty: this
+// rank holds every element).
+//   norm = sqrt( sum_across_ranks( sum over counted pieces, in order, of sum g^2 in double ) )
+//   if norm > max_norm: every piece *= max_norm / (norm + 1e-6)            (PyTorch's rule)
+// Returns the norm before clipping.
+struct GradPiece {
+  Tensor grad;          // may be undefined (a parameter without a gradient): skipped
+  bool counted = true;  // false: another rank counts these elements (a replica, a tied copy)
+};
+double clip_grad_norm(const std::vector<GradPiece>& pieces, double max_norm,
+                      const std::function<double(double)>& sum_across_ranks = {});
+// The serial case: every parameter's .grad, all counted.
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+
+// Σ x² of a tensor in double, in element order (f32 read in place; on the GPU summed there).
+double sum_of_squares(const Tensor& t);
 
 }  // namespace sl::nn

@@ -8,6 +8,7 @@
 
 #include "autograd/function.h"
 #include "autograd/grad_mode.h"
+#include "parallel/comm/grad_norm.h"
 
 namespace sl::parallel {
 
@@ -116,17 +117,11 @@ void FullyShardedGPT::finish_backward() {
 double FullyShardedGPT::clip_grad_norm(double max_norm) {
   SL_CHECK(max_norm > 0, "FullyShardedGPT::clip_grad_norm: max_norm must be positive (got ", max_norm, ")");
   finish_backward();
-  // Shards of one replica partition the gradient (replicas hold equal copies): sum over the shard group.
-  double local = 0;
-  for (const auto& unit : units_) local += unit->grad_square_sum();
-  Tensor sum_of_squares = full({1}, local, TensorOptions(DType::f64));
-  shard_group_->all_reduce(sum_of_squares, ReduceOp::sum);
-  const double norm = std::sqrt(sum_of_squares.item());
-  if (norm > max_norm) {
-    const double scale = max_norm / (norm + 1e-6);  // nn::clip_grad_norm's rule
-    for (const auto& unit : units_) unit->scale_grads(scale);
-  }
-  return norm;
+  // Shards of one replica partition the gradient (padding is zero; replicas hold equal copies, so
+  // each computes the same total): every rank counts its shards, the shard group adds them.
+  std::vector<nn::GradPiece> pieces;
+  for (const auto& unit : units_) pieces.push_back({unit->grad_shard(), true});
+  return nn::clip_grad_norm(pieces, max_norm, sum_in_rank_order(shard_group_));
 }
 
 void FullyShardedGPT::step() {

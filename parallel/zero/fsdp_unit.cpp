@@ -126,13 +126,6 @@ void FsdpUnit::post_backward() {
   reshard();
 }
 
-double FsdpUnit::grad_square_sum() const {
-  const float* g = grad_shard_.data<float>();
-  double sum = 0;
-  for (int64_t i = 0, n = grad_shard_.numel(); i < n; ++i) sum += static_cast<double>(g[i]) * g[i];
-  return sum;
-}
-
 void FsdpUnit::adamw_step(const nn::AdamWOptions& options, double lr) {
   // A unit's parameters get their gradients together: all of them or (no backward reached it) none.
   const std::vector<char> has_grad(layout().segments.size(), has_grad_ ? 1 : 0);

@@ -47,9 +47,6 @@ class FsdpUnit {
   void pre_backward();     // unshard + bind zeroed full gradients, start counting (no-op if already)
   void finish_backward();  // post_backward now if a backward left this unit waiting (unused params)
 
-  // Sum of squares of this rank's gradient shard (padding is zero): clipping's local part.
-  double grad_square_sum() const;
-  void scale_grads(double scale) const { grad_shard_.mul_(scale); }
   // AdamW on the shard (parallel/zero/sharded_adamw.h: nn::AdamW's update, piece by piece).
   void adamw_step(const nn::AdamWOptions& options, double lr);
   void zero_grad();

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "autograd/grad_mode.h"
+#include "parallel/comm/grad_norm.h"
 #include "parallel/zero/zero_reducer.h"
 #include "tensor/ops.h"
 
@@ -158,19 +159,8 @@ Tensor ZeroAdamW::grad_shard() const {
 double ZeroAdamW::clip_grad_norm(double max_norm) {
   SL_CHECK(max_norm > 0, "ZeroAdamW::clip_grad_norm: max_norm must be positive (got ", max_norm, ")");
   if (!reduced() || !(reducer_ || grad_shard_.defined())) reduce_gradients();
-  Tensor local = grad_shard();
-  const float* g = local.data<float>();
-  double sum_of_squares = 0;
-  for (int64_t i = 0, n = local.numel(); i < n; ++i) sum_of_squares += static_cast<double>(g[i]) * g[i];
-  // Every rank gets every partial sum and adds them in rank order: the same bits everywhere.
-  Tensor partial = full({1}, sum_of_squares, TensorOptions(DType::f64, device_));
-  Tensor partials = Tensor::empty({group_->size()}, TensorOptions(DType::f64, device_));
-  group_->all_gather(partials, partial);
-  sum_of_squares = 0;
-  for (double s : partials.values<double>()) sum_of_squares += s;
-  double norm = std::sqrt(sum_of_squares);
-  if (norm > max_norm) local.mul_(max_norm / (norm + 1e-6));  // PyTorch's rule, as nn::clip_grad_norm
-  return norm;
+  // The shards partition the gradient: each rank counts its own (padding is zero), the group adds them.
+  return nn::clip_grad_norm({{grad_shard(), true}}, max_norm, sum_in_rank_order(group_));
 }
 
 void ZeroAdamW::gather_weights() {
