@@ -17,7 +17,7 @@
 
 #include "nn/gpt.h"
 #include "nn/optim.h"
-#include "parallel/train/dp_trainer.h"
+#include "parallel/train/trainer.h"
 #include "tensor/cpu/gemm.h"
 
 using namespace sl;
@@ -58,12 +58,12 @@ static double serial_median(const nn::TokenStream& data, int steps, int warmup) 
   return median(times);
 }
 
-static double parallel_median(const nn::TokenStream& data, int world, const parallel::DataParallelPlan& plan,
+static double parallel_median(const nn::TokenStream& data, int world, const parallel::TrainPlan& plan,
                               int steps, int warmup) {
   std::vector<double> times;
   parallel::launch(world, [&](parallel::RankContext& ctx) {
     nn::GPT model(kConfigB, 0);
-    parallel::DataParallelTrainer trainer(model, ctx, plan, nn::AdamWOptions{});
+    parallel::Trainer trainer(model, ctx, plan, nn::AdamWOptions{});
     for (int step = 0; step < warmup + steps; ++step) {
       ctx.world->barrier();  // every rank starts the step together: the time is the slowest rank's
       auto start = Clock::now();
@@ -96,8 +96,8 @@ int main(int argc, char** argv) {
   double ddp_ms = 0;
   std::stringstream list(modes);
   for (std::string mode; std::getline(list, mode, ',');) {
-    parallel::DataParallelPlan plan;
-    if (mode == "zero1" || mode == "zero2" || mode == "zero3") plan.zero = mode[4] - '0';
+    parallel::TrainPlan plan = parallel::TrainPlan::data_parallel(world);
+    if (mode == "zero1" || mode == "zero2" || mode == "zero3") plan = parallel::TrainPlan::data_parallel(world, mode[4] - '0');
     else if (mode == "naive") plan.naive = true;
     else if (mode != "ddp") {
       std::fprintf(stderr, "data_parallel: unknown mode %s\n", mode.c_str());

@@ -128,4 +128,29 @@ Batch TokenStream::get_batch(int64_t step, int64_t batch_size, int64_t block_siz
   return {inputs, targets};
 }
 
+int64_t counted_targets(const Tensor& targets) {
+  int64_t counted = 0;
+  for (double target : targets.to_vector()) counted += target != kDefaultIgnoreIndex;
+  return counted;
+}
+
+std::vector<TokenStream::MicroBatch> TokenStream::micro_batches(int64_t step, int64_t batch_size, int64_t block_size,
+                                                                int64_t count, int64_t row_begin,
+                                                                int64_t row_end) const {
+  if (row_end == -1) row_end = batch_size;
+  const int64_t rows = row_end - row_begin;
+  SL_CHECK(count >= 1, "micro_batches: the number of micro-batches must be >= 1 (got ", count, ")");
+  SL_CHECK(rows % count == 0, "micro_batches: ", rows, " rows cannot be cut into ", count,
+           " equal micro-batches (", rows, " % ", count, " = ", rows % count, ")");
+  std::vector<MicroBatch> out;
+  const int64_t each = rows / count;
+  for (int64_t m = 0; m < count; ++m) {
+    MicroBatch micro;
+    micro.batch = get_batch(step, batch_size, block_size, row_begin + m * each, row_begin + (m + 1) * each);
+    micro.counted = counted_targets(micro.batch.targets);
+    out.push_back(std::move(micro));
+  }
+  return out;
+}
+
 }  // namespace sl::nn

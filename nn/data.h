@@ -49,6 +49,21 @@ struct TokenStream {
   // tokens, by the rule above. row_end = -1 means batch_size.
   Batch get_batch(int64_t step, int64_t batch_size, int64_t block_size, int64_t row_begin = 0,
                   int64_t row_end = -1) const;
+
+  // Gradient accumulation's cut: rows [row_begin, row_end) of step `step`'s batch as `count` equal
+  // micro-batches, in row order, each with the number of its targets the loss counts (ignore_index
+  // ones left out). The step's loss is then the serial one, the mean over all counted targets:
+  //   loss = sum over m of loss_m * counted_m / (sum over m of counted_m)
+  // Throws unless the rows divide by count: "6 rows cannot be cut into 4 equal micro-batches (6 % 4 = 2)".
+  struct MicroBatch {
+    Batch batch;
+    int64_t counted = 0;
+  };
+  std::vector<MicroBatch> micro_batches(int64_t step, int64_t batch_size, int64_t block_size, int64_t count,
+                                        int64_t row_begin = 0, int64_t row_end = -1) const;
 };
+
+// The targets of a batch that the loss counts (those != ignore_index).
+int64_t counted_targets(const Tensor& targets);
 
 }  // namespace sl::nn

@@ -45,7 +45,11 @@ TEST(TrainOptions, BadCombinationsAreUsageErrors) {
            {"--dp 2 --device cuda", "--dp and --zero run on CPU ranks only (--device cpu)"},
            {"--dp-replicate 2", "--dp-replicate and --dp-shard go together"},
            {"--dp 3 --dp-replicate 2 --dp-shard 2", "--dp 3 != --dp-replicate 2 x --dp-shard 2"},
-           {"--dp 3 --batch-size 10", "--batch-size 10 cannot be split evenly over 3 data-parallel ranks"},
+           {"--dp 3 --batch-size 10", "--batch-size 10 must be micro-batch rows x 1 micro-batches x 3 data-parallel ranks, but 10 % 3 = 1"},
+           {"--dp 2 --micro-batches 4 --batch-size 12", "--batch-size 12 must be micro-batch rows x 4 micro-batches x 2 data-parallel ranks, but 12 % 8 = 4"},
+           {"--micro-batches 5 --batch-size 12", "--batch-size 12 must be micro-batch rows x 5 micro-batches x 1 data-parallel ranks, but 12 % 5 = 2"},
+           {"--naive-dp --dp 2 --micro-batches 2", "--naive-dp scatters one batch per step: it cannot be combined with --micro-batches"},
+           {"--micro-batches 0", "--micro-batches: expected an integer in 1..1048576, got '0'"},
            {"--adam-eps 0", "--adam-eps: expected a number > 0, got '0'"},
            {"--adam-eps -1e-8", "--adam-eps: expected a number > 0, got '-1e-8'"},
            {"--adam-eps tiny", "--adam-eps: expected a number > 0, got 'tiny'"}})

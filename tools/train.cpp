@@ -13,6 +13,9 @@
 //
 // --init-from and --save work with every layout: each rank starts from the serial file's weights,
 // and --save writes the serial model's file (full_state_dict(); rank 0 alone under mpirun).
+// --micro-batches M accumulates gradients over M backward passes per optimizer step, serial or
+// parallel, with the loss weighted so that the step is the M = 1 step (parallel/train/trainer.h).
+// --report-json PATH writes the run report (parallel/train/run_report.h; under mpirun, rank 0's only).
 #include <unistd.h>
 
 #include <chrono>
@@ -27,7 +30,8 @@
 #include "nn/gpt.h"
 #include "nn/optim.h"
 #include "nn/safetensors.h"
-#include "parallel/train/dp_trainer.h"
+#include "parallel/train/run_report.h"
+#include "parallel/train/trainer.h"
 #include "tools/train_files.h"
 #include "tools/train_options.h"
 #include "tools/train_report.h"
@@ -64,6 +68,9 @@ struct Run {
   train_files::LogFile log;
   bool terminal = false;
   bool writer = true;  // writes the log and --save: every run but ranks 1.. of an mpirun job
+  std::vector<parallel::RankReport> reports;  // --report-json: one per rank this process ran
+  std::string plan_name = "serial";
+  parallel::ParallelismConfig parallelism;
 };
 
 // Every model of the run (the serial one, each rank's replica, the --compare-serial reference) starts
@@ -80,6 +87,7 @@ nn::AdamWOptions adamw_options(const Options& o) { return {o.lr, 0.9, 0.95, o.ad
 // (under mpirun the other ranks write nothing, and their probes of PATH.tmp would race).
 void check_outputs(const Options& o) {
   if (!o.save.empty()) train_files::check_save_path("--save", o.save);
+  if (!o.report_json.empty()) train_files::check_save_path("--report-json", o.report_json);
 }
 
 void prepare(Run& r) {
@@ -158,23 +166,45 @@ std::vector<double> train_serial(Run& r, nn::GPT& model, bool report) {
   const Options& o = r.o;
   nn::AdamW optimizer(model.parameters(), adamw_options(o));
   static const std::string optimizer_op = "AdamW.step", clip_op = "clip_grad_norm";
+  double step_seconds = 0;
   auto step_fn = [&](int64_t step, double lr) {
+    const auto start = std::chrono::steady_clock::now();
     optimizer.lr = lr;
-    nn::Batch batch = r.stream.get_batch(step, o.batch_size, o.block_size);
     optimizer.zero_grad();
-    Tensor loss = model.loss(batch.inputs, batch.targets);
-    loss.backward();
+    // Gradient accumulation: each micro-batch's mean loss weighted by its share of the batch's
+    // counted targets, so the summed gradients are those of the whole batch's mean (M = 1: weight 1).
+    std::vector<nn::TokenStream::MicroBatch> micros =
+        r.stream.micro_batches(step, o.batch_size, o.block_size, o.micro_batches);
+    int64_t counted = 0;
+    for (const auto& m : micros) counted += m.counted;
+    double loss_value = 0;
+    for (const auto& m : micros) {
+      if (m.counted == 0 && micros.size() > 1) continue;  // nothing to learn from; its mean is undefined
+      Tensor loss = model.loss(m.batch.inputs, m.batch.targets);
+      const double weight = micros.size() == 1 ? 1.0 : static_cast<double>(m.counted) / static_cast<double>(counted);
+      loss_value += loss.item() * weight;
+      (weight == 1.0 ? loss : mul(loss, weight)).backward();
+    }
     if (o.grad_clip > 0) {
       ProfileScope scope(clip_op, ProfilePhase::optimizer);
       nn::clip_grad_norm(model.parameters(), o.grad_clip);
     }
-    ProfileScope scope(optimizer_op, ProfilePhase::optimizer);
-    optimizer.step();
-    return loss.item();
+    {
+      ProfileScope scope(optimizer_op, ProfilePhase::optimizer);
+      optimizer.step();
+    }
+    step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return loss_value;
   };
   std::function<double()> eval;
   if (r.addition) eval = [&] { return accuracy(r, model); };
-  return loop(r, report, step_fn, eval);
+  const auto run_start = std::chrono::steady_clock::now();
+  std::vector<double> losses = loop(r, report, step_fn, eval);
+  if (report) {
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+    r.reports = {parallel::collect_rank_report(0, {}, {}, current_device(), wall, step_seconds)};
+  }
+  return losses;
 }
 
 // Data parallel: every rank a thread (or an mpirun process) with its rows of each batch. Rank 0
@@ -182,27 +212,46 @@ std::vector<double> train_serial(Run& r, nn::GPT& model, bool report) {
 // only), and the memory and traffic printed.
 std::vector<double> train_parallel(Run& r, nn::StateDict& weights) {
   const Options& o = r.o;
-  parallel::DataParallelPlan plan{static_cast<int>(o.zero), o.naive_dp, o.offload, static_cast<int>(o.dp_replicate),
-                                  static_cast<int>(o.dp_shard)};
   const int world = static_cast<int>(o.world());
+  parallel::TrainPlan plan = parallel::TrainPlan::data_parallel(world, static_cast<int>(o.zero));
+  if (o.dp_replicate > 0) {  // HSDP: FSDP within the shards, whatever --zero says (options refuse 1 and 2)
+    plan.parallelism = {.dp_replicate = static_cast<int>(o.dp_replicate), .dp_shard = static_cast<int>(o.dp_shard)};
+    plan.zero = 3;
+  }
+  plan.naive = o.naive_dp;
+  plan.offload = o.offload;
+  plan.micro_batches = static_cast<int>(o.micro_batches);
+  plan.validate(world);  // before the ranks start: a bad combination is a one-line error
+  r.plan_name = plan.name();
+  r.parallelism = plan.parallelism;
   std::printf("data parallel: %s over %d ranks (%s backend), %lld rows each\n", plan.name().c_str(), world,
               parallel::under_mpirun() ? "mpi" : "threads", (long long)(o.batch_size / world));
+  if (o.micro_batches > 1)
+    std::printf("gradient accumulation: %lld micro-batches of %lld rows per rank and step\n",
+                (long long)o.micro_batches, (long long)(o.batch_size / world / o.micro_batches));
   set_num_threads(1);  // one GEMM thread per rank: the ranks are the parallelism
   std::vector<double> losses;
   std::vector<std::string> memory(world);
   std::vector<parallel::CommStats> traffic(world);
+  std::vector<parallel::RankReport> reports(world);
+  std::vector<char> reported(world, 0);
   parallel::launch(world, [&](parallel::RankContext& ctx) {
     // The same initial weights on every rank: the seed's, or --init-from's file, which the sharded
     // layouts (ZeRO-1/2's flat buffer, FSDP's units) then cut into this rank's shard.
     std::unique_ptr<nn::GPT> replica = initial_model(r);
     MemoryLedger::instance().reset_peak(ctx.device);
-    parallel::DataParallelTrainer trainer(*replica, ctx, plan, adamw_options(o));
+    const auto start = std::chrono::steady_clock::now();
+    parallel::Trainer trainer(*replica, ctx, plan, adamw_options(o));
     auto step_fn = [&](int64_t step, double lr) {
       return trainer.train_step(r.stream, step, o.batch_size, o.block_size, lr, o.grad_clip);
     };
     std::vector<double> mine = loop(r, ctx.rank == 0, step_fn, {});
     memory[ctx.rank] = parallel::memory_table_row(ctx.rank, ctx.device);
     traffic[ctx.rank] = trainer.communication();
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    reports[ctx.rank] = parallel::collect_rank_report(ctx.rank, trainer.mesh().coordinates(), trainer.ledgers(),
+                                                      ctx.device, wall, trainer.step_seconds());
+    reported[ctx.rank] = 1;
     nn::StateDict full = trainer.full_state_dict();  // collective: the serial model's names and shapes
     if (ctx.rank == 0) {
       losses = mine;
@@ -210,6 +259,8 @@ std::vector<double> train_parallel(Run& r, nn::StateDict& weights) {
     }
   });
   train_report::print_memory_and_traffic(memory, traffic, o.steps);
+  for (int rank = 0; rank < world; ++rank)
+    if (reported[rank]) r.reports.push_back(reports[rank]);
   set_num_threads(static_cast<int>(o.threads));
   return losses;
 }
@@ -245,6 +296,12 @@ int train(const Options& options) {
     losses = train_serial(r, *owned, true);
   }
   r.log.close();  // checked too: some file systems (NFS, quotas) report a failed write only here
+  if (!o.report_json.empty()) {
+    train_files::LogFile report;
+    report.open("--report-json", o.report_json);
+    report.write(parallel::run_report_json(r.plan_name, r.parallelism, o.steps, r.reports));
+    report.close();
+  }
   nn::GPT& model = *owned;
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
   if (o.profile) {

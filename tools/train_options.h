@@ -11,14 +11,14 @@
 namespace sl {
 
 struct Options {
-  std::string task = "addition", data, device = "cpu", init_from, save, log_jsonl;
+  std::string task = "addition", data, device = "cpu", init_from, save, log_jsonl, report_json;
   int64_t vocab_size = 0;  // 0: from the data (256 for addition and text)
   int64_t n_layer = 2, n_head = 4, n_embd = 128, block_size = 0 /* auto */, batch_size = 128, steps = 1500;
-  int64_t warmup_steps = 100, eval_every = 500, digits = 2, threads = 2;
+  int64_t warmup_steps = 100, eval_every = 500, digits = 2, threads = 2, micro_batches = 1;
   double lr = 3e-3, min_lr = 3e-4, weight_decay = 0.1, grad_clip = 1.0, adam_eps = 1e-8;
   uint64_t seed = 1337;
   bool profile = false, help = false;
-  // Data parallelism (parallel/train/dp_trainer.h): ranks are threads, or processes under mpirun.
+  // Data parallelism (parallel/train/trainer.h): ranks are threads, or processes under mpirun.
   int64_t dp = 1, zero = 0, dp_replicate = 0, dp_shard = 0;
   bool offload = false, naive_dp = false, compare_serial = false;
   int64_t world() const { return dp_replicate > 0 ? dp_replicate * dp_shard : dp; }
@@ -32,7 +32,9 @@ inline const char* const kUsage = R"(usage: train [flags]
   --digits N                operand digits for addition, 1..4 (default 2)
   --n-layer N --n-head N --n-embd N                      the model (default 2, 4, 128)
   --block-size N            context length (default: one line for addition, 64 otherwise)
-  --batch-size N --steps N  default 128, 1500
+  --batch-size N --steps N  default 128, 1500 (the global batch: rows over every rank and micro-batch)
+  --micro-batches M         gradient accumulation: each rank's rows in M backward passes, one
+                            optimizer step (default 1); the same loss and update as M = 1
   --lr X --min-lr X --warmup-steps N                     warm-up then cosine decay (3e-3 -> 3e-4, 100)
   --weight-decay X          AdamW decay on matrices (default 0.1)
   --adam-eps X              AdamW's epsilon, > 0 (default 1e-8)
@@ -52,6 +54,8 @@ inline const char* const kUsage = R"(usage: train [flags]
   --offload                 ZeRO-1/2/3: optimizer state and update on the host
   --naive-dp                the classic DataParallel (rank 0 scatters, gathers and steps)
   --compare-serial          also train the serial model and report the largest difference
+  --report-json PATH        per rank: mesh coordinates, memory by category, bytes and calls per group
+                            and op, compute/communication/idle time (README: "The run report")
   --help
 )";
 
@@ -110,6 +114,8 @@ inline Options parse(int argc, char** argv) {
   flags["--init-from"] = text(o.init_from);
   flags["--save"] = text(o.save);
   flags["--log-jsonl"] = text(o.log_jsonl);
+  flags["--report-json"] = text(o.report_json);
+  flags["--micro-batches"] = integer(o.micro_batches, 1, 1 << 20);
   flags["--vocab-size"] = integer(o.vocab_size, 1, 65536);  // bin tokens are uint16
   flags["--digits"] = integer(o.digits, 1, 4);              // AdditionTask's operands fit 4 digits
   flags["--n-layer"] = integer(o.n_layer, 1);
@@ -178,9 +184,16 @@ inline Options parse(int argc, char** argv) {
   if (o.dp_replicate > 0 && o.dp > 1 && o.dp != o.world())
     throw UsageError{"--dp " + std::to_string(o.dp) + " != --dp-replicate " + std::to_string(o.dp_replicate) +
                      " x --dp-shard " + std::to_string(o.dp_shard)};
-  if (o.parallel() && o.batch_size % o.world() != 0)
-    throw UsageError{"--batch-size " + std::to_string(o.batch_size) + " cannot be split evenly over " +
-                     std::to_string(o.world()) + " data-parallel ranks"};
+  // Global batch = micro-batch rows x micro-batches x data-parallel ranks.
+  const int64_t ranks = o.parallel() ? o.world() : 1;
+  if (o.batch_size % (ranks * o.micro_batches) != 0)
+    throw UsageError{"--batch-size " + std::to_string(o.batch_size) + " must be micro-batch rows x " +
+                     std::to_string(o.micro_batches) + " micro-batches x " + std::to_string(ranks) +
+                     " data-parallel ranks, but " + std::to_string(o.batch_size) + " % " +
+                     std::to_string(ranks * o.micro_batches) + " = " +
+                     std::to_string(o.batch_size % (ranks * o.micro_batches))};
+  if (o.naive_dp && o.micro_batches > 1)
+    throw UsageError{"--naive-dp scatters one batch per step: it cannot be combined with --micro-batches"};
   // The profiler counts per thread, and the ranks are threads: rank 0's table would miss the rest.
   if (o.parallel() && o.profile)
     throw UsageError{

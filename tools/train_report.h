@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "nn/module.h"
-#include "parallel/train/dp_trainer.h"
+#include "parallel/train/trainer.h"
 
 namespace sl::train_report {
 

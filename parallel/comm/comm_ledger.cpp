@@ -64,6 +64,17 @@ void CommLedger::record_bytes(CommOp op, int64_t bytes_sent, int64_t bytes_recei
 void CommLedger::reset() {
   std::lock_guard lock(mutex_);
   stats_ = {};
+  waited_ = std::chrono::nanoseconds(0);
+}
+
+void CommLedger::record_wait(std::chrono::nanoseconds blocked) {
+  std::lock_guard lock(mutex_);
+  waited_ += blocked;
+}
+
+double CommLedger::wait_seconds() const {
+  std::lock_guard lock(mutex_);
+  return std::chrono::duration<double>(waited_).count();
 }
 
 void CommLedger::set_collectives_modelled(bool modelled) {

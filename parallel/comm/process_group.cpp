@@ -41,6 +41,35 @@ uint64_t ProcessGroup::begin_collective(CommOp op, bool blocking) {
   return next_sequence_++;
 }
 
+// Adds the time from construction to destruction to a ledger's wait time (the caller is blocked).
+class BlockedTimer {
+ public:
+  explicit BlockedTimer(CommLedger& ledger) : ledger_(ledger), start_(std::chrono::steady_clock::now()) {}
+  ~BlockedTimer() { ledger_.record_wait(std::chrono::steady_clock::now() - start_); }
+  BlockedTimer(const BlockedTimer&) = delete;
+  BlockedTimer& operator=(const BlockedTimer&) = delete;
+
+ private:
+  CommLedger& ledger_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+// A Work whose wait() is timed into the group's ledger. The group must outlive its works' waits
+// (it does: a group drains its work before it is destroyed).
+class TimedWork : public Work {
+ public:
+  TimedWork(WorkPtr inner, CommLedger& ledger) : inner_(std::move(inner)), ledger_(ledger) {}
+  void wait() override {
+    BlockedTimer timer(ledger_);
+    inner_->wait();
+  }
+  bool is_completed() override { return inner_->is_completed(); }
+
+ private:
+  WorkPtr inner_;
+  CommLedger& ledger_;
+};
+
 // split()'s exchange is told apart from a fingerprint exchange by a high bit of the sequence number.
 static constexpr uint64_t kSplitExchange = 1ull << 38;
 
@@ -75,6 +104,7 @@ void ProcessGroup::check_fingerprint(Fingerprint mine) {
 }
 
 void ProcessGroup::all_reduce(const Tensor& tensor, ReduceOp op) {
+  BlockedTimer blocked(ledger_);
   SL_CHECK(tensor.defined(), "all_reduce: the tensor is undefined");
   SL_CHECK(op != ReduceOp::avg || is_floating(tensor.dtype()), "all_reduce: avg needs a floating dtype, got ",
            dtype_name(tensor.dtype()));
@@ -94,6 +124,7 @@ static void check_gather_sizes(const char* op, const Tensor& big, const Tensor& 
 }
 
 void ProcessGroup::all_gather(const Tensor& output, const Tensor& input) {
+  BlockedTimer blocked(ledger_);
   check_gather_sizes("all_gather", output, input, size_, "output", "input");
   uint64_t seq = begin_collective(CommOp::all_gather, true);
   check_fingerprint(make_fingerprint(CommOp::all_gather, seq, input, -1, -1));
@@ -111,6 +142,7 @@ void ProcessGroup::all_gather(const std::vector<Tensor>& outputs, const Tensor& 
 }
 
 void ProcessGroup::reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) {
+  BlockedTimer blocked(ledger_);
   check_gather_sizes("reduce_scatter", input, output, size_, "input", "output");
   SL_CHECK(op != ReduceOp::avg || is_floating(input.dtype()), "reduce_scatter: avg needs a floating dtype, got ",
            dtype_name(input.dtype()));
@@ -120,6 +152,7 @@ void ProcessGroup::reduce_scatter(const Tensor& output, const Tensor& input, Red
 }
 
 void ProcessGroup::broadcast(const Tensor& tensor, int root) {
+  BlockedTimer blocked(ledger_);
   SL_CHECK(tensor.defined(), "broadcast: the tensor is undefined");
   SL_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " is not a rank of this group of ", size_);
   uint64_t seq = begin_collective(CommOp::broadcast, true);
@@ -128,6 +161,7 @@ void ProcessGroup::broadcast(const Tensor& tensor, int root) {
 }
 
 void ProcessGroup::barrier() {
+  BlockedTimer blocked(ledger_);
   uint64_t seq = begin_collective(CommOp::barrier, true);
   check_fingerprint(make_fingerprint(CommOp::barrier, seq, Tensor(), -1, -1));
   run_barrier(seq);
@@ -181,7 +215,7 @@ WorkPtr ProcessGroup::enqueue(std::function<void()> run) {
     queue_.push_back(job);
   }
   queue_cv_.notify_all();
-  return std::make_shared<QueuedWork>(job);
+  return std::make_shared<TimedWork>(std::make_shared<QueuedWork>(job), ledger_);
 }
 
 void ProcessGroup::worker_loop() {
@@ -281,14 +315,14 @@ WorkPtr ProcessGroup::isend(const Tensor& tensor, int dst, int tag) {
   SL_CHECK(tensor.defined(), "send: the tensor is undefined");
   check_peer("send", dst, rank_, size_, tag);
   ledger_.record_call(CommOp::send);
-  return run_isend(tensor, dst, tag);
+  return std::make_shared<TimedWork>(run_isend(tensor, dst, tag), ledger_);
 }
 
 WorkPtr ProcessGroup::irecv(const Tensor& tensor, int src, int tag) {
   SL_CHECK(tensor.defined(), "recv: the tensor is undefined");
   check_peer("recv", src, rank_, size_, tag);
   ledger_.record_call(CommOp::recv);
-  return run_irecv(tensor, src, tag);
+  return std::make_shared<TimedWork>(run_irecv(tensor, src, tag), ledger_);
 }
 
 std::vector<WorkPtr> ProcessGroup::batch_isend_irecv(const std::vector<P2POp>& ops) {

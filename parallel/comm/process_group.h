@@ -68,9 +68,16 @@ class CommLedger {
   void set_collectives_modelled(bool modelled);
   bool collectives_modelled() const;
 
+  // Time the calling rank spent blocked in this group: inside a blocking collective (moving bytes
+  // and waiting for its peers) or in wait() on an async collective or a send/recv. The run report's
+  // "communication" time (tools/train.cpp --report-json). reset() clears it too.
+  void record_wait(std::chrono::nanoseconds blocked);
+  double wait_seconds() const;
+
  private:
   mutable std::mutex mutex_;
   bool collectives_modelled_ = false;
+  std::chrono::nanoseconds waited_{0};
   std::array<CommStats, static_cast<int>(CommOp::count_)> stats_{};
 };
 

@@ -1,13 +1,14 @@
-// test_dp_trainer.cpp — DataParallelTrainer, the path `train --dp` takes, against an independent
-// serial run (its own nn::GPT and nn::AdamW), for every layout it supports: naive DP, DDP, ZeRO-1,
-// ZeRO-2, ZeRO-3 (FSDP) and HSDP.
+// test_trainer.cpp — parallel::Trainer, the step `train` takes for every layout, against an
+// independent serial run (its own nn::GPT and nn::AdamW over the whole batch in one backward), for
+// every layout it supports: naive DP, DDP, ZeRO-1, ZeRO-2, ZeRO-3 (FSDP) and HSDP, each also with
+// gradient accumulation over micro-batches; and the plans it must refuse before communicating.
 //
 // What makes the comparison able to fail:
 //   * lr 1e-2 with no warm-up and weight decay 0.1: a lost or misplaced decay moves the weights by
 //     lr·wd·p = 1e-3·p per step, a hundred times the tolerance on LayerNorm's weights of 1;
-//   * a loss-masked stream where every row counts a different number of targets, so the ranks hold
-//     unequal counts: averaging the ranks' mean losses (instead of weighting each by its share of
-//     the counted targets) gives a different gradient;
+//   * a loss-masked stream where every row counts a different number of targets, so the ranks and
+//     the micro-batches hold unequal counts: averaging their mean losses (instead of weighting each
+//     by its share of the counted targets) gives a different gradient;
 //   * the gradients themselves are compared, not only the weights: Adam divides by sqrt(v), so a
 //     gradient off by a constant factor (divided by the world size twice) moves the weights almost
 //     as the right one would.
@@ -21,7 +22,7 @@
 #include "nn/gpt.h"
 #include "nn/optim.h"
 #include "parallel/data_parallel/data_parallel.h"
-#include "parallel/train/dp_trainer.h"
+#include "parallel/train/trainer.h"
 #include "parallel/comm/launch.h"
 #include "parallel_test_util.h"
 #include "test_util.h"
@@ -115,7 +116,7 @@ void expect_close(const nn::StateDict& got, const nn::StateDict& want, const std
 }
 
 struct TrainerCase {
-  DataParallelPlan plan;
+  TrainPlan plan;
   int world;
   double grad_clip;  // 0: none
 };
@@ -128,32 +129,50 @@ std::string case_name(const testing::TestParamInfo<TrainerCase>& info) {
   const TrainerCase& c = info.param;
   std::string name = c.plan.name() + "_world" + std::to_string(c.world);
   if (c.grad_clip > 0) name += "_clip";
-  std::replace(name.begin(), name.end(), '+', '_');
+  for (char& ch : name)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return name;
+}
+
+TrainPlan with_micro_batches(TrainPlan plan, int micro_batches) {
+  plan.micro_batches = micro_batches;
+  return plan;
+}
+
+TrainPlan naive_plan(int world) {
+  TrainPlan plan = TrainPlan::data_parallel(world);
+  plan.naive = true;
+  return plan;
 }
 
 std::vector<TrainerCase> trainer_cases() {
   std::vector<TrainerCase> cases;
   for (int world : {2, 3}) {
-    cases.push_back({DataParallelPlan{.naive = true}, world, 0});
-    cases.push_back({DataParallelPlan{}, world, 0});
-    cases.push_back({DataParallelPlan{.zero = 1}, world, 0});
-    cases.push_back({DataParallelPlan{.zero = 2}, world, 0});
-    cases.push_back({DataParallelPlan{.zero = 3}, world, 0});
+    cases.push_back({naive_plan(world), world, 0});
+    for (int zero : {0, 1, 2, 3}) cases.push_back({TrainPlan::data_parallel(world, zero), world, 0});
   }
-  cases.push_back({DataParallelPlan{}, 4, 0});
-  cases.push_back({DataParallelPlan{.replicate = 2, .shard = 2}, 4, 0});
+  cases.push_back({TrainPlan::data_parallel(4), 4, 0});
+  const TrainPlan hsdp{.parallelism = {.dp_replicate = 2, .dp_shard = 2}, .zero = 3};
+  cases.push_back({hsdp, 4, 0});
   // Clipping at 0.05 scales every step's gradient (their norms are ~0.3-1): each layout's own clip.
-  cases.push_back({DataParallelPlan{.naive = true}, 2, 0.05});
-  cases.push_back({DataParallelPlan{}, 2, 0.05});
-  cases.push_back({DataParallelPlan{.zero = 2}, 3, 0.05});
-  cases.push_back({DataParallelPlan{.zero = 3}, 2, 0.05});
+  cases.push_back({naive_plan(2), 2, 0.05});
+  cases.push_back({TrainPlan::data_parallel(2), 2, 0.05});
+  cases.push_back({TrainPlan::data_parallel(3, 2), 3, 0.05});
+  cases.push_back({TrainPlan::data_parallel(2, 3), 2, 0.05});
+  // Gradient accumulation: 12 rows = rows x micro-batches x dp, and the micro-batches count
+  // different numbers of targets.
+  cases.push_back({with_micro_batches(TrainPlan::data_parallel(2), 3), 2, 0});
+  cases.push_back({with_micro_batches(TrainPlan::data_parallel(4), 3), 4, 0.05});
+  cases.push_back({with_micro_batches(TrainPlan::data_parallel(3, 1), 2), 3, 0});
+  cases.push_back({with_micro_batches(TrainPlan::data_parallel(2, 2), 2), 2, 0.05});
+  cases.push_back({with_micro_batches(TrainPlan::data_parallel(2, 3), 3), 2, 0});
+  cases.push_back({with_micro_batches(hsdp, 3), 4, 0});
   return cases;
 }
 
-class DataParallelTrainerTest : public testing::TestWithParam<TrainerCase> {};
+class TrainerTest : public testing::TestWithParam<TrainerCase> {};
 
-TEST_P(DataParallelTrainerTest, MatchesSerialWithUnequalCountsPerRank) {
+TEST_P(TrainerTest, MatchesSerialWithUnequalCountsPerRank) {
   const TrainerCase c = GetParam();
   SL_SKIP_UNLESS_WORLD(c.world);
   const std::vector<SerialStep> serial = run_serial(c.grad_clip);
@@ -165,12 +184,20 @@ TEST_P(DataParallelTrainerTest, MatchesSerialWithUnequalCountsPerRank) {
     counts.insert(counted_targets(masked_tokens().get_batch(0, kBatch, config().block_size, rows.begin, rows.end)));
   }
   ASSERT_GT(counts.size(), 1u) << "every rank counts the same number of targets: the weighting goes untested";
+  if (c.plan.micro_batches > 1) {  // and so do one rank's micro-batches
+    std::set<int64_t> micro_counts;
+    RowRange rows = data_parallel_rows(kBatch, 0, c.world);
+    for (const auto& m : masked_tokens().micro_batches(0, kBatch, config().block_size, c.plan.micro_batches,
+                                                       rows.begin, rows.end))
+      micro_counts.insert(m.counted);
+    ASSERT_GT(micro_counts.size(), 1u) << "rank 0's micro-batches count the same number of targets";
+  }
 
   launch(
       c.world,
       [&](RankContext& ctx) {
         nn::GPT model(config(), kSeed);
-        DataParallelTrainer trainer(model, ctx, c.plan, adamw_options());
+        Trainer trainer(model, ctx, c.plan, adamw_options());
         trainer.keep_gradients();
         for (int s = 0; s < kSteps; ++s) {
           double loss = trainer.train_step(masked_tokens(), s, kBatch, config().block_size, kLr, c.grad_clip);
@@ -182,7 +209,45 @@ TEST_P(DataParallelTrainerTest, MatchesSerialWithUnequalCountsPerRank) {
       quick(30000));
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, DataParallelTrainerTest, testing::ValuesIn(trainer_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Layouts, TrainerTest, testing::ValuesIn(trainer_cases()), case_name);
+
+// Plans that cannot run are refused by validate(), which the constructor calls before the mesh is
+// built: no rank communicates, so no rank can hang on a peer that threw.
+TEST(TrainPlan, InvalidPlansNameTheirValues) {
+  auto plan = [](ParallelismConfig p, int zero) { return TrainPlan{.parallelism = p, .zero = zero}; };
+  expect_error([&] { plan({.dp_replicate = 2}, 0).validate(3); },
+               "ParallelismConfig: world size 3 != dp_replicate 2 x dp_shard 1 x pp 1 x cp 1 x tp 1");
+  expect_error([&] { plan({.dp_replicate = 2, .tp = 2}, 0).validate(4); },
+               "Trainer: dp_replicate 2 x dp_shard 1 x pp 1 x cp 1 x tp 2: the pipeline, context- and tensor-parallel "
+               "chapters do not plug into the trainer yet");
+  expect_error([&] { plan({.dp_shard = 2}, 0).validate(2); }, "Trainer: DDP replicates: dp_shard 2 needs --zero 1, 2 or 3");
+  expect_error([&] { plan({.dp_replicate = 2, .dp_shard = 2}, 2).validate(4); },
+               "--zero 2 cannot be combined with dp_replicate 2");
+  expect_error([&] { plan({.dp_shard = 2}, 4).validate(2); }, "--zero must be 0 (DDP), 1, 2 or 3 (got 4)");
+  TrainPlan offload_hsdp = plan({.dp_replicate = 2, .dp_shard = 2}, 3);
+  offload_hsdp.offload = true;
+  expect_error([&] { offload_hsdp.validate(4); }, "HSDP (dp_replicate 2) cannot be combined with --offload");
+  TrainPlan naive_micro = naive_plan(2);
+  naive_micro.micro_batches = 2;
+  expect_error([&] { naive_micro.validate(2); }, "--micro-batches must be 1 (got 2)");
+  TrainPlan none = TrainPlan::data_parallel(2);
+  none.micro_batches = 0;
+  expect_error([&] { none.validate(2); }, "--micro-batches must be >= 1 (got 0)");
+}
+
+// The batch arithmetic is checked per step, before the counts' all-reduce: every rank throws alike.
+TEST(TrainPlan, ABatchThatDoesNotDivideShowsTheArithmetic) {
+  launch(
+      2,
+      [&](RankContext& ctx) {
+        nn::GPT model(config(), kSeed);
+        Trainer trainer(model, ctx, with_micro_batches(TrainPlan::data_parallel(2), 4), adamw_options());
+        expect_error([&] { trainer.train_step(masked_tokens(), 0, 12, config().block_size, kLr, 0); },
+                     "Trainer: the global batch of 12 rows must be micro-batch rows x 4 micro-batches x dp 2, but "
+                     "12 % (4 x 2) = 4");
+      },
+      quick(30000));
+}
 
 }  // namespace
 }  // namespace sl::parallel

@@ -1,0 +1,71 @@
+// run_report.cpp — see run_report.h.
+#include "parallel/train/run_report.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "tensor/ledger.h"
+
+namespace sl::parallel {
+
+RankReport collect_rank_report(int rank, const std::array<int, DeviceMesh::kDims>& coordinates,
+                               const std::vector<std::pair<std::string, const CommLedger*>>& groups, Device device,
+                               double wall_s, double step_s) {
+  RankReport report;
+  report.rank = rank;
+  report.coordinates = coordinates;
+  const MemoryLedger& memory = MemoryLedger::instance();
+  for (int c = 0; c < kNumMemoryCategories; ++c) {
+    auto category = static_cast<MemoryCategory>(c);
+    report.memory.push_back({category_name(category), memory.current(device, category), memory.peak(device, category)});
+  }
+  report.memory.push_back({"total", memory.current(device), memory.peak(device)});
+  for (const auto& [group, ledger] : groups) {
+    for (int o = 0; o < static_cast<int>(CommOp::count_); ++o) {
+      auto op = static_cast<CommOp>(o);
+      CommStats stats = (*ledger)[op];
+      if (stats.calls > 0) report.traffic.push_back({group, comm_op_name(op), stats});
+    }
+    report.communication_s += ledger->wait_seconds();
+  }
+  report.wall_s = wall_s;
+  report.idle_s = std::max(0.0, wall_s - step_s);
+  report.compute_s = std::max(0.0, step_s - report.communication_s);
+  return report;
+}
+
+std::string run_report_json(const std::string& plan, const ParallelismConfig& parallelism, int64_t steps,
+                            const std::vector<RankReport>& ranks) {
+  using nlohmann::json;
+  json out;
+  out["plan"] = plan;
+  out["steps"] = steps;
+  json degrees;
+  const auto values = parallelism.degrees();
+  for (int d = 0; d < DeviceMesh::kDims; ++d) degrees[std::string(DeviceMesh::kDimNames[d])] = values[d];
+  out["parallelism"] = degrees;
+  out["ranks"] = json::array();
+  for (const RankReport& r : ranks) {
+    json rank;
+    rank["rank"] = r.rank;
+    json coords;
+    for (int d = 0; d < DeviceMesh::kDims; ++d) coords[std::string(DeviceMesh::kDimNames[d])] = r.coordinates[d];
+    rank["coordinates"] = coords;
+    json memory;
+    for (const auto& m : r.memory) memory[m.category] = {{"current_bytes", m.current}, {"peak_bytes", m.peak}};
+    rank["memory"] = memory;
+    rank["communication"] = json::array();
+    for (const auto& t : r.traffic)
+      rank["communication"].push_back({{"group", t.group},
+                                       {"op", t.op},
+                                       {"calls", t.stats.calls},
+                                       {"bytes_sent", t.stats.bytes_sent},
+                                       {"bytes_received", t.stats.bytes_received}});
+    rank["time_s"] = {{"wall", r.wall_s}, {"compute", r.compute_s}, {"communication", r.communication_s},
+                      {"idle", r.idle_s}};
+    out["ranks"].push_back(rank);
+  }
+  return out.dump(1) + "\n";
+}
+
+}  // namespace sl::parallel

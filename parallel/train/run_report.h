@@ -1,0 +1,51 @@
+// run_report.h — what one rank did during a run: where it sits in the mesh, the memory it held, the
+// bytes it moved per group and op, and where its time went. `train --report-json PATH` writes one
+// per rank (README: "The run report" gives the schema); tests/test_run_report.cpp checks it against
+// the ledgers it reads.
+//
+//   time, per rank, over the run (every rank measures its own clock):
+//     wall           from the trainer's construction to the end of the last step
+//     communication  blocked in a collective or a wait() on this rank's groups (CommLedger::wait_seconds)
+//     compute        inside train_step and not blocked: forward, backward, the optimizer
+//     idle           outside train_step: logging, held-out evaluation, waiting to start
+//   compute + communication + idle = wall. Under data parallelism "communication" also holds the
+//   time a rank waits for a slower peer; a pipeline's bubble would show there too.
+#pragma once
+#include <array>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "parallel/comm/mesh.h"
+#include "parallel/comm/process_group.h"
+#include "tensor/device.h"
+
+namespace sl::parallel {
+
+struct RankReport {
+  int rank = 0;
+  std::array<int, DeviceMesh::kDims> coordinates{};  // pp, dp_replicate, dp_shard, cp, tp
+  struct Memory {
+    std::string category;  // MemoryCategory names, then "total" (peak: of the total, not a sum of peaks)
+    int64_t current = 0, peak = 0;
+  };
+  std::vector<Memory> memory;
+  struct Traffic {
+    std::string group, op;
+    CommStats stats;
+  };
+  std::vector<Traffic> traffic;  // every (group, op) that was called, groups in the given order
+  double wall_s = 0, compute_s = 0, communication_s = 0, idle_s = 0;
+};
+
+// Reads the memory ledger on `device` (current and peak per category) and each named group ledger.
+// `step_s`: the time spent inside train_step; `wall_s`: the whole run on this rank.
+RankReport collect_rank_report(int rank, const std::array<int, DeviceMesh::kDims>& coordinates,
+                               const std::vector<std::pair<std::string, const CommLedger*>>& groups, Device device,
+                               double wall_s, double step_s);
+
+// The run report as JSON text: {"plan", "parallelism", "steps", "ranks": [...]} (README: "The run report").
+std::string run_report_json(const std::string& plan, const ParallelismConfig& parallelism, int64_t steps,
+                            const std::vector<RankReport>& ranks);
+
+}  // namespace sl::parallel
