@@ -189,7 +189,8 @@ TEST_F(TrainCli, DataParallelLayoutsLogTheSerialLosses) {
   const std::regex reported(
       R"re(compared with the serial model: largest loss difference ([0-9.e+-]+) \(step \d+\), largest parameter difference ([0-9.e+-]+) )re");
   for (const std::string layout : {"--dp 2", "--dp 3 --zero 1", "--dp 4 --zero 2 --offload", "--dp 2 --zero 3",
-                                   "--dp-replicate 2 --dp-shard 2", "--dp 3 --naive-dp"}) {
+                                   "--dp-replicate 2 --dp-shard 2", "--dp 3 --naive-dp", "--dp 2 --micro-batches 3",
+                                   "--dp 2 --zero 2 --micro-batches 2", "--dp-replicate 2 --dp-shard 2 --micro-batches 3"}) {
     SCOPED_TRACE(layout);
     std::string path = temp_path("parallel.jsonl");
     CliRun run = run_train(tiny + " " + layout + " --compare-serial --log-jsonl " + path);
@@ -204,6 +205,17 @@ TEST_F(TrainCli, DataParallelLayoutsLogTheSerialLosses) {
     // Losses are ~5.5: rtol 1.3e-6 adds 7e-6 to atol; the weights are below 1 in magnitude.
     EXPECT_LE(std::stod(match[1]), 1e-5 + 1.3e-6 * 6) << run.output;
     EXPECT_LE(std::stod(match[2]), 1e-5 + 1.3e-6) << run.output;
+    std::remove(path.c_str());
+  }
+  // Serial gradient accumulation (the addition task counts only answer digits, so the micro-batches
+  // hold different counts and must be weighted by them): the losses of one backward per step.
+  for (const std::string micro : {"--micro-batches 3", "--micro-batches 12"}) {
+    SCOPED_TRACE(micro);
+    std::string path = temp_path("micro.jsonl");
+    ASSERT_EQ(run_train(tiny + " " + micro + " --log-jsonl " + path).exit_code, 0);
+    std::vector<double> got = logged_losses(path);
+    ASSERT_EQ(got.size(), expected.size()) << read_file(path);
+    for (size_t s = 0; s < got.size(); ++s) EXPECT_NEAR(got[s], expected[s], 1e-5 + 1.3e-6 * std::abs(expected[s]));
     std::remove(path.c_str());
   }
   CliRun uneven = run_train(kTiny + " --batch-size 10 --dp 3");
