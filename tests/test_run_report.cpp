@@ -40,7 +40,7 @@ TEST_P(RunReport, EveryRowIsWhatTheLedgersHold) {
     Trainer trainer(model, ctx, c.plan, parity_adamw());
     for (int step = 0; step < 2; ++step) trainer.train_step(tokens, step, 12, parity_config().block_size, 1e-2, 1.0);
     RankReport report = collect_rank_report(ctx.rank, trainer.mesh().coordinates(), trainer.ledgers(), ctx.device,
-                                            10.0, trainer.step_seconds());
+                                            10.0, trainer.step_seconds(), trainer.step_blocked_seconds());
     // The ledgers, read here on their own: every op of every group that was called.
     for (const auto& [group, ledger] : trainer.ledgers())
       for (int o = 0; o < static_cast<int>(CommOp::count_); ++o)

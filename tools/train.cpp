@@ -202,7 +202,7 @@ std::vector<double> train_serial(Run& r, nn::GPT& model, bool report) {
   std::vector<double> losses = loop(r, report, step_fn, eval);
   if (report) {
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
-    r.reports = {parallel::collect_rank_report(0, {}, {}, current_device(), wall, step_seconds)};
+    r.reports = {parallel::collect_rank_report(0, {}, {}, current_device(), wall, step_seconds, 0.0)};
   }
   return losses;
 }
@@ -250,7 +250,8 @@ std::vector<double> train_parallel(Run& r, nn::StateDict& weights) {
     traffic[ctx.rank] = trainer.communication();
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     reports[ctx.rank] = parallel::collect_rank_report(ctx.rank, trainer.mesh().coordinates(), trainer.ledgers(),
-                                                      ctx.device, wall, trainer.step_seconds());
+                                                      ctx.device, wall, trainer.step_seconds(),
+                                                      trainer.step_blocked_seconds());
     reported[ctx.rank] = 1;
     nn::StateDict full = trainer.full_state_dict();  // collective: the serial model's names and shapes
     if (ctx.rank == 0) {

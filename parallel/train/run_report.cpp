@@ -10,7 +10,7 @@ namespace sl::parallel {
 
 RankReport collect_rank_report(int rank, const std::array<int, DeviceMesh::kDims>& coordinates,
                                const std::vector<std::pair<std::string, const CommLedger*>>& groups, Device device,
-                               double wall_s, double step_s) {
+                               double wall_s, double step_s, double step_blocked_s) {
   RankReport report;
   report.rank = rank;
   report.coordinates = coordinates;
@@ -29,8 +29,8 @@ RankReport collect_rank_report(int rank, const std::array<int, DeviceMesh::kDims
     report.communication_s += ledger->wait_seconds();
   }
   report.wall_s = wall_s;
-  report.idle_s = std::max(0.0, wall_s - step_s);
-  report.compute_s = std::max(0.0, step_s - report.communication_s);
+  report.compute_s = std::max(0.0, step_s - step_blocked_s);
+  report.idle_s = std::max(0.0, wall_s - report.compute_s - report.communication_s);
   return report;
 }
 

@@ -4,10 +4,11 @@
 // the ledgers it reads.
 //
 //   time, per rank, over the run (every rank measures its own clock):
-//     wall           from the trainer's construction to the end of the last step
-//     communication  blocked in a collective or a wait() on this rank's groups (CommLedger::wait_seconds)
+//     wall           from the trainer's construction to the report
+//     communication  blocked in a collective or a wait() on this rank's groups (CommLedger::wait_seconds),
+//                    setup included (the mesh, the initial broadcast)
 //     compute        inside train_step and not blocked: forward, backward, the optimizer
-//     idle           outside train_step: logging, held-out evaluation, waiting to start
+//     idle           the rest: setup's own work, logging, held-out evaluation
 //   compute + communication + idle = wall. Under data parallelism "communication" also holds the
 //   time a rank waits for a slower peer; a pipeline's bubble would show there too.
 #pragma once
@@ -39,10 +40,11 @@ struct RankReport {
 };
 
 // Reads the memory ledger on `device` (current and peak per category) and each named group ledger.
-// `step_s`: the time spent inside train_step; `wall_s`: the whole run on this rank.
+// `wall_s`: the whole run on this rank; `step_s`: the time inside train_step, of which
+// `step_blocked_s` blocked in the groups (Trainer::step_seconds, step_blocked_seconds).
 RankReport collect_rank_report(int rank, const std::array<int, DeviceMesh::kDims>& coordinates,
                                const std::vector<std::pair<std::string, const CommLedger*>>& groups, Device device,
-                               double wall_s, double step_s);
+                               double wall_s, double step_s, double step_blocked_s);
 
 // The run report as JSON text: {"plan", "parallelism", "steps", "ranks": [...]} (README: "The run report").
 std::string run_report_json(const std::string& plan, const ParallelismConfig& parallelism, int64_t steps,

@@ -86,6 +86,7 @@ struct Trainer::Impl {
   bool keep_gradients = false;
   nn::StateDict kept_gradients;  // the last step's averaged gradients, before clipping
   double step_seconds = 0;       // inside train_step, summed
+  double step_blocked_seconds = 0;  // of which blocked in a group (CommLedger::wait_seconds)
 
   void keep_full_gradients();
   double step(const nn::TokenStream& data, int64_t step, int64_t batch_rows, int64_t block_size, double lr,
@@ -207,9 +208,16 @@ double Trainer::Impl::naive_step(const nn::TokenStream& data, int64_t step, int6
 
 double Trainer::train_step(const nn::TokenStream& data, int64_t step, int64_t batch_rows, int64_t block_size,
                            double lr, double grad_clip) {
+  auto blocked = [&] {
+    double seconds = 0;
+    for (const auto& [name, ledger] : ledgers()) seconds += ledger->wait_seconds();
+    return seconds;
+  };
   const auto start = std::chrono::steady_clock::now();
+  const double blocked_before = blocked();
   const double loss = impl_->step(data, step, batch_rows, block_size, lr, grad_clip);
   impl_->step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  impl_->step_blocked_seconds += blocked() - blocked_before;  // naive DP's groups exist from its first step on
   return loss;
 }
 
@@ -303,6 +311,7 @@ std::vector<std::pair<std::string, const CommLedger*>> Trainer::ledgers() const 
 }
 
 double Trainer::step_seconds() const { return impl_->step_seconds; }
+double Trainer::step_blocked_seconds() const { return impl_->step_blocked_seconds; }
 
 std::string memory_table_header() {
   char line[200];

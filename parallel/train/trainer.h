@@ -79,9 +79,10 @@ class Trainer {
   std::string communication_report() const;
   // For the run report (run_report.h): every group this rank talks on, by name ("dp", "dp_shard",
   // "dp_replicate", "naive:<exchange>", and "loss" for the counts and the loss), with its ledger;
-  // and the time spent inside train_step so far.
+  // and the time spent inside train_step so far, and the part of it blocked in those groups.
   std::vector<std::pair<std::string, const CommLedger*>> ledgers() const;
   double step_seconds() const;
+  double step_blocked_seconds() const;
 
  private:
   struct Impl;
