@@ -17,7 +17,7 @@ void GPTConfig::validate() const {
 // ---- attention --------------------------------------------------------------------------------------
 
 CausalSelfAttention::CausalSelfAttention(const GPTConfig& config, const InitOptions& init)
-    : n_head(config.n_head), dropout_(config.dropout) {
+    : n_head(config.n_head), head_size(config.n_embd / config.n_head), dropout_(config.dropout) {
   InitOptions proj_init = init;
   proj_init.std = init.std / std::sqrt(2.0 * static_cast<double>(config.n_layer));
   c_attn = register_module("c_attn", std::make_shared<Linear>(config.n_embd, 3 * config.n_embd, true, init));
@@ -25,16 +25,24 @@ CausalSelfAttention::CausalSelfAttention(const GPTConfig& config, const InitOpti
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x) {
-  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), NH = n_head, HS = C / NH;
-  TensorList qkv = split((*c_attn)(x), C, 2);                                               // 3 x [B, T, C]
+  const int64_t B = x.size(0), T = x.size(1), HS = head_size, NH = n_head, width = NH * HS;
+  Tensor fused = (*c_attn)(x);  // [B, T, 3·NH·HS]
+  SL_CHECK(fused.size(2) == 3 * width, "CausalSelfAttention: c_attn gives ", fused.size(2), " features, not 3 x ",
+           NH, " heads x ", HS);
+  TensorList qkv = split(fused, width, 2);                                                  // 3 x [B, T, NH·HS]
   auto heads = [&](const Tensor& t) { return t.reshape({B, T, NH, HS}).transpose(1, 2); };  // [B, NH, T, HS]
   Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
-  // softmax(q k^T / sqrt(HS)) with the future masked out, as one fused op: the same numbers as
-  // softmax(masked_fill(att * scale, causal_mask(T), -inf)) in a third of the passes.
-  Tensor att = causal_softmax(matmul(q, k, false, true), 1.0 / std::sqrt(static_cast<double>(HS)));  // [B, NH, T, T]
-  att = dropout(att, dropout_, is_training());
-  Tensor y = matmul(att, v);                 // [B, NH, T, HS]
-  y = y.transpose(1, 2).reshape({B, T, C});  // heads side by side again
+  Tensor y;
+  if (core) {
+    y = core(q, k, v);  // [B, NH, T, HS]
+  } else {
+    // softmax(q k^T / sqrt(HS)) with the future masked out, as one fused op: the same numbers as
+    // softmax(masked_fill(att * scale, causal_mask(T), -inf)) in a third of the passes.
+    Tensor att = causal_softmax(matmul(q, k, false, true), 1.0 / std::sqrt(static_cast<double>(HS)));  // [B, NH, T, T]
+    att = dropout(att, dropout_, is_training());
+    y = matmul(att, v);  // [B, NH, T, HS]
+  }
+  y = y.transpose(1, 2).reshape({B, T, width});  // heads side by side again
   return (*c_proj)(dropout(y, dropout_, is_training()));
 }
 

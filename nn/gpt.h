@@ -23,6 +23,8 @@
 // A part that holds the head but not the embedding holds its own copy of wte (placement tied("wte"));
 // the two copies' gradients must be summed every step (parallel/pipeline does that).
 #pragma once
+#include <functional>
+
 #include "nn/layers.h"
 
 namespace sl::nn {
@@ -37,12 +39,20 @@ struct GPTConfig {
   void validate() const;  // throws naming the values that do not fit together
 };
 
+// The attention proper, between the projections: q, k, v [B, NH, T, HS] -> y [B, NH, T, HS].
+// Context parallelism swaps it for ring attention over sequence shards (parallel/context_parallel).
+using AttentionCore = std::function<Tensor(const Tensor& q, const Tensor& k, const Tensor& v)>;
+
 class CausalSelfAttention : public UnaryModule {
  public:
   CausalSelfAttention(const GPTConfig& config, const InitOptions& init);
-  Tensor forward(const Tensor& x) override;  // x [B, T, C] -> [B, T, C]
+  // x [B, T, C] -> [B, T, C]. The heads are read off c_attn's width, 3·NH·HS, so a module whose
+  // c_attn holds only some heads (a tensor-parallel shard) runs those heads.
+  Tensor forward(const Tensor& x) override;
   std::shared_ptr<Linear> c_attn, c_proj;
-  int64_t n_head;
+  int64_t n_head;     // the heads this module runs
+  int64_t head_size;  // HS = n_embd / config.n_head
+  AttentionCore core;  // empty: causal softmax(q kᵀ / sqrt(HS)) v in one fused op, with dropout
 
  private:
   double dropout_;
