@@ -7,10 +7,16 @@
 //       = 16 bytes per parameter before a single activation is stored
 //     plus the activations saved for backward, which grow with batch x sequence and are freed
 //     as backward consumes them
+//   * gradient accumulation, the first memory trick: the same step over M micro-batches holds the
+//     activations of B/M rows at a time, with each micro-batch's loss weighted by its share of the
+//     counted targets so the summed gradient is the whole batch's
 //   * every later chapter (ZeRO, pipelines, tensor parallelism) exists to shrink one of these terms
 //
 // Run:    make lesson N=03        Prints: the story below, then "lesson 03: OK".
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <vector>
 
 #include "nn/addition.h"
 #include "nn/data.h"
@@ -108,6 +114,41 @@ int main() {
   }
   check(last < first / 2, "150 steps at least halve the loss");
   std::printf("  (make run trains longer and measures held-out accuracy)\n");
+
+  section("6. Gradient accumulation: the same gradient, a quarter of the activations");
+  {
+    // Two copies of one model; the same batch in one backward, and in M = 4 backwards.
+    nn::GPT whole(config, 7), accumulated(config, 7);
+    const int64_t M = 4;
+    nn::Batch full_batch = stream.get_batch(500, B, T);
+    ledger.reset_peak(gpu);
+    const int64_t base = bytes(MemoryCategory::activations);
+    whole.loss(full_batch.inputs, full_batch.targets).backward();
+    const int64_t peak_whole = ledger.peak(gpu, MemoryCategory::activations) - base;
+    // Each micro-batch's mean loss, weighted by its share of the batch's counted targets (the
+    // addition task counts answer digits only, so micro-batches count different numbers of them).
+    std::vector<nn::TokenStream::MicroBatch> micros = stream.micro_batches(500, B, T, M);
+    int64_t counted = 0;
+    for (const auto& m : micros) counted += m.counted;
+    ledger.reset_peak(gpu);
+    for (const auto& m : micros) {
+      Tensor part = accumulated.loss(m.batch.inputs, m.batch.targets);
+      mul(part, static_cast<double>(m.counted) / static_cast<double>(counted)).backward();  // .grad adds up
+    }
+    const int64_t peak_micro = ledger.peak(gpu, MemoryCategory::activations) - base;
+    double largest = 0;
+    const nn::NamedTensors a = whole.named_parameters(), b = accumulated.named_parameters();
+    for (size_t i = 0; i < a.size(); ++i) {
+      std::vector<double> x = a[i].second.grad().to_vector(), y = b[i].second.grad().to_vector();
+      for (size_t j = 0; j < x.size(); ++j) largest = std::max(largest, std::abs(x[j] - y[j]));
+    }
+    std::printf("  activation peak: one backward over %lld rows %.3f MiB, %lld micro-batches of %lld rows %.3f MiB\n",
+                (long long)B, mib(peak_whole), (long long)M, (long long)(B / M), mib(peak_micro));
+    std::printf("  largest gradient difference: %.2e (the sums run in another order)\n", largest);
+    check(peak_micro < 0.3 * peak_whole, "M = 4 micro-batches hold about a quarter of the activations");
+    check(largest < 1e-6, "accumulated gradients equal the whole batch's");
+    std::printf("  train --micro-batches M does this (serial or with any layout: parallel/train/trainer.h)\n");
+  }
 
   std::printf("\nlesson 03: %s\n", ok ? "OK" : "FAILED");
   return ok ? 0 : 1;
