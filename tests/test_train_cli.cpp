@@ -198,8 +198,9 @@ TEST_F(TrainCli, DataParallelLayoutsLogTheSerialLosses) {
     std::vector<double> got = logged_losses(path);
     ASSERT_EQ(got.size(), expected.size()) << read_file(path);
     for (size_t s = 0; s < got.size(); ++s) EXPECT_NEAR(got[s], expected[s], 1e-5 + 1.3e-6 * std::abs(expected[s]));
-    EXPECT_NE(run.output.find("memory per rank"), std::string::npos) << run.output;
-    EXPECT_NE(run.output.find("communication per rank"), std::string::npos) << run.output;
+    EXPECT_NE(run.output.find("per rank: mesh coordinates; memory in MiB"), std::string::npos) << run.output;
+    EXPECT_NE(run.output.find("rank 1 (pp 0, dp_replicate "), std::string::npos) << run.output;
+    EXPECT_NE(run.output.find("  time     compute "), std::string::npos) << run.output;
     std::smatch match;
     ASSERT_TRUE(std::regex_search(run.output, match, reported)) << run.output;
     // Losses are ~5.5: rtol 1.3e-6 adds 7e-6 to atol; the weights are below 1 in magnitude.

@@ -231,8 +231,6 @@ std::vector<double> train_parallel(Run& r, nn::StateDict& weights) {
                 (long long)o.micro_batches, (long long)(o.batch_size / world / o.micro_batches));
   set_num_threads(1);  // one GEMM thread per rank: the ranks are the parallelism
   std::vector<double> losses;
-  std::vector<std::string> memory(world);
-  std::vector<parallel::CommStats> traffic(world);
   std::vector<parallel::RankReport> reports(world);
   std::vector<char> reported(world, 0);
   parallel::launch(world, [&](parallel::RankContext& ctx) {
@@ -246,8 +244,6 @@ std::vector<double> train_parallel(Run& r, nn::StateDict& weights) {
       return trainer.train_step(r.stream, step, o.batch_size, o.block_size, lr, o.grad_clip);
     };
     std::vector<double> mine = loop(r, ctx.rank == 0, step_fn, {});
-    memory[ctx.rank] = parallel::memory_table_row(ctx.rank, ctx.device);
-    traffic[ctx.rank] = trainer.communication();
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     reports[ctx.rank] = parallel::collect_rank_report(ctx.rank, trainer.mesh().coordinates(), trainer.ledgers(),
                                                       ctx.device, wall, trainer.step_seconds(),
@@ -259,9 +255,9 @@ std::vector<double> train_parallel(Run& r, nn::StateDict& weights) {
       weights = full;
     }
   });
-  train_report::print_memory_and_traffic(memory, traffic, o.steps);
   for (int rank = 0; rank < world; ++rank)
-    if (reported[rank]) r.reports.push_back(reports[rank]);
+    if (reported[rank]) r.reports.push_back(reports[rank]);  // under mpirun: this process's rank only
+  std::printf("\n%s", parallel::run_report_table(r.reports, o.steps).c_str());
   set_num_threads(static_cast<int>(o.threads));
   return losses;
 }

@@ -1,5 +1,5 @@
-// train_report.h — what build/bin/train prints after a run (tools/train.cpp): the data-parallel
-// memory and traffic tables, and --compare-serial's largest differences from the serial run.
+// train_report.h — what build/bin/train prints after a run (tools/train.cpp) besides the per-rank
+// table (parallel/train/run_report.h): --compare-serial's largest differences from the serial run.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "nn/module.h"
-#include "parallel/train/trainer.h"
 
 namespace sl::train_report {
 
@@ -22,24 +21,6 @@ inline std::string json_number(double value) {
   std::ostringstream out;
   out << std::setprecision(9) << value;
   return out.str();
-}
-
-// One row per rank that reported (under mpirun only this process's rank has one). `memory` and
-// `traffic` are indexed by rank.
-inline void print_memory_and_traffic(const std::vector<std::string>& memory,
-                                     const std::vector<parallel::CommStats>& traffic, int64_t steps) {
-  std::printf("\nmemory per rank (held after the last step; peak since the start):\n%s\n",
-              parallel::memory_table_header().c_str());
-  for (const std::string& row : memory)
-    if (!row.empty()) std::printf("%s\n", row.c_str());
-  std::printf("communication per rank over %lld steps:\n", (long long)steps);
-  // A rank's row where this process ran it (under mpirun: its own) and it talked (naive DP's rank 0 may not).
-  for (size_t rank = 0; rank < traffic.size(); ++rank)
-    if (!memory[rank].empty() && (traffic[rank].calls > 0 || rank == 0))
-      std::printf("rank %zu: %lld calls, sent %.3f MiB, received %.3f MiB (%.3f MiB per step)\n", rank,
-                  (long long)traffic[rank].calls, traffic[rank].bytes_sent / 1048576.0,
-                  traffic[rank].bytes_received / 1048576.0,
-                  traffic[rank].bytes_sent / 1048576.0 / std::max<int64_t>(1, steps));
 }
 
 // Largest |a - b| between two state dicts with the same names, and the tensor where it is.

@@ -2,6 +2,7 @@
 #include "parallel/train/run_report.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "tensor/ledger.h"
@@ -32,6 +33,40 @@ RankReport collect_rank_report(int rank, const std::array<int, DeviceMesh::kDims
   report.compute_s = std::max(0.0, step_s - step_blocked_s);
   report.idle_s = std::max(0.0, wall_s - report.compute_s - report.communication_s);
   return report;
+}
+
+std::string run_report_table(const std::vector<RankReport>& ranks, int64_t steps) {
+  auto mib = [](int64_t bytes) { return static_cast<double>(bytes) / 1048576.0; };
+  std::string out = "per rank: mesh coordinates; memory in MiB (held at the end / peak); MiB sent per group and "
+                    "op; where the time went\n";
+  char line[256];
+  for (const RankReport& r : ranks) {
+    out += "rank " + std::to_string(r.rank) + " (";
+    for (int d = 0; d < DeviceMesh::kDims; ++d)
+      out += std::string(d ? ", " : "") + std::string(DeviceMesh::kDimNames[d]) + " " + std::to_string(r.coordinates[d]);
+    out += ")\n  memory  ";
+    for (const auto& m : r.memory) {
+      if (m.peak == 0) continue;
+      std::snprintf(line, sizeof line, " %s %.3f/%.3f", m.category.c_str(), mib(m.current), mib(m.peak));
+      out += line;
+    }
+    out += "\n  sent    ";
+    int64_t sent = 0;
+    for (const auto& t : r.traffic) {
+      std::snprintf(line, sizeof line, " %s %s %.3f (%lld calls),", t.group.c_str(), t.op.c_str(),
+                    mib(t.stats.bytes_sent), static_cast<long long>(t.stats.calls));
+      out += line;
+      sent += t.stats.bytes_sent;
+    }
+    std::snprintf(line, sizeof line, " in all %.3f MiB, %.3f per step\n", mib(sent),
+                  mib(sent) / static_cast<double>(std::max<int64_t>(1, steps)));
+    out += r.traffic.empty() ? std::string(" nothing\n") : std::string(line);
+    const double wall = std::max(r.wall_s, 1e-12);
+    std::snprintf(line, sizeof line, "  time     compute %.0f%%, communication %.0f%%, idle %.0f%% of %.3f s\n",
+                  100 * r.compute_s / wall, 100 * r.communication_s / wall, 100 * r.idle_s / wall, r.wall_s);
+    out += line;
+  }
+  return out;
 }
 
 std::string run_report_json(const std::string& plan, const ParallelismConfig& parallelism, int64_t steps,

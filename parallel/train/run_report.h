@@ -46,6 +46,11 @@ RankReport collect_rank_report(int rank, const std::array<int, DeviceMesh::kDims
                                const std::vector<std::pair<std::string, const CommLedger*>>& groups, Device device,
                                double wall_s, double step_s, double step_blocked_s);
 
+// The end-of-run table train prints, a block per rank: coordinates; memory per category (MiB held at
+// the end / peak), categories that held nothing left out; MiB sent per group and op, with calls; the
+// compute / communication / idle split of its wall time.
+std::string run_report_table(const std::vector<RankReport>& ranks, int64_t steps);
+
 // The run report as JSON text: {"plan", "parallelism", "steps", "ranks": [...]} (README: "The run report").
 std::string run_report_json(const std::string& plan, const ParallelismConfig& parallelism, int64_t steps,
                             const std::vector<RankReport>& ranks);

@@ -313,22 +313,4 @@ std::vector<std::pair<std::string, const CommLedger*>> Trainer::ledgers() const 
 double Trainer::step_seconds() const { return impl_->step_seconds; }
 double Trainer::step_blocked_seconds() const { return impl_->step_blocked_seconds; }
 
-std::string memory_table_header() {
-  char line[200];
-  std::snprintf(line, sizeof line, "%-5s %12s %12s %12s %12s %12s %12s", "rank", "weights", "grads", "optimizer",
-                "host(offl.)", "held", "peak");
-  return line;
-}
-
-std::string memory_table_row(int rank, Device device) {
-  const MemoryLedger& ledger = MemoryLedger::instance();
-  auto mib = [](int64_t bytes) { return bytes / 1048576.0; };
-  char line[200];
-  int64_t w = ledger.current(device, MemoryCategory::weights), g = ledger.current(device, MemoryCategory::grads),
-          o = ledger.current(device, MemoryCategory::optimizer), h = ledger.current(device, MemoryCategory::offload);
-  std::snprintf(line, sizeof line, "%-5d %8.3f MiB %8.3f MiB %8.3f MiB %8.3f MiB %8.3f MiB %8.3f MiB", rank, mib(w),
-                mib(g), mib(o), mib(h), mib(w + g + o + h), mib(ledger.peak(device)));
-  return line;
-}
-
 }  // namespace sl::parallel

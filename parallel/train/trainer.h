@@ -89,8 +89,4 @@ class Trainer {
   std::unique_ptr<Impl> impl_;
 };
 
-// The bytes this rank holds now and at peak, per category, on its device: for the memory tables.
-std::string memory_table_row(int rank, Device device);
-std::string memory_table_header();
-
 }  // namespace sl::parallel
