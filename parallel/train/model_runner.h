@@ -1,0 +1,66 @@
+// model_runner.h — what a chapter that cuts the model (pipeline stages, tensor-parallel shards,
+// sequence shards) hands the Trainer: this rank's part of the GPT and how one step runs on it.
+//
+//   Trainer::train_step (trainer.h)                    a ModelRunner (one per chapter)
+//   ─────────────────────────────────                  ─────────────────────────────────────────
+//   split the global batch over dp, cut micro-batches
+//   C = counted targets of the whole global batch
+//   zero the gradients (DDP / ZeRO-1 over module())
+//                                          ─────────▶  forward_backward(micros, C, dp, hooks):
+//                                                      every micro-batch's loss_m weighted by
+//                                                      counted_m · dp / C; hooks.before_backward
+//                                                      called before each backward it runs
+//                                          ─────────▶  finish_gradients(): the chapter's own sums
+//                                                      (tied wte between stages, SP LayerNorms over tp)
+//   data-parallel sync (DDP's last backward / ZeRO's reduce-scatter), clip over mesh_grads(), AdamW
+//
+// The ranks of one data-parallel replica (its pp × cp × tp ranks) get the same micro-batches; the
+// runner decides which part of them each rank computes (its stage, its heads, its sequence shard).
+// After the data-parallel average over dp, every parameter's gradient must be the serial model's.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "nn/data.h"
+#include "nn/module.h"
+#include "parallel/comm/grad_norm.h"
+
+namespace sl::parallel {
+
+struct BackwardHooks {
+  // Called right before each backward pass the runner starts on this rank, in the order they run;
+  // `last` is true for the rank's last one of the step. DDP runs all but the last under no_sync.
+  std::function<void(bool last)> before_backward;
+};
+
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+
+  // This rank's parameters under the serial model's names ("h.3.mlp.c_fc.weight"), each with its
+  // placement: DDP and ZeRO-1 wrap this module over the data-parallel group.
+  virtual nn::Module& module() = 0;
+
+  // Forward and backward over this rank's micro-batches (the same on every rank of the replica).
+  // Returns this rank's share of the serial loss, Σ_m loss_m · counted_m / global_count, or 0 where
+  // holds_loss() is false: summed over the ranks that hold it, the shares give the serial loss.
+  virtual double forward_backward(const std::vector<nn::TokenStream::MicroBatch>& micros, double global_count,
+                                  int dp, const BackwardHooks& hooks) = 0;
+  // Whether forward_backward's result counts on this rank (one rank per part of the loss: the last
+  // pipeline stage, tp rank 0, every cp rank for its tokens).
+  virtual bool holds_loss() const = 0;
+
+  // The chapter's own gradient sums after the backward passes; none by default.
+  virtual void finish_gradients() {}
+
+  // This rank's gradients with placements, for clip_grad_norm over the mesh.
+  virtual std::vector<MeshGrad> mesh_grads() { return parallel::mesh_grads(module()); }
+
+  // Collective over the chapter's groups: the whole model (or its gradients) under the serial names
+  // and shapes, on every rank.
+  virtual nn::StateDict full_state_dict() = 0;
+  virtual nn::StateDict full_gradients() = 0;
+};
+
+}  // namespace sl::parallel
