@@ -1,6 +1,7 @@
 // model_runner.cpp — see model_runner.h: the uncut model's step.
 #include "parallel/train/model_runner.h"
 
+#include "autograd/grad_mode.h"
 #include "tensor/ops.h"
 
 namespace sl::parallel {
@@ -19,6 +20,18 @@ double WholeModelRunner::forward_backward(const std::vector<nn::TokenStream::Mic
     (weight == 1.0 ? loss : mul(loss, weight)).backward();
   }
   return share;
+}
+
+void ModelRunner::load_full_state_dict(const nn::StateDict& full) {
+  NoGradGuard no_grad;
+  for (const auto& [name, param] : module().named_parameters()) {
+    auto it = full.find(name);
+    SL_CHECK(it != full.end(), "ModelRunner::load_full_state_dict: the serial weights have no '", name, "'");
+    SL_CHECK(it->second.shape() == param.shape(), "ModelRunner::load_full_state_dict: '", name, "' is ",
+             it->second.shape().str(), " in the serial weights but ", param.shape().str(),
+             " on this rank: a runner that slices parameters must cut them itself");
+    param.copy_(it->second);
+  }
 }
 
 nn::StateDict WholeModelRunner::full_state_dict() { return model_.state_dict(); }

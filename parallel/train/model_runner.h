@@ -61,6 +61,12 @@ class ModelRunner {
   // and shapes, on every rank.
   virtual nn::StateDict full_state_dict() = 0;
   virtual nn::StateDict full_gradients() = 0;
+
+  // Starts from the serial model's weights (train --init-from): each rank takes its part of `full`
+  // (no communication). By default every local parameter is the serial one of the same name and
+  // shape (a pipeline stage, a sequence shard's replica); a runner whose parameters are slices (a TP
+  // shard) overrides this to cut them.
+  virtual void load_full_state_dict(const nn::StateDict& full);
 };
 
 // The uncut model: data parallelism alone (DDP, ZeRO, FSDP) runs the whole GPT on every rank.
