@@ -1,0 +1,126 @@
+// engine.cpp — see engine.h: walk the list, compute, exchange, record.
+#include "parallel/pipeline/engine.h"
+
+#include <chrono>
+#include <map>
+#include <thread>
+
+#include "tensor/ledger.h"
+#include "tensor/ops.h"
+
+namespace sl::parallel::pipeline {
+
+using Kind = Action::Kind;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+// What one (micro-batch, chunk) holds between its F and its B.
+struct InFlight {
+  Tensor input;     // received activation [B, T, C] (a leaf), undefined on chunk 0
+  Tensor output;    // the chunk's output [B, T, C], or the weighted loss on the last chunk
+  Tensor grad_out;  // received gradient of output [B, T, C]
+};
+}  // namespace
+
+StepResult run_schedule(const Schedule& schedule, Stage& stage, ProcessGroup& pp,
+                        const std::vector<nn::TokenStream::MicroBatch>& micros, const std::vector<double>& weights,
+                        const std::vector<double>& loss_factor, const std::function<void(bool last)>& before_backward,
+                        const EngineOptions& options) {
+  const int p = schedule.stages, rank = pp.rank(), last_chunk = schedule.chunks() - 1;
+  SL_CHECK(pp.size() == p && stage.stages == p && stage.rank == rank && stage.virtual_stages == schedule.virtual_stages,
+           "pipeline engine: schedule for ", p, " stages x ", schedule.virtual_stages, " virtual, but the pp group has ",
+           pp.size(), " ranks and this is stage ", stage.rank, " of ", stage.stages, " x ", stage.virtual_stages);
+  SL_CHECK(static_cast<int>(micros.size()) == schedule.micro_batches, "pipeline engine: the schedule is for ",
+           schedule.micro_batches, " micro-batches, got ", micros.size());
+  const auto& list = schedule.ranks[rank];
+  int backwards_left = 0;
+  for (const Action& a : list) backwards_left += a.kind == Kind::backward;
+
+  StepResult result;
+  std::map<std::pair<int, int>, InFlight> held;  // (micro, chunk) -> its tensors
+  const auto start = Clock::now();
+  auto seconds = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
+  auto activation_shape = [&](int micro) {
+    const Tensor& ids = micros[micro].batch.inputs;  // [B, T]
+    return Shape({ids.size(0), ids.size(1), stage.parts[0]->config().n_embd});
+  };
+  auto synthetic_cost = [&](int chunk, double factor) {
+    if (options.sleep_per_layer_seconds <= 0) return;
+    const auto& spec = stage.specs[chunk / p];
+    std::this_thread::sleep_for(std::chrono::duration<double>(factor * options.sleep_per_layer_seconds *
+                                                              static_cast<double>(spec.layer_end - spec.layer_begin)));
+  };
+
+  for (size_t i = 0; i < list.size();) {
+    const Action& a = list[i];
+    const double t0 = seconds();
+    if (a.kind == Kind::forward) {
+      nn::GPT& part = *stage.parts[a.chunk / p];
+      InFlight& f = held[{a.micro, a.chunk}];
+      const nn::Batch& batch = micros[a.micro].batch;
+      Tensor x = a.chunk == 0 ? part.forward_part(batch.inputs) : part.forward_part(f.input);
+      if (a.chunk == last_chunk) {
+        Tensor loss = cross_entropy(x, batch.targets);  // mean over the micro-batch's counted targets
+        result.loss_share += loss.item() * loss_factor[a.micro];
+        x = weights[a.micro] == 1.0 ? loss : mul(loss, weights[a.micro]);
+      }
+      f.output = x;
+      synthetic_cost(a.chunk, 1);
+      result.peak_in_flight = std::max(result.peak_in_flight, static_cast<int>(held.size()));
+      result.events.push_back({TimelineEvent::Kind::forward, a.micro, a.chunk, t0, seconds()});
+      ++i;
+      continue;
+    }
+    if (a.kind == Kind::backward) {
+      InFlight& f = held.at({a.micro, a.chunk});
+      if (before_backward) before_backward(--backwards_left == 0);
+      if (a.chunk == last_chunk) f.output.backward();
+      else f.output.backward(f.grad_out);
+      f.output = Tensor();
+      f.grad_out = Tensor();
+      synthetic_cost(a.chunk, 2);
+      if (a.chunk == 0) held.erase({a.micro, a.chunk});  // nothing to send back: all of it goes now
+      result.events.push_back({TimelineEvent::Kind::backward, a.micro, a.chunk, t0, seconds()});
+      ++i;
+      continue;
+    }
+    // A batch: every consecutive send/recv, posted together.
+    std::vector<ProcessGroup::P2POp> ops;
+    std::vector<std::pair<int, int>> sent_grads;  // entries to drop once their gradient has gone
+    for (; i < list.size() && !list[i].is_compute(); ++i) {
+      const Action& c = list[i];
+      MemoryScope scope(MemoryCategory::activations);
+      switch (c.kind) {
+        case Kind::send_activation:
+          ops.push_back({ProcessGroup::P2POp::Kind::send, held.at({c.micro, c.chunk}).output, c.peer, c.tag()});
+          break;
+        case Kind::send_grad:
+          ops.push_back({ProcessGroup::P2POp::Kind::send, held.at({c.micro, c.chunk}).input.grad(), c.peer, c.tag()});
+          sent_grads.push_back({c.micro, c.chunk});
+          break;
+        case Kind::recv_activation: {
+          Tensor buffer = Tensor::empty(activation_shape(c.micro));
+          held[{c.micro, c.chunk + 1}].input = buffer;
+          ops.push_back({ProcessGroup::P2POp::Kind::recv, buffer, c.peer, c.tag()});
+          break;
+        }
+        case Kind::recv_grad: {
+          Tensor buffer = Tensor::empty(activation_shape(c.micro));
+          held[{c.micro, c.chunk - 1}].grad_out = buffer;  // posted ahead: may precede its F
+          ops.push_back({ProcessGroup::P2POp::Kind::recv, buffer, c.peer, c.tag()});
+          break;
+        }
+        default: SL_ASSERT(false);
+      }
+    }
+    for (const WorkPtr& work : pp.batch_isend_irecv(ops)) work->wait();
+    for (const Action& c : std::vector<Action>(list.begin() + static_cast<long>(i - ops.size()), list.begin() + static_cast<long>(i)))
+      if (c.kind == Kind::recv_activation) held[{c.micro, c.chunk + 1}].input.set_requires_grad(true);
+    for (const auto& key : sent_grads) held.erase(key);  // its B is done and its gradient has left
+    result.events.push_back({TimelineEvent::Kind::comm, -1, -1, t0, seconds()});
+  }
+  SL_ASSERT(held.empty());
+  return result;
+}
+
+}  // namespace sl::parallel::pipeline

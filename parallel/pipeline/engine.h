@@ -1,0 +1,55 @@
+// engine.h — one engine runs every schedule: it walks this rank's action list (schedule.h) and
+// does what each action says, over the pp group's point-to-point ops.
+//
+//   F(m, c)   x = chunk c's part.forward_part(input)   input: the ids (chunk 0) or the received
+//             activation [B, T, C] as a leaf that requires grad; the last chunk adds the loss:
+//             loss_m = cross_entropy(logits [B, T, V], targets [B, T]) · weight_m
+//   B(m, c)   output.backward(received gradient [B, T, C])  (the last chunk: loss_m.backward());
+//             the input leaf's .grad is what goes to the previous chunk
+//   send/recv consecutive ones are posted together with batch_isend_irecv, then waited on
+//
+//   weight_m = counted_m · dp / C: each micro-batch's mean loss weighted by its share of the global
+//   batch's counted targets (C), times dp to undo the data-parallel average, so the summed gradient
+//   is the serial one — not m times too large (picotron's bug: it backpropagates every mean loss
+//   with weight 1).
+//
+//   Memory: a micro-batch's input, output and graph are held from its F to its B, then dropped:
+//   the number held at once is the schedule's in-flight count (GPipe m, 1F1B min(p-r, m)). The
+//   output [B, T, C] stays after its send because backward starts from it (this autograd has no
+//   way to keep a node and drop its tensor's data, as Megatron's deallocate_output_tensor does).
+//
+//   The engine records its own timeline (timeline.h): each F/B and each send/recv batch, with the
+//   step's start as 0; the gaps are idle.
+#pragma once
+#include <functional>
+#include <vector>
+
+#include "nn/data.h"
+#include "parallel/comm/process_group.h"
+#include "parallel/pipeline/schedule.h"
+#include "parallel/pipeline/stage.h"
+#include "parallel/pipeline/timeline.h"
+
+namespace sl::parallel::pipeline {
+
+struct EngineOptions {
+  // Benchmarks only: sleep this long per layer in each F (twice in each B) on top of the real
+  // compute, so a schedule's shape shows without the cores the ranks share (bench/pipeline.cpp).
+  double sleep_per_layer_seconds = 0;
+};
+
+struct StepResult {
+  double loss_share = 0;            // Σ loss_m · counted_m / C over the micro-batches whose loss is here
+  std::vector<TimelineEvent> events;  // this rank's timeline of the step
+  int peak_in_flight = 0;            // the most micro-batch chunks held between their F and B
+};
+
+// Runs this rank's list of `schedule` on `stage`. micros: every micro-batch (the same on every
+// rank); weights[m]: the factor loss_m is multiplied by before its backward; loss_factor[m]: its
+// weight in the returned loss share. before_backward(last) runs before each B (may be empty).
+StepResult run_schedule(const Schedule& schedule, Stage& stage, ProcessGroup& pp,
+                        const std::vector<nn::TokenStream::MicroBatch>& micros, const std::vector<double>& weights,
+                        const std::vector<double>& loss_factor, const std::function<void(bool last)>& before_backward,
+                        const EngineOptions& options = {});
+
+}  // namespace sl::parallel::pipeline

@@ -1,0 +1,97 @@
+// pipeline_runner.cpp — see pipeline_runner.h.
+#include "parallel/pipeline/pipeline_runner.h"
+
+#include "parallel/pipeline/simulate.h"
+#include "tensor/ops.h"
+
+namespace sl::parallel::pipeline {
+
+PipelineRunner::PipelineRunner(const nn::GPTConfig& config, uint64_t seed, const DeviceMesh& mesh,
+                               const PipelineOptions& options)
+    : options_(options), pp_(mesh.group("pp")) {
+  const int p = pp_->size();
+  // Everything that can be wrong is checked before the first byte moves.
+  config.validate();
+  check_schedule_config(options.schedule, p, options.schedule == ScheduleKind::interleaved ? p : 1,
+                        options.virtual_stages);
+  stage_ = make_stage(config, seed, pp_->rank(), p, options.virtual_stages, options.stage_layers);
+  module_ = std::make_unique<StageModule>(stage_);
+  if (p > 1) embedding_group_ = pp_->new_group({0, p - 1});
+}
+
+double PipelineRunner::forward_backward(const std::vector<nn::TokenStream::MicroBatch>& micros, double global_count,
+                                        int dp, const BackwardHooks& hooks) {
+  const int m = static_cast<int>(micros.size());
+  SL_CHECK(global_count > 0 && dp >= 1, "PipelineRunner: global_count (", global_count, ") must be > 0 and dp (", dp,
+           ") >= 1");
+  if (schedule_.ranks.empty() || schedule_.micro_batches != m) {
+    schedule_ = make_schedule(options_.schedule, pp_->size(), m, options_.virtual_stages);  // throws naming m
+    check(schedule_);  // validated and simulated: a deadlock is found here, not in a hung run
+  }
+  std::vector<double> weights, loss_factor;
+  for (const auto& micro : micros) {
+    weights.push_back(static_cast<double>(micro.counted) * dp / global_count);
+    loss_factor.push_back(static_cast<double>(micro.counted) / global_count);
+  }
+  last_ = run_schedule(schedule_, stage_, *pp_, micros, weights, loss_factor, hooks.before_backward, options_.engine);
+  return holds_loss() ? last_.loss_share : 0.0;
+}
+
+void PipelineRunner::finish_gradients() {
+  if (!embedding_group_) return;
+  // The embedding's wte (first stage) and the head's copy (last stage): one parameter, two
+  // gradients. Summing them gives each copy the serial gradient.
+  Tensor weight = stage_.holds_first() ? stage_.parts.front()->wte->weight : stage_.parts.back()->wte->weight;
+  Tensor grad = weight.grad();
+  if (!grad.defined()) {
+    grad = zeros(weight.shape(), TensorOptions(weight.dtype(), weight.device()));
+    weight.set_grad(grad);
+  }
+  embedding_group_->all_reduce(grad);
+}
+
+Timeline PipelineRunner::gather_timeline() { return pipeline::gather_timeline(last_.events, *pp_, schedule_.micro_batches); }
+
+nn::StateDict PipelineRunner::gather(bool gradients) {
+  // Stage by stage, its parameters broadcast over pp: first a header (count, then per parameter
+  // its name's length, rank, dims, the name's characters, all as i64), then the values. The last
+  // stage's wte copy is left out: the first stage's is the model's.
+  nn::StateDict out;
+  for (int root = 0; root < pp_->size(); ++root) {
+    std::vector<int64_t> header;
+    std::vector<Tensor> values;
+    if (root == pp_->rank()) {
+      for (const auto& [name, param] : module_->named_parameters()) {
+        if (name == "wte.weight" && !stage_.holds_first()) continue;
+        Tensor value = gradients ? (param.grad().defined() ? param.grad() : zeros(param.shape())) : param;
+        header.push_back(static_cast<int64_t>(name.size()));
+        header.push_back(param.dim());
+        for (int64_t d : param.shape()) header.push_back(d);
+        for (char c : name) header.push_back(c);
+        values.push_back(value);
+      }
+    }
+    Tensor length = full({1}, static_cast<double>(header.size()), TensorOptions(DType::i64));
+    pp_->broadcast(length, root);
+    Tensor encoded = Tensor::empty({static_cast<int64_t>(length.item())}, TensorOptions(DType::i64));
+    if (root == pp_->rank()) std::copy(header.begin(), header.end(), encoded.data<int64_t>());
+    pp_->broadcast(encoded, root);
+    const std::vector<int64_t> h = encoded.values<int64_t>();
+    for (size_t i = 0, k = 0; i < h.size(); ++k) {
+      const int64_t name_length = h[i++], rank = h[i++];
+      std::vector<int64_t> dims(h.begin() + static_cast<long>(i), h.begin() + static_cast<long>(i + rank));
+      i += static_cast<size_t>(rank);
+      std::string name(h.begin() + static_cast<long>(i), h.begin() + static_cast<long>(i + name_length));
+      i += static_cast<size_t>(name_length);
+      Tensor value = root == pp_->rank() ? values[k].detach().clone() : Tensor::empty(Shape(dims));
+      pp_->broadcast(value, root);
+      out[name] = value;
+    }
+  }
+  return out;
+}
+
+nn::StateDict PipelineRunner::full_state_dict() { return gather(false); }
+nn::StateDict PipelineRunner::full_gradients() { return gather(true); }
+
+}  // namespace sl::parallel::pipeline

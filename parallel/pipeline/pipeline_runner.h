@@ -1,0 +1,79 @@
+// pipeline_runner.h — the pipeline chapter plugged into the one training step (model_runner.h):
+// this rank's stage, the schedule, the engine, the tied wte and the gathered state.
+//
+//   Trainer::train_step                          PipelineRunner (rank r of the pp group)
+//   zero grads, DDP/ZeRO-1 over module()   ──▶   module(): this stage's parameters, serial names
+//   forward_backward(micros, C, dp, hooks) ──▶   schedule (built once per m: validated and simulated
+//                                                 before anything is sent), run by the engine;
+//                                                 weight_m = counted_m·dp/C; returns the loss share
+//                                                 on the last stage (holds_loss), 0 elsewhere
+//   finish_gradients()                     ──▶   wte.grad summed between the first and the last stage
+//                                                 (Megatron's embedding group): the head's copy and the
+//                                                 embedding's get the same gradient, so AdamW keeps
+//                                                 both copies bitwise equal
+//   clip over mesh_grads(), AdamW               the last stage's wte is tied("wte"): counted once
+//
+//   Groups: mesh.group("pp") for the activations and gradients, and a 2-rank group of pp ranks
+//   {0, p-1} for the tied wte (made in the constructor, collective over pp). Data parallelism is the
+//   Trainer's: it wraps module() over mesh.group("dp") (DDP) or "dp_shard" (ZeRO-1).
+//
+//   Lessons: 07, 08   Tests: tests/test_pipeline.cpp
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nn/gpt.h"
+#include "parallel/comm/mesh.h"
+#include "parallel/pipeline/engine.h"
+#include "parallel/pipeline/schedule.h"
+#include "parallel/pipeline/stage.h"
+#include "parallel/pipeline/timeline.h"
+#include "parallel/train/model_runner.h"
+
+namespace sl::parallel::pipeline {
+
+struct PipelineOptions {
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;
+  int virtual_stages = 1;
+  std::vector<int64_t> stage_layers;  // --stage-layers: layers per chunk (p·v counts); empty: balanced
+  EngineOptions engine;
+};
+
+class PipelineRunner : public ModelRunner {
+ public:
+  // Collective over mesh.group("pp"). Throws before any communication when the split cannot be
+  // made (more chunks than layers, counts that do not add up) or the schedule's options clash.
+  PipelineRunner(const nn::GPTConfig& config, uint64_t seed, const DeviceMesh& mesh, const PipelineOptions& options);
+
+  nn::Module& module() override { return *module_; }
+  double forward_backward(const std::vector<nn::TokenStream::MicroBatch>& micros, double global_count, int dp,
+                          const BackwardHooks& hooks) override;
+  bool holds_loss() const override { return stage_.holds_last(); }
+  void finish_gradients() override;
+  nn::StateDict full_state_dict() override;  // collective over pp
+  nn::StateDict full_gradients() override;   // collective over pp (zeros where a stage has none)
+
+  const Stage& stage() const { return stage_; }
+  // The schedule of the last step's micro-batch count (validated and simulated).
+  const Schedule& schedule() const { return schedule_; }
+  // This rank's timeline of the last step, and its peak of micro-batch chunks in flight.
+  const std::vector<TimelineEvent>& events() const { return last_.events; }
+  int peak_in_flight() const { return last_.peak_in_flight; }
+  // Collective over pp: every rank's timeline of the last step (for --trace and the run report).
+  Timeline gather_timeline();
+  ProcessGroupPtr pp_group() const { return pp_; }
+
+ private:
+  nn::StateDict gather(bool gradients);
+
+  PipelineOptions options_;
+  ProcessGroupPtr pp_;
+  ProcessGroupPtr embedding_group_;  // pp ranks {0, p-1}; null on the others (and when p == 1)
+  Stage stage_;
+  std::unique_ptr<StageModule> module_;
+  Schedule schedule_;
+  StepResult last_;
+};
+
+}  // namespace sl::parallel::pipeline
