@@ -47,6 +47,14 @@ nn::GPTConfig config_with(int64_t n_layer) {
   return c;
 }
 
+PipelineOptions options(ScheduleKind schedule, int v = 1, std::vector<int64_t> stage_layers = {}) {
+  PipelineOptions o;
+  o.schedule = schedule;
+  o.virtual_stages = v;
+  o.stage_layers = std::move(stage_layers);
+  return o;
+}
+
 // Every target whose position is 3 mod 7 is ignored: rows and micro-batches count different numbers.
 nn::TokenStream masked_tokens() {
   nn::TokenStream s = parity_tokens();
@@ -123,7 +131,7 @@ TrainingRun pipelined(const nn::GPTConfig& config, const Layout& layout, const s
   launch(layout.p, [&](RankContext& ctx) {
     DeviceMesh mesh(ctx.world, ParallelismConfig{.pp = layout.p});
     PipelineRunner runner(config, kSeed, mesh,
-                          PipelineOptions{.schedule = layout.schedule, .virtual_stages = layout.v, .stage_layers = stage_layers, .engine = {}});
+                          options(layout.schedule, layout.v, stage_layers));
     nn::AdamW adamw(runner.module().parameters(), parity_adamw());
     ProcessGroupPtr pp = mesh.group("pp");
     for (int step = 0; step < kSteps; ++step) {
@@ -280,6 +288,127 @@ TEST(PipelineMemory, PeakActivationsFollowTheSchedule) {
   }
   EXPECT_LT(one_f_one_b.peak_activations[0], gpipe.peak_activations[0]);
   EXPECT_LT(one_f_one_b.peak_activations[p - 1], one_f_one_b.peak_activations[0]);
+}
+
+
+// DP 2 x PP 2: each data-parallel replica is a 2-stage pipeline over its half of the batch. DDP wraps
+// the stage's module over the dp group and runs every backward but the rank's last under no_sync
+// (the runner's before_backward hook); ZeRO-1 adds every micro-batch into its flat buffer and
+// reduce-scatters once in step(). Either way the dp group is used once per step, whatever m is,
+// on every rank, the last stage (no warm-up) included.
+struct DataParallelRun {
+  TrainingRun run;
+  std::vector<int64_t> dp_calls_per_step;  // per rank: the dp group's calls in one step
+};
+
+DataParallelRun pipelined_with_dp(const nn::GPTConfig& config, int m, bool zero1) {
+  const nn::TokenStream data = masked_tokens();
+  const int dp = 2, p = 2;
+  const int64_t rows = kRowsPerMicro * m * dp;
+  DataParallelRun out;
+  out.dp_calls_per_step.resize(dp * p);
+  std::vector<std::vector<int>> tied_flags(dp * p);
+  launch(dp * p, [&](RankContext& ctx) {
+    ParallelismConfig layout{.pp = p};
+    (zero1 ? layout.dp_shard : layout.dp_replicate) = dp;
+    DeviceMesh mesh(ctx.world, layout);
+    PipelineRunner runner(config, kSeed, mesh, options(ScheduleKind::one_f_one_b));
+    ProcessGroupPtr dp_group = mesh.group("dp"), pp = mesh.group("pp");
+    std::unique_ptr<DistributedDataParallel> ddp;
+    std::unique_ptr<nn::AdamW> adamw;
+    std::unique_ptr<ZeroAdamW> zero;
+    if (zero1) {
+      zero = std::make_unique<ZeroAdamW>(runner.module().parameters(), dp_group,
+                                         ZeroOptions{.stage = 1, .adamw = parity_adamw()});
+    } else {
+      ddp = std::make_unique<DistributedDataParallel>(runner.module(), dp_group);
+      adamw = std::make_unique<nn::AdamW>(runner.module().parameters(), parity_adamw());
+    }
+    std::optional<DistributedDataParallel::NoSyncGuard> local_only;
+    BackwardHooks hooks;
+    if (ddp)
+      hooks.before_backward = [&](bool last) {
+        local_only.reset();
+        if (!last) local_only.emplace(*ddp);
+      };
+    const RowRange mine = data_parallel_rows(rows, mesh.dp_rank(), dp);
+    for (int step = 0; step < kSteps; ++step) {
+      if (ddp) ddp->zero_grad();
+      if (zero) zero->zero_grad();
+      const double C = counted(data.micro_batches(step, rows, kBlock, 1));  // the global batch's count
+      auto micros = data.micro_batches(step, rows, kBlock, m, mine.begin, mine.end);
+      const int64_t calls_before = dp_group->ledger().total().calls;
+      Tensor loss = full({1}, runner.forward_backward(micros, C, dp, hooks), TensorOptions(DType::f64));
+      local_only.reset();
+      if (ddp) ddp->synchronize();  // the last backward's all-reduces, before the tied sum touches wte
+      runner.finish_gradients();
+      if (zero) zero->step();
+      if (ddp) ddp->step(*adamw);
+      out.dp_calls_per_step[ctx.rank] = dp_group->ledger().total().calls - calls_before;
+      ctx.world->all_reduce(loss);  // the two last stages' shares of their halves
+      Tensor wte = runner.module().state_dict().count("wte.weight") ? runner.module().state_dict().at("wte.weight").clone()
+                                                                     : Tensor::empty({config.vocab_size, config.n_embd});
+      Tensor first = wte.clone();
+      pp->broadcast(first, 0);
+      if (runner.module().state_dict().count("wte.weight"))
+        tied_flags[ctx.rank].push_back(first.values<float>() == wte.values<float>());
+      if (ctx.rank == 0) out.run.losses.push_back(loss.item());
+    }
+    nn::StateDict params = runner.full_state_dict();
+    if (ctx.rank == 0) out.run.params = params;
+  }, quick(20000));
+  for (const auto& flags : tied_flags)
+    for (int f : flags) out.run.tied_equal = out.run.tied_equal && f;
+  return out;
+}
+
+class PipelineDataParallel : public testing::TestWithParam<bool> {};
+
+TEST_P(PipelineDataParallel, Dp2Pp2MatchesSerialAndSyncsOncePerStep) {
+  SL_SKIP_UNLESS_WORLD(4);
+  const bool zero1 = GetParam();
+  const nn::GPTConfig config = config_with(3);
+  const int m = 3;
+  const DataParallelRun one = pipelined_with_dp(config, 1, zero1);
+  const DataParallelRun many = pipelined_with_dp(config, m, zero1);
+  const TrainingRun reference = serial(config, kRowsPerMicro * m * 2, 1);
+  EXPECT_TRUE(many.run.tied_equal);
+  for (int s = 0; s < kSteps; ++s)
+    EXPECT_NEAR(many.run.losses[s], reference.losses[s], kAtol + kRtol * std::abs(reference.losses[s])) << "step " << s;
+  expect_close(many.run.params, reference.params, zero1 ? "ZeRO-1 x PP parameters" : "DDP x PP parameters");
+  // m micro-batches cost the dp group exactly what one does: the sync runs after the last backward.
+  for (size_t r = 0; r < many.dp_calls_per_step.size(); ++r) {
+    EXPECT_EQ(many.dp_calls_per_step[r], one.dp_calls_per_step[r]) << "rank " << r;
+    EXPECT_GT(many.dp_calls_per_step[r], 0) << "rank " << r;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Sync, PipelineDataParallel, testing::Values(false, true),
+                         [](const testing::TestParamInfo<bool>& info) { return info.param ? "zero1" : "ddp"; });
+
+// Refused before any communication, naming the values.
+TEST(PipelineRunnerConfig, RefusesInvalidConfigurationsBeforeCommunicating) {
+  SL_SKIP_UNLESS_WORLD(2);
+  const nn::GPTConfig config = config_with(3);
+  launch(2, [&](RankContext& ctx) {
+    DeviceMesh mesh(ctx.world, ParallelismConfig{.pp = 2});
+    ProcessGroupPtr pp = mesh.group("pp");
+    const int64_t calls = pp->ledger().total().calls;
+    expect_error([&] { PipelineRunner(config, kSeed, mesh, options(ScheduleKind::gpipe, 2)); },
+                 "--virtual-stages 2 needs --schedule interleaved (got gpipe)");
+    expect_error([&] { PipelineRunner(config, kSeed, mesh, options(ScheduleKind::interleaved, 2)); },
+                 "4 chunks (stages x virtual stages) need at least one layer each, but n_layer is 3");
+    expect_error([&] { PipelineRunner(config, kSeed, mesh, options(ScheduleKind::one_f_one_b, 1, {1, 1})); },
+                 "--stage-layers adds up to 2 layers, but n_layer is 3");
+    EXPECT_EQ(pp->ledger().total().calls, calls) << "an invalid configuration communicated";
+    PipelineRunner interleaved(config_with(4), kSeed, mesh, options(ScheduleKind::interleaved, 2));
+    const int64_t before = pp->ledger().total().calls;
+    const nn::TokenStream data = masked_tokens();
+    auto micros = data.micro_batches(0, 3 * kRowsPerMicro, kBlock, 3);
+    expect_error([&] { interleaved.forward_backward(micros, counted(micros), 1, {}); },
+                 "micro-batches (3) to be a multiple of stages (2)");
+    EXPECT_EQ(pp->ledger().total().calls, before) << "a refused step communicated";
+  }, quick());
 }
 
 }  // namespace
