@@ -44,11 +44,12 @@ StepResult run_schedule(const Schedule& schedule, Stage& stage, ProcessGroup& pp
     const Tensor& ids = micros[micro].batch.inputs;  // [B, T]
     return Shape({ids.size(0), ids.size(1), stage.parts[0]->config().n_embd});
   };
-  auto synthetic_cost = [&](int chunk, double factor) {
-    if (options.sleep_per_layer_seconds <= 0) return;
+  auto synthetic_cost = [&](int micro, int chunk, double factor) {
+    if (options.sleep_per_layer_row_seconds <= 0) return;
     const auto& spec = stage.specs[chunk / p];
-    std::this_thread::sleep_for(std::chrono::duration<double>(factor * options.sleep_per_layer_seconds *
-                                                              static_cast<double>(spec.layer_end - spec.layer_begin)));
+    const double layers = static_cast<double>(spec.layer_end - spec.layer_begin);
+    const double rows = static_cast<double>(micros[micro].batch.inputs.size(0));
+    std::this_thread::sleep_for(std::chrono::duration<double>(factor * options.sleep_per_layer_row_seconds * layers * rows));
   };
 
   for (size_t i = 0; i < list.size();) {
@@ -65,7 +66,7 @@ StepResult run_schedule(const Schedule& schedule, Stage& stage, ProcessGroup& pp
         x = weights[a.micro] == 1.0 ? loss : mul(loss, weights[a.micro]);
       }
       f.output = x;
-      synthetic_cost(a.chunk, 1);
+      synthetic_cost(a.micro, a.chunk, 1);
       result.peak_in_flight = std::max(result.peak_in_flight, static_cast<int>(held.size()));
       result.events.push_back({TimelineEvent::Kind::forward, a.micro, a.chunk, t0, seconds()});
       ++i;
@@ -78,7 +79,7 @@ StepResult run_schedule(const Schedule& schedule, Stage& stage, ProcessGroup& pp
       else f.output.backward(f.grad_out);
       f.output = Tensor();
       f.grad_out = Tensor();
-      synthetic_cost(a.chunk, 2);
+      synthetic_cost(a.micro, a.chunk, 2);
       if (a.chunk == 0) held.erase({a.micro, a.chunk});  // nothing to send back: all of it goes now
       result.events.push_back({TimelineEvent::Kind::backward, a.micro, a.chunk, t0, seconds()});
       ++i;

@@ -33,9 +33,10 @@
 namespace sl::parallel::pipeline {
 
 struct EngineOptions {
-  // Benchmarks only: sleep this long per layer in each F (twice in each B) on top of the real
-  // compute, so a schedule's shape shows without the cores the ranks share (bench/pipeline.cpp).
-  double sleep_per_layer_seconds = 0;
+  // Lessons and benchmarks only: sleep this long per layer and per micro-batch row in each F (twice
+  // in each B) on top of the real compute: a fixed cost per layer, so a schedule's shape shows even
+  // when the ranks share fewer cores than there are ranks (bench/pipeline.cpp).
+  double sleep_per_layer_row_seconds = 0;
 };
 
 struct StepResult {

@@ -62,7 +62,7 @@ std::string ascii_gantt(const Timeline& t, int width) {
     std::snprintf(busy, sizeof busy, "  busy %3.0f%%", s > 0 ? 100 * t.busy(static_cast<int>(r)) / s : 0.0);
     out += "rank " + std::to_string(r) + " |" + row + "|" + busy + "\n";
   }
-  out += "        0-9,A-P forward of micro-batch 0..25   a-z backward   - send/recv   . idle\n";
+  out += "        0-9,A-P forward of micro-batch 0..25   a-z backward   - in send/recv (waiting for a peer, mostly)   . idle\n";
   return out;
 }
 
