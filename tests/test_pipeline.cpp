@@ -282,8 +282,8 @@ TEST(PipelineMemory, PeakActivationsFollowTheSchedule) {
     // run's micro-batch of the same size) times the count held; the backward's own temporaries ride on top.
     const double per_micro = static_cast<double>(single.peak_activations[r]);
     EXPECT_GT(gpipe.peak_activations[r], one_f_one_b.peak_activations[r] - 1) << "rank " << r;
-    EXPECT_NEAR(gpipe.peak_activations[r] / per_micro, m, 0.5 * m) << "rank " << r;
-    EXPECT_NEAR(one_f_one_b.peak_activations[r] / per_micro, std::min(p - r, m), 0.5 * std::min(p - r, m) + 0.5)
+    EXPECT_NEAR(gpipe.peak_activations[r] / per_micro, m, 0.1 * m) << "rank " << r;
+    EXPECT_NEAR(one_f_one_b.peak_activations[r] / per_micro, std::min(p - r, m), 0.1 * std::min(p - r, m))
         << "rank " << r;
   }
   EXPECT_LT(one_f_one_b.peak_activations[0], gpipe.peak_activations[0]);
