@@ -1,7 +1,7 @@
 // pipeline — what the schedules cost: the bubble against its formula with a fixed cost per layer,
 // and GPT config B (n_embd 256, 6 layers, B8 T128) trained over 2 pipeline stages against serial.
 //
-//   build/bench/pipeline [--steps 5] [--warmup 2] [--sleep-ms 2] [--skip-throughput 1]
+//   build/bench/pipeline [--steps 5] [--warmup 2] [--sleep-ms 2] [--skip-throughput 1] [--skip-bubble 1]
 //
 // Part 1 (synthetic): the engine sleeps sleep-ms per layer per micro-batch row in each forward (twice
 // in each backward) on top of a tiny model's compute, so the schedule's shape, not the cores the
@@ -23,6 +23,7 @@
 #include "parallel/comm/launch.h"
 #include "parallel/comm/mesh.h"
 #include "parallel/pipeline/pipeline_runner.h"
+#include "tensor/cpu/gemm.h"
 
 using namespace sl;
 using namespace sl::parallel;
@@ -111,15 +112,17 @@ static double serial_steps(const nn::GPTConfig& config, const nn::TokenStream& d
 int main(int argc, char** argv) {
   int steps = 5, warmup = 2;
   double sleep_ms = 2.0;
-  bool throughput = true;
+  bool throughput = true, bubble = true;
+  set_num_threads(1);  // one GEMM thread per rank, and for the serial baseline: one "device" each
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--steps") steps = std::stoi(value);
     else if (flag == "--warmup") warmup = std::stoi(value);
     else if (flag == "--sleep-ms") sleep_ms = std::stod(value);
     else if (flag == "--skip-throughput") throughput = value == "0";
+    else if (flag == "--skip-bubble") bubble = value == "0";
     else {
-      std::fprintf(stderr, "usage: pipeline [--steps N] [--warmup N] [--sleep-ms X] [--skip-throughput 0|1]\n");
+      std::fprintf(stderr, "usage: pipeline [--steps N] [--warmup N] [--sleep-ms X] [--skip-throughput 0|1] [--skip-bubble 0|1]\n");
       return 2;
     }
   }
@@ -133,7 +136,7 @@ int main(int argc, char** argv) {
       {ScheduleKind::gpipe, 4, 8, 1},        {ScheduleKind::one_f_one_b, 2, 8, 1}, {ScheduleKind::one_f_one_b, 4, 4, 1},
       {ScheduleKind::one_f_one_b, 4, 8, 1},  {ScheduleKind::one_f_one_b, 4, 16, 1}, {ScheduleKind::interleaved, 2, 8, 2},
       {ScheduleKind::interleaved, 4, 8, 2},  {ScheduleKind::interleaved, 4, 16, 2}};
-  for (const Case& c : cases) {
+  for (const Case& c : bubble ? cases : std::vector<Case>{}) {
     // 16 rows per step whatever m is (below 16: 16 rows still), so each case does the same work.
     const int64_t rows = std::max<int64_t>(16, c.m);
     const StepTimes t = pipeline_steps(kTiny, tiny, c.p, c.m, c.v, c.kind, rows, sleep_ms * 1e-3, steps, warmup);

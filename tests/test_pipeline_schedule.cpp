@@ -182,6 +182,22 @@ TEST(PipelineSimulate, FindsADeadlockBeforeAnythingRuns) {
   expect_error([&] { check(s); }, "deadlocks: rank 0 waits in");
 }
 
+// Interleaved's order with each send right after its compute and each receive right before its
+// consumer (what with_communication does) is well formed, yet under rendezvous it deadlocks: rank 0
+// sends a gradient that rank 1 takes only after an activation rank 0 sends later. With buffered
+// sends it would run; on NCCL it hangs. Megatron's exchange (every send and receive between two
+// steps in one batch, receives posted a step ahead) is what make_schedule builds instead.
+TEST(PipelineSimulate, InterleavedNeedsItsExchangesBatched) {
+  const Schedule megatron = make_schedule(ScheduleKind::interleaved, 2, 4, 2);
+  std::vector<std::vector<Action>> compute = {compute_of(megatron, 0), compute_of(megatron, 1)};
+  const Schedule naive_exchanges = with_communication(ScheduleKind::interleaved, 2, 4, 2, compute);
+  EXPECT_NO_THROW(validate(naive_exchanges));
+  const Simulation sim = simulate(naive_exchanges);
+  EXPECT_TRUE(sim.deadlocked);
+  EXPECT_NE(sim.stuck.find("rank 0 waits in {send grad 0.2 -> 1}"), std::string::npos) << sim.stuck;
+  EXPECT_NO_THROW(check(megatron));
+}
+
 TEST(PipelineValidate, CatchesMalformedLists) {
   // Backwards in reverse on rank 0 but in order on rank 1: the k-th send meets another tag.
   Schedule reversed = with_communication(
