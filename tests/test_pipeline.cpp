@@ -28,6 +28,7 @@
 #include "parallel/data_parallel/data_parallel.h"
 #include "parallel/data_parallel/ddp.h"
 #include "parallel/pipeline/pipeline_runner.h"
+#include "parallel/train/trainer.h"
 #include "parallel/zero/zero.h"
 #include "parallel_test_util.h"
 #include "tensor/ledger.h"
@@ -410,6 +411,45 @@ TEST(PipelineRunnerConfig, RefusesInvalidConfigurationsBeforeCommunicating) {
     EXPECT_EQ(pp->ledger().total().calls, before) << "a refused step communicated";
   }, quick());
 }
+
+
+// What train will run: parallel::Trainer over a pp x dp mesh with a PipelineRunner from a
+// RunnerFactory, wrapped by DDP or ZeRO-1, against the serial run on the whole batch.
+class PipelineTrainer : public testing::TestWithParam<int> {};
+
+TEST_P(PipelineTrainer, TrainerWithPipelineRunnerMatchesSerial) {
+  SL_SKIP_UNLESS_WORLD(4);
+  const int zero = GetParam(), m = 2;
+  const nn::GPTConfig config = config_with(3);
+  const nn::TokenStream data = masked_tokens();
+  const int64_t rows = kRowsPerMicro * m * 2;
+  const TrainingRun reference = serial(config, rows, 1);
+  std::vector<double> losses;
+  nn::StateDict params;
+  launch(4, [&](RankContext& ctx) {
+    TrainPlan plan;
+    plan.parallelism.pp = 2;
+    (zero ? plan.parallelism.dp_shard : plan.parallelism.dp_replicate) = 2;
+    plan.zero = zero;
+    plan.micro_batches = m;
+    Trainer trainer(ctx, plan, [&](const DeviceMesh& mesh) {
+      return std::make_unique<PipelineRunner>(config, kSeed, mesh, options(ScheduleKind::one_f_one_b));
+    }, parity_adamw());
+    for (int step = 0; step < kSteps; ++step) {
+      const double loss = trainer.train_step(data, step, rows, kBlock, parity_adamw().lr, 0.0);
+      if (ctx.rank == 0) losses.push_back(loss);
+    }
+    nn::StateDict full = trainer.full_state_dict();
+    if (ctx.rank == 0) params = full;
+  }, quick(20000));
+  ASSERT_EQ(losses.size(), static_cast<size_t>(kSteps));
+  for (int s = 0; s < kSteps; ++s)
+    EXPECT_NEAR(losses[s], reference.losses[s], kAtol + kRtol * std::abs(reference.losses[s])) << "step " << s;
+  expect_close(params, reference.params, zero ? "Trainer ZeRO-1 x PP" : "Trainer DDP x PP");
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, PipelineTrainer, testing::Values(0, 1),
+                         [](const testing::TestParamInfo<int>& info) { return info.param ? "zero1_pp2" : "ddp_pp2"; });
 
 }  // namespace
 }  // namespace sl::parallel::pipeline
