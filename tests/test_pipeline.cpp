@@ -127,7 +127,8 @@ struct Layout {
 };
 
 // The pipeline: world p, mesh pp = p, PipelineRunner + nn::AdamW over its module.
-TrainingRun pipelined(const nn::GPTConfig& config, const Layout& layout, const std::vector<int64_t>& stage_layers = {}) {
+TrainingRun pipelined(const nn::GPTConfig& config, const Layout& layout, const std::vector<int64_t>& stage_layers = {},
+                      bool free_sent_outputs = true) {
   const nn::TokenStream data = masked_tokens();
   const int64_t rows = kRowsPerMicro * layout.m;
   TrainingRun run;
@@ -136,8 +137,9 @@ TrainingRun pipelined(const nn::GPTConfig& config, const Layout& layout, const s
   std::vector<std::vector<int>> tied_flags(layout.p);
   launch(layout.p, [&](RankContext& ctx) {
     DeviceMesh mesh(ctx.world, ParallelismConfig{.pp = layout.p});
-    PipelineRunner runner(config, kSeed, mesh,
-                          options(layout.schedule, layout.v, stage_layers));
+    PipelineOptions opts = options(layout.schedule, layout.v, stage_layers);
+    opts.engine.free_sent_outputs = free_sent_outputs;
+    PipelineRunner runner(config, kSeed, mesh, opts);
     nn::AdamW adamw(runner.module().parameters(), parity_adamw());
     ProcessGroupPtr pp = mesh.group("pp");
     for (int step = 0; step < kSteps; ++step) {
@@ -294,6 +296,20 @@ TEST(PipelineMemory, PeakActivationsFollowTheSchedule) {
   }
   EXPECT_LT(one_f_one_b.peak_activations[0], gpipe.peak_activations[0]);
   EXPECT_LT(one_f_one_b.peak_activations[p - 1], one_f_one_b.peak_activations[0]);
+}
+
+// A sent output's bytes go at once: under GPipe stage 0 peaks right after its last forward, with
+// the m-1 earlier outputs sent and freed (the last one not yet sent): (m-1)·B·T·C·4 bytes saved.
+TEST(PipelineMemory, SentOutputsAreFreed) {
+  SL_SKIP_UNLESS_WORLD(2);
+  const int p = 2, m = 6;
+  const nn::GPTConfig config = config_with(2);
+  const TrainingRun freed = pipelined(config, {p, m, ScheduleKind::gpipe});
+  const TrainingRun kept = pipelined(config, {p, m, ScheduleKind::gpipe}, {}, /*free_sent_outputs=*/false);
+  const int64_t output_bytes = kRowsPerMicro * kBlock * config.n_embd * 4;  // [B, T, C] f32
+  EXPECT_EQ(kept.peak_activations[0] - freed.peak_activations[0], (m - 1) * output_bytes);
+  EXPECT_EQ(kept.peak_activations[1], freed.peak_activations[1]);  // the last stage sends no activation
+  EXPECT_EQ(freed.params.at("h.1.mlp.c_fc.weight").values<float>(), kept.params.at("h.1.mlp.c_fc.weight").values<float>());
 }
 
 

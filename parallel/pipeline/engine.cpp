@@ -88,12 +88,14 @@ StepResult run_schedule(const Schedule& schedule, Stage& stage, ProcessGroup& pp
     // A batch: every consecutive send/recv, posted together.
     std::vector<ProcessGroup::P2POp> ops;
     std::vector<std::pair<int, int>> sent_grads;  // entries to drop once their gradient has gone
+    std::vector<std::pair<int, int>> sent_outputs;  // outputs whose bytes can go once sent
     for (; i < list.size() && !list[i].is_compute(); ++i) {
       const Action& c = list[i];
       MemoryScope scope(MemoryCategory::activations);
       switch (c.kind) {
         case Kind::send_activation:
           ops.push_back({ProcessGroup::P2POp::Kind::send, held.at({c.micro, c.chunk}).output, c.peer, c.tag()});
+          sent_outputs.push_back({c.micro, c.chunk});
           break;
         case Kind::send_grad:
           ops.push_back({ProcessGroup::P2POp::Kind::send, held.at({c.micro, c.chunk}).input.grad(), c.peer, c.tag()});
@@ -118,6 +120,11 @@ StepResult run_schedule(const Schedule& schedule, Stage& stage, ProcessGroup& pp
     for (const Action& c : std::vector<Action>(list.begin() + static_cast<long>(i - ops.size()), list.begin() + static_cast<long>(i)))
       if (c.kind == Kind::recv_activation) held[{c.micro, c.chunk + 1}].input.set_requires_grad(true);
     for (const auto& key : sent_grads) held.erase(key);  // its B is done and its gradient has left
+    // The next stage has its own copy of a sent output; backward needs only its node (the block's
+    // last op, a residual add, saves nothing), so its bytes go now (Megatron's deallocate_output_tensor).
+    // Were anything to read them, it would throw ("released"), not read garbage.
+    if (options.free_sent_outputs)
+      for (const auto& key : sent_outputs) held.at(key).output.impl_ptr()->storage->release();
     result.events.push_back({TimelineEvent::Kind::comm, -1, -1, t0, seconds()});
   }
   SL_ASSERT(held.empty());

@@ -13,10 +13,10 @@
 //   is the serial one — not m times too large (picotron's bug: it backpropagates every mean loss
 //   with weight 1).
 //
-//   Memory: a micro-batch's input, output and graph are held from its F to its B, then dropped:
-//   the number held at once is the schedule's in-flight count (GPipe m, 1F1B min(p-r, m)). The
-//   output [B, T, C] stays after its send because backward starts from it (this autograd has no
-//   way to keep a node and drop its tensor's data, as Megatron's deallocate_output_tensor does).
+//   Memory: a micro-batch's input and graph are held from its F to its B, then dropped: the number
+//   held at once is the schedule's in-flight count (GPipe m, 1F1B min(p-r, m)). Its output
+//   [B, T, C] is freed as soon as it has been sent (the next stage holds its own copy; backward
+//   starts from the output's node, not its bytes), as Megatron's deallocate_output_tensor does.
 //
 //   The engine records its own timeline (timeline.h): each F/B and each send/recv batch, with the
 //   step's start as 0; the gaps are idle.
@@ -37,6 +37,9 @@ struct EngineOptions {
   // in each B) on top of the real compute: a fixed cost per layer, so a schedule's shape shows even
   // when the ranks share fewer cores than there are ranks (bench/pipeline.cpp).
   double sleep_per_layer_row_seconds = 0;
+  // Free each sent output's bytes at once (the default). Off: they live until the micro-batch's B
+  // (for the test that measures what freeing saves).
+  bool free_sent_outputs = true;
 };
 
 struct StepResult {
