@@ -225,5 +225,98 @@ TEST(TensorParallel, RejectsSequenceNotDivisibleByTpUnderSP) {
   }, quick());
 }
 
+// ---- communication and activation memory, from the ledgers, against formulas ----------------------------
+
+struct CostCase {
+  int tp;
+  bool sp;
+};
+std::string cost_name(const testing::TestParamInfo<CostCase>& info) {
+  return "tp" + std::to_string(info.param.tp) + (info.param.sp ? "_sp" : "");
+}
+class TensorParallelCost : public testing::TestWithParam<CostCase> {};
+
+// One forward + backward of B x T tokens on an L-layer GPT: the tp group's ledger.
+//   without SP: all-reduces of S = B·T·C floats: 2 per block forward (the g's after c_proj) and 2
+//     backward (the f's after ln_1, ln_2), the embedding's g, the head's f (backward); plus the
+//     cross-entropy's 3 of B·T floats. Ring: 2(n-1)/n · bytes each.
+//   with SP: each of the block/head all-reduces becomes an all-gather + reduce-scatter pair, (n-1)/n
+//     · bytes each: the same bytes. The embedding is still all-reduced (then scattered, whose
+//     backward is one more all-gather) and the loss still costs 3 all-reduces of B·T.
+TEST_P(TensorParallelCost, CommunicationPerBlockMatchesMegatron) {
+  const auto [tp, sp] = GetParam();
+  SL_SKIP_UNLESS_WORLD(tp);
+  const int64_t B = 4, T = 8, C = 16, L = 2;
+  const nn::GPTConfig config{.vocab_size = 32, .block_size = T, .n_layer = L, .n_head = 4, .n_embd = C};
+  const nn::TokenStream data = masked_tokens(32);
+  launch(tp, [&](RankContext& ctx) {
+    DeviceMesh mesh(ctx.world, {.tp = tp});
+    TensorParallelRunner runner(config, kSeed, mesh, {.sequence_parallel = sp});
+    CommLedger& ledger = mesh.group("tp")->ledger();
+    ledger.reset();
+    auto micros = data.micro_batches(0, B, T, 1);
+    runner.forward_backward(micros, static_cast<double>(micros[0].counted), 1, {});
+    const double n = tp, act = B * T * C * 4.0, ce = B * T * 4.0;
+    const double ring = 2 * (n - 1) / n, half = (n - 1) / n;
+    const CommStats ar = ledger[CommOp::all_reduce], ag = ledger[CommOp::all_gather], rs = ledger[CommOp::reduce_scatter];
+    if (!sp) {
+      EXPECT_EQ(ar.calls, 4 * L + 2 + 3);
+      EXPECT_EQ(ar.bytes_sent, static_cast<int64_t>((4 * L + 2) * ring * act + 3 * ring * ce));
+      EXPECT_EQ(ag.calls, 0);
+      EXPECT_EQ(rs.calls, 0);
+    } else {
+      EXPECT_EQ(ar.calls, 1 + 3);
+      EXPECT_EQ(ar.bytes_sent, static_cast<int64_t>(ring * act + 3 * ring * ce));
+      EXPECT_EQ(ag.calls, 4 * L + 1 + 1);  // blocks, ln_f's gather, the embedding scatter's backward
+      EXPECT_EQ(rs.calls, 4 * L + 1);      // blocks, the backward of ln_f's gather
+      EXPECT_EQ(ag.bytes_sent, static_cast<int64_t>((4 * L + 2) * half * act));
+      EXPECT_EQ(rs.bytes_sent, static_cast<int64_t>((4 * L + 1) * half * act));
+      // the blocks' AG + RS move what their all-reduces would: 4L·ring·act
+      EXPECT_EQ(static_cast<int64_t>(4 * L * half * act * 2), static_cast<int64_t>(4 * L * ring * act));
+    }
+  }, quick());
+}
+
+// Activations one block keeps for backward, per rank: the ledger's "activations" after the forward
+// of an L=4 model minus an L=2 one, halved. Korthikanti et al. (2022), Table 2, in bytes for fp16
+// activations and 1-byte dropout masks, per layer (s = T, b = B, h = C, a = NH):
+//   tensor parallel:            sbh(10 + 24/t + 5as/(ht))
+//   tensor + sequence parallel: sbh(34 + 5as/h) / t
+// In f32 with dropout 0 the masks (2sbh + as²b bytes) and the attention-dropout output (2as²b) do
+// not exist, and every other term doubles:
+//   tensor parallel:            4 · sbh(4 + 12/t + as/(ht))
+//   tensor + sequence parallel: 4 · sbh(16 + as/h) / t
+// What shardlab keeps besides: LayerNorm's mean and rstd (2 floats per row, 2 LayerNorms: 16sb/t'
+// bytes, t' = t under SP, else 1); and under SP the all-gathered LayerNorm outputs that c_attn and
+// c_fc save, whole (2 · 4sbh), where Megatron keeps the shard and all-gathers again in backward.
+TEST_P(TensorParallelCost, ActivationMemoryPerLayerMatchesKorthikanti) {
+  const auto [tp, sp] = GetParam();
+  SL_SKIP_UNLESS_WORLD(tp);
+  const int64_t b = 2, s = 8, h = 16, a = 4;
+  const nn::TokenStream data = masked_tokens(32);
+  launch(tp, [&](RankContext& ctx) {
+    auto kept = [&](int64_t layers) {
+      const nn::GPTConfig config{.vocab_size = 32, .block_size = s, .n_layer = layers, .n_head = a, .n_embd = h};
+      tp::TensorParallelGPT model(config, kSeed, ctx.world, {.sequence_parallel = sp});
+      nn::Batch batch = data.get_batch(0, b, s);
+      const int64_t before = MemoryLedger::instance().current(ctx.device, MemoryCategory::activations);
+      Tensor out = model.hidden(batch.inputs);
+      return MemoryLedger::instance().current(ctx.device, MemoryCategory::activations) - before;
+    };
+    const double per_layer = static_cast<double>(kept(4) - kept(2)) / 2;
+    const double t = tp, sbh = s * b * h, sb = s * b;
+    const double korthikanti = sp ? 4 * sbh * (16 + double(a * s) / h) / t : 4 * sbh * (4 + 12 / t + double(a * s) / (h * t));
+    const double layer_norm_stats = sp ? 16 * sb / t : 16 * sb;
+    const double gathered_inputs = sp ? 2 * 4 * sbh * (1 - 1 / t) : 0;  // kept whole, not as T/t rows
+    EXPECT_EQ(per_layer, korthikanti + layer_norm_stats + gathered_inputs)
+        << "Korthikanti f32: " << korthikanti << " + LayerNorm stats " << layer_norm_stats << " + gathered inputs "
+        << gathered_inputs;
+  }, quick());
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelCost,
+                         testing::Values(CostCase{2, false}, CostCase{2, true}, CostCase{4, false}, CostCase{4, true}),
+                         cost_name);
+
 }  // namespace
 }  // namespace sl::parallel
