@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mpi_tests.sh BINARY [GTEST_FILTER] — runs a GoogleTest binary as an MPI job, one process per rank:
 # first `mpirun -np 2`, then `-np 4`, with the filter (default: the collective and MPI suites, and the
-# parity suites of naive DP, DDP, ZeRO-1/2, FSDP and HSDP against the serial model).
+# parity suites of naive DP, DDP, ZeRO-1/2, FSDP, HSDP and tensor parallelism against the serial model).
 #
 #   tools/mpi_tests.sh build/tests/shardlab_tests
 #   tools/mpi_tests.sh build/tests/shardlab_tests 'MpiFailures*'
@@ -17,6 +17,7 @@ binary=${1:?usage: tools/mpi_tests.sh BINARY [GTEST_FILTER]}
 # that run on rank threads, here one process per rank over the MPI backend; a world other than -np skips).
 collectives='Collectives/*:Worlds/Collectives.*:Mpi*:*/MpiCollectives.*'
 parity='Layouts/DataParallel.*:Layouts/DDPNoSync.*:Stages/Zero.*:Layouts/Fsdp.*:Layouts/Hsdp.*:Layouts/TrainerTest.*'
+parity+=':Layouts/TensorParallelParity.*:Layouts/TensorParallelCost.*:Worlds/TPOps.*:TensorParallel.*'
 filter=${2:-"$collectives:$parity"}
 time_limit=${SL_MPI_TEST_TIMEOUT:-300}  # seconds per mpirun
 
