@@ -193,6 +193,8 @@ Block& GPT::block(int64_t layer) const {
 
 Tensor GPT::embed(const Tensor& idx, const Tensor& positions) {
   SL_CHECK(wpe, "GPT::embed: this part (", spec_.str(), ") does not hold the embedding");
+  SL_CHECK(spec_.tp_size == 1, "GPT::embed: this part (", spec_.str(), ") holds a vocabulary slice: embed with ",
+           "parallel/tensor_parallel (vocab_parallel_embedding)");
   SL_CHECK(idx.dim() == 2, "GPT: idx must be [B, T] token ids, got shape ", idx.shape());
   SL_CHECK(positions.dim() == 1 && positions.size(0) == idx.size(1), "GPT::embed: positions must be [T] = [",
            idx.size(1), "], got shape ", positions.shape());

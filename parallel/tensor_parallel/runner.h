@@ -28,6 +28,9 @@ class TensorParallelRunner : public ModelRunner {
                           const BackwardHooks& hooks) override;
   bool holds_loss() const override { return tp_rank_ == 0; }
   void finish_gradients() override { model_.finish_gradients(); }
+  // Collective over tp: serial names and shapes on every rank. full_gradients() gathers the .grad
+  // tensors (after DDP: dp-averaged; under ZeRO-1 they hold this dp rank's sums, the average lives in
+  // the optimizer's shard).
   nn::StateDict full_state_dict() override { return model_.full_state_dict(); }
   nn::StateDict full_gradients() override { return model_.full_gradients(); }
 

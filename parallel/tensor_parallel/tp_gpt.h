@@ -18,8 +18,10 @@
 //   partial sum (with_partial_grad("tp")): finish_gradients() all-reduces them over tp, or the
 //   replicas drift apart step after step (Megatron #1446, gpt-neox #1257).
 //
-//   Memory per rank: weights about 12LC²/t + (Vp/t + T)·C + 2C·(2L+1)... the per-layer activations of
-//   lessons/11_sequence_parallel.cpp: sbh(10 + 24/t + 5as/(ht)) without SP, sbh(34 + 5as/h)/t with.
+//   Memory per rank: weights L·(12C²/t + 8C/t + 6C) + (Vp/t)·C + block_size·C + 2C floats (the
+//   LayerNorms, wpe and the c_proj biases are not cut); activations per layer, measured in
+//   lessons/11_sequence_parallel.cpp against Korthikanti's sbh(10 + 24/t + 5as/(ht)) without SP and
+//   sbh(34 + 5as/h)/t with it.
 //
 //   Tests: tests/test_tensor_parallel.cpp
 #pragma once

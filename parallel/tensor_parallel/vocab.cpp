@@ -89,8 +89,8 @@ struct VocabParallelCrossEntropy : Function<VocabParallelCrossEntropy> {
         pS[n] = sum;
         const int64_t target = pt[n];
         if (target == ignore_index) continue;
-        SL_CHECK(target >= 0 && target < range.start + Vs * group->size(), "vocab_parallel_cross_entropy: target ",
-                 target, " is out of range");
+        SL_CHECK(target >= 0 && target < Vs * group->size(), "vocab_parallel_cross_entropy: target ", target,
+                 " is out of range for a vocabulary of ", Vs * group->size(), " (padded) ids");
         count++;
         if (target >= range.start && target < range.start + real) pxt[n] = px[n * Vs + target - range.start] - pm[n];
       }
