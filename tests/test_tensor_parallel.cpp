@@ -194,7 +194,7 @@ TEST(TensorParallel, ShardsAreSlicesOfTheSerialDrawAndGatherToIt) {
     EXPECT_EQ(model.gpt().wte->weight.size(0), 8);  // Vp = 32 over 4
     EXPECT_EQ(model.gpt().block(0).attn->n_head, 1);
     const int64_t L = 2, C = 16, t = 4, Vp = 32;  // weights per rank: tp_gpt.h's count
-    EXPECT_EQ(model.gpt().num_parameters(), L * (12 * C * C / t + 8 * C / t + 6 * C) + Vp / t * C + 8 * C + 2 * C);
+    EXPECT_EQ(model.gpt().num_parameters(), L * (12 * C * C / t + 7 * C / t + 6 * C) + Vp / t * C + 8 * C + 2 * C);
     for (const auto& [name, tensor] : model.full_state_dict()) {
       ASSERT_EQ(tensor.shape(), serial.state_dict().at(name).shape()) << name;
       EXPECT_EQ(max_abs_diff(tensor, serial.state_dict().at(name)), 0.0) << name << " is not the serial draw";

@@ -18,7 +18,7 @@
 //   partial sum (with_partial_grad("tp")): finish_gradients() all-reduces them over tp, or the
 //   replicas drift apart step after step (Megatron #1446, gpt-neox #1257).
 //
-//   Memory per rank: weights L·(12C²/t + 8C/t + 6C) + (Vp/t)·C + block_size·C + 2C floats (the
+//   Memory per rank: weights L·(12C²/t + 7C/t + 6C) + (Vp/t)·C + block_size·C + 2C floats (the
 //   LayerNorms, wpe and the c_proj biases are not cut); activations per layer, measured in
 //   lessons/11_sequence_parallel.cpp against Korthikanti's sbh(10 + 24/t + 5as/(ht)) without SP and
 //   sbh(34 + 5as/h)/t with it.
