@@ -202,6 +202,37 @@ TEST(TensorParallel, ShardsAreSlicesOfTheSerialDrawAndGatherToIt) {
   }, quick());
 }
 
+// Under SP each rank normalises only its T/t rows: its LayerNorm (and c_proj bias) gradients are
+// partial sums until finish_gradients() all-reduces them over tp (Megatron #1446, gpt-neox #1257).
+TEST(TensorParallel, SequenceParallelLayerNormGradientsArePartialUntilFinished) {
+  SL_SKIP_UNLESS_WORLD(2);
+  const nn::GPTConfig config = gpt(32, 2, 16);
+  const nn::TokenStream data = masked_tokens(32);
+  nn::GPT serial(config, kSeed);
+  nn::Batch batch = data.get_batch(0, kBatch, 8);
+  serial.loss(batch.inputs, batch.targets).backward();
+  const std::vector<std::string> partial = {"h.0.ln_1.weight", "h.1.ln_2.bias", "ln_f.weight", "h.0.attn.c_proj.bias",
+                                            "h.1.mlp.c_proj.bias"};
+  launch(2, [&](RankContext& ctx) {
+    DeviceMesh mesh(ctx.world, {.tp = 2});
+    TensorParallelRunner runner(config, kSeed, mesh, {.sequence_parallel = true});
+    const nn::Module& module = runner.module();
+    EXPECT_EQ(module.placement("h.0.attn.c_attn.weight"), nn::Placement::sharded(0, "tp"));
+    EXPECT_EQ(module.placement("h.0.mlp.c_proj.weight"), nn::Placement::sharded(1, "tp"));
+    auto micros = data.micro_batches(0, kBatch, 8, 1);
+    runner.forward_backward(micros, static_cast<double>(micros[0].counted), 1, {});
+    const nn::StateDict params = module.state_dict();
+    for (const std::string& name : partial) {
+      EXPECT_EQ(module.placement(name), nn::Placement::replicated().with_partial_grad("tp")) << name;
+      EXPECT_GT(max_abs_diff(params.at(name).grad(), serial.state_dict().at(name).grad().to(ctx.device)), 1e-4)
+          << name << " is already whole before the all-reduce";
+    }
+    runner.finish_gradients();
+    for (const std::string& name : partial)
+      EXPECT_LT(max_abs_diff(params.at(name).grad(), serial.state_dict().at(name).grad().to(ctx.device)), 1e-5) << name;
+  }, quick());
+}
+
 // ---- refusals, before any communication ----------------------------------------------------------------
 
 TEST(TensorParallel, RejectsHeadsNotDivisibleByTp) {
