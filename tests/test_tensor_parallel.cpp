@@ -19,6 +19,7 @@
 #include "nn/data.h"
 #include "nn/gpt.h"
 #include "nn/optim.h"
+#include "parallel/comm/grad_norm.h"
 #include "parallel/comm/launch.h"
 #include "parallel/comm/mesh.h"
 #include "parallel/data_parallel/data_parallel.h"
@@ -47,6 +48,7 @@ struct TPCase {
   int dp = 1;
   DataParallel data_parallel = DataParallel::none;
   int micro_batches = 1;
+  double clip = 0;  // > 0: clip_grad_norm every step (parallel: over runner.mesh_grads(), the placements)
 };
 
 void PrintTo(const TPCase& c, std::ostream* out) { *out << c.name; }
@@ -64,7 +66,7 @@ nn::TokenStream masked_tokens(int64_t vocab) {
 }
 
 struct SerialRun {
-  std::vector<double> losses;
+  std::vector<double> losses, norms;
   nn::StateDict last_grads;  // the last step's, before its update
   nn::StateDict params;      // after the last step
 };
@@ -82,6 +84,7 @@ SerialRun run_serial(const TPCase& c) {
     run.losses.push_back(loss.item());
     if (s == kSteps - 1)
       for (const auto& [name, p] : model.named_parameters()) run.last_grads[name] = p.grad().clone();
+    if (c.clip > 0) run.norms.push_back(nn::clip_grad_norm(model.parameters(), c.clip));
     optimizer.step();
   }
   for (const auto& [name, p] : model.named_parameters()) run.params[name] = p.detach().clone();
@@ -157,6 +160,10 @@ TEST_P(TensorParallelParity, MatchesSerialAfterFiveAdamWSteps) {
       ctx.world->all_reduce(loss);  // only tp rank 0 of each dp rank holds a share
       EXPECT_NEAR(loss.item(), serial.losses[s], kAtol + kRtol * std::abs(serial.losses[s])) << "step " << s;
       if (s == kSteps - 1 && !zero) expect_close(runner.full_gradients(), serial.last_grads, "gradient", ctx.rank);
+      if (c.clip > 0) {  // each element once: shards on every tp rank, replicas on tp rank 0, padding is 0
+        const double norm = clip_grad_norm(runner.mesh_grads(), c.clip, mesh);
+        EXPECT_NEAR(norm, serial.norms[s], 1e-5 * serial.norms[s]) << "step " << s;
+      }
       if (zero) zero->step(); else if (ddp) ddp->step(*adamw); else adamw->step();
     }
     expect_close(runner.full_state_dict(), serial.params, "parameter", ctx.rank);
@@ -177,6 +184,9 @@ std::vector<TPCase> cases() {
     out.push_back({"tp2_micro2" + s, gpt(32, 2, 16), 8, 2, sp, 1, DataParallel::none, 2});
     out.push_back({"dp2_ddp_tp2" + s, gpt(31, 2, 16), 8, 2, sp, 2, DataParallel::ddp});
     out.push_back({"dp2_zero1_tp2" + s, gpt(31, 2, 16), 8, 2, sp, 2, DataParallel::zero1});
+    // clipping at 0.05 scales every step's gradient (norms ~0.3-1)
+    out.push_back({"tp4_vocab30_clip" + s, gpt(30, 4, 16), 8, 4, sp, 1, DataParallel::none, 1, 0.05});
+    out.push_back({"dp2_ddp_tp2_clip" + s, gpt(31, 2, 16), 8, 2, sp, 2, DataParallel::ddp, 1, 0.05});
   }
   return out;
 }
