@@ -243,6 +243,35 @@ TEST(TensorParallel, SequenceParallelLayerNormGradientsArePartialUntilFinished) 
   }, quick());
 }
 
+// The Trainer's contract (model_runner.h): before_backward(last) right before each backward, the
+// loss share on tp rank 0 only (0 elsewhere), the shares summing to the serial loss.
+TEST(TensorParallel, RunnerHooksAndLossShare) {
+  SL_SKIP_UNLESS_WORLD(2);
+  const nn::GPTConfig config = gpt(32, 2, 16);
+  const nn::TokenStream data = masked_tokens(32);
+  nn::GPT serial(config, kSeed);
+  nn::Batch batch = data.get_batch(0, 6, 8);
+  const double serial_loss = serial.loss(batch.inputs, batch.targets).item();
+  launch(2, [&](RankContext& ctx) {
+    DeviceMesh mesh(ctx.world, {.tp = 2});
+    TensorParallelRunner runner(config, kSeed, mesh);
+    std::vector<bool> calls;
+    auto micros = data.micro_batches(0, 6, 8, 3);
+    const double global_count = static_cast<double>(nn::counted_targets(batch.targets));
+    const double share = runner.forward_backward(micros, global_count, 1, {[&](bool last) {
+      // the previous micro-batch's backward ran before this call: wte has a gradient from the 2nd call on
+      EXPECT_EQ(runner.module().state_dict().at("wte.weight").grad().defined(), !calls.empty());
+      calls.push_back(last);
+    }});
+    EXPECT_EQ(calls, (std::vector<bool>{false, false, true}));
+    EXPECT_EQ(runner.holds_loss(), mesh.tp_rank() == 0);
+    if (runner.holds_loss())
+      EXPECT_NEAR(share, serial_loss, 1e-5 * serial_loss);
+    else
+      EXPECT_EQ(share, 0.0);
+  }, quick());
+}
+
 // ---- refusals, before any communication ----------------------------------------------------------------
 
 TEST(TensorParallel, RejectsHeadsNotDivisibleByTp) {
