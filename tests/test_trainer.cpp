@@ -217,9 +217,20 @@ TEST(TrainPlan, InvalidPlansNameTheirValues) {
   auto plan = [](ParallelismConfig p, int zero) { return TrainPlan{.parallelism = p, .zero = zero}; };
   expect_error([&] { plan({.dp_replicate = 2}, 0).validate(3); },
                "ParallelismConfig: world size 3 != dp_replicate 2 x dp_shard 1 x pp 1 x cp 1 x tp 1");
-  expect_error([&] { plan({.dp_replicate = 2, .tp = 2}, 0).validate(4); },
-               "Trainer: dp_replicate 2 x dp_shard 1 x pp 1 x cp 1 x tp 2: the pipeline, context- and tensor-parallel "
-               "chapters do not plug into the trainer yet");
+  expect_error([&] { plan({.pp = 2, .tp = 2}, 0).validate(4); },
+               "Trainer: dp_replicate 1 x dp_shard 1 x pp 2 x cp 1 x tp 2: pipeline, context and tensor parallelism "
+               "combine in the N-D chapter");
+  expect_error([&] { plan({.dp_shard = 2, .tp = 2}, 2).validate(4); },
+               "runs under DDP (--zero 0) or ZeRO-1; --zero 2 would reduce-scatter every micro-batch's gradients");
+  expect_error([&] { plan({.dp_shard = 2, .cp = 2}, 3).validate(4); }, "--zero 3 would shard the parameters");
+  // A plan that cuts the model needs a runner; one that does not, the model itself.
+  launch(2, [&](RankContext& ctx) {
+    nn::GPT model(config(), kSeed);
+    expect_error([&] { Trainer(model, ctx, plan({.pp = 2}, 0), adamw_options()); },
+                 "pp 2 x cp 1 x tp 1 cuts the model: build the Trainer from a GPTConfig and a RunnerFactory");
+    expect_error([&] { Trainer(ctx, plan({.dp_replicate = 2}, 0), nullptr, adamw_options()); },
+                 "does not cut the model: build the Trainer from the nn::GPT itself");
+  });
   expect_error([&] { plan({.dp_shard = 2}, 0).validate(2); }, "Trainer: DDP replicates: dp_shard 2 needs --zero 1, 2 or 3");
   expect_error([&] { plan({.dp_replicate = 2, .dp_shard = 2}, 2).validate(4); },
                "--zero 2 cannot be combined with dp_replicate 2");

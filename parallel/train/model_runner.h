@@ -61,6 +61,30 @@ class ModelRunner {
   // and shapes, on every rank.
   virtual nn::StateDict full_state_dict() = 0;
   virtual nn::StateDict full_gradients() = 0;
+
+  // Starts from the serial model's weights (train --init-from): each rank takes its part of `full`
+  // (no communication). By default every local parameter is the serial one of the same name and
+  // shape (a pipeline stage, a sequence shard's replica); a runner whose parameters are slices (a TP
+  // shard) overrides this to cut them.
+  virtual void load_full_state_dict(const nn::StateDict& full);
+};
+
+// The uncut model: data parallelism alone (DDP, ZeRO, FSDP) runs the whole GPT on every rank.
+// `loss` computes one micro-batch's mean loss (FSDP's gathers its units around the model's forward).
+class WholeModelRunner : public ModelRunner {
+ public:
+  using LossFn = std::function<Tensor(const Tensor& inputs, const Tensor& targets)>;
+  WholeModelRunner(nn::Module& model, LossFn loss) : model_(model), loss_(std::move(loss)) {}
+  nn::Module& module() override { return model_; }
+  double forward_backward(const std::vector<nn::TokenStream::MicroBatch>& micros, double global_count, int dp,
+                          const BackwardHooks& hooks) override;
+  bool holds_loss() const override { return true; }
+  nn::StateDict full_state_dict() override;  // this rank's parameters: whole when they are replicas
+  nn::StateDict full_gradients() override;   // this rank's .grad, zeros where there is none
+
+ private:
+  nn::Module& model_;
+  LossFn loss_;
 };
 
 }  // namespace sl::parallel

@@ -2,6 +2,7 @@
 #include "parallel/train/trainer.h"
 
 #include <chrono>
+#include <optional>
 #include <cstdio>
 #include <sstream>
 
@@ -39,6 +40,9 @@ std::string TrainPlan::name() const {
     out = offload ? "fsdp+offload" : "fsdp";
   else
     out = "zero" + std::to_string(zero) + (offload ? "+offload" : "");
+  if (parallelism.pp > 1) out = "pp" + std::to_string(parallelism.pp) + " " + out;
+  if (parallelism.cp > 1) out = "cp" + std::to_string(parallelism.cp) + " " + out;
+  if (parallelism.tp > 1) out = "tp" + std::to_string(parallelism.tp) + " " + out;
   if (micro_batches > 1) out += " x" + std::to_string(micro_batches) + " micro";
   return out;
 }
@@ -46,10 +50,17 @@ std::string TrainPlan::name() const {
 void TrainPlan::validate(int world_size) const {
   const ParallelismConfig& c = parallelism;
   c.validate(world_size);
-  SL_CHECK(c.pp == 1 && c.cp == 1 && c.tp == 1, "Trainer: ", c.str(),
-           ": the pipeline, context- and tensor-parallel chapters do not plug into the trainer yet; "
-           "only dp_replicate x dp_shard runs");
   SL_CHECK(zero >= 0 && zero <= 3, "Trainer: --zero must be 0 (DDP), 1, 2 or 3 (got ", zero, ")");
+  if (cuts_model()) {
+    const int cuts = (c.pp > 1) + (c.cp > 1) + (c.tp > 1);
+    SL_CHECK(cuts == 1, "Trainer: ", c.str(), ": pipeline, context and tensor parallelism combine in the N-D "
+             "chapter; the trainer runs one of them at a time (with data parallelism)");
+    SL_CHECK(!naive, "Trainer: --naive-dp scatters whole-model batches; it cannot be combined with ", c.str());
+    SL_CHECK(zero <= 1 && !offload, "Trainer: ", c.str(), " runs under DDP (--zero 0) or ZeRO-1; --zero ", zero,
+             offload ? " with --offload" : "", " would ",
+             zero == 2 ? "reduce-scatter every micro-batch's gradients" : "shard the parameters a chapter cuts",
+             " (not supported yet)");
+  }
   SL_CHECK(micro_batches >= 1, "Trainer: --micro-batches must be >= 1 (got ", micro_batches, ")");
   if (naive) {
     SL_CHECK(zero == 0 && !offload, "Trainer: --naive-dp is the classic DataParallel; it cannot be combined with --zero ",
@@ -71,7 +82,7 @@ void TrainPlan::validate(int world_size) const {
 }
 
 struct Trainer::Impl {
-  nn::GPT& model;
+  nn::GPT* model = nullptr;  // the uncut model (data parallelism alone); null when a chapter cuts it
   RankContext& ctx;
   TrainPlan plan;
   nn::AdamWOptions adamw_options;
@@ -82,6 +93,7 @@ struct Trainer::Impl {
   std::unique_ptr<ZeroAdamW> zero;
   std::unique_ptr<FullyShardedGPT> fsdp;
   std::unique_ptr<nn::AdamW> adamw;  // DDP on every rank; naive DP on rank 0 only
+  std::unique_ptr<ModelRunner> runner;  // this rank's part of the model and how a step runs on it
   CommStats at_start;                // what construction sent (broadcasts), subtracted from reports
   bool keep_gradients = false;
   nn::StateDict kept_gradients;  // the last step's averaged gradients, before clipping
@@ -94,8 +106,9 @@ struct Trainer::Impl {
   double naive_step(const nn::TokenStream& data, int64_t step, int64_t batch_rows, int64_t block_size, double lr,
                     double grad_clip);
 
-  Impl(nn::GPT& m, RankContext& c, const TrainPlan& p, const nn::AdamWOptions& a)
+  Impl(nn::GPT* m, RankContext& c, const TrainPlan& p, const nn::AdamWOptions& a)
       : model(m), ctx(c), plan(p), adamw_options(a) {}
+  void build_data_parallel(nn::Module& module);
 
   // The groups the technique talks on, named by what they span.
   std::vector<std::pair<std::string, const CommLedger*>> named_ledgers() const {
@@ -114,6 +127,8 @@ struct Trainer::Impl {
     } else if (ddp) {
       all.emplace_back("dp", &mesh->group("dp")->ledger());
     }
+    for (const char* dim : {"pp", "cp", "tp"})  // a chapter's groups (the runner asks the mesh for them)
+      if (mesh->size(dim) > 1) all.emplace_back(dim, &mesh->group(dim)->ledger());
     return all;
   }
 
@@ -142,6 +157,33 @@ static nn::StateDict zero_full_gradients(ZeroAdamW& zero, const nn::NamedTensors
   return out;
 }
 
+static std::vector<nn::Placement> placements_of(const nn::Module& module) {
+  std::vector<nn::Placement> out;
+  for (auto& [name, placement] : module.named_placements()) out.push_back(placement);
+  return out;
+}
+
+// A cut model under ZeRO-1: its averaged gradients go into the parameters' .grad for as long as the
+// runner gathers them across its groups (ZeRO-1's .grad is its flat buffer, already reduced into
+// the shard and zeroed by the next zero_grad()); parameters that had none get none back.
+static nn::StateDict zero_runner_gradients(ZeroAdamW& zero, ModelRunner& runner) {
+  const nn::NamedTensors named = runner.module().named_parameters();
+  const nn::StateDict averaged = zero_full_gradients(zero, named);
+  std::vector<char> had(named.size());
+  for (size_t i = 0; i < named.size(); ++i) {
+    const Tensor& param = named[i].second;
+    had[i] = param.grad().defined();
+    if (had[i])
+      param.grad().copy_(averaged.at(named[i].first));
+    else
+      param.set_grad(averaged.at(named[i].first));
+  }
+  nn::StateDict full = runner.full_gradients();
+  for (size_t i = 0; i < named.size(); ++i)
+    if (!had[i]) named[i].second.set_grad(Tensor());
+  return full;
+}
+
 // Copies every layout's averaged gradient, whole, before clipping touches it. Naive DP's live on
 // rank 0 only: it broadcasts them on the metrics group (so the technique's ledger stays its own).
 void Trainer::Impl::keep_full_gradients() {
@@ -150,38 +192,70 @@ void Trainer::Impl::keep_full_gradients() {
     kept_gradients = fsdp->full_grads();
     return;
   }
-  const nn::NamedTensors named = model.named_parameters();
-  if (zero) {
-    kept_gradients = zero_full_gradients(*zero, named);
+  if (naive) {
+    for (const auto& [name, param] : model->named_parameters()) {
+      Tensor grad = param.grad().defined() ? param.grad().clone() : zeros(param.shape());
+      metrics->broadcast(grad, NaiveDataParallel::kRoot);
+      kept_gradients[name] = grad;
+    }
     return;
   }
-  for (const auto& [name, param] : named) {
-    Tensor grad = param.grad().defined() ? param.grad().clone() : zeros(param.shape());
-    if (naive) metrics->broadcast(grad, NaiveDataParallel::kRoot);
-    kept_gradients[name] = grad;
+  if (zero)
+    kept_gradients = plan.cuts_model() ? zero_runner_gradients(*zero, *runner)
+                                       : zero_full_gradients(*zero, runner->module().named_parameters());
+  else
+    kept_gradients = runner->full_gradients();
+}
+
+void Trainer::Impl::build_data_parallel(nn::Module& module) {
+  if (plan.zero == 0) {
+    ddp = std::make_unique<DistributedDataParallel>(module, mesh->group("dp"));
+    adamw = std::make_unique<nn::AdamW>(module.parameters(), adamw_options);
+  } else {
+    zero = std::make_unique<ZeroAdamW>(module.parameters(), mesh->group("dp_shard"),
+                                       ZeroOptions{.stage = plan.zero, .offload = plan.offload, .adamw = adamw_options});
   }
 }
 
 Trainer::Trainer(nn::GPT& model, RankContext& ctx, const TrainPlan& plan, const nn::AdamWOptions& adamw)
-    : impl_(std::make_unique<Impl>(model, ctx, plan, adamw)) {
+    : impl_(std::make_unique<Impl>(&model, ctx, plan, adamw)) {
   Impl& s = *impl_;
   plan.validate(ctx.world_size);  // before any communication
+  SL_CHECK(!plan.cuts_model(), "Trainer: ", plan.parallelism.str(),
+           " cuts the model: build the Trainer from a GPTConfig and a RunnerFactory (trainer.h)");
   s.mesh = std::make_unique<DeviceMesh>(ctx.world, plan.parallelism);
   s.metrics = ctx.world->split(0);
   if (plan.naive) {
     // Built lazily by the first step: the naive wrapper is made for one batch shape.
-  } else if (plan.zero == 0) {
-    s.ddp = std::make_unique<DistributedDataParallel>(model, s.mesh->group("dp"));
-    s.adamw = std::make_unique<nn::AdamW>(model.parameters(), adamw);
-  } else if (plan.zero == 1 || plan.zero == 2) {
-    s.zero = std::make_unique<ZeroAdamW>(model.parameters(), s.mesh->group("dp_shard"),
-                                         ZeroOptions{.stage = plan.zero, .offload = plan.offload, .adamw = adamw});
-  } else if (plan.parallelism.dp_replicate > 1) {
-    s.fsdp = std::make_unique<FullyShardedGPT>(model, *s.mesh, adamw);  // HSDP
+  } else if (plan.zero <= 2) {
+    s.runner = std::make_unique<WholeModelRunner>(
+        model, [&model](const Tensor& x, const Tensor& y) { return model.loss(x, y); });
+    s.build_data_parallel(model);
   } else {
-    s.fsdp = std::make_unique<FullyShardedGPT>(model, s.mesh->group("dp_shard"), nullptr, adamw,
-                                               FsdpOptions{.offload = plan.offload});
+    if (plan.parallelism.dp_replicate > 1)
+      s.fsdp = std::make_unique<FullyShardedGPT>(model, *s.mesh, adamw);  // HSDP
+    else
+      s.fsdp = std::make_unique<FullyShardedGPT>(model, s.mesh->group("dp_shard"), nullptr, adamw,
+                                                 FsdpOptions{.offload = plan.offload});
+    FullyShardedGPT* fsdp = s.fsdp.get();
+    s.runner = std::make_unique<WholeModelRunner>(
+        model, [fsdp](const Tensor& x, const Tensor& y) { return fsdp->loss(x, y); });
   }
+  s.at_start = s.total();
+}
+
+Trainer::Trainer(RankContext& ctx, const TrainPlan& plan, const RunnerFactory& make_runner,
+                 const nn::AdamWOptions& adamw)
+    : impl_(std::make_unique<Impl>(nullptr, ctx, plan, adamw)) {
+  Impl& s = *impl_;
+  plan.validate(ctx.world_size);  // before any communication
+  SL_CHECK(plan.cuts_model(), "Trainer: ", plan.parallelism.str(),
+           " does not cut the model: build the Trainer from the nn::GPT itself");
+  s.mesh = std::make_unique<DeviceMesh>(ctx.world, plan.parallelism);
+  s.metrics = ctx.world->split(0);
+  s.runner = make_runner(*s.mesh);
+  SL_CHECK(s.runner != nullptr, "Trainer: the RunnerFactory returned no runner for ", plan.parallelism.str());
+  s.build_data_parallel(s.runner->module());
   s.at_start = s.total();
 }
 
@@ -190,8 +264,8 @@ Trainer::~Trainer() = default;
 double Trainer::Impl::naive_step(const nn::TokenStream& data, int64_t step, int64_t batch_rows, int64_t block_size,
                                  double lr, double grad_clip) {
   if (!naive) {
-    naive = std::make_unique<NaiveDataParallel>(model, ctx.world, batch_rows, block_size);
-    if (ctx.rank == NaiveDataParallel::kRoot) adamw = std::make_unique<nn::AdamW>(model.parameters(), adamw_options);
+    naive = std::make_unique<NaiveDataParallel>(*model, ctx.world, batch_rows, block_size);
+    if (ctx.rank == NaiveDataParallel::kRoot) adamw = std::make_unique<nn::AdamW>(model->parameters(), adamw_options);
     at_start = total();
   }
   const bool root = ctx.rank == NaiveDataParallel::kRoot;
@@ -199,7 +273,7 @@ double Trainer::Impl::naive_step(const nn::TokenStream& data, int64_t step, int6
   double loss = naive->forward_backward(root ? data.get_batch(step, batch_rows, block_size) : nn::Batch{});
   if (keep_gradients) keep_full_gradients();
   if (root) {
-    if (grad_clip > 0) nn::clip_grad_norm(model.parameters(), grad_clip);
+    if (grad_clip > 0) nn::clip_grad_norm(model->parameters(), grad_clip);
     adamw->lr = lr;
     adamw->step();
   }
@@ -234,8 +308,8 @@ double Trainer::Impl::step(const nn::TokenStream& data, int64_t step, int64_t ba
       data.micro_batches(step, batch_rows, block_size, micro, rows.begin, rows.end);
   // The serial loss is the mean over the global batch's counted targets (ignore_index ones excluded).
   // Ranks and micro-batches may hold different counts (the addition task scores answer digits
-  // only), so each micro-batch's mean is weighted by its share of the global count; the dp factor
-  // undoes the average that gradient synchronisation takes over the ranks.
+  // only), so each micro-batch's mean is weighted by its share of the global count (the runner
+  // does: model_runner.h); the dp factor undoes the average that gradient synchronisation takes.
   double local_count = 0;
   for (const auto& m : micros) {
     SL_CHECK(m.counted > 0, "Trainer: a micro-batch of step ", step, " on rank ", s.ctx.rank,
@@ -244,24 +318,26 @@ double Trainer::Impl::step(const nn::TokenStream& data, int64_t step, int64_t ba
   }
   Tensor counts = from_vector({local_count}, Shape({1}), DType::f64);
   s.metrics->all_reduce(counts);
-  const double count = counts.item();
-  double loss_sum = 0;  // Σ loss_m · c_m / C over this rank's micro-batches
+  // Every rank of one data-parallel replica (its pp x cp x tp ranks) holds the same rows.
+  const double count = counts.item() / (s.mesh->world_size() / dp);
   if (s.ddp) s.ddp->zero_grad();
   if (s.zero) s.zero->zero_grad();
   if (s.fsdp) s.fsdp->lr = lr;
-  for (int m = 0; m < micro; ++m) {
-    const nn::Batch& batch = micros[m].batch;
-    const double weight = static_cast<double>(micros[m].counted) * dp / count;
-    Tensor loss = s.fsdp ? s.fsdp->loss(batch.inputs, batch.targets) : s.model.loss(batch.inputs, batch.targets);
-    loss_sum += loss.item() * static_cast<double>(micros[m].counted) / count;
-    Tensor scaled = weight == 1.0 ? loss : mul(loss, weight);
-    if (s.ddp && m + 1 < micro) {
-      auto local_only = s.ddp->no_sync();  // the last backward all-reduces the sum of all of them
-      scaled.backward();
-    } else {
-      scaled.backward();  // ZeRO and FSDP add each backward's gradients into their shards
-    }
-  }
+  // DDP all-reduces only in the rank's last backward: the sum of all of them.
+  std::optional<DistributedDataParallel::NoSyncGuard> local_only;
+  BackwardHooks hooks;
+  if (s.ddp)
+    hooks.before_backward = [&](bool last) {
+      if (last)
+        local_only.reset();
+      else if (!local_only)
+        local_only.emplace(*s.ddp);
+    };
+  // ZeRO and FSDP add each backward's gradients into their shards.
+  const double share = s.runner->forward_backward(micros, count, dp, hooks);
+  local_only.reset();
+  s.runner->finish_gradients();
+  const double loss_sum = s.runner->holds_loss() ? share : 0.0;
   if (s.keep_gradients) s.keep_full_gradients();
   if (s.fsdp) {
     if (grad_clip > 0) s.fsdp->clip_grad_norm(grad_clip);
@@ -269,10 +345,15 @@ double Trainer::Impl::step(const nn::TokenStream& data, int64_t step, int64_t ba
     s.fsdp->zero_grad();
   } else if (s.zero) {
     s.zero->lr = lr;
-    if (grad_clip > 0) s.zero->clip_grad_norm(grad_clip);
+    if (grad_clip > 0) {
+      if (s.plan.cuts_model())
+        s.zero->clip_grad_norm(grad_clip, placements_of(s.runner->module()), *s.mesh);  // pp/tp-aware
+      else
+        s.zero->clip_grad_norm(grad_clip);
+    }
     s.zero->step();
   } else {
-    if (grad_clip > 0) clip_grad_norm(mesh_grads(s.model), grad_clip, *s.mesh);  // replicas: no bytes move
+    if (grad_clip > 0) clip_grad_norm(s.runner->mesh_grads(), grad_clip, *s.mesh);  // replicas: no bytes move
     s.adamw->lr = lr;
     s.ddp->step(*s.adamw);
   }
@@ -286,8 +367,11 @@ const DeviceMesh& Trainer::mesh() const { return *impl_->mesh; }
 nn::StateDict Trainer::full_state_dict() {
   Impl& s = *impl_;
   if (s.fsdp) return s.fsdp->full_state_dict();
-  if (s.naive) s.naive->replicate();  // only rank 0 stepped
-  return s.model.state_dict();
+  if (s.naive) {
+    s.naive->replicate();  // only rank 0 stepped
+    return s.model->state_dict();
+  }
+  return s.runner->full_state_dict();
 }
 
 void Trainer::keep_gradients() { impl_->keep_gradients = true; }

@@ -9,13 +9,16 @@
 //   {.dp_shard = N}                          3     FSDP: parameters sharded per Block
 //   {.dp_replicate = R, .dp_shard = S}       3     HSDP: FSDP within S ranks, all-reduce across R replicas
 //   .offload with zero 1|2|3 (no replicas):  the optimizer state, master weights and update on the host
+//   {.pp | .tp | .cp = K} x dp               0|1   a chapter cuts the model (a ModelRunner: stage, TP
+//                                                  shard, sequence shard), DDP or ZeRO-1 over dp
 //   TrainPlan::data_parallel(N, zero) gives the first rows' meshes.
 //
 // One step, for every layout (Trainer::train_step):
 //
 //   global batch, B rows ──split over dp──▶ B/dp rows on this rank ──cut──▶ M micro-batches of B/(dp·M)
 //   counted targets: c_m per micro-batch, C = Σ over every rank and micro-batch (one all-reduce)
-//   for m in 0..M-1:  backward( loss_m · c_m · dp / C )     gradient sync only after the last one:
+//   for m in 0..M-1:  backward( loss_m · c_m · dp / C )     gradient sync only after the last one
+//   (the ModelRunner runs them: model_runner.h)
 //                     (DDP: no_sync; ZeRO-1: the flat buffer adds; ZeRO-2/FSDP: shards add)
 //   averaged over dp, the gradient is that of Σ loss_m · c_m / C, the serial loss: the mean over the
 //   global batch's counted targets, however they fall on ranks and micro-batches (Megatron's rule)
@@ -25,6 +28,7 @@
 //
 //   Tests: tests/test_trainer.cpp (every layout, with micro-batches, against a serial nn::GPT + nn::AdamW)
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -35,27 +39,41 @@
 #include "nn/optim.h"
 #include "parallel/comm/launch.h"
 #include "parallel/comm/mesh.h"
+#include "parallel/train/model_runner.h"
 
 namespace sl::parallel {
 
 struct TrainPlan {
-  ParallelismConfig parallelism;  // today dp_replicate x dp_shard; pp, cp and tp come with their chapters
+  ParallelismConfig parallelism;  // dp_replicate x dp_shard, or one of pp, cp, tp with DDP / ZeRO-1
   int zero = 0;                   // 0: DDP (or naive); 1, 2: ZeRO stage; 3: FSDP / HSDP
   bool naive = false;             // the classic DataParallel instead of DDP
   bool offload = false;           // ZeRO-1/2/3: optimizer state and update on the host
-  int micro_batches = 1;          // gradient accumulation steps per optimizer step
+  int micro_batches = 1;          // gradient accumulation steps per optimizer step (pipelines: per stage)
+  // The chapters' own choices (used when pp, tp or cp > 1: parallel/train/runners.h builds the runner).
+  std::string schedule = "1f1b";  // pp: naive | gpipe | 1f1b | interleaved
+  int virtual_stages = 1;         // pp interleaved: model chunks per stage
+  std::vector<int> stage_layers = {};  // pp: layers per stage; empty: balanced by count
+  bool sequence_parallel = false; // tp: Megatron-SP
+  std::string cp_balance = "zigzag", cp_variant = "ring";  // cp: zigzag | none, ring | allgather
 
   // Data parallelism over `world` ranks: dp_replicate for DDP, dp_shard for ZeRO/FSDP.
   static TrainPlan data_parallel(int world, int zero = 0);
   // Throws sl::Error naming the values unless the plan can run on `world_size` ranks.
   void validate(int world_size) const;
+  bool cuts_model() const { return parallelism.pp > 1 || parallelism.cp > 1 || parallelism.tp > 1; }
   std::string name() const;  // "ddp", "naive", "zero1", "zero2+offload", "fsdp", "hsdp2x2"; "... x4 micro"
 };
+
+// Builds this rank's part of the model on the mesh (a pipeline stage, a TP shard, ...).
+using RunnerFactory = std::function<std::unique_ptr<ModelRunner>(const DeviceMesh& mesh)>;
 
 class Trainer {
  public:
   // Collective over ctx.world (builds the mesh). The model must be built with the same seed on every rank.
   Trainer(nn::GPT& model, RankContext& ctx, const TrainPlan& plan, const nn::AdamWOptions& adamw);
+  // When the plan cuts the model (pp, cp or tp > 1): `make_runner` builds this rank's part, which
+  // DDP (zero 0) or ZeRO-1 (zero 1) then wraps over the data-parallel group.
+  Trainer(RankContext& ctx, const TrainPlan& plan, const RunnerFactory& make_runner, const nn::AdamWOptions& adamw);
   ~Trainer();
 
   // One optimizer step on global batch `step` of `batch_rows` rows (this rank takes its share, cut
@@ -78,7 +96,8 @@ class Trainer {
   CommStats communication() const;  // this rank's calls and bytes in the technique's groups
   std::string communication_report() const;
   // For the run report (run_report.h): every group this rank talks on, by name ("dp", "dp_shard",
-  // "dp_replicate", "naive:<exchange>", and "loss" for the counts and the loss), with its ledger;
+  // "dp_replicate", "naive:<exchange>", "pp", "cp", "tp", and "loss" for the counts and the loss),
+  // with its ledger;
   // and the time spent inside train_step so far, and the part of it blocked in those groups.
   std::vector<std::pair<std::string, const CommLedger*>> ledgers() const;
   double step_seconds() const;

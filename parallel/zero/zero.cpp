@@ -163,6 +163,19 @@ double ZeroAdamW::clip_grad_norm(double max_norm) {
   return nn::clip_grad_norm({{grad_shard(), true}}, max_norm, sum_in_rank_order(group_));
 }
 
+double ZeroAdamW::clip_grad_norm(double max_norm, const std::vector<nn::Placement>& placements,
+                                 const DeviceMesh& mesh, const std::string& shard_dim) {
+  SL_CHECK(max_norm > 0, "ZeroAdamW::clip_grad_norm: max_norm must be positive (got ", max_norm, ")");
+  SL_CHECK(placements.size() == flat_.params().size(), "ZeroAdamW::clip_grad_norm: ", placements.size(),
+           " placements for ", flat_.params().size(), " parameters");
+  if (!reduced() || !(reducer_ || grad_shard_.defined())) reduce_gradients();
+  const Tensor shard = grad_shard();
+  std::vector<MeshGrad> pieces;  // views into the shard: clipping scales the shard itself
+  for (const ShardPiece& piece : flat_.layout().shard_pieces(group_->rank()))
+    pieces.push_back({shard.flat_view(piece.shard_offset, Shape({piece.numel})), placements[piece.segment], {shard_dim}});
+  return parallel::clip_grad_norm(pieces, max_norm, mesh);
+}
+
 void ZeroAdamW::gather_weights() {
   const FlatLayout& layout = flat_.layout();
   // In place: my chunk of each bucket is already my slot of the output.

@@ -59,9 +59,12 @@
 #pragma once
 #include <atomic>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "nn/optim.h"
+#include "nn/placement.h"
+#include "parallel/comm/mesh.h"
 #include "parallel/zero/flat_params.h"
 #include "parallel/comm/process_group.h"
 #include "parallel/zero/sharded_adamw.h"
@@ -105,6 +108,11 @@ class ZeroAdamW {
   // nn::clip_grad_norm over all parameters of all shards: returns the global norm before clipping,
   // the same on every rank (a small all-gather).
   double clip_grad_norm(double max_norm);
+  // The same over a DeviceMesh when the parameters are themselves a cut of the model (a pipeline
+  // stage, a TP shard): `placements[i]` is parameter i's; each piece of this rank's shard counts as
+  // that parameter's placement says, split over the mesh dimension `shard_dim` (parallel/comm/grad_norm.h).
+  double clip_grad_norm(double max_norm, const std::vector<nn::Placement>& placements, const DeviceMesh& mesh,
+                        const std::string& shard_dim = "dp_shard");
   // Sharded AdamW on this rank's shard (on the host when offloading), then the all-gathers of the
   // weights. Stage 2 then starts a new window (its gradients live in the shard, which
   // model.zero_grad() cannot reach); stage 1, like nn::AdamW, keeps adding until zero_grad().
