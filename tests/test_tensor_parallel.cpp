@@ -272,6 +272,32 @@ TEST(TensorParallel, RunnerHooksAndLossShare) {
   }, quick());
 }
 
+// train --init-from: a serial model's weights (another seed) cut into the shards, and back, bitwise;
+// the TP loss on them is the serial loss.
+TEST(TensorParallel, LoadsTheSerialWeightsIntoItsShards) {
+  SL_SKIP_UNLESS_WORLD(4);
+  const nn::GPTConfig config = gpt(30, 4, 16);
+  nn::GPT serial(config, kSeed + 1);
+  const nn::TokenStream data = masked_tokens(30);
+  nn::Batch batch = data.get_batch(0, kBatch, 8);
+  const double serial_loss = serial.loss(batch.inputs, batch.targets).item();
+  launch(4, [&](RankContext& ctx) {
+    DeviceMesh mesh(ctx.world, {.tp = 4});
+    TensorParallelRunner runner(config, kSeed, mesh, {.sequence_parallel = true});
+    runner.load_full_state_dict(serial.state_dict());
+    for (const auto& [name, tensor] : runner.full_state_dict())
+      EXPECT_EQ(max_abs_diff(tensor, serial.state_dict().at(name).to(ctx.device)), 0.0) << name;
+    auto micros = data.micro_batches(0, kBatch, 8, 1);
+    const double share = runner.forward_backward(micros, static_cast<double>(micros[0].counted), 1, {});
+    if (runner.holds_loss()) {
+      EXPECT_NEAR(share, serial_loss, 1e-5 * serial_loss);
+    }
+    nn::StateDict wrong = serial.state_dict();
+    wrong["h.0.mlp.c_fc.weight"] = zeros({32, 16});
+    expect_error([&] { runner.load_full_state_dict(wrong); }, "'h.0.mlp.c_fc.weight' is [32, 16] in the serial weights, expected [64, 16]");
+  }, quick());
+}
+
 // ---- refusals, before any communication ----------------------------------------------------------------
 
 TEST(TensorParallel, RejectsHeadsNotDivisibleByTp) {

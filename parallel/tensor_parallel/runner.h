@@ -33,6 +33,8 @@ class TensorParallelRunner : public ModelRunner {
   // the optimizer's shard).
   nn::StateDict full_state_dict() override { return model_.full_state_dict(); }
   nn::StateDict full_gradients() override { return model_.full_gradients(); }
+  // train --init-from: this rank's slice of each serial tensor (no communication).
+  void load_full_state_dict(const nn::StateDict& full) override { model_.load_full_state_dict(full); }
 
   tp::TensorParallelGPT& model() { return model_; }
 

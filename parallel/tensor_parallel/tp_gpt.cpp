@@ -1,6 +1,8 @@
 // tp_gpt.cpp — see tp_gpt.h.
 #include "parallel/tensor_parallel/tp_gpt.h"
 
+#include "autograd/grad_mode.h"
+
 #include "parallel/tensor_parallel/comm.h"
 #include "parallel/tensor_parallel/parallel_block.h"
 
@@ -97,6 +99,43 @@ Tensor TensorParallelGPT::gather(const std::string& name, const Tensor& piece, c
   }
   Tensor all = stacked.reshape(whole);
   return name == "wte.weight" ? all.narrow(0, 0, config_.vocab_size) : all;
+}
+
+// The serial tensor -> this rank's piece: gather's inverse (padding rows of wte are zeros).
+Tensor TensorParallelGPT::slice(const std::string& name, const Tensor& whole, const nn::Placement& placement) const {
+  if (placement.kind != nn::Placement::Kind::sharded) return whole;
+  const int dim = placement.tensor_dim;
+  const int64_t t = tp_.size(), r = tp_.rank();
+  if (name == "wte.weight") {
+    std::vector<Tensor> parts;
+    if (vocab_.real > 0) parts.push_back(whole.narrow(0, vocab_.start, vocab_.real));
+    if (vocab_.real < vocab_.rows) parts.push_back(zeros({vocab_.rows - vocab_.real, whole.size(1)}, TensorOptions(whole.dtype(), whole.device())));
+    return parts.size() == 1 ? parts[0] : cat(parts, 0);
+  }
+  const int64_t part = whole.size(dim) / t;
+  if (ends_with(name, "attn.c_attn.weight") || ends_with(name, "attn.c_attn.bias")) {  // my heads of q, k, v
+    const int64_t third = whole.size(0) / 3, heads = third / t;
+    return cat({whole.narrow(0, r * heads, heads), whole.narrow(0, third + r * heads, heads),
+                whole.narrow(0, 2 * third + r * heads, heads)}, 0);
+  }
+  return whole.narrow(dim, r * part, part);
+}
+
+void TensorParallelGPT::load_full_state_dict(const nn::StateDict& full) {
+  NoGradGuard no_grad;
+  const auto placements = gpt_->named_placements();
+  size_t i = 0;
+  for (const auto& [name, param] : gpt_->named_parameters()) {
+    const nn::Placement& placement = placements[i++].second;
+    auto it = full.find(name);
+    SL_CHECK(it != full.end(), "TensorParallelGPT::load_full_state_dict: the serial weights have no '", name, "'");
+    Shape serial = param.shape();
+    if (name == "wte.weight") serial[0] = config_.vocab_size;
+    else if (placement.kind == nn::Placement::Kind::sharded) serial[placement.tensor_dim] *= tp_.size();
+    SL_CHECK(it->second.shape() == serial, "TensorParallelGPT::load_full_state_dict: '", name, "' is ",
+             it->second.shape(), " in the serial weights, expected ", serial);
+    param.copy_(slice(name, it->second, placement));
+  }
 }
 
 nn::StateDict TensorParallelGPT::full_state_dict() {

@@ -58,9 +58,13 @@ class TensorParallelGPT {
   // Collective over tp: the serial model's names and shapes (padding stripped, q/k/v re-interleaved).
   nn::StateDict full_state_dict();
   nn::StateDict full_gradients();  // the same for .grad (zeros for a parameter without one)
+  // The inverse, without communication: this rank's slice of every serial tensor (train --init-from).
+  // Throws naming a missing name or a serial shape that does not fit.
+  void load_full_state_dict(const nn::StateDict& full);
 
  private:
   Tensor gather(const std::string& name, const Tensor& piece, const nn::Placement& placement);
+  Tensor slice(const std::string& name, const Tensor& whole, const nn::Placement& placement) const;
   nn::GPTConfig config_;
   TPGroup tp_;
   VocabRange vocab_;
