@@ -25,6 +25,7 @@
 #include "parallel/data_parallel/data_parallel.h"
 #include "parallel/data_parallel/ddp.h"
 #include "parallel/tensor_parallel/runner.h"
+#include "parallel/train/trainer.h"
 #include "parallel/zero/zero.h"
 #include "parallel_test_util.h"
 #include "test_util.h"
@@ -168,6 +169,35 @@ TEST_P(TensorParallelParity, MatchesSerialAfterFiveAdamWSteps) {
     }
     expect_close(runner.full_state_dict(), serial.params, "parameter", ctx.rank);
     expect_replicas_bitwise_equal(module, mesh.group("tp"), mesh.tp_rank());
+  }, quick(20000));
+}
+
+// The same layouts through parallel::Trainer (what `train --tp N [--sp]` runs): the runner built by
+// a RunnerFactory, wrapped by DDP or ZeRO-1 over dp, the Trainer's clip over the placements.
+TEST_P(TensorParallelParity, MatchesSerialThroughTheTrainer) {
+  const TPCase c = GetParam();
+  const int world = c.tp * c.dp;
+  SL_SKIP_UNLESS_WORLD(world);
+  const SerialRun serial = run_serial(c);
+  const nn::TokenStream data = masked_tokens(c.config.vocab_size);
+  TrainPlan plan;
+  plan.parallelism.tp = c.tp;
+  if (c.data_parallel == DataParallel::ddp) plan.parallelism.dp_replicate = c.dp;
+  if (c.data_parallel == DataParallel::zero1) plan.parallelism.dp_shard = c.dp, plan.zero = 1;
+  plan.micro_batches = c.micro_batches;
+  plan.sequence_parallel = c.sp;
+  launch(world, [&](RankContext& ctx) {
+    Trainer trainer(ctx, plan, [&](const DeviceMesh& mesh) -> std::unique_ptr<ModelRunner> {
+      return std::make_unique<TensorParallelRunner>(c.config, kSeed, mesh,
+                                                    tp::TensorParallelOptions{.sequence_parallel = c.sp});
+    }, parity_adamw());
+    for (int s = 0; s < kSteps; ++s) {
+      if (s == kSteps - 1) trainer.keep_gradients();
+      const double loss = trainer.train_step(data, s, kBatch, c.T, parity_adamw().lr, c.clip);
+      EXPECT_NEAR(loss, serial.losses[s], kAtol + kRtol * std::abs(serial.losses[s])) << "step " << s;
+    }
+    expect_close(trainer.full_gradients(), serial.last_grads, "gradient", ctx.rank);
+    expect_close(trainer.full_state_dict(), serial.params, "parameter", ctx.rank);
   }, quick(20000));
 }
 

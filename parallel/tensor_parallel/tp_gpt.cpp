@@ -83,7 +83,7 @@ void TensorParallelGPT::finish_gradients() {
 // A piece -> the serial tensor. Dim-0 shards stack in rank order, except c_attn, whose rows are
 // [q_r | k_r | v_r] per rank; dim-1 shards go side by side; wte loses its padding rows.
 Tensor TensorParallelGPT::gather(const std::string& name, const Tensor& piece, const nn::Placement& placement) {
-  if (placement.kind != nn::Placement::Kind::sharded) return piece;
+  if (placement.kind != nn::Placement::Kind::sharded) return piece.clone();  // a snapshot, as the gathered ones
   const int64_t t = tp_.size();
   Shape stacked_shape = piece.shape();
   stacked_shape.insert(stacked_shape.begin(), t);

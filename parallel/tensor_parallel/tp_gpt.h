@@ -55,7 +55,8 @@ class TensorParallelGPT {
   const VocabRange& vocab() const { return vocab_; }
   bool sequence_parallel() const { return tp_.sequence_parallel; }
 
-  // Collective over tp: the serial model's names and shapes (padding stripped, q/k/v re-interleaved).
+  // Collective over tp: the serial model's names and shapes (padding stripped, q/k/v re-interleaved),
+  // new tensors (a snapshot: a later clip or step does not change them).
   nn::StateDict full_state_dict();
   nn::StateDict full_gradients();  // the same for .grad (zeros for a parameter without one)
   // The inverse, without communication: this rank's slice of every serial tensor (train --init-from).
