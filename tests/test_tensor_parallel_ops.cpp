@@ -199,6 +199,19 @@ TEST_P(TPOps, VocabParallelCrossEntropyEdgeCases) {
   }, quick());
 }
 
+// A target outside the vocabulary is refused before the first all-reduce (no rank left waiting).
+TEST(TPOpsErrors, CrossEntropyTargetOutOfRangeBeforeCommunication) {
+  SL_SKIP_UNLESS_WORLD(2);
+  launch(2, [&](RankContext& ctx) {
+    const VocabRange range = VocabRange::of(8, ctx.rank, 2);
+    Tensor logits = zeros({2, range.rows});
+    const uint64_t before = ctx.world->collectives_issued();
+    expect_error([&] { vocab_parallel_cross_entropy(logits, from_vector({1, 9}, {2}, TensorOptions(DType::i64)), range, ctx.world); },
+                 "target 9 is out of range for a vocabulary of 8");
+    EXPECT_EQ(ctx.world->collectives_issued(), before);
+  }, quick());
+}
+
 INSTANTIATE_TEST_SUITE_P(Worlds, TPOps, testing::Values(2, 3, 4), world_name);
 
 }  // namespace

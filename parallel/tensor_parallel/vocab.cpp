@@ -50,12 +50,6 @@ Tensor vocab_parallel_embedding(const Tensor& weight, const Tensor& ids, const V
 
 namespace {
 
-template <typename T>
-struct Rows {  // logits [N, Vs] as rows, and the N per-row statistics
-  const T* x;
-  int64_t N, Vs, real;
-};
-
 struct VocabParallelCrossEntropy : Function<VocabParallelCrossEntropy> {
   static Tensor forward(FunctionCtx& ctx, const Tensor& logits, const Tensor& targets, const VocabRange& range,
                         const ProcessGroupPtr& group, int64_t ignore_index) {
@@ -71,7 +65,14 @@ struct VocabParallelCrossEntropy : Function<VocabParallelCrossEntropy> {
     Tensor t = on_host(targets.to(DType::i64));
     Tensor m = Tensor::empty({N}, TensorOptions(stats)), xt = zeros({N}, TensorOptions(stats));
     Tensor S = Tensor::empty({N}, TensorOptions(stats));
-    int64_t count = 0;
+    int64_t count = 0;  // checked before any communication: a bad target must not leave peers waiting
+    const int64_t* targets_host = static_cast<const int64_t*>(t.data_ptr());
+    for (int64_t n = 0; n < N; ++n) {
+      if (targets_host[n] == ignore_index) continue;
+      SL_CHECK(targets_host[n] >= 0 && targets_host[n] < Vs * group->size(), "vocab_parallel_cross_entropy: target ",
+               targets_host[n], " is out of range for a vocabulary of ", Vs * group->size(), " (padded) ids");
+      count++;
+    }
     auto run = [&](auto zero) {
       using F = decltype(zero);
       const F* px = static_cast<const F*>(x.data_ptr());
@@ -89,9 +90,6 @@ struct VocabParallelCrossEntropy : Function<VocabParallelCrossEntropy> {
         pS[n] = sum;
         const int64_t target = pt[n];
         if (target == ignore_index) continue;
-        SL_CHECK(target >= 0 && target < Vs * group->size(), "vocab_parallel_cross_entropy: target ", target,
-                 " is out of range for a vocabulary of ", Vs * group->size(), " (padded) ids");
-        count++;
         if (target >= range.start && target < range.start + real) pxt[n] = px[n * Vs + target - range.start] - pm[n];
       }
     };
