@@ -1,5 +1,6 @@
 #include "nn/gpt.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "autograd/grad_mode.h"
@@ -14,12 +15,48 @@ void GPTConfig::validate() const {
   SL_CHECK(dropout >= 0 && dropout < 1, "GPTConfig: dropout must be in [0, 1) (got ", dropout, ")");
 }
 
+// ---- tensor-parallel slices ------------------------------------------------------------------------
+
+namespace {
+// A Linear holding rows `rows` (each a [start, size) range, stacked in order) and columns
+// [col_start, col_start + col_size) of the [out, in] weight the whole model draws at the generator's
+// offset. Each region is drawn alone (randn_region) and equals that slice of the full draw bitwise;
+// the generator then stands past the full weight, as after the whole Linear. The bias (zeros) has
+// the slice's rows.
+std::shared_ptr<Linear> sliced_linear(int64_t in, int64_t out, const std::vector<std::pair<int64_t, int64_t>>& rows,
+                                      int64_t col_start, int64_t col_size, const InitOptions& init) {
+  int64_t out_rows = 0;
+  for (const auto& range : rows) out_rows += range.second;
+  Generator scratch(0);  // the Linear's own draw is replaced just below
+  auto linear = std::make_shared<Linear>(col_size, out_rows, true, InitOptions{init.std, &scratch, init.dtype});
+  const uint64_t first = init.generator->offset();
+  std::vector<Tensor> pieces;
+  for (const auto& [row_start, row_size] : rows) {
+    init.generator->set_offset(first);
+    pieces.push_back(randn_region({out, in}, {row_start, col_start}, {row_size, col_size}, TensorOptions(init.dtype),
+                                  init.generator));
+  }
+  NoGradGuard no_grad;
+  linear->weight.copy_(mul(pieces.size() == 1 ? pieces[0] : cat(pieces, 0), init.std));
+  init.generator->set_offset(first + static_cast<uint64_t>(out * in));
+  return linear;
+}
+}  // namespace
+
 // ---- attention --------------------------------------------------------------------------------------
 
-CausalSelfAttention::CausalSelfAttention(const GPTConfig& config, const InitOptions& init)
+CausalSelfAttention::CausalSelfAttention(const GPTConfig& config, const InitOptions& init, const GPTShardSpec& spec)
     : n_head(config.n_head), head_size(config.n_embd / config.n_head), dropout_(config.dropout) {
   InitOptions proj_init = init;
   proj_init.std = init.std / std::sqrt(2.0 * static_cast<double>(config.n_layer));
+  if (spec.tp_size > 1) {  // whole heads of q, k and v: the same rows of each third of c_attn
+    const int64_t C = config.n_embd, part = C / spec.tp_size, start = spec.tp_rank * part;
+    n_head = config.n_head / spec.tp_size;
+    c_attn = register_module("c_attn", sliced_linear(C, 3 * C, {{start, part}, {C + start, part}, {2 * C + start, part}},
+                                                     0, C, init));
+    c_proj = register_module("c_proj", sliced_linear(C, C, {{0, C}}, start, part, proj_init));
+    return;
+  }
   c_attn = register_module("c_attn", std::make_shared<Linear>(config.n_embd, 3 * config.n_embd, true, init));
   c_proj = register_module("c_proj", std::make_shared<Linear>(config.n_embd, config.n_embd, true, proj_init));
 }
@@ -48,20 +85,26 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
 
 // ---- MLP and block -------------------------------------------------------------------------------------
 
-MLP::MLP(const GPTConfig& config, const InitOptions& init) {
+MLP::MLP(const GPTConfig& config, const InitOptions& init, const GPTShardSpec& spec) {
   InitOptions proj_init = init;
   proj_init.std = init.std / std::sqrt(2.0 * static_cast<double>(config.n_layer));
+  if (spec.tp_size > 1) {  // rows of c_fc, the same columns of c_proj
+    const int64_t C = config.n_embd, part = 4 * C / spec.tp_size, start = spec.tp_rank * part;
+    c_fc = register_module("c_fc", sliced_linear(C, 4 * C, {{start, part}}, 0, C, init));
+    c_proj = register_module("c_proj", sliced_linear(4 * C, C, {{0, C}}, start, part, proj_init));
+    return;
+  }
   c_fc = register_module("c_fc", std::make_shared<Linear>(config.n_embd, 4 * config.n_embd, true, init));
   c_proj = register_module("c_proj", std::make_shared<Linear>(4 * config.n_embd, config.n_embd, true, proj_init));
 }
 
 Tensor MLP::forward(const Tensor& x) { return (*c_proj)(gelu((*c_fc)(x))); }
 
-Block::Block(const GPTConfig& config, const InitOptions& init) {
+Block::Block(const GPTConfig& config, const InitOptions& init, const GPTShardSpec& spec) {
   ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(config.n_embd));
-  attn = register_module("attn", std::make_shared<CausalSelfAttention>(config, init));
+  attn = register_module("attn", std::make_shared<CausalSelfAttention>(config, init, spec));
   ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(config.n_embd));
-  mlp = register_module("mlp", std::make_shared<MLP>(config, init));
+  mlp = register_module("mlp", std::make_shared<MLP>(config, init, spec));
 }
 
 Tensor Block::forward(const Tensor& x) {
@@ -78,11 +121,24 @@ GPTShardSpec GPTShardSpec::resolved(const GPTConfig& config) const {
            "GPTShardSpec: layers [", layer_begin, ", ", layer_end, ") do not fit a model of n_layer ", config.n_layer);
   SL_CHECK(out.layer_begin < out.layer_end || out.has_embedding() || out.has_head(config), "GPTShardSpec: ", out.str(),
            " holds nothing (no blocks, no embedding, no head)");
+  SL_CHECK(tp_size >= 1 && tp_rank >= 0 && tp_rank < tp_size, "GPTShardSpec: tp rank ", tp_rank,
+           " is not a rank of tp size ", tp_size);
+  SL_CHECK(config.n_head % tp_size == 0, "GPTShardSpec: n_head (", config.n_head, ") is not divisible by tp (",
+           tp_size, ")");
+  return out;
+}
+
+GPTShardSpec GPTShardSpec::with_tensor_parallel(int64_t rank, int64_t size) const {
+  GPTShardSpec out = *this;
+  out.tp_rank = rank;
+  out.tp_size = size;
   return out;
 }
 
 std::string GPTShardSpec::str() const {
-  return "layers [" + std::to_string(layer_begin) + ", " + std::to_string(layer_end) + ")";
+  std::string s = "layers [" + std::to_string(layer_begin) + ", " + std::to_string(layer_end) + ")";
+  if (tp_size > 1) s += ", tp " + std::to_string(tp_rank) + " of " + std::to_string(tp_size);
+  return s;
 }
 
 // ---- GPT --------------------------------------------------------------------------------------------------
@@ -98,7 +154,23 @@ GPT::GPT(const GPTConfig& config, uint64_t seed, const GPTShardSpec& spec) : con
   Generator generator(seed);
   InitOptions init{0.02, &generator, DType::f32};
   if (spec_.has_embedding() || spec_.has_head(config)) {  // wte is drawn first, at counter 0
-    wte = register_module("wte", std::make_shared<Embedding>(config.vocab_size, config.n_embd, init));
+    if (spec_.tp_size == 1) {
+      wte = register_module("wte", std::make_shared<Embedding>(config.vocab_size, config.n_embd, init));
+    } else {  // vocabulary rows [first, first + rows) of the padded Vp; those past V are zero
+      const int64_t rows = spec_.vocab_rows(config), first = spec_.tp_rank * rows;
+      const int64_t real = std::clamp<int64_t>(config.vocab_size - first, 0, rows);
+      Generator scratch(0);
+      wte = register_module("wte", std::make_shared<Embedding>(rows, config.n_embd, InitOptions{0.02, &scratch}));
+      NoGradGuard no_grad;
+      std::vector<Tensor> parts;
+      if (real > 0)
+        parts.push_back(mul(randn_region({config.vocab_size, config.n_embd}, {first, 0}, {real, config.n_embd}, {},
+                                         &generator), init.std));
+      else
+        generator.advance(static_cast<uint64_t>(config.vocab_size * config.n_embd));
+      if (real < rows) parts.push_back(zeros({rows - real, config.n_embd}));
+      wte->weight.copy_(parts.size() == 1 ? parts[0] : cat(parts, 0));
+    }
     if (!spec_.has_embedding()) wte->set_placement("weight", Placement::tied("wte"));
   }
   if (spec_.has_embedding())
@@ -106,7 +178,7 @@ GPT::GPT(const GPTConfig& config, uint64_t seed, const GPTShardSpec& spec) : con
   h = register_module("h", std::make_shared<ModuleList>(spec_.layer_begin));
   for (int64_t layer = spec_.layer_begin; layer < spec_.layer_end; ++layer) {
     generator.set_offset(block_counter(config, layer));
-    h->push_back(std::make_shared<Block>(config, init));
+    h->push_back(std::make_shared<Block>(config, init, spec_));
   }
   // Every block draws exactly 12C² numbers: if a layer ever draws more, the counters above are wrong.
   SL_ASSERT(spec_.layer_begin == spec_.layer_end || generator.offset() == block_counter(config, spec_.layer_end));
@@ -121,6 +193,8 @@ Block& GPT::block(int64_t layer) const {
 
 Tensor GPT::embed(const Tensor& idx, const Tensor& positions) {
   SL_CHECK(wpe, "GPT::embed: this part (", spec_.str(), ") does not hold the embedding");
+  SL_CHECK(spec_.tp_size == 1, "GPT::embed: this part (", spec_.str(), ") holds a vocabulary slice: embed with ",
+           "parallel/tensor_parallel (vocab_parallel_embedding)");
   SL_CHECK(idx.dim() == 2, "GPT: idx must be [B, T] token ids, got shape ", idx.shape());
   SL_CHECK(positions.dim() == 1 && positions.size(0) == idx.size(1), "GPT::embed: positions must be [T] = [",
            idx.size(1), "], got shape ", positions.shape());
@@ -149,9 +223,9 @@ Tensor GPT::head(const Tensor& x) {
   SL_CHECK(ln_f, "GPT::head: this part (", spec_.str(), ") does not hold the head");
   SL_CHECK(x.dim() == 3 && x.size(2) == config_.n_embd, "GPT::head: x must be [B, T, C=", config_.n_embd,
            "], got shape ", x.shape());
-  const int64_t B = x.size(0), T = x.size(1), C = config_.n_embd, V = config_.vocab_size;
   MemoryScope scope(MemoryCategory::activations);
-  Tensor normed = (*ln_f)(x);
+  Tensor normed = (*ln_f)(x);  // its hooks may change T (sequence parallelism gathers it)
+  const int64_t B = normed.size(0), T = normed.size(1), C = config_.n_embd, V = wte->weight.size(0);
   Tensor logits = matmul(normed.reshape({B * T, C}), wte->weight, false, true);  // tied head: [B*T, C] @ [V, C]^T
   return logits.reshape({B, T, V});
 }

@@ -39,13 +39,37 @@ struct GPTConfig {
   void validate() const;  // throws naming the values that do not fit together
 };
 
+// Which part of the model a rank builds: blocks [layer_begin, layer_end) (layer_end -1: to the end).
+// With tp_size > 1 it holds only tensor-parallel slice tp_rank of every cut weight
+// (parallel/tensor_parallel): the heads [tp_rank·NH/tp, ...) of c_attn's q, k and v (rows of each
+// third), those columns of attn.c_proj, rows of mlp.c_fc and columns of mlp.c_proj, and vocabulary
+// rows [tp_rank·Vp/tp, ...) of wte, V padded up to Vp (a multiple of tp) with zero rows. LayerNorms,
+// wpe and the c_proj biases stay whole. Each slice is drawn at its counters in the whole model's draw.
+struct GPTShardSpec {
+  int64_t layer_begin = 0;
+  int64_t layer_end = -1;
+  int64_t tp_rank = 0;
+  int64_t tp_size = 1;
+
+  static GPTShardSpec whole() { return {}; }
+  static GPTShardSpec layers(int64_t begin, int64_t end) { return {begin, end}; }
+  // layer_end filled in; throws naming the values when the range does not fit n_layer or holds nothing.
+  GPTShardSpec resolved(const GPTConfig& config) const;
+  bool has_embedding() const { return layer_begin == 0; }                           // wte, wpe
+  bool has_head(const GPTConfig& config) const { return layer_end == config.n_layer; }  // ln_f, head (resolved spec)
+  GPTShardSpec with_tensor_parallel(int64_t rank, int64_t size) const;
+  // wte rows on each tp rank: V rounded up to a multiple of tp_size, divided by tp_size.
+  int64_t vocab_rows(const GPTConfig& config) const { return (config.vocab_size + tp_size - 1) / tp_size; }
+  std::string str() const;  // "layers [0, 2)" (", tp 1 of 2")
+};
+
 // The attention proper, between the projections: q, k, v [B, NH, T, HS] -> y [B, NH, T, HS].
 // Context parallelism swaps it for ring attention over sequence shards (parallel/context_parallel).
 using AttentionCore = std::function<Tensor(const Tensor& q, const Tensor& k, const Tensor& v)>;
 
 class CausalSelfAttention : public UnaryModule {
  public:
-  CausalSelfAttention(const GPTConfig& config, const InitOptions& init);
+  CausalSelfAttention(const GPTConfig& config, const InitOptions& init, const GPTShardSpec& spec = {});
   // x [B, T, C] -> [B, T, C]. The heads are read off c_attn's width, 3·NH·HS, so a module whose
   // c_attn holds only some heads (a tensor-parallel shard) runs those heads.
   Tensor forward(const Tensor& x) override;
@@ -60,32 +84,18 @@ class CausalSelfAttention : public UnaryModule {
 
 class MLP : public UnaryModule {
  public:
-  MLP(const GPTConfig& config, const InitOptions& init);
+  MLP(const GPTConfig& config, const InitOptions& init, const GPTShardSpec& spec = {});
   Tensor forward(const Tensor& x) override;  // [B, T, C] -> [B, T, 4C] -> [B, T, C]
   std::shared_ptr<Linear> c_fc, c_proj;
 };
 
 class Block : public UnaryModule {
  public:
-  Block(const GPTConfig& config, const InitOptions& init);
+  Block(const GPTConfig& config, const InitOptions& init, const GPTShardSpec& spec = {});
   Tensor forward(const Tensor& x) override;
   std::shared_ptr<LayerNorm> ln_1, ln_2;
   std::shared_ptr<CausalSelfAttention> attn;
   std::shared_ptr<MLP> mlp;
-};
-
-// Which part of the model a rank builds: blocks [layer_begin, layer_end) (layer_end -1: to the end).
-struct GPTShardSpec {
-  int64_t layer_begin = 0;
-  int64_t layer_end = -1;
-
-  static GPTShardSpec whole() { return {}; }
-  static GPTShardSpec layers(int64_t begin, int64_t end) { return {begin, end}; }
-  // layer_end filled in; throws naming the values when the range does not fit n_layer or holds nothing.
-  GPTShardSpec resolved(const GPTConfig& config) const;
-  bool has_embedding() const { return layer_begin == 0; }                           // wte, wpe
-  bool has_head(const GPTConfig& config) const { return layer_end == config.n_layer; }  // ln_f, head (resolved spec)
-  std::string str() const;  // "layers [0, 2)"
 };
 
 class GPT : public Module {
@@ -98,7 +108,7 @@ class GPT : public Module {
   Tensor embed(const Tensor& idx, const Tensor& positions);  // idx [B, T] -> wte[idx] + wpe[positions] [B, T, C]
   Tensor embed(const Tensor& idx);                           // positions 0..T-1
   Tensor blocks(const Tensor& x, int64_t begin, int64_t end);  // h.begin .. h.{end-1}: [B, T, C] -> [B, T, C]
-  Tensor head(const Tensor& x);                              // ln_f, x @ wte^T: [B, T, C] -> logits [B, T, V]
+  Tensor head(const Tensor& x);  // ln_f, x @ wte^T: [B, T, C] -> logits [B, T, V] (a tp slice: [B, T, Vp/tp])
   // This part's forward, with its hooks: ids [B, T] in when it holds the embedding (else
   // activations [B, T, C]); logits [B, T, V] out when it holds the head (else activations).
   Tensor forward_part(const Tensor& input, const Tensor& positions = Tensor());

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mpi_tests.sh BINARY [GTEST_FILTER] — runs a GoogleTest binary as an MPI job, one process per rank:
 # first `mpirun -np 2`, then `-np 4`, with the filter (default: the collective and MPI suites, and the
-# parity suites of naive DP, DDP, ZeRO-1/2, FSDP, HSDP and the pipeline against the serial model).
+# parity suites of naive DP, DDP, ZeRO-1/2, FSDP, HSDP, the pipeline, tensor and context parallelism).
 #
 #   tools/mpi_tests.sh build/tests/shardlab_tests
 #   tools/mpi_tests.sh build/tests/shardlab_tests 'MpiFailures*'
@@ -16,7 +16,10 @@ binary=${1:?usage: tools/mpi_tests.sh BINARY [GTEST_FILTER]}
 # The collective and MPI suites, then every data-parallel technique's parity suite (the same tests
 # that run on rank threads, here one process per rank over the MPI backend; a world other than -np skips).
 collectives='Collectives/*:Worlds/Collectives.*:Mpi*:*/MpiCollectives.*'
-parity='Layouts/DataParallel.*:Layouts/DDPNoSync.*:Stages/Zero.*:Layouts/Fsdp.*:Layouts/Hsdp.*:Layouts/TrainerTest.*:Grid/PipelineParity.*:PipelineStages.*:Sync/PipelineDataParallel.*:Layouts/PipelineTrainer.*'
+parity='Layouts/DataParallel.*:Layouts/DDPNoSync.*:Stages/Zero.*:Layouts/Fsdp.*:Layouts/Hsdp.*:Layouts/TrainerTest.*'
+parity+=':Grid/PipelineParity.*:PipelineStages.*:Sync/PipelineDataParallel.*:Layouts/PipelineTrainer.*'
+parity+=':Layouts/TensorParallelParity.*:Layouts/TensorParallelCost.*:Worlds/TPOps.*:TensorParallel.*'
+parity+=':Layouts/ContextParallelParity.*:Layouts/RingVsFull.*_T64'
 filter=${2:-"$collectives:$parity"}
 time_limit=${SL_MPI_TEST_TIMEOUT:-300}  # seconds per mpirun
 

@@ -1,0 +1,258 @@
+// Lesson 10 — Megatron tensor parallelism: cut every weight matrix, not the batch.
+//
+// What you will learn
+//   * the two cuts of a Linear Y = X·Wᵀ (W [out, in]) across t ranks:
+//       column parallel: rank i holds rows i of W (out/t outputs each); Y stays split by columns
+//       row parallel:    rank i holds columns i of W (in/t inputs each); the partial products are summed
+//     An MLP is column then row: GeLU runs on each rank's own columns, so the only exchange is one
+//     sum at the end.
+//   * Megatron's two communication operators, each the other's transpose:
+//       f: identity forward, all-reduce backward      g: all-reduce forward, identity backward
+//     written on the page below with nothing but ProcessGroup::all_reduce, and checked against the
+//     library's ColumnParallelLinear / RowParallelLinear (parallel/tensor_parallel/linear.h).
+//   * attention splits by heads: c_attn [3C, C] is cut so each rank holds whole heads of q, k AND v
+//     (the same rows of each third), not a contiguous third of the fused matrix.
+//   * the bytes: per block 2 all-reduces of B·T·C forward and 2 backward, read from the ledger.
+//   * the vocabulary: wte and the tied head are cut by rows; the cross-entropy needs only 3
+//     all-reduces of B·T numbers (max, target logit, sum of exponentials), never the [B, T, V] logits.
+//     Written on the page, checked against the library and the serial loss (also at ×1e3 logits).
+//   * and that a GPT cut over tp = 2 trains exactly like the serial one.
+//
+// Run:    make lesson N=10   (about a second)
+// Prints: 1 the split MLP on the page vs the library; 2 the head split of c_attn; 3 bytes per block;
+//         4 vocab-parallel cross-entropy on the page; 5 five AdamW steps tp 2 vs serial; "lesson 10: OK".
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "autograd/grad_mode.h"
+#include "nn/data.h"
+#include "nn/gpt.h"
+#include "nn/optim.h"
+#include "parallel/comm/launch.h"
+#include "parallel/comm/mesh.h"
+#include "parallel/tensor_parallel/linear.h"
+#include "parallel/tensor_parallel/runner.h"
+#include "parallel/tensor_parallel/vocab.h"
+
+using namespace sl;
+using namespace sl::parallel;
+
+static void section(const char* title) { std::printf("\n--- %s\n", title); }
+
+// ---- the tensor-parallel MLP on one page ------------------------------------------------------------
+//   X ─f─▶ GeLU(X·A_iᵀ + a_i) ─▶ ·B_iᵀ ─g─▶ + b        A [4C, C] cut by rows, B [C, 4C] by columns
+// Forward runs the local math under autograd from a detached copy of X; the two exchanges are plain
+// all-reduces: g's in forward (the partial sums), f's in backward (each rank's part of dX).
+struct HandMLP {
+  Tensor A, a, B, b;  // A_i [4C/t, C], a_i [4C/t], B_i [C, 4C/t], b [C]
+  ProcessGroupPtr group;
+  Tensor x_local, partial;  // saved for backward
+
+  Tensor forward(const Tensor& x) {
+    x_local = x.detach().clone().set_requires_grad();     // f forward: identity
+    partial = linear(gelu(linear(x_local, A, a)), B);      // [N, C], this rank's share of the sum
+    Tensor z = partial.detach().clone();
+    group->all_reduce(z);                                   // g forward: sum the shares
+    return add(z, b.detach());                              // the bias once, after the sum
+  }
+  Tensor backward(const Tensor& dz) {                       // dz [N, C], the same on every rank
+    partial.backward(dz);                                   // g backward: identity
+    Tensor dx = x_local.grad().clone();
+    group->all_reduce(dx);                                  // f backward: sum every rank's part of dX
+    return dx;
+  }
+};
+
+// ---- vocab-parallel cross-entropy on one page ------------------------------------------------------------
+// logits [N, Vs]: this rank's columns, ids [start, start + Vs); targets [N]. Returns the mean loss.
+static double hand_vocab_cross_entropy(const Tensor& logits, const std::vector<int64_t>& targets, int64_t start,
+                                       const ProcessGroupPtr& group) {
+  const int64_t N = logits.size(0), Vs = logits.size(1);
+  const std::vector<float> x = logits.values<float>();
+  Tensor m = full({N}, -INFINITY), xt = zeros({N}), S = zeros({N});
+  float *pm = m.data<float>(), *pxt = xt.data<float>(), *pS = S.data<float>();
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t v = 0; v < Vs; ++v) pm[n] = std::max(pm[n], x[n * Vs + v]);
+  group->all_reduce(m, ReduceOp::max);                      // 1. the row max over all columns
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t v = 0; v < Vs; ++v) pS[n] += std::exp(x[n * Vs + v] - pm[n]);
+    if (targets[n] >= start && targets[n] < start + Vs) pxt[n] = x[n * Vs + targets[n] - start] - pm[n];
+  }
+  group->all_reduce(xt);                                    // 2. the target's logit (one owner)
+  group->all_reduce(S);                                     // 3. Σ exp over all columns
+  double loss = 0;
+  for (int64_t n = 0; n < N; ++n) loss += std::log(pS[n]) - pxt[n];
+  return loss / static_cast<double>(N);
+}
+
+int main() {
+  bool ok = true;
+  auto check = [&](bool condition, const std::string& what) {
+    std::printf("  check: %-72s %s\n", what.c_str(), condition ? "ok" : "FAILED");
+    ok = ok && condition;
+  };
+
+  section("1. The MLP split: column (c_fc) then row (c_proj), f and g on the page vs the library");
+  std::printf(
+      "        X [N, C]                       rank i\n"
+      "   f ──┴── (identity; backward: all-reduce dX)\n"
+      "        X·A_iᵀ + a_i   [N, 4C/t]       A_i = rows i of A      (column parallel)\n"
+      "        GeLU           [N, 4C/t]       elementwise: no exchange needed\n"
+      "        ·B_iᵀ          [N, C] partial  B_i = columns i of B   (row parallel)\n"
+      "   g ──┬── (all-reduce; backward: identity)\n"
+      "        + b            [N, C]          the bias once, after the sum\n");
+  {
+    const int t = 2;
+    const int64_t N = 6, C = 8;
+    double out_err = 0, dx_err = 0, grad_err = 0;
+    launch(t, [&](RankContext& ctx) {
+      Generator g1(3), g2(3), gx(4);
+      tp::TPGroup group{ctx.world, false};
+      tp::ColumnParallelLinear fc(C, 4 * C, group, false, {0.2, &g1});
+      tp::RowParallelLinear proj(4 * C, C, group, {0.2, &g1});
+      HandMLP hand{fc.weight.detach(), fc.bias.detach(), proj.weight.detach().clone().set_requires_grad(),
+                   proj.bias.detach(), ctx.world, {}, {}};
+      Tensor x = randn({N, C}, {}, &gx).set_requires_grad();
+      Tensor y = proj(gelu(fc(x)));  // the library: f and g are autograd Functions
+      Tensor z = hand.forward(x.detach());
+      Tensor dz = ones({N, C});
+      y.backward(dz);
+      Tensor dx = hand.backward(dz);
+      if (ctx.rank == 0) {
+        out_err = max_abs_diff(y, z);
+        dx_err = max_abs_diff(x.grad(), dx);
+        grad_err = max_abs_diff(proj.weight.grad(), hand.B.grad());
+      }
+    });
+    std::printf("  tp %d: |library - page|: output %.1e, dX %.1e, dB_0 %.1e\n", t, out_err, dx_err, grad_err);
+    check(out_err < 1e-6 && dx_err < 1e-6 && grad_err < 1e-6, "f and g on the page == ColumnParallelLinear -> RowParallelLinear");
+  }
+
+  section("2. Attention splits by heads: c_attn [3C, C] cut as whole heads of q, k and v");
+  {
+    const nn::GPTConfig config{.vocab_size = 32, .block_size = 8, .n_layer = 1, .n_head = 4, .n_embd = 16};
+    nn::GPT serial(config, 1);
+    const Tensor& w = serial.block(0).attn->c_attn->weight;  // rows: q 0..15 | k 16..31 | v 32..47
+    bool slices = true;
+    for (int r = 0; r < 2; ++r) {
+      nn::GPT shard(config, 1, nn::GPTShardSpec::whole().with_tensor_parallel(r, 2));
+      const Tensor& mine = shard.block(0).attn->c_attn->weight;  // [24, 16]
+      std::printf("  tp rank %d: c_attn %s = q rows [%d, %d) + k rows [%d, %d) + v rows [%d, %d): heads %d..%d\n", r,
+                  "[24, 16]", 8 * r, 8 * r + 8, 16 + 8 * r, 24 + 8 * r, 32 + 8 * r, 40 + 8 * r, 2 * r, 2 * r + 1);
+      Tensor expected = cat({w.narrow(0, 8 * r, 8), w.narrow(0, 16 + 8 * r, 8), w.narrow(0, 32 + 8 * r, 8)}, 0);
+      slices = slices && max_abs_diff(mine, expected) == 0 && shard.block(0).attn->n_head == 2;
+    }
+    std::printf("  A contiguous third of the fused rows would give rank 0 all of q and half of k: no whole head.\n");
+    check(slices, "each shard's c_attn is its heads' rows of q, k, v of the serial draw, bitwise");
+  }
+
+  section("3. Bytes per block: 2 all-reduces of B·T·C forward (g), 2 backward (f)");
+  {
+    const int t = 2;
+    const int64_t B = 4, T = 8, C = 16;
+    const nn::GPTConfig config{.vocab_size = 32, .block_size = T, .n_layer = 2, .n_head = 4, .n_embd = C};
+    nn::TokenStream data;
+    data.vocab_size = 32;
+    for (int i = 0; i < 200; ++i) data.tokens.push_back((i * 7 + i / 3) % 32);
+    std::vector<CommStats> stats(2);
+    launch(t, [&](RankContext& ctx) {
+      DeviceMesh mesh(ctx.world, {.tp = t});
+      for (int layers : {1, 2}) {
+        nn::GPTConfig c = config;
+        c.n_layer = layers;
+        TensorParallelRunner runner(c, 5, mesh);
+        mesh.group("tp")->ledger().reset();
+        auto micros = data.micro_batches(0, B, T, 1);
+        runner.forward_backward(micros, static_cast<double>(micros[0].counted), 1, {});
+        if (ctx.rank == 0) stats[layers - 1] = mesh.group("tp")->ledger()[CommOp::all_reduce];
+      }
+    });
+    const int64_t act = B * T * C * 4, per_block = 4 * act * 2 * (t - 1) / t;
+    const int64_t rest = 2 * act * 2 * (t - 1) / t + 3 * (B * T * 4) * 2 * (t - 1) / t;
+    std::printf("  all-reduce, per rank:  1 block %lld calls %lld bytes   2 blocks %lld calls %lld bytes\n",
+                (long long)stats[0].calls, (long long)stats[0].bytes_sent, (long long)stats[1].calls,
+                (long long)stats[1].bytes_sent);
+    std::printf("  one block adds %lld calls, %lld bytes = 4 x ring(B·T·C·4 = %lld B) = %lld\n",
+                (long long)(stats[1].calls - stats[0].calls), (long long)(stats[1].bytes_sent - stats[0].bytes_sent),
+                (long long)act, (long long)per_block);
+    std::printf("  outside the blocks: the embedding's g, the head's f (its input feeds the vocab shards),\n"
+                "  and the loss's 3 all-reduces of B·T floats: %lld bytes\n", (long long)rest);
+    check(stats[1].calls - stats[0].calls == 4 && stats[1].bytes_sent - stats[0].bytes_sent == per_block,
+          "per block: 4 all-reduces of B·T·C (2 forward, 2 backward)");
+    check(stats[0].calls == 4 + 5 && stats[0].bytes_sent == per_block + rest, "embedding + head + loss: 5 more");
+  }
+
+  section("4. Vocab-parallel cross-entropy on the page: 3 all-reduces of N numbers, no [N, V]");
+  {
+    const int t = 4;
+    const int64_t N = 6, V = 20, Vs = V / t;
+    std::vector<int64_t> targets = {0, 4, 7, 12, 15, 19};  // one in every shard
+    Generator g(11);
+    for (double scale : {1.0, 1e3}) {
+      Tensor logits = mul(randn({N, V}, {}, &g), scale);
+      const double serial = cross_entropy(logits, from_vector({0, 4, 7, 12, 15, 19}, {N}, DType::i64)).item();
+      std::vector<double> hand(t), library(t);
+      launch(t, [&](RankContext& ctx) {
+        Tensor mine = logits.narrow(1, ctx.rank * Vs, Vs);
+        hand[ctx.rank] = hand_vocab_cross_entropy(mine, targets, ctx.rank * Vs, ctx.world);
+        library[ctx.rank] = tp::vocab_parallel_cross_entropy(mine, from_vector({0, 4, 7, 12, 15, 19}, {N}, DType::i64),
+                                                             tp::VocabRange::of(V, ctx.rank, t), ctx.world).item();
+      });
+      std::printf("  logits x%-5g serial %.6f   page %.6f   library %.6f   (each rank held [%lld, %lld])\n", scale,
+                  serial, hand[0], library[0], (long long)N, (long long)Vs);
+      check(std::abs(hand[0] - serial) < 1e-4 * std::max(1.0, serial) && std::abs(library[0] - serial) < 1e-4 * std::max(1.0, serial) &&
+                std::isfinite(library[0]),
+            "page == library == serial cross_entropy (no overflow)");
+    }
+    std::printf("  Backward needs no exchange: softmax - one_hot on my columns, from the saved m and S.\n");
+  }
+
+  section("5. A GPT cut over tp 2 trains like the serial GPT (5 AdamW steps)");
+  {
+    const nn::GPTConfig config{.vocab_size = 31, .block_size = 8, .n_layer = 2, .n_head = 2, .n_embd = 16};
+    nn::TokenStream data;
+    data.vocab_size = 31;
+    for (int i = 0; i < 300; ++i) data.tokens.push_back((i * 7 + i / 5 + (i * i) % 11) % 31);
+    const nn::AdamWOptions adamw{.lr = 1e-2, .eps = 1e-6, .weight_decay = 0.1};
+    nn::GPT serial(config, 5);
+    nn::AdamW serial_opt(serial.parameters(), adamw);
+    std::vector<double> serial_losses, tp_losses(5);
+    for (int s = 0; s < 5; ++s) {
+      serial_opt.zero_grad();
+      nn::Batch batch = data.get_batch(s, 4, 8);
+      Tensor loss = serial.loss(batch.inputs, batch.targets);
+      loss.backward();
+      serial_opt.step();
+      serial_losses.push_back(loss.item());
+    }
+    double param_err = 0;
+    launch(2, [&](RankContext& ctx) {
+      DeviceMesh mesh(ctx.world, {.tp = 2});
+      TensorParallelRunner runner(config, 5, mesh);
+      nn::AdamW opt(runner.module().parameters(), adamw);
+      for (int s = 0; s < 5; ++s) {
+        opt.zero_grad();
+        auto micros = data.micro_batches(s, 4, 8, 1);
+        const double loss = runner.forward_backward(micros, static_cast<double>(micros[0].counted), 1, {});
+        runner.finish_gradients();
+        opt.step();
+        if (runner.holds_loss()) tp_losses[s] = loss;
+      }
+      nn::StateDict full = runner.full_state_dict();
+      if (ctx.rank == 0)
+        for (const auto& [name, p] : serial.named_parameters()) param_err = std::max(param_err, max_abs_diff(full.at(name), p));
+    });
+    bool same = true;
+    for (int s = 0; s < 5; ++s) {
+      std::printf("  step %d  serial %.6f   tp 2 %.6f\n", s, serial_losses[s], tp_losses[s]);
+      same = same && std::abs(serial_losses[s] - tp_losses[s]) < 4e-5 + 1e-5 * serial_losses[s];
+    }
+    std::printf("  max |parameter - serial| after 5 steps: %.1e (vocab 31 is padded to 32 on 2 ranks)\n", param_err);
+    check(same && param_err < 1e-4, "tp 2 == serial: losses and parameters (rtol 1e-5, atol 4e-5)");
+  }
+
+  std::printf("\nlesson 10: %s\n", ok ? "OK" : "FAILED");
+  return ok ? 0 : 1;
+}

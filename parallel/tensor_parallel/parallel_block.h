@@ -1,0 +1,35 @@
+// parallel_block.h — a GPT block's attention and MLP made tensor parallel, on the GPT's own modules.
+//
+//   The shard nn::GPT(config, seed, spec.with_tensor_parallel(r, t)) already holds rank r's slices:
+//   c_attn [3C/t, C] = whole heads r·NH/t … of q, k and v (CausalSelfAttention reads its NH/t heads
+//   off that width), attn.c_proj [C, C/t], mlp.c_fc [4C/t, C], mlp.c_proj [C, 4C/t]. Block::forward
+//   runs unchanged; forward hooks put the communication where Megatron puts it:
+//
+//     x ─ln_1─▶ f ─▶ c_attn_r ─▶ heads_r ─▶ c_proj_r ─▶ g ─▶ + b ─▶ (+x) ─ln_2─▶ f ─▶ c_fc_r ─GeLU─▶ c_proj_r ─▶ g ─▶ + b ─▶ (+)
+//                  └──────── ColumnParallel ───────┘  └─ RowParallel ─┘                 └Column┘           └─ Row ─┘
+//
+//   f after each LayerNorm (column_input: a post-hook replaces the LayerNorm's output), g + bias after
+//   each c_proj (row_output: c_proj's Linear stops adding its bias, which stays a registered,
+//   replicated parameter, and a post-hook adds it after the sum). Under SP, f and g are the
+//   sequence all-gather and reduce-scatter, and the LayerNorms and residual adds see [B, T/t, C].
+//
+//   Per block: forward 2 all-reduces of B·T·C (the g's), backward 2 (the f's) — or, under SP, 2
+//   all-gathers + 2 reduce-scatters each way, the same bytes.
+//
+//   Tests: tests/test_tensor_parallel.cpp   Lesson: lessons/10_tensor_parallel.cpp
+#pragma once
+#include "nn/gpt.h"
+#include "parallel/tensor_parallel/linear.h"
+
+namespace sl::parallel::tp {
+
+// Installs the hooks on block (built with a tp shard spec of tp.size()).
+void parallelize_block(nn::Block& block, const TPGroup& tp);
+
+// The LayerNorm before a column-parallel consumer (ln_f before the vocab-parallel head): f after it.
+void column_input_after(nn::LayerNorm& norm, const TPGroup& tp);
+
+// c_proj of a block as a RowParallelLinear: bias added once after g.
+void make_row_parallel(nn::Linear& linear, const TPGroup& tp);
+
+}  // namespace sl::parallel::tp

@@ -1,0 +1,75 @@
+// tp_gpt.h — a GPT cut over a tensor-parallel group (Megatron-LM; with Megatron-SP, Korthikanti
+// et al. 2022): this rank's nn::GPT shard, the communication installed on its modules, the
+// vocab-parallel embedding and loss around it, and the gathers back to the serial model.
+//
+//   ids [B, T] ─VocabParallelEmbedding─▶ g ─▶ + wpe ─(SP: scatter T)─▶ h.0 … h.{L-1} (parallel_block.h)
+//              ─▶ ln_f ─▶ f (SP: all-gather T) ─▶ x·wte_rᵀ [B, T, Vp/t] ─▶ vocab-parallel CE ─▶ loss
+//
+//   wpe under SP follows Megatron: the embedding is all-reduced, positions are added to the whole
+//   [B, T, C] and only then is it scattered, so wpe's gradient (the scatter's backward gathers it)
+//   is whole and equal on every rank.
+//
+//   Parameters (serial names; placements for DDP, ZeRO and clip_grad_norm):
+//     wte [Vp/t, C]                          sharded(0, "tp")   (tied head: the same shard)
+//     c_attn.{weight,bias}, mlp.c_fc.*       sharded(0, "tp")
+//     attn.c_proj.weight, mlp.c_proj.weight  sharded(1, "tp")
+//     c_proj biases, LayerNorms, wpe         replicated
+//   Under SP the LayerNorms and the c_proj biases act on T/t rows, so each rank's gradient is a
+//   partial sum (with_partial_grad("tp")): finish_gradients() all-reduces them over tp, or the
+//   replicas drift apart step after step (Megatron #1446, gpt-neox #1257).
+//
+//   Memory per rank: weights L·(12C²/t + 7C/t + 6C) + (Vp/t)·C + block_size·C + 2C floats (the
+//   LayerNorms, wpe and the c_proj biases are not cut); activations per layer, measured in
+//   lessons/11_sequence_parallel.cpp against Korthikanti's sbh(10 + 24/t + 5as/(ht)) without SP and
+//   sbh(34 + 5as/h)/t with it.
+//
+//   Tests: tests/test_tensor_parallel.cpp
+#pragma once
+#include "nn/gpt.h"
+#include "parallel/tensor_parallel/linear.h"
+#include "parallel/tensor_parallel/vocab.h"
+
+namespace sl::parallel::tp {
+
+struct TensorParallelOptions {
+  bool sequence_parallel = false;
+};
+
+class TensorParallelGPT {
+ public:
+  // Builds this rank's shard (rank tp->rank() of tp->size()). Throws before any communication when
+  // n_head is not divisible by tp (naming both). Same seed on every rank.
+  TensorParallelGPT(const nn::GPTConfig& config, uint64_t seed, ProcessGroupPtr tp, TensorParallelOptions options = {});
+
+  // Mean cross-entropy over counted targets (ignore -100), the same on every tp rank. idx and targets
+  // [B, T], the same on every tp rank. Under SP throws before any communication unless T % tp == 0.
+  Tensor loss(const Tensor& idx, const Tensor& targets);
+  // The hidden states after the blocks, before ln_f: [B, T, C] ([B, T/t, C] under SP).
+  Tensor hidden(const Tensor& idx);
+
+  // Under SP: sums the partial gradients (LayerNorms, c_proj biases) over tp, in place.
+  void finish_gradients();
+
+  nn::GPT& gpt() { return *gpt_; }
+  const TPGroup& tp() const { return tp_; }
+  const VocabRange& vocab() const { return vocab_; }
+  bool sequence_parallel() const { return tp_.sequence_parallel; }
+
+  // Collective over tp: the serial model's names and shapes (padding stripped, q/k/v re-interleaved),
+  // new tensors (a snapshot: a later clip or step does not change them).
+  nn::StateDict full_state_dict();
+  nn::StateDict full_gradients();  // the same for .grad (zeros for a parameter without one)
+  // The inverse, without communication: this rank's slice of every serial tensor (train --init-from).
+  // Throws naming a missing name or a serial shape that does not fit.
+  void load_full_state_dict(const nn::StateDict& full);
+
+ private:
+  Tensor gather(const std::string& name, const Tensor& piece, const nn::Placement& placement);
+  Tensor slice(const std::string& name, const Tensor& whole, const nn::Placement& placement) const;
+  nn::GPTConfig config_;
+  TPGroup tp_;
+  VocabRange vocab_;
+  std::unique_ptr<nn::GPT> gpt_;
+};
+
+}  // namespace sl::parallel::tp
