@@ -8,6 +8,8 @@
 
 #include "autograd/function.h"
 #include "tensor/cpu/dispatch.h"
+#include "tensor/cpu/lanes.h"
+#include "tensor/functors.h"
 #include "tensor/ops.h"
 
 namespace sl::parallel {
@@ -50,18 +52,20 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, BlockMask m
   SL_CHECK(!q.device().is_cuda(), "attention_block: runs on the CPU only (q is on ", q.device().str(), ")");
 }
 
+// The row loops use the library's vectorizable pieces (tensor/cpu/lanes.h): exp_of (a polynomial
+// exp for f32), lane_max and lane_sum (16 partial results, a fixed order), for_each_index.
+
 // scores [rows, Tk] (q·k) -> probabilities in place, lse [rows]. Row r is query r % Tq of its block.
 template <typename T>
 void softmax_rows(T* s, T* lse, int64_t rows, int64_t Tq, int64_t Tk, bool causal, T scale) {
   for (int64_t r = 0; r < rows; ++r) {
     T* row = s + r * Tk;
     const int64_t visible = causal ? r % Tq + 1 : Tk;
-    T m = -std::numeric_limits<T>::infinity();
-    for (int64_t j = 0; j < visible; ++j) m = std::max(m, scale * row[j]);
-    T total = 0;
-    for (int64_t j = 0; j < visible; ++j) total += (row[j] = std::exp(scale * row[j] - m));
+    const T m = lane_max<T>(visible, [&](int64_t j) { return scale * row[j]; });
+    for_each_index(visible, [&](int64_t j) { row[j] = exp_of(scale * row[j] - m); });
+    const T total = lane_sum<T>(visible, [&](int64_t j) { return row[j]; });
     const T inv = T(1) / total;
-    for (int64_t j = 0; j < visible; ++j) row[j] *= inv;
+    for_each_index(visible, [&](int64_t j) { row[j] *= inv; });
     std::fill(row + visible, row + Tk, T(0));
     lse[r] = m + std::log(total);
   }
@@ -73,7 +77,8 @@ void probabilities_rows(T* s, const T* lse, int64_t rows, int64_t Tq, int64_t Tk
   for (int64_t r = 0; r < rows; ++r) {
     T* row = s + r * Tk;
     const int64_t visible = causal ? r % Tq + 1 : Tk;
-    for (int64_t j = 0; j < visible; ++j) row[j] = std::exp(scale * row[j] - lse[r]);
+    const T l = lse[r];
+    for_each_index(visible, [&](int64_t j) { row[j] = exp_of(scale * row[j] - l); });
     std::fill(row + visible, row + Tk, T(0));
   }
 }
@@ -81,8 +86,12 @@ void probabilities_rows(T* s, const T* lse, int64_t rows, int64_t Tq, int64_t Tk
 // dP [rows, Tk] -> dS = scale · P ∘ (dP - D) in place.
 template <typename T>
 void score_grad_rows(T* dp, const T* p, const T* delta, int64_t rows, int64_t Tk, T scale) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < Tk; ++j) dp[r * Tk + j] = scale * p[r * Tk + j] * (dp[r * Tk + j] - delta[r]);
+  for (int64_t r = 0; r < rows; ++r) {
+    T* d = dp + r * Tk;
+    const T* pr = p + r * Tk;
+    const T dr = delta[r];
+    for_each_index(Tk, [&](int64_t j) { d[j] = scale * pr[j] * (d[j] - dr); });
+  }
 }
 
 struct AttentionBlockFn : Function<AttentionBlockFn> {
