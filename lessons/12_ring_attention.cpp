@@ -167,29 +167,32 @@ static void draw_the_ring() {
   for (CpBalance balance : {CpBalance::none, CpBalance::zigzag}) {
     std::printf("  %s:%s\n", cp_balance_name(balance),
                 balance == CpBalance::zigzag ? "  rank i holds chunks i and 7-i of 8" : "  rank r holds [r·T/4, (r+1)·T/4)");
-    std::printf("          step 0        step 1        step 2        step 3        work (score entries)\n");
+    std::printf("          step 0         step 1         step 2         step 3         work (score entries)\n");
     for (int r = 0; r < cp; ++r) {
       SequenceShard shard{cp, r, balance};
       int64_t work = 0;
       std::printf("  rank %d", r);
       for (int s = 0; s < cp; ++s) {
         const int src = (r - s + cp) % cp;
-        const StepWork w = shard.work(src, Tl);
+        const std::vector<StepWork> blocks = shard.work(src, Tl);
         char cell[32];
-        if (w.mask == BlockMask::skip)
+        if (blocks.empty())
           std::snprintf(cell, sizeof cell, "K%d skip", src);
-        else if (w.mask == BlockMask::causal)
+        else if (blocks.size() > 1)
+          std::snprintf(cell, sizeof cell, "K%d 3/4 causal", src);  // the zigzag diagonal, in quarters
+        else if (blocks[0].mask == BlockMask::causal)
           std::snprintf(cell, sizeof cell, "K%d causal", src);
         else
-          std::snprintf(cell, sizeof cell, "K%d %s", src, w.q_len < Tl ? "Q-half" : w.kv_len < Tl ? "KV-half" : "full");
-        std::printf("  %-12s", cell);
-        if (w.mask != BlockMask::skip) work += w.q_len * w.kv_len;
+          std::snprintf(cell, sizeof cell, "K%d %s", src,
+                        blocks[0].q_len < Tl ? "Q-half" : blocks[0].kv_len < Tl ? "KV-half" : "full");
+        std::printf("  %-13s", cell);
+        for (const StepWork& w : blocks) work += w.q_len * w.kv_len;
       }
       std::printf("  %lld\n", static_cast<long long>(work));
     }
   }
   std::printf("  contiguous: max/min work = 4 (rank 3 computes 4 blocks while rank 0 computes 1, then waits)\n");
-  std::printf("  zigzag: every rank 1 causal block + 3 half blocks: max/min = 1\n");
+  std::printf("  zigzag: every rank 3 quarter blocks (its own chunks, causal) + 3 half blocks: max/min = 1\n");
 }
 
 // ---- 4. error and memory against T -----------------------------------------------------------------
@@ -236,8 +239,8 @@ static void error_and_memory() {
     check(out_err < 2e-6 && grad_err < 5e-6 && peaks[0] < txt, "ring matches f64 full attention; peak < one TxT");
   }
   std::printf("  The ring's peak grows as (T/cp)^2: one score block is a 16th of the TxT matrix at cp 4, and a\n"
-              "  block's backward holds two (P and dS). The all-gather variant also holds all T keys and values. Errors are f32 rounding, the same\n"
-              "  size as the serial f32 path's (tests/test_context_parallel.cpp prints both).\n");
+              "  block's backward holds two (P and dS). The all-gather variant also holds all T keys and values.\n"
+              "  Errors are f32 rounding, the size of the serial f32 path's (tests/test_context_parallel.cpp prints both).\n");
 }
 
 int main() {

@@ -31,8 +31,8 @@ struct AllGatherAttentionFn : Function<AllGatherAttentionFn> {
     Tensor out, lse;
     for (int s = 0; s < cp; ++s) {  // the ring's order, so both variants compute the same bits
       const int src = (shard.rank - s + cp) % cp;
-      attend_step(shard.work(src, q.size(2)), q, block_of(k_all, src, k.shape()), block_of(v_all, src, v.shape()),
-                  scale, out, lse, s == 0);
+      for (const StepWork& work : shard.work(src, q.size(2)))
+        attend_step(work, q, block_of(k_all, src, k.shape()), block_of(v_all, src, v.shape()), scale, out, lse);
     }
     ctx.save_for_backward({q, k_all, v_all, out, lse});  // the gathered K/V stay alive until backward
     ctx.set("shard", shard);
@@ -52,9 +52,9 @@ struct AllGatherAttentionFn : Function<AllGatherAttentionFn> {
     Tensor dq = zeros_like(q), dk_all = zeros_like(k_all), dv_all = zeros_like(v_all);
     for (int s = 0; s < cp; ++s) {
       const int src = (shard.rank - s + cp) % cp;
-      attend_step_backward(shard.work(src, q.size(2)), q, block_of(k_all, src, block), block_of(v_all, src, block),
-                           dout, lse, delta, ctx.get<double>("scale"), dq, block_of(dk_all, src, block),
-                           block_of(dv_all, src, block));
+      for (const StepWork& work : shard.work(src, q.size(2)))
+        attend_step_backward(work, q, block_of(k_all, src, block), block_of(v_all, src, block), dout, lse, delta,
+                             ctx.get<double>("scale"), dq, block_of(dk_all, src, block), block_of(dv_all, src, block));
     }
     Tensor dk = Tensor::empty(block, q.options()), dv = Tensor::empty(block, q.options());
     const auto& group = ctx.get<ProcessGroupPtr>("group");

@@ -45,7 +45,7 @@ struct RingAttentionFn : Function<RingAttentionFn> {
       std::vector<WorkPtr> works;
       Tensor k_next, v_next;
       if (s + 1 < cp) works = ring.pass(k_cur, v_cur, k_next, v_next);  // in flight while we compute
-      attend_step(shard.work(src, Tl), q, k_cur, v_cur, scale, out, lse, /*first=*/s == 0);
+      for (const StepWork& work : shard.work(src, Tl)) attend_step(work, q, k_cur, v_cur, scale, out, lse);
       wait_all(works);
       k_cur = k_next;
       v_cur = v_next;
@@ -76,12 +76,13 @@ struct RingAttentionFn : Function<RingAttentionFn> {
       std::vector<WorkPtr> kv_works;
       Tensor k_next, v_next;
       if (s + 1 < cp) kv_works = ring.pass(k_cur, v_cur, k_next, v_next);
-      const StepWork work = shard.work(src, Tl);
+      const std::vector<StepWork> works = shard.work(src, Tl);
       Tensor dk_part, dv_part;
-      if (work.mask != BlockMask::skip) {
+      if (!works.empty()) {
         dk_part = zeros_like(k);
         dv_part = zeros_like(v);
-        attend_step_backward(work, q, k_cur, v_cur, dout, lse, delta, scale, dq, dk_part, dv_part);
+        for (const StepWork& work : works)
+          attend_step_backward(work, q, k_cur, v_cur, dout, lse, delta, scale, dq, dk_part, dv_part);
       }
       wait_all(grad_works);  // the block's dK/dV so far has arrived (and our last sends are done)
       if (s > 0) {

@@ -1,6 +1,8 @@
 // sequence_shard.cpp — see sequence_shard.h.
 #include "parallel/context_parallel/sequence_shard.h"
 
+#include <algorithm>
+
 #include "tensor/cpu/dispatch.h"
 #include "tensor/ops.h"
 
@@ -42,12 +44,19 @@ Tensor SequenceShard::take(const Tensor& x, int dim) const {
   return cat({x.narrow(dim, rank * half, half), x.narrow(dim, (2 * cp - 1 - rank) * half, half)}, dim);
 }
 
-StepWork SequenceShard::work(int src, int64_t Tl) const {
-  if (src == rank) return {BlockMask::causal, 0, Tl, 0, Tl};
-  if (balance == CpBalance::none) return src < rank ? StepWork{BlockMask::none, 0, Tl, 0, Tl} : StepWork{};
-  const int64_t half = Tl / 2;
-  if (src < rank) return {BlockMask::none, 0, Tl, 0, half};  // all Q against chunk src
-  return {BlockMask::none, half, half, 0, Tl};                  // Q's chunk 2cp-1-rank against all K/V
+std::vector<StepWork> SequenceShard::work(int src, int64_t Tl) const {
+  if (balance == CpBalance::none) {
+    if (src == rank) return {{BlockMask::causal, 0, Tl, 0, Tl, true}};
+    if (src < rank) return {{BlockMask::none, 0, Tl, 0, Tl}};
+    return {};  // wholly in the future
+  }
+  const int64_t h = Tl / 2;  // one chunk
+  if (src == rank)
+    return {{BlockMask::causal, 0, h, 0, h, true},   // chunk i against itself
+            {BlockMask::none, h, h, 0, h, true},     // chunk 2cp-1-i against chunk i (all in its past)
+            {BlockMask::causal, h, h, h, h, false}};  // chunk 2cp-1-i against itself
+  if (src < rank) return {{BlockMask::none, 0, Tl, 0, h}};  // all Q against chunk src
+  return {{BlockMask::none, h, h, 0, Tl}};                   // Q's chunk 2cp-1-rank against all K/V
 }
 
 namespace {
@@ -70,17 +79,36 @@ void add_rows(const Tensor& dst, const Tensor& src, int64_t begin) {
   });
 }
 
+// dst [B, NH, T, ...] rows [begin, begin + Tb) = src [B, NH, Tb, ...].
+void set_rows(const Tensor& dst, const Tensor& src, int64_t begin) {
+  const int64_t BH = dst.size(0) * dst.size(1), T = dst.size(2), Tb = src.size(2), row = dst.numel() / (BH * T);
+  dispatch_floating(dst.dtype(), "set_rows", [&](auto tag) {
+    using C = decltype(tag);
+    C* d = dst.data<C>();
+    const C* s = src.data<C>();
+    for (int64_t bh = 0; bh < BH; ++bh) std::copy(s + bh * Tb * row, s + (bh + 1) * Tb * row, d + (bh * T + begin) * row);
+  });
+}
+
 }  // namespace
 
 void attend_step(const StepWork& work, const Tensor& q, const Tensor& k, const Tensor& v, double scale, Tensor& out,
-                 Tensor& lse, bool first) {
+                 Tensor& lse) {
   if (work.mask == BlockMask::skip) return;
   BlockOutput block = attention_block_forward(rows(q, work.q_begin, work.q_len), rows(k, work.kv_begin, work.kv_len),
                                               rows(v, work.kv_begin, work.kv_len), work.mask, scale);
-  if (first) {
-    SL_ASSERT(work.q_begin == 0 && work.q_len == q.size(2));
-    out = block.out;
-    lse = block.lse;
+  if (work.starts_rows) {  // the rows' first block: no -inf start to merge from
+    if (work.q_begin == 0 && work.q_len == q.size(2)) {
+      out = block.out;
+      lse = block.lse;
+      return;
+    }
+    if (!out.defined()) {
+      out = Tensor::empty(q.shape(), q.options());
+      lse = Tensor::empty({q.size(0), q.size(1), q.size(2)}, q.options());
+    }
+    set_rows(out, block.out, work.q_begin);
+    set_rows(lse, block.lse, work.q_begin);
   } else {
     merge_attention(out, lse, block.out, block.lse, work.q_begin);
   }

@@ -9,22 +9,26 @@
 //                 rank 1                [ 8..15      ]             K0   K1           K0    K1
 //     zigzag      rank 0   [0..3]              [12..15]        Q0  ◺    ·        Q0  ◺▮   ·▮    (▮ = the
 //                 rank 1        [4..7][8..11]                  Q1  ■    ◺        Q1  ■·   ◺     second half
-//                                                              rank 0: 1 block   rank 0: 1 + ½ block
-//                                                              rank 1: 2 blocks  rank 1: 1 + ½ block
+//                                                              rank 0: 1 block   rank 0: ¾ + ½ block
+//                                                              rank 1: 2 blocks  rank 1: ¾ + ½ block
 //
 // At ring step s a rank holds the K/V of rank src = (rank - s) mod cp and does one of:
 //   src == rank                   causal over its own tokens (zigzag too: chunk i comes before chunk
-//                                 2cp-1-i, so the local causal mask is the global one)
+//                                 2cp-1-i, so the local causal mask is the global one). Zigzag
+//                                 computes it as three quarter blocks, leaving out the fourth (chunk
+//                                 i's queries against chunk 2cp-1-i's keys, all in the future):
+//                                 [i vs i causal] [2cp-1-i vs i full] [2cp-1-i vs 2cp-1-i causal]
 //   contiguous, src < rank        every query against every key (mask none)
 //   contiguous, src > rank        nothing: the block is wholly in the future (skip)
 //   zigzag,     src < rank        every query against the FIRST half of K/V (chunk src; chunk
 //                                 2cp-1-src is in the future of both local chunks)
 //   zigzag,     src > rank        the SECOND half of Q (chunk 2cp-1-rank) against all of K/V
-// With zigzag every rank does 1 causal block plus cp-1 half blocks: the same work everywhere.
+// With zigzag every rank does 3 causal-or-full quarter blocks plus cp-1 half blocks: the same work everywhere.
 //
 //   Tests: tests/test_context_parallel.cpp (positions, the work table, rejected lengths)
 #pragma once
 #include <string>
+#include <vector>
 
 #include "parallel/context_parallel/attention_block.h"
 #include "tensor/tensor.h"
@@ -36,9 +40,11 @@ const char* cp_balance_name(CpBalance balance);
 
 // One step's work: rows [q_begin, q_begin + q_len) of the local Q against rows
 // [kv_begin, kv_begin + kv_len) of the K/V block held, with `mask`.
+// `starts_rows`: the first block these query rows see (it sets their out and lse; later ones merge).
 struct StepWork {
   BlockMask mask = BlockMask::skip;
   int64_t q_begin = 0, q_len = 0, kv_begin = 0, kv_len = 0;
+  bool starts_rows = false;
 };
 
 struct SequenceShard {
@@ -53,14 +59,16 @@ struct SequenceShard {
   Tensor positions(int64_t T) const;
   // x [B, T, ...] (whole sequence) -> this rank's tokens [B, T / cp, ...] (copies).
   Tensor take(const Tensor& x, int dim = 1) const;
-  // What this rank's queries do against the K/V of rank `src`, with local length Tl.
-  StepWork work(int src, int64_t Tl) const;
+  // What this rank's queries do against the K/V of rank `src`, with local length Tl: one block or,
+  // on the zigzag diagonal, three. Empty: skipped.
+  std::vector<StepWork> work(int src, int64_t Tl) const;
 };
 
-// One ring step on the forward pass: attends q's rows (the work's) to k/v and merges the result
-// into (out, lse); `first` starts them instead (the step-0 block, never skipped).
+// One block of a ring step on the forward pass: attends q's rows (the work's) to k/v's rows and
+// merges the result into (out, lse), or starts those rows (work.starts_rows; out and lse
+// [B, NH, Tl, HS] and [B, NH, Tl] are allocated by the first one).
 void attend_step(const StepWork& work, const Tensor& q, const Tensor& k, const Tensor& v, double scale, Tensor& out,
-                 Tensor& lse, bool first);
+                 Tensor& lse);
 // Its backward: adds into dq (the work's rows) and dk, dv (the work's K/V rows).
 void attend_step_backward(const StepWork& work, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
                           const Tensor& lse, const Tensor& delta, double scale, const Tensor& dq, const Tensor& dk,
