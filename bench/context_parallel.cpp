@@ -8,11 +8,13 @@
 // layer given both cores). Each cp rank is a thread with one GEMM thread. One JSON line per case:
 //   {"bench": "context_parallel", "T": 2048, "cp": 2, "variant": "ring", "balance": "zigzag",
 //    "median_ms": ..., "serial_ms": ..., "serial_2threads_ms": ..., "speedup": serial/median,
-//    "compute_ms": [per rank], "balance_max_min": max/min of per-rank compute}
+//    "serial_cpu_ms": ..., "compute_ms": [per rank], "balance_max_min": max/min of per-rank compute,
+//    "ideal_speedup": serial_cpu_ms / max(compute_ms)}
 // A rank's compute time is its thread's CPU time in the step (waits sleep, so they do not count;
 // neither does time another process takes from the core): with the contiguous split rank 0 skips
-// its K/V block from rank 1 and waits. "ideal_speedup" = serial_ms / the busiest rank's compute: the
-// speedup with one free core per rank, for machines (like the 2-core CI box) shared with other jobs.
+// its K/V block from rank 1 and waits. "ideal_speedup" = the serial run's CPU time / the busiest
+// rank's: the speedup with one free core per rank, for machines (like the 2-core box these figures
+// come from) shared with other jobs, where wall-clock "speedup" swings with the neighbours' load.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -51,19 +53,24 @@ static std::shared_ptr<nn::CausalSelfAttention> make_layer(int64_t T) {
   return std::make_shared<nn::CausalSelfAttention>(layer_config(T), nn::InitOptions{0.02, &g, DType::f32});
 }
 
-static double serial_ms(int64_t T, int threads, int steps, int warmup) {
+struct SerialResult {
+  double median_ms, cpu_ms;  // wall and this thread's CPU time, medians
+};
+
+static SerialResult serial_ms(int64_t T, int threads, int steps, int warmup) {
   set_num_threads(threads);
   auto layer = make_layer(T);
   Generator g(7);
   Tensor x = randn({1, T, 256}, DType::f32, &g).set_requires_grad(), dy = randn({1, T, 256}, DType::f32, &g);
-  std::vector<double> times;
+  std::vector<double> times, cpu;
   for (int s = 0; s < warmup + steps; ++s) {
     const auto start = Clock::now();
+    const double cpu_start = thread_cpu_seconds();
     (*layer)(x).backward(dy);
-    if (s >= warmup) times.push_back(seconds_since(start) * 1e3);
+    if (s >= warmup) times.push_back(seconds_since(start) * 1e3), cpu.push_back((thread_cpu_seconds() - cpu_start) * 1e3);
   }
   set_num_threads(1);
-  return median(times);
+  return {median(times), median(cpu)};
 }
 
 struct CpResult {
@@ -123,7 +130,8 @@ int main(int argc, char** argv) {
     }
   }
   for (int64_t T : lengths) {
-    const double serial = serial_ms(T, 1, steps, warmup), serial2 = serial_ms(T, 2, steps, warmup);
+    const SerialResult one = serial_ms(T, 1, steps, warmup);
+    const double serial = one.median_ms, serial2 = serial_ms(T, 2, steps, warmup).median_ms;
     struct Case { CpVariant variant; CpBalance balance; };
     for (Case c : {Case{CpVariant::ring, CpBalance::zigzag}, Case{CpVariant::ring, CpBalance::none},
                    Case{CpVariant::allgather, CpBalance::zigzag}}) {
@@ -137,9 +145,9 @@ int main(int argc, char** argv) {
       }
       std::printf("{\"bench\": \"context_parallel\", \"T\": %lld, \"cp\": %d, \"variant\": \"%s\", \"balance\": \"%s\", "
                   "\"median_ms\": %.2f, \"serial_ms\": %.2f, \"serial_2threads_ms\": %.2f, \"speedup\": %.3f, "
-                  "\"compute_ms\": [%s], \"balance_max_min\": %.3f, \"ideal_speedup\": %.3f}\n",
+                  "\"serial_cpu_ms\": %.2f, \"compute_ms\": [%s], \"balance_max_min\": %.3f, \"ideal_speedup\": %.3f}\n",
                   static_cast<long long>(T), cp, cp_variant_name(c.variant), cp_balance_name(c.balance), r.median_ms,
-                  serial, serial2, serial / r.median_ms, per_rank.c_str(), *hi / *lo, serial / *hi);
+                  serial, serial2, serial / r.median_ms, one.cpu_ms, per_rank.c_str(), *hi / *lo, one.cpu_ms / *hi);
       std::fflush(stdout);
     }
   }
