@@ -13,7 +13,9 @@
 // before Adam's normalisation hides a constant factor.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <sstream>
 
 #include "nn/data.h"
@@ -24,6 +26,7 @@
 #include "parallel/context_parallel/context_parallel.h"
 #include "parallel/data_parallel/data_parallel.h"
 #include "parallel_test_util.h"
+#include "tensor/ledger.h"
 #include "tensor/ops.h"
 #include "test_util.h"
 
@@ -263,6 +266,51 @@ TEST(ContextParallelRunner, EmbedsGlobalPositions) {
   }, quick(5000));
   EXPECT_EQ(touched[0], (std::vector<int>{0, 1, 2, 3, 4, 5, 18, 19, 20, 21, 22, 23}));
   EXPECT_EQ(touched[1], (std::vector<int>{6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}));
+}
+
+// Peak activation bytes per rank of one forward + backward of the whole GPT (T 256, 2 layers, NH 2):
+// the serial model saves a [B, NH, T, T] softmax per layer; a cp rank holds T/cp tokens and one
+// [T/cp]² score block at a time. So the peak falls with cp, and below the serial one's T×T matrices.
+TEST(ContextParallelRunner, PeakActivationsPerRankFallWithCp) {
+  SL_SKIP_UNDER_MPI("measures every rank's peak on the shared memory ledger");
+  const int64_t T = 256, B = 2;
+  nn::GPTConfig g = config();
+  g.block_size = T;
+  nn::TokenStream tokens = parity_tokens(4000);
+  auto micros_of = [&] { return tokens.micro_batches(0, B, T, 1); };
+  MemoryLedger& ledger = MemoryLedger::instance();
+  int64_t serial_peak = 0;
+  launch(1, [&](RankContext& ctx) {  // the serial model, on a device of its own
+    nn::GPT model(g, kSeed);
+    auto micros = micros_of();
+    ledger.reset_peak(ctx.device);
+    const int64_t before = ledger.current(ctx.device);
+    model.loss(micros[0].batch.inputs, micros[0].batch.targets).backward();
+    serial_peak = ledger.peak(ctx.device) - before;
+  });
+  const int64_t txt_per_layer = B * g.n_head * T * T * 4;  // one saved softmax
+  std::printf("[memory] GPT T %lld: serial peak %.2f MiB (T x T per layer %.2f MiB)\n", static_cast<long long>(T),
+              serial_peak / 1048576.0, txt_per_layer / 1048576.0);
+  EXPECT_GT(serial_peak, g.n_layer * txt_per_layer);  // the serial model does hold them
+  int64_t previous = serial_peak;
+  for (int cp : {2, 4, 8}) {
+    std::vector<int64_t> peaks(cp);
+    launch(cp, [&](RankContext& ctx) {
+      DeviceMesh mesh(ctx.world, ParallelismConfig{.cp = cp});
+      ContextParallelRunner runner(g, kSeed, mesh);
+      auto micros = micros_of();
+      ctx.world->barrier();
+      ledger.reset_peak(ctx.device);
+      const int64_t before = ledger.current(ctx.device);
+      runner.forward_backward(micros, static_cast<double>(micros[0].counted), 1, {});
+      peaks[ctx.rank] = ledger.peak(ctx.device) - before;
+    }, quick(20000));
+    const int64_t peak = *std::max_element(peaks.begin(), peaks.end());
+    std::printf("[memory] GPT T %lld cp %d: peak %.2f MiB per rank\n", static_cast<long long>(T), cp, peak / 1048576.0);
+    EXPECT_LT(peak, previous) << "cp " << cp;
+    EXPECT_LT(peak, txt_per_layer) << "cp " << cp << ": as much as one layer's T x T softmax";
+    previous = peak;
+  }
 }
 
 }  // namespace

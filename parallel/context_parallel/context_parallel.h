@@ -17,7 +17,13 @@
 //   the weight dp / C undoes the trainer's average over dp. Summed over cp and averaged over dp,
 //   the gradient is the serial model's.
 //
-//   Activation memory per rank: T/cp tokens through every layer, one [T/cp]² score block at a time.
+//   With DDP over dp (the trainer), finish_gradients must run after DDP's all-reduce has finished
+//   (synchronize()): the two sums commute, but not with a bucket still in flight. Equivalently, DDP
+//   over the "dp_cp" group with the weight dp·cp / C makes finish_gradients unnecessary (Megatron's
+//   and torchtitan's way: one all-reduce over dp × cp).
+//
+//   Activation memory per rank: T/cp tokens through every layer, one [T/cp]² score block at a time
+//   (tests: 0.89 / 0.40 / 0.19 MiB at cp 2 / 4 / 8 where the serial GPT peaks at 4.71 MiB, T 256).
 //
 //   Lesson: lessons/12_ring_attention.cpp   Tests: tests/test_context_parallel_runner.cpp
 #pragma once
