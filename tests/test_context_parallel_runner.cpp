@@ -235,6 +235,20 @@ TEST(ContextParallelRunner, RejectsBatchLengthBeforeCommunicating) {
   EXPECT_NE(message.find("sequence length T 10 must be divisible by cp 3 (T % 3 = 1)"), std::string::npos) << message;
 }
 
+TEST(ContextParallelRunner, RejectsTensorParallelMeshNamingDegrees) {
+  SL_SKIP_UNLESS_WORLD(4);
+  std::string message = message_of([&] {
+    launch(4, [&](RankContext& ctx) {
+      DeviceMesh mesh(ctx.world, ParallelismConfig{.cp = 2, .tp = 2});
+      ContextParallelRunner runner(config(), kSeed, mesh);
+    }, quick(2000));
+  });
+  EXPECT_NE(message.find("dp_replicate 1 x dp_shard 1 x pp 1 x cp 2 x tp 2: cp runs the whole model on every rank; "
+                         "combining it with pp 1 or tp 2"),
+            std::string::npos)
+      << message;
+}
+
 TEST(ContextParallelRunner, RejectsDropout) {
   SL_SKIP_UNLESS_WORLD(2);
   nn::GPTConfig bad = config();
