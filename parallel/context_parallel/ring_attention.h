@@ -15,6 +15,9 @@
 //     hops it is home, complete. A skipped block (contiguous split, wholly in the future) costs no
 //     compute but its dK/dV buffer is still forwarded. The result is exactly full attention's gradient.
 //
+//   (On the threads backend a message is one memcpy made when the receiver waits, so there is little
+//   to hide; on NCCL and MPI the posted transfer can progress while the block is computed.)
+//
 //   Bytes per layer per rank, blk = B·NH·(T/cp)·HS·4:
 //     forward  2·blk·(cp-1)  (K and V)         backward  2·blk·(cp-1) (K/V again) + 2·blk·cp (dK/dV)
 //   Memory: q, k, v, out, lse saved; two K/V blocks in flight; one [T/cp]² score block at a time.
