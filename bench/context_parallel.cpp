@@ -1,0 +1,155 @@
+// context_parallel — one attention layer (CausalSelfAttention: c_attn, the attention core, c_proj)
+// forward and backward on a long sequence: serial against context parallelism over cp ranks, ring
+// (contiguous and zigzag) and all-gather, B 1, C 256, NH 4 (HS 64), f32, median over steps.
+//
+//   build/bench/context_parallel [--cp 2] [--steps 5] [--warmup 1] [--T 1024,2048,4096]
+//
+// Serial: one rank, one GEMM thread (one "device"); and the same with 2 GEMM threads (the serial
+// layer given both cores). Each cp rank is a thread with one GEMM thread. One JSON line per case:
+//   {"bench": "context_parallel", "T": 2048, "cp": 2, "variant": "ring", "balance": "zigzag",
+//    "median_ms": ..., "serial_ms": ..., "serial_2threads_ms": ..., "speedup": serial/median,
+//    "serial_cpu_ms": ..., "compute_ms": [per rank], "balance_max_min": max/min of per-rank compute,
+//    "ideal_speedup": serial_cpu_ms / max(compute_ms)}
+// A rank's compute time is its thread's CPU time in the step (waits sleep, so they do not count;
+// neither does time another process takes from the core): with the contiguous split rank 0 skips
+// its K/V block from rank 1 and waits. "ideal_speedup" = the serial run's CPU time / the busiest
+// rank's: the speedup with one free core per rank, for machines (like the 2-core box these figures
+// come from) shared with other jobs, where wall-clock "speedup" swings with the neighbours' load.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "nn/gpt.h"
+#include "parallel/comm/launch.h"
+#include "parallel/context_parallel/context_parallel.h"
+#include "tensor/ops.h"
+
+using namespace sl;
+using namespace sl::parallel;
+using Clock = std::chrono::steady_clock;
+
+static double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+static double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+// CPU time of the calling thread: a rank's own compute, whatever else shares the cores.
+static double thread_cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+static nn::GPTConfig layer_config(int64_t T) { return {.vocab_size = 256, .block_size = T, .n_layer = 1, .n_head = 4, .n_embd = 256}; }
+
+// One attention layer built as the model builds it (the same Philox draw on every rank).
+static std::shared_ptr<nn::CausalSelfAttention> make_layer(int64_t T) {
+  Generator g(1234);
+  return std::make_shared<nn::CausalSelfAttention>(layer_config(T), nn::InitOptions{0.02, &g, DType::f32});
+}
+
+struct SerialResult {
+  double median_ms, cpu_ms;  // wall and this thread's CPU time, medians
+};
+
+static SerialResult serial_ms(int64_t T, int threads, int steps, int warmup) {
+  set_num_threads(threads);
+  auto layer = make_layer(T);
+  Generator g(7);
+  Tensor x = randn({1, T, 256}, DType::f32, &g).set_requires_grad(), dy = randn({1, T, 256}, DType::f32, &g);
+  std::vector<double> times, cpu;
+  for (int s = 0; s < warmup + steps; ++s) {
+    const auto start = Clock::now();
+    const double cpu_start = thread_cpu_seconds();
+    (*layer)(x).backward(dy);
+    if (s >= warmup) times.push_back(seconds_since(start) * 1e3), cpu.push_back((thread_cpu_seconds() - cpu_start) * 1e3);
+  }
+  set_num_threads(1);
+  return {median(times), median(cpu)};
+}
+
+struct CpResult {
+  double median_ms;
+  std::vector<double> compute_ms;  // per rank, median
+};
+
+static CpResult cp_ms(int64_t T, int cp, CpVariant variant, CpBalance balance, int steps, int warmup) {
+  std::vector<std::vector<double>> step_ms(cp), compute_ms(cp);
+  Generator g(7);
+  Tensor x = randn({1, T, 256}, DType::f32, &g), dy = randn({1, T, 256}, DType::f32, &g);
+  launch(cp, [&](RankContext& ctx) {
+    set_num_threads(1);
+    SequenceShard shard{cp, ctx.rank, balance};
+    auto layer = make_layer(T);
+    layer->core = context_parallel_core(shard, ctx.world, variant);
+    Tensor xl = shard.take(x).to(ctx.device).set_requires_grad(), dyl = shard.take(dy).to(ctx.device);
+    for (int s = 0; s < warmup + steps; ++s) {
+      ctx.world->barrier();
+      const auto start = Clock::now();
+      const double cpu_start = thread_cpu_seconds();
+      (*layer)(xl).backward(dyl);
+      const double total = seconds_since(start), cpu = thread_cpu_seconds() - cpu_start;
+      if (s >= warmup) {
+        step_ms[ctx.rank].push_back(total * 1e3);
+        compute_ms[ctx.rank].push_back(cpu * 1e3);
+      }
+    }
+  });
+  CpResult result{0, {}};
+  std::vector<double> slowest;  // per step, the last rank to finish
+  for (int s = 0; s < steps; ++s) {
+    double m = 0;
+    for (int r = 0; r < cp; ++r) m = std::max(m, step_ms[r][s]);
+    slowest.push_back(m);
+  }
+  result.median_ms = median(slowest);
+  for (int r = 0; r < cp; ++r) result.compute_ms.push_back(median(compute_ms[r]));
+  return result;
+}
+
+int main(int argc, char** argv) {
+  int cp = 2, steps = 5, warmup = 1;
+  std::vector<int64_t> lengths = {1024, 2048, 4096};
+  for (int i = 1; i < argc; ++i) {
+    auto next = [&] { return i + 1 < argc ? argv[++i] : ""; };
+    if (!std::strcmp(argv[i], "--cp")) cp = std::atoi(next());
+    else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(next());
+    else if (!std::strcmp(argv[i], "--warmup")) warmup = std::atoi(next());
+    else if (!std::strcmp(argv[i], "--T")) {
+      lengths.clear();
+      std::stringstream list(next());
+      for (std::string item; std::getline(list, item, ',');) lengths.push_back(std::stoll(item));
+    } else {
+      std::fprintf(stderr, "usage: context_parallel [--cp N] [--steps N] [--warmup N] [--T 1024,2048]\n");
+      return 2;
+    }
+  }
+  for (int64_t T : lengths) {
+    const SerialResult one = serial_ms(T, 1, steps, warmup);
+    const double serial = one.median_ms, serial2 = serial_ms(T, 2, steps, warmup).median_ms;
+    struct Case { CpVariant variant; CpBalance balance; };
+    for (Case c : {Case{CpVariant::ring, CpBalance::zigzag}, Case{CpVariant::ring, CpBalance::none},
+                   Case{CpVariant::allgather, CpBalance::zigzag}}) {
+      CpResult r = cp_ms(T, cp, c.variant, c.balance, steps, warmup);
+      const auto [lo, hi] = std::minmax_element(r.compute_ms.begin(), r.compute_ms.end());
+      std::string per_rank;
+      for (double ms : r.compute_ms) {
+        char cell[32];
+        std::snprintf(cell, sizeof cell, "%s%.2f", per_rank.empty() ? "" : ", ", ms);
+        per_rank += cell;
+      }
+      std::printf("{\"bench\": \"context_parallel\", \"T\": %lld, \"cp\": %d, \"variant\": \"%s\", \"balance\": \"%s\", "
+                  "\"median_ms\": %.2f, \"serial_ms\": %.2f, \"serial_2threads_ms\": %.2f, \"speedup\": %.3f, "
+                  "\"serial_cpu_ms\": %.2f, \"compute_ms\": [%s], \"balance_max_min\": %.3f, \"ideal_speedup\": %.3f}\n",
+                  static_cast<long long>(T), cp, cp_variant_name(c.variant), cp_balance_name(c.balance), r.median_ms,
+                  serial, serial2, serial / r.median_ms, one.cpu_ms, per_rank.c_str(), *hi / *lo, one.cpu_ms / *hi);
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}

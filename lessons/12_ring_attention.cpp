@@ -1,0 +1,254 @@
+// Lesson 12 — ring attention: a sequence too long for one device, cut across cp ranks.
+//
+// What you will learn
+//   * the online softmax: attention over keys [A | B] from attention over A and over B alone,
+//     merged with two numbers per query (the log-sum-exp); why the merge is written with
+//     logsigmoid (logits ×1e3 would overflow exp)
+//   * ring attention written out on the page (~50 lines): each rank keeps its queries and passes
+//     K/V blocks around the ring, attending to each as it passes; checked against the library
+//   * the causal mask across ranks: the contiguous split leaves rank 0 idle while rank cp-1 does cp
+//     blocks; zigzag (rank i holds chunks i and 2cp-1-i) gives every rank the same work
+//   * error and memory against T: f32 ring vs f64 full attention, and the peak bytes per rank of
+//     the ring, the all-gather variant and one serial T×T score matrix
+//
+// Run:    make lesson N=12        Prints: the story below, then "lesson 12: OK".
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <vector>
+
+#include "parallel/comm/launch.h"
+#include "parallel/context_parallel/context_parallel.h"
+#include "tensor/ledger.h"
+#include "tensor/ops.h"
+
+using namespace sl;
+using namespace sl::parallel;
+
+static void section(const char* title) { std::printf("\n--- %s\n", title); }
+static bool ok = true;
+static void check(bool condition, const char* what) {
+  std::printf("  check: %s: %s\n", what, condition ? "OK" : "FAILED");
+  ok = ok && condition;
+}
+static Tensor random(const Shape& shape, uint64_t seed, double scale = 1.0) {
+  Generator g(seed);
+  return mul(randn(shape, DType::f32, &g), scale);
+}
+
+// ---- 1. the online softmax on paper -----------------------------------------------------------------
+// One query, keys split into blocks A and B. For each block alone: lse = log Σ exp(s), out = Σ softmax·v.
+// The whole row's lse' = log(e^lse_A + e^lse_B) and out' = (e^lse_A out_A + e^lse_B out_B) / e^lse'.
+// Written without ever exponentiating a positive number:
+//   lse' = lse_A - logsigmoid(lse_A - lse_B)      out' = out_A - sigmoid(lse_B - lse_A) (out_A - out_B)
+static double logsigmoid(double x) { return std::min(x, 0.0) - std::log1p(std::exp(-std::abs(x))); }
+static double sigmoid(double x) { return x >= 0 ? 1 / (1 + std::exp(-x)) : std::exp(x) / (1 + std::exp(x)); }
+
+static void online_softmax_on_paper() {
+  section("1. the online softmax: two blocks of keys, merged with their log-sum-exps");
+  const std::vector<double> s = {2.0, -1.0, 0.5, 3.0, 1.0, -2.0}, v = {1, 2, 3, 4, 5, 6};  // scores, values (HS 1)
+  auto attend = [&](size_t begin, size_t end, double& out, double& lse) {
+    double m = -INFINITY, total = 0, weighted = 0;
+    for (size_t j = begin; j < end; ++j) m = std::max(m, s[j]);
+    for (size_t j = begin; j < end; ++j) total += std::exp(s[j] - m), weighted += std::exp(s[j] - m) * v[j];
+    lse = m + std::log(total);
+    out = weighted / total;
+  };
+  double out, lse, out_a, lse_a, out_b, lse_b;
+  attend(0, 6, out, lse);
+  attend(0, 3, out_a, lse_a);
+  attend(3, 6, out_b, lse_b);
+  const double merged_lse = lse_a - logsigmoid(lse_a - lse_b);
+  const double merged_out = out_a - sigmoid(lse_b - lse_a) * (out_a - out_b);
+  std::printf("  all 6 keys:       out %.6f  lse %.6f\n", out, lse);
+  std::printf("  keys 0-2 / 3-5:   out %.6f / %.6f  lse %.6f / %.6f\n", out_a, out_b, lse_a, lse_b);
+  std::printf("  merged:           out %.6f  lse %.6f\n", merged_out, merged_lse);
+  check(std::abs(merged_out - out) < 1e-12 && std::abs(merged_lse - lse) < 1e-12, "merge == attention over both");
+
+  // The library's kernel, logits ×1e3: exp(1e3·s) is inf in f32 and f64; the lse form never is.
+  Tensor q = random({1, 1, 4, 8}, 1, 1e3), k = random({1, 1, 8, 8}, 2), v8 = random({1, 1, 8, 8}, 3);
+  BlockOutput whole = attention_block_forward(q, k, v8, BlockMask::none, 0);
+  BlockOutput a = attention_block_forward(q, k.narrow(2, 0, 4), v8.narrow(2, 0, 4), BlockMask::none, 0);
+  BlockOutput b = attention_block_forward(q, k.narrow(2, 4, 4), v8.narrow(2, 4, 4), BlockMask::none, 0);
+  merge_attention(a.out, a.lse, b.out, b.lse);
+  std::printf("  logits x1e3: naive exp(max score) = %g; merged lse max %.1f, |out - whole| %.2g\n",
+              std::exp(static_cast<float>(max(whole.lse).item())), max(a.lse).item(),
+              max_abs_diff(a.out, whole.out));
+  check(max_abs_diff(a.out, whole.out) < 1e-5, "x1e3 logits: merged blocks == whole, no overflow");
+}
+
+// ---- 2. ring attention on the page --------------------------------------------------------------------
+// B = NH = 1. Each rank holds q, k, v [1, 1, Tl, HS] of its tokens, at global positions `pos`. The
+// causal rule across ranks is only: key j is visible to query i iff pos_k[j] <= pos_q[i].
+static Tensor ring_forward_on_page(ProcessGroup& group, const SequenceShard& shard, int64_t T, const Tensor& q,
+                                   Tensor k, Tensor v) {
+  const int cp = group.size(), r = group.rank(), next = (r + 1) % cp, prev = (r + cp - 1) % cp;
+  const int64_t Tl = q.size(2), HS = q.size(3);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  const std::vector<double> pos_q = shard.positions(T).to_vector();
+  std::vector<float> out(Tl * HS, 0.0f), lse(Tl, -INFINITY);
+  for (int step = 0; step < cp; ++step) {
+    const int src = (r - step + cp) % cp;  // whose K/V we hold now
+    Tensor k_next = zeros_like(k), v_next = zeros_like(v);
+    std::vector<WorkPtr> works;
+    if (step + 1 < cp)  // pass K/V on first, so the transfer runs while we compute
+      works = group.batch_isend_irecv({{ProcessGroup::P2POp::Kind::send, k, next}, {ProcessGroup::P2POp::Kind::send, v, next},
+                                       {ProcessGroup::P2POp::Kind::recv, k_next, prev}, {ProcessGroup::P2POp::Kind::recv, v_next, prev}});
+    const std::vector<double> pos_k = SequenceShard{cp, src, shard.balance}.positions(T).to_vector();
+    const float *qp = q.data<float>(), *kp = k.data<float>(), *vp = v.data<float>();
+    for (int64_t i = 0; i < Tl; ++i) {
+      std::vector<float> s;  // this row's visible scores in the block
+      std::vector<int64_t> keys;
+      for (int64_t j = 0; j < Tl; ++j) {
+        if (pos_k[j] > pos_q[i]) continue;  // the future: masked (a whole skipped block never gets here)
+        float dot = 0;
+        for (int64_t d = 0; d < HS; ++d) dot += qp[i * HS + d] * kp[j * HS + d];
+        s.push_back(scale * dot);
+        keys.push_back(j);
+      }
+      if (keys.empty()) continue;
+      const float m = *std::max_element(s.begin(), s.end());
+      float total = 0;
+      for (float& x : s) total += (x = std::exp(x - m));
+      const float block_lse = m + std::log(total);
+      std::vector<float> block_out(HS, 0.0f);
+      for (size_t n = 0; n < keys.size(); ++n)
+        for (int64_t d = 0; d < HS; ++d) block_out[d] += s[n] / total * vp[keys[n] * HS + d];
+      if (step == 0) {  // the first block starts the row (every query sees itself at step 0)
+        lse[i] = block_lse;
+        std::copy(block_out.begin(), block_out.end(), out.begin() + i * HS);
+        continue;
+      }
+      const float w = static_cast<float>(sigmoid(block_lse - lse[i]));  // the merge, as in section 1
+      for (int64_t d = 0; d < HS; ++d) out[i * HS + d] -= w * (out[i * HS + d] - block_out[d]);
+      lse[i] = static_cast<float>(lse[i] - logsigmoid(lse[i] - block_lse));
+    }
+    for (auto& w : works) w->wait();
+    if (step + 1 < cp) k = k_next, v = v_next;
+  }
+  std::vector<double> values(out.begin(), out.end());
+  return from_vector(values, Shape({1, 1, Tl, HS}));
+}
+
+// Full causal attention, serial (the model's own path), on the current device.
+static Tensor full_attention(const Tensor& q, const Tensor& k, const Tensor& v) {
+  return matmul(causal_softmax(matmul(q, k, false, true), 1.0 / std::sqrt(static_cast<double>(q.size(3)))), v);
+}
+
+static void ring_on_the_page() {
+  section("2. the ring, written out: K/V travel, queries stay");
+  const int cp = 4;
+  const int64_t T = 32, HS = 8;
+  Tensor q = random({1, 1, T, HS}, 4), k = random({1, 1, T, HS}, 5), v = random({1, 1, T, HS}, 6);
+  Tensor full = full_attention(q, k, v);
+  for (CpBalance balance : {CpBalance::none, CpBalance::zigzag}) {
+    std::vector<double> page_vs_full(cp), page_vs_library(cp);
+    launch(cp, [&](RankContext& ctx) {
+      SequenceShard shard{cp, ctx.rank, balance};
+      auto local = [&](const Tensor& t) { return shard.take(t, 2).to(ctx.device); };
+      Tensor mine = ring_forward_on_page(*ctx.world, shard, T, local(q), local(k), local(v));
+      page_vs_full[ctx.rank] = max_abs_diff(mine, local(full));
+      page_vs_library[ctx.rank] = max_abs_diff(mine, ring_attention(local(q), local(k), local(v), shard, ctx.world));
+    });
+    const double e_full = *std::max_element(page_vs_full.begin(), page_vs_full.end());
+    const double e_lib = *std::max_element(page_vs_library.begin(), page_vs_library.end());
+    std::printf("  %-7s cp %d, T %lld: page vs full attention %.2g, page vs library ring_attention %.2g\n",
+                cp_balance_name(balance), cp, static_cast<long long>(T), e_full, e_lib);
+    check(e_full < 1e-5 && e_lib < 1e-5, "ring on the page == full attention == the library");
+  }
+}
+
+// ---- 3. the ring step by step, with the causal mask --------------------------------------------------
+static void draw_the_ring() {
+  section("3. who holds what, and what it computes (cp 4; Q_r against the K/V block held)");
+  const int cp = 4;
+  const int64_t Tl = 8;  // 8 queries per rank, so half a block is 4
+  for (CpBalance balance : {CpBalance::none, CpBalance::zigzag}) {
+    std::printf("  %s:%s\n", cp_balance_name(balance),
+                balance == CpBalance::zigzag ? "  rank i holds chunks i and 7-i of 8" : "  rank r holds [r·T/4, (r+1)·T/4)");
+    std::printf("          step 0         step 1         step 2         step 3         work (score entries)\n");
+    for (int r = 0; r < cp; ++r) {
+      SequenceShard shard{cp, r, balance};
+      int64_t work = 0;
+      std::printf("  rank %d", r);
+      for (int s = 0; s < cp; ++s) {
+        const int src = (r - s + cp) % cp;
+        const std::vector<StepWork> blocks = shard.work(src, Tl);
+        char cell[32];
+        if (blocks.empty())
+          std::snprintf(cell, sizeof cell, "K%d skip", src);
+        else if (blocks.size() > 1)
+          std::snprintf(cell, sizeof cell, "K%d 3/4 causal", src);  // the zigzag diagonal, in quarters
+        else if (blocks[0].mask == BlockMask::causal)
+          std::snprintf(cell, sizeof cell, "K%d causal", src);
+        else
+          std::snprintf(cell, sizeof cell, "K%d %s", src,
+                        blocks[0].q_len < Tl ? "Q-half" : blocks[0].kv_len < Tl ? "KV-half" : "full");
+        std::printf("  %-13s", cell);
+        for (const StepWork& w : blocks) work += w.q_len * w.kv_len;
+      }
+      std::printf("  %lld\n", static_cast<long long>(work));
+    }
+  }
+  std::printf("  contiguous: max/min work = 4 (rank 3 computes 4 blocks while rank 0 computes 1, then waits)\n");
+  std::printf("  zigzag: every rank 3 quarter blocks (its own chunks, causal) + 3 half blocks: max/min = 1\n");
+}
+
+// ---- 4. error and memory against T -----------------------------------------------------------------
+static void error_and_memory() {
+  section("4. error (f32 ring vs f64 full) and peak bytes per rank, cp 4 zigzag, B 1, NH 2, HS 16");
+  const int cp = 4;
+  std::printf("  T      ring out err  ring dQ/dK/dV err  ring peak/rank  all-gather peak/rank  one TxT matrix\n");
+  for (int64_t T : {256, 1024, 2048}) {
+    Tensor q = random({1, 2, T, 16}, 7), k = random({1, 2, T, 16}, 8), v = random({1, 2, T, 16}, 9),
+           dout = random({1, 2, T, 16}, 10);
+    Tensor q64 = q.to(DType::f64).set_requires_grad(), k64 = k.to(DType::f64).set_requires_grad(),
+           v64 = v.to(DType::f64).set_requires_grad();
+    Tensor full = full_attention(q64, k64, v64);
+    full.backward(dout.to(DType::f64));
+    double out_err = 0, grad_err = 0;
+    int64_t peaks[2] = {0, 0};
+    for (CpVariant variant : {CpVariant::ring, CpVariant::allgather}) {
+      std::vector<double> errs(2 * cp);
+      std::vector<int64_t> peak(cp);
+      launch(cp, [&](RankContext& ctx) {
+        SequenceShard shard{cp, ctx.rank, CpBalance::zigzag};
+        auto local = [&](const Tensor& t) { return shard.take(t, 2).to(ctx.device); };
+        Tensor ql = local(q).set_requires_grad(), kl = local(k).set_requires_grad(), vl = local(v).set_requires_grad();
+        Tensor dl = local(dout);
+        MemoryLedger& ledger = MemoryLedger::instance();
+        ctx.world->barrier();
+        ledger.reset_peak(ctx.device);
+        const int64_t before = ledger.current(ctx.device);
+        Tensor out = context_parallel_core(shard, ctx.world, variant)(ql, kl, vl);
+        out.backward(dl);
+        peak[ctx.rank] = ledger.peak(ctx.device) - before;
+        errs[2 * ctx.rank] = max_abs_diff(out, local(full));
+        errs[2 * ctx.rank + 1] = std::max({max_abs_diff(ql.grad(), local(q64.grad())),
+                                           max_abs_diff(kl.grad(), local(k64.grad())),
+                                           max_abs_diff(vl.grad(), local(v64.grad()))});
+      });
+      peaks[variant == CpVariant::ring ? 0 : 1] = *std::max_element(peak.begin(), peak.end());
+      if (variant == CpVariant::ring)
+        for (int r = 0; r < cp; ++r) out_err = std::max(out_err, errs[2 * r]), grad_err = std::max(grad_err, errs[2 * r + 1]);
+    }
+    const double txt = 2.0 * T * T * 4;
+    std::printf("  %-5lld  %-12.2g  %-17.2g  %7.2f MiB     %7.2f MiB           %7.2f MiB\n", static_cast<long long>(T),
+                out_err, grad_err, peaks[0] / 1048576.0, peaks[1] / 1048576.0, txt / 1048576.0);
+    check(out_err < 2e-6 && grad_err < 5e-6 && peaks[0] < txt, "ring matches f64 full attention; peak < one TxT");
+  }
+  std::printf("  The ring's peak grows as (T/cp)^2: one score block is a 16th of the TxT matrix at cp 4, and a\n"
+              "  block's backward holds two (P and dS). The all-gather variant also holds all T keys and values.\n"
+              "  Errors are f32 rounding, the size of the serial f32 path's (tests/test_context_parallel.cpp prints both).\n");
+}
+
+int main() {
+  std::printf("Lesson 12: ring attention\n");
+  online_softmax_on_paper();
+  ring_on_the_page();
+  draw_the_ring();
+  error_and_memory();
+  std::printf("\nlesson 12: %s\n", ok ? "OK" : "FAILED");
+  return ok ? 0 : 1;
+}

@@ -1,0 +1,194 @@
+// attention_block.cpp — see attention_block.h. The two GEMMs of each direction run on matmul; the
+// softmax of a score block, its backward and the merge are the row loops below.
+#include "parallel/context_parallel/attention_block.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "autograd/function.h"
+#include "tensor/cpu/dispatch.h"
+#include "tensor/cpu/lanes.h"
+#include "tensor/functors.h"
+#include "tensor/ops.h"
+
+namespace sl::parallel {
+
+const char* block_mask_name(BlockMask mask) {
+  switch (mask) {
+    case BlockMask::none: return "none";
+    case BlockMask::causal: return "causal";
+    case BlockMask::skip: return "skip";
+  }
+  return "?";
+}
+
+double attention_scale(const Tensor& q, double scale) {
+  return scale > 0 ? scale : 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+}
+
+namespace {
+
+// Stable for any x: only ever exp of a non-positive number.
+template <typename C>
+C log_sigmoid(C x) { return std::min(x, C(0)) - std::log1p(std::exp(-std::abs(x))); }
+template <typename C>
+C sigmoid_of(C x) {
+  if (x >= 0) return C(1) / (C(1) + std::exp(-x));
+  const C e = std::exp(x);
+  return e / (C(1) + e);
+}
+
+void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, BlockMask mask) {
+  SL_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "attention_block: q, k, v must be [B, NH, T, HS], got ",
+           q.shape(), ", ", k.shape(), ", ", v.shape());
+  SL_CHECK(k.shape() == v.shape() && q.size(0) == k.size(0) && q.size(1) == k.size(1) && q.size(3) == k.size(3),
+           "attention_block: q ", q.shape(), " does not fit k ", k.shape(), " and v ", v.shape());
+  SL_CHECK(mask != BlockMask::causal || q.size(2) == k.size(2), "attention_block: a causal block must be square (Tq ",
+           q.size(2), " != Tk ", k.size(2), ")");
+  SL_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype() && (q.dtype() == DType::f32 || q.dtype() == DType::f64),
+           "attention_block: q, k, v must all be f32 (or f64 for gradcheck), got ", dtype_name(q.dtype()), ", ",
+           dtype_name(k.dtype()), ", ", dtype_name(v.dtype()));
+  SL_CHECK(!q.device().is_cuda(), "attention_block: runs on the CPU only (q is on ", q.device().str(), ")");
+}
+
+// The row loops use the library's vectorizable pieces (tensor/cpu/lanes.h): exp_of (a polynomial
+// exp for f32), lane_max and lane_sum (16 partial results, a fixed order), for_each_index.
+
+// scores [rows, Tk] (q·k) -> probabilities in place, lse [rows]. Row r is query r % Tq of its block.
+template <typename T>
+void softmax_rows(T* s, T* lse, int64_t rows, int64_t Tq, int64_t Tk, bool causal, T scale) {
+  for (int64_t r = 0; r < rows; ++r) {
+    T* row = s + r * Tk;
+    const int64_t visible = causal ? r % Tq + 1 : Tk;
+    const T m = lane_max<T>(visible, [&](int64_t j) { return scale * row[j]; });
+    for_each_index(visible, [&](int64_t j) { row[j] = exp_of(scale * row[j] - m); });
+    const T total = lane_sum<T>(visible, [&](int64_t j) { return row[j]; });
+    const T inv = T(1) / total;
+    for_each_index(visible, [&](int64_t j) { row[j] *= inv; });
+    std::fill(row + visible, row + Tk, T(0));
+    lse[r] = m + std::log(total);
+  }
+}
+
+// scores [rows, Tk] (q·k) -> P = exp(scale·s - lse) in place, the block's share of the final softmax.
+template <typename T>
+void probabilities_rows(T* s, const T* lse, int64_t rows, int64_t Tq, int64_t Tk, bool causal, T scale) {
+  for (int64_t r = 0; r < rows; ++r) {
+    T* row = s + r * Tk;
+    const int64_t visible = causal ? r % Tq + 1 : Tk;
+    const T l = lse[r];
+    for_each_index(visible, [&](int64_t j) { row[j] = exp_of(scale * row[j] - l); });
+    std::fill(row + visible, row + Tk, T(0));
+  }
+}
+
+// dP [rows, Tk] -> dS = scale · P ∘ (dP - D) in place.
+template <typename T>
+void score_grad_rows(T* dp, const T* p, const T* delta, int64_t rows, int64_t Tk, T scale) {
+  for (int64_t r = 0; r < rows; ++r) {
+    T* d = dp + r * Tk;
+    const T* pr = p + r * Tk;
+    const T dr = delta[r];
+    for_each_index(Tk, [&](int64_t j) { d[j] = scale * pr[j] * (d[j] - dr); });
+  }
+}
+
+struct AttentionBlockFn : Function<AttentionBlockFn> {
+  static TensorList forward(FunctionCtx& ctx, const Tensor& q, const Tensor& k, const Tensor& v, BlockMask mask,
+                            double scale) {
+    BlockOutput o = attention_block_forward(q, k, v, mask, scale);
+    ctx.save_for_backward({q, k, v, o.out, o.lse});
+    ctx.set("mask", mask);
+    ctx.set("scale", scale);
+    return {o.out, o.lse};
+  }
+  static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {
+    const TensorList& s = ctx.saved();
+    const Tensor &q = s[0], &k = s[1], &v = s[2], &out = s[3], &lse = s[4];
+    Tensor dq = zeros_like(q), dk = zeros_like(k), dv = zeros_like(v);
+    const auto mask = ctx.get<BlockMask>("mask");
+    if (mask == BlockMask::skip) return {dq, dk, dv};
+    Tensor dout = grads[0].defined() ? grads[0] : zeros_like(out);
+    // lse depends on s through dlse/ds = P, so its gradient joins dP's row term: D - dlse.
+    Tensor delta = attention_delta(dout, out);
+    if (grads[1].defined()) delta = sub(delta, grads[1]);
+    attention_block_backward(q, k, v, dout, lse, delta, mask, ctx.get<double>("scale"), dq, dk, dv);
+    return {dq, dk, dv};
+  }
+};
+
+}  // namespace
+
+BlockOutput attention_block_forward(const Tensor& q, const Tensor& k, const Tensor& v, BlockMask mask,
+                                    double scale) {
+  check_inputs(q, k, v, mask);
+  scale = attention_scale(q, scale);
+  const int64_t B = q.size(0), NH = q.size(1), Tq = q.size(2), Tk = k.size(2);
+  if (mask == BlockMask::skip)
+    return {zeros(q.shape(), q.options()), full({B, NH, Tq}, -std::numeric_limits<double>::infinity(), q.options())};
+  Tensor scores = matmul(q, k, false, true);  // [B, NH, Tq, Tk]: the only score block alive
+  Tensor lse = Tensor::empty({B, NH, Tq}, q.options());
+  dispatch_floating(q.dtype(), "attention_block", [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
+      softmax_rows<T>(scores.data<T>(), lse.data<T>(), B * NH * Tq, Tq, Tk, mask == BlockMask::causal,
+                      static_cast<T>(scale));
+  });
+  return {matmul(scores, v), lse};  // [B, NH, Tq, Tk] @ [B, NH, Tk, HS]
+}
+
+void merge_attention(const Tensor& out, const Tensor& lse, const Tensor& out_b, const Tensor& lse_b,
+                     int64_t row_begin) {
+  const int64_t BH = out.size(0) * out.size(1), T = out.size(2), HS = out.size(3), Tb = out_b.size(2);
+  SL_ASSERT(out_b.size(0) * out_b.size(1) == BH && out_b.size(3) == HS && row_begin + Tb <= T);
+  SL_ASSERT(lse.numel() == BH * T && lse_b.numel() == BH * Tb && out.dtype() == out_b.dtype());
+  dispatch_floating(out.dtype(), "merge_attention", [&](auto tag) {
+    using C = decltype(tag);
+    if constexpr (std::is_same_v<C, float> || std::is_same_v<C, double>) {
+      C *o = out.data<C>(), *l = lse.data<C>();
+      const C *ob = out_b.data<C>(), *lb = lse_b.data<C>();
+      for (int64_t bh = 0; bh < BH; ++bh)
+        for (int64_t i = 0; i < Tb; ++i) {
+          const int64_t row = bh * T + row_begin + i, row_b = bh * Tb + i;
+          const C la = l[row], lbv = lb[row_b];
+          if (lbv == -std::numeric_limits<C>::infinity()) continue;  // a row that saw no key of the block
+          const C w = sigmoid_of(lbv - la);                         // the block's weight, e^λb / e^λ'
+          for (int64_t d = 0; d < HS; ++d) o[row * HS + d] -= w * (o[row * HS + d] - ob[row_b * HS + d]);
+          l[row] = la - log_sigmoid(la - lbv);
+        }
+    }
+  });
+}
+
+Tensor attention_delta(const Tensor& dout, const Tensor& out) { return sum(mul(dout, out), 3); }
+
+void attention_block_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
+                              const Tensor& lse, const Tensor& delta, BlockMask mask, double scale, const Tensor& dq,
+                              const Tensor& dk, const Tensor& dv) {
+  check_inputs(q, k, v, mask);
+  if (mask == BlockMask::skip) return;
+  scale = attention_scale(q, scale);
+  const int64_t B = q.size(0), NH = q.size(1), Tq = q.size(2), Tk = k.size(2), rows = B * NH * Tq;
+  Tensor p = matmul(q, k, false, true);  // recomputed scores [B, NH, Tq, Tk] ...
+  Tensor dp = matmul(dout, v, false, true);  // dP = dO Vᵀ [B, NH, Tq, Tk]
+  dispatch_floating(q.dtype(), "attention_block", [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      probabilities_rows<T>(p.data<T>(), lse.data<T>(), rows, Tq, Tk, mask == BlockMask::causal,
+                            static_cast<T>(scale));  // ... -> P with the final lse
+      score_grad_rows<T>(dp.data<T>(), p.data<T>(), delta.data<T>(), rows, Tk, static_cast<T>(scale));
+    }
+  });
+  if (dv.defined()) dv.add_(matmul(p, dout, true, false));  // Pᵀ dO: [B, NH, Tk, HS]
+  if (dq.defined()) dq.add_(matmul(dp, k));                  // dS K:  [B, NH, Tq, HS]
+  if (dk.defined()) dk.add_(matmul(dp, q, true, false));     // dSᵀ Q: [B, NH, Tk, HS]
+}
+
+BlockOutput attention_block(const Tensor& q, const Tensor& k, const Tensor& v, BlockMask mask, double scale) {
+  check_inputs(q, k, v, mask);
+  TensorList o = AttentionBlockFn::apply(q, k, v, mask, scale);
+  return {o[0], o[1]};
+}
+
+}  // namespace sl::parallel

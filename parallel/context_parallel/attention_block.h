@@ -1,0 +1,66 @@
+// attention_block.h — attention of one query block against one key/value block, and the rule that
+// merges blocks: the building brick of ring attention (Liu et al., 2023) and of FlashAttention.
+//
+//   q [B, NH, Tq, HS], k, v [B, NH, Tk, HS]   ──►   out [B, NH, Tq, HS],  lse [B, NH, Tq]
+//
+//     s[i, j] = scale · q_i · k_j          (scale = 1/sqrt(HS); masked entries are -inf)
+//     lse[i]  = log Σ_j exp s[i, j]        out[i] = Σ_j exp(s[i, j] - lse[i]) · v_j
+//
+//   mask  none    every key is visible (a key block wholly in the query block's past)
+//         causal  key j visible iff j <= i (the block on the diagonal, Tq == Tk)
+//         skip    no key is visible (a block wholly in the future): out 0, lse -inf, no work
+//
+// Two blocks (out, lse) and (out_b, lse_b) over disjoint keys merge into the attention over both
+// (the online softmax): with λ = lse, λ_b the new λ' = log(e^λ + e^λ_b)
+//
+//     lse' = lse - logsigmoid(lse - lse_b)                  = λ + log(1 + e^(λ_b - λ))
+//     out' = out - sigmoid(lse_b - lse) · (out - out_b)     = (e^λ out + e^λ_b out_b) / e^λ'
+//
+// Both forms only ever exponentiate a non-positive number, so logits ×1e3 never overflow. Merging
+// starts from the first real block (never from an "empty" -inf state, whose lse - lse_b is nan).
+//
+// Backward of one block, given the FINAL lse of the query rows (the whole row's softmax) and
+// D[i] = Σ_d dO[i, d] · O[i, d] (the final output's): P = exp(s - lse), the block's probabilities
+// in the whole row, and
+//     dV = Pᵀ dO      dP = dO Vᵀ      dS = P ∘ (dP - D)      dQ = scale · dS K      dK = scale · dSᵀ Q
+// Summed over the key blocks, these are exactly the gradients of attention over the whole row.
+//
+// Memory: one [Tq, Tk] score block per (B, NH) at a time: never the T×T matrix of the whole sequence.
+// CPU, f32 (accumulating in f32) or f64 (for gradcheck). lse has q's dtype.
+//
+//   Lesson: lessons/12_ring_attention.cpp   Tests: tests/test_context_parallel.cpp (gradcheck, ×1e3)
+#pragma once
+#include "tensor/tensor.h"
+
+namespace sl::parallel {
+
+enum class BlockMask { none, causal, skip };
+const char* block_mask_name(BlockMask mask);
+
+struct BlockOutput {
+  Tensor out;  // [B, NH, Tq, HS]
+  Tensor lse;  // [B, NH, Tq]
+};
+
+// The autograd Function: gradients flow to q, k, v from both out and lse.
+// scale <= 0 means 1/sqrt(HS).
+BlockOutput attention_block(const Tensor& q, const Tensor& k, const Tensor& v, BlockMask mask, double scale = 0);
+
+// ---- the kernels the ring and all-gather variants call (no autograd) --------------------------------
+BlockOutput attention_block_forward(const Tensor& q, const Tensor& k, const Tensor& v, BlockMask mask,
+                                    double scale);
+// Merges (out_b, lse_b) [B, NH, Tb, ...] into rows [row_begin, row_begin + Tb) of (out, lse), in place.
+void merge_attention(const Tensor& out, const Tensor& lse, const Tensor& out_b, const Tensor& lse_b,
+                     int64_t row_begin = 0);
+// D = rowsum(dO ∘ O): [B, NH, Tq, HS] x2 -> [B, NH, Tq].
+Tensor attention_delta(const Tensor& dout, const Tensor& out);
+// Adds one block's gradients into dq [B, NH, Tq, HS], dk and dv [B, NH, Tk, HS] (any of them may be
+// undefined: not wanted). lse and delta are the query rows' final ones.
+void attention_block_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
+                              const Tensor& lse, const Tensor& delta, BlockMask mask, double scale, const Tensor& dq,
+                              const Tensor& dk, const Tensor& dv);
+
+// 1/sqrt(HS) when scale <= 0.
+double attention_scale(const Tensor& q, double scale);
+
+}  // namespace sl::parallel

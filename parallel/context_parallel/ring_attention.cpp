@@ -1,0 +1,123 @@
+// ring_attention.cpp — see ring_attention.h.
+#include "parallel/context_parallel/ring_attention.h"
+
+#include "autograd/function.h"
+#include "tensor/ledger.h"
+#include "tensor/ops.h"
+
+namespace sl::parallel {
+
+namespace {
+
+using Op = ProcessGroup::P2POp;
+
+struct Ring {
+  ProcessGroupPtr group;
+  int next, prev;
+  explicit Ring(ProcessGroupPtr g)
+      : group(std::move(g)), next((group->rank() + 1) % group->size()),
+        prev((group->rank() + group->size() - 1) % group->size()) {}
+
+  // Posts "send a, b to next; receive into fresh a', b' from prev" and returns at once.
+  std::vector<WorkPtr> pass(const Tensor& a, const Tensor& b, Tensor& a_in, Tensor& b_in) const {
+    MemoryScope scope(MemoryCategory::comm);
+    a_in = Tensor::empty(a.shape(), a.options());
+    b_in = Tensor::empty(b.shape(), b.options());
+    return group->batch_isend_irecv({{Op::Kind::send, a, next}, {Op::Kind::send, b, next},
+                                     {Op::Kind::recv, a_in, prev}, {Op::Kind::recv, b_in, prev}});
+  }
+};
+
+void wait_all(std::vector<WorkPtr>& works) {
+  for (auto& w : works) w->wait();
+  works.clear();
+}
+
+struct RingAttentionFn : Function<RingAttentionFn> {
+  static Tensor forward(FunctionCtx& ctx, const Tensor& q, const Tensor& k, const Tensor& v, SequenceShard shard,
+                        ProcessGroupPtr group, double scale) {
+    const int cp = shard.cp;
+    const int64_t Tl = q.size(2);
+    Ring ring(group);
+    Tensor out, lse, k_cur = k, v_cur = v;
+    for (int s = 0; s < cp; ++s) {
+      const int src = (shard.rank - s + cp) % cp;
+      std::vector<WorkPtr> works;
+      Tensor k_next, v_next;
+      if (s + 1 < cp) works = ring.pass(k_cur, v_cur, k_next, v_next);  // in flight while we compute
+      for (const StepWork& work : shard.work(src, Tl)) attend_step(work, q, k_cur, v_cur, scale, out, lse);
+      wait_all(works);
+      k_cur = k_next;
+      v_cur = v_next;
+    }
+    ctx.save_for_backward({q, k, v, out, lse});
+    ctx.set("shard", shard);
+    ctx.set("group", group);
+    ctx.set("scale", scale);
+    return out;
+  }
+
+  static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {
+    const TensorList& saved = ctx.saved();
+    const Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4];
+    const auto& shard = ctx.get<SequenceShard>("shard");
+    const double scale = ctx.get<double>("scale");
+    const int cp = shard.cp;
+    const int64_t Tl = q.size(2);
+    Ring ring(ctx.get<ProcessGroupPtr>("group"));
+    Tensor dout = grads[0].defined() ? grads[0] : zeros_like(out);
+    Tensor delta = attention_delta(dout, out);  // D = rowsum(dO ∘ O) [B, NH, Tl]
+    Tensor dq = zeros_like(q);
+    Tensor k_cur = k, v_cur = v;
+    Tensor dk_in, dv_in, dk_sent, dv_sent;  // the held block's dK/dV from the holders before us
+    std::vector<WorkPtr> grad_works;
+    for (int s = 0; s < cp; ++s) {
+      const int src = (shard.rank - s + cp) % cp;
+      std::vector<WorkPtr> kv_works;
+      Tensor k_next, v_next;
+      if (s + 1 < cp) kv_works = ring.pass(k_cur, v_cur, k_next, v_next);
+      const std::vector<StepWork> works = shard.work(src, Tl);
+      Tensor dk_part, dv_part;
+      if (!works.empty()) {
+        dk_part = zeros_like(k);
+        dv_part = zeros_like(v);
+        for (const StepWork& work : works)
+          attend_step_backward(work, q, k_cur, v_cur, dout, lse, delta, scale, dq, dk_part, dv_part);
+      }
+      wait_all(grad_works);  // the block's dK/dV so far has arrived (and our last sends are done)
+      if (s > 0) {
+        if (dk_part.defined()) {
+          dk_part.add_(dk_in);
+          dv_part.add_(dv_in);
+        } else {  // a skipped block: nothing to add, but the buffer still travels on
+          dk_part = dk_in;
+          dv_part = dv_in;
+        }
+      }
+      dk_sent = dk_part;
+      dv_sent = dv_part;
+      grad_works = ring.pass(dk_sent, dv_sent, dk_in, dv_in);  // after cp passes, our own block is home
+      wait_all(kv_works);
+      k_cur = k_next;
+      v_cur = v_next;
+    }
+    wait_all(grad_works);
+    return {dq, dk_in, dv_in};
+  }
+};
+
+}  // namespace
+
+Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const SequenceShard& shard,
+                      const ProcessGroupPtr& group, double scale) {
+  SL_CHECK(group && group->size() == shard.cp && group->rank() == shard.rank, "ring_attention: the group (rank ",
+           group ? group->rank() : -1, " of ", group ? group->size() : 0, ") is not the shard's (rank ", shard.rank,
+           " of cp ", shard.cp, ")");
+  SL_CHECK(q.dim() == 4 && q.shape() == k.shape() && k.shape() == v.shape(),
+           "ring_attention: q, k, v must be [B, NH, T/cp, HS] alike, got ", q.shape(), ", ", k.shape(), ", ",
+           v.shape());
+  shard.check_length(q.size(2) * shard.cp);
+  return RingAttentionFn::apply(q, k, v, shard, group, attention_scale(q, scale));
+}
+
+}  // namespace sl::parallel

@@ -1,0 +1,136 @@
+// sequence_shard.cpp — see sequence_shard.h.
+#include "parallel/context_parallel/sequence_shard.h"
+
+#include <algorithm>
+
+#include "tensor/cpu/dispatch.h"
+#include "tensor/ops.h"
+
+namespace sl::parallel {
+
+const char* cp_balance_name(CpBalance balance) { return balance == CpBalance::zigzag ? "zigzag" : "none"; }
+
+void SequenceShard::check_length(int64_t T) const {
+  SL_CHECK(cp >= 1 && rank >= 0 && rank < cp, "SequenceShard: rank ", rank, " is not in cp ", cp);
+  if (balance == CpBalance::zigzag)
+    SL_CHECK(T % (2 * cp) == 0, "context parallel (zigzag): sequence length T ", T, " must be divisible by 2 x cp = ",
+             2 * cp, " (T % ", 2 * cp, " = ", T % (2 * cp), ")");
+  else
+    SL_CHECK(T % cp == 0, "context parallel: sequence length T ", T, " must be divisible by cp ", cp, " (T % ", cp,
+             " = ", T % cp, ")");
+}
+
+Tensor SequenceShard::positions(int64_t T) const {
+  check_length(T);
+  const int64_t Tl = T / cp;
+  std::vector<double> p;
+  for (int64_t i = 0; i < Tl; ++i) {
+    if (balance == CpBalance::none) {
+      p.push_back(static_cast<double>(rank * Tl + i));
+    } else {  // chunks of Tl/2: chunk `rank`, then chunk 2cp-1-rank
+      const int64_t half = Tl / 2, chunk = i < half ? rank : 2 * cp - 1 - rank;
+      p.push_back(static_cast<double>(chunk * half + i % half));
+    }
+  }
+  return from_vector(p, Shape({Tl}), DType::i64);
+}
+
+Tensor SequenceShard::take(const Tensor& x, int dim) const {
+  const int64_t T = x.size(dim);
+  check_length(T);
+  const int64_t Tl = T / cp;
+  if (balance == CpBalance::none) return x.narrow(dim, rank * Tl, Tl);
+  const int64_t half = Tl / 2;
+  return cat({x.narrow(dim, rank * half, half), x.narrow(dim, (2 * cp - 1 - rank) * half, half)}, dim);
+}
+
+std::vector<StepWork> SequenceShard::work(int src, int64_t Tl) const {
+  if (balance == CpBalance::none) {
+    if (src == rank) return {{BlockMask::causal, 0, Tl, 0, Tl, true}};
+    if (src < rank) return {{BlockMask::none, 0, Tl, 0, Tl}};
+    return {};  // wholly in the future
+  }
+  const int64_t h = Tl / 2;  // one chunk
+  if (src == rank)
+    return {{BlockMask::causal, 0, h, 0, h, true},   // chunk i against itself
+            {BlockMask::none, h, h, 0, h, true},     // chunk 2cp-1-i against chunk i (all in its past)
+            {BlockMask::causal, h, h, h, h, false}};  // chunk 2cp-1-i against itself
+  if (src < rank) return {{BlockMask::none, 0, Tl, 0, h}};  // all Q against chunk src
+  return {{BlockMask::none, h, h, 0, Tl}};                   // Q's chunk 2cp-1-rank against all K/V
+}
+
+namespace {
+
+Tensor rows(const Tensor& x, int64_t begin, int64_t length) {
+  return begin == 0 && length == x.size(2) ? x : x.narrow(2, begin, length);
+}
+
+// dst [B, NH, T, HS] rows [begin, begin + Tb) += src [B, NH, Tb, HS].
+void add_rows(const Tensor& dst, const Tensor& src, int64_t begin) {
+  const int64_t BH = dst.size(0) * dst.size(1), T = dst.size(2), Tb = src.size(2), HS = dst.size(3);
+  dispatch_floating(dst.dtype(), "add_rows", [&](auto tag) {
+    using C = decltype(tag);
+    if constexpr (std::is_same_v<C, float> || std::is_same_v<C, double>) {
+      C* d = dst.data<C>();
+      const C* s = src.data<C>();
+      for (int64_t bh = 0; bh < BH; ++bh)
+        for (int64_t i = 0; i < Tb * HS; ++i) d[(bh * T + begin) * HS + i] += s[bh * Tb * HS + i];
+    }
+  });
+}
+
+// dst [B, NH, T, ...] rows [begin, begin + Tb) = src [B, NH, Tb, ...].
+void set_rows(const Tensor& dst, const Tensor& src, int64_t begin) {
+  const int64_t BH = dst.size(0) * dst.size(1), T = dst.size(2), Tb = src.size(2), row = dst.numel() / (BH * T);
+  dispatch_floating(dst.dtype(), "set_rows", [&](auto tag) {
+    using C = decltype(tag);
+    C* d = dst.data<C>();
+    const C* s = src.data<C>();
+    for (int64_t bh = 0; bh < BH; ++bh) std::copy(s + bh * Tb * row, s + (bh + 1) * Tb * row, d + (bh * T + begin) * row);
+  });
+}
+
+}  // namespace
+
+void attend_step(const StepWork& work, const Tensor& q, const Tensor& k, const Tensor& v, double scale, Tensor& out,
+                 Tensor& lse) {
+  if (work.mask == BlockMask::skip) return;
+  BlockOutput block = attention_block_forward(rows(q, work.q_begin, work.q_len), rows(k, work.kv_begin, work.kv_len),
+                                              rows(v, work.kv_begin, work.kv_len), work.mask, scale);
+  if (work.starts_rows) {  // the rows' first block: no -inf start to merge from
+    if (work.q_begin == 0 && work.q_len == q.size(2)) {
+      out = block.out;
+      lse = block.lse;
+      return;
+    }
+    if (!out.defined()) {
+      out = Tensor::empty(q.shape(), q.options());
+      lse = Tensor::empty({q.size(0), q.size(1), q.size(2)}, q.options());
+    }
+    set_rows(out, block.out, work.q_begin);
+    set_rows(lse, block.lse, work.q_begin);
+  } else {
+    merge_attention(out, lse, block.out, block.lse, work.q_begin);
+  }
+}
+
+void attend_step_backward(const StepWork& work, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
+                          const Tensor& lse, const Tensor& delta, double scale, const Tensor& dq, const Tensor& dk,
+                          const Tensor& dv) {
+  if (work.mask == BlockMask::skip) return;
+  const bool all_q = work.q_begin == 0 && work.q_len == q.size(2);
+  const bool all_kv = work.kv_begin == 0 && work.kv_len == k.size(2);
+  Tensor q_rows = rows(q, work.q_begin, work.q_len), k_rows = rows(k, work.kv_begin, work.kv_len);
+  Tensor dq_rows = all_q ? dq : zeros_like(q_rows);
+  Tensor dk_rows = all_kv ? dk : zeros_like(k_rows), dv_rows = all_kv ? dv : zeros_like(k_rows);
+  auto lse_rows = [&](const Tensor& t) { return all_q ? t : t.narrow(2, work.q_begin, work.q_len); };
+  attention_block_backward(q_rows, k_rows, rows(v, work.kv_begin, work.kv_len), rows(dout, work.q_begin, work.q_len),
+                           lse_rows(lse), lse_rows(delta), work.mask, scale, dq_rows, dk_rows, dv_rows);
+  if (!all_q) add_rows(dq, dq_rows, work.q_begin);
+  if (!all_kv) {
+    add_rows(dk, dk_rows, work.kv_begin);
+    add_rows(dv, dv_rows, work.kv_begin);
+  }
+}
+
+}  // namespace sl::parallel
