@@ -52,7 +52,21 @@ TEST(TrainOptions, BadCombinationsAreUsageErrors) {
            {"--micro-batches 0", "--micro-batches: expected an integer in 1..1048576, got '0'"},
            {"--adam-eps 0", "--adam-eps: expected a number > 0, got '0'"},
            {"--adam-eps -1e-8", "--adam-eps: expected a number > 0, got '-1e-8'"},
-           {"--adam-eps tiny", "--adam-eps: expected a number > 0, got 'tiny'"}})
+           {"--adam-eps tiny", "--adam-eps: expected a number > 0, got 'tiny'"},
+           // The chapters that cut the model: one at a time, their flags only with their degree.
+           {"--pp 2 --tp 2", "--pp 2, --tp 2, --cp 1: one of pipeline, tensor and context parallelism at a time"},
+           {"--schedule gpipe", "--schedule, --virtual-stages, --stage-layers and --trace are pipeline flags: add --pp N"},
+           {"--trace t.svg", "--schedule, --virtual-stages, --stage-layers and --trace are pipeline flags: add --pp N"},
+           {"--pp 2 --trace t.png", "--trace: expected a FILE.svg or FILE.json, got 't.png'"},
+           {"--pp 2 --schedule zb", "--schedule: expected one of naive, gpipe, 1f1b, interleaved, got 'zb'"},
+           {"--pp 2 --virtual-stages 2", "--virtual-stages 2 needs --schedule interleaved"},
+           {"--pp 2 --stage-layers 1,,1", "--stage-layers: expected layer counts like 2,1,1, got '1,,1'"},
+           {"--pp 2 --stage-layers 1,99999999999", "--stage-layers: expected layer counts in 1..1048576 like 2,1,1, got '1,99999999999'"},
+           {"--sp", "--sp shards the sequence over the tensor-parallel ranks: add --tp N"},
+           {"--cp-variant allgather", "--cp-balance and --cp-variant are context-parallel flags: add --cp N"},
+           {"--cp 2 --cp-balance half", "--cp-balance: expected one of zigzag, none, got 'half'"},
+           {"--tp 2 --zero 2", "--pp, --tp and --cp run with DDP (--zero 0) or --zero 1 over --dp ranks; not with --zero 2"},
+           {"--pp 2 --dp 3 --batch-size 8", "--batch-size 8 must be micro-batch rows x 1 micro-batches x 3 data-parallel ranks, but 8 % 3 = 2"}})
     EXPECT_EQ(usage_error(args), message) << args;
 }
 
@@ -68,6 +82,15 @@ TEST(TrainOptions, ValidCombinationsParse) {
   EXPECT_EQ(o.adam_eps, 1e-6);
   EXPECT_EQ(usage_error("", &o), "");
   EXPECT_EQ(o.adam_eps, 1e-8);  // the default, as nn::AdamW's
+  // The world is dp x pp x tp x cp; the batch splits over dp only.
+  EXPECT_EQ(usage_error("--dp 2 --pp 2 --schedule interleaved --virtual-stages 2 --batch-size 6 --trace t.json", &o), "");
+  EXPECT_EQ(o.world(), 4);
+  EXPECT_EQ(o.data_parallel(), 2);
+  EXPECT_EQ(usage_error("--tp 3 --sp --zero 1 --batch-size 5", &o), "");
+  EXPECT_TRUE(o.sp && o.cuts_model() && o.parallel());
+  EXPECT_EQ(o.world(), 3);
+  EXPECT_EQ(usage_error("--cp 2 --cp-balance none --cp-variant allgather --stage-layers 1 --pp 1", &o),
+            "--schedule, --virtual-stages, --stage-layers and --trace are pipeline flags: add --pp N");
 }
 
 }  // namespace

@@ -31,6 +31,8 @@
 #include "nn/optim.h"
 #include "nn/safetensors.h"
 #include "parallel/train/run_report.h"
+#include "parallel/pipeline/pipeline_runner.h"
+#include "parallel/train/runners.h"
 #include "parallel/train/trainer.h"
 #include "tools/train_files.h"
 #include "tools/train_options.h"
@@ -73,6 +75,19 @@ struct Run {
   parallel::ParallelismConfig parallelism;
 };
 
+// --stage-layers "2,1,1" (the options checked its form).
+std::vector<int> parse_stage_layers(const std::string& text) {
+  std::vector<int> layers;
+  size_t begin = 0;
+  while (begin < text.size()) {
+    size_t end = text.find(',', begin);
+    if (end == std::string::npos) end = text.size();
+    layers.push_back(std::stoi(text.substr(begin, end - begin)));
+    begin = end + 1;
+  }
+  return layers;
+}
+
 // Every model of the run (the serial one, each rank's replica, the --compare-serial reference) starts
 // from the same weights: the seed's draw, then --init-from's file over it (strict: every name, every shape).
 std::unique_ptr<nn::GPT> initial_model(const Run& r) {
@@ -88,6 +103,7 @@ nn::AdamWOptions adamw_options(const Options& o) { return {o.lr, 0.9, 0.95, o.ad
 void check_outputs(const Options& o) {
   if (!o.save.empty()) train_files::check_save_path("--save", o.save);
   if (!o.report_json.empty()) train_files::check_save_path("--report-json", o.report_json);
+  if (!o.trace.empty()) train_files::check_save_path("--trace", o.trace);
 }
 
 void prepare(Run& r) {
@@ -207,28 +223,51 @@ std::vector<double> train_serial(Run& r, nn::GPT& model, bool report) {
   return losses;
 }
 
+// --trace: the last step's timeline of rank 0's pipeline (its pp group's ranks), gathered over pp.
+void write_pipeline_trace(parallel::Trainer& trainer, int rank, const std::string& path) {
+  auto* pipeline = dynamic_cast<parallel::pipeline::PipelineRunner*>(trainer.runner());
+  if (pipeline == nullptr) return;  // the options allow --trace with --pp only
+  parallel::pipeline::Timeline timeline = pipeline->gather_timeline();  // collective over pp
+  if (rank != 0) return;
+  parallel::pipeline::write_trace(timeline, path);
+  std::printf("\n%s\nwrote the pipeline's timeline to %s\n", parallel::pipeline::ascii_gantt(timeline).c_str(),
+              path.c_str());
+}
+
 // Data parallel: every rank a thread (or an mpirun process) with its rows of each batch. Rank 0
 // logs; at the end rank 0's full weights are returned in `weights` (under mpirun: in rank 0's process
 // only), and the memory and traffic printed.
 std::vector<double> train_parallel(Run& r, nn::StateDict& weights) {
   const Options& o = r.o;
   const int world = static_cast<int>(o.world());
-  parallel::TrainPlan plan = parallel::TrainPlan::data_parallel(world, static_cast<int>(o.zero));
+  parallel::TrainPlan plan = parallel::TrainPlan::data_parallel(static_cast<int>(o.data_parallel()),
+                                                                static_cast<int>(o.zero));
   if (o.dp_replicate > 0) {  // HSDP: FSDP within the shards, whatever --zero says (options refuse 1 and 2)
     plan.parallelism = {.dp_replicate = static_cast<int>(o.dp_replicate), .dp_shard = static_cast<int>(o.dp_shard)};
     plan.zero = 3;
   }
+  plan.parallelism.pp = static_cast<int>(o.pp);
+  plan.parallelism.tp = static_cast<int>(o.tp);
+  plan.parallelism.cp = static_cast<int>(o.cp);
   plan.naive = o.naive_dp;
   plan.offload = o.offload;
   plan.micro_batches = static_cast<int>(o.micro_batches);
+  plan.schedule = o.schedule;
+  plan.virtual_stages = static_cast<int>(o.virtual_stages);
+  plan.stage_layers = parse_stage_layers(o.stage_layers);
+  plan.sequence_parallel = o.sp;
+  plan.cp_balance = o.cp_balance;
+  plan.cp_variant = o.cp_variant;
   plan.validate(world);  // before the ranks start: a bad combination is a one-line error
+  parallel::check_model_runner(plan, r.config);  // the chapter's own rules (layers, heads, sequence)
   r.plan_name = plan.name();
   r.parallelism = plan.parallelism;
-  std::printf("data parallel: %s over %d ranks (%s backend), %lld rows each\n", plan.name().c_str(), world,
-              parallel::under_mpirun() ? "mpi" : "threads", (long long)(o.batch_size / world));
+  std::printf("%s: %s over %d ranks (%s backend), %lld rows per data-parallel rank\n",
+              plan.cuts_model() ? "parallel" : "data parallel", plan.name().c_str(), world,
+              parallel::under_mpirun() ? "mpi" : "threads", (long long)(o.batch_size / o.data_parallel()));
   if (o.micro_batches > 1)
     std::printf("gradient accumulation: %lld micro-batches of %lld rows per rank and step\n",
-                (long long)o.micro_batches, (long long)(o.batch_size / world / o.micro_batches));
+                (long long)o.micro_batches, (long long)(o.batch_size / o.data_parallel() / o.micro_batches));
   set_num_threads(1);  // one GEMM thread per rank: the ranks are the parallelism
   std::vector<double> losses;
   std::vector<parallel::RankReport> reports(world);
@@ -236,14 +275,22 @@ std::vector<double> train_parallel(Run& r, nn::StateDict& weights) {
   parallel::launch(world, [&](parallel::RankContext& ctx) {
     // The same initial weights on every rank: the seed's, or --init-from's file, which the sharded
     // layouts (ZeRO-1/2's flat buffer, FSDP's units) then cut into this rank's shard.
-    std::unique_ptr<nn::GPT> replica = initial_model(r);
+    // A chapter that cuts the model builds only this rank's part, from the seed's draw or the file.
+    std::unique_ptr<nn::GPT> replica = plan.cuts_model() ? nullptr : initial_model(r);
     MemoryLedger::instance().reset_peak(ctx.device);
     const auto start = std::chrono::steady_clock::now();
-    parallel::Trainer trainer(*replica, ctx, plan, adamw_options(o));
+    auto make_runner = [&](const parallel::DeviceMesh& mesh) {
+      return parallel::make_model_runner(plan, r.config, o.seed, r.initial, mesh);
+    };
+    std::unique_ptr<parallel::Trainer> made =
+        replica ? std::make_unique<parallel::Trainer>(*replica, ctx, plan, adamw_options(o))
+                : std::make_unique<parallel::Trainer>(ctx, plan, make_runner, adamw_options(o));
+    parallel::Trainer& trainer = *made;
     auto step_fn = [&](int64_t step, double lr) {
       return trainer.train_step(r.stream, step, o.batch_size, o.block_size, lr, o.grad_clip);
     };
     std::vector<double> mine = loop(r, ctx.rank == 0, step_fn, {});
+    if (!o.trace.empty()) write_pipeline_trace(trainer, ctx.rank, o.trace);
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     reports[ctx.rank] = parallel::collect_rank_report(ctx.rank, trainer.mesh().coordinates(), trainer.ledgers(),
                                                       ctx.device, wall, trainer.step_seconds(),

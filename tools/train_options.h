@@ -1,12 +1,15 @@
 // train_options.h — the flags of build/bin/train (tools/train.cpp): parsed into Options, or a
 // UsageError naming the flag.
 #pragma once
+#include <cctype>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
 #include <limits>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace sl {
 
@@ -21,7 +24,13 @@ struct Options {
   // Data parallelism (parallel/train/trainer.h): ranks are threads, or processes under mpirun.
   int64_t dp = 1, zero = 0, dp_replicate = 0, dp_shard = 0;
   bool offload = false, naive_dp = false, compare_serial = false;
-  int64_t world() const { return dp_replicate > 0 ? dp_replicate * dp_shard : dp; }
+  // The chapters that cut the model (one at a time, with data parallelism over --dp ranks).
+  int64_t pp = 1, virtual_stages = 1, tp = 1, cp = 1;
+  std::string schedule = "1f1b", stage_layers, cp_balance = "zigzag", cp_variant = "ring", trace;
+  bool sp = false;
+  int64_t data_parallel() const { return dp_replicate > 0 ? dp_replicate * dp_shard : dp; }
+  int64_t world() const { return data_parallel() * pp * tp * cp; }
+  bool cuts_model() const { return pp > 1 || tp > 1 || cp > 1; }
   bool parallel() const { return world() > 1 || zero > 0 || naive_dp || dp_replicate > 0; }
 };
 
@@ -53,6 +62,15 @@ inline const char* const kUsage = R"(usage: train [flags]
   --dp-replicate R --dp-shard S   HSDP: FSDP within S ranks, replicated R times (world R x S)
   --offload                 ZeRO-1/2/3: optimizer state and update on the host
   --naive-dp                the classic DataParallel (rank 0 scatters, gathers and steps)
+  --pp N                    pipeline stages (world = dp x pp x tp x cp; one of pp, tp, cp at a time)
+  --schedule naive|gpipe|1f1b|interleaved    the pipeline schedule (default 1f1b)
+  --virtual-stages V        interleaved: model chunks per stage (default 1)
+  --stage-layers a,b,...    layers per stage (default: balanced by count)
+  --trace FILE.svg|FILE.json   the pipeline's timeline: an SVG picture or a Chrome trace (Perfetto)
+  --tp N [--sp]             Megatron tensor parallelism over N ranks; --sp adds sequence parallelism
+  --cp N                    context parallelism: the sequence over N ranks (ring attention)
+  --cp-balance zigzag|none  the causal load balance (default zigzag)
+  --cp-variant ring|allgather   pass K/V around a ring, or gather them all (default ring)
   --compare-serial          also train the serial model and report the largest difference
   --report-json PATH        per rank: mesh coordinates, memory by category, bytes and calls per group
                             and op, compute/communication/idle time (README: "The run report")
@@ -148,6 +166,49 @@ inline Options parse(int argc, char** argv) {
     o.zero = std::stoll(v);
   };
   flags["--dp-replicate"] = integer(o.dp_replicate, 1, 1024);
+  flags["--pp"] = integer(o.pp, 1, 1024);
+  flags["--tp"] = integer(o.tp, 1, 1024);
+  flags["--cp"] = integer(o.cp, 1, 1024);
+  flags["--virtual-stages"] = integer(o.virtual_stages, 1, 1024);
+  auto choice = [](std::string& slot, std::vector<std::string> allowed) {
+    return [&slot, allowed](const std::string& v) {
+      std::string names;
+      for (const std::string& a : allowed) {
+        if (v == a) {
+          slot = v;
+          return;
+        }
+        names += (names.empty() ? "" : ", ") + a;
+      }
+      throw UsageError{"expected one of " + names + ", got '" + v + "'"};
+    };
+  };
+  flags["--schedule"] = choice(o.schedule, {"naive", "gpipe", "1f1b", "interleaved"});
+  flags["--cp-balance"] = choice(o.cp_balance, {"zigzag", "none"});
+  flags["--cp-variant"] = choice(o.cp_variant, {"ring", "allgather"});
+  flags["--stage-layers"] = [&](const std::string& v) {
+    for (char ch : v)
+      if (!(std::isdigit(static_cast<unsigned char>(ch)) || ch == ','))
+        throw UsageError{"expected layer counts like 2,1,1, got '" + v + "'"};
+    if (v.empty() || v.front() == ',' || v.back() == ',' || v.find(",,") != std::string::npos)
+      throw UsageError{"expected layer counts like 2,1,1, got '" + v + "'"};
+    size_t begin = 0;  // each count in 1..1048576, so it converts without overflow
+    while (begin < v.size()) {
+      const size_t end = std::min(v.find(',', begin), v.size());
+      const std::string count = v.substr(begin, end - begin);
+      if (count.size() > 7 || std::stoll(count) < 1 || std::stoll(count) > (1 << 20))
+        throw UsageError{"expected layer counts in 1..1048576 like 2,1,1, got '" + v + "'"};
+      begin = end + 1;
+    }
+    o.stage_layers = v;
+  };
+  flags["--trace"] = [&](const std::string& v) {
+    auto ends = [&](const std::string& suffix) {
+      return v.size() > suffix.size() && v.compare(v.size() - suffix.size(), suffix.size(), suffix) == 0;
+    };
+    if (!ends(".svg") && !ends(".json")) throw UsageError{"expected a FILE.svg or FILE.json, got '" + v + "'"};
+    o.trace = v;
+  };
   flags["--dp-shard"] = integer(o.dp_shard, 1, 1024);
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
@@ -155,10 +216,12 @@ inline Options parse(int argc, char** argv) {
       o.help = true;
       continue;
     }
-    if (flag == "--profile" || flag == "--offload" || flag == "--naive-dp" || flag == "--compare-serial") {
+    if (flag == "--profile" || flag == "--offload" || flag == "--naive-dp" || flag == "--compare-serial" ||
+        flag == "--sp") {
       (flag == "--profile"    ? o.profile
        : flag == "--offload"  ? o.offload
        : flag == "--naive-dp" ? o.naive_dp
+       : flag == "--sp"       ? o.sp
                               : o.compare_serial) = true;
       continue;
     }
@@ -181,11 +244,26 @@ inline Options parse(int argc, char** argv) {
     throw UsageError{"--n-embd (" + std::to_string(o.n_embd) + ") must be divisible by --n-head (" +
                      std::to_string(o.n_head) + ")"};
   if ((o.dp_replicate > 0) != (o.dp_shard > 0)) throw UsageError{"--dp-replicate and --dp-shard go together"};
-  if (o.dp_replicate > 0 && o.dp > 1 && o.dp != o.world())
+  if (o.dp_replicate > 0 && o.dp > 1 && o.dp != o.data_parallel())
     throw UsageError{"--dp " + std::to_string(o.dp) + " != --dp-replicate " + std::to_string(o.dp_replicate) +
                      " x --dp-shard " + std::to_string(o.dp_shard)};
+  // The model-cutting chapters: one at a time here (their combinations are the N-D chapter's).
+  if ((o.pp > 1) + (o.tp > 1) + (o.cp > 1) > 1)
+    throw UsageError{"--pp " + std::to_string(o.pp) + ", --tp " + std::to_string(o.tp) + ", --cp " +
+                     std::to_string(o.cp) + ": one of pipeline, tensor and context parallelism at a time"};
+  if (o.pp == 1 && (o.schedule != "1f1b" || o.virtual_stages > 1 || !o.stage_layers.empty() || !o.trace.empty()))
+    throw UsageError{"--schedule, --virtual-stages, --stage-layers and --trace are pipeline flags: add --pp N"};
+  if (o.virtual_stages > 1 && o.schedule != "interleaved")
+    throw UsageError{"--virtual-stages " + std::to_string(o.virtual_stages) + " needs --schedule interleaved"};
+  if (o.sp && o.tp == 1) throw UsageError{"--sp shards the sequence over the tensor-parallel ranks: add --tp N"};
+  if (o.cp == 1 && (o.cp_balance != "zigzag" || o.cp_variant != "ring"))
+    throw UsageError{"--cp-balance and --cp-variant are context-parallel flags: add --cp N"};
+  if (o.cuts_model() && (o.zero > 1 || o.offload || o.naive_dp || o.dp_replicate > 0))
+    throw UsageError{"--pp, --tp and --cp run with DDP (--zero 0) or --zero 1 over --dp ranks; not with --zero " +
+                     std::to_string(o.zero) + (o.offload ? ", --offload" : "") + (o.naive_dp ? ", --naive-dp" : "") +
+                     (o.dp_replicate > 0 ? " or HSDP" : "")};
   // Global batch = micro-batch rows x micro-batches x data-parallel ranks.
-  const int64_t ranks = o.parallel() ? o.world() : 1;
+  const int64_t ranks = o.parallel() ? o.data_parallel() : 1;
   if (o.batch_size % (ranks * o.micro_batches) != 0)
     throw UsageError{"--batch-size " + std::to_string(o.batch_size) + " must be micro-batch rows x " +
                      std::to_string(o.micro_batches) + " micro-batches x " + std::to_string(ranks) +
@@ -197,7 +275,7 @@ inline Options parse(int argc, char** argv) {
   // The profiler counts per thread, and the ranks are threads: rank 0's table would miss the rest.
   if (o.parallel() && o.profile)
     throw UsageError{
-        "--profile times the serial run's ops; drop --dp, --zero, --dp-replicate/--dp-shard and --naive-dp"};
+        "--profile times the serial run's ops; drop --dp, --zero, --dp-replicate/--dp-shard, --naive-dp, --pp, --tp and --cp"};
   // Combinations that would otherwise be ignored silently or refused only after the data is read.
   if (o.offload && o.zero == 0) throw UsageError{"--offload moves ZeRO's optimizer to the host: add --zero 1, 2 or 3"};
   if (o.naive_dp && (o.zero > 0 || o.dp_replicate > 0))

@@ -336,6 +336,7 @@ double Trainer::Impl::step(const nn::TokenStream& data, int64_t step, int64_t ba
   // ZeRO and FSDP add each backward's gradients into their shards.
   const double share = s.runner->forward_backward(micros, count, dp, hooks);
   local_only.reset();
+  if (s.ddp) s.ddp->synchronize();  // every bucket's all-reduce done before the chapter adds its sums
   s.runner->finish_gradients();
   const double loss_sum = s.runner->holds_loss() ? share : 0.0;
   if (s.keep_gradients) s.keep_full_gradients();
@@ -363,6 +364,7 @@ double Trainer::Impl::step(const nn::TokenStream& data, int64_t step, int64_t ba
 }
 
 const DeviceMesh& Trainer::mesh() const { return *impl_->mesh; }
+ModelRunner* Trainer::runner() const { return impl_->runner.get(); }
 
 nn::StateDict Trainer::full_state_dict() {
   Impl& s = *impl_;

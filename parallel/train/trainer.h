@@ -85,6 +85,9 @@ class Trainer {
 
   nn::StateDict full_state_dict();  // collective: the whole model on every rank
   const DeviceMesh& mesh() const;
+  // This rank's part of the model and how it runs (null for naive DP): a chapter's runner can be
+  // asked for more (the pipeline's timeline for --trace).
+  ModelRunner* runner() const;
 
   // For tests: from the next train_step on, keep the gradient each step updates with (averaged over
   // the ranks, before clipping), whole on every rank, so it can be compared with a serial run's
