@@ -179,6 +179,47 @@ TEST_F(TrainCli, ADivergedRunLogsNullForNonFiniteNumbers) {
 // stay within the parity tolerance. No warm-up and lr 1e-2, so the weights move from step 0 and a
 // wrong gradient scale or a lost decay would show; AdamW eps 1e-6, since at 1e-8 Adam amplifies
 // summation-order noise on gradients that are ~0 in exact arithmetic (the attention key bias).
+// The chapters that cut the model (pipeline stages, tensor-parallel shards, sequence shards), alone
+// and under data parallelism, log the serial losses at TP/PP tolerances (rtol 1e-5, atol 4e-5); the
+// pipeline's --trace writes its timeline as a picture or a Chrome trace.
+TEST_F(TrainCli, ModelCuttingLayoutsLogTheSerialLosses) {
+  const std::string tiny =
+      kTiny + " --n-layer 2 --batch-size 12 --steps 4 --warmup-steps 0 --lr 1e-2 --adam-eps 1e-6";
+  std::string serial = temp_path("cut_serial.jsonl");
+  ASSERT_EQ(run_train(tiny + " --log-jsonl " + serial).exit_code, 0);
+  std::vector<double> expected = logged_losses(serial);
+  ASSERT_EQ(expected.size(), 4u);
+  for (const std::string layout :
+       {"--pp 2", "--pp 2 --schedule naive --micro-batches 3", "--pp 2 --schedule interleaved --micro-batches 2",
+        "--dp 2 --pp 2 --micro-batches 2 --zero 1", "--tp 2", "--tp 2 --sp", "--dp 3 --tp 2 --micro-batches 2",
+        "--cp 2", "--cp 2 --cp-balance none --cp-variant allgather", "--dp 2 --cp 2 --zero 1"}) {
+    SCOPED_TRACE(layout);
+    std::string path = temp_path("cut.jsonl");
+    CliRun run = run_train(tiny + " " + layout + " --log-jsonl " + path);
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    std::vector<double> got = logged_losses(path);
+    ASSERT_EQ(got.size(), expected.size()) << read_file(path);
+    for (size_t s = 0; s < got.size(); ++s) EXPECT_NEAR(got[s], expected[s], 4e-5 + 1e-5 * std::abs(expected[s]));
+    EXPECT_NE(run.output.find("per rank: mesh coordinates; memory in MiB"), std::string::npos) << run.output;
+    std::remove(path.c_str());
+  }
+  for (const std::string trace : {"timeline.svg", "timeline.json"}) {
+    const std::string path = temp_path(trace);
+    CliRun run = run_train(tiny + " --pp 2 --schedule gpipe --micro-batches 3 --trace " + path);
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    EXPECT_NE(run.output.find("wrote the pipeline's timeline to " + path), std::string::npos) << run.output;
+    const std::string text = read_file(path);
+    EXPECT_NE(text.find(trace.ends_with(".svg") ? "<svg" : "\"traceEvents\""), std::string::npos) << text.substr(0, 200);
+    std::remove(path.c_str());
+  }
+  CliRun heads = run_train(tiny + " --tp 3 --n-head 3 --n-embd 15");  // 3 heads split, the sequence does not matter
+  EXPECT_EQ(heads.exit_code, 0) << heads.output;
+  CliRun odd = run_train(tiny + " --tp 4");
+  EXPECT_EQ(odd.exit_code, 1);
+  EXPECT_NE(odd.output.find("tensor parallel: n_head 2 does not split over tp 4"), std::string::npos) << odd.output;
+  std::remove(serial.c_str());
+}
+
 TEST_F(TrainCli, DataParallelLayoutsLogTheSerialLosses) {
   const std::string tiny = kTiny + " --batch-size 12 --steps 5 --warmup-steps 0 --lr 1e-2 --adam-eps 1e-6";
   std::string serial = temp_path("serial.jsonl");
