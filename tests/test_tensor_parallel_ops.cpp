@@ -199,8 +199,8 @@ TEST_P(TPOps, VocabParallelCrossEntropyEdgeCases) {
   }, quick());
 }
 
-// A target outside the vocabulary is refused before the first all-reduce (no rank left waiting).
-TEST(TPOpsErrors, CrossEntropyTargetOutOfRangeBeforeCommunication) {
+// An id or target outside the vocabulary is refused before the first all-reduce (no rank left waiting).
+TEST(TPOpsErrors, IdsAndTargetsOutOfRangeBeforeCommunication) {
   SL_SKIP_UNLESS_WORLD(2);
   launch(2, [&](RankContext& ctx) {
     const VocabRange range = VocabRange::of(8, ctx.rank, 2);
@@ -208,6 +208,8 @@ TEST(TPOpsErrors, CrossEntropyTargetOutOfRangeBeforeCommunication) {
     const uint64_t before = ctx.world->collectives_issued();
     expect_error([&] { vocab_parallel_cross_entropy(logits, from_vector({1, 9}, {2}, TensorOptions(DType::i64)), range, ctx.world); },
                  "target 9 is out of range for a vocabulary of 8");
+    expect_error([&] { vocab_parallel_embedding(zeros({range.rows, 3}), from_vector({0, 8}, {1, 2}, TensorOptions(DType::i64)), range, ctx.world); },
+                 "id 8 is out of range for a vocabulary of 8");
     EXPECT_EQ(ctx.world->collectives_issued(), before);
   }, quick());
 }

@@ -15,6 +15,7 @@ VocabRange VocabRange::of(int64_t vocab_size, int rank, int size) {
   r.rows = (vocab_size + size - 1) / size;  // Vp / t
   r.start = rank * r.rows;
   r.real = std::clamp<int64_t>(vocab_size - r.start, 0, r.rows);
+  r.vocab = vocab_size;
   return r;
 }
 
@@ -33,6 +34,8 @@ Tensor vocab_parallel_embedding(const Tensor& weight, const Tensor& ids, const V
   std::vector<double> local(static_cast<size_t>(host_ids.numel())), foreign(local.size());
   const int64_t* id = static_cast<const int64_t*>(host_ids.data_ptr());
   for (size_t i = 0; i < local.size(); ++i) {
+    SL_CHECK(id[i] >= 0 && id[i] < range.vocab, "vocab_parallel_embedding: id ", id[i],
+             " is out of range for a vocabulary of ", range.vocab);  // before any communication
     const int64_t l = id[i] - range.start;
     const bool mine = l >= 0 && l < range.real;
     local[i] = mine ? static_cast<double>(l) : 0.0;  // not mine: read row 0 ...
@@ -69,8 +72,8 @@ struct VocabParallelCrossEntropy : Function<VocabParallelCrossEntropy> {
     const int64_t* targets_host = static_cast<const int64_t*>(t.data_ptr());
     for (int64_t n = 0; n < N; ++n) {
       if (targets_host[n] == ignore_index) continue;
-      SL_CHECK(targets_host[n] >= 0 && targets_host[n] < Vs * group->size(), "vocab_parallel_cross_entropy: target ",
-               targets_host[n], " is out of range for a vocabulary of ", Vs * group->size(), " (padded) ids");
+      SL_CHECK(targets_host[n] >= 0 && targets_host[n] < range.vocab, "vocab_parallel_cross_entropy: target ",
+               targets_host[n], " is out of range for a vocabulary of ", range.vocab);
       count++;
     }
     auto run = [&](auto zero) {
