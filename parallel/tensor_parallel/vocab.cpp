@@ -46,7 +46,7 @@ Tensor vocab_parallel_embedding(const Tensor& weight, const Tensor& ids, const V
   Tensor local_ids = from_vector(local, ids.shape(), TensorOptions(DType::i64, weight.device()));
   Tensor mask = from_vector(foreign, mask_shape, TensorOptions(DType::i32, weight.device()));
   Tensor mine = masked_fill(embedding(weight, local_ids), mask, 0.0);  // ... and zero it, in the graph
-  return reduce_from_tp(mine, group);                                 // g: each row from its owner
+  return reduce_from_tp(mine, group);                                  // g: each row from its owner
 }
 
 // ---- cross-entropy --------------------------------------------------------------------------------------------
@@ -96,7 +96,10 @@ struct VocabParallelCrossEntropy : Function<VocabParallelCrossEntropy> {
         if (target >= range.start && target < range.start + real) pxt[n] = px[n * Vs + target - range.start] - pm[n];
       }
     };
-    if (stats == DType::f64) run(0.0); else run(0.0f);
+    if (stats == DType::f64)
+      run(0.0);
+    else
+      run(0.0f);
     group->all_reduce(xt);
     group->all_reduce(S);
     // loss = Σ over counted rows (log S - xt) / count, in double
@@ -108,7 +111,10 @@ struct VocabParallelCrossEntropy : Function<VocabParallelCrossEntropy> {
       for (int64_t n = 0; n < N; ++n)
         if (pt[n] != ignore_index) total += static_cast<double>(std::log(pS[n])) - static_cast<double>(pxt[n]);
     };
-    if (stats == DType::f64) sum_loss(0.0); else sum_loss(0.0f);
+    if (stats == DType::f64)
+      sum_loss(0.0);
+    else
+      sum_loss(0.0f);
     ctx.save_for_backward({x, t, m, S});
     ctx.set("count", count);
     ctx.set("range", range);
@@ -135,11 +141,14 @@ struct VocabParallelCrossEntropy : Function<VocabParallelCrossEntropy> {
         for (int64_t n = 0; n < N; ++n) {
           if (pt[n] == ignore) continue;
           for (int64_t v = 0; v < range.real; ++v)
-            pd[n * Vs + v] = static_cast<F>((std::exp(px[n * Vs + v] - pm[n]) / pS[n] -
-                                             (pt[n] == range.start + v ? F(1) : F(0))) * scale);
+            pd[n * Vs + v] = static_cast<F>(
+                (std::exp(px[n * Vs + v] - pm[n]) / pS[n] - (pt[n] == range.start + v ? F(1) : F(0))) * scale);
         }
       };
-      if (x.dtype() == DType::f64) run(0.0); else run(0.0f);
+      if (x.dtype() == DType::f64)
+        run(0.0);
+      else
+        run(0.0f);
     }
     return {dx.to(ctx.get<DType>("dtype")), Tensor()};
   }
