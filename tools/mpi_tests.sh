@@ -17,7 +17,7 @@ binary=${1:?usage: tools/mpi_tests.sh BINARY [GTEST_FILTER]}
 # that run on rank threads, here one process per rank over the MPI backend; a world other than -np skips).
 collectives='Collectives/*:Worlds/Collectives.*:Mpi*:*/MpiCollectives.*'
 parity='Layouts/DataParallel.*:Layouts/DDPNoSync.*:Stages/Zero.*:Layouts/Fsdp.*:Layouts/Hsdp.*:Layouts/TrainerTest.*'
-parity+=':Layouts/TensorParallelParity.*:Layouts/TensorParallelCost.*:Worlds/TPOps.*:TensorParallel.*'
+parity+=':Layouts/TensorParallelParity.*:Layouts/TensorParallelCost.*:Worlds/TPOps.*:TensorParallel.*:TPOpsErrors.*'
 filter=${2:-"$collectives:$parity"}
 time_limit=${SL_MPI_TEST_TIMEOUT:-300}  # seconds per mpirun
 
