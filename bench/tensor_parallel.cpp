@@ -107,10 +107,14 @@ int main(int argc, char** argv) {
   int tp = 2, steps = 10, warmup = 3;
   std::string modes = "tp,tp_sp";
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--tp")) tp = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--warmup")) warmup = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--modes")) modes = argv[i + 1];
+    if (!std::strcmp(argv[i], "--tp"))
+      tp = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--steps"))
+      steps = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--warmup"))
+      warmup = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--modes"))
+      modes = argv[i + 1];
     else {
       std::fprintf(stderr, "usage: tensor_parallel [--tp N] [--steps N] [--warmup N] [--modes tp,tp_sp]\n");
       return 2;
@@ -123,7 +127,8 @@ int main(int argc, char** argv) {
     const TPResult r = tp_run(data, tp, mode == "tp_sp", steps, warmup);
     const int64_t bytes = r.all_reduce.bytes_sent + r.all_gather.bytes_sent + r.reduce_scatter.bytes_sent;
     std::printf(
-        "{\"bench\": \"tensor_parallel\", \"mode\": \"%s\", \"tp\": %d, \"median_ms\": %.2f, \"serial_median_ms\": %.2f, "
+        "{\"bench\": \"tensor_parallel\", \"mode\": \"%s\", \"tp\": %d, \"median_ms\": %.2f, \"serial_median_ms\": "
+        "%.2f, "
         "\"speedup\": %.3f, \"comm_ms\": %.2f, \"bytes_sent\": %lld, \"all_reduce_calls\": %lld, "
         "\"all_gather_calls\": %lld, \"reduce_scatter_calls\": %lld}\n",
         mode.c_str(), tp, r.median_ms, serial, serial / r.median_ms, r.comm_ms, static_cast<long long>(bytes),

@@ -51,16 +51,16 @@ struct HandMLP {
   Tensor x_local, partial;  // saved for backward
 
   Tensor forward(const Tensor& x) {
-    x_local = x.detach().clone().set_requires_grad();     // f forward: identity
-    partial = linear(gelu(linear(x_local, A, a)), B);      // [N, C], this rank's share of the sum
+    x_local = x.detach().clone().set_requires_grad();  // f forward: identity
+    partial = linear(gelu(linear(x_local, A, a)), B);  // [N, C], this rank's share of the sum
     Tensor z = partial.detach().clone();
-    group->all_reduce(z);                                   // g forward: sum the shares
-    return add(z, b.detach());                              // the bias once, after the sum
+    group->all_reduce(z);       // g forward: sum the shares
+    return add(z, b.detach());  // the bias once, after the sum
   }
-  Tensor backward(const Tensor& dz) {                       // dz [N, C], the same on every rank
-    partial.backward(dz);                                   // g backward: identity
+  Tensor backward(const Tensor& dz) {  // dz [N, C], the same on every rank
+    partial.backward(dz);              // g backward: identity
     Tensor dx = x_local.grad().clone();
-    group->all_reduce(dx);                                  // f backward: sum every rank's part of dX
+    group->all_reduce(dx);  // f backward: sum every rank's part of dX
     return dx;
   }
 };
@@ -75,13 +75,13 @@ static double hand_vocab_cross_entropy(const Tensor& logits, const std::vector<i
   float *pm = m.data<float>(), *pxt = xt.data<float>(), *pS = S.data<float>();
   for (int64_t n = 0; n < N; ++n)
     for (int64_t v = 0; v < Vs; ++v) pm[n] = std::max(pm[n], x[n * Vs + v]);
-  group->all_reduce(m, ReduceOp::max);                      // 1. the row max over all columns
+  group->all_reduce(m, ReduceOp::max);  // 1. the row max over all columns
   for (int64_t n = 0; n < N; ++n) {
     for (int64_t v = 0; v < Vs; ++v) pS[n] += std::exp(x[n * Vs + v] - pm[n]);
     if (targets[n] >= start && targets[n] < start + Vs) pxt[n] = x[n * Vs + targets[n] - start] - pm[n];
   }
-  group->all_reduce(xt);                                    // 2. the target's logit (one owner)
-  group->all_reduce(S);                                     // 3. Σ exp over all columns
+  group->all_reduce(xt);  // 2. the target's logit (one owner)
+  group->all_reduce(S);   // 3. Σ exp over all columns
   double loss = 0;
   for (int64_t n = 0; n < N; ++n) loss += std::log(pS[n]) - pxt[n];
   return loss / static_cast<double>(N);
@@ -112,8 +112,13 @@ int main() {
       tp::TPGroup group{ctx.world, false};
       tp::ColumnParallelLinear fc(C, 4 * C, group, false, {0.2, &g1});
       tp::RowParallelLinear proj(4 * C, C, group, {0.2, &g1});
-      HandMLP hand{fc.weight.detach(), fc.bias.detach(), proj.weight.detach().clone().set_requires_grad(),
-                   proj.bias.detach(), ctx.world, {}, {}};
+      HandMLP hand{fc.weight.detach(),
+                   fc.bias.detach(),
+                   proj.weight.detach().clone().set_requires_grad(),
+                   proj.bias.detach(),
+                   ctx.world,
+                   {},
+                   {}};
       Tensor x = randn({N, C}, {}, &gx).set_requires_grad();
       Tensor y = proj(gelu(fc(x)));  // the library: f and g are autograd Functions
       Tensor z = hand.forward(x.detach());
@@ -127,7 +132,8 @@ int main() {
       }
     });
     std::printf("  tp %d: |library - page|: output %.1e, dX %.1e, dB_0 %.1e\n", t, out_err, dx_err, grad_err);
-    check(out_err < 1e-6 && dx_err < 1e-6 && grad_err < 1e-6, "f and g on the page == ColumnParallelLinear -> RowParallelLinear");
+    check(out_err < 1e-6 && dx_err < 1e-6 && grad_err < 1e-6,
+          "f and g on the page == ColumnParallelLinear -> RowParallelLinear");
   }
 
   section("2. Attention splits by heads: c_attn [3C, C] cut as whole heads of q, k and v");
@@ -177,8 +183,10 @@ int main() {
     std::printf("  one block adds %lld calls, %lld bytes = 4 x ring(B·T·C·4 = %lld B) = %lld\n",
                 (long long)(stats[1].calls - stats[0].calls), (long long)(stats[1].bytes_sent - stats[0].bytes_sent),
                 (long long)act, (long long)per_block);
-    std::printf("  outside the blocks: the embedding's g, the head's f (its input feeds the vocab shards),\n"
-                "  and the loss's 3 all-reduces of B·T floats: %lld bytes\n", (long long)rest);
+    std::printf(
+        "  outside the blocks: the embedding's g, the head's f (its input feeds the vocab shards),\n"
+        "  and the loss's 3 all-reduces of B·T floats: %lld bytes\n",
+        (long long)rest);
     check(stats[1].calls - stats[0].calls == 4 && stats[1].bytes_sent - stats[0].bytes_sent == per_block,
           "per block: 4 all-reduces of B·T·C (2 forward, 2 backward)");
     check(stats[0].calls == 4 + 5 && stats[0].bytes_sent == per_block + rest, "embedding + head + loss: 5 more");
@@ -198,12 +206,13 @@ int main() {
         Tensor mine = logits.narrow(1, ctx.rank * Vs, Vs);
         hand[ctx.rank] = hand_vocab_cross_entropy(mine, targets, ctx.rank * Vs, ctx.world);
         library[ctx.rank] = tp::vocab_parallel_cross_entropy(mine, from_vector({0, 4, 7, 12, 15, 19}, {N}, DType::i64),
-                                                             tp::VocabRange::of(V, ctx.rank, t), ctx.world).item();
+                                                             tp::VocabRange::of(V, ctx.rank, t), ctx.world)
+                                .item();
       });
       std::printf("  logits x%-5g serial %.6f   page %.6f   library %.6f   (each rank held [%lld, %lld])\n", scale,
                   serial, hand[0], library[0], (long long)N, (long long)Vs);
-      check(std::abs(hand[0] - serial) < 1e-4 * std::max(1.0, serial) && std::abs(library[0] - serial) < 1e-4 * std::max(1.0, serial) &&
-                std::isfinite(library[0]),
+      check(std::abs(hand[0] - serial) < 1e-4 * std::max(1.0, serial) &&
+                std::abs(library[0] - serial) < 1e-4 * std::max(1.0, serial) && std::isfinite(library[0]),
             "page == library == serial cross_entropy (no overflow)");
     }
     std::printf("  Backward needs no exchange: softmax - one_hot on my columns, from the saved m and S.\n");
@@ -242,7 +251,8 @@ int main() {
       }
       nn::StateDict full = runner.full_state_dict();
       if (ctx.rank == 0)
-        for (const auto& [name, p] : serial.named_parameters()) param_err = std::max(param_err, max_abs_diff(full.at(name), p));
+        for (const auto& [name, p] : serial.named_parameters())
+          param_err = std::max(param_err, max_abs_diff(full.at(name), p));
     });
     bool same = true;
     for (int s = 0; s < 5; ++s) {

@@ -73,25 +73,29 @@ int main() {
     for (int sp = 0; sp < 2; ++sp) {
       std::printf("  %-7s", sp ? "TP + SP" : "TP");
       for (int op = 0; op < 3; ++op)
-        std::printf("  %s %2lld x, %6lld B", names[op], (long long)seen[sp][op].calls, (long long)seen[sp][op].bytes_sent);
+        std::printf("  %s %2lld x, %6lld B", names[op], (long long)seen[sp][op].calls,
+                    (long long)seen[sp][op].bytes_sent);
       std::printf("\n");
     }
     auto total = [&](int sp) { return seen[sp][0].bytes_sent + seen[sp][1].bytes_sent + seen[sp][2].bytes_sent; };
-    std::printf("  total sent per rank: TP %lld B, TP + SP %lld B (the loss's 3 small all-reduces stay in both;\n"
-                "  SP moves the embedding's rows once more: its scatter's backward is an all-gather)\n",
-                (long long)total(0), (long long)total(1));
+    std::printf(
+        "  total sent per rank: TP %lld B, TP + SP %lld B (the loss's 3 small all-reduces stay in both;\n"
+        "  SP moves the embedding's rows once more: its scatter's backward is an all-gather)\n",
+        (long long)total(0), (long long)total(1));
     const int64_t act = B * T * 16 * 4;
-    check(total(1) - total(0) == act / 2, "SP's extra bytes are exactly the embedding scatter's backward (n-1)/n·B·T·C·4");
+    check(total(1) - total(0) == act / 2,
+          "SP's extra bytes are exactly the embedding scatter's backward (n-1)/n·B·T·C·4");
   }
 
   section("2. Activation bytes per layer, from the ledger, vs Korthikanti et al. (f32, dropout 0)");
   {
     const int64_t b = 4, s = 32, h = 32, a = 4;
-    std::printf("  b %lld, s %lld, h %lld, a %lld.  Table 2 of the paper, fp16 with 1-byte dropout masks:\n"
-                "    TP: sbh(10 + 24/t + 5as/(ht))     TP + SP: sbh(34 + 5as/h)/t\n"
-                "  In f32 with dropout 0 the masks and the attention-dropout output vanish, the rest doubles:\n"
-                "    TP: 4sbh(4 + 12/t + as/(ht))      TP + SP: 4sbh(16 + as/h)/t\n", (long long)b, (long long)s,
-                (long long)h, (long long)a);
+    std::printf(
+        "  b %lld, s %lld, h %lld, a %lld.  Table 2 of the paper, fp16 with 1-byte dropout masks:\n"
+        "    TP: sbh(10 + 24/t + 5as/(ht))     TP + SP: sbh(34 + 5as/h)/t\n"
+        "  In f32 with dropout 0 the masks and the attention-dropout output vanish, the rest doubles:\n"
+        "    TP: 4sbh(4 + 12/t + as/(ht))      TP + SP: 4sbh(16 + as/h)/t\n",
+        (long long)b, (long long)s, (long long)h, (long long)a);
     std::printf("  %-3s %-8s %12s %12s %12s %12s %9s\n", "t", "layout", "measured", "formula", "LN stats", "gathered",
                 "fp16 paper");
     bool all_match = true;
@@ -112,8 +116,8 @@ int main() {
         });
         const double sbh = s * b * h, sb = s * b, T = t, as_h = double(a * s) / h;
         const double formula = sp ? 4 * sbh * (16 + as_h) / T : 4 * sbh * (4 + 12 / T + as_h / T);
-        const double stats = sp ? 16 * sb / T : 16 * sb;              // LayerNorm mean, rstd: 2 floats/row, 2 LNs
-        const double gathered = sp ? 8 * sbh * (1 - 1 / T) : 0;       // c_attn, c_fc keep the gathered input
+        const double stats = sp ? 16 * sb / T : 16 * sb;         // LayerNorm mean, rstd: 2 floats/row, 2 LNs
+        const double gathered = sp ? 8 * sbh * (1 - 1 / T) : 0;  // c_attn, c_fc keep the gathered input
         const double paper = sp ? sbh * (34 + 5 * as_h) / T : sbh * (10 + 24 / T + 5 * as_h / T);
         std::printf("  %-3d %-8s %12.0f %12.0f %12.0f %12.0f %9.0f\n", t, sp ? "TP + SP" : "TP", per_layer[0], formula,
                     stats, gathered, paper);
@@ -148,7 +152,7 @@ int main() {
           .backward(dy.narrow(1, first, rows).to(ctx.device));  // my rows only
       Tensor dw = mine_w.grad().clone();
       partial_err[ctx.rank] = max_abs_diff(dw, want);  // a partial sum: only my rows
-      ctx.world->all_reduce(dw);                        // the fix: sum over tp
+      ctx.world->all_reduce(dw);                       // the fix: sum over tp
       summed_err[ctx.rank] = max_abs_diff(dw, want);
     });
     std::printf("  |dW_rank - dW_serial|: before the all-reduce %.3f / %.3f, after %.1e / %.1e\n", partial_err[0],
@@ -187,7 +191,8 @@ int main() {
         ln[ctx.rank] = runner.model().gpt().block(0).ln_1->weight.detach().clone();
       });
       const Tensor ln1 = ln[1].to(ln[0].device());
-      const double drift = max_abs_diff(ln[0], ln1), error = std::max(max_abs_diff(ln[0], want), max_abs_diff(ln1, want));
+      const double drift = max_abs_diff(ln[0], ln1),
+                   error = std::max(max_abs_diff(ln[0], want), max_abs_diff(ln1, want));
       std::printf("  %-22s h.0.ln_1.weight: rank 0 vs rank 1 %.2e, vs serial %.2e\n",
                   fixed ? "with the all-reduce:" : "without it (the bug):", drift, error);
       if (fixed)

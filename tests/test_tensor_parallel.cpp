@@ -129,47 +129,63 @@ TEST_P(TensorParallelParity, MatchesSerialAfterFiveAdamWSteps) {
   SL_SKIP_UNLESS_WORLD(world);
   const SerialRun serial = run_serial(c);
   const nn::TokenStream data = masked_tokens(c.config.vocab_size);
-  launch(world, [&](RankContext& ctx) {
-    ParallelismConfig parallelism{.tp = c.tp};
-    if (c.data_parallel == DataParallel::ddp) parallelism.dp_replicate = c.dp;
-    if (c.data_parallel == DataParallel::zero1) parallelism.dp_shard = c.dp;
-    DeviceMesh mesh(ctx.world, parallelism);
-    TensorParallelRunner runner(c.config, kSeed, mesh, {.sequence_parallel = c.sp});
-    nn::Module& module = runner.module();
-    std::unique_ptr<nn::AdamW> adamw;
-    std::unique_ptr<DistributedDataParallel> ddp;
-    std::unique_ptr<ZeroAdamW> zero;
-    if (c.data_parallel == DataParallel::zero1) {
-      zero = std::make_unique<ZeroAdamW>(module.parameters(), mesh.group("dp"), ZeroOptions{.stage = 1, .adamw = parity_adamw()});
-    } else {
-      adamw = std::make_unique<nn::AdamW>(module.parameters(), parity_adamw());
-      if (c.data_parallel == DataParallel::ddp) ddp = std::make_unique<DistributedDataParallel>(module, mesh.group("dp"));
-    }
-    const RowRange rows = data_parallel_rows(kBatch, mesh.dp_rank(), c.dp);
-    for (int s = 0; s < kSteps; ++s) {
-      if (zero) zero->zero_grad(); else if (ddp) ddp->zero_grad(); else adamw->zero_grad();
-      const double global_count = static_cast<double>(nn::counted_targets(data.get_batch(s, kBatch, c.T).targets));
-      auto micros = data.micro_batches(s, kBatch, c.T, c.micro_batches, rows.begin, rows.end);
-      std::unique_ptr<DistributedDataParallel::NoSyncGuard> no_sync;
-      BackwardHooks hooks{[&](bool last) {
-        no_sync.reset();
-        if (ddp && !last) no_sync = std::make_unique<DistributedDataParallel::NoSyncGuard>(*ddp);
-      }};
-      Tensor loss = full({1}, runner.forward_backward(micros, global_count, c.dp, hooks), TensorOptions(DType::f64));
-      no_sync.reset();
-      runner.finish_gradients();
-      ctx.world->all_reduce(loss);  // only tp rank 0 of each dp rank holds a share
-      EXPECT_NEAR(loss.item(), serial.losses[s], kAtol + kRtol * std::abs(serial.losses[s])) << "step " << s;
-      if (s == kSteps - 1 && !zero) expect_close(runner.full_gradients(), serial.last_grads, "gradient", ctx.rank);
-      if (c.clip > 0) {  // each element once: shards on every tp rank, replicas on tp rank 0, padding is 0
-        const double norm = clip_grad_norm(runner.mesh_grads(), c.clip, mesh);
-        EXPECT_NEAR(norm, serial.norms[s], 1e-5 * serial.norms[s]) << "step " << s;
-      }
-      if (zero) zero->step(); else if (ddp) ddp->step(*adamw); else adamw->step();
-    }
-    expect_close(runner.full_state_dict(), serial.params, "parameter", ctx.rank);
-    expect_replicas_bitwise_equal(module, mesh.group("tp"), mesh.tp_rank());
-  }, quick(20000));
+  launch(
+      world,
+      [&](RankContext& ctx) {
+        ParallelismConfig parallelism{.tp = c.tp};
+        if (c.data_parallel == DataParallel::ddp) parallelism.dp_replicate = c.dp;
+        if (c.data_parallel == DataParallel::zero1) parallelism.dp_shard = c.dp;
+        DeviceMesh mesh(ctx.world, parallelism);
+        TensorParallelRunner runner(c.config, kSeed, mesh, {.sequence_parallel = c.sp});
+        nn::Module& module = runner.module();
+        std::unique_ptr<nn::AdamW> adamw;
+        std::unique_ptr<DistributedDataParallel> ddp;
+        std::unique_ptr<ZeroAdamW> zero;
+        if (c.data_parallel == DataParallel::zero1) {
+          zero = std::make_unique<ZeroAdamW>(module.parameters(), mesh.group("dp"),
+                                             ZeroOptions{.stage = 1, .adamw = parity_adamw()});
+        } else {
+          adamw = std::make_unique<nn::AdamW>(module.parameters(), parity_adamw());
+          if (c.data_parallel == DataParallel::ddp)
+            ddp = std::make_unique<DistributedDataParallel>(module, mesh.group("dp"));
+        }
+        const RowRange rows = data_parallel_rows(kBatch, mesh.dp_rank(), c.dp);
+        for (int s = 0; s < kSteps; ++s) {
+          if (zero)
+            zero->zero_grad();
+          else if (ddp)
+            ddp->zero_grad();
+          else
+            adamw->zero_grad();
+          const double global_count = static_cast<double>(nn::counted_targets(data.get_batch(s, kBatch, c.T).targets));
+          auto micros = data.micro_batches(s, kBatch, c.T, c.micro_batches, rows.begin, rows.end);
+          std::unique_ptr<DistributedDataParallel::NoSyncGuard> no_sync;
+          BackwardHooks hooks{[&](bool last) {
+            no_sync.reset();
+            if (ddp && !last) no_sync = std::make_unique<DistributedDataParallel::NoSyncGuard>(*ddp);
+          }};
+          Tensor loss =
+              full({1}, runner.forward_backward(micros, global_count, c.dp, hooks), TensorOptions(DType::f64));
+          no_sync.reset();
+          runner.finish_gradients();
+          ctx.world->all_reduce(loss);  // only tp rank 0 of each dp rank holds a share
+          EXPECT_NEAR(loss.item(), serial.losses[s], kAtol + kRtol * std::abs(serial.losses[s])) << "step " << s;
+          if (s == kSteps - 1 && !zero) expect_close(runner.full_gradients(), serial.last_grads, "gradient", ctx.rank);
+          if (c.clip > 0) {  // each element once: shards on every tp rank, replicas on tp rank 0, padding is 0
+            const double norm = clip_grad_norm(runner.mesh_grads(), c.clip, mesh);
+            EXPECT_NEAR(norm, serial.norms[s], 1e-5 * serial.norms[s]) << "step " << s;
+          }
+          if (zero)
+            zero->step();
+          else if (ddp)
+            ddp->step(*adamw);
+          else
+            adamw->step();
+        }
+        expect_close(runner.full_state_dict(), serial.params, "parameter", ctx.rank);
+        expect_replicas_bitwise_equal(module, mesh.group("tp"), mesh.tp_rank());
+      },
+      quick(20000));
 }
 
 // The same layouts through parallel::Trainer (what `train --tp N [--sp]` runs): the runner built by
@@ -186,22 +202,30 @@ TEST_P(TensorParallelParity, MatchesSerialThroughTheTrainer) {
   if (c.data_parallel == DataParallel::zero1) plan.parallelism.dp_shard = c.dp, plan.zero = 1;
   plan.micro_batches = c.micro_batches;
   plan.sequence_parallel = c.sp;
-  launch(world, [&](RankContext& ctx) {
-    Trainer trainer(ctx, plan, [&](const DeviceMesh& mesh) -> std::unique_ptr<ModelRunner> {
-      return std::make_unique<TensorParallelRunner>(c.config, kSeed, mesh,
-                                                    tp::TensorParallelOptions{.sequence_parallel = c.sp});
-    }, parity_adamw());
-    for (int s = 0; s < kSteps; ++s) {
-      if (s == kSteps - 1) trainer.keep_gradients();
-      const double loss = trainer.train_step(data, s, kBatch, c.T, parity_adamw().lr, c.clip);
-      EXPECT_NEAR(loss, serial.losses[s], kAtol + kRtol * std::abs(serial.losses[s])) << "step " << s;
-    }
-    expect_close(trainer.full_gradients(), serial.last_grads, "gradient", ctx.rank);
-    expect_close(trainer.full_state_dict(), serial.params, "parameter", ctx.rank);
-  }, quick(20000));
+  launch(
+      world,
+      [&](RankContext& ctx) {
+        Trainer trainer(
+            ctx, plan,
+            [&](const DeviceMesh& mesh) -> std::unique_ptr<ModelRunner> {
+              return std::make_unique<TensorParallelRunner>(c.config, kSeed, mesh,
+                                                            tp::TensorParallelOptions{.sequence_parallel = c.sp});
+            },
+            parity_adamw());
+        for (int s = 0; s < kSteps; ++s) {
+          if (s == kSteps - 1) trainer.keep_gradients();
+          const double loss = trainer.train_step(data, s, kBatch, c.T, parity_adamw().lr, c.clip);
+          EXPECT_NEAR(loss, serial.losses[s], kAtol + kRtol * std::abs(serial.losses[s])) << "step " << s;
+        }
+        expect_close(trainer.full_gradients(), serial.last_grads, "gradient", ctx.rank);
+        expect_close(trainer.full_state_dict(), serial.params, "parameter", ctx.rank);
+      },
+      quick(20000));
 }
 
-nn::GPTConfig gpt(int64_t V, int64_t NH, int64_t C) { return {.vocab_size = V, .block_size = 8, .n_layer = 2, .n_head = NH, .n_embd = C}; }
+nn::GPTConfig gpt(int64_t V, int64_t NH, int64_t C) {
+  return {.vocab_size = V, .block_size = 8, .n_layer = 2, .n_head = NH, .n_embd = C};
+}
 
 std::vector<TPCase> cases() {
   std::vector<TPCase> out;
@@ -229,17 +253,20 @@ TEST(TensorParallel, ShardsAreSlicesOfTheSerialDrawAndGatherToIt) {
   SL_SKIP_UNLESS_WORLD(4);
   const nn::GPTConfig config = gpt(30, 4, 16);
   nn::GPT serial(config, kSeed);
-  launch(4, [&](RankContext& ctx) {
-    tp::TensorParallelGPT model(config, kSeed, ctx.world);
-    EXPECT_EQ(model.gpt().wte->weight.size(0), 8);  // Vp = 32 over 4
-    EXPECT_EQ(model.gpt().block(0).attn->n_head, 1);
-    const int64_t L = 2, C = 16, t = 4, Vp = 32;  // weights per rank: tp_gpt.h's count
-    EXPECT_EQ(model.gpt().num_parameters(), L * (12 * C * C / t + 7 * C / t + 6 * C) + Vp / t * C + 8 * C + 2 * C);
-    for (const auto& [name, tensor] : model.full_state_dict()) {
-      ASSERT_EQ(tensor.shape(), serial.state_dict().at(name).shape()) << name;
-      EXPECT_EQ(max_abs_diff(tensor, serial.state_dict().at(name)), 0.0) << name << " is not the serial draw";
-    }
-  }, quick());
+  launch(
+      4,
+      [&](RankContext& ctx) {
+        tp::TensorParallelGPT model(config, kSeed, ctx.world);
+        EXPECT_EQ(model.gpt().wte->weight.size(0), 8);  // Vp = 32 over 4
+        EXPECT_EQ(model.gpt().block(0).attn->n_head, 1);
+        const int64_t L = 2, C = 16, t = 4, Vp = 32;  // weights per rank: tp_gpt.h's count
+        EXPECT_EQ(model.gpt().num_parameters(), L * (12 * C * C / t + 7 * C / t + 6 * C) + Vp / t * C + 8 * C + 2 * C);
+        for (const auto& [name, tensor] : model.full_state_dict()) {
+          ASSERT_EQ(tensor.shape(), serial.state_dict().at(name).shape()) << name;
+          EXPECT_EQ(max_abs_diff(tensor, serial.state_dict().at(name)), 0.0) << name << " is not the serial draw";
+        }
+      },
+      quick());
 }
 
 // Under SP each rank normalises only its T/t rows: its LayerNorm (and c_proj bias) gradients are
@@ -253,24 +280,28 @@ TEST(TensorParallel, SequenceParallelLayerNormGradientsArePartialUntilFinished) 
   serial.loss(batch.inputs, batch.targets).backward();
   const std::vector<std::string> partial = {"h.0.ln_1.weight", "h.1.ln_2.bias", "ln_f.weight", "h.0.attn.c_proj.bias",
                                             "h.1.mlp.c_proj.bias"};
-  launch(2, [&](RankContext& ctx) {
-    DeviceMesh mesh(ctx.world, {.tp = 2});
-    TensorParallelRunner runner(config, kSeed, mesh, {.sequence_parallel = true});
-    const nn::Module& module = runner.module();
-    EXPECT_EQ(module.placement("h.0.attn.c_attn.weight"), nn::Placement::sharded(0, "tp"));
-    EXPECT_EQ(module.placement("h.0.mlp.c_proj.weight"), nn::Placement::sharded(1, "tp"));
-    auto micros = data.micro_batches(0, kBatch, 8, 1);
-    runner.forward_backward(micros, static_cast<double>(micros[0].counted), 1, {});
-    const nn::StateDict params = module.state_dict();
-    for (const std::string& name : partial) {
-      EXPECT_EQ(module.placement(name), nn::Placement::replicated().with_partial_grad("tp")) << name;
-      EXPECT_GT(max_abs_diff(params.at(name).grad(), serial.state_dict().at(name).grad().to(ctx.device)), 1e-4)
-          << name << " is already whole before the all-reduce";
-    }
-    runner.finish_gradients();
-    for (const std::string& name : partial)
-      EXPECT_LT(max_abs_diff(params.at(name).grad(), serial.state_dict().at(name).grad().to(ctx.device)), 1e-5) << name;
-  }, quick());
+  launch(
+      2,
+      [&](RankContext& ctx) {
+        DeviceMesh mesh(ctx.world, {.tp = 2});
+        TensorParallelRunner runner(config, kSeed, mesh, {.sequence_parallel = true});
+        const nn::Module& module = runner.module();
+        EXPECT_EQ(module.placement("h.0.attn.c_attn.weight"), nn::Placement::sharded(0, "tp"));
+        EXPECT_EQ(module.placement("h.0.mlp.c_proj.weight"), nn::Placement::sharded(1, "tp"));
+        auto micros = data.micro_batches(0, kBatch, 8, 1);
+        runner.forward_backward(micros, static_cast<double>(micros[0].counted), 1, {});
+        const nn::StateDict params = module.state_dict();
+        for (const std::string& name : partial) {
+          EXPECT_EQ(module.placement(name), nn::Placement::replicated().with_partial_grad("tp")) << name;
+          EXPECT_GT(max_abs_diff(params.at(name).grad(), serial.state_dict().at(name).grad().to(ctx.device)), 1e-4)
+              << name << " is already whole before the all-reduce";
+        }
+        runner.finish_gradients();
+        for (const std::string& name : partial)
+          EXPECT_LT(max_abs_diff(params.at(name).grad(), serial.state_dict().at(name).grad().to(ctx.device)), 1e-5)
+              << name;
+      },
+      quick());
 }
 
 // The Trainer's contract (model_runner.h): before_backward(last) right before each backward, the
@@ -282,24 +313,28 @@ TEST(TensorParallel, RunnerHooksAndLossShare) {
   nn::GPT serial(config, kSeed);
   nn::Batch batch = data.get_batch(0, 6, 8);
   const double serial_loss = serial.loss(batch.inputs, batch.targets).item();
-  launch(2, [&](RankContext& ctx) {
-    DeviceMesh mesh(ctx.world, {.tp = 2});
-    TensorParallelRunner runner(config, kSeed, mesh);
-    std::vector<bool> calls;
-    auto micros = data.micro_batches(0, 6, 8, 3);
-    const double global_count = static_cast<double>(nn::counted_targets(batch.targets));
-    const double share = runner.forward_backward(micros, global_count, 1, {[&](bool last) {
-      // the previous micro-batch's backward ran before this call: wte has a gradient from the 2nd call on
-      EXPECT_EQ(runner.module().state_dict().at("wte.weight").grad().defined(), !calls.empty());
-      calls.push_back(last);
-    }});
-    EXPECT_EQ(calls, (std::vector<bool>{false, false, true}));
-    EXPECT_EQ(runner.holds_loss(), mesh.tp_rank() == 0);
-    if (runner.holds_loss())
-      EXPECT_NEAR(share, serial_loss, 1e-5 * serial_loss);
-    else
-      EXPECT_EQ(share, 0.0);
-  }, quick());
+  launch(
+      2,
+      [&](RankContext& ctx) {
+        DeviceMesh mesh(ctx.world, {.tp = 2});
+        TensorParallelRunner runner(config, kSeed, mesh);
+        std::vector<bool> calls;
+        auto micros = data.micro_batches(0, 6, 8, 3);
+        const double global_count = static_cast<double>(nn::counted_targets(batch.targets));
+        const double share = runner.forward_backward(
+            micros, global_count, 1, {[&](bool last) {
+              // the previous micro-batch's backward ran before this call: wte has a gradient from the 2nd call on
+              EXPECT_EQ(runner.module().state_dict().at("wte.weight").grad().defined(), !calls.empty());
+              calls.push_back(last);
+            }});
+        EXPECT_EQ(calls, (std::vector<bool>{false, false, true}));
+        EXPECT_EQ(runner.holds_loss(), mesh.tp_rank() == 0);
+        if (runner.holds_loss())
+          EXPECT_NEAR(share, serial_loss, 1e-5 * serial_loss);
+        else
+          EXPECT_EQ(share, 0.0);
+      },
+      quick());
 }
 
 // train --init-from: a serial model's weights (another seed) cut into the shards, and back, bitwise;
@@ -311,46 +346,57 @@ TEST(TensorParallel, LoadsTheSerialWeightsIntoItsShards) {
   const nn::TokenStream data = masked_tokens(30);
   nn::Batch batch = data.get_batch(0, kBatch, 8);
   const double serial_loss = serial.loss(batch.inputs, batch.targets).item();
-  launch(4, [&](RankContext& ctx) {
-    DeviceMesh mesh(ctx.world, {.tp = 4});
-    TensorParallelRunner runner(config, kSeed, mesh, {.sequence_parallel = true});
-    runner.load_full_state_dict(serial.state_dict());
-    for (const auto& [name, tensor] : runner.full_state_dict())
-      EXPECT_EQ(max_abs_diff(tensor, serial.state_dict().at(name).to(ctx.device)), 0.0) << name;
-    auto micros = data.micro_batches(0, kBatch, 8, 1);
-    const double share = runner.forward_backward(micros, static_cast<double>(micros[0].counted), 1, {});
-    if (runner.holds_loss()) {
-      EXPECT_NEAR(share, serial_loss, 1e-5 * serial_loss);
-    }
-    nn::StateDict wrong = serial.state_dict();
-    wrong["h.0.mlp.c_fc.weight"] = zeros({32, 16});
-    expect_error([&] { runner.load_full_state_dict(wrong); }, "'h.0.mlp.c_fc.weight' is [32, 16] in the serial weights, expected [64, 16]");
-  }, quick());
+  launch(
+      4,
+      [&](RankContext& ctx) {
+        DeviceMesh mesh(ctx.world, {.tp = 4});
+        TensorParallelRunner runner(config, kSeed, mesh, {.sequence_parallel = true});
+        runner.load_full_state_dict(serial.state_dict());
+        for (const auto& [name, tensor] : runner.full_state_dict())
+          EXPECT_EQ(max_abs_diff(tensor, serial.state_dict().at(name).to(ctx.device)), 0.0) << name;
+        auto micros = data.micro_batches(0, kBatch, 8, 1);
+        const double share = runner.forward_backward(micros, static_cast<double>(micros[0].counted), 1, {});
+        if (runner.holds_loss()) {
+          EXPECT_NEAR(share, serial_loss, 1e-5 * serial_loss);
+        }
+        nn::StateDict wrong = serial.state_dict();
+        wrong["h.0.mlp.c_fc.weight"] = zeros({32, 16});
+        expect_error([&] { runner.load_full_state_dict(wrong); },
+                     "'h.0.mlp.c_fc.weight' is [32, 16] in the serial weights, expected [64, 16]");
+      },
+      quick());
 }
 
 // ---- refusals, before any communication ----------------------------------------------------------------
 
 TEST(TensorParallel, RejectsHeadsNotDivisibleByTp) {
   SL_SKIP_UNLESS_WORLD(3);
-  launch(3, [&](RankContext& ctx) {
-    DeviceMesh mesh(ctx.world, {.tp = 3});
-    const uint64_t before = mesh.group("tp")->collectives_issued();
-    expect_error([&] { TensorParallelRunner runner(gpt(32, 4, 16), kSeed, mesh); }, "n_head (4) is not divisible by tp (3)");
-    EXPECT_EQ(mesh.group("tp")->collectives_issued(), before);
-  }, quick());
+  launch(
+      3,
+      [&](RankContext& ctx) {
+        DeviceMesh mesh(ctx.world, {.tp = 3});
+        const uint64_t before = mesh.group("tp")->collectives_issued();
+        expect_error([&] { TensorParallelRunner runner(gpt(32, 4, 16), kSeed, mesh); },
+                     "n_head (4) is not divisible by tp (3)");
+        EXPECT_EQ(mesh.group("tp")->collectives_issued(), before);
+      },
+      quick());
 }
 
 TEST(TensorParallel, RejectsSequenceNotDivisibleByTpUnderSP) {
   SL_SKIP_UNLESS_WORLD(2);
-  launch(2, [&](RankContext& ctx) {
-    DeviceMesh mesh(ctx.world, {.tp = 2});
-    TensorParallelRunner runner(gpt(32, 2, 16), kSeed, mesh, {.sequence_parallel = true});
-    const uint64_t before = mesh.group("tp")->collectives_issued();
-    const nn::TokenStream data = masked_tokens(32);
-    auto micros = data.micro_batches(0, 2, 7, 1);
-    expect_error([&] { runner.forward_backward(micros, 10, 1, {}); }, "T (7) divisible by tp (2)");
-    EXPECT_EQ(mesh.group("tp")->collectives_issued(), before);
-  }, quick());
+  launch(
+      2,
+      [&](RankContext& ctx) {
+        DeviceMesh mesh(ctx.world, {.tp = 2});
+        TensorParallelRunner runner(gpt(32, 2, 16), kSeed, mesh, {.sequence_parallel = true});
+        const uint64_t before = mesh.group("tp")->collectives_issued();
+        const nn::TokenStream data = masked_tokens(32);
+        auto micros = data.micro_batches(0, 2, 7, 1);
+        expect_error([&] { runner.forward_backward(micros, 10, 1, {}); }, "T (7) divisible by tp (2)");
+        EXPECT_EQ(mesh.group("tp")->collectives_issued(), before);
+      },
+      quick());
 }
 
 // ---- communication and activation memory, from the ledgers, against formulas ----------------------------
@@ -377,32 +423,36 @@ TEST_P(TensorParallelCost, CommunicationPerBlockMatchesMegatron) {
   const int64_t B = 4, T = 8, C = 16, L = 2;
   const nn::GPTConfig config{.vocab_size = 32, .block_size = T, .n_layer = L, .n_head = 4, .n_embd = C};
   const nn::TokenStream data = masked_tokens(32);
-  launch(tp, [&](RankContext& ctx) {
-    DeviceMesh mesh(ctx.world, {.tp = tp});
-    TensorParallelRunner runner(config, kSeed, mesh, {.sequence_parallel = sp});
-    CommLedger& ledger = mesh.group("tp")->ledger();
-    ledger.reset();
-    auto micros = data.micro_batches(0, B, T, 1);
-    runner.forward_backward(micros, static_cast<double>(micros[0].counted), 1, {});
-    const double n = tp, act = B * T * C * 4.0, ce = B * T * 4.0;
-    const double ring = 2 * (n - 1) / n, half = (n - 1) / n;
-    const CommStats ar = ledger[CommOp::all_reduce], ag = ledger[CommOp::all_gather], rs = ledger[CommOp::reduce_scatter];
-    if (!sp) {
-      EXPECT_EQ(ar.calls, 4 * L + 2 + 3);
-      EXPECT_EQ(ar.bytes_sent, static_cast<int64_t>((4 * L + 2) * ring * act + 3 * ring * ce));
-      EXPECT_EQ(ag.calls, 0);
-      EXPECT_EQ(rs.calls, 0);
-    } else {
-      EXPECT_EQ(ar.calls, 1 + 3);
-      EXPECT_EQ(ar.bytes_sent, static_cast<int64_t>(ring * act + 3 * ring * ce));
-      EXPECT_EQ(ag.calls, 4 * L + 1 + 1);  // blocks, ln_f's gather, the embedding scatter's backward
-      EXPECT_EQ(rs.calls, 4 * L + 1);      // blocks, the backward of ln_f's gather
-      EXPECT_EQ(ag.bytes_sent, static_cast<int64_t>((4 * L + 2) * half * act));
-      EXPECT_EQ(rs.bytes_sent, static_cast<int64_t>((4 * L + 1) * half * act));
-      // the blocks' AG + RS move what their all-reduces would: 4L·ring·act
-      EXPECT_EQ(static_cast<int64_t>(4 * L * half * act * 2), static_cast<int64_t>(4 * L * ring * act));
-    }
-  }, quick());
+  launch(
+      tp,
+      [&](RankContext& ctx) {
+        DeviceMesh mesh(ctx.world, {.tp = tp});
+        TensorParallelRunner runner(config, kSeed, mesh, {.sequence_parallel = sp});
+        CommLedger& ledger = mesh.group("tp")->ledger();
+        ledger.reset();
+        auto micros = data.micro_batches(0, B, T, 1);
+        runner.forward_backward(micros, static_cast<double>(micros[0].counted), 1, {});
+        const double n = tp, act = B * T * C * 4.0, ce = B * T * 4.0;
+        const double ring = 2 * (n - 1) / n, half = (n - 1) / n;
+        const CommStats ar = ledger[CommOp::all_reduce], ag = ledger[CommOp::all_gather],
+                        rs = ledger[CommOp::reduce_scatter];
+        if (!sp) {
+          EXPECT_EQ(ar.calls, 4 * L + 2 + 3);
+          EXPECT_EQ(ar.bytes_sent, static_cast<int64_t>((4 * L + 2) * ring * act + 3 * ring * ce));
+          EXPECT_EQ(ag.calls, 0);
+          EXPECT_EQ(rs.calls, 0);
+        } else {
+          EXPECT_EQ(ar.calls, 1 + 3);
+          EXPECT_EQ(ar.bytes_sent, static_cast<int64_t>(ring * act + 3 * ring * ce));
+          EXPECT_EQ(ag.calls, 4 * L + 1 + 1);  // blocks, ln_f's gather, the embedding scatter's backward
+          EXPECT_EQ(rs.calls, 4 * L + 1);      // blocks, the backward of ln_f's gather
+          EXPECT_EQ(ag.bytes_sent, static_cast<int64_t>((4 * L + 2) * half * act));
+          EXPECT_EQ(rs.bytes_sent, static_cast<int64_t>((4 * L + 1) * half * act));
+          // the blocks' AG + RS move what their all-reduces would: 4L·ring·act
+          EXPECT_EQ(static_cast<int64_t>(4 * L * half * act * 2), static_cast<int64_t>(4 * L * ring * act));
+        }
+      },
+      quick());
 }
 
 // Activations one block keeps for backward, per rank: the ledger's "activations" after the forward
@@ -422,24 +472,28 @@ TEST_P(TensorParallelCost, ActivationMemoryPerLayerMatchesKorthikanti) {
   SL_SKIP_UNLESS_WORLD(tp);
   const int64_t b = 2, s = 8, h = 16, a = 4;
   const nn::TokenStream data = masked_tokens(32);
-  launch(tp, [&](RankContext& ctx) {
-    auto kept = [&](int64_t layers) {
-      const nn::GPTConfig config{.vocab_size = 32, .block_size = s, .n_layer = layers, .n_head = a, .n_embd = h};
-      tp::TensorParallelGPT model(config, kSeed, ctx.world, {.sequence_parallel = sp});
-      nn::Batch batch = data.get_batch(0, b, s);
-      const int64_t before = MemoryLedger::instance().current(ctx.device, MemoryCategory::activations);
-      Tensor out = model.hidden(batch.inputs);
-      return MemoryLedger::instance().current(ctx.device, MemoryCategory::activations) - before;
-    };
-    const double per_layer = static_cast<double>(kept(4) - kept(2)) / 2;
-    const double t = tp, sbh = s * b * h, sb = s * b;
-    const double korthikanti = sp ? 4 * sbh * (16 + double(a * s) / h) / t : 4 * sbh * (4 + 12 / t + double(a * s) / (h * t));
-    const double layer_norm_stats = sp ? 16 * sb / t : 16 * sb;
-    const double gathered_inputs = sp ? 2 * 4 * sbh * (1 - 1 / t) : 0;  // kept whole, not as T/t rows
-    EXPECT_EQ(per_layer, korthikanti + layer_norm_stats + gathered_inputs)
-        << "Korthikanti f32: " << korthikanti << " + LayerNorm stats " << layer_norm_stats << " + gathered inputs "
-        << gathered_inputs;
-  }, quick());
+  launch(
+      tp,
+      [&](RankContext& ctx) {
+        auto kept = [&](int64_t layers) {
+          const nn::GPTConfig config{.vocab_size = 32, .block_size = s, .n_layer = layers, .n_head = a, .n_embd = h};
+          tp::TensorParallelGPT model(config, kSeed, ctx.world, {.sequence_parallel = sp});
+          nn::Batch batch = data.get_batch(0, b, s);
+          const int64_t before = MemoryLedger::instance().current(ctx.device, MemoryCategory::activations);
+          Tensor out = model.hidden(batch.inputs);
+          return MemoryLedger::instance().current(ctx.device, MemoryCategory::activations) - before;
+        };
+        const double per_layer = static_cast<double>(kept(4) - kept(2)) / 2;
+        const double t = tp, sbh = s * b * h, sb = s * b;
+        const double korthikanti =
+            sp ? 4 * sbh * (16 + double(a * s) / h) / t : 4 * sbh * (4 + 12 / t + double(a * s) / (h * t));
+        const double layer_norm_stats = sp ? 16 * sb / t : 16 * sb;
+        const double gathered_inputs = sp ? 2 * 4 * sbh * (1 - 1 / t) : 0;  // kept whole, not as T/t rows
+        EXPECT_EQ(per_layer, korthikanti + layer_norm_stats + gathered_inputs)
+            << "Korthikanti f32: " << korthikanti << " + LayerNorm stats " << layer_norm_stats << " + gathered inputs "
+            << gathered_inputs;
+      },
+      quick());
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelCost,

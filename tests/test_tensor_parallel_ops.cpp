@@ -34,13 +34,16 @@ class TPOps : public testing::TestWithParam<int> {};
 TEST_P(TPOps, CopyAndReduceGradcheck) {
   const int world = GetParam();
   SL_SKIP_UNLESS_WORLD(world);
-  launch(world, [&](RankContext& ctx) {
-    const double c = ctx.rank + 1;
-    auto fn = [&](const TensorList& in) { return reduce_from_tp(mul(copy_to_tp(in[0], ctx.world), c), ctx.world); };
-    expect_gradcheck(fn, {random64({2, 3}, 1)}, 6);
-    Tensor y = fn({random64({2, 3}, 1)});
-    EXPECT_LT(max_abs_diff(y, mul(random64({2, 3}, 1), world * (world + 1) / 2.0)), 1e-12);
-  }, quick());
+  launch(
+      world,
+      [&](RankContext& ctx) {
+        const double c = ctx.rank + 1;
+        auto fn = [&](const TensorList& in) { return reduce_from_tp(mul(copy_to_tp(in[0], ctx.world), c), ctx.world); };
+        expect_gradcheck(fn, {random64({2, 3}, 1)}, 6);
+        Tensor y = fn({random64({2, 3}, 1)});
+        EXPECT_LT(max_abs_diff(y, mul(random64({2, 3}, 1), world * (world + 1) / 2.0)), 1e-12);
+      },
+      quick());
 }
 
 // scatter -> (r+1)· -> gather -> (r+2)· -> reduce-scatter -> (r+3)· -> gather -> (r+4)· -> g:
@@ -48,26 +51,34 @@ TEST_P(TPOps, CopyAndReduceGradcheck) {
 TEST_P(TPOps, SequenceParallelPairsGradcheck) {
   const int world = GetParam();
   SL_SKIP_UNLESS_WORLD(world);
-  launch(world, [&](RankContext& ctx) {
-    const double r = ctx.rank;
-    auto fn = [&](const TensorList& in) {
-      Tensor s = mul(scatter_sequence(in[0], ctx.world), r + 1);           // [B, T/t, C]
-      Tensor full = mul(gather_sequence(s, ctx.world), r + 2);             // [B, T, C], a column branch
-      Tensor mine = mul(reduce_scatter_sequence(full, ctx.world), r + 3);  // [B, T/t, C]
-      return reduce_from_tp(mul(gather_sequence(mine, ctx.world), r + 4), ctx.world);
-    };
-    expect_gradcheck(fn, {random64({2, 2 * world, 3}, 2)}, 2 * 2 * world * 3);
-  }, quick());
+  launch(
+      world,
+      [&](RankContext& ctx) {
+        const double r = ctx.rank;
+        auto fn = [&](const TensorList& in) {
+          Tensor s = mul(scatter_sequence(in[0], ctx.world), r + 1);           // [B, T/t, C]
+          Tensor full = mul(gather_sequence(s, ctx.world), r + 2);             // [B, T, C], a column branch
+          Tensor mine = mul(reduce_scatter_sequence(full, ctx.world), r + 3);  // [B, T/t, C]
+          return reduce_from_tp(mul(gather_sequence(mine, ctx.world), r + 4), ctx.world);
+        };
+        expect_gradcheck(fn, {random64({2, 2 * world, 3}, 2)}, 2 * 2 * world * 3);
+      },
+      quick());
 }
 
 // gather_last_dim: the column-parallel output gathered; the backward keeps my slice.
 TEST_P(TPOps, GatherLastDimGradcheck) {
   const int world = GetParam();
   SL_SKIP_UNLESS_WORLD(world);
-  launch(world, [&](RankContext& ctx) {
-    auto fn = [&](const TensorList& in) { return gather_last_dim(mul(copy_to_tp(in[0], ctx.world), ctx.rank + 1.0), ctx.world); };
-    expect_gradcheck(fn, {random64({2, 3, 2}, 3)}, 12);
-  }, quick());
+  launch(
+      world,
+      [&](RankContext& ctx) {
+        auto fn = [&](const TensorList& in) {
+          return gather_last_dim(mul(copy_to_tp(in[0], ctx.world), ctx.rank + 1.0), ctx.world);
+        };
+        expect_gradcheck(fn, {random64({2, 3, 2}, 3)}, 12);
+      },
+      quick());
 }
 
 // Column then row parallel linear == the serial Linear pair, values and gradients; the row layer's
@@ -76,50 +87,56 @@ TEST_P(TPOps, ColumnThenRowEqualsSerialMLP) {
   const int world = GetParam();
   SL_SKIP_UNLESS_WORLD(world);
   for (bool sp : {false, true}) {
-    launch(world, [&](RankContext& ctx) {
-      const int64_t B = 2, T = 2 * world, C = 4, H = 4 * world;
-      Generator gs(7), gp(7);
-      nn::Linear fc(C, H, true, {0.5, &gs}), proj(H, C, true, {0.5, &gs});
-      TPGroup tp{ctx.world, sp};
-      ColumnParallelLinear cfc(C, H, tp, false, {0.5, &gp});
-      RowParallelLinear rproj(H, C, tp, {0.5, &gp});
-      {
-        NoGradGuard no_grad;  // a nonzero bias, the same on every rank
-        proj.bias.copy_(full({C}, 0.25));
-        rproj.bias.copy_(full({C}, 0.25));
-      }
-      Generator gx(9);
-      Tensor x = randn({B, T, C}, {}, &gx);
-      Tensor serial = proj(gelu(fc(x)));
-      Tensor input = sp ? x.narrow(1, ctx.rank * (T / world), T / world) : x;
-      Tensor parallel = rproj(gelu(cfc(input)));
-      Tensor expected = sp ? serial.narrow(1, ctx.rank * (T / world), T / world) : serial;
-      EXPECT_LT(max_abs_diff(parallel, expected), 1e-6) << "sp " << sp;
-      sum(serial).backward();
-      sum(parallel).backward();
-      // row-parallel weight: my columns of the serial gradient; the bias gradient whole (SP: my rows' part)
-      Tensor wslice = proj.weight.grad().narrow(1, ctx.rank * (H / world), H / world);
-      EXPECT_LT(max_abs_diff(rproj.weight.grad(), wslice), 1e-5);
-      Tensor fslice = fc.weight.grad().narrow(0, ctx.rank * (H / world), H / world);
-      EXPECT_LT(max_abs_diff(cfc.weight.grad(), fslice), 1e-5);
-      if (!sp) {  // under SP the bias gradient is a partial sum (tp_gpt.h)
-        EXPECT_LT(max_abs_diff(rproj.bias.grad(), proj.bias.grad()), 1e-5);
-      }
-    }, quick());
+    launch(
+        world,
+        [&](RankContext& ctx) {
+          const int64_t B = 2, T = 2 * world, C = 4, H = 4 * world;
+          Generator gs(7), gp(7);
+          nn::Linear fc(C, H, true, {0.5, &gs}), proj(H, C, true, {0.5, &gs});
+          TPGroup tp{ctx.world, sp};
+          ColumnParallelLinear cfc(C, H, tp, false, {0.5, &gp});
+          RowParallelLinear rproj(H, C, tp, {0.5, &gp});
+          {
+            NoGradGuard no_grad;  // a nonzero bias, the same on every rank
+            proj.bias.copy_(full({C}, 0.25));
+            rproj.bias.copy_(full({C}, 0.25));
+          }
+          Generator gx(9);
+          Tensor x = randn({B, T, C}, {}, &gx);
+          Tensor serial = proj(gelu(fc(x)));
+          Tensor input = sp ? x.narrow(1, ctx.rank * (T / world), T / world) : x;
+          Tensor parallel = rproj(gelu(cfc(input)));
+          Tensor expected = sp ? serial.narrow(1, ctx.rank * (T / world), T / world) : serial;
+          EXPECT_LT(max_abs_diff(parallel, expected), 1e-6) << "sp " << sp;
+          sum(serial).backward();
+          sum(parallel).backward();
+          // row-parallel weight: my columns of the serial gradient; the bias gradient whole (SP: my rows' part)
+          Tensor wslice = proj.weight.grad().narrow(1, ctx.rank * (H / world), H / world);
+          EXPECT_LT(max_abs_diff(rproj.weight.grad(), wslice), 1e-5);
+          Tensor fslice = fc.weight.grad().narrow(0, ctx.rank * (H / world), H / world);
+          EXPECT_LT(max_abs_diff(cfc.weight.grad(), fslice), 1e-5);
+          if (!sp) {  // under SP the bias gradient is a partial sum (tp_gpt.h)
+            EXPECT_LT(max_abs_diff(rproj.bias.grad(), proj.bias.grad()), 1e-5);
+          }
+        },
+        quick());
   }
 }
 
 TEST_P(TPOps, ColumnGatherOutputEqualsSerial) {
   const int world = GetParam();
   SL_SKIP_UNLESS_WORLD(world);
-  launch(world, [&](RankContext& ctx) {
-    Generator gs(3), gp(3);
-    nn::Linear serial(5, 2 * world, true, {0.5, &gs});
-    ColumnParallelLinear column(5, 2 * world, {ctx.world, false}, true, {0.5, &gp});
-    Generator gx(4);
-    Tensor x = randn({3, 5}, {}, &gx).reshape({1, 3, 5});
-    EXPECT_LT(max_abs_diff(column(x), serial(x)), 1e-6);
-  }, quick());
+  launch(
+      world,
+      [&](RankContext& ctx) {
+        Generator gs(3), gp(3);
+        nn::Linear serial(5, 2 * world, true, {0.5, &gs});
+        ColumnParallelLinear column(5, 2 * world, {ctx.world, false}, true, {0.5, &gp});
+        Generator gx(4);
+        Tensor x = randn({3, 5}, {}, &gx).reshape({1, 3, 5});
+        EXPECT_LT(max_abs_diff(column(x), serial(x)), 1e-6);
+      },
+      quick());
 }
 
 // The embedding of a replicated (padded) weight through f, cut by rows: equals embedding(weight, ids)
@@ -127,18 +144,22 @@ TEST_P(TPOps, ColumnGatherOutputEqualsSerial) {
 TEST_P(TPOps, VocabParallelEmbeddingGradcheck) {
   const int world = GetParam();
   SL_SKIP_UNLESS_WORLD(world);
-  launch(world, [&](RankContext& ctx) {
-    const int64_t V = 2 * world + 1, C = 3;  // not divisible: padded
-    const VocabRange range = VocabRange::of(V, ctx.rank, world);
-    Tensor ids = from_vector({0, 1, double(V - 1), 2, 0, double(V - 2)}, {2, 3}, TensorOptions(DType::i64));
-    auto fn = [&](const TensorList& in) {
-      Tensor padded = cat({copy_to_tp(in[0], ctx.world), zeros({range.rows * world - V, C}, TensorOptions(DType::f64))}, 0);
-      return vocab_parallel_embedding(padded.narrow(0, range.start, range.rows), ids, range, ctx.world);
-    };
-    Tensor weight = random64({V, C}, 5);
-    EXPECT_LT(max_abs_diff(fn({weight}), embedding(weight, ids)), 1e-12);
-    expect_gradcheck(fn, {weight}, V * C);
-  }, quick());
+  launch(
+      world,
+      [&](RankContext& ctx) {
+        const int64_t V = 2 * world + 1, C = 3;  // not divisible: padded
+        const VocabRange range = VocabRange::of(V, ctx.rank, world);
+        Tensor ids = from_vector({0, 1, double(V - 1), 2, 0, double(V - 2)}, {2, 3}, TensorOptions(DType::i64));
+        auto fn = [&](const TensorList& in) {
+          Tensor padded =
+              cat({copy_to_tp(in[0], ctx.world), zeros({range.rows * world - V, C}, TensorOptions(DType::f64))}, 0);
+          return vocab_parallel_embedding(padded.narrow(0, range.start, range.rows), ids, range, ctx.world);
+        };
+        Tensor weight = random64({V, C}, 5);
+        EXPECT_LT(max_abs_diff(fn({weight}), embedding(weight, ids)), 1e-12);
+        expect_gradcheck(fn, {weight}, V * C);
+      },
+      quick());
 }
 
 // Vocab-parallel cross-entropy of logits cut by columns == cross_entropy of the whole logits.
@@ -154,14 +175,17 @@ Tensor parallel_ce(const Tensor& logits, const Tensor& targets, const RankContex
 TEST_P(TPOps, VocabParallelCrossEntropyGradcheck) {
   const int world = GetParam();
   SL_SKIP_UNLESS_WORLD(world);
-  launch(world, [&](RankContext& ctx) {
-    const int64_t V = 3 * world + 1, N = 5;
-    Tensor targets = from_vector({0, double(V - 1), -100, 2, double(V / 2)}, {N}, TensorOptions(DType::i64));
-    auto fn = [&](const TensorList& in) { return parallel_ce(in[0], targets, ctx, world); };
-    Tensor logits = random64({N, V}, 6);
-    EXPECT_NEAR(fn({logits}).item(), cross_entropy(logits, targets).item(), 1e-12);
-    expect_gradcheck(fn, {logits}, N * V);
-  }, quick());
+  launch(
+      world,
+      [&](RankContext& ctx) {
+        const int64_t V = 3 * world + 1, N = 5;
+        Tensor targets = from_vector({0, double(V - 1), -100, 2, double(V / 2)}, {N}, TensorOptions(DType::i64));
+        auto fn = [&](const TensorList& in) { return parallel_ce(in[0], targets, ctx, world); };
+        Tensor logits = random64({N, V}, 6);
+        EXPECT_NEAR(fn({logits}).item(), cross_entropy(logits, targets).item(), 1e-12);
+        expect_gradcheck(fn, {logits}, N * V);
+      },
+      quick());
 }
 
 // Edge cases: logits ×1e3 (a naive exp overflows), ignored targets, a target in every shard, all
@@ -169,47 +193,63 @@ TEST_P(TPOps, VocabParallelCrossEntropyGradcheck) {
 TEST_P(TPOps, VocabParallelCrossEntropyEdgeCases) {
   const int world = GetParam();
   SL_SKIP_UNLESS_WORLD(world);
-  launch(world, [&](RankContext& ctx) {
-    const int64_t V = 4 * world + 3;
-    const VocabRange range0 = VocabRange::of(V, 0, world);
-    std::vector<double> t;
-    for (int r = 0; r < world; ++r) t.push_back(std::min<double>(V - 1, r * range0.rows + 1));  // one per shard
-    t.push_back(-100);
-    t.push_back(V - 1);
-    const int64_t N = static_cast<int64_t>(t.size());
-    Tensor targets = from_vector(t, {N}, TensorOptions(DType::i64));
-    Generator g(8);
-    for (double scale : {1.0, 1e3}) {
-      Tensor logits = mul(randn({N, V}, {}, &g), scale).set_requires_grad();
-      Tensor serial_logits = logits.detach().clone().set_requires_grad();
-      Tensor loss = parallel_ce(logits, targets, ctx, world);
-      Tensor serial = cross_entropy(serial_logits, targets);
-      ASSERT_TRUE(std::isfinite(loss.item())) << "scale " << scale;
-      EXPECT_NEAR(loss.item(), serial.item(), 1e-5 * std::abs(serial.item()) + 1e-5) << "scale " << scale;
-      loss.backward();
-      serial.backward();
-      EXPECT_LT(max_abs_diff(logits.grad(), serial_logits.grad()), 1e-6) << "scale " << scale;
-    }
-    Tensor none = full({2}, -100, TensorOptions(DType::i64));
-    Tensor logits = randn({2, V}, {}, &g).set_requires_grad();
-    Tensor loss = parallel_ce(logits, none, ctx, world);
-    EXPECT_EQ(loss.item(), 0.0);
-    loss.backward();
-    EXPECT_EQ(max_abs_diff(logits.grad(), zeros({2, V})), 0.0);
-  }, quick());
+  launch(
+      world,
+      [&](RankContext& ctx) {
+        const int64_t V = 4 * world + 3;
+        const VocabRange range0 = VocabRange::of(V, 0, world);
+        std::vector<double> t;
+        for (int r = 0; r < world; ++r) t.push_back(std::min<double>(V - 1, r * range0.rows + 1));  // one per shard
+        t.push_back(-100);
+        t.push_back(V - 1);
+        const int64_t N = static_cast<int64_t>(t.size());
+        Tensor targets = from_vector(t, {N}, TensorOptions(DType::i64));
+        Generator g(8);
+        for (double scale : {1.0, 1e3}) {
+          Tensor logits = mul(randn({N, V}, {}, &g), scale).set_requires_grad();
+          Tensor serial_logits = logits.detach().clone().set_requires_grad();
+          Tensor loss = parallel_ce(logits, targets, ctx, world);
+          Tensor serial = cross_entropy(serial_logits, targets);
+          ASSERT_TRUE(std::isfinite(loss.item())) << "scale " << scale;
+          EXPECT_NEAR(loss.item(), serial.item(), 1e-5 * std::abs(serial.item()) + 1e-5) << "scale " << scale;
+          loss.backward();
+          serial.backward();
+          EXPECT_LT(max_abs_diff(logits.grad(), serial_logits.grad()), 1e-6) << "scale " << scale;
+        }
+        Tensor none = full({2}, -100, TensorOptions(DType::i64));
+        Tensor logits = randn({2, V}, {}, &g).set_requires_grad();
+        Tensor loss = parallel_ce(logits, none, ctx, world);
+        EXPECT_EQ(loss.item(), 0.0);
+        loss.backward();
+        EXPECT_EQ(max_abs_diff(logits.grad(), zeros({2, V})), 0.0);
+      },
+      quick());
 }
 
-// A target outside the vocabulary is refused before the first all-reduce (no rank left waiting).
-TEST(TPOpsErrors, CrossEntropyTargetOutOfRangeBeforeCommunication) {
+// An id or target outside the vocabulary is refused before the first all-reduce (no rank left waiting).
+TEST(TPOpsErrors, IdsAndTargetsOutOfRangeBeforeCommunication) {
   SL_SKIP_UNLESS_WORLD(2);
-  launch(2, [&](RankContext& ctx) {
-    const VocabRange range = VocabRange::of(8, ctx.rank, 2);
-    Tensor logits = zeros({2, range.rows});
-    const uint64_t before = ctx.world->collectives_issued();
-    expect_error([&] { vocab_parallel_cross_entropy(logits, from_vector({1, 9}, {2}, TensorOptions(DType::i64)), range, ctx.world); },
-                 "target 9 is out of range for a vocabulary of 8");
-    EXPECT_EQ(ctx.world->collectives_issued(), before);
-  }, quick());
+  launch(
+      2,
+      [&](RankContext& ctx) {
+        const VocabRange range = VocabRange::of(8, ctx.rank, 2);
+        Tensor logits = zeros({2, range.rows});
+        const uint64_t before = ctx.world->collectives_issued();
+        expect_error(
+            [&] {
+              vocab_parallel_cross_entropy(logits, from_vector({1, 9}, {2}, TensorOptions(DType::i64)), range,
+                                           ctx.world);
+            },
+            "target 9 is out of range for a vocabulary of 8");
+        expect_error(
+            [&] {
+              vocab_parallel_embedding(zeros({range.rows, 3}), from_vector({0, 8}, {1, 2}, TensorOptions(DType::i64)),
+                                       range, ctx.world);
+            },
+            "id 8 is out of range for a vocabulary of 8");
+        EXPECT_EQ(ctx.world->collectives_issued(), before);
+      },
+      quick());
 }
 
 INSTANTIATE_TEST_SUITE_P(Worlds, TPOps, testing::Values(2, 3, 4), world_name);

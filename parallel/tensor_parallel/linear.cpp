@@ -25,7 +25,8 @@ Tensor weight_slice(int64_t in, int64_t out, int dim, int64_t start, int64_t siz
 }
 }  // namespace
 
-ColumnParallelLinear::ColumnParallelLinear(int64_t in, int64_t out, TPGroup tp_, bool gather, const nn::InitOptions& init)
+ColumnParallelLinear::ColumnParallelLinear(int64_t in, int64_t out, TPGroup tp_, bool gather,
+                                           const nn::InitOptions& init)
     : tp(std::move(tp_)), gather_output(gather) {
   SL_CHECK(out % tp.size() == 0, "ColumnParallelLinear: out_features (", out, ") is not divisible by tp (", tp.size(),
            ")");
@@ -37,7 +38,7 @@ ColumnParallelLinear::ColumnParallelLinear(int64_t in, int64_t out, TPGroup tp_,
 }
 
 Tensor ColumnParallelLinear::forward(const Tensor& x) {
-  Tensor y = linear(column_input(x, tp), weight, bias);  // [B, T, out/t]
+  Tensor y = linear(column_input(x, tp), weight, bias);     // [B, T, out/t]
   return gather_output ? gather_last_dim(y, tp.group) : y;  // [B, T, out]
 }
 

@@ -6,8 +6,7 @@
 namespace sl::parallel::tp {
 
 void column_input_after(nn::LayerNorm& norm, const TPGroup& tp) {
-  norm.register_forward_hook(
-      [tp](nn::Module&, const Tensor&, const Tensor& out) { return column_input(out, tp); });
+  norm.register_forward_hook([tp](nn::Module&, const Tensor&, const Tensor& out) { return column_input(out, tp); });
 }
 
 void make_row_parallel(nn::Linear& linear, const TPGroup& tp) {

@@ -5,8 +5,10 @@
 //   off that width), attn.c_proj [C, C/t], mlp.c_fc [4C/t, C], mlp.c_proj [C, 4C/t]. Block::forward
 //   runs unchanged; forward hooks put the communication where Megatron puts it:
 //
-//     x ─ln_1─▶ f ─▶ c_attn_r ─▶ heads_r ─▶ c_proj_r ─▶ g ─▶ + b ─▶ (+x) ─ln_2─▶ f ─▶ c_fc_r ─GeLU─▶ c_proj_r ─▶ g ─▶ + b ─▶ (+)
-//                  └──────── ColumnParallel ───────┘  └─ RowParallel ─┘                 └Column┘           └─ Row ─┘
+//     attention:  x ─ln_1─▶ f ─▶ c_attn_r ─▶ heads_r ─▶ c_proj_r ─▶ g ─▶ + b ─▶ + x
+//                              └─ column parallel ─┘       └─ row parallel ─┘
+//     MLP:        h ─ln_2─▶ f ─▶ c_fc_r ─GeLU─▶ c_proj_r ─▶ g ─▶ + b ─▶ + h
+//                              └─ column ─┘         └─ row parallel ─┘
 //
 //   f after each LayerNorm (column_input: a post-hook replaces the LayerNorm's output), g + bias after
 //   each c_proj (row_output: c_proj's Linear stops adding its bias, which stays a registered,

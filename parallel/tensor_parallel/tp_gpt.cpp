@@ -2,7 +2,6 @@
 #include "parallel/tensor_parallel/tp_gpt.h"
 
 #include "autograd/grad_mode.h"
-
 #include "parallel/tensor_parallel/comm.h"
 #include "parallel/tensor_parallel/parallel_block.h"
 
@@ -18,10 +17,11 @@ TensorParallelGPT::TensorParallelGPT(const nn::GPTConfig& config, uint64_t seed,
                                      TensorParallelOptions options)
     : config_(config), tp_{std::move(group), options.sequence_parallel} {
   config.validate();
-  SL_CHECK(config.n_head % tp_.size() == 0, "TensorParallelGPT: n_head (", config.n_head,
-           ") is not divisible by tp (", tp_.size(), ")");
+  SL_CHECK(config.n_head % tp_.size() == 0, "TensorParallelGPT: n_head (", config.n_head, ") is not divisible by tp (",
+           tp_.size(), ")");
   vocab_ = VocabRange::of(config.vocab_size, tp_.rank(), tp_.size());
-  gpt_ = std::make_unique<nn::GPT>(config, seed, nn::GPTShardSpec::whole().with_tensor_parallel(tp_.rank(), tp_.size()));
+  gpt_ =
+      std::make_unique<nn::GPT>(config, seed, nn::GPTShardSpec::whole().with_tensor_parallel(tp_.rank(), tp_.size()));
   nn::GPT& g = *gpt_;
   g.wte->set_placement("weight", nn::Placement::sharded(0, "tp"));
   const nn::Placement partial = nn::Placement::replicated().with_partial_grad("tp");
@@ -60,7 +60,7 @@ Tensor TensorParallelGPT::hidden(const Tensor& idx) {
   MemoryScope scope(MemoryCategory::activations);
   Tensor positions = arange(T, TensorOptions(DType::i64, idx.device()));
   Tensor x = add(vocab_parallel_embedding(g.wte->weight, idx, vocab_, tp_.group), (*g.wpe)(positions));  // [B, T, C]
-  if (tp_.sequence_parallel) x = scatter_sequence(x, tp_.group);  // [B, T/t, C]
+  if (tp_.sequence_parallel) x = scatter_sequence(x, tp_.group);                                         // [B, T/t, C]
   return g.blocks(x, 0, config_.n_layer);
 }
 
@@ -76,7 +76,8 @@ void TensorParallelGPT::finish_gradients() {
   const auto placements = gpt_->named_placements();
   for (size_t i = 0; i < params.size(); ++i) {
     const Tensor grad = params[i].second.grad();
-    if (placements[i].second.partial_over == "tp" && grad.defined()) tp_.group->all_reduce(grad);  // in place: DDP/ZeRO views stay
+    if (placements[i].second.partial_over == "tp" && grad.defined())
+      tp_.group->all_reduce(grad);  // in place: DDP/ZeRO views stay
   }
 }
 
@@ -109,14 +110,16 @@ Tensor TensorParallelGPT::slice(const std::string& name, const Tensor& whole, co
   if (name == "wte.weight") {
     std::vector<Tensor> parts;
     if (vocab_.real > 0) parts.push_back(whole.narrow(0, vocab_.start, vocab_.real));
-    if (vocab_.real < vocab_.rows) parts.push_back(zeros({vocab_.rows - vocab_.real, whole.size(1)}, TensorOptions(whole.dtype(), whole.device())));
+    if (vocab_.real < vocab_.rows)
+      parts.push_back(zeros({vocab_.rows - vocab_.real, whole.size(1)}, TensorOptions(whole.dtype(), whole.device())));
     return parts.size() == 1 ? parts[0] : cat(parts, 0);
   }
   const int64_t part = whole.size(dim) / t;
   if (ends_with(name, "attn.c_attn.weight") || ends_with(name, "attn.c_attn.bias")) {  // my heads of q, k, v
     const int64_t third = whole.size(0) / 3, heads = third / t;
     return cat({whole.narrow(0, r * heads, heads), whole.narrow(0, third + r * heads, heads),
-                whole.narrow(0, 2 * third + r * heads, heads)}, 0);
+                whole.narrow(0, 2 * third + r * heads, heads)},
+               0);
   }
   return whole.narrow(dim, r * part, part);
 }
@@ -130,8 +133,10 @@ void TensorParallelGPT::load_full_state_dict(const nn::StateDict& full) {
     auto it = full.find(name);
     SL_CHECK(it != full.end(), "TensorParallelGPT::load_full_state_dict: the serial weights have no '", name, "'");
     Shape serial = param.shape();
-    if (name == "wte.weight") serial[0] = config_.vocab_size;
-    else if (placement.kind == nn::Placement::Kind::sharded) serial[placement.tensor_dim] *= tp_.size();
+    if (name == "wte.weight")
+      serial[0] = config_.vocab_size;
+    else if (placement.kind == nn::Placement::Kind::sharded)
+      serial[placement.tensor_dim] *= tp_.size();
     SL_CHECK(it->second.shape() == serial, "TensorParallelGPT::load_full_state_dict: '", name, "' is ",
              it->second.shape(), " in the serial weights, expected ", serial);
     param.copy_(slice(name, it->second, placement));
@@ -142,7 +147,8 @@ nn::StateDict TensorParallelGPT::full_state_dict() {
   nn::StateDict out;
   const auto placements = gpt_->named_placements();
   size_t i = 0;
-  for (const auto& [name, param] : gpt_->named_parameters()) out[name] = gather(name, param.detach(), placements[i++].second);
+  for (const auto& [name, param] : gpt_->named_parameters())
+    out[name] = gather(name, param.detach(), placements[i++].second);
   return out;
 }
 

@@ -15,6 +15,7 @@ VocabRange VocabRange::of(int64_t vocab_size, int rank, int size) {
   r.rows = (vocab_size + size - 1) / size;  // Vp / t
   r.start = rank * r.rows;
   r.real = std::clamp<int64_t>(vocab_size - r.start, 0, r.rows);
+  r.vocab = vocab_size;
   return r;
 }
 
@@ -33,6 +34,8 @@ Tensor vocab_parallel_embedding(const Tensor& weight, const Tensor& ids, const V
   std::vector<double> local(static_cast<size_t>(host_ids.numel())), foreign(local.size());
   const int64_t* id = static_cast<const int64_t*>(host_ids.data_ptr());
   for (size_t i = 0; i < local.size(); ++i) {
+    SL_CHECK(id[i] >= 0 && id[i] < range.vocab, "vocab_parallel_embedding: id ", id[i],
+             " is out of range for a vocabulary of ", range.vocab);  // before any communication
     const int64_t l = id[i] - range.start;
     const bool mine = l >= 0 && l < range.real;
     local[i] = mine ? static_cast<double>(l) : 0.0;  // not mine: read row 0 ...
@@ -43,7 +46,7 @@ Tensor vocab_parallel_embedding(const Tensor& weight, const Tensor& ids, const V
   Tensor local_ids = from_vector(local, ids.shape(), TensorOptions(DType::i64, weight.device()));
   Tensor mask = from_vector(foreign, mask_shape, TensorOptions(DType::i32, weight.device()));
   Tensor mine = masked_fill(embedding(weight, local_ids), mask, 0.0);  // ... and zero it, in the graph
-  return reduce_from_tp(mine, group);                                 // g: each row from its owner
+  return reduce_from_tp(mine, group);                                  // g: each row from its owner
 }
 
 // ---- cross-entropy --------------------------------------------------------------------------------------------
@@ -69,8 +72,8 @@ struct VocabParallelCrossEntropy : Function<VocabParallelCrossEntropy> {
     const int64_t* targets_host = static_cast<const int64_t*>(t.data_ptr());
     for (int64_t n = 0; n < N; ++n) {
       if (targets_host[n] == ignore_index) continue;
-      SL_CHECK(targets_host[n] >= 0 && targets_host[n] < Vs * group->size(), "vocab_parallel_cross_entropy: target ",
-               targets_host[n], " is out of range for a vocabulary of ", Vs * group->size(), " (padded) ids");
+      SL_CHECK(targets_host[n] >= 0 && targets_host[n] < range.vocab, "vocab_parallel_cross_entropy: target ",
+               targets_host[n], " is out of range for a vocabulary of ", range.vocab);
       count++;
     }
     auto run = [&](auto zero) {
@@ -93,7 +96,10 @@ struct VocabParallelCrossEntropy : Function<VocabParallelCrossEntropy> {
         if (target >= range.start && target < range.start + real) pxt[n] = px[n * Vs + target - range.start] - pm[n];
       }
     };
-    if (stats == DType::f64) run(0.0); else run(0.0f);
+    if (stats == DType::f64)
+      run(0.0);
+    else
+      run(0.0f);
     group->all_reduce(xt);
     group->all_reduce(S);
     // loss = Σ over counted rows (log S - xt) / count, in double
@@ -105,7 +111,10 @@ struct VocabParallelCrossEntropy : Function<VocabParallelCrossEntropy> {
       for (int64_t n = 0; n < N; ++n)
         if (pt[n] != ignore_index) total += static_cast<double>(std::log(pS[n])) - static_cast<double>(pxt[n]);
     };
-    if (stats == DType::f64) sum_loss(0.0); else sum_loss(0.0f);
+    if (stats == DType::f64)
+      sum_loss(0.0);
+    else
+      sum_loss(0.0f);
     ctx.save_for_backward({x, t, m, S});
     ctx.set("count", count);
     ctx.set("range", range);
@@ -132,11 +141,14 @@ struct VocabParallelCrossEntropy : Function<VocabParallelCrossEntropy> {
         for (int64_t n = 0; n < N; ++n) {
           if (pt[n] == ignore) continue;
           for (int64_t v = 0; v < range.real; ++v)
-            pd[n * Vs + v] = static_cast<F>((std::exp(px[n * Vs + v] - pm[n]) / pS[n] -
-                                             (pt[n] == range.start + v ? F(1) : F(0))) * scale);
+            pd[n * Vs + v] = static_cast<F>(
+                (std::exp(px[n * Vs + v] - pm[n]) / pS[n] - (pt[n] == range.start + v ? F(1) : F(0))) * scale);
         }
       };
-      if (x.dtype() == DType::f64) run(0.0); else run(0.0f);
+      if (x.dtype() == DType::f64)
+        run(0.0);
+      else
+        run(0.0f);
     }
     return {dx.to(ctx.get<DType>("dtype")), Tensor()};
   }

@@ -29,6 +29,7 @@ namespace sl::parallel::tp {
 // are real (start + real <= V).
 struct VocabRange {
   int64_t start = 0, rows = 0, real = 0;
+  int64_t vocab = 0;  // V, the real vocabulary of every rank
   static VocabRange of(int64_t vocab_size, int rank, int size);
 };
 
