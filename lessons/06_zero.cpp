@@ -406,9 +406,9 @@ static bool sent_matches(const Run& run, i64 psi, const RankResult& r) {
     case kZero1:
     case kZero2:  // reduce-scatter + all-gather = DDP's all-reduce; + 8 B per peer: the norm
       return s == Sent{0, 4 * (n - 1) * (S + 2), 4 * (n - 1) * S, 0};
-    default:  // gathered in forward and in backward, scattered once; the norm's all-reduce (<= 16 B)
-      return s.all_gather == 8 * (n - 1) * S && s.reduce_scatter == 4 * (n - 1) * S && s.all_reduce <= 16 &&
-             s.replicas == 8 * (R - 1) * S / R;
+    default:  // gathered in forward and in backward, scattered once; + 8 B per peer: the norm
+      return s.all_gather == 8 * (n - 1) * S + 8 * (n - 1) && s.reduce_scatter == 4 * (n - 1) * S &&
+             s.all_reduce == 0 && s.replicas == 8 * (R - 1) * S / R;
   }
 }
 
