@@ -212,6 +212,19 @@ TEST_F(TrainCli, ModelCuttingLayoutsLogTheSerialLosses) {
     EXPECT_NE(text.find(trace.ends_with(".svg") ? "<svg" : "\"traceEvents\""), std::string::npos) << text.substr(0, 200);
     std::remove(path.c_str());
   }
+  // Interleaved stages (4 chunks of one layer over 2 ranks), alone and with ZeRO-1 over dp.
+  const std::string four = tiny + " --n-layer 4 --schedule interleaved --virtual-stages 2 --micro-batches 2 --pp 2";
+  std::string serial4 = temp_path("cut_serial4.jsonl"), interleaved = temp_path("interleaved.jsonl");
+  ASSERT_EQ(run_train(tiny + " --n-layer 4 --log-jsonl " + serial4).exit_code, 0);
+  for (const std::string dp : {"", " --dp 2 --zero 1"}) {
+    CliRun run = run_train(four + dp + " --log-jsonl " + interleaved);
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    std::vector<double> want = logged_losses(serial4), got = logged_losses(interleaved);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t s = 0; s < got.size(); ++s) EXPECT_NEAR(got[s], want[s], 4e-5 + 1e-5 * std::abs(want[s])) << dp;
+  }
+  std::remove(serial4.c_str());
+  std::remove(interleaved.c_str());
   CliRun heads = run_train(tiny + " --tp 3 --n-head 3 --n-embd 15");  // 3 heads split, the sequence does not matter
   EXPECT_EQ(heads.exit_code, 0) << heads.output;
   CliRun odd = run_train(tiny + " --tp 4");

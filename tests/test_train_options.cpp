@@ -65,6 +65,8 @@ TEST(TrainOptions, BadCombinationsAreUsageErrors) {
            {"--sp", "--sp shards the sequence over the tensor-parallel ranks: add --tp N"},
            {"--cp-variant allgather", "--cp-balance and --cp-variant are context-parallel flags: add --cp N"},
            {"--cp 2 --cp-balance half", "--cp-balance: expected one of zigzag, none, got 'half'"},
+           {"--pp 2 --schedule interleaved --virtual-stages 2 --dp 2",
+            "--virtual-stages 2 with --dp 2: DDP cannot all-reduce from an interleaved stage's last backward (it covers one chunk); add --zero 1"},
            {"--tp 2 --zero 2", "--pp, --tp and --cp run with DDP (--zero 0) or --zero 1 over --dp ranks; not with --zero 2"},
            {"--pp 2 --dp 3 --batch-size 8", "--batch-size 8 must be micro-batch rows x 1 micro-batches x 3 data-parallel ranks, but 8 % 3 = 2"}})
     EXPECT_EQ(usage_error(args), message) << args;
@@ -83,7 +85,7 @@ TEST(TrainOptions, ValidCombinationsParse) {
   EXPECT_EQ(usage_error("", &o), "");
   EXPECT_EQ(o.adam_eps, 1e-8);  // the default, as nn::AdamW's
   // The world is dp x pp x tp x cp; the batch splits over dp only.
-  EXPECT_EQ(usage_error("--dp 2 --pp 2 --schedule interleaved --virtual-stages 2 --batch-size 6 --trace t.json", &o), "");
+  EXPECT_EQ(usage_error("--dp 2 --pp 2 --schedule interleaved --virtual-stages 2 --zero 1 --batch-size 6 --trace t.json", &o), "");
   EXPECT_EQ(o.world(), 4);
   EXPECT_EQ(o.data_parallel(), 2);
   EXPECT_EQ(usage_error("--tp 3 --sp --zero 1 --batch-size 5", &o), "");

@@ -262,6 +262,10 @@ inline Options parse(int argc, char** argv) {
     throw UsageError{"--pp, --tp and --cp run with DDP (--zero 0) or --zero 1 over --dp ranks; not with --zero " +
                      std::to_string(o.zero) + (o.offload ? ", --offload" : "") + (o.naive_dp ? ", --naive-dp" : "") +
                      (o.dp_replicate > 0 ? " or HSDP" : "")};
+  if (o.pp > 1 && o.virtual_stages > 1 && o.zero == 0 && o.data_parallel() > 1)
+    throw UsageError{"--virtual-stages " + std::to_string(o.virtual_stages) + " with --dp " +
+                     std::to_string(o.data_parallel()) +
+                     ": DDP cannot all-reduce from an interleaved stage's last backward (it covers one chunk); add --zero 1"};
   // Global batch = micro-batch rows x micro-batches x data-parallel ranks.
   const int64_t ranks = o.parallel() ? o.data_parallel() : 1;
   if (o.batch_size % (ranks * o.micro_batches) != 0)

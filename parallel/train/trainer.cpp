@@ -56,6 +56,9 @@ void TrainPlan::validate(int world_size) const {
     SL_CHECK(cuts == 1, "Trainer: ", c.str(), ": pipeline, context and tensor parallelism combine in the N-D "
              "chapter; the trainer runs one of them at a time (with data parallelism)");
     SL_CHECK(!naive, "Trainer: --naive-dp scatters whole-model batches; it cannot be combined with ", c.str());
+    SL_CHECK(!(c.pp > 1 && virtual_stages > 1 && zero == 0 && c.dp_replicate > 1), "Trainer: ", c.str(),
+             ": interleaved stages (virtual_stages ", virtual_stages, ") under DDP: a rank's last backward covers only "
+             "one of its chunks, so DDP's all-reduce cannot fire from it; use ZeRO-1 (--zero 1) over dp");
     SL_CHECK(zero <= 1 && !offload, "Trainer: ", c.str(), " runs under DDP (--zero 0) or ZeRO-1; --zero ", zero,
              offload ? " with --offload" : "", " would ",
              zero == 2 ? "reduce-scatter every micro-batch's gradients" : "shard the parameters a chapter cuts",
@@ -209,7 +212,10 @@ void Trainer::Impl::keep_full_gradients() {
 
 void Trainer::Impl::build_data_parallel(nn::Module& module) {
   if (plan.zero == 0) {
-    ddp = std::make_unique<DistributedDataParallel>(module, mesh->group("dp"));
+    // A cut model without data parallelism has nothing to average: no DDP (and no bucket rules for
+    // an interleaved stage, whose last backward covers one of its chunks).
+    if (!(plan.cuts_model() && mesh->size("dp") == 1))
+      ddp = std::make_unique<DistributedDataParallel>(module, mesh->group("dp"));
     adamw = std::make_unique<nn::AdamW>(module.parameters(), adamw_options);
   } else {
     zero = std::make_unique<ZeroAdamW>(module.parameters(), mesh->group("dp_shard"),
@@ -322,6 +328,7 @@ double Trainer::Impl::step(const nn::TokenStream& data, int64_t step, int64_t ba
   const double count = counts.item() / (s.mesh->world_size() / dp);
   if (s.ddp) s.ddp->zero_grad();
   if (s.zero) s.zero->zero_grad();
+  if (s.adamw && !s.ddp) s.adamw->zero_grad();  // a cut model at dp 1
   if (s.fsdp) s.fsdp->lr = lr;
   // DDP all-reduces only in the rank's last backward: the sum of all of them.
   std::optional<DistributedDataParallel::NoSyncGuard> local_only;
@@ -356,7 +363,10 @@ double Trainer::Impl::step(const nn::TokenStream& data, int64_t step, int64_t ba
   } else {
     if (grad_clip > 0) clip_grad_norm(s.runner->mesh_grads(), grad_clip, *s.mesh);  // replicas: no bytes move
     s.adamw->lr = lr;
-    s.ddp->step(*s.adamw);
+    if (s.ddp)
+      s.ddp->step(*s.adamw);
+    else
+      s.adamw->step();
   }
   Tensor global = from_vector({loss_sum}, Shape({1}), DType::f64);
   s.metrics->all_reduce(global);
