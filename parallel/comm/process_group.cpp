@@ -64,6 +64,7 @@ class TimedWork : public Work {
     inner_->wait();
   }
   bool is_completed() override { return inner_->is_completed(); }
+  void wait_in_background() override { inner_->wait(); }
 
  private:
   WorkPtr inner_;

@@ -103,6 +103,9 @@ class Work {
   virtual ~Work() = default;
   virtual void wait() = 0;
   virtual bool is_completed() = 0;
+  // As wait(), for a helper thread that watches the work while the rank computes (DDP's timeline):
+  // the time is not the rank's, so the group's ledger does not count it as blocked.
+  virtual void wait_in_background() { wait(); }
 };
 using WorkPtr = std::shared_ptr<Work>;
 

@@ -83,7 +83,8 @@ void DistributedDataParallel::State::watch_loop() {
     to_watch.pop_front();
     lock.unlock();
     try {
-      watched.work->wait();  // bounded by the group's timeout; a failure is rethrown to finish() instead
+      // Not the rank's blocked time; bounded by the group's timeout; a failure is rethrown to finish().
+      watched.work->wait_in_background();
     } catch (...) {
     }
     Clock::time_point now = Clock::now();
