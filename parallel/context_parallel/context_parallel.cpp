@@ -64,9 +64,11 @@ double ContextParallelRunner::forward_backward(const std::vector<nn::TokenStream
   return share;
 }
 
-void ContextParallelRunner::finish_gradients() {
+void ContextParallelRunner::finish_gradients() { sum_gradients_over(*model_, *group_); }
+
+void sum_gradients_over(nn::Module& module, ProcessGroup& group) {
   // One all-reduce of every gradient, flattened into one buffer (a parameter without a gradient adds 0).
-  const nn::NamedTensors params = model_->named_parameters();
+  const nn::NamedTensors params = module.named_parameters();
   int64_t total = 0;
   for (const auto& [name, param] : params) total += param.numel();
   Tensor flat = zeros({total});
@@ -75,7 +77,7 @@ void ContextParallelRunner::finish_gradients() {
     if (param.grad().defined()) flat.flat_view(offset, param.shape()).copy_(param.grad());
     offset += param.numel();
   }
-  group_->all_reduce(flat, ReduceOp::sum);
+  group.all_reduce(flat, ReduceOp::sum);
   offset = 0;
   for (const auto& [name, param] : params) {
     if (!param.grad().defined()) param.set_grad(zeros_like(param));

@@ -48,6 +48,10 @@ struct ContextParallelOptions {
 // The attention core for CausalSelfAttention::core: ring or all-gather attention over `group`.
 nn::AttentionCore context_parallel_core(const SequenceShard& shard, ProcessGroupPtr group, CpVariant variant);
 
+// Sums every parameter's gradient of `module` over `group` in one flattened all-reduce (a parameter
+// without a gradient adds zeros and gets the sum): each cp rank's backward covered its own tokens.
+void sum_gradients_over(nn::Module& module, ProcessGroup& group);
+
 class ContextParallelRunner : public ModelRunner {
  public:
   // Builds the whole GPT (the same seed on every rank: the same weights) and swaps every layer's

@@ -25,7 +25,9 @@ struct InFlight {
 StepResult run_schedule(const Schedule& schedule, Stage& stage, ProcessGroup& pp,
                         const std::vector<nn::TokenStream::MicroBatch>& micros, const std::vector<double>& weights,
                         const std::vector<double>& loss_factor, const std::function<void(bool last)>& before_backward,
-                        const EngineOptions& options) {
+                        const EngineOptions& options, const ChunkCut* cut) {
+  const ChunkCut plain;
+  if (cut == nullptr) cut = &plain;
   const int p = schedule.stages, rank = pp.rank(), last_chunk = schedule.chunks() - 1;
   SL_CHECK(pp.size() == p && stage.stages == p && stage.rank == rank && stage.virtual_stages == schedule.virtual_stages,
            "pipeline engine: schedule for ", p, " stages x ", schedule.virtual_stages, " virtual, but the pp group has ",
@@ -41,8 +43,7 @@ StepResult run_schedule(const Schedule& schedule, Stage& stage, ProcessGroup& pp
   const auto start = Clock::now();
   auto seconds = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
   auto activation_shape = [&](int micro) {
-    const Tensor& ids = micros[micro].batch.inputs;  // [B, T]
-    return Shape({ids.size(0), ids.size(1), stage.parts[0]->config().n_embd});
+    return cut->activation_shape(micros[micro].batch.inputs, stage.parts[0]->config().n_embd);  // [B, T, C]
   };
   auto synthetic_cost = [&](int micro, int chunk, double factor) {
     if (options.sleep_per_layer_row_seconds <= 0) return;
@@ -59,9 +60,9 @@ StepResult run_schedule(const Schedule& schedule, Stage& stage, ProcessGroup& pp
       nn::GPT& part = *stage.parts[a.chunk / p];
       InFlight& f = held[{a.micro, a.chunk}];
       const nn::Batch& batch = micros[a.micro].batch;
-      Tensor x = a.chunk == 0 ? part.forward_part(batch.inputs) : part.forward_part(f.input);
+      Tensor x = cut->forward(part, a.chunk == 0 ? batch.inputs : f.input);
       if (a.chunk == last_chunk) {
-        Tensor loss = cross_entropy(x, batch.targets);  // mean over the micro-batch's counted targets
+        Tensor loss = cut->loss(x, micros[a.micro]);  // the micro-batch's mean (this rank's part of it)
         result.loss_share += loss.item() * loss_factor[a.micro];
         x = weights[a.micro] == 1.0 ? loss : mul(loss, weights[a.micro]);
       }

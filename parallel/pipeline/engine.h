@@ -51,9 +51,10 @@ struct StepResult {
 // Runs this rank's list of `schedule` on `stage`. micros: every micro-batch (the same on every
 // rank); weights[m]: the factor loss_m is multiplied by before its backward; loss_factor[m]: its
 // weight in the returned loss share. before_backward(last) runs before each B (may be empty).
+// cut: how each chunk runs and its loss (null: the plain ChunkCut, stage.h).
 StepResult run_schedule(const Schedule& schedule, Stage& stage, ProcessGroup& pp,
                         const std::vector<nn::TokenStream::MicroBatch>& micros, const std::vector<double>& weights,
                         const std::vector<double>& loss_factor, const std::function<void(bool last)>& before_backward,
-                        const EngineOptions& options = {});
+                        const EngineOptions& options = {}, const ChunkCut* cut = nullptr);
 
 }  // namespace sl::parallel::pipeline

@@ -1,20 +1,21 @@
 // pipeline_runner.cpp — see pipeline_runner.h.
 #include "parallel/pipeline/pipeline_runner.h"
 
+#include "autograd/grad_mode.h"
 #include "parallel/pipeline/simulate.h"
 #include "tensor/ops.h"
 
 namespace sl::parallel::pipeline {
 
 PipelineRunner::PipelineRunner(const nn::GPTConfig& config, uint64_t seed, const DeviceMesh& mesh,
-                               const PipelineOptions& options)
-    : options_(options), pp_(mesh.group("pp")) {
+                               const PipelineOptions& options, std::shared_ptr<const ChunkCut> cut)
+    : options_(options), cut_(cut ? std::move(cut) : std::make_shared<const ChunkCut>()), pp_(mesh.group("pp")) {
   const int p = pp_->size();
   // Everything that can be wrong is checked before the first byte moves.
   config.validate();
   check_schedule_config(options.schedule, p, options.schedule == ScheduleKind::interleaved ? p : 1,
                         options.virtual_stages);
-  stage_ = make_stage(config, seed, pp_->rank(), p, options.virtual_stages, options.stage_layers);
+  stage_ = make_stage(config, seed, pp_->rank(), p, options.virtual_stages, options.stage_layers, cut_.get());
   module_ = std::make_unique<StageModule>(stage_);
   if (p > 1) embedding_group_ = pp_->new_group({0, p - 1});
 }
@@ -33,11 +34,13 @@ double PipelineRunner::forward_backward(const std::vector<nn::TokenStream::Micro
     weights.push_back(static_cast<double>(micro.counted) * dp / global_count);
     loss_factor.push_back(static_cast<double>(micro.counted) / global_count);
   }
-  last_ = run_schedule(schedule_, stage_, *pp_, micros, weights, loss_factor, hooks.before_backward, options_.engine);
+  last_ = run_schedule(schedule_, stage_, *pp_, micros, weights, loss_factor, hooks.before_backward, options_.engine,
+                       cut_.get());
   return holds_loss() ? last_.loss_share : 0.0;
 }
 
 void PipelineRunner::finish_gradients() {
+  cut_->finish_gradients(*module_);
   if (!embedding_group_) return;
   // The embedding's wte (first stage) and the head's copy (last stage): one parameter, two
   // gradients. Summing them gives each copy the serial gradient.
@@ -61,12 +64,16 @@ nn::StateDict PipelineRunner::gather(bool gradients) {
     std::vector<int64_t> header;
     std::vector<Tensor> values;
     if (root == pp_->rank()) {
+      const auto placements = module_->named_placements();
+      size_t index = 0;
       for (const auto& [name, param] : module_->named_parameters()) {
+        const nn::Placement& placement = placements[index++].second;
         if (name == "wte.weight" && !stage_.holds_first()) continue;
         Tensor value = gradients ? (param.grad().defined() ? param.grad() : zeros(param.shape())) : param;
+        value = cut_->gather(name, value, placement);  // the serial tensor (collective over the cut's groups)
         header.push_back(static_cast<int64_t>(name.size()));
-        header.push_back(param.dim());
-        for (int64_t d : param.shape()) header.push_back(d);
+        header.push_back(value.dim());
+        for (int64_t d : value.shape()) header.push_back(d);
         for (char c : name) header.push_back(c);
         values.push_back(value);
       }
@@ -92,6 +99,21 @@ nn::StateDict PipelineRunner::gather(bool gradients) {
 }
 
 nn::StateDict PipelineRunner::full_state_dict() { return gather(false); }
+
+void PipelineRunner::load_full_state_dict(const nn::StateDict& full) {
+  NoGradGuard no_grad;
+  const auto placements = module_->named_placements();
+  size_t index = 0;
+  for (const auto& [name, param] : module_->named_parameters()) {
+    const nn::Placement& placement = placements[index++].second;
+    auto it = full.find(name);
+    SL_CHECK(it != full.end(), "PipelineRunner::load_full_state_dict: the serial weights have no '", name, "'");
+    Tensor piece = cut_->slice(name, it->second, placement);
+    SL_CHECK(piece.shape() == param.shape(), "PipelineRunner::load_full_state_dict: '", name, "' is ",
+             it->second.shape(), " in the serial weights, which does not give this rank's ", param.shape());
+    param.copy_(piece);
+  }
+}
 nn::StateDict PipelineRunner::full_gradients() { return gather(true); }
 
 }  // namespace sl::parallel::pipeline

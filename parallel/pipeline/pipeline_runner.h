@@ -44,7 +44,10 @@ class PipelineRunner : public ModelRunner {
  public:
   // Collective over mesh.group("pp"). Throws before any communication when the split cannot be
   // made (more chunks than layers, counts that do not add up) or the schedule's options clash.
-  PipelineRunner(const nn::GPTConfig& config, uint64_t seed, const DeviceMesh& mesh, const PipelineOptions& options);
+  // `cut` builds and runs each chunk (null: the plain ChunkCut; parallel/nd cuts chunks over tp
+  // and cp with it); its groups are its own.
+  PipelineRunner(const nn::GPTConfig& config, uint64_t seed, const DeviceMesh& mesh, const PipelineOptions& options,
+                 std::shared_ptr<const ChunkCut> cut = nullptr);
 
   nn::Module& module() override { return *module_; }
   double forward_backward(const std::vector<nn::TokenStream::MicroBatch>& micros, double global_count, int dp,
@@ -53,6 +56,7 @@ class PipelineRunner : public ModelRunner {
   void finish_gradients() override;
   nn::StateDict full_state_dict() override;  // collective over pp
   nn::StateDict full_gradients() override;   // collective over pp (zeros where a stage has none)
+  void load_full_state_dict(const nn::StateDict& full) override;  // each parameter: the cut's slice
 
   const Stage& stage() const { return stage_; }
   // The schedule of the last step's micro-batch count (validated and simulated).
@@ -68,6 +72,7 @@ class PipelineRunner : public ModelRunner {
   nn::StateDict gather(bool gradients);
 
   PipelineOptions options_;
+  std::shared_ptr<const ChunkCut> cut_;
   ProcessGroupPtr pp_;
   ProcessGroupPtr embedding_group_;  // pp ranks {0, p-1}; null on the others (and when p == 1)
   Stage stage_;

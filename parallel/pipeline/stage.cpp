@@ -3,7 +3,23 @@
 
 #include <numeric>
 
+#include "tensor/ops.h"
+
 namespace sl::parallel::pipeline {
+
+std::shared_ptr<nn::GPT> ChunkCut::build(const nn::GPTConfig& config, uint64_t seed, const nn::GPTShardSpec& spec) const {
+  return std::make_shared<nn::GPT>(config, seed, spec);
+}
+
+Tensor ChunkCut::loss(const Tensor& logits, const nn::TokenStream::MicroBatch& micro) const {
+  return cross_entropy(logits, micro.batch.targets);  // mean over the micro-batch's counted targets
+}
+
+Tensor ChunkCut::gather(const std::string&, const Tensor& piece, const nn::Placement&) const {
+  return piece.detach().clone();
+}
+
+Tensor ChunkCut::slice(const std::string&, const Tensor& whole, const nn::Placement&) const { return whole; }
 
 std::vector<nn::GPTShardSpec> split_layers(int64_t n_layer, int chunks, const std::vector<int64_t>& layers_per_chunk) {
   SL_CHECK(chunks >= 1, "pipeline: the model must be cut into at least 1 chunk (got ", chunks, ")");
@@ -28,7 +44,9 @@ std::vector<nn::GPTShardSpec> split_layers(int64_t n_layer, int chunks, const st
 }
 
 Stage make_stage(const nn::GPTConfig& config, uint64_t seed, int rank, int stages, int virtual_stages,
-                 const std::vector<int64_t>& layers_per_chunk) {
+                 const std::vector<int64_t>& layers_per_chunk, const ChunkCut* cut) {
+  const ChunkCut plain;
+  if (cut == nullptr) cut = &plain;
   SL_CHECK(stages >= 1 && virtual_stages >= 1, "pipeline: stages (", stages, ") and virtual stages (", virtual_stages,
            ") must be >= 1");
   SL_CHECK(!(stages == 1 && virtual_stages > 1), "pipeline: virtual stages (", virtual_stages,
@@ -38,7 +56,7 @@ Stage make_stage(const nn::GPTConfig& config, uint64_t seed, int rank, int stage
   Stage stage{rank, stages, virtual_stages, {}, {}};
   for (int local = 0; local < virtual_stages; ++local) {
     stage.specs.push_back(all[global_chunk(rank, local, stages)]);
-    stage.parts.push_back(std::make_shared<nn::GPT>(config, seed, stage.specs.back()));
+    stage.parts.push_back(cut->build(config, seed, stage.specs.back()));
   }
   return stage;
 }

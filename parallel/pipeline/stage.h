@@ -22,9 +22,35 @@
 #include <string>
 #include <vector>
 
+#include "nn/data.h"
 #include "nn/gpt.h"
 
 namespace sl::parallel::pipeline {
+
+// How each chunk is built and run, and what its stage adds to the gradients and the gathers. The
+// base class is the plain pipeline: whole chunks, the GPT's own forward, cross-entropy. The N-D
+// chapter (parallel/nd/nd_cut.h) cuts every chunk further over tp and cp by overriding these; the
+// schedule, the engine and the stage bookkeeping stay the pipeline's.
+class ChunkCut {
+ public:
+  virtual ~ChunkCut() = default;
+  // The chunk over spec's layers (same seed on every rank: the serial model's slice).
+  virtual std::shared_ptr<nn::GPT> build(const nn::GPTConfig& config, uint64_t seed, const nn::GPTShardSpec& spec) const;
+  // The chunk's forward: ids [B, T] in on the embedding chunk, else the received activation;
+  // logits out of the head chunk, else the activation to send.
+  virtual Tensor forward(nn::GPT& part, const Tensor& input) const { return part.forward_part(input); }
+  // The head chunk's loss for one micro-batch, scaled so that × counted_m · dp / C gives this
+  // rank's part of the serial loss (the plain pipeline: the micro-batch's mean cross-entropy).
+  virtual Tensor loss(const Tensor& logits, const nn::TokenStream::MicroBatch& micro) const;
+  // The activation sent between chunks for ids [B, T]: [B, T, C].
+  virtual Shape activation_shape(const Tensor& ids, int64_t n_embd) const { return {ids.size(0), ids.size(1), n_embd}; }
+  // The cut's own gradient sums over the stage's parameters (before the tied wte's); none here.
+  virtual void finish_gradients(nn::Module& stage) const { (void)stage; }
+  // A stage's parameter (or gradient) -> the serial tensor (collective over the cut's groups), and
+  // the inverse (no communication). The plain pipeline holds whole tensors.
+  virtual Tensor gather(const std::string& name, const Tensor& piece, const nn::Placement& placement) const;
+  virtual Tensor slice(const std::string& name, const Tensor& whole, const nn::Placement& placement) const;
+};
 
 // The layer ranges of `chunks` consecutive chunks. `layers_per_chunk` empty: balanced by count (the
 // first n_layer % chunks chunks get one more); else its entries are the counts, in chunk order.
@@ -48,8 +74,9 @@ struct Stage {
 };
 
 // Builds rank `rank`'s chunks. Throws before anything is built when the split is impossible.
+// `cut` builds each chunk (null: the plain ChunkCut).
 Stage make_stage(const nn::GPTConfig& config, uint64_t seed, int rank, int stages, int virtual_stages,
-                 const std::vector<int64_t>& layers_per_chunk = {});
+                 const std::vector<int64_t>& layers_per_chunk = {}, const ChunkCut* cut = nullptr);
 
 // Every parameter of a stage's parts under the serial model's names ("h.3.mlp.c_fc.weight"),
 // as one nn::Module: what DDP, ZeRO and clip_grad_norm wrap. The tensors are the parts' own.

@@ -22,30 +22,54 @@ TensorParallelGPT::TensorParallelGPT(const nn::GPTConfig& config, uint64_t seed,
   vocab_ = VocabRange::of(config.vocab_size, tp_.rank(), tp_.size());
   gpt_ =
       std::make_unique<nn::GPT>(config, seed, nn::GPTShardSpec::whole().with_tensor_parallel(tp_.rank(), tp_.size()));
-  nn::GPT& g = *gpt_;
-  g.wte->set_placement("weight", nn::Placement::sharded(0, "tp"));
+  parallelize_gpt(*gpt_, tp_);
+}
+
+void parallelize_gpt(nn::GPT& g, const TPGroup& tp) {
+  SL_CHECK(g.spec().tp_size == tp.size() && g.spec().tp_rank == tp.rank(), "parallelize_gpt: the part is ",
+           g.spec().str(), ", the tp group is rank ", tp.rank(), " of ", tp.size());
+  if (g.spec().has_embedding()) g.wte->set_placement("weight", nn::Placement::sharded(0, "tp"));
   const nn::Placement partial = nn::Placement::replicated().with_partial_grad("tp");
-  for (int64_t layer = 0; layer < config.n_layer; ++layer) {
+  const nn::GPTShardSpec spec = g.spec().resolved(g.config());
+  for (int64_t layer = spec.layer_begin; layer < spec.layer_end; ++layer) {
     nn::Block& block = g.block(layer);
-    parallelize_block(block, tp_);
+    parallelize_block(block, tp);
     for (nn::Linear* column : {block.attn->c_attn.get(), block.mlp->c_fc.get()}) {
       column->set_placement("weight", nn::Placement::sharded(0, "tp"));
       column->set_placement("bias", nn::Placement::sharded(0, "tp"));
     }
     for (nn::Linear* row : {block.attn->c_proj.get(), block.mlp->c_proj.get()}) {
       row->set_placement("weight", nn::Placement::sharded(1, "tp"));
-      if (tp_.sequence_parallel) row->set_placement("bias", partial);  // added to T/t rows
+      if (tp.sequence_parallel) row->set_placement("bias", partial);  // added to T/t rows
     }
-    if (tp_.sequence_parallel)
+    if (tp.sequence_parallel)
       for (nn::LayerNorm* norm : {block.ln_1.get(), block.ln_2.get()}) {
         norm->set_placement("weight", partial);
         norm->set_placement("bias", partial);
       }
   }
-  column_input_after(*g.ln_f, tp_);  // the head x·wte_rᵀ is column parallel
-  if (tp_.sequence_parallel) {
+  if (!g.ln_f) return;
+  column_input_after(*g.ln_f, tp);  // the head x·wte_rᵀ is column parallel
+  if (tp.sequence_parallel) {
     g.ln_f->set_placement("weight", partial);
     g.ln_f->set_placement("bias", partial);
+  }
+}
+
+Tensor parallel_embed(nn::GPT& g, const Tensor& idx, const Tensor& positions, const TPGroup& tp,
+                      const VocabRange& vocab) {
+  MemoryScope scope(MemoryCategory::activations);
+  Tensor x = add(vocab_parallel_embedding(g.wte->weight, idx, vocab, tp.group), (*g.wpe)(positions));  // [B, T, C]
+  return tp.sequence_parallel ? scatter_sequence(x, tp.group) : x;                                     // [B, T/t, C]
+}
+
+void sum_partial_gradients(nn::Module& module, const TPGroup& tp) {
+  const nn::NamedTensors params = module.named_parameters();
+  const auto placements = module.named_placements();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor grad = params[i].second.grad();
+    if (placements[i].second.partial_over == "tp" && grad.defined())
+      tp.group->all_reduce(grad);  // in place: DDP/ZeRO views stay
   }
 }
 
@@ -56,12 +80,8 @@ Tensor TensorParallelGPT::hidden(const Tensor& idx) {
            config_.block_size);
   SL_CHECK(!tp_.sequence_parallel || T % tp_.size() == 0, "TensorParallelGPT: sequence parallel needs T (", T,
            ") divisible by tp (", tp_.size(), ")");
-  nn::GPT& g = *gpt_;
-  MemoryScope scope(MemoryCategory::activations);
-  Tensor positions = arange(T, TensorOptions(DType::i64, idx.device()));
-  Tensor x = add(vocab_parallel_embedding(g.wte->weight, idx, vocab_, tp_.group), (*g.wpe)(positions));  // [B, T, C]
-  if (tp_.sequence_parallel) x = scatter_sequence(x, tp_.group);                                         // [B, T/t, C]
-  return g.blocks(x, 0, config_.n_layer);
+  Tensor x = parallel_embed(*gpt_, idx, arange(T, TensorOptions(DType::i64, idx.device())), tp_, vocab_);
+  return gpt_->blocks(x, 0, config_.n_layer);
 }
 
 Tensor TensorParallelGPT::loss(const Tensor& idx, const Tensor& targets) {
@@ -71,19 +91,12 @@ Tensor TensorParallelGPT::loss(const Tensor& idx, const Tensor& targets) {
   return vocab_parallel_cross_entropy(logits, targets, vocab_, tp_.group);
 }
 
-void TensorParallelGPT::finish_gradients() {
-  const nn::NamedTensors params = gpt_->named_parameters();
-  const auto placements = gpt_->named_placements();
-  for (size_t i = 0; i < params.size(); ++i) {
-    const Tensor grad = params[i].second.grad();
-    if (placements[i].second.partial_over == "tp" && grad.defined())
-      tp_.group->all_reduce(grad);  // in place: DDP/ZeRO views stay
-  }
-}
+void TensorParallelGPT::finish_gradients() { sum_partial_gradients(*gpt_, tp_); }
 
 // A piece -> the serial tensor. Dim-0 shards stack in rank order, except c_attn, whose rows are
 // [q_r | k_r | v_r] per rank; dim-1 shards go side by side; wte loses its padding rows.
-Tensor TensorParallelGPT::gather(const std::string& name, const Tensor& piece, const nn::Placement& placement) {
+Tensor gather_piece(const std::string& name, const Tensor& piece, const nn::Placement& placement, const TPGroup& tp_,
+                    const VocabRange& vocab_) {
   if (placement.kind != nn::Placement::Kind::sharded) return piece.clone();  // a snapshot, as the gathered ones
   const int64_t t = tp_.size();
   Shape stacked_shape = piece.shape();
@@ -99,11 +112,12 @@ Tensor TensorParallelGPT::gather(const std::string& name, const Tensor& piece, c
     return permute(stacked.reshape({t, 3, part, cols}), {1, 0, 2, 3}).reshape(whole);
   }
   Tensor all = stacked.reshape(whole);
-  return name == "wte.weight" ? all.narrow(0, 0, config_.vocab_size) : all;
+  return name == "wte.weight" ? all.narrow(0, 0, vocab_.vocab) : all;
 }
 
 // The serial tensor -> this rank's piece: gather's inverse (padding rows of wte are zeros).
-Tensor TensorParallelGPT::slice(const std::string& name, const Tensor& whole, const nn::Placement& placement) const {
+Tensor slice_piece(const std::string& name, const Tensor& whole, const nn::Placement& placement, const TPGroup& tp_,
+                   const VocabRange& vocab_) {
   if (placement.kind != nn::Placement::Kind::sharded) return whole;
   const int dim = placement.tensor_dim;
   const int64_t t = tp_.size(), r = tp_.rank();
@@ -139,7 +153,7 @@ void TensorParallelGPT::load_full_state_dict(const nn::StateDict& full) {
       serial[placement.tensor_dim] *= tp_.size();
     SL_CHECK(it->second.shape() == serial, "TensorParallelGPT::load_full_state_dict: '", name, "' is ",
              it->second.shape(), " in the serial weights, expected ", serial);
-    param.copy_(slice(name, it->second, placement));
+    param.copy_(slice_piece(name, it->second, placement, tp_, vocab_));
   }
 }
 
@@ -148,7 +162,7 @@ nn::StateDict TensorParallelGPT::full_state_dict() {
   const auto placements = gpt_->named_placements();
   size_t i = 0;
   for (const auto& [name, param] : gpt_->named_parameters())
-    out[name] = gather(name, param.detach(), placements[i++].second);
+    out[name] = gather_piece(name, param.detach(), placements[i++].second, tp_, vocab_);
   return out;
 }
 
@@ -158,7 +172,7 @@ nn::StateDict TensorParallelGPT::full_gradients() {
   size_t i = 0;
   for (const auto& [name, param] : gpt_->named_parameters()) {
     Tensor grad = param.grad().defined() ? param.grad() : zeros_like(param.detach());
-    out[name] = gather(name, grad, placements[i++].second);
+    out[name] = gather_piece(name, grad, placements[i++].second, tp_, vocab_);
   }
   return out;
 }

@@ -35,6 +35,25 @@ struct TensorParallelOptions {
   bool sequence_parallel = false;
 };
 
+// The pieces TensorParallelGPT is made of, usable on any part of the GPT (a pipeline chunk built
+// from GPTShardSpec::layers(b, e).with_tensor_parallel(r, t): parallel/nd).
+// Installs the hooks and placements on `part`: every block it holds, wte sharded(0, "tp") on the
+// part that embeds (the head's tied copy on a later pipeline stage keeps tied("wte")), f after ln_f
+// on the part with the head, and under SP the partial-gradient LayerNorms and c_proj biases.
+void parallelize_gpt(nn::GPT& part, const TPGroup& tp);
+// The embedding of a part that holds wte and wpe: ids [B, T] at global `positions` [T] ->
+// vocab-parallel wte + wpe [B, T, C], then under SP this rank's rows [B, T/t, C].
+Tensor parallel_embed(nn::GPT& part, const Tensor& ids, const Tensor& positions, const TPGroup& tp,
+                      const VocabRange& vocab);
+// Under SP: sums the partial gradients (placement partial_over "tp") of `module` over tp, in place.
+void sum_partial_gradients(nn::Module& module, const TPGroup& tp);
+// A piece -> the serial tensor (collective over tp when sharded; a clone otherwise), and the
+// inverse (no communication). wte is cut by vocabulary rows (padding stripped / zero-filled).
+Tensor gather_piece(const std::string& name, const Tensor& piece, const nn::Placement& placement, const TPGroup& tp,
+                    const VocabRange& vocab);
+Tensor slice_piece(const std::string& name, const Tensor& whole, const nn::Placement& placement, const TPGroup& tp,
+                   const VocabRange& vocab);
+
 class TensorParallelGPT {
  public:
   // Builds this rank's shard (rank tp->rank() of tp->size()). Throws before any communication when
@@ -64,8 +83,6 @@ class TensorParallelGPT {
   void load_full_state_dict(const nn::StateDict& full);
 
  private:
-  Tensor gather(const std::string& name, const Tensor& piece, const nn::Placement& placement);
-  Tensor slice(const std::string& name, const Tensor& whole, const nn::Placement& placement) const;
   nn::GPTConfig config_;
   TPGroup tp_;
   VocabRange vocab_;

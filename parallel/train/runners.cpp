@@ -2,6 +2,7 @@
 #include "parallel/train/runners.h"
 
 #include "parallel/context_parallel/context_parallel.h"
+#include "parallel/nd/nd_cut.h"
 #include "parallel/pipeline/pipeline_runner.h"
 #include "parallel/tensor_parallel/runner.h"
 
@@ -42,13 +43,25 @@ void check_model_runner(const TrainPlan& plan, const nn::GPTConfig& config) {
              config.block_size, " does not split over tp ", c.tp);
   }
   if (c.cp > 1) SequenceShard{.cp = c.cp, .rank = 0, .balance = context_parallel_options(plan).balance}.check_length(config.block_size);
+  if (c.cp > 1 && c.tp > 1 && plan.sequence_parallel)
+    SL_CHECK((config.block_size / c.cp) % c.tp == 0, "sequence parallel under cp: the ", config.block_size / c.cp,
+             " tokens of a cp shard (block_size ", config.block_size, " / cp ", c.cp, ") do not split over tp ", c.tp);
+  if (c.cp > 1 && (c.pp > 1 || c.tp > 1))
+    SL_CHECK(config.dropout == 0, "context parallel: dropout (", config.dropout, ") is not supported: the ring "
+             "attention core has no dropout");
 }
 
 std::unique_ptr<ModelRunner> make_model_runner(const TrainPlan& plan, const nn::GPTConfig& config, uint64_t seed,
                                                const nn::StateDict& initial, const DeviceMesh& mesh) {
   const ParallelismConfig& c = plan.parallelism;
   std::unique_ptr<ModelRunner> runner;
-  if (c.pp > 1)
+  const int cuts = (c.pp > 1) + (c.tp > 1) + (c.cp > 1);
+  if (cuts > 1)  // several at once: the pipeline's stages, each chunk cut over tp and cp (parallel/nd)
+    runner = std::make_unique<NdRunner>(config, seed, mesh,
+                                        NdOptions{.pipeline = pipeline_options(plan),
+                                                  .sequence_parallel = plan.sequence_parallel,
+                                                  .cp = context_parallel_options(plan)});
+  else if (c.pp > 1)
     runner = std::make_unique<pipeline::PipelineRunner>(config, seed, mesh, pipeline_options(plan));
   else if (c.tp > 1)
     runner = std::make_unique<TensorParallelRunner>(config, seed, mesh,

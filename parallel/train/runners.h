@@ -5,6 +5,8 @@
 //   pp = P             pipeline::PipelineRunner   (this stage)    schedule, virtual_stages, stage_layers
 //   tp = T             TensorParallelRunner       (this shard)    sequence_parallel
 //   cp = C             ContextParallelRunner      (this sequence) cp_balance, cp_variant
+//   two or more of them NdRunner (parallel/nd)    (this stage's   all of the above
+//                                                   tp × cp cut)
 //
 // Each builds its part from the serial model's seed (the same slice of the same draw), then takes its
 // part of `initial` when that is not empty (train --init-from: the serial file).

@@ -52,13 +52,13 @@ void TrainPlan::validate(int world_size) const {
   c.validate(world_size);
   SL_CHECK(zero >= 0 && zero <= 3, "Trainer: --zero must be 0 (DDP), 1, 2 or 3 (got ", zero, ")");
   if (cuts_model()) {
-    const int cuts = (c.pp > 1) + (c.cp > 1) + (c.tp > 1);
-    SL_CHECK(cuts == 1, "Trainer: ", c.str(), ": pipeline, context and tensor parallelism combine in the N-D "
-             "chapter; the trainer runs one of them at a time (with data parallelism)");
     SL_CHECK(!naive, "Trainer: --naive-dp scatters whole-model batches; it cannot be combined with ", c.str());
     SL_CHECK(!(c.pp > 1 && virtual_stages > 1 && zero == 0 && c.dp_replicate > 1), "Trainer: ", c.str(),
              ": interleaved stages (virtual_stages ", virtual_stages, ") under DDP: a rank's last backward covers only "
              "one of its chunks, so DDP's all-reduce cannot fire from it; use ZeRO-1 (--zero 1) over dp");
+    SL_CHECK(!(zero == 2 && c.pp > 1), "Trainer: ", c.str(), ": ZeRO-2 (--zero 2) with pp ", c.pp,
+             " would reduce-scatter the gradients on every micro-batch (the stage runs ", micro_batches,
+             " backward passes a step); use --zero 1 with the pipeline");
     SL_CHECK(zero <= 1 && !offload, "Trainer: ", c.str(), " runs under DDP (--zero 0) or ZeRO-1; --zero ", zero,
              offload ? " with --offload" : "", " would ",
              zero == 2 ? "reduce-scatter every micro-batch's gradients" : "shard the parameters a chapter cuts",

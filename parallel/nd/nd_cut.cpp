@@ -1,0 +1,95 @@
+// nd_cut.cpp — see nd_cut.h.
+#include "parallel/nd/nd_cut.h"
+
+#include "parallel/tensor_parallel/vocab.h"
+#include "tensor/ops.h"
+
+namespace sl::parallel {
+
+NdCut::NdCut(const nn::GPTConfig& config, const DeviceMesh& mesh, const NdOptions& options)
+    : tp_{mesh.group("tp"), options.sequence_parallel && mesh.size("tp") > 1},
+      cp_group_(mesh.group("cp")),
+      shard_{mesh.size("cp"), mesh.cp_rank(), options.cp.balance},
+      variant_(options.cp.variant) {
+  config.validate();
+  const int t = tp_.size(), cp = shard_.cp;
+  SL_CHECK(config.n_head % t == 0, "N-D parallel: n_head ", config.n_head, " does not split over tp ", t,
+           " (each rank runs whole heads)");
+  vocab_ = tp::VocabRange::of(config.vocab_size, tp_.rank(), t);
+  if (cp > 1) {
+    shard_.check_length(config.block_size);
+    SL_CHECK(config.dropout == 0, "N-D parallel: dropout (", config.dropout, ") with cp ", cp,
+             ": the ring attention core has no dropout");
+  }
+  SL_CHECK(!tp_.sequence_parallel || (config.block_size / cp) % t == 0, "N-D parallel: sequence parallel needs the ",
+           config.block_size / cp, " tokens of a cp shard (block_size ", config.block_size, " / cp ", cp,
+           ") to split over tp ", t);
+}
+
+std::shared_ptr<nn::GPT> NdCut::build(const nn::GPTConfig& config, uint64_t seed, const nn::GPTShardSpec& spec) const {
+  auto part = std::make_shared<nn::GPT>(config, seed, spec.with_tensor_parallel(tp_.rank(), tp_.size()));
+  if (tp_.size() > 1) tp::parallelize_gpt(*part, tp_);
+  if (shard_.cp > 1) {
+    const nn::GPTShardSpec range = part->spec().resolved(config);
+    for (int64_t layer = range.layer_begin; layer < range.layer_end; ++layer)
+      part->block(layer).attn->core = context_parallel_core(shard_, cp_group_, variant_);
+  }
+  return part;
+}
+
+Tensor NdCut::forward(nn::GPT& part, const Tensor& input) const {
+  const nn::GPTShardSpec range = part.spec().resolved(part.config());
+  Tensor x = input;  // the received activation [B, T/cp(/t), C]
+  if (range.has_embedding()) {
+    const int64_t T = input.size(1);
+    SL_CHECK(T <= part.config().block_size, "N-D parallel: sequence length ", T, " is longer than block_size ",
+             part.config().block_size);
+    shard_.check_length(T);
+    SL_CHECK(!tp_.sequence_parallel || (T / shard_.cp) % tp_.size() == 0, "N-D parallel: sequence parallel needs T / cp (",
+             T, " / ", shard_.cp, ") divisible by tp ", tp_.size());
+    Tensor ids = shard_.cp > 1 ? shard_.take(input) : input;  // [B, T/cp]
+    Tensor positions = shard_.positions(T);                    // their global positions
+    x = tp_.size() > 1 ? tp::parallel_embed(part, ids, positions, tp_, vocab_) : part.embed(ids, positions);
+  }
+  x = part.blocks(x, range.layer_begin, range.layer_end);
+  return range.has_head(part.config()) ? part.head(x) : x;  // logits [B, T/cp, Vp/t]
+}
+
+Tensor NdCut::loss(const Tensor& logits, const nn::TokenStream::MicroBatch& micro) const {
+  Tensor targets = shard_.cp > 1 ? shard_.take(micro.batch.targets) : micro.batch.targets;  // [B, T/cp]
+  const int64_t counted = nn::counted_targets(targets);
+  // No counted target here, but backward must still run: the ring's (and SP's) backward is collective.
+  if (counted == 0) return mul(sum(logits), 0.0);
+  Tensor mean = tp_.size() > 1 ? tp::vocab_parallel_cross_entropy(logits, targets, vocab_, tp_.group)
+                               : cross_entropy(logits, targets);  // mean over this rank's counted targets
+  // × counted_m · dp / C (the engine's weight) gives Σ CE over this rank's tokens · dp / C.
+  return counted == micro.counted ? mean : mul(mean, static_cast<double>(counted) / static_cast<double>(micro.counted));
+}
+
+Shape NdCut::activation_shape(const Tensor& ids, int64_t n_embd) const {
+  const int64_t T = ids.size(1) / shard_.cp;
+  return {ids.size(0), tp_.sequence_parallel ? T / tp_.size() : T, n_embd};
+}
+
+void NdCut::finish_gradients(nn::Module& stage) const {
+  if (tp_.sequence_parallel) tp::sum_partial_gradients(stage, tp_);  // each tp rank saw T/t rows
+  if (shard_.cp > 1) sum_gradients_over(stage, *cp_group_);          // each cp rank saw its tokens
+}
+
+Tensor NdCut::gather(const std::string& name, const Tensor& piece, const nn::Placement& placement) const {
+  if (tp_.size() == 1) return ChunkCut::gather(name, piece, placement);
+  return tp::gather_piece(name, piece.detach(), placement, tp_, vocab_);
+}
+
+Tensor NdCut::slice(const std::string& name, const Tensor& whole, const nn::Placement& placement) const {
+  if (tp_.size() == 1) return whole;
+  // The head's tied wte copy is placed tied("wte") but holds this rank's vocabulary rows, as wte does.
+  const bool vocab_rows = name == "wte.weight";
+  return tp::slice_piece(name, whole, vocab_rows ? nn::Placement::sharded(0, "tp") : placement, tp_, vocab_);
+}
+
+NdRunner::NdRunner(const nn::GPTConfig& config, uint64_t seed, const DeviceMesh& mesh, const NdOptions& options)
+    : PipelineRunner(config, seed, mesh, options.pipeline, std::make_shared<const NdCut>(config, mesh, options)),
+      tp_rank_(mesh.tp_rank()) {}
+
+}  // namespace sl::parallel
