@@ -13,11 +13,13 @@
 //     norm counts every element once only if the placements are right.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <memory>
 
 #include "nn/data.h"
 #include "nn/gpt.h"
 #include "nn/optim.h"
+#include "parallel/comm/grad_norm.h"
 #include "parallel/comm/launch.h"
 #include "parallel/nd/nd_cut.h"
 #include "parallel/train/runners.h"
@@ -68,6 +70,7 @@ nn::TokenStream masked_tokens() {
 struct SerialRun {
   std::vector<double> losses;
   nn::StateDict last_grads, params;
+  double last_norm = 0;  // of the last step's gradients
 };
 
 SerialRun run_serial(const NdCase& c) {
@@ -82,7 +85,11 @@ SerialRun run_serial(const NdCase& c) {
     loss.backward();
     run.losses.push_back(loss.item());
     if (s == kSteps - 1)
-      for (const auto& [name, p] : model.named_parameters()) run.last_grads[name] = p.grad().clone();
+      for (const auto& [name, p] : model.named_parameters()) {
+        run.last_grads[name] = p.grad().clone();
+        for (double g : p.grad().to_vector()) run.last_norm += g * g;
+      }
+    if (s == kSteps - 1) run.last_norm = std::sqrt(run.last_norm);
     if (c.clip > 0) nn::clip_grad_norm(model.parameters(), c.clip);
     optimizer.step();
   }
@@ -149,6 +156,12 @@ TEST_P(NdParallelParity, MatchesSerialThroughTheTrainer) {
           EXPECT_NEAR(loss, serial.losses[s], kAtol + kRtol * std::abs(serial.losses[s])) << "step " << s;
         }
         expect_close(trainer.full_gradients(), serial.last_grads, "gradient", ctx.rank);
+        if (c.zero == 0 && c.clip == 0) {
+          // The .grad tensors still hold the last step's gradients: their norm over the mesh counts
+          // every element once only if the placements are right (AdamW alone is blind to a scale).
+          const double norm = clip_grad_norm(trainer.runner()->mesh_grads(), 1e30, trainer.mesh());
+          EXPECT_NEAR(norm, serial.last_norm, 1e-5 * serial.last_norm) << "gradient norm on rank " << ctx.rank;
+        }
         expect_close(trainer.full_state_dict(), serial.params, "parameter", ctx.rank);
       },
       quick(30000));
