@@ -53,8 +53,7 @@ TEST(TrainOptions, BadCombinationsAreUsageErrors) {
            {"--adam-eps 0", "--adam-eps: expected a number > 0, got '0'"},
            {"--adam-eps -1e-8", "--adam-eps: expected a number > 0, got '-1e-8'"},
            {"--adam-eps tiny", "--adam-eps: expected a number > 0, got 'tiny'"},
-           // The chapters that cut the model: one at a time, their flags only with their degree.
-           {"--pp 2 --tp 2", "--pp 2, --tp 2, --cp 1: one of pipeline, tensor and context parallelism at a time"},
+           // The chapters that cut the model (they combine): their flags only with their degree.
            {"--schedule gpipe", "--schedule, --virtual-stages, --stage-layers and --trace are pipeline flags: add --pp N"},
            {"--trace t.svg", "--schedule, --virtual-stages, --stage-layers and --trace are pipeline flags: add --pp N"},
            {"--pp 2 --trace t.png", "--trace: expected a FILE.svg or FILE.json, got 't.png'"},
@@ -91,6 +90,8 @@ TEST(TrainOptions, ValidCombinationsParse) {
   EXPECT_EQ(usage_error("--tp 3 --sp --zero 1 --batch-size 5", &o), "");
   EXPECT_TRUE(o.sp && o.cuts_model() && o.parallel());
   EXPECT_EQ(o.world(), 3);
+  EXPECT_EQ(usage_error("--dp 2 --pp 2 --tp 2 --sp --cp 2 --micro-batches 2 --batch-size 8", &o), "");  // N-D
+  EXPECT_EQ(o.world(), 16);
   EXPECT_EQ(usage_error("--cp 2 --cp-balance none --cp-variant allgather --stage-layers 1 --pp 1", &o),
             "--schedule, --virtual-stages, --stage-layers and --trace are pipeline flags: add --pp N");
 }

@@ -62,7 +62,7 @@ inline const char* const kUsage = R"(usage: train [flags]
   --dp-replicate R --dp-shard S   HSDP: FSDP within S ranks, replicated R times (world R x S)
   --offload                 ZeRO-1/2/3: optimizer state and update on the host
   --naive-dp                the classic DataParallel (rank 0 scatters, gathers and steps)
-  --pp N                    pipeline stages (world = dp x pp x tp x cp; one of pp, tp, cp at a time)
+  --pp N                    pipeline stages (world = dp x pp x tp x cp; pp, tp and cp combine)
   --schedule naive|gpipe|1f1b|interleaved    the pipeline schedule (default 1f1b)
   --virtual-stages V        interleaved: model chunks per stage (default 1)
   --stage-layers a,b,...    layers per stage (default: balanced by count)
@@ -247,10 +247,6 @@ inline Options parse(int argc, char** argv) {
   if (o.dp_replicate > 0 && o.dp > 1 && o.dp != o.data_parallel())
     throw UsageError{"--dp " + std::to_string(o.dp) + " != --dp-replicate " + std::to_string(o.dp_replicate) +
                      " x --dp-shard " + std::to_string(o.dp_shard)};
-  // The model-cutting chapters: one at a time here (their combinations are the N-D chapter's).
-  if ((o.pp > 1) + (o.tp > 1) + (o.cp > 1) > 1)
-    throw UsageError{"--pp " + std::to_string(o.pp) + ", --tp " + std::to_string(o.tp) + ", --cp " +
-                     std::to_string(o.cp) + ": one of pipeline, tensor and context parallelism at a time"};
   if (o.pp == 1 && (o.schedule != "1f1b" || o.virtual_stages > 1 || !o.stage_layers.empty() || !o.trace.empty()))
     throw UsageError{"--schedule, --virtual-stages, --stage-layers and --trace are pipeline flags: add --pp N"};
   if (o.virtual_stages > 1 && o.schedule != "interleaved")
