@@ -199,5 +199,41 @@ std::vector<NdCase> cases() {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, NdParallelParity, testing::ValuesIn(cases()), case_name);
 
+// train's path: a plan with several cuts gets the N-D runner, whose stage is the pipeline's.
+TEST(NdParallel, APlanWithSeveralCutsGetsTheNdRunner) {
+  SL_SKIP_UNLESS_WORLD(4);
+  const NdCase c{.name = "pp2_cp2", .pp = 2, .cp = 2};
+  launch(
+      4,
+      [&](RankContext& ctx) {
+        DeviceMesh mesh(ctx.world, plan_of(c).parallelism);
+        std::unique_ptr<ModelRunner> runner = make_model_runner(plan_of(c), config_of(c), kSeed, {}, mesh);
+        auto* nd = dynamic_cast<NdRunner*>(runner.get());
+        ASSERT_NE(nd, nullptr);
+        EXPECT_EQ(nd->stage().holds_last(), mesh.pp_rank() == 1);
+        EXPECT_EQ(nd->holds_loss(), mesh.pp_rank() == 1);  // every cp rank holds its tokens' share
+      },
+      quick(10000));
+}
+
+// What cannot run is refused before any communication, naming the values and the reason.
+TEST(NdParallel, RefusalsNameTheirValues) {
+  NdCase zero2{.name = "zero2", .dp = 2, .pp = 2, .zero = 2, .micro_batches = 2};
+  expect_error([&] { plan_of(zero2).validate(4); },
+               "pp 2 x cp 1 x tp 1: ZeRO-2 (--zero 2) with pp 2 would reduce-scatter the gradients on every "
+               "micro-batch (the stage runs 2 backward passes a step)");
+  NdCase fsdp{.name = "fsdp", .dp = 2, .tp = 2, .cp = 2, .zero = 3};
+  expect_error([&] { plan_of(fsdp).validate(8); }, "--zero 3 would shard the parameters a chapter cuts");
+  NdCase sp{.name = "sp", .tp = 4, .cp = 2, .sp = true};
+  nn::GPTConfig config = config_of(sp);
+  config.block_size = 12;
+  expect_error([&] { check_model_runner(plan_of(sp), config); },
+               "sequence parallel under cp: the 6 tokens of a cp shard (block_size 12 / cp 2) do not split over tp 4");
+  NdCase dropout{.name = "dropout", .pp = 2, .cp = 2};
+  config = config_of(dropout);
+  config.dropout = 0.1;
+  expect_error([&] { check_model_runner(plan_of(dropout), config); }, "context parallel: dropout (0.1) is not supported");
+}
+
 }  // namespace
 }  // namespace sl::parallel
