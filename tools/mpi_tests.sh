@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mpi_tests.sh BINARY [GTEST_FILTER] — runs a GoogleTest binary as an MPI job, one process per rank:
 # first `mpirun -np 2`, then `-np 4`, with the filter (default: the collective and MPI suites, and the
-# parity suites of naive DP, DDP, ZeRO-1/2, FSDP, HSDP, the pipeline, tensor and context parallelism).
+# parity suites of naive DP, DDP, ZeRO-1/2, FSDP, HSDP, the pipeline, tensor and context parallelism, N-D).
 #
 #   tools/mpi_tests.sh build/tests/shardlab_tests
 #   tools/mpi_tests.sh build/tests/shardlab_tests 'MpiFailures*'
@@ -20,6 +20,7 @@ parity='Layouts/DataParallel.*:Layouts/DDPNoSync.*:Stages/Zero.*:Layouts/Fsdp.*:
 parity+=':Grid/PipelineParity.*:PipelineStages.*:Sync/PipelineDataParallel.*:Layouts/PipelineTrainer.*'
 parity+=':Layouts/TensorParallelParity.*:Layouts/TensorParallelCost.*:Worlds/TPOps.*:TensorParallel.*:TPOpsErrors.*'
 parity+=':Layouts/ContextParallelParity.*:Layouts/RingVsFull.*_T64'
+parity+=':Layouts/NdParallelParity.*:NdParallel.*'
 filter=${2:-"$collectives:$parity"}
 time_limit=${SL_MPI_TEST_TIMEOUT:-300}  # seconds per mpirun
 
