@@ -24,7 +24,7 @@ struct Options {
   // Data parallelism (parallel/train/trainer.h): ranks are threads, or processes under mpirun.
   int64_t dp = 1, zero = 0, dp_replicate = 0, dp_shard = 0;
   bool offload = false, naive_dp = false, compare_serial = false;
-  // The chapters that cut the model (one at a time, with data parallelism over --dp ranks).
+  // The chapters that cut the model (alone or together, with data parallelism over --dp ranks).
   int64_t pp = 1, virtual_stages = 1, tp = 1, cp = 1;
   std::string schedule = "1f1b", stage_layers, cp_balance = "zigzag", cp_variant = "ring", trace;
   bool sp = false;

@@ -4,6 +4,8 @@
 //   F(m, c)   x = chunk c's part.forward_part(input)   input: the ids (chunk 0) or the received
 //             activation [B, T, C] as a leaf that requires grad; the last chunk adds the loss:
 //             loss_m = cross_entropy(logits [B, T, V], targets [B, T]) · weight_m
+//             (a ChunkCut, stage.h, may run the chunk and its loss otherwise: parallel/nd cuts
+//             them over tp and cp, and the activations become [B, T/cp(/tp under SP), C])
 //   B(m, c)   output.backward(received gradient [B, T, C])  (the last chunk: loss_m.backward());
 //             the input leaf's .grad is what goes to the previous chunk
 //   send/recv consecutive ones are posted together with batch_isend_irecv, then waited on

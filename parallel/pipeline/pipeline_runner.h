@@ -17,7 +17,11 @@
 //   {0, p-1} for the tied wte (made in the constructor, collective over pp). Data parallelism is the
 //   Trainer's: it wraps module() over mesh.group("dp") (DDP) or "dp_shard" (ZeRO-1).
 //
-//   Lessons: 07, 08   Tests: tests/test_pipeline.cpp
+//   The chunks are built and run by a ChunkCut (stage.h): the plain GPT here; NdRunner
+//   (parallel/nd/nd_cut.h) passes one that cuts every chunk over tp and cp, and whose gradient sums
+//   run in finish_gradients() before the tied wte's, and whose gathers serve full_state_dict().
+//
+//   Lessons: 07, 08   Tests: tests/test_pipeline.cpp, tests/test_nd_parallel.cpp
 #pragma once
 #include <memory>
 #include <string>
