@@ -67,6 +67,9 @@ TEST(TrainOptions, BadCombinationsAreUsageErrors) {
            {"--pp 2 --schedule interleaved --virtual-stages 2 --dp 2",
             "--virtual-stages 2 with --dp 2: DDP cannot all-reduce from an interleaved stage's last backward (it covers one chunk); add --zero 1"},
            {"--tp 2 --zero 2", "--pp, --tp and --cp run with DDP (--zero 0) or --zero 1 over --dp ranks; not with --zero 2"},
+           {"--dp 2 --pp 2 --tp 2 --zero 2",
+            "--zero 2 with --pp 2: ZeRO-2 would reduce-scatter the gradients on every micro-batch (each stage runs one "
+            "backward per micro-batch); use --zero 1 with the pipeline"},
            {"--pp 2 --dp 3 --batch-size 8", "--batch-size 8 must be micro-batch rows x 1 micro-batches x 3 data-parallel ranks, but 8 % 3 = 2"}})
     EXPECT_EQ(usage_error(args), message) << args;
 }

@@ -254,6 +254,10 @@ inline Options parse(int argc, char** argv) {
   if (o.sp && o.tp == 1) throw UsageError{"--sp shards the sequence over the tensor-parallel ranks: add --tp N"};
   if (o.cp == 1 && (o.cp_balance != "zigzag" || o.cp_variant != "ring"))
     throw UsageError{"--cp-balance and --cp-variant are context-parallel flags: add --cp N"};
+  if (o.pp > 1 && o.zero == 2)
+    throw UsageError{"--zero 2 with --pp " + std::to_string(o.pp) +
+                     ": ZeRO-2 would reduce-scatter the gradients on every micro-batch (each stage runs one backward "
+                     "per micro-batch); use --zero 1 with the pipeline"};
   if (o.cuts_model() && (o.zero > 1 || o.offload || o.naive_dp || o.dp_replicate > 0))
     throw UsageError{"--pp, --tp and --cp run with DDP (--zero 0) or --zero 1 over --dp ranks; not with --zero " +
                      std::to_string(o.zero) + (o.offload ? ", --offload" : "") + (o.naive_dp ? ", --naive-dp" : "") +
