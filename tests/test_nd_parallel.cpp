@@ -13,6 +13,7 @@
 //     norm counts every element once only if the placements are right.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 
@@ -212,6 +213,29 @@ TEST(NdParallel, APlanWithSeveralCutsGetsTheNdRunner) {
         ASSERT_NE(nd, nullptr);
         EXPECT_EQ(nd->stage().holds_last(), mesh.pp_rank() == 1);
         EXPECT_EQ(nd->holds_loss(), mesh.pp_rank() == 1);  // every cp rank holds its tokens' share
+      },
+      quick(10000));
+}
+
+// train --init-from: each rank takes its slice of the serial weights (the last stage's tied wte
+// copy too: its vocabulary rows), and the gather gives them back whole.
+TEST(NdParallel, LoadsTheSerialWeightsAndGathersThemBack) {
+  SL_SKIP_UNLESS_WORLD(8);
+  const NdCase c{.name = "pp2_tp2_sp_cp2", .pp = 2, .tp = 2, .cp = 2, .sp = true, .micro_batches = 2};
+  nn::GPT other(config_of(c), kSeed + 1);  // not the runner's seed: every value must come from the load
+  const nn::StateDict serial = other.state_dict();
+  launch(
+      8,
+      [&](RankContext& ctx) {
+        DeviceMesh mesh(ctx.world, plan_of(c).parallelism);
+        std::unique_ptr<ModelRunner> runner = make_model_runner(plan_of(c), config_of(c), kSeed, serial, mesh);
+        expect_close(runner->full_state_dict(), serial, "loaded parameter", ctx.rank);
+        if (mesh.pp_rank() == 1) {  // the head's copy of wte holds this tp rank's rows of the serial wte
+          Tensor copy = runner->module().state_dict().at("wte.weight");
+          const int64_t rows = copy.size(0), start = mesh.tp_rank() * rows;
+          const int64_t real = std::min<int64_t>(rows, config_of(c).vocab_size - start);
+          EXPECT_EQ(copy.narrow(0, 0, real).to_vector(), serial.at("wte.weight").narrow(0, start, real).to_vector());
+        }
       },
       quick(10000));
 }
