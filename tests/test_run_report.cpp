@@ -3,6 +3,8 @@
 // up to the wall time, and the JSON carries the same numbers. Then `train --report-json` end to end.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -124,7 +126,27 @@ TEST(RunReport, TrainWritesItForEveryRank) {
     const double per_step = scattered / 3.0, formula = 0.5 * 4 * psi;
     EXPECT_GE(per_step, formula) << "rank " << r;
     EXPECT_LE(per_step, formula * 1.02) << "rank " << r << ": padding adds well under 2%";
+    EXPECT_FALSE(rank.contains("pipeline")) << "only a pipeline stage reports one";
   }
+
+  // A 1F1B pipeline over p = 3 stages with m = 4 micro-batches: each stage names its layers, holds at
+  // most min(p - r, m) micro-batches (1F1B's warm-up), and reports the bubble beside (p-1)/(m+p-1).
+  CliRun pipeline = run_train(args + " --n-layer 3 --pp 3 --micro-batches 4");
+  ASSERT_EQ(pipeline.exit_code, 0) << pipeline.output;
+  nlohmann::json three = nlohmann::json::parse(read_file(path));
+  ASSERT_EQ(three["ranks"].size(), 3u);
+  const int p = 3, m = 4;
+  for (int r = 0; r < p; ++r) {
+    const auto& stage = three["ranks"][r]["pipeline"];
+    EXPECT_EQ(three["ranks"][r]["coordinates"]["pp"], r);
+    EXPECT_NE(stage["stage"].get<std::string>().find("h." + std::to_string(r)), std::string::npos) << stage;
+    EXPECT_EQ(stage["schedule"], "1f1b");
+    EXPECT_EQ(stage["peak_micro_batches"].get<int>(), std::min(p - r, m)) << "rank " << r;
+    EXPECT_DOUBLE_EQ(stage["bubble_formula"].get<double>(), (p - 1.0) / (m + p - 1.0));
+    EXPECT_GE(stage["bubble"].get<double>(), 0.0);
+    EXPECT_LT(stage["bubble"].get<double>(), 1.0);
+  }
+  EXPECT_NE(pipeline.output.find("1f1b: at most 3 micro-batches held"), std::string::npos) << pipeline.output;
   std::remove(path.c_str());
   std::remove(corpus.c_str());
 }

@@ -234,6 +234,19 @@ void write_pipeline_trace(parallel::Trainer& trainer, int rank, const std::strin
               path.c_str());
 }
 
+// A stage's figures for the run report: its layers, its peak of micro-batches in flight, and the
+// bubble of its own last step (its timeline alone) beside the schedule's formula.
+parallel::RankReport::Pipeline pipeline_report(const parallel::pipeline::PipelineRunner& runner,
+                                               const parallel::TrainPlan& plan) {
+  parallel::pipeline::Timeline own;
+  own.ranks = {runner.events()};
+  own.micro_batches = plan.micro_batches;
+  const parallel::pipeline::Schedule& schedule = runner.schedule();
+  return {runner.stage().str(), plan.schedule, runner.peak_in_flight(), own.bubble(),
+          parallel::pipeline::bubble_formula(schedule.kind, schedule.stages, schedule.micro_batches,
+                                             schedule.virtual_stages)};
+}
+
 // Data parallel: every rank a thread (or an mpirun process) with its rows of each batch. Rank 0
 // logs; at the end rank 0's full weights are returned in `weights` (under mpirun: in rank 0's process
 // only), and the memory and traffic printed.
@@ -295,6 +308,8 @@ std::vector<double> train_parallel(Run& r, nn::StateDict& weights) {
     reports[ctx.rank] = parallel::collect_rank_report(ctx.rank, trainer.mesh().coordinates(), trainer.ledgers(),
                                                       ctx.device, wall, trainer.step_seconds(),
                                                       trainer.step_blocked_seconds());
+    if (auto* pipeline = dynamic_cast<parallel::pipeline::PipelineRunner*>(trainer.runner()))
+      reports[ctx.rank].pipeline = pipeline_report(*pipeline, plan);
     reported[ctx.rank] = 1;
     nn::StateDict full = trainer.full_state_dict();  // collective: the serial model's names and shapes
     if (ctx.rank == 0) {

@@ -65,6 +65,13 @@ std::string run_report_table(const std::vector<RankReport>& ranks, int64_t steps
     std::snprintf(line, sizeof line, "  time     compute %.0f%%, communication %.0f%%, idle %.0f%% of %.3f s\n",
                   100 * r.compute_s / wall, 100 * r.communication_s / wall, 100 * r.idle_s / wall, r.wall_s);
     out += line;
+    if (!r.pipeline.stage.empty()) {
+      std::snprintf(line, sizeof line,
+                    "  pipeline %s, %s: at most %d micro-batches held, bubble %.2f of the last step (formula %.2f)\n",
+                    r.pipeline.stage.c_str(), r.pipeline.schedule.c_str(), r.pipeline.peak_micro_batches,
+                    r.pipeline.bubble, r.pipeline.bubble_formula);
+      out += line;
+    }
   }
   return out;
 }
@@ -98,6 +105,12 @@ std::string run_report_json(const std::string& plan, const ParallelismConfig& pa
                                        {"bytes_received", t.stats.bytes_received}});
     rank["time_s"] = {{"wall", r.wall_s}, {"compute", r.compute_s}, {"communication", r.communication_s},
                       {"idle", r.idle_s}};
+    if (!r.pipeline.stage.empty())
+      rank["pipeline"] = {{"stage", r.pipeline.stage},
+                          {"schedule", r.pipeline.schedule},
+                          {"peak_micro_batches", r.pipeline.peak_micro_batches},
+                          {"bubble", r.pipeline.bubble},
+                          {"bubble_formula", r.pipeline.bubble_formula}};
     out["ranks"].push_back(rank);
   }
   return out.dump(1) + "\n";

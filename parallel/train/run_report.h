@@ -37,6 +37,14 @@ struct RankReport {
   };
   std::vector<Traffic> traffic;  // every (group, op) that was called, groups in the given order
   double wall_s = 0, compute_s = 0, communication_s = 0, idle_s = 0;
+  // A pipeline stage's own figures, from its last step (absent from the JSON when `stage` is empty).
+  struct Pipeline {
+    std::string stage;              // "stage 1/2: h.1"
+    std::string schedule;           // "1f1b"
+    int peak_micro_batches = 0;     // micro-batch chunks whose activations it held at once
+    double bubble = 0;              // idle and waiting share of its last step's span
+    double bubble_formula = 0;      // (p-1)/(m+p-1), (p-1)/(v·m+p-1), ...
+  } pipeline;
 };
 
 // Reads the memory ledger on `device` (current and peak per category) and each named group ledger.

@@ -40,9 +40,14 @@ std::string TrainPlan::name() const {
     out = offload ? "fsdp+offload" : "fsdp";
   else
     out = "zero" + std::to_string(zero) + (offload ? "+offload" : "");
-  if (parallelism.pp > 1) out = "pp" + std::to_string(parallelism.pp) + " " + out;
-  if (parallelism.cp > 1) out = "cp" + std::to_string(parallelism.cp) + " " + out;
-  if (parallelism.tp > 1) out = "tp" + std::to_string(parallelism.tp) + " " + out;
+  if (cuts_model()) {  // "pp2", "tp2 sp", "cp2 zero1"; with DDP over dp > 1: "pp2 ddp"
+    const bool data_parallel = c.dp_replicate * c.dp_shard > 1 || zero > 0;
+    std::string cut;
+    if (c.pp > 1) cut += " pp" + std::to_string(c.pp);
+    if (c.cp > 1) cut += " cp" + std::to_string(c.cp);
+    if (c.tp > 1) cut += " tp" + std::to_string(c.tp) + (sequence_parallel ? " sp" : "");
+    out = cut.substr(1) + (data_parallel ? " " + out : "");
+  }
   if (micro_batches > 1) out += " x" + std::to_string(micro_batches) + " micro";
   return out;
 }
