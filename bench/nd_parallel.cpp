@@ -1,0 +1,222 @@
+// nd_parallel — step time and bytes per rank of the 8-rank layouts (dp, pp, tp, cp and their
+// products, through parallel::Trainer) against one serial rank: GPT n_embd 128, 4 layers, 4 heads,
+// vocab 256, B 16 rows of T 128, f32, AdamW, clip 1.0; median step time.
+//
+//   build/bench/nd_parallel [--steps 5] [--warmup 2] [--layouts dp8,dp2xpp2xtp2,...]
+//
+// A layout is its degrees joined by 'x' (dpN: DDP replicas, fsdpN: FSDP shards, ppN, tpN, cpN),
+// then optional suffixes: "_zero1" (ZeRO-1 over dp instead of DDP), "_sp" (sequence parallel under
+// tp), "_mK" (K micro-batches; default 2·pp with a pipeline, else 1). The pipelines run 1F1B, CP
+// runs zigzag ring attention.
+//
+// Every rank is a thread with one GEMM thread (like bench/data_parallel), so world 8 on a 2-core
+// machine shares 2 cores among 8 "devices": the times say what the layouts cost in work and
+// synchronisation on one machine, not what 8 GPUs would do. Bytes are what each rank's groups
+// counted (the threads backend's ring steps): exact, whatever the machine.
+//
+// One JSON line per layout: {"bench": "nd_parallel", "layout", "world", "micro_batches",
+// "median_ms", "serial_median_ms", "speedup" (serial / median), "sent_kib": {"dp", "pp", "tp", "cp"}
+// (per rank and step, mean over ranks), "sent_kib_total", "max_rank_sent_kib", "bubble_formula"}.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "nn/gpt.h"
+#include "nn/optim.h"
+#include "parallel/pipeline/schedule.h"
+#include "parallel/train/runners.h"
+#include "parallel/train/trainer.h"
+#include "tensor/cpu/gemm.h"
+
+using namespace sl;
+using Clock = std::chrono::steady_clock;
+
+static const nn::GPTConfig kConfig{.vocab_size = 256, .block_size = 128, .n_layer = 4, .n_head = 4, .n_embd = 128};
+static const int64_t kBatch = 16;
+static const uint64_t kSeed = 0;
+
+static double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+static nn::TokenStream random_tokens(int64_t n) {
+  nn::TokenStream stream;
+  uint64_t x = 88172645463325252ull;  // xorshift: fixed data, no dependence on the RNG under test
+  for (int64_t i = 0; i < n; ++i) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    stream.tokens.push_back(static_cast<int32_t>(x % 256));
+  }
+  return stream;
+}
+
+// "dp2xpp2xtp2_zero1_m4" -> a TrainPlan; throws sl::Error naming the part it cannot read.
+static parallel::TrainPlan parse_layout(const std::string& name) {
+  parallel::TrainPlan plan;
+  auto& par = plan.parallelism;
+  std::stringstream parts(name);
+  std::string dims, suffix;
+  std::getline(parts, dims, '_');
+  int micro = 0, dp = 1;
+  bool fsdp = false;
+  while (std::getline(parts, suffix, '_')) {
+    if (suffix == "zero1")
+      plan.zero = 1;
+    else if (suffix == "sp")
+      plan.sequence_parallel = true;
+    else if (suffix.size() > 1 && suffix[0] == 'm')
+      micro = std::stoi(suffix.substr(1));
+    else
+      SL_CHECK(false, "nd_parallel: unknown suffix '", suffix, "' in layout ", name, " (zero1, sp, mK)");
+  }
+  std::stringstream list(dims);
+  for (std::string dim; std::getline(list, dim, 'x');) {
+    size_t digits = dim.find_first_of("0123456789");
+    SL_CHECK(digits != std::string::npos && digits > 0, "nd_parallel: cannot read '", dim, "' in layout ", name);
+    const std::string kind = dim.substr(0, digits);
+    const int n = std::stoi(dim.substr(digits));
+    if (kind == "dp")
+      dp = n;
+    else if (kind == "fsdp")
+      dp = n, fsdp = true;
+    else if (kind == "pp")
+      par.pp = n;
+    else if (kind == "tp")
+      par.tp = n;
+    else if (kind == "cp")
+      par.cp = n;
+    else
+      SL_CHECK(false, "nd_parallel: unknown dimension '", kind, "' in layout ", name, " (dp, fsdp, pp, tp, cp)");
+  }
+  if (fsdp) plan.zero = 3;
+  if (plan.zero > 0)
+    par.dp_shard = dp;
+  else
+    par.dp_replicate = dp;
+  plan.micro_batches = micro > 0 ? micro : (par.pp > 1 ? 2 * par.pp : 1);
+  return plan;
+}
+
+// The serial step, as bench/data_parallel times it.
+static double serial_median(const nn::TokenStream& data, int steps, int warmup) {
+  nn::GPT model(kConfig, kSeed);
+  nn::AdamW optimizer(model.parameters(), nn::AdamWOptions{});
+  std::vector<double> times;
+  for (int step = 0; step < warmup + steps; ++step) {
+    auto start = Clock::now();
+    nn::Batch batch = data.get_batch(step, kBatch, kConfig.block_size);
+    optimizer.zero_grad();
+    model.loss(batch.inputs, batch.targets).backward();
+    nn::clip_grad_norm(model.parameters(), 1.0);
+    optimizer.step();
+    if (step >= warmup) times.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+  }
+  return median(times);
+}
+
+struct Measured {
+  double median_ms = 0;
+  std::map<std::string, double> sent_kib;  // per group: per rank and step, mean over ranks
+  double max_rank_kib = 0;                 // the busiest rank's bytes per step, all groups
+};
+
+static Measured run_layout(const nn::TokenStream& data, const parallel::TrainPlan& plan, int steps, int warmup) {
+  const int world = plan.parallelism.world_size();
+  plan.validate(world);
+  if (plan.cuts_model()) parallel::check_model_runner(plan, kConfig);
+  std::vector<double> times;
+  std::vector<std::map<std::string, int64_t>> sent(world);
+  parallel::launch(world, [&](parallel::RankContext& ctx) {
+    std::unique_ptr<nn::GPT> replica;
+    std::unique_ptr<parallel::Trainer> trainer;
+    if (plan.cuts_model())
+      trainer = std::make_unique<parallel::Trainer>(
+          ctx, plan,
+          [&](const parallel::DeviceMesh& mesh) { return parallel::make_model_runner(plan, kConfig, kSeed, {}, mesh); },
+          nn::AdamWOptions{});
+    else
+      replica = std::make_unique<nn::GPT>(kConfig, kSeed),
+      trainer = std::make_unique<parallel::Trainer>(*replica, ctx, plan, nn::AdamWOptions{});
+    auto totals = [&] {  // bytes sent so far per group, DDP's "dp" and ZeRO's "dp_shard" both as "dp"
+      std::map<std::string, int64_t> t;
+      for (const auto& [name, group] : trainer->ledgers())
+        if (name != "loss") t[name.rfind("dp", 0) == 0 ? "dp" : name] += group->total().bytes_sent;
+      return t;
+    };
+    std::map<std::string, int64_t> before;
+    for (int step = 0; step < warmup + steps; ++step) {
+      if (step == warmup) before = totals();
+      ctx.world->barrier();  // every rank starts the step together: the time is the slowest rank's
+      auto start = Clock::now();
+      trainer->train_step(data, step, kBatch, kConfig.block_size, 1e-3, 1.0);
+      ctx.world->barrier();
+      double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+      if (ctx.rank == 0 && step >= warmup) times.push_back(ms);
+    }
+    for (const auto& [name, bytes] : totals()) sent[ctx.rank][name] = bytes - before[name];
+  });
+  Measured m;
+  m.median_ms = median(times);
+  for (int r = 0; r < world; ++r) {
+    double rank_kib = 0;
+    for (const auto& [name, bytes] : sent[r]) {
+      m.sent_kib[name] += bytes / 1024.0 / steps / world;
+      rank_kib += bytes / 1024.0 / steps;
+    }
+    m.max_rank_kib = std::max(m.max_rank_kib, rank_kib);
+  }
+  return m;
+}
+
+int main(int argc, char** argv) {
+  int steps = 5, warmup = 2;
+  std::string layouts =
+      "dp8,fsdp8,dp2xpp4,dp4xtp2,dp2xpp2xtp2,dp2xpp2xtp2_zero1,dp2xtp2xcp2,pp2xtp2xcp2,pp2xtp2xcp2_sp";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string flag = argv[i], value = argv[i + 1];
+    if (flag == "--steps")
+      steps = std::stoi(value);
+    else if (flag == "--warmup")
+      warmup = std::stoi(value);
+    else if (flag == "--layouts")
+      layouts = value;
+    else {
+      std::fprintf(stderr, "usage: nd_parallel [--steps N] [--warmup N] [--layouts dp8,dp2xpp2xtp2,...]\n");
+      return 2;
+    }
+  }
+  if (parallel::under_mpirun()) {
+    std::fprintf(stderr, "nd_parallel: runs its own thread ranks (world 8); run it without mpirun\n");
+    return 2;
+  }
+  set_num_threads(1);
+  const nn::TokenStream data = random_tokens(1 << 18);
+  const double serial = serial_median(data, steps, warmup);
+  std::printf("{\"bench\": \"nd_parallel\", \"layout\": \"serial\", \"world\": 1, \"median_ms\": %.2f}\n", serial);
+  std::fflush(stdout);
+  std::stringstream list(layouts);
+  for (std::string name; std::getline(list, name, ',');) {
+    const parallel::TrainPlan plan = parse_layout(name);
+    const Measured m = run_layout(data, plan, steps, warmup);
+    const auto& par = plan.parallelism;
+    const double bubble = par.pp > 1
+                              ? parallel::pipeline::bubble_formula(parallel::pipeline::parse_schedule(plan.schedule),
+                                                                   par.pp, plan.micro_batches, 1)
+                              : 0.0;
+    auto kib = [&](const char* g) { return m.sent_kib.count(g) ? m.sent_kib.at(g) : 0.0; };
+    std::printf(
+        "{\"bench\": \"nd_parallel\", \"layout\": \"%s\", \"world\": %d, \"micro_batches\": %d, "
+        "\"median_ms\": %.2f, \"serial_median_ms\": %.2f, \"speedup\": %.3f, "
+        "\"sent_kib\": {\"dp\": %.1f, \"pp\": %.1f, \"tp\": %.1f, \"cp\": %.1f}, \"sent_kib_total\": %.1f, "
+        "\"max_rank_sent_kib\": %.1f, \"bubble_formula\": %.3f}\n",
+        name.c_str(), par.world_size(), plan.micro_batches, m.median_ms, serial, serial / m.median_ms, kib("dp"),
+        kib("pp"), kib("tp"), kib("cp"), kib("dp") + kib("pp") + kib("tp") + kib("cp"), m.max_rank_kib, bubble);
+    std::fflush(stdout);
+  }
+  return 0;
+}
