@@ -14,12 +14,17 @@
 // synchronisation on one machine, not what 8 GPUs would do. Bytes are what each rank's groups
 // counted (the threads backend's ring steps): exact, whatever the machine.
 //
+// On a shared machine the wall times swing with the neighbours' load; "cpu_ms" (the process's CPU
+// time per step, every rank's thread together: the work, spread over however many cores) swings
+// much less. The threads backend waits on condition variables, so waiting costs no CPU time.
+//
 // One JSON line per layout: {"bench": "nd_parallel", "layout", "world", "micro_batches",
-// "median_ms", "serial_median_ms", "speedup" (serial / median), "sent_kib": {"dp", "pp", "tp", "cp"}
-// (per rank and step, mean over ranks), "sent_kib_total", "max_rank_sent_kib", "bubble_formula"}.
+// "median_ms", "serial_median_ms", "speedup" (serial / median), "cpu_ms", "serial_cpu_ms", "sent_kib": {"dp", "pp",
+// "tp", "cp"} (per rank and step, mean over ranks), "sent_kib_total", "max_rank_sent_kib", "bubble_formula"}.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -103,11 +108,15 @@ static parallel::TrainPlan parse_layout(const std::string& name) {
 }
 
 // The serial step, as bench/data_parallel times it.
-static double serial_median(const nn::TokenStream& data, int steps, int warmup) {
+static double cpu_ms_since(std::clock_t start) { return 1000.0 * (std::clock() - start) / CLOCKS_PER_SEC; }
+
+static double serial_median(const nn::TokenStream& data, int steps, int warmup, double* cpu_ms) {
   nn::GPT model(kConfig, kSeed);
   nn::AdamW optimizer(model.parameters(), nn::AdamWOptions{});
   std::vector<double> times;
+  std::clock_t cpu_start = 0;
   for (int step = 0; step < warmup + steps; ++step) {
+    if (step == warmup) cpu_start = std::clock();
     auto start = Clock::now();
     nn::Batch batch = data.get_batch(step, kBatch, kConfig.block_size);
     optimizer.zero_grad();
@@ -116,11 +125,12 @@ static double serial_median(const nn::TokenStream& data, int steps, int warmup) 
     optimizer.step();
     if (step >= warmup) times.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
   }
+  *cpu_ms = cpu_ms_since(cpu_start) / steps;
   return median(times);
 }
 
 struct Measured {
-  double median_ms = 0;
+  double median_ms = 0, cpu_ms = 0;
   std::map<std::string, double> sent_kib;  // per group: per rank and step, mean over ranks
   double max_rank_kib = 0;                 // the busiest rank's bytes per step, all groups
 };
@@ -130,6 +140,7 @@ static Measured run_layout(const nn::TokenStream& data, const parallel::TrainPla
   plan.validate(world);
   if (plan.cuts_model()) parallel::check_model_runner(plan, kConfig);
   std::vector<double> times;
+  double cpu_ms = 0;
   std::vector<std::map<std::string, int64_t>> sent(world);
   parallel::launch(world, [&](parallel::RankContext& ctx) {
     std::unique_ptr<nn::GPT> replica;
@@ -149,8 +160,9 @@ static Measured run_layout(const nn::TokenStream& data, const parallel::TrainPla
       return t;
     };
     std::map<std::string, int64_t> before;
+    std::clock_t cpu_start = 0;
     for (int step = 0; step < warmup + steps; ++step) {
-      if (step == warmup) before = totals();
+      if (step == warmup) before = totals(), ctx.world->barrier(), cpu_start = std::clock();
       ctx.world->barrier();  // every rank starts the step together: the time is the slowest rank's
       auto start = Clock::now();
       trainer->train_step(data, step, kBatch, kConfig.block_size, 1e-3, 1.0);
@@ -158,10 +170,12 @@ static Measured run_layout(const nn::TokenStream& data, const parallel::TrainPla
       double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
       if (ctx.rank == 0 && step >= warmup) times.push_back(ms);
     }
+    if (ctx.rank == 0) cpu_ms = cpu_ms_since(cpu_start) / steps;  // every rank has passed the last barrier
     for (const auto& [name, bytes] : totals()) sent[ctx.rank][name] = bytes - before[name];
   });
   Measured m;
   m.median_ms = median(times);
+  m.cpu_ms = cpu_ms;
   for (int r = 0; r < world; ++r) {
     double rank_kib = 0;
     for (const auto& [name, bytes] : sent[r]) {
@@ -196,8 +210,11 @@ int main(int argc, char** argv) {
   }
   set_num_threads(1);
   const nn::TokenStream data = random_tokens(1 << 18);
-  const double serial = serial_median(data, steps, warmup);
-  std::printf("{\"bench\": \"nd_parallel\", \"layout\": \"serial\", \"world\": 1, \"median_ms\": %.2f}\n", serial);
+  double serial_cpu = 0;
+  const double serial = serial_median(data, steps, warmup, &serial_cpu);
+  std::printf(
+      "{\"bench\": \"nd_parallel\", \"layout\": \"serial\", \"world\": 1, \"median_ms\": %.2f, \"cpu_ms\": %.2f}\n",
+      serial, serial_cpu);
   std::fflush(stdout);
   std::stringstream list(layouts);
   for (std::string name; std::getline(list, name, ',');) {
@@ -211,11 +228,13 @@ int main(int argc, char** argv) {
     auto kib = [&](const char* g) { return m.sent_kib.count(g) ? m.sent_kib.at(g) : 0.0; };
     std::printf(
         "{\"bench\": \"nd_parallel\", \"layout\": \"%s\", \"world\": %d, \"micro_batches\": %d, "
-        "\"median_ms\": %.2f, \"serial_median_ms\": %.2f, \"speedup\": %.3f, "
+        "\"median_ms\": %.2f, \"serial_median_ms\": %.2f, \"speedup\": %.3f, \"cpu_ms\": %.2f, \"serial_cpu_ms\": "
+        "%.2f, "
         "\"sent_kib\": {\"dp\": %.1f, \"pp\": %.1f, \"tp\": %.1f, \"cp\": %.1f}, \"sent_kib_total\": %.1f, "
         "\"max_rank_sent_kib\": %.1f, \"bubble_formula\": %.3f}\n",
-        name.c_str(), par.world_size(), plan.micro_batches, m.median_ms, serial, serial / m.median_ms, kib("dp"),
-        kib("pp"), kib("tp"), kib("cp"), kib("dp") + kib("pp") + kib("tp") + kib("cp"), m.max_rank_kib, bubble);
+        name.c_str(), par.world_size(), plan.micro_batches, m.median_ms, serial, serial / m.median_ms, m.cpu_ms,
+        serial_cpu, kib("dp"), kib("pp"), kib("tp"), kib("cp"), kib("dp") + kib("pp") + kib("tp") + kib("cp"),
+        m.max_rank_kib, bubble);
     std::fflush(stdout);
   }
   return 0;
