@@ -14,12 +14,13 @@
 //   * the rules of thumb for choosing a layout, each checked against a number of that table
 //
 // Where each gradient is reduced (parallel/nd/nd_cut.h):
-//                        dp (DDP/ZeRO-1)   cp (sum)   tp (sum)                     pp pair {0, p-1}
-//     tp-sharded weights     average          yes        —                             —
-//     replicated params      average          yes        SP LayerNorms, c_proj bias   —
-//     wte (tied)             average          yes        —                             yes
+//                        dp (DDP/ZeRO-1)   cp (sum)   tp (sum)                         pp pair {0, p-1} (sum)
+//     tp-sharded weights     average          yes        —                                 —
+//     replicated params      average          yes        under SP: LayerNorms, ln_f,       —
+//                                                        c_proj biases (T/tp rows each)
+//     wte (tied)             average          yes        —                                 yes
 //
-// Run:    make lesson N=13   (a few seconds: 10 runs of 2 steps, up to 8 thread ranks)
+// Run:    make lesson N=13   (under a second here: 10 runs of 2 steps, up to 8 thread ranks)
 // Prints: 1 the two meshes, rank by rank; 2 the table; 3 the rules, each "OK"; then "lesson 13: OK".
 #include <algorithm>
 #include <cmath>
