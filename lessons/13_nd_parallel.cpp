@@ -171,7 +171,6 @@ static Row measure(const Layout& l, int world, const nn::TokenStream& data) {
   std::vector<std::map<std::string, CommStats>> traffic(world);
   launch(world, [&](RankContext& ctx) {
     MemoryLedger& ledger = MemoryLedger::instance();
-    ledger.reset_peak(ctx.device);
     std::unique_ptr<nn::GPT> replica;
     std::unique_ptr<Trainer> trainer;
     if (plan.cuts_model())
@@ -190,7 +189,8 @@ static Row measure(const Layout& l, int world, const nn::TokenStream& data) {
       }
       return t;
     };
-    auto before = totals();  // setup's broadcast left out: the steps only
+    auto before = totals();         // setup's broadcast left out: the steps only
+    ledger.reset_peak(ctx.device);  // and the peaks of training, not of building (FSDP's whole replica)
     for (int s = 0; s < kSteps; ++s) {
       double loss = trainer->train_step(data, s, kBatch, kT, adamw().lr, 0.0);
       if (ctx.rank == 0) row.losses[s] = loss;
@@ -218,10 +218,10 @@ static Row serial_row(const nn::TokenStream& data) {  // an independent nn::GPT 
   row.name = "serial";
   MemoryLedger& ledger = MemoryLedger::instance();
   const Device dev = current_device();
-  ledger.reset_peak(dev);
   {
     nn::GPT model(kConfig, kSeed);
     nn::AdamW optimizer(model.parameters(), adamw());
+    ledger.reset_peak(dev);
     for (int s = 0; s < kSteps; ++s) {
       optimizer.zero_grad();
       nn::Batch batch = data.get_batch(s, kBatch, kT);
@@ -257,8 +257,8 @@ int main() {
   };
   std::vector<Row> rows = {serial_row(data)};
   for (const Layout& l : layouts) rows.push_back(measure(l, 8, data));
-  std::printf("%-24s %8s | %25s %5s %6s | %27s | %6s\n", "", "", "peak KiB per rank (max)", "", "",
-              "KiB sent per rank and step", "");
+  std::printf("%-24s %8s | %-34s | %-27s |\n", "", "", "peak KiB per rank (max over ranks)",
+              "KiB sent per rank and step");
   std::printf("%-24s %8s | %6s %6s %6s %6s %6s | %6s %6s %6s %6s | %6s\n", "layout", "loss 2", "weight", "grads",
               "optim", "activ", "total", "dp", "pp", "tp", "cp", "bubble");
   auto cell = [](const Row& r, const char* g) { return r.sent.count(g) ? r.sent.at(g) : 0.0; };
