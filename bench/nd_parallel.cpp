@@ -37,6 +37,7 @@
 #include "parallel/train/runners.h"
 #include "parallel/train/trainer.h"
 #include "tensor/cpu/gemm.h"
+#include "tensor/error.h"
 
 using namespace sl;
 using Clock = std::chrono::steady_clock;
@@ -218,8 +219,15 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   std::stringstream list(layouts);
   for (std::string name; std::getline(list, name, ',');) {
-    const parallel::TrainPlan plan = parse_layout(name);
-    const Measured m = run_layout(data, plan, steps, warmup);
+    parallel::TrainPlan plan;
+    Measured m;
+    try {  // run_layout checks the plan (and the Trainer the batch) before any rank communicates
+      plan = parse_layout(name);
+      m = run_layout(data, plan, steps, warmup);
+    } catch (const Error& e) {  // a layout this model or the Trainer cannot run: say why, go on
+      std::fprintf(stderr, "nd_parallel: %s: %s\n", name.c_str(), e.what());
+      continue;
+    }
     const auto& par = plan.parallelism;
     const double bubble = par.pp > 1
                               ? parallel::pipeline::bubble_formula(parallel::pipeline::parse_schedule(plan.schedule),
