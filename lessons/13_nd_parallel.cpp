@@ -302,7 +302,7 @@ int main() {
             num(serial.kib[0]) + " KiB weights)");
   std::printf(
       "DP (replicas) exchanges gradients once per step, bucketed and overlapped with backward:\n"
-      "few calls, so it tolerates distance and goes on the outside (replicas across nodes).\n");
+      "few calls, so it tolerates distance: replicas go across nodes (only PP sits further out).\n");
   check(three.calls.at("dp") < three.calls.at("tp"), "dp2 x pp2 x tp2: dp makes fewer calls per step (" +
                                                          num(three.calls.at("dp")) + ") than tp (" +
                                                          num(three.calls.at("tp")) + ")");
