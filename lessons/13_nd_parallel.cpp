@@ -266,7 +266,10 @@ int main() {
     std::printf("%-24s %8.5f | %6.1f %6.1f %6.1f %6.1f %6.1f | %6.1f %6.1f %6.1f %6.1f | %5.0f%%\n", r.name.c_str(),
                 r.losses.back(), r.kib[0], r.kib[1], r.kib[2], r.kib[3], r.kib[4], cell(r, "dp"), cell(r, "pp"),
                 cell(r, "tp"), cell(r, "cp"), 100 * r.bubble);
-  std::printf("  (the bubble is schedule.h's formula (p-1)/(m+p-1) for 1F1B; train --trace measures one)\n");
+  std::printf(
+      "  (the bubble is schedule.h's formula (p-1)/(m+p-1) for 1F1B; train --trace measures one.\n"
+      "   pp: the stage boundary only; the tied wte's all-reduce over {first, last stage} has its own\n"
+      "   group, which Trainer::ledgers() does not list)\n");
   const Row& serial = rows[0];
   for (size_t i = 1; i < rows.size(); ++i) {
     bool same = true;
