@@ -116,4 +116,9 @@ void PipelineRunner::load_full_state_dict(const nn::StateDict& full) {
 }
 nn::StateDict PipelineRunner::full_gradients() { return gather(true); }
 
+std::vector<std::pair<std::string, const CommLedger*>> PipelineRunner::own_groups() const {
+  if (!embedding_group_) return {};
+  return {{"pp_tied_wte", &embedding_group_->ledger()}};
+}
+
 }  // namespace sl::parallel::pipeline

@@ -60,6 +60,8 @@ class PipelineRunner : public ModelRunner {
   void finish_gradients() override;
   nn::StateDict full_state_dict() override;  // collective over pp
   nn::StateDict full_gradients() override;   // collective over pp (zeros where a stage has none)
+  // "pp_tied_wte": the first and last stage's pair, on those two ranks.
+  std::vector<std::pair<std::string, const CommLedger*>> own_groups() const override;
   void load_full_state_dict(const nn::StateDict& full) override;  // each parameter: the cut's slice
 
   const Stage& stage() const { return stage_; }

@@ -20,6 +20,7 @@
 #pragma once
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "nn/data.h"
@@ -53,6 +54,10 @@ class ModelRunner {
 
   // The chapter's own gradient sums after the backward passes; none by default.
   virtual void finish_gradients() {}
+
+  // Groups the runner made itself, beyond the mesh's (the pipeline's tied-wte pair), for the run
+  // report: (name, ledger). None by default.
+  virtual std::vector<std::pair<std::string, const CommLedger*>> own_groups() const { return {}; }
 
   // This rank's gradients with placements, for clip_grad_norm over the mesh.
   virtual std::vector<MeshGrad> mesh_grads() { return parallel::mesh_grads(module()); }

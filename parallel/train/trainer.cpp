@@ -137,6 +137,8 @@ struct Trainer::Impl {
     }
     for (const char* dim : {"pp", "cp", "tp"})  // a chapter's groups (the runner asks the mesh for them)
       if (mesh->size(dim) > 1) all.emplace_back(dim, &mesh->group(dim)->ledger());
+    if (runner)
+      for (const auto& group : runner->own_groups()) all.push_back(group);
     return all;
   }
 
