@@ -4,8 +4,8 @@
 //   build/bench/pipeline [--steps 5] [--warmup 2] [--sleep-ms 2] [--skip-throughput 1] [--skip-bubble 1]
 //
 // Part 1 (synthetic): the engine sleeps sleep-ms per layer per micro-batch row in each forward (twice
-// in each backward; zero-bubble: once in B, once in W) on top of a tiny model's compute, so the schedule's shape, not the cores the
-// ranks share, sets the time. One JSON line per (schedule, p, m, v):
+// in each backward; zero-bubble: once in B, once in W) on top of a tiny model's compute, so the
+// schedule's shape, not the cores the ranks share, sets the time. One JSON line per (schedule, p, m, v):
 //   {"bench": "pipeline", "part": "bubble", "schedule": "1f1b", "p": 4, "m": 8, "v": 1,
 //    "median_ms": ..., "bubble": measured, "formula": (p-1)/(m+p-1), (p-1)/(v·m+p-1) or, zero-bubble,
 //    (p-1)/(3m+p-1), "rel_error": ...}
