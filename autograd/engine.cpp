@@ -9,6 +9,8 @@
 // Unless retain_graph, each node frees its saved tensors right after it runs, so activation memory
 // shrinks as backward proceeds; a later backward that reaches such a node is refused (an error, as
 // in PyTorch). Nodes that saved nothing (add, neg, ...) can run again.
+// 4. Under a DeferGradsGuard (deferred_grad.h) a node whose edges lead into named leaves computes
+//    only its other inputs' gradients now and is queued, saved tensors kept, for DeferredGrads::run.
 #include <algorithm>
 #include <optional>
 #include <queue>
@@ -103,9 +105,10 @@ void run_backward(const TensorList& roots, const TensorList& grads, bool retain_
       SL_CHECK(!node->saved_released(), "backward: trying to backward through the graph a second time (the saved ",
                "tensors and values of ", node->name(), " were freed after the first backward); pass ",
                "retain_graph=true to the first backward if you need to backward twice");
+      std::string op;  // outlives the scope, which keeps a reference to its name
       std::optional<ProfileScope> profile;
       if (Profiler::enabled()) {
-        std::string op = node->name();
+        op = node->name();
         if (op.ends_with("Backward")) op.resize(op.size() - 8);
         profile.emplace(op, /*backward=*/true);
       }
@@ -150,11 +153,13 @@ void DeferredGrads::run() {
   std::vector<std::shared_ptr<Node>> accumulators;
   std::unordered_map<Node*, Tensor> sums;
   for (Item& item : items_) {
+    std::string op;  // outlives the scope, which keeps a reference to its name
     std::optional<ProfileScope> profile;
     if (Profiler::enabled()) {
-      std::string op = item.node->name();
+      op = item.node->name();
       if (op.ends_with("Backward")) op.resize(op.size() - 8);
-      profile.emplace(op + "W", /*backward=*/true);
+      op += "W";
+      profile.emplace(op, /*backward=*/true);
     }
     TensorList grads = item.node->apply_only(std::move(item.grad_outputs), item.deferred);
     if (!retain_graph) item.node->release_saved();
