@@ -199,7 +199,7 @@ Schedule with_communication(ScheduleKind kind, int p, int m, int v, const std::v
     std::optional<Action> pending_send;  // a B's send held back past the W's that follow it
     for (size_t k = 0; k < compute[r].size(); ++k) {
       const Action& a = compute[r][k];
-      SL_CHECK(a.is_compute(), "pipeline: a compute order holds only F and B, got ", a.str());
+      SL_CHECK(a.is_compute(), "pipeline: a compute order holds only F, B and W, got ", a.str());
       SL_CHECK(a.chunk >= 0 && a.chunk <= last && chunk_rank(a.chunk, p) == r, "pipeline: rank ", r, " was given ",
                a.str(), " but chunk ", a.chunk, " lives on rank ", chunk_rank(a.chunk, p));
       std::vector<Action>& list = s.ranks[r];

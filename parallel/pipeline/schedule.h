@@ -92,7 +92,8 @@ void check_schedule_config(ScheduleKind kind, int stages, int micro_batches, int
 Schedule make_schedule(ScheduleKind kind, int stages, int micro_batches, int virtual_stages = 1);
 
 // Sends and receives around a compute order: recv before a F/B that needs input from another rank,
-// send after one whose output another rank needs. Public so a test can hand-craft a compute order.
+// send after one whose output another rank needs (a B's gradient after the W's that follow it when a
+// forward comes next: it joins that forward's receive). Public so a test can hand-craft an order.
 Schedule with_communication(ScheduleKind kind, int stages, int micro_batches, int virtual_stages,
                             const std::vector<std::vector<Action>>& compute);
 
