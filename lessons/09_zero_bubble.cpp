@@ -45,7 +45,7 @@ using i64 = long long;
 static const nn::GPTConfig kConfig{32, 8, 4, 2, 16, 0.0};  // 4 layers: one per stage
 constexpr uint64_t kSeed = 9;
 constexpr int kP = 4, kM = 8;
-constexpr double kSleep = 1e-3;  // synthetic cost per layer per row (F, B and W alike)
+constexpr double kSleep = 4e-3;  // synthetic cost per layer per row (F, B and W alike): 8 ms a pass
 
 static void section(const char* title) { std::printf("\n== %s\n", title); }
 
