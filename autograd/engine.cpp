@@ -9,9 +9,14 @@
 // Unless retain_graph, each node frees its saved tensors right after it runs, so activation memory
 // shrinks as backward proceeds; a later backward that reaches such a node is refused (an error, as
 // in PyTorch). Nodes that saved nothing (add, neg, ...) can run again.
+// 4. Under a DeferGradsGuard (deferred_grad.h) a node whose edges lead into named leaves computes
+//    only its other inputs' gradients now and is queued, saved tensors kept, for DeferredGrads::run.
+#include <algorithm>
+#include <optional>
 #include <queue>
 #include <unordered_map>
 
+#include "autograd/deferred_grad.h"
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
 #include "autograd/profiler.h"
@@ -30,11 +35,23 @@ void accumulate_into(Tensor& slot, const Tensor& grad) {
   slot = slot.defined() ? add(slot, grad) : grad;
 }
 
+thread_local const DeferGradsGuard::Scope* tls_defer = nullptr;  // per thread: every rank decides
+
+// Per next_edge of `node`: does it lead into the AccumulateGrad of a leaf whose gradient is deferred?
+std::vector<bool> deferred_edges(const Node& node, const DeferGradsGuard::Scope& scope) {
+  std::vector<bool> out(node.next_edges.size(), false);
+  for (size_t i = 0; i < out.size(); ++i)
+    if (const auto* acc = dynamic_cast<const AccumulateGrad*>(node.next_edges[i].node.get()))
+      out[i] = scope.leaves.count(acc->leaf()) > 0;
+  return out;
+}
+
 }  // namespace
 
 void run_backward(const TensorList& roots, const TensorList& grads, bool retain_graph) {
   SL_ASSERT(roots.size() == grads.size());
   NoGradGuard no_grad;
+  const DeferGradsGuard::Scope* defer = DeferGradsGuard::current();
 
   // 1. Dependencies.
   std::unordered_map<Node*, int> dependencies;
@@ -61,6 +78,7 @@ void run_backward(const TensorList& roots, const TensorList& grads, bool retain_
   // 2. Seed and run.
   std::unordered_map<Node*, TensorList> buffers;
   std::priority_queue<Node*, std::vector<Node*>, LaterFirst> ready;
+  std::vector<std::pair<Node*, std::vector<bool>>> queued;  // nodes whose weight edges wait for W
   for (size_t i = 0; i < roots.size(); ++i) {
     Node* node = root_edges[i].node.get();
     TensorList& buffer = buffers[node];
@@ -79,21 +97,33 @@ void run_backward(const TensorList& roots, const TensorList& grads, bool retain_
     bool any_grad = false;
     for (const Tensor& g : input_grads) any_grad = any_grad || g.defined();
     // A node none of whose outputs received a gradient passes none on.
+    // Under a DeferGradsGuard (deferred_grad.h) the edges into the named leaves wait for W.
+    const std::vector<bool> deferred = defer ? deferred_edges(*node, *defer) : std::vector<bool>();
+    const bool defers = any_grad && std::find(deferred.begin(), deferred.end(), true) != deferred.end();
     TensorList output_grads;
     if (any_grad) {
       SL_CHECK(!node->saved_released(), "backward: trying to backward through the graph a second time (the saved ",
                "tensors and values of ", node->name(), " were freed after the first backward); pass ",
                "retain_graph=true to the first backward if you need to backward twice");
+      std::string op;  // outlives the scope, which keeps a reference to its name
+      std::optional<ProfileScope> profile;
       if (Profiler::enabled()) {
-        std::string op = node->name();
+        op = node->name();
         if (op.ends_with("Backward")) op.resize(op.size() - 8);
-        ProfileScope profile(op, /*backward=*/true);
-        output_grads = node->apply(std::move(input_grads));
+        profile.emplace(op, /*backward=*/true);
+      }
+      if (defers) {
+        TensorList kept = input_grads;  // W replays the node with the same output gradients
+        std::vector<bool> now(deferred.size());
+        for (size_t i = 0; i < now.size(); ++i) now[i] = !deferred[i];
+        output_grads = node->apply_only(std::move(input_grads), now);
+        defer->into->retain_graph = retain_graph;
+        defer->into->push({node->shared_from_this(), std::move(kept), deferred});
       } else {
         output_grads = node->apply(std::move(input_grads));
       }
     }
-    if (!retain_graph) node->release_saved();
+    if (!retain_graph && !defers) node->release_saved();  // a deferred node keeps its saved tensors for W
     for (size_t i = 0; i < node->next_edges.size(); ++i) {
       const Edge& edge = node->next_edges[i];
       if (!edge.node) continue;
@@ -107,8 +137,58 @@ void run_backward(const TensorList& roots, const TensorList& grads, bool retain_
       }
       if (--dependencies[edge.node.get()] == 0) ready.push(edge.node.get());
     }
+    if (defers && !retain_graph) queued.push_back({node, deferred});
   }
+  // W needs only the deferred edges: cut the others (once the walk is over: they may hold the only
+  // reference to a node still in the queue) so that W does not keep the rest of the graph, the
+  // stage's input and its gradient, alive until it runs.
+  for (auto& [node, deferred] : queued)
+    for (size_t i = 0; i < node->next_edges.size(); ++i)
+      if (!deferred[i]) node->next_edges[i] = Edge{};
 }
+
+void DeferredGrads::run() {
+  NoGradGuard no_grad;
+  // Each named leaf's contributions, summed in the order B met them (as one backward sums them).
+  std::vector<std::shared_ptr<Node>> accumulators;
+  std::unordered_map<Node*, Tensor> sums;
+  for (Item& item : items_) {
+    std::string op;  // outlives the scope, which keeps a reference to its name
+    std::optional<ProfileScope> profile;
+    if (Profiler::enabled()) {
+      op = item.node->name();
+      if (op.ends_with("Backward")) op.resize(op.size() - 8);
+      op += "W";
+      profile.emplace(op, /*backward=*/true);
+    }
+    TensorList grads = item.node->apply_only(std::move(item.grad_outputs), item.deferred);
+    if (!retain_graph) item.node->release_saved();
+    for (size_t i = 0; i < item.node->next_edges.size(); ++i) {
+      const Edge& edge = item.node->next_edges[i];
+      if (!item.deferred[i] || i >= grads.size() || !grads[i].defined()) continue;
+      SL_CHECK(grads[i].shape() == edge.node->outputs[edge.input_nr].shape, item.node->name(),
+               ": deferred backward returned a gradient of shape ", grads[i].shape(), " for input ", i, " of shape ",
+               edge.node->outputs[edge.input_nr].shape);
+      auto [it, first] = sums.emplace(edge.node.get(), Tensor());
+      if (first) accumulators.push_back(edge.node);
+      accumulate_into(it->second, grads[i]);
+    }
+  }
+  items_.clear();
+  // Into .grad, latest-created first, as the engine orders ready nodes (hooks fire here).
+  std::stable_sort(accumulators.begin(), accumulators.end(),
+                   [](const auto& a, const auto& b) { return a->sequence_nr > b->sequence_nr; });
+  for (const auto& accumulator : accumulators) accumulator->apply({sums.at(accumulator.get())});
+}
+
+DeferGradsGuard::DeferGradsGuard(DeferredGrads& into, const TensorList& leaves) : previous_(tls_defer) {
+  scope_.into = &into;
+  for (const Tensor& leaf : leaves)
+    if (leaf.defined()) scope_.leaves.insert(leaf.impl());
+  tls_defer = &scope_;
+}
+DeferGradsGuard::~DeferGradsGuard() { tls_defer = previous_; }
+const DeferGradsGuard::Scope* DeferGradsGuard::current() { return tls_defer; }
 
 void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
   Tensor seed = gradient;

@@ -105,6 +105,16 @@ class FunctionNode : public Node {
              " gradients but forward had ", next_edges.size(), " tensor inputs");
     return grads;
   }
+  TensorList apply_only(TensorList&& grad_outputs, const std::vector<bool>& wanted) override {
+    const std::vector<bool> needed = ctx.needs_input_grad_;
+    for (size_t i = 0; i < ctx.needs_input_grad_.size(); ++i)
+      ctx.needs_input_grad_[i] = needed[i] && i < wanted.size() && wanted[i];
+    TensorList grads = apply(std::move(grad_outputs));
+    ctx.needs_input_grad_ = needed;
+    for (size_t i = 0; i < grads.size(); ++i)
+      if (i >= wanted.size() || !wanted[i]) grads[i] = Tensor();
+    return grads;
+  }
   std::string name() const override { return function_name<Derived>() + "Backward"; }
   void release_saved() override { ctx.release(); }
   bool saved_released() const override { return ctx.released(); }

@@ -39,6 +39,13 @@ class Node : public std::enable_shared_from_this<Node> {
   // Gradients w.r.t. the node's outputs in; gradients w.r.t. its inputs out (one per next_edge,
   // undefined where an input needs none). An output nobody used gets an undefined gradient.
   virtual TensorList apply(TensorList&& grad_outputs) = 0;
+  // The same, computing only the inputs marked in `wanted` (one per next_edge); the others come back
+  // undefined. A Function honours it through FunctionCtx::needs_input_grad (deferred_grad.h); a
+  // node that cannot split computes everything and the caller drops what it did not ask for.
+  virtual TensorList apply_only(TensorList&& grad_outputs, const std::vector<bool>& wanted) {
+    (void)wanted;
+    return apply(std::move(grad_outputs));
+  }
   virtual std::string name() const = 0;
   // Frees saved tensors once backward is done with this node (unless retain_graph).
   virtual void release_saved() {}
@@ -55,6 +62,7 @@ class AccumulateGrad : public Node {
   explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : leaf_(std::move(leaf)) {}
   TensorList apply(TensorList&& grad_outputs) override;
   std::string name() const override { return "AccumulateGrad"; }
+  const TensorImpl* leaf() const { return leaf_.get(); }
 
  private:
   std::shared_ptr<TensorImpl> leaf_;

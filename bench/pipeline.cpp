@@ -4,10 +4,11 @@
 //   build/bench/pipeline [--steps 5] [--warmup 2] [--sleep-ms 2] [--skip-throughput 1] [--skip-bubble 1]
 //
 // Part 1 (synthetic): the engine sleeps sleep-ms per layer per micro-batch row in each forward (twice
-// in each backward) on top of a tiny model's compute, so the schedule's shape, not the cores the
-// ranks share, sets the time. One JSON line per (schedule, p, m, v):
+// in each backward; zero-bubble: once in B, once in W) on top of a tiny model's compute, so the
+// schedule's shape, not the cores the ranks share, sets the time. One JSON line per (schedule, p, m, v):
 //   {"bench": "pipeline", "part": "bubble", "schedule": "1f1b", "p": 4, "m": 8, "v": 1,
-//    "median_ms": ..., "bubble": measured, "formula": (p-1)/(m+p-1) or (p-1)/(v·m+p-1), "rel_error": ...}
+//    "median_ms": ..., "bubble": measured, "formula": (p-1)/(m+p-1), (p-1)/(v·m+p-1) or, zero-bubble,
+//    (p-1)/(3m+p-1), "rel_error": ...}
 // Part 2 (real compute): config B, 8 rows per step cut into 8 micro-batches over pp 2 (1F1B),
 // one GEMM thread per rank, against the serial step with the same micro-batches on one thread:
 //   {"bench": "pipeline", "part": "throughput", "pp": 2, "m": 8, "median_ms": ..., "serial_median_ms": ...,
@@ -135,7 +136,8 @@ int main(int argc, char** argv) {
       {ScheduleKind::naive, 4, 4, 1},        {ScheduleKind::gpipe, 2, 4, 1},       {ScheduleKind::gpipe, 4, 4, 1},
       {ScheduleKind::gpipe, 4, 8, 1},        {ScheduleKind::one_f_one_b, 2, 8, 1}, {ScheduleKind::one_f_one_b, 4, 4, 1},
       {ScheduleKind::one_f_one_b, 4, 8, 1},  {ScheduleKind::one_f_one_b, 4, 16, 1}, {ScheduleKind::interleaved, 2, 8, 2},
-      {ScheduleKind::interleaved, 4, 8, 2},  {ScheduleKind::interleaved, 4, 16, 2}};
+      {ScheduleKind::interleaved, 4, 8, 2},  {ScheduleKind::interleaved, 4, 16, 2}, {ScheduleKind::zero_bubble, 2, 8, 1},
+      {ScheduleKind::zero_bubble, 4, 4, 1},  {ScheduleKind::zero_bubble, 4, 8, 1},   {ScheduleKind::zero_bubble, 4, 16, 1}};
   for (const Case& c : bubble ? cases : std::vector<Case>{}) {
     // 16 rows per step whatever m is (below 16: 16 rows still), so each case does the same work.
     const int64_t rows = std::max<int64_t>(16, c.m);

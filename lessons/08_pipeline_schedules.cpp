@@ -9,7 +9,7 @@
 //   * the schedules are data: the orders written again on the page (below) equal the library's
 //     lists, the rendezvous simulator times them (F = 1, B = 2), and the engine runs them; the
 //     drawn timelines are measured runs with a fixed cost per layer
-//   * zero-bubble (ZB-H1, splitting B into input and weight gradients) is not built in shardlab yet
+//   * zero-bubble (ZB-H1, splitting B into input and weight gradients) is lesson 09
 //
 // Run:    make lesson N=08   (about two seconds)
 // Prints: 1 the orders by hand == library; 2 ideal timelines and bubbles; 3 memory per rank;

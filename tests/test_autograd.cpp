@@ -4,8 +4,10 @@
 #include <cmath>
 #include <thread>
 
+#include "autograd/deferred_grad.h"
 #include "autograd/function.h"
 #include "autograd/gradcheck.h"
+#include "nn/gpt.h"
 #include "tensor/ops.h"
 #include "tests/test_util.h"
 
@@ -292,5 +294,138 @@ TEST(Autograd, GradcheckFailsOnNonFiniteGradients) {
   EXPECT_NE(analytic_nan.message.find("not finite"), std::string::npos) << analytic_nan.message;
 }
 
+}  // namespace
+}  // namespace sl
+
+// ---- DeferredGrads (autograd/deferred_grad.h): B now, W later, the fused backward's bits. ----
+namespace sl {
+namespace {
+namespace deferred {
+
+// A GPT: the split touches Linear (with and without bias), LayerNorm, Embedding and the tied head.
+struct Model {
+  nn::GPT gpt{nn::GPTConfig{.vocab_size = 32, .block_size = 8, .n_layer = 2, .n_head = 2, .n_embd = 16}, 3};
+  Tensor idx = Tensor::empty({2, 8}, TensorOptions(DType::i64)), targets = Tensor::empty({2, 8}, TensorOptions(DType::i64));
+  Model() {
+    for (int64_t i = 0; i < 16; ++i) {
+      idx.data<int64_t>()[i] = (i * 7 + 3) % 32;
+      targets.data<int64_t>()[i] = (i * 5 + 1) % 32;
+    }
+  }
+  // A micro-batch's loss through blocks that take an input leaf (the pipeline stage's received x).
+  Tensor loss(const Tensor& x) { return cross_entropy(gpt.head(gpt.blocks(x, 0, 2)), targets); }
+  Tensor input(int micro) {
+    NoGradGuard no_grad;
+    Tensor x = add(gpt.embed(idx), static_cast<double>(micro) * 0.25);
+    x.set_requires_grad(true);
+    return x;
+  }
+  std::vector<std::vector<float>> grads() {
+    std::vector<std::vector<float>> out;
+    for (const Tensor& p : gpt.parameters()) out.push_back(p.grad().defined() ? p.grad().values<float>() : std::vector<float>{});
+    return out;
+  }
+};
+
+TEST(DeferredGrads, OneLinearInputGradientNowWeightGradientLater) {
+  Tensor x = randn({4, 3}), w = randn({5, 3}), b = randn({5}), dy = randn({4, 5});
+  for (Tensor* t : {&x, &w, &b}) t->set_requires_grad(true);
+  linear(x, w, b).backward(dy);  // fused
+  const auto dx = x.grad().values<float>(), dw = w.grad().values<float>(), db = b.grad().values<float>();
+  for (Tensor* t : {&x, &w, &b}) t->set_grad(Tensor());
+  DeferredGrads later;
+  {
+    DeferGradsGuard defer(later, {w, b});
+    linear(x, w, b).backward(dy);  // B
+  }
+  EXPECT_EQ(x.grad().values<float>(), dx);
+  EXPECT_FALSE(w.grad().defined());
+  EXPECT_FALSE(b.grad().defined());
+  EXPECT_EQ(later.size(), 1u);
+  later.run();  // W
+  EXPECT_TRUE(later.empty());
+  EXPECT_EQ(w.grad().values<float>(), dw);
+  EXPECT_EQ(b.grad().values<float>(), db);
+}
+
+// Two micro-batches, B1 B2 W1 W2 (zero-bubble's order), against the fused b1 b2: bitwise.
+TEST(DeferredGrads, ThenRunEqualsTheFusedBackwardBitwiseOnAGPT) {
+  Model fused, split;
+  std::vector<std::vector<float>> fused_dx, split_dx;
+  for (int micro = 0; micro < 2; ++micro) {
+    Tensor x = fused.input(micro);
+    fused.loss(x).backward();
+    fused_dx.push_back(x.grad().values<float>());
+  }
+  std::vector<DeferredGrads> w(2);
+  for (int micro = 0; micro < 2; ++micro) {
+    Tensor x = split.input(micro);
+    {
+      DeferGradsGuard defer(w[micro], split.gpt.parameters());
+      split.loss(x).backward();
+    }
+    split_dx.push_back(x.grad().values<float>());
+    for (const Tensor& p : split.gpt.parameters()) EXPECT_FALSE(p.grad().defined()) << "a weight gradient in B";
+  }
+  EXPECT_EQ(split_dx, fused_dx) << "B's input gradients";
+  for (DeferredGrads& d : w) {
+    EXPECT_FALSE(d.empty());
+    d.run();
+  }
+  EXPECT_EQ(split.grads(), fused.grads()) << "W's weight gradients";
+}
+
+TEST(DeferredGrads, WithoutAGuardBackwardIsUnchangedAndTheGuardIsPerThread) {
+  Model plain, other_thread_guarded;
+  Tensor x = plain.input(0);
+  plain.loss(x).backward();
+  DeferredGrads elsewhere;
+  Tensor y = other_thread_guarded.input(0);
+  DeferGradsGuard defer_here(elsewhere, plain.gpt.parameters());  // this thread: not the model below
+  std::thread([&] { other_thread_guarded.loss(y).backward(); }).join();  // no guard on that thread
+  EXPECT_TRUE(elsewhere.empty());
+  EXPECT_EQ(other_thread_guarded.grads(), plain.grads());
+  EXPECT_EQ(y.grad().values<float>(), x.grad().values<float>());
+  EXPECT_NE(DeferGradsGuard::current(), nullptr);  // still open here, where nothing ran backward
+}
+
+// DDP and ZeRO hang on the weights' hooks: with the split they fire in W, once, with the sum.
+TEST(DeferredGrads, HooksFireInWOnceWithTheSummedGradient) {
+  Tensor w = from_vector({1, 2}, {2}, TensorOptions{}.with_requires_grad());
+  Tensor x = from_vector({1, 2}, {2}, TensorOptions{}.with_requires_grad());
+  int calls = 0;
+  std::vector<double> seen;
+  w.register_post_accumulate_grad_hook([&](Tensor& param) {
+    calls++;
+    seen = param.grad().to_vector();
+  });
+  DeferredGrads later;
+  {
+    DeferGradsGuard defer(later, {w});
+    sum(add(mul(w, x), mul(w, 3.0))).backward();
+  }
+  EXPECT_EQ(calls, 0);
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{1, 2}));
+  later.run();
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(seen, (std::vector<double>{4, 5}));
+}
+
+// W reads what B kept: a second run (or a backward through the freed nodes) is refused, not garbage.
+TEST(DeferredGrads, WFreesWhatItKept) {
+  Tensor x = randn({4, 3}), w = randn({5, 3});
+  x.set_requires_grad(true);
+  w.set_requires_grad(true);
+  Tensor y = linear(x, w);
+  DeferredGrads later;
+  {
+    DeferGradsGuard defer(later, {w});
+    y.backward(ones({4, 5}));
+  }
+  later.run();
+  EXPECT_THROW(y.backward(ones({4, 5})), Error);
+}
+
+}  // namespace deferred
 }  // namespace
 }  // namespace sl

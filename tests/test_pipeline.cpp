@@ -18,6 +18,7 @@
 // other than wte are bitwise and the rest is compared at TP/PP's rtol 1e-5, atol 4e-5.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <optional>
 
 #include "nn/data.h"
@@ -121,7 +122,9 @@ struct Layout {
   ScheduleKind schedule;
   int v = 1;
   std::string name() const {
-    return std::string(schedule_name(schedule)) + "_p" + std::to_string(p) + "_m" + std::to_string(m) +
+    std::string kind = schedule_name(schedule);
+    std::replace(kind.begin(), kind.end(), '-', '_');  // "zero-bubble": a test name is an identifier
+    return kind + "_p" + std::to_string(p) + "_m" + std::to_string(m) +
            (v > 1 ? "_v" + std::to_string(v) : "");
   }
 };
@@ -233,7 +236,8 @@ std::vector<Layout> parity_grid() {
   std::vector<Layout> grid;
   for (int p : {2, 3, 4}) {
     for (int m : {1, p - 1, p, p + 1, 2 * p + 1})
-      for (auto s : {ScheduleKind::naive, ScheduleKind::gpipe, ScheduleKind::one_f_one_b}) grid.push_back({p, m, s});
+      for (auto s : {ScheduleKind::naive, ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::zero_bubble})
+        grid.push_back({p, m, s});
     for (int m : {p, 2 * p}) grid.push_back({p, m, ScheduleKind::interleaved, 2});
   }
   // p - 1 = 1 for p = 2 repeats m = 1: drop the duplicates.
@@ -255,7 +259,7 @@ TEST(PipelineSchedules, BitwiseEqualToEachOther) {
   const nn::GPTConfig config = config_with(7);
   const TrainingRun reference = pipelined(config, {3, 6, ScheduleKind::gpipe});
   for (const Layout& l : {Layout{3, 6, ScheduleKind::naive}, Layout{3, 6, ScheduleKind::one_f_one_b},
-                          Layout{3, 6, ScheduleKind::interleaved, 2}}) {
+                          Layout{3, 6, ScheduleKind::interleaved, 2}, Layout{3, 6, ScheduleKind::zero_bubble}}) {
     const TrainingRun run = pipelined(config, l);
     for (int s = 0; s < kSteps; ++s) {
       EXPECT_EQ(run.losses[s], reference.losses[s]) << l.name() << " step " << s;
@@ -298,6 +302,32 @@ TEST(PipelineMemory, PeakActivationsFollowTheSchedule) {
   EXPECT_LT(one_f_one_b.peak_activations[p - 1], one_f_one_b.peak_activations[0]);
 }
 
+// Zero-bubble (ZB-H1) keeps 1F1B's warm-up: rank r holds p - r micro-batches between F and B, plus
+// up to r between B and W, which keep only what W needs (the linears' inputs and output gradients).
+// The pipeline's peak (the most any rank holds) is 1F1B's: rank 0, which lets no W wait.
+TEST(PipelineMemory, ZeroBubblePeakIsNoMoreThanOneFOneBs) {
+  SL_SKIP_UNLESS_WORLD(4);
+  const int p = 4, m = 8;
+  const nn::GPTConfig config = config_with(4);
+  const TrainingRun one_f_one_b = pipelined(config, {p, m, ScheduleKind::one_f_one_b});
+  const TrainingRun zero_bubble = pipelined(config, {p, m, ScheduleKind::zero_bubble});
+  const TrainingRun single = pipelined(config, {p, 1, ScheduleKind::gpipe});
+  int64_t peak_1f1b = 0, peak_zb = 0;
+  for (int r = 0; r < p; ++r) {
+    const int held = peak_in_flight(make_schedule(ScheduleKind::zero_bubble, p, m))[r];  // F..W, any part
+    EXPECT_EQ(zero_bubble.peak_in_flight[r], held) << "rank " << r;
+    EXPECT_LE(held, p) << "rank " << r;
+    // A micro-batch waiting for its W holds less than one waiting for its B.
+    const double per_micro = static_cast<double>(single.peak_activations[r]);
+    EXPECT_LE(zero_bubble.peak_activations[r], per_micro * held * 1.1) << "rank " << r;
+    EXPECT_GE(zero_bubble.peak_activations[r], one_f_one_b.peak_activations[r] * 0.99) << "rank " << r;
+    peak_1f1b = std::max(peak_1f1b, one_f_one_b.peak_activations[r]);
+    peak_zb = std::max(peak_zb, zero_bubble.peak_activations[r]);
+  }
+  EXPECT_LE(peak_zb, peak_1f1b) << "zero-bubble's peak over the ranks exceeds 1F1B's";
+  EXPECT_EQ(zero_bubble.peak_activations[0], one_f_one_b.peak_activations[0]);
+}
+
 // A sent output's bytes go at once: under GPipe stage 0 peaks right after its last forward, with
 // the m-1 earlier outputs sent and freed (the last one not yet sent): (m-1)·B·T·C·4 bytes saved.
 TEST(PipelineMemory, SentOutputsAreFreed) {
@@ -323,7 +353,8 @@ struct DataParallelRun {
   std::vector<int64_t> dp_calls_per_step;  // per rank: the dp group's calls in one step
 };
 
-DataParallelRun pipelined_with_dp(const nn::GPTConfig& config, int m, bool zero1) {
+DataParallelRun pipelined_with_dp(const nn::GPTConfig& config, int m, bool zero1,
+                                  ScheduleKind schedule = ScheduleKind::one_f_one_b) {
   const nn::TokenStream data = masked_tokens();
   const int dp = 2, p = 2;
   const int64_t rows = kRowsPerMicro * m * dp;
@@ -334,7 +365,7 @@ DataParallelRun pipelined_with_dp(const nn::GPTConfig& config, int m, bool zero1
     ParallelismConfig layout{.pp = p};
     (zero1 ? layout.dp_shard : layout.dp_replicate) = dp;
     DeviceMesh mesh(ctx.world, layout);
-    PipelineRunner runner(config, kSeed, mesh, options(ScheduleKind::one_f_one_b));
+    PipelineRunner runner(config, kSeed, mesh, options(schedule));
     ProcessGroupPtr dp_group = mesh.group("dp"), pp = mesh.group("pp");
     std::unique_ptr<DistributedDataParallel> ddp;
     std::unique_ptr<nn::AdamW> adamw;
@@ -384,15 +415,16 @@ DataParallelRun pipelined_with_dp(const nn::GPTConfig& config, int m, bool zero1
   return out;
 }
 
-class PipelineDataParallel : public testing::TestWithParam<bool> {};
+// (zero1, schedule): zero-bubble fills the gradients in its W's, so the sync fires from the last W.
+class PipelineDataParallel : public testing::TestWithParam<std::tuple<bool, ScheduleKind>> {};
 
 TEST_P(PipelineDataParallel, Dp2Pp2MatchesSerialAndSyncsOncePerStep) {
   SL_SKIP_UNLESS_WORLD(4);
-  const bool zero1 = GetParam();
+  const auto [zero1, schedule] = GetParam();
   const nn::GPTConfig config = config_with(3);
   const int m = 3;
-  const DataParallelRun one = pipelined_with_dp(config, 1, zero1);
-  const DataParallelRun many = pipelined_with_dp(config, m, zero1);
+  const DataParallelRun one = pipelined_with_dp(config, 1, zero1, schedule);
+  const DataParallelRun many = pipelined_with_dp(config, m, zero1, schedule);
   const TrainingRun reference = serial(config, kRowsPerMicro * m * 2, 1);
   EXPECT_TRUE(many.run.tied_equal);
   for (int s = 0; s < kSteps; ++s)
@@ -406,8 +438,13 @@ TEST_P(PipelineDataParallel, Dp2Pp2MatchesSerialAndSyncsOncePerStep) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Sync, PipelineDataParallel, testing::Values(false, true),
-                         [](const testing::TestParamInfo<bool>& info) { return info.param ? "zero1" : "ddp"; });
+INSTANTIATE_TEST_SUITE_P(Sync, PipelineDataParallel,
+                         testing::Combine(testing::Values(false, true),
+                                          testing::Values(ScheduleKind::one_f_one_b, ScheduleKind::zero_bubble)),
+                         [](const testing::TestParamInfo<std::tuple<bool, ScheduleKind>>& info) {
+                           return std::string(std::get<0>(info.param) ? "zero1" : "ddp") +
+                                  (std::get<1>(info.param) == ScheduleKind::zero_bubble ? "_zero_bubble" : "");
+                         });
 
 // Refused before any communication, naming the values.
 TEST(PipelineRunnerConfig, RefusesInvalidConfigurationsBeforeCommunicating) {

@@ -4,6 +4,8 @@
 // the simulated bubble against the formulas, and the timeline writers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "parallel/pipeline/schedule.h"
@@ -135,14 +137,15 @@ TEST(PipelineSchedule, RefusesInvalidCombinationsNamingTheValues) {
   expect_error([] { make_schedule(ScheduleKind::one_f_one_b, 4, 6, 2); }, "--virtual-stages 2 needs --schedule interleaved");
   expect_error([] { make_schedule(ScheduleKind::interleaved, 1, 4, 2); }, "at least 2 stages (got 1)");
   expect_error([] { make_schedule(ScheduleKind::gpipe, 2, 0, 1); }, "micro-batches (0)");
-  expect_error([] { parse_schedule("zero-bubble"); }, "unknown schedule 'zero-bubble'");
+  expect_error([] { parse_schedule("zb-h2"); }, "unknown schedule 'zb-h2' (naive, gpipe, 1f1b, interleaved or zero-bubble)");
 }
 
 // Every valid combination is well formed and finishes under rendezvous semantics; every invalid one
 // is refused.
 TEST(PipelineSimulate, SweepEveryValidScheduleIsDeadlockFree) {
   int valid = 0, refused = 0;
-  for (auto kind : {ScheduleKind::naive, ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved})
+  for (auto kind : {ScheduleKind::naive, ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved,
+                    ScheduleKind::zero_bubble})
     for (int p = 1; p <= 8; ++p)
       for (int m = 1; m <= 32; ++m)
         for (int v = 1; v <= 4; ++v) {
@@ -161,7 +164,7 @@ TEST(PipelineSimulate, SweepEveryValidScheduleIsDeadlockFree) {
           const Schedule s = make_schedule(kind, p, m, v);
           EXPECT_NO_THROW(check(s)) << schedule_name(kind) << " p " << p << " m " << m << " v " << v;
         }
-  EXPECT_EQ(valid + refused, 4 * 8 * 32 * 4);
+  EXPECT_EQ(valid + refused, 5 * 8 * 32 * 4);
   EXPECT_GT(valid, 900);
   EXPECT_GT(refused, 900);
 }
@@ -215,6 +218,58 @@ TEST(PipelineValidate, CatchesMalformedLists) {
   expect_error([&] { validate(missing); }, "rank 0 never runs F or B of micro-batch 1 on chunk 0");
 }
 
+// Zero-bubble's own rules: W after its B, exactly once, and only where the backward is split.
+TEST(PipelineValidate, ZeroBubbleWeightGradientRules) {
+  const Schedule zb = make_schedule(ScheduleKind::zero_bubble, 2, 2);
+  EXPECT_NO_THROW(validate(zb));
+  Schedule w_first = zb;  // rank 1 (last): F0 B0 F1 B1 W0 W1 — move W0 before B0
+  auto& list = w_first.ranks[1];
+  auto w0 = std::find(list.begin(), list.end(), Action{Kind::weight, 0, 1, -1});
+  auto b0 = std::find(list.begin(), list.end(), Action{Kind::backward, 0, 1, -1});
+  ASSERT_TRUE(w0 != list.end() && b0 != list.end());
+  const Action w = *w0;
+  list.erase(w0);
+  list.insert(b0, w);
+  expect_error([&] { validate(w_first); }, "rank 1 runs W0.1 before its input-gradient backward B0.1");
+  Schedule dropped = zb;
+  dropped.ranks[0].erase(std::find(dropped.ranks[0].begin(), dropped.ranks[0].end(), Action{Kind::weight, 1, 0, -1}));
+  expect_error([&] { validate(dropped); }, "rank 0 never runs W of micro-batch 1 on chunk 0: its weight gradient would be lost");
+  Schedule foreign = make_schedule(ScheduleKind::one_f_one_b, 2, 1);
+  foreign.ranks[0].push_back({Kind::weight, 0, 0, -1});
+  expect_error([&] { validate(foreign); }, "1f1b does not split the backward");
+}
+
+// ZB-H1: 1F1B's warm-up and F,B order; rank r lets r W's wait and runs the rest after each B.
+TEST(PipelineSchedule, ZeroBubbleIsOneFOneBWithWeightsHeldBackRPerRank) {
+  EXPECT_EQ(make_schedule(ScheduleKind::zero_bubble, 4, 4).str(),
+            "rank 0: F0 F1 F2 F3 B0 W0 B1 W1 B2 W2 B3 W3\n"
+            "rank 1: F0 F1 F2 B0 F3 B1 W0 B2 W1 B3 W2 W3\n"
+            "rank 2: F0 F1 B0 F2 B1 F3 B2 W0 B3 W1 W2 W3\n"
+            "rank 3: F0 B0 F1 B1 F2 B2 F3 B3 W0 W1 W2 W3\n");
+  for (int p : {2, 4, 5})
+    for (int m : {1, 3, 8}) {
+      const Schedule zb = make_schedule(ScheduleKind::zero_bubble, p, m);
+      const Schedule one = make_schedule(ScheduleKind::one_f_one_b, p, m);
+      for (int r = 0; r < p; ++r) {
+        std::vector<Action> fb;  // zero-bubble's F and B: 1F1B's order
+        int waiting = 0, most_waiting = 0, next_w = 0;
+        for (const Action& a : compute_of(zb, r)) {
+          if (a.kind != Kind::weight) fb.push_back(a);
+          waiting += a.kind == Kind::backward ? 1 : a.kind == Kind::weight ? -1 : 0;
+          most_waiting = std::max(most_waiting, waiting);
+          if (a.kind == Kind::weight) EXPECT_EQ(a.micro, next_w++) << "W's run in micro-batch order";
+        }
+        EXPECT_EQ(fb, compute_of(one, r)) << "p " << p << " m " << m << " rank " << r;
+        EXPECT_EQ(most_waiting, std::min(r + 1, m)) << "p " << p << " m " << m << " rank " << r;
+      }
+      // The micro-batches held (F done, W not yet) never exceed what 1F1B's rank 0 holds.
+      const auto held = peak_in_flight(zb), held_1f1b = peak_in_flight(one);
+      EXPECT_LE(*std::max_element(held.begin(), held.end()), *std::max_element(held_1f1b.begin(), held_1f1b.end()));
+    }
+  expect_error([] { make_schedule(ScheduleKind::zero_bubble, 4, 8, 2); }, "--virtual-stages 2 needs --schedule interleaved");
+  EXPECT_EQ(parse_schedule("zero-bubble"), ScheduleKind::zero_bubble);
+}
+
 // With F = 1 and B = 2 and free communication the simulated bubble is the formula exactly for
 // GPipe and 1F1B; interleaved follows (p-1)/(v·m+p-1) when its chunks cost 1/v of a stage.
 TEST(PipelineSimulate, BubbleMatchesTheFormula) {
@@ -231,6 +286,22 @@ TEST(PipelineSimulate, BubbleMatchesTheFormula) {
     }
   const Simulation naive = simulate(make_schedule(ScheduleKind::naive, 4, 3));
   EXPECT_NEAR(naive.timeline.bubble(), 3.0 / 4, 1e-12);
+}
+
+// ZB-H1 with F = B = W = 1 (the default costs split a backward of 2 into B 1 + W 1): each rank idles
+// p-1 units of 3m + p-1, a third of 1F1B's p-1 units of F+B+W; exact for m >= p.
+TEST(PipelineSimulate, ZeroBubbleBubbleIsAThirdOfOneFOneBs) {
+  for (int p : {2, 3, 4, 8})
+    for (int m : {p, p + 1, 2 * p, 4 * p}) {
+      const Simulation sim = simulate(make_schedule(ScheduleKind::zero_bubble, p, m));
+      ASSERT_FALSE(sim.deadlocked) << sim.stuck;
+      const double expected = static_cast<double>(p - 1) / (3 * m + p - 1);
+      EXPECT_NEAR(sim.timeline.bubble(), expected, 1e-12) << "p " << p << " m " << m;
+      EXPECT_EQ(bubble_formula(ScheduleKind::zero_bubble, p, m, 1), expected);
+      EXPECT_NEAR(sim.timeline.span(), 3 * m + p - 1, 1e-12);
+      const Simulation one = simulate(make_schedule(ScheduleKind::one_f_one_b, p, m));
+      EXPECT_NEAR(one.timeline.span() - 3 * m, 3 * (p - 1), 1e-12) << "1F1B idles three times as long";
+    }
 }
 
 TEST(PipelineTimeline, WritersDrawEveryEvent) {
@@ -254,6 +325,22 @@ TEST(PipelineTimeline, WritersDrawEveryEvent) {
   for (const auto& e : json["traceEvents"]) complete += e["ph"] == "X";
   EXPECT_EQ(complete, events);
   expect_error([&] { write_trace(sim.timeline, "/tmp/trace.txt"); }, "must end in .svg or .json");
+}
+
+TEST(PipelineTimeline, WritersDrawZeroBubblesWeightGradients) {
+  const Simulation sim = simulate(make_schedule(ScheduleKind::zero_bubble, 3, 4));
+  size_t weights = 0;
+  for (const auto& rank : sim.timeline.ranks)
+    for (const auto& e : rank) weights += e.kind == TimelineEvent::Kind::weight;
+  EXPECT_EQ(weights, 3u * 4);
+  const std::string gantt = ascii_gantt(sim.timeline, 48);
+  EXPECT_NE(gantt.find("A-J W (weight gradient)"), std::string::npos) << gantt;
+  EXPECT_NE(gantt.find('D'), std::string::npos) << gantt;  // W of micro-batch 3
+  EXPECT_NE(svg(sim.timeline).find(">W3<"), std::string::npos);
+  const auto json = nlohmann::json::parse(chrome_trace_json(sim.timeline));
+  size_t named_w = 0;
+  for (const auto& e : json["traceEvents"]) named_w += e["name"] == "W2";
+  EXPECT_EQ(named_w, 3u);
 }
 
 }  // namespace

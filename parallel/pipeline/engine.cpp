@@ -3,8 +3,10 @@
 
 #include <chrono>
 #include <map>
+#include <optional>
 #include <thread>
 
+#include "autograd/deferred_grad.h"
 #include "tensor/ledger.h"
 #include "tensor/ops.h"
 
@@ -19,6 +21,9 @@ struct InFlight {
   Tensor input;     // received activation [B, T, C] (a leaf), undefined on chunk 0
   Tensor output;    // the chunk's output [B, T, C], or the weighted loss on the last chunk
   Tensor grad_out;  // received gradient of output [B, T, C]
+  bool input_grad_done = false;  // its B has run and its input gradient has left (or there is none)
+  DeferredGrads weight_grads;    // zero-bubble: the work its W does
+  bool weights_done = false;     // its W has run (or the schedule has none)
 };
 }  // namespace
 
@@ -35,8 +40,14 @@ StepResult run_schedule(const Schedule& schedule, Stage& stage, ProcessGroup& pp
   SL_CHECK(static_cast<int>(micros.size()) == schedule.micro_batches, "pipeline engine: the schedule is for ",
            schedule.micro_batches, " micro-batches, got ", micros.size());
   const auto& list = schedule.ranks[rank];
+  const bool split = schedule.split_backward();
+  const Kind fills_grads = split ? Kind::weight : Kind::backward;  // the action that fills param .grad
   int backwards_left = 0;
-  for (const Action& a : list) backwards_left += a.kind == Kind::backward;
+  for (const Action& a : list) backwards_left += a.kind == fills_grads;
+  TensorList parameters;  // whose gradients a split B leaves to W
+  if (split)
+    for (const auto& part : stage.parts)
+      for (const Tensor& t : part->parameters()) parameters.push_back(t);
 
   StepResult result;
   std::map<std::pair<int, int>, InFlight> held;  // (micro, chunk) -> its tensors
@@ -44,6 +55,11 @@ StepResult run_schedule(const Schedule& schedule, Stage& stage, ProcessGroup& pp
   auto seconds = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
   auto activation_shape = [&](int micro) {
     return cut->activation_shape(micros[micro].batch.inputs, stage.parts[0]->config().n_embd);  // [B, T, C]
+  };
+  // A (micro, chunk) goes once nothing needs it: B done and its gradient sent, and W done.
+  auto retire = [&](std::pair<int, int> key) {
+    const InFlight& f = held.at(key);
+    if (f.input_grad_done && (f.weights_done || !split)) held.erase(key);
   };
   auto synthetic_cost = [&](int micro, int chunk, double factor) {
     if (options.sleep_per_layer_row_seconds <= 0) return;
@@ -75,14 +91,32 @@ StepResult run_schedule(const Schedule& schedule, Stage& stage, ProcessGroup& pp
     }
     if (a.kind == Kind::backward) {
       InFlight& f = held.at({a.micro, a.chunk});
-      if (before_backward) before_backward(--backwards_left == 0);
-      if (a.chunk == last_chunk) f.output.backward();
-      else f.output.backward(f.grad_out);
+      if (before_backward && !split) before_backward(--backwards_left == 0);
+      {
+        std::optional<DeferGradsGuard> defer;
+        if (split) defer.emplace(f.weight_grads, parameters);  // B: input gradients only
+        if (a.chunk == last_chunk) f.output.backward();
+        else f.output.backward(f.grad_out);
+      }
       f.output = Tensor();
       f.grad_out = Tensor();
-      synthetic_cost(a.micro, a.chunk, 2);
-      if (a.chunk == 0) held.erase({a.micro, a.chunk});  // nothing to send back: all of it goes now
+      synthetic_cost(a.micro, a.chunk, split ? 1 : 2);
       result.events.push_back({TimelineEvent::Kind::backward, a.micro, a.chunk, t0, seconds()});
+      if (a.chunk == 0) {  // nothing to send back
+        f.input_grad_done = true;
+        retire({a.micro, a.chunk});
+      }
+      ++i;
+      continue;
+    }
+    if (a.kind == Kind::weight) {
+      InFlight& f = held.at({a.micro, a.chunk});
+      if (before_backward) before_backward(--backwards_left == 0);
+      f.weight_grads.run();  // W: the weight gradients B queued
+      f.weights_done = true;
+      synthetic_cost(a.micro, a.chunk, 1);
+      result.events.push_back({TimelineEvent::Kind::weight, a.micro, a.chunk, t0, seconds()});
+      retire({a.micro, a.chunk});
       ++i;
       continue;
     }
@@ -120,7 +154,10 @@ StepResult run_schedule(const Schedule& schedule, Stage& stage, ProcessGroup& pp
     for (const WorkPtr& work : pp.batch_isend_irecv(ops)) work->wait();
     for (const Action& c : std::vector<Action>(list.begin() + static_cast<long>(i - ops.size()), list.begin() + static_cast<long>(i)))
       if (c.kind == Kind::recv_activation) held[{c.micro, c.chunk + 1}].input.set_requires_grad(true);
-    for (const auto& key : sent_grads) held.erase(key);  // its B is done and its gradient has left
+    for (const auto& key : sent_grads) {  // its B is done and its gradient has left
+      held.at(key).input_grad_done = true;
+      retire(key);
+    }
     // The next stage has its own copy of a sent output; backward needs only its node (the block's
     // last op, a residual add, saves nothing), so its bytes go now (Megatron's deallocate_output_tensor).
     // Were anything to read them, it would throw ("released"), not read garbage.

@@ -8,6 +8,9 @@
 //             them over tp and cp, and the activations become [B, T/cp(/tp under SP), C])
 //   B(m, c)   output.backward(received gradient [B, T, C])  (the last chunk: loss_m.backward());
 //             the input leaf's .grad is what goes to the previous chunk
+//             zero-bubble: the same backward under a DeferGradsGuard over the stage's parameters
+//             (autograd/deferred_grad.h): only input gradients now; the weights' work is queued
+//   W(m, c)   zero-bubble: runs that queue; the parameters' .grad (and DDP's/ZeRO's hooks) fill here
 //   send/recv consecutive ones are posted together with batch_isend_irecv, then waited on
 //
 //   weight_m = counted_m · dp / C: each micro-batch's mean loss weighted by its share of the global
@@ -16,7 +19,8 @@
 //   with weight 1).
 //
 //   Memory: a micro-batch's input and graph are held from its F to its B, then dropped: the number
-//   held at once is the schedule's in-flight count (GPipe m, 1F1B min(p-r, m)). Its output
+//   held at once is the schedule's in-flight count (GPipe m, 1F1B min(p-r, m)). Zero-bubble keeps,
+//   from B to W, what the weight gradients need (the linears' inputs and output gradients). Its output
 //   [B, T, C] is freed as soon as it has been sent (the next stage holds its own copy; backward
 //   starts from the output's node, not its bytes), as Megatron's deallocate_output_tensor does.
 //
@@ -36,7 +40,7 @@ namespace sl::parallel::pipeline {
 
 struct EngineOptions {
   // Lessons and benchmarks only: sleep this long per layer and per micro-batch row in each F (twice
-  // in each B) on top of the real compute: a fixed cost per layer, so a schedule's shape shows even
+  // in each B; once in a split B and once in its W) on top of the real compute: a fixed cost per layer, so a schedule's shape shows even
   // when the ranks share fewer cores than there are ranks (bench/pipeline.cpp).
   double sleep_per_layer_row_seconds = 0;
   // Free each sent output's bytes at once (the default). Off: they live until the micro-batch's B
@@ -52,7 +56,8 @@ struct StepResult {
 
 // Runs this rank's list of `schedule` on `stage`. micros: every micro-batch (the same on every
 // rank); weights[m]: the factor loss_m is multiplied by before its backward; loss_factor[m]: its
-// weight in the returned loss share. before_backward(last) runs before each B (may be empty).
+// weight in the returned loss share. before_backward(last) runs before each action that fills the
+// parameters' gradients: each B, or each W when the schedule splits the backward (may be empty).
 // cut: how each chunk runs and its loss (null: the plain ChunkCut, stage.h).
 StepResult run_schedule(const Schedule& schedule, Stage& stage, ProcessGroup& pp,
                         const std::vector<nn::TokenStream::MicroBatch>& micros, const std::vector<double>& weights,

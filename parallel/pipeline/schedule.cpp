@@ -2,6 +2,7 @@
 #include "parallel/pipeline/schedule.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include "parallel/pipeline/stage.h"
@@ -15,14 +16,16 @@ const char* schedule_name(ScheduleKind kind) {
     case ScheduleKind::gpipe: return "gpipe";
     case ScheduleKind::one_f_one_b: return "1f1b";
     case ScheduleKind::interleaved: return "interleaved";
+    case ScheduleKind::zero_bubble: return "zero-bubble";
   }
   return "?";
 }
 
 ScheduleKind parse_schedule(const std::string& name) {
-  for (auto kind : {ScheduleKind::naive, ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved})
+  for (auto kind : {ScheduleKind::naive, ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved,
+                    ScheduleKind::zero_bubble})
     if (name == schedule_name(kind)) return kind;
-  SL_CHECK(false, "pipeline: unknown schedule '", name, "' (naive, gpipe, 1f1b or interleaved; zero-bubble is not built)");
+  SL_CHECK(false, "pipeline: unknown schedule '", name, "' (naive, gpipe, 1f1b, interleaved or zero-bubble)");
   return ScheduleKind::gpipe;
 }
 
@@ -36,6 +39,7 @@ std::string Action::str() const {
   switch (kind) {
     case Kind::forward: return "F" + id;
     case Kind::backward: return "B" + id;
+    case Kind::weight: return "W" + id;
     case Kind::send_activation: return "send act " + id + " -> " + std::to_string(peer);
     case Kind::recv_activation: return "recv act " + id + " <- " + std::to_string(peer);
     case Kind::send_grad: return "send grad " + id + " -> " + std::to_string(peer);
@@ -50,7 +54,7 @@ std::string Schedule::str() const {
     out += "rank " + std::to_string(r) + ":";
     for (const Action& a : ranks[r])
       if (a.is_compute())
-        out += std::string(" ") + (a.kind == Action::Kind::forward ? "F" : "B") + std::to_string(a.micro) +
+        out += std::string(" ") + a.str().substr(0, 1) + std::to_string(a.micro) +
                (virtual_stages > 1 ? "." + std::to_string(a.chunk) : "");
     out += "\n";
   }
@@ -74,6 +78,7 @@ namespace {
 using Kind = Action::Kind;
 Action F(int m, int c) { return {Kind::forward, m, c, -1}; }
 Action B(int m, int c) { return {Kind::backward, m, c, -1}; }
+Action W(int m, int c) { return {Kind::weight, m, c, -1}; }
 
 // Megatron's interleaved order: the k-th forward (or backward) of a rank runs this (micro, chunk).
 Action interleaved_action(int k, int rank, int p, int v, bool forward) {
@@ -165,6 +170,21 @@ Schedule make_schedule(ScheduleKind kind, int p, int m, int v) {
       for (int i = 0; i < warmup; ++i) list.push_back(F(i, r));          // warm-up
       for (int i = 0; i < m - warmup; ++i) list.insert(list.end(), {F(warmup + i, r), B(i, r)});  // steady
       for (int i = m - warmup; i < m; ++i) list.push_back(B(i, r));      // cool-down
+    } else if (kind == ScheduleKind::zero_bubble) {
+      // ZB-H1: 1F1B's warm-up and F,B pairs; rank r lets `lag` = r W's wait (they fill its cool-down).
+      const int warmup = std::min(p - r - 1, m), lag = r;
+      int b = 0, w = 0;
+      auto backward = [&] {
+        list.push_back(B(b++, r));
+        if (b - w > lag) list.push_back(W(w++, r));
+      };
+      for (int i = 0; i < warmup; ++i) list.push_back(F(i, r));  // warm-up
+      for (int i = warmup; i < m; ++i) {                          // steady
+        list.push_back(F(i, r));
+        backward();
+      }
+      while (b < m) backward();                                   // cool-down
+      while (w < m) list.push_back(W(w++, r));                    // the W's held back
     } else {
       return interleaved_schedule(p, m, v);
     }
@@ -176,19 +196,34 @@ Schedule with_communication(ScheduleKind kind, int p, int m, int v, const std::v
   Schedule s{kind, p, m, v, std::vector<std::vector<Action>>(p)};
   const int last = p * v - 1;
   for (int r = 0; r < p; ++r) {
-    for (const Action& a : compute[r]) {
-      SL_CHECK(a.is_compute(), "pipeline: a compute order holds only F and B, got ", a.str());
+    std::optional<Action> pending_send;  // a B's send held back past the W's that follow it
+    for (size_t k = 0; k < compute[r].size(); ++k) {
+      const Action& a = compute[r][k];
+      SL_CHECK(a.is_compute(), "pipeline: a compute order holds only F, B and W, got ", a.str());
       SL_CHECK(a.chunk >= 0 && a.chunk <= last && chunk_rank(a.chunk, p) == r, "pipeline: rank ", r, " was given ",
                a.str(), " but chunk ", a.chunk, " lives on rank ", chunk_rank(a.chunk, p));
       std::vector<Action>& list = s.ranks[r];
-      if (a.kind == Kind::forward) {
+      if (a.kind == Kind::weight) {
+        list.push_back(a);  // sends and needs nothing
+      } else if (a.kind == Kind::forward) {
         if (a.chunk > 0) list.push_back({Kind::recv_activation, a.micro, a.chunk - 1, chunk_rank(a.chunk - 1, p)});
         list.push_back(a);
         if (a.chunk < last) list.push_back({Kind::send_activation, a.micro, a.chunk, chunk_rank(a.chunk + 1, p)});
       } else {
         if (a.chunk < last) list.push_back({Kind::recv_grad, a.micro, a.chunk + 1, chunk_rank(a.chunk + 1, p)});
         list.push_back(a);
-        if (a.chunk > 0) list.push_back({Kind::send_grad, a.micro, a.chunk, chunk_rank(a.chunk - 1, p)});
+        if (a.chunk > 0) pending_send = Action{Kind::send_grad, a.micro, a.chunk, chunk_rank(a.chunk - 1, p)};
+      }
+      // In the steady state B's gradient goes after the W's that follow it, with the next forward's
+      // receive in one batch (1F1B's send_backward_recv_forward): under rendezvous a send waits for
+      // its receive, which the previous stage posts only after its own next forward, a W's time
+      // later. In the cool-down (no forward follows) it goes at once: the previous stage waits for it.
+      size_t next = k + 1;
+      while (next < compute[r].size() && compute[r][next].kind == Kind::weight) ++next;
+      const bool forward_after_ws = next > k + 1 && next < compute[r].size() && compute[r][next].kind == Kind::forward;
+      if (pending_send && !forward_after_ws) {
+        list.push_back(*pending_send);
+        pending_send.reset();
       }
     }
   }
@@ -202,7 +237,7 @@ std::vector<int> peak_in_flight(const Schedule& schedule) {
     int peak = 0;
     for (const Action& a : list) {
       if (a.kind == Kind::forward) live.insert({a.micro, a.chunk});
-      if (a.kind == Kind::backward) live.erase({a.micro, a.chunk});
+      if (a.kind == (schedule.split_backward() ? Kind::weight : Kind::backward)) live.erase({a.micro, a.chunk});
       peak = std::max(peak, static_cast<int>(live.size()));
     }
     peaks.push_back(peak);
@@ -212,6 +247,8 @@ std::vector<int> peak_in_flight(const Schedule& schedule) {
 
 double bubble_formula(ScheduleKind kind, int p, int m, int v) {
   if (kind == ScheduleKind::naive) return static_cast<double>(p - 1) / p;  // one micro-batch in flight
+  // ZB-H1 with F = B = W: each rank idles p-1 passes of 3m + p-1 (1F1B: p-1 of F+B+W per pass).
+  if (kind == ScheduleKind::zero_bubble) return static_cast<double>(p - 1) / (3 * m + p - 1);
   const int work = kind == ScheduleKind::interleaved ? v * m : m;
   return static_cast<double>(p - 1) / (work + p - 1);
 }

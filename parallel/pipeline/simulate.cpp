@@ -52,7 +52,7 @@ void validate(const Schedule& s) {
   // Per pair of ranks, the tags of the sends and of the receives, in issue order.
   std::map<std::pair<int, int>, std::vector<const Action*>> sends, recvs;
   for (int r = 0; r < p; ++r) {
-    std::map<std::pair<int, int>, int> forward_at, backward_at;  // (micro, chunk) -> position
+    std::map<std::pair<int, int>, int> forward_at, backward_at, weight_at;  // (micro, chunk) -> position
     const auto& list = s.ranks[r];
     for (int i = 0; i < static_cast<int>(list.size()); ++i) {
       const Action& a = list[i];
@@ -61,9 +61,15 @@ void validate(const Schedule& s) {
       if (a.is_compute()) {
         SL_CHECK(chunk_rank(a.chunk, p) == r, "schedule: rank ", r, " runs ", a.str(), " but chunk ", a.chunk,
                  " lives on rank ", chunk_rank(a.chunk, p));
-        auto& seen = a.kind == Kind::forward ? forward_at : backward_at;
+        auto& seen = a.kind == Kind::forward ? forward_at : a.kind == Kind::backward ? backward_at : weight_at;
         SL_CHECK(!seen.count({a.micro, a.chunk}), "schedule: rank ", r, " runs ", a.str(), " twice");
         seen[{a.micro, a.chunk}] = i;
+        if (a.kind == Kind::weight) {
+          SL_CHECK(s.split_backward(), "schedule: rank ", r, " runs ", a.str(), " but ", schedule_name(s.kind),
+                   " does not split the backward (W belongs to zero-bubble)");
+          SL_CHECK(backward_at.count({a.micro, a.chunk}), "schedule: rank ", r, " runs ", a.str(),
+                   " before its input-gradient backward B", a.micro, ".", a.chunk, " (W uses what B left)");
+        }
         if (a.kind == Kind::backward)
           SL_CHECK(forward_at.count({a.micro, a.chunk}), "schedule: rank ", r, " runs ", a.str(),
                    " before its forward F", a.micro, ".", a.chunk);
@@ -91,8 +97,12 @@ void validate(const Schedule& s) {
     }
     for (int c = r; c < chunks; c += p)
       for (int micro = 0; micro < m; ++micro)
+      {
         SL_CHECK(forward_at.count({micro, c}) && backward_at.count({micro, c}), "schedule: rank ", r,
                  " never runs F or B of micro-batch ", micro, " on chunk ", c);
+        SL_CHECK(!s.split_backward() || weight_at.count({micro, c}), "schedule: rank ", r,
+                 " never runs W of micro-batch ", micro, " on chunk ", c, ": its weight gradient would be lost");
+      }
   }
   for (const auto& [pair, list] : sends) {
     const auto& other = recvs[pair];
@@ -128,11 +138,18 @@ Simulation simulate(const Schedule& s, const Costs& costs) {
         const Step& step = steps[r][at[r]];
         if (step.compute) {
           const Action& a = s.ranks[r][step.actions[0]];
-          const bool fwd = a.kind == Kind::forward;
           const double start = clock[r];
-          clock[r] += fwd ? costs.forward : costs.backward;
-          sim.timeline.ranks[r].push_back(
-              {fwd ? TimelineEvent::Kind::forward : TimelineEvent::Kind::backward, a.micro, a.chunk, start, clock[r]});
+          TimelineEvent::Kind kind = TimelineEvent::Kind::forward;
+          if (a.kind == Kind::forward) clock[r] += costs.forward;
+          if (a.kind == Kind::backward) {
+            kind = TimelineEvent::Kind::backward;
+            clock[r] += s.split_backward() ? costs.backward - costs.weight : costs.backward;
+          }
+          if (a.kind == Kind::weight) {
+            kind = TimelineEvent::Kind::weight;
+            clock[r] += costs.weight;
+          }
+          sim.timeline.ranks[r].push_back({kind, a.micro, a.chunk, start, clock[r]});
           ++at[r];
           moved = true;
           continue;

@@ -1,7 +1,8 @@
 // simulate.h — before a schedule runs: is it well formed, and does it finish?
 //
 //   validate(s)   every rank runs F(m, c) and then B(m, c) exactly once for each micro-batch m of each
-//                 of its chunks c; every send and receive sits after the compute that makes its
+//                 of its chunks c, and W(m, c) once after B(m, c) when the schedule splits the
+//                 backward (zero-bubble; no W otherwise); every send and receive sits after the compute that makes its
 //                 tensor and before the compute that needs it; between each pair of ranks the k-th
 //                 send meets the k-th receive (NCCL's rule) with the same tag (micro-batch, chunk,
 //                 direction).
@@ -13,6 +14,7 @@
 //
 //   The simulation also times the lists with fixed costs (F = 1, B = 2 by default; communication
 //   free), which gives the ideal timeline the lessons draw and the bubble the formula predicts.
+//   A split backward costs the same in all: B = backward - weight = 1, W = weight = 1.
 //
 //   Tests: tests/test_pipeline_schedule.cpp (every valid (p ≤ 8, m ≤ 32, v ≤ 4) finishes; a hand-made
 //   deadlock is found)
@@ -28,7 +30,8 @@ namespace sl::parallel::pipeline {
 void validate(const Schedule& schedule);
 
 struct Costs {
-  double forward = 1, backward = 2;
+  double forward = 1, backward = 2;  // backward: input and weight gradients together
+  double weight = 1;                 // the W part of it, when the schedule splits the backward
 };
 
 struct Simulation {

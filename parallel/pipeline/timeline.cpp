@@ -41,6 +41,7 @@ double Timeline::bubble() const {
 static char micro_char(const TimelineEvent& e) {
   const int m = e.micro % 26;
   if (e.kind == Kind::forward) return static_cast<char>(m < 10 ? '0' + m : 'A' + m - 10);
+  if (e.kind == Kind::weight) return static_cast<char>('A' + m);
   return static_cast<char>('a' + m);
 }
 
@@ -62,7 +63,13 @@ std::string ascii_gantt(const Timeline& t, int width) {
     std::snprintf(busy, sizeof busy, "  busy %3.0f%%", s > 0 ? 100 * t.busy(static_cast<int>(r)) / s : 0.0);
     out += "rank " + std::to_string(r) + " |" + row + "|" + busy + "\n";
   }
-  out += "        0-9,A-P forward of micro-batch 0..25   a-z backward   - in send/recv (waiting for a peer, mostly)   . idle\n";
+  bool weights = false;
+  for (const auto& events : t.ranks)
+    for (const auto& e : events) weights = weights || e.kind == Kind::weight;
+  out += weights ? "        0-9 forward of micro-batch 0..9   a-j backward B (input gradient)   A-J W (weight gradient)"
+                   "   - send/recv   . idle\n"
+                 : "        0-9,A-P forward of micro-batch 0..25   a-z backward   - in send/recv (waiting for a peer, "
+                   "mostly)   . idle\n";
   return out;
 }
 
@@ -71,6 +78,7 @@ static const char* colour(const TimelineEvent& e) {
   static const char* const backward[] = {"#e15759", "#f08a5d", "#b83b3e"};
   const int shade = std::max(e.chunk, 0) % 3;  // the chunks of interleaving in three shades
   if (e.kind == Kind::comm) return "#bab0ac";
+  if (e.kind == Kind::weight) return "#59a14f";
   return e.kind == Kind::forward ? forward[shade] : backward[shade];
 }
 
@@ -96,13 +104,14 @@ std::string svg(const Timeline& t) {
       out += buf;
       if (e.kind != Kind::comm && w > 14) {
         std::snprintf(buf, sizeof buf, "<text x=\"%.2f\" y=\"%.1f\" fill=\"white\">%c%d</text>\n", x + 2, y + 16,
-                      e.kind == Kind::forward ? 'F' : 'B', e.micro);
+                      e.kind == Kind::forward ? 'F' : e.kind == Kind::weight ? 'W' : 'B', e.micro);
         out += buf;
       }
     }
   }
   std::snprintf(buf, sizeof buf,
-                "<text x=\"%.0f\" y=\"%.0f\">blue forward, red backward, grey send/recv; bubble %.1f%%</text>\n</svg>\n",
+                "<text x=\"%.0f\" y=\"%.0f\">blue forward, red backward (B), green weight gradient (W), grey "
+                "send/recv; bubble %.1f%%</text>\n</svg>\n",
                 left, height - 4, 100 * t.bubble());
   out += buf;
   return out;
@@ -118,8 +127,8 @@ std::string chrome_trace_json(const Timeline& t) {
     out += buf;
     first = false;
     for (const auto& e : t.ranks[r]) {
-      std::string name = e.kind == Kind::comm ? "send/recv"
-                                              : std::string(e.kind == Kind::forward ? "F" : "B") + std::to_string(e.micro);
+      const char* letter = e.kind == Kind::forward ? "F" : e.kind == Kind::weight ? "W" : "B";
+      std::string name = e.kind == Kind::comm ? "send/recv" : letter + std::to_string(e.micro);
       std::snprintf(buf, sizeof buf,
                     ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%zu,\"ts\":%.3f,\"dur\":%.3f,"
                     "\"args\":{\"micro\":%d,\"chunk\":%d}}",

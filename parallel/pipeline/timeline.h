@@ -1,8 +1,9 @@
-// timeline.h — what each pipeline rank did when: compute (F or B of which micro-batch and chunk),
+// timeline.h — what each pipeline rank did when: compute (F, B or W of which micro-batch and chunk),
 // communication (a send/recv batch, waiting included) and, in the gaps, idle. The engine records
 // it itself as it runs (no extra thread); the simulator produces one with unit costs.
 //
-//   ASCII Gantt (forward: the micro-batch's digit, backward: its letter, '-' communication, '.' idle)
+//   ASCII Gantt (forward: the micro-batch's digit, backward: its letter, a zero-bubble W: its capital
+//   letter, '-' communication, '.' idle)
 //
 //     rank 0 |0123---------abcd|
 //     rank 1 |.0123-------abcd.|
@@ -23,7 +24,7 @@
 namespace sl::parallel::pipeline {
 
 struct TimelineEvent {
-  enum class Kind : uint8_t { forward, backward, comm };
+  enum class Kind : uint8_t { forward, backward, comm, weight };  // weight: a zero-bubble W
   Kind kind = Kind::forward;
   int micro = -1, chunk = -1;  // compute only
   double start = 0, end = 0;   // seconds from the step's start
