@@ -190,7 +190,7 @@ TEST_F(TrainCli, ModelCuttingLayoutsLogTheSerialLosses) {
   std::vector<double> expected = logged_losses(serial);
   ASSERT_EQ(expected.size(), 4u);
   for (const std::string layout :
-       {"--pp 2", "--pp 2 --schedule naive --micro-batches 3", "--pp 2 --schedule interleaved --micro-batches 2",
+       {"--pp 2", "--pp 2 --schedule naive --micro-batches 3", "--pp 2 --schedule zero-bubble --micro-batches 3", "--pp 2 --schedule interleaved --micro-batches 2",
         "--dp 2 --pp 2 --micro-batches 2 --zero 1", "--tp 2", "--tp 2 --sp", "--dp 3 --tp 2 --micro-batches 2",
         "--cp 2", "--cp 2 --cp-balance none --cp-variant allgather", "--dp 2 --cp 2 --zero 1",
         // N-D: several cuts at once (parallel/nd)

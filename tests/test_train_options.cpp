@@ -57,7 +57,7 @@ TEST(TrainOptions, BadCombinationsAreUsageErrors) {
            {"--schedule gpipe", "--schedule, --virtual-stages, --stage-layers and --trace are pipeline flags: add --pp N"},
            {"--trace t.svg", "--schedule, --virtual-stages, --stage-layers and --trace are pipeline flags: add --pp N"},
            {"--pp 2 --trace t.png", "--trace: expected a FILE.svg or FILE.json, got 't.png'"},
-           {"--pp 2 --schedule zb", "--schedule: expected one of naive, gpipe, 1f1b, interleaved, got 'zb'"},
+           {"--pp 2 --schedule zb", "--schedule: expected one of naive, gpipe, 1f1b, interleaved, zero-bubble, got 'zb'"},
            {"--pp 2 --virtual-stages 2", "--virtual-stages 2 needs --schedule interleaved"},
            {"--pp 2 --stage-layers 1,,1", "--stage-layers: expected layer counts like 2,1,1, got '1,,1'"},
            {"--pp 2 --stage-layers 1,99999999999", "--stage-layers: expected layer counts in 1..1048576 like 2,1,1, got '1,99999999999'"},

@@ -63,7 +63,7 @@ inline const char* const kUsage = R"(usage: train [flags]
   --offload                 ZeRO-1/2/3: optimizer state and update on the host
   --naive-dp                the classic DataParallel (rank 0 scatters, gathers and steps)
   --pp N                    pipeline stages (world = dp x pp x tp x cp; pp, tp and cp combine)
-  --schedule naive|gpipe|1f1b|interleaved    the pipeline schedule (default 1f1b)
+  --schedule naive|gpipe|1f1b|interleaved|zero-bubble   the pipeline schedule (default 1f1b)
   --virtual-stages V        interleaved: model chunks per stage (default 1)
   --stage-layers a,b,...    layers per stage (default: balanced by count)
   --trace FILE.svg|FILE.json   the pipeline's timeline: an SVG picture or a Chrome trace (Perfetto)
@@ -183,7 +183,7 @@ inline Options parse(int argc, char** argv) {
       throw UsageError{"expected one of " + names + ", got '" + v + "'"};
     };
   };
-  flags["--schedule"] = choice(o.schedule, {"naive", "gpipe", "1f1b", "interleaved"});
+  flags["--schedule"] = choice(o.schedule, {"naive", "gpipe", "1f1b", "interleaved", "zero-bubble"});
   flags["--cp-balance"] = choice(o.cp_balance, {"zigzag", "none"});
   flags["--cp-variant"] = choice(o.cp_variant, {"ring", "allgather"});
   flags["--stage-layers"] = [&](const std::string& v) {
