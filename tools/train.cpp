@@ -75,6 +75,12 @@ struct Run {
   parallel::ParallelismConfig parallelism;
 };
 
+std::string format_percent(double fraction) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f%%", 100 * fraction);
+  return text;
+}
+
 // --stage-layers "2,1,1" (the options checked its form).
 std::vector<int> parse_stage_layers(const std::string& text) {
   std::vector<int> layers;
@@ -369,14 +375,16 @@ int train(const Options& options) {
     Profiler::disable();
   }
   if (o.steps > 0) std::printf("trained %lld steps in %.1f s\n", (long long)o.steps, seconds);
+  std::string serial_accuracy;  // --compare-serial on addition: the serial model's, beside the layout's
   if (o.compare_serial) {
     std::unique_ptr<nn::GPT> serial = initial_model(r);
     std::vector<double> serial_losses = train_serial(r, *serial, false);
     train_report::print_comparison(losses, serial_losses, model.state_dict(), serial->state_dict());
+    if (r.addition) serial_accuracy = " (the serial run: " + format_percent(accuracy(r, *serial)) + ")";
   }
   if (r.addition)
-    std::printf("final held-out accuracy: %.1f%% of %zu unseen %lld-digit sums\n", 100 * accuracy(r, model),
-                r.addition->heldout().size(), (long long)o.digits);
+    std::printf("final held-out accuracy: %.1f%% of %zu unseen %lld-digit sums%s\n", 100 * accuracy(r, model),
+                r.addition->heldout().size(), (long long)o.digits, serial_accuracy.c_str());
   if (!o.save.empty()) {
     train_files::save_weights("--save", o.save, model.state_dict());
     std::printf("saved %s\n", o.save.c_str());
