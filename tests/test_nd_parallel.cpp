@@ -188,6 +188,7 @@ std::vector<NdCase> cases() {
   add({.name = "dp2_pp2_tp2_sp_zero1", .dp = 2, .pp = 2, .tp = 2, .sp = true, .zero = 1, .micro_batches = 2});
   add({.name = "dp2_pp2_cp2", .dp = 2, .pp = 2, .cp = 2, .micro_batches = 2});
   add({.name = "dp2_tp2_sp_cp2", .dp = 2, .tp = 2, .cp = 2, .sp = true});
+  add({.name = "dp2_tp2_cp2_zero1_clip", .dp = 2, .tp = 2, .cp = 2, .zero = 1, .clip = 0.05});
   add({.name = "pp2_tp2_cp2", .pp = 2, .tp = 2, .cp = 2, .micro_batches = 2});
   add({.name = "pp2_tp2_sp_cp2_zigzag", .pp = 2, .tp = 2, .cp = 2, .sp = true, .micro_batches = 4});
   add({.name = "pp2v2_tp2_cp2_interleaved", .pp = 2, .tp = 2, .cp = 2, .micro_batches = 2, .schedule = "interleaved",
