@@ -198,8 +198,9 @@ test: deps
 	@set -f; $(SAN_ENV) SL_TRAIN_BIN=$(BUILD)/bin/train bash tools/run_tests.sh $(TEST_BIN) $(GTEST_ARGS)
 
 # The main job, the showcase: the GPT learns addition on 8 thread ranks, dp 2 x pp 2 x tp 2, and is
-# checked against the serial run (--compare-serial). `make run TRAIN_ARGS=` trains serially.
-TRAIN_ARGS ?= --dp 2 --pp 2 --tp 2 --micro-batches 2 --compare-serial
+# checked against the serial run (--compare-serial); it fails below 90% held-out accuracy.
+# `make run TRAIN_ARGS=` trains serially.
+TRAIN_ARGS ?= --dp 2 --pp 2 --tp 2 --micro-batches 2 --compare-serial --min-accuracy 90
 run: deps
 	@$(MAKE) --no-print-directory $(BUILD)/bin/train
 	$(SAN_ENV) $(BUILD)/bin/train $(TRAIN_ARGS)

@@ -227,6 +227,10 @@ TEST_F(TrainCli, ModelCuttingLayoutsLogTheSerialLosses) {
   }
   std::remove(serial4.c_str());
   std::remove(interleaved.c_str());
+  // make run's check: a run below --min-accuracy fails, naming both numbers (4 steps learn nothing).
+  CliRun weak = run_train(tiny + " --eval-every 0 --min-accuracy 90");
+  EXPECT_EQ(weak.exit_code, 1) << weak.output;
+  EXPECT_NE(weak.output.find("is below --min-accuracy 90%"), std::string::npos) << weak.output;
   CliRun heads = run_train(tiny + " --tp 3 --n-head 3 --n-embd 15");  // 3 heads split, the sequence does not matter
   EXPECT_EQ(heads.exit_code, 0) << heads.output;
   CliRun odd = run_train(tiny + " --tp 4");

@@ -66,6 +66,8 @@ TEST(TrainOptions, BadCombinationsAreUsageErrors) {
            {"--cp 2 --cp-balance half", "--cp-balance: expected one of zigzag, none, got 'half'"},
            {"--pp 2 --schedule interleaved --virtual-stages 2 --dp 2",
             "--virtual-stages 2 with --dp 2: DDP cannot all-reduce from an interleaved stage's last backward (it covers one chunk); add --zero 1"},
+           {"--min-accuracy 101", "--min-accuracy: expected a percentage in 0..100, got '101'"},
+           {"--task text --data x --min-accuracy 50", "--min-accuracy checks the addition task's held-out accuracy; --task is text"},
            {"--tp 2 --zero 2", "--pp, --tp and --cp run with DDP (--zero 0) or --zero 1 over --dp ranks; not with --zero 2"},
            {"--dp 2 --pp 2 --tp 2 --zero 2",
             "--zero 2 with --pp 2: ZeRO-2 would reduce-scatter the gradients on every micro-batch (each stage runs one "

@@ -382,13 +382,18 @@ int train(const Options& options) {
     train_report::print_comparison(losses, serial_losses, model.state_dict(), serial->state_dict());
     if (r.addition) serial_accuracy = " (the serial run: " + format_percent(accuracy(r, *serial)) + ")";
   }
-  if (r.addition)
-    std::printf("final held-out accuracy: %.1f%% of %zu unseen %lld-digit sums%s\n", 100 * accuracy(r, model),
+  double final_accuracy = 1;
+  if (r.addition) {
+    final_accuracy = accuracy(r, model);
+    std::printf("final held-out accuracy: %.1f%% of %zu unseen %lld-digit sums%s\n", 100 * final_accuracy,
                 r.addition->heldout().size(), (long long)o.digits, serial_accuracy.c_str());
+  }
   if (!o.save.empty()) {
     train_files::save_weights("--save", o.save, model.state_dict());
     std::printf("saved %s\n", o.save.c_str());
   }
+  SL_CHECK(100 * final_accuracy >= o.min_accuracy, "the final held-out accuracy ", format_percent(final_accuracy),
+           " is below --min-accuracy ", o.min_accuracy, "%");
   return 0;
 }
 

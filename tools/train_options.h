@@ -19,6 +19,7 @@ struct Options {
   int64_t n_layer = 2, n_head = 4, n_embd = 128, block_size = 0 /* auto */, batch_size = 128, steps = 1500;
   int64_t warmup_steps = 100, eval_every = 500, digits = 2, threads = 2, micro_batches = 1;
   double lr = 3e-3, min_lr = 3e-4, weight_decay = 0.1, grad_clip = 1.0, adam_eps = 1e-8;
+  double min_accuracy = 0;  // percent: the run fails below it (addition's held-out accuracy)
   uint64_t seed = 1337;
   bool profile = false, help = false;
   // Data parallelism (parallel/train/trainer.h): ranks are threads, or processes under mpirun.
@@ -72,6 +73,7 @@ inline const char* const kUsage = R"(usage: train [flags]
   --cp-balance zigzag|none  the causal load balance (default zigzag)
   --cp-variant ring|allgather   pass K/V around a ring, or gather them all (default ring)
   --compare-serial          also train the serial model and report the largest difference
+  --min-accuracy P          addition: exit 1 when the final held-out accuracy is below P percent
   --report-json PATH        per rank: mesh coordinates, memory by category, bytes and calls per group
                             and op, compute/communication/idle time (README: "The run report")
   --help
@@ -150,6 +152,10 @@ inline Options parse(int argc, char** argv) {
   flags["--min-lr"] = real(o.min_lr, 0);
   flags["--weight-decay"] = real(o.weight_decay, 0);
   flags["--grad-clip"] = real(o.grad_clip, 0);
+  flags["--min-accuracy"] = [&](const std::string& v) {
+    real(o.min_accuracy, 0)(v);
+    if (o.min_accuracy > 100) throw UsageError{"expected a percentage in 0..100, got '" + v + "'"};
+  };
   flags["--adam-eps"] = [&](const std::string& v) {
     // Adam divides by sqrt(v) + eps: 0 would turn a parameter with no gradient into 0/0.
     const UsageError positive{"expected a number > 0, got '" + v + "'"};
@@ -238,6 +244,8 @@ inline Options parse(int argc, char** argv) {
   if ((o.task == "text" || o.task == "bin") && o.data.empty())
     throw UsageError{"--task " + o.task + " needs --data PATH"};
   if (o.task == "bin" && o.vocab_size == 0) throw UsageError{"--task bin needs --vocab-size N"};
+  if (o.min_accuracy > 0 && o.task != "addition")
+    throw UsageError{"--min-accuracy checks the addition task's held-out accuracy; --task is " + o.task};
   if (o.task != "bin" && o.vocab_size != 0)
     throw UsageError{"--vocab-size is for --task bin only (" + o.task + " uses bytes: 256)"};
   if (o.n_embd % o.n_head != 0)
