@@ -207,9 +207,10 @@ TEST_F(TrainCli, ModelCuttingLayoutsLogTheSerialLosses) {
   }
   for (const std::string trace : {"timeline.svg", "timeline.json"}) {
     const std::string path = temp_path(trace);
-    CliRun run = run_train(tiny + " --pp 2 --schedule gpipe --micro-batches 3 --trace " + path);
+    CliRun run = run_train(tiny + " --dp 2 --pp 2 --schedule gpipe --micro-batches 3 --trace " + path);
     ASSERT_EQ(run.exit_code, 0) << run.output;
-    EXPECT_NE(run.output.find("wrote the pipeline's timeline to " + path), std::string::npos) << run.output;
+    EXPECT_NE(run.output.find("wrote the timeline of every rank to " + path), std::string::npos) << run.output;
+    EXPECT_NE(run.output.find("rank 3 |"), std::string::npos) << "every rank of the world, not one pipeline";
     const std::string text = read_file(path);
     EXPECT_NE(text.find(trace.ends_with(".svg") ? "<svg" : "\"traceEvents\""), std::string::npos) << text.substr(0, 200);
     std::remove(path.c_str());

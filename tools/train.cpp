@@ -229,14 +229,16 @@ std::vector<double> train_serial(Run& r, nn::GPT& model, bool report) {
   return losses;
 }
 
-// --trace: the last step's timeline of rank 0's pipeline (its pp group's ranks), gathered over pp.
-void write_pipeline_trace(parallel::Trainer& trainer, int rank, const std::string& path) {
+// --trace: the last step's timeline of the whole world, one row per rank (every rank runs a
+// pipeline stage when --pp is given), gathered over the world; rank 0 writes it.
+void write_pipeline_trace(parallel::Trainer& trainer, parallel::RankContext& ctx, const std::string& path) {
   auto* pipeline = dynamic_cast<parallel::pipeline::PipelineRunner*>(trainer.runner());
   if (pipeline == nullptr) return;  // the options allow --trace with --pp only
-  parallel::pipeline::Timeline timeline = pipeline->gather_timeline();  // collective over pp
-  if (rank != 0) return;
+  parallel::pipeline::Timeline timeline =
+      parallel::pipeline::gather_timeline(pipeline->events(), *ctx.world, pipeline->schedule().micro_batches);
+  if (ctx.rank != 0) return;
   parallel::pipeline::write_trace(timeline, path);
-  std::printf("\n%s\nwrote the pipeline's timeline to %s\n", parallel::pipeline::ascii_gantt(timeline).c_str(),
+  std::printf("\n%s\nwrote the timeline of every rank to %s\n", parallel::pipeline::ascii_gantt(timeline).c_str(),
               path.c_str());
 }
 
@@ -309,7 +311,7 @@ std::vector<double> train_parallel(Run& r, nn::StateDict& weights) {
       return trainer.train_step(r.stream, step, o.batch_size, o.block_size, lr, o.grad_clip);
     };
     std::vector<double> mine = loop(r, ctx.rank == 0, step_fn, {});
-    if (!o.trace.empty()) write_pipeline_trace(trainer, ctx.rank, o.trace);
+    if (!o.trace.empty()) write_pipeline_trace(trainer, ctx, o.trace);
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     reports[ctx.rank] = parallel::collect_rank_report(ctx.rank, trainer.mesh().coordinates(), trainer.ledgers(),
                                                       ctx.device, wall, trainer.step_seconds(),
