@@ -40,7 +40,7 @@ struct NdCase {
   std::string name;
   int dp = 1, pp = 1, tp = 1, cp = 1;
   bool sp = false;
-  int zero = 0;  // over dp: 0 DDP (dp_replicate), 1 ZeRO-1 (dp_shard)
+  int zero = 0;  // over dp: 0 DDP (dp_replicate), 1 ZeRO-1 (dp_shard), 3 FSDP over each stage (dp_shard, pp only)
   int micro_batches = 1;
   std::string schedule = "1f1b";
   int virtual_stages = 1;
@@ -143,6 +143,7 @@ TEST_P(NdParallelParity, MatchesSerialThroughTheTrainer) {
         Trainer trainer(
             ctx, plan,
             [&](const DeviceMesh& mesh) -> std::unique_ptr<ModelRunner> {
+              if (c.zero == 3) return make_model_runner(plan, config, kSeed, {}, mesh);  // train's: the pipeline's
               NdOptions options{.sequence_parallel = c.sp,
                                 .cp = {.balance = c.balance == "zigzag" ? CpBalance::zigzag : CpBalance::none,
                                        .variant = c.variant == "ring" ? CpVariant::ring : CpVariant::allgather}};
@@ -196,6 +197,12 @@ std::vector<NdCase> cases() {
   // the clip counts every element once: the placements (sharded, replicated, tied) must be right
   add({.name = "dp2_pp2_tp2_clip", .dp = 2, .pp = 2, .tp = 2, .micro_batches = 2, .clip = 0.05});
   add({.name = "pp2_tp2_sp_cp2_clip", .pp = 2, .tp = 2, .cp = 2, .sp = true, .micro_batches = 2, .clip = 0.05});
+  // FSDP with PP (torchtitan): each stage's chunk sharded over dp_shard, the tied wte's gradient
+  // shards summed between the first and last stage, the clip counting the last stage's copy out
+  add({.name = "pp2_fsdp2", .dp = 2, .pp = 2, .zero = 3, .micro_batches = 4});
+  add({.name = "pp2_fsdp2_gpipe_clip", .dp = 2, .pp = 2, .zero = 3, .micro_batches = 2, .schedule = "gpipe",
+       .clip = 0.05});
+  add({.name = "pp3_fsdp2", .dp = 2, .pp = 3, .zero = 3, .micro_batches = 4, .n_layer = 4});
   return out;
 }
 

@@ -25,9 +25,12 @@
 
 #include "nn/data.h"
 #include "nn/module.h"
+#include "nn/optim.h"
 #include "parallel/comm/grad_norm.h"
 
 namespace sl::parallel {
+
+class FullyShardedGPT;
 
 struct BackwardHooks {
   // Called right before each backward pass the runner starts on this rank, in the order they run;
@@ -51,6 +54,15 @@ class ModelRunner {
   // Whether forward_backward's result counts on this rank (one rank per part of the loss: the last
   // pipeline stage, tp rank 0, every cp rank for its tokens).
   virtual bool holds_loss() const = 0;
+
+  // FSDP (ZeRO-3) over this rank's part, sharded over shard_group with AdamW on the shards: the
+  // wrapper the Trainer then clips, steps and zeroes (owned by the runner, whose gathers read
+  // through it). Null where the chapter cannot shard its part (the default): the Trainer refuses.
+  virtual FullyShardedGPT* shard_parameters(ProcessGroupPtr shard_group, const nn::AdamWOptions& adamw) {
+    (void)shard_group;
+    (void)adamw;
+    return nullptr;
+  }
 
   // The chapter's own gradient sums after the backward passes; none by default.
   virtual void finish_gradients() {}

@@ -64,10 +64,22 @@ void TrainPlan::validate(int world_size) const {
     SL_CHECK(!(zero == 2 && c.pp > 1), "Trainer: ", c.str(), ": ZeRO-2 (--zero 2) with pp ", c.pp,
              " would reduce-scatter the gradients on every micro-batch (the stage runs ", micro_batches,
              " backward passes a step); use --zero 1 with the pipeline");
-    SL_CHECK(zero <= 1 && !offload, "Trainer: ", c.str(), " runs under DDP (--zero 0) or ZeRO-1; --zero ", zero,
-             offload ? " with --offload" : "", " would ",
+    // FSDP with pp (torchtitan's pp x dp_shard): each stage's chunk sharded over dp_shard.
+    const bool fsdp_stages = zero == 3 && c.pp > 1;
+    if (fsdp_stages) {
+      SL_CHECK(c.tp == 1 && c.cp == 1, "Trainer: ", c.str(), ": FSDP (--zero 3) with pp shards whole stage chunks; "
+               "with tp ", c.tp, " or cp ", c.cp, " it is not supported (use --zero 1)");
+      SL_CHECK(c.dp_replicate == 1 && !offload, "Trainer: ", c.str(), ": FSDP with pp ", c.pp,
+               " shards over dp_shard only; ", c.dp_replicate > 1 ? "HSDP (dp_replicate > 1)" : "--offload",
+               " with a pipeline is not supported");
+      SL_CHECK(virtual_stages == 1 && (schedule == "naive" || schedule == "gpipe" || schedule == "1f1b"), "Trainer: ",
+               c.str(), ": FSDP with the ", schedule, " schedule (virtual_stages ", virtual_stages,
+               ") is not supported: use naive, gpipe or 1f1b with one chunk per stage");
+    }
+    SL_CHECK((zero <= 1 || fsdp_stages) && !offload, "Trainer: ", c.str(), " runs under DDP (--zero 0) or ZeRO-1; --zero ",
+             zero, offload ? " with --offload" : "", " would ",
              zero == 2 ? "reduce-scatter every micro-batch's gradients" : "shard the parameters a chapter cuts",
-             " (not supported yet)");
+             " (not supported yet; FSDP runs with pp alone)");
   }
   SL_CHECK(micro_batches >= 1, "Trainer: --micro-batches must be >= 1 (got ", micro_batches, ")");
   if (naive) {
@@ -100,6 +112,7 @@ struct Trainer::Impl {
   std::unique_ptr<NaiveDataParallel> naive;
   std::unique_ptr<ZeroAdamW> zero;
   std::unique_ptr<FullyShardedGPT> fsdp;
+  FullyShardedGPT* stage_fsdp = nullptr;  // FSDP over a cut model's part (pp): the runner owns it
   std::unique_ptr<nn::AdamW> adamw;  // DDP on every rank; naive DP on rank 0 only
   std::unique_ptr<ModelRunner> runner;  // this rank's part of the model and how a step runs on it
   CommStats at_start;                // what construction sent (broadcasts), subtracted from reports
@@ -130,7 +143,7 @@ struct Trainer::Impl {
       all.emplace_back("dp_shard", &fsdp->shard_group()->ledger());
       if (fsdp->replicate_group() && fsdp->replicate_group() != fsdp->shard_group())
         all.emplace_back("dp_replicate", &fsdp->replicate_group()->ledger());
-    } else if (zero) {
+    } else if (zero || stage_fsdp) {
       all.emplace_back("dp_shard", &mesh->group("dp_shard")->ledger());
     } else if (ddp) {
       all.emplace_back("dp", &mesh->group("dp")->ledger());
@@ -268,7 +281,12 @@ Trainer::Trainer(RankContext& ctx, const TrainPlan& plan, const RunnerFactory& m
   s.metrics = ctx.world->split(0);
   s.runner = make_runner(*s.mesh);
   SL_CHECK(s.runner != nullptr, "Trainer: the RunnerFactory returned no runner for ", plan.parallelism.str());
-  s.build_data_parallel(s.runner->module());
+  if (plan.zero == 3) {  // FSDP over this rank's stage (validate() admits only what a runner can shard)
+    s.stage_fsdp = s.runner->shard_parameters(s.mesh->group("dp_shard"), adamw);
+    SL_CHECK(s.stage_fsdp != nullptr, "Trainer: ", plan.parallelism.str(), ": this runner cannot shard its part (FSDP)");
+  } else {
+    s.build_data_parallel(s.runner->module());
+  }
   s.at_start = s.total();
 }
 
@@ -336,7 +354,8 @@ double Trainer::Impl::step(const nn::TokenStream& data, int64_t step, int64_t ba
   if (s.ddp) s.ddp->zero_grad();
   if (s.zero) s.zero->zero_grad();
   if (s.adamw && !s.ddp) s.adamw->zero_grad();  // a cut model at dp 1
-  if (s.fsdp) s.fsdp->lr = lr;
+  FullyShardedGPT* sharded = s.fsdp ? s.fsdp.get() : s.stage_fsdp;
+  if (sharded) sharded->lr = lr;
   // DDP all-reduces only in the rank's last backward: the sum of all of them.
   std::optional<DistributedDataParallel::NoSyncGuard> local_only;
   BackwardHooks hooks;
@@ -354,10 +373,10 @@ double Trainer::Impl::step(const nn::TokenStream& data, int64_t step, int64_t ba
   s.runner->finish_gradients();
   const double loss_sum = s.runner->holds_loss() ? share : 0.0;
   if (s.keep_gradients) s.keep_full_gradients();
-  if (s.fsdp) {
-    if (grad_clip > 0) s.fsdp->clip_grad_norm(grad_clip);
-    s.fsdp->step();
-    s.fsdp->zero_grad();
+  if (sharded) {  // a pipeline stage's norm adds the other stages' (the tied wte counted once)
+    if (grad_clip > 0) sharded->clip_grad_norm(grad_clip, s.stage_fsdp ? s.mesh->group("pp") : nullptr);
+    sharded->step();
+    sharded->zero_grad();
   } else if (s.zero) {
     s.zero->lr = lr;
     if (grad_clip > 0) {

@@ -54,36 +54,65 @@ FullyShardedGPT::FullyShardedGPT(nn::GPT& model, ProcessGroupPtr shard_group, Pr
            "FullyShardedGPT: AdamW betas must be in [0, 1) (got ", options.beta1, ", ", options.beta2, ")");
   SL_CHECK(options.eps >= 0 && lr >= 0, "FullyShardedGPT: AdamW lr (", lr, ") and eps (", options.eps,
            ") must not be negative");
-  // The root unit: embeddings and final LayerNorm (the head is wte, tied). Then one unit per block.
-  nn::NamedTensors root = with_prefix("wte.", model.wte->named_parameters());
-  for (auto& entry : with_prefix("wpe.", model.wpe->named_parameters())) root.push_back(entry);
-  for (auto& entry : with_prefix("ln_f.", model.ln_f->named_parameters())) root.push_back(entry);
-  units_.push_back(FsdpUnit::make("root", root, shard_group_, replicate_group_, fsdp.offload));
-  for (size_t i = 0; i < model.h->size(); ++i) {
-    std::string prefix = "h." + std::to_string(i) + ".";
+  // The whole model: the root unit holds the embeddings and the final LayerNorm (the head is wte,
+  // tied). A pipeline stage's part: wte is a unit of its own (the first stage's embedding and the
+  // last stage's head copy then have equal shard layouts, so their gradient shards can be summed:
+  // fsdp.h), and wpe / ln_f, where the part holds them, form the root. Then one unit per block.
+  std::vector<std::shared_ptr<FsdpUnit>> around_part;  // gathered around the whole forward
+  if (model.is_whole()) {
+    nn::NamedTensors root = with_prefix("wte.", model.wte->named_parameters());
+    for (auto& entry : with_prefix("wpe.", model.wpe->named_parameters())) root.push_back(entry);
+    for (auto& entry : with_prefix("ln_f.", model.ln_f->named_parameters())) root.push_back(entry);
+    units_.push_back(FsdpUnit::make("root", root, shard_group_, replicate_group_, fsdp.offload));
+    around_part.push_back(units_.back());
+  } else {
+    SL_CHECK(model.spec().tp_size == 1, "FullyShardedGPT: a tensor-parallel part (", model.spec().str(),
+             ") cannot be sharded (FSDP with tp is not supported)");
+    if (model.wte) {
+      units_.push_back(FsdpUnit::make("wte", with_prefix("wte.", model.wte->named_parameters()), shard_group_,
+                                      replicate_group_, fsdp.offload));
+      tied_wte_ = !model.spec().has_embedding();  // the head's copy: its elements are counted on the first stage
+      around_part.push_back(units_.back());
+    }
+    nn::NamedTensors root;
+    if (model.wpe) root = with_prefix("wpe.", model.wpe->named_parameters());
+    if (model.ln_f)
+      for (auto& entry : with_prefix("ln_f.", model.ln_f->named_parameters())) root.push_back(entry);
+    if (!root.empty()) {
+      units_.push_back(FsdpUnit::make("root", root, shard_group_, replicate_group_, fsdp.offload));
+      around_part.push_back(units_.back());
+    }
+  }
+  first_block_ = units_.size();
+  for (int64_t layer = model.spec().layer_begin; layer < model.spec().layer_end; ++layer) {
+    std::string prefix = "h." + std::to_string(layer) + ".";  // the serial model's (global) layer index
     units_.push_back(FsdpUnit::make(prefix.substr(0, prefix.size() - 1),
-                                    with_prefix(prefix, model.block(i).named_parameters()), shard_group_,
+                                    with_prefix(prefix, model.block(layer).named_parameters()), shard_group_,
                                     replicate_group_, fsdp.offload));
   }
   int64_t wrapped = 0;
   for (const auto& unit : units_) wrapped += unit->layout().numel;
   SL_ASSERT(wrapped == model.num_parameters());  // every parameter in exactly one unit
-  // The root is gathered around the whole forward (wte is the first op and the tied head the last),
-  // each block around its own.
-  wrap(model, units_[0], /*is_root=*/true);
-  for (size_t i = 0; i < model.h->size(); ++i) wrap(model.block(static_cast<int64_t>(i)), units_[1 + i], false);
+  // The root (and a part's wte) is gathered around the whole forward (wte is the first op and the
+  // tied head the last), each block around its own.
+  wrap(model, around_part, /*is_root=*/true);
+  for (int64_t layer = model.spec().layer_begin; layer < model.spec().layer_end; ++layer)
+    wrap(model.block(layer), {units_[first_block_ + static_cast<size_t>(layer - model.spec().layer_begin)]}, false);
 }
 
-void FullyShardedGPT::wrap(nn::Module& module, const std::shared_ptr<FsdpUnit>& unit, bool is_root) {
-  std::weak_ptr<FsdpUnit> weak = unit;
+void FullyShardedGPT::wrap(nn::Module& module, const std::vector<std::shared_ptr<FsdpUnit>>& units, bool is_root) {
+  std::vector<std::weak_ptr<FsdpUnit>> weak(units.begin(), units.end());
   hooks_.emplace_back(&module, module.register_forward_pre_hook([this, weak, is_root](nn::Module&, const Tensor&) {
     if (is_root) finish_backward();  // a new forward: flush what the last backward left waiting
-    weak.lock()->unshard();
+    for (const auto& unit : weak) unit.lock()->unshard();
   }));
   hooks_.emplace_back(&module, module.register_forward_hook([weak](nn::Module&, const Tensor&, const Tensor& output) {
-    std::shared_ptr<FsdpUnit> unit = weak.lock();
-    Tensor marked = unshard_before_backward(output, unit);
-    unit->reshard();  // the graph keeps its saved tensors, whose bytes are gone until backward
+    Tensor marked = output;
+    for (const auto& w : weak) {
+      std::shared_ptr<FsdpUnit> unit = w.lock();
+      marked = unshard_before_backward(marked, unit);
+      unit->reshard();  // the graph keeps its saved tensors, whose bytes are gone until backward
+    }
     return marked;
   }));
 }
@@ -114,14 +143,17 @@ void FullyShardedGPT::finish_backward() {
 
 // ---- the optimizer side: everything on shards ----------------------------------------------------
 
-double FullyShardedGPT::clip_grad_norm(double max_norm) {
+double FullyShardedGPT::clip_grad_norm(double max_norm, const ProcessGroupPtr& stage_group) {
   SL_CHECK(max_norm > 0, "FullyShardedGPT::clip_grad_norm: max_norm must be positive (got ", max_norm, ")");
   finish_backward();
   // Shards of one replica partition the gradient (padding is zero; replicas hold equal copies, so
   // each computes the same total): every rank counts its shards, the shard group adds them.
   std::vector<nn::GradPiece> pieces;
-  for (const auto& unit : units_) pieces.push_back({unit->grad_shard(), true});
-  return nn::clip_grad_norm(pieces, max_norm, sum_in_rank_order(shard_group_));
+  for (const auto& unit : units_) pieces.push_back({unit->grad_shard(), !(tied_wte_ && unit->name() == "wte")});
+  if (!stage_group) return nn::clip_grad_norm(pieces, max_norm, sum_in_rank_order(shard_group_));
+  // A pipeline stage: this replica's stages add their sums too (the same order on every rank).
+  auto over_shards = sum_in_rank_order(shard_group_), over_stages = sum_in_rank_order(stage_group);
+  return nn::clip_grad_norm(pieces, max_norm, [&](double local) { return over_stages(over_shards(local)); });
 }
 
 void FullyShardedGPT::step() {
@@ -153,6 +185,12 @@ nn::StateDict FullyShardedGPT::full_optimizer_state() {
   return out;
 }
 
+FsdpUnit* FullyShardedGPT::unit(const std::string& name) const {
+  for (const auto& u : units_)
+    if (u->name() == name) return u.get();
+  return nullptr;
+}
+
 // ---- figures ---------------------------------------------------------------------------------------
 
 int64_t FullyShardedGPT::padded_numel() const {
@@ -169,8 +207,11 @@ int64_t FullyShardedGPT::shard_numel() const {
 
 int64_t FullyShardedGPT::largest_gathered_numel() const {
   int64_t largest_block = 0;
-  for (size_t i = 1; i < units_.size(); ++i) largest_block = std::max(largest_block, units_[i]->layout().padded_numel);
-  return units_[0]->layout().padded_numel + largest_block;
+  int64_t around_part = 0;
+  for (size_t i = 0; i < first_block_; ++i) around_part += units_[i]->layout().padded_numel;
+  for (size_t i = first_block_; i < units_.size(); ++i)
+    largest_block = std::max(largest_block, units_[i]->layout().padded_numel);
+  return around_part + largest_block;
 }
 
 }  // namespace sl::parallel

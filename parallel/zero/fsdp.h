@@ -27,6 +27,14 @@
 //   reduce-scatters them. Gathered buffers are freed in place (Storage::release), because autograd's
 //   saved tensors share the parameters' Storage (fsdp_unit.h says why).
 //
+//   A pipeline stage's part (an nn::GPT over layers [b, e), parallel/pipeline/stage.h), as torchtitan
+//   wraps each stage's chunk: units wte (its own, where the part holds it), root = {wpe} or {ln_f},
+//   then h.b .. h.{e-1}, hooked on forward_part and the blocks as the pipeline engine calls them;
+//   each micro-batch's backward reduce-scatters into the shards, which add up until zero_grad. The
+//   first stage's wte and the last stage's tied copy then have equal shard layouts: the pipeline sums
+//   their gradient shards between pp ranks {0, p-1} (PipelineRunner::finish_gradients), and the clip
+//   counts the last stage's copy out (clip_grad_norm with the pp group).
+//
 //   HSDP (dp_replicate R x dp_shard S): shard within a group of S ranks as above, then all-reduce (avg)
 //   each gradient shard across the R replicas; the model lives in R copies of S shards.
 //
@@ -96,8 +104,9 @@ class FullyShardedGPT {
   Tensor loss(const Tensor& idx, const Tensor& targets);  // mean cross-entropy of this rank's rows
 
   // Global L2 norm of the gradient (local sum of squares -> all-reduce over the shard group -> sqrt),
-  // then nn::clip_grad_norm's rule on the shards. Returns the norm before clipping.
-  double clip_grad_norm(double max_norm);
+  // then nn::clip_grad_norm's rule on the shards. Returns the norm before clipping. A pipeline
+  // stage's part passes its pp group: the stages' sums are added too, the tied wte counted once.
+  double clip_grad_norm(double max_norm, const ProcessGroupPtr& stage_group = nullptr);
   void step();       // AdamW (nn::adamw_update's bits) on every unit's shard
   void zero_grad();  // zeroes the gradient shards
 
@@ -110,6 +119,11 @@ class FullyShardedGPT {
   double lr;
   nn::AdamWOptions options;
 
+  // Flushes the units a backward left waiting (unused parameters): the gradient shards are then
+  // complete. step(), zero_grad(), clip and full_grads() call it themselves.
+  void finish_backward();
+  FsdpUnit* unit(const std::string& name) const;  // "root", "wte" (a part's), "h.3"; null if none
+
   // The units, root first, and the figures the memory and communication formulas are made of (f32 elements).
   const std::vector<std::shared_ptr<FsdpUnit>>& units() const { return units_; }
 
@@ -120,14 +134,15 @@ class FullyShardedGPT {
   const ProcessGroupPtr& replicate_group() const { return replicate_group_; }
 
  private:
-  void finish_backward();  // flushes units a backward left waiting, in unit order on every rank
-  // Gathers `unit` before `module`'s forward and frees it after (marking the output for backward).
-  void wrap(nn::Module& module, const std::shared_ptr<FsdpUnit>& unit, bool is_root);
+  // Gathers `units` before `module`'s forward and frees them after (marking the output for backward).
+  void wrap(nn::Module& module, const std::vector<std::shared_ptr<FsdpUnit>>& units, bool is_root);
 
   nn::GPT& model_;
   std::vector<std::pair<nn::Module*, int>> hooks_;  // (module, hook id), removed by the destructor
   ProcessGroupPtr shard_group_, replicate_group_;
-  std::vector<std::shared_ptr<FsdpUnit>> units_;  // [0] = root, [1 + i] = block i
+  std::vector<std::shared_ptr<FsdpUnit>> units_;  // root (a part: wte, root), then the blocks from first_block_
+  size_t first_block_ = 0;
+  bool tied_wte_ = false;  // a last pipeline stage's part: its "wte" unit is the head's tied copy
 };
 
 }  // namespace sl::parallel
