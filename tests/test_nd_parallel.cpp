@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <memory>
 
 #include "nn/data.h"
@@ -26,6 +27,7 @@
 #include "parallel/train/runners.h"
 #include "parallel/train/trainer.h"
 #include "parallel_test_util.h"
+#include "tensor/ledger.h"
 #include "test_util.h"
 
 namespace sl::parallel {
@@ -248,6 +250,51 @@ TEST(NdParallel, LoadsTheSerialWeightsAndGathersThemBack) {
       quick(10000));
 }
 
+// FSDP with pp: between steps a rank holds 1/dp_shard of its stage's weights, gradients and AdamW
+// state (16 bytes per element, ZeRO-3's 16Ψ/N with Ψ the stage's), from the ledger. The stage's
+// units are worked out here from a part built from the stage's layer range: wte alone, wpe or ln_f,
+// one per block, each padded to a multiple of dp_shard.
+TEST(NdParallel, FsdpStageHoldsItsShareOfTheStage) {
+  SL_SKIP_UNLESS_WORLD(4);
+  const NdCase c{.name = "pp2_fsdp2", .dp = 2, .pp = 2, .zero = 3, .micro_batches = 2};
+  const nn::TokenStream data = masked_tokens();
+  launch(
+      4,
+      [&](RankContext& ctx) {
+        MemoryLedger& ledger = MemoryLedger::instance();
+        auto now = [&](MemoryCategory cat) { return ledger.current(ctx.device, cat); };
+        const int64_t weights0 = now(MemoryCategory::weights), grads0 = now(MemoryCategory::grads),
+                      optimizer0 = now(MemoryCategory::optimizer);
+        {
+          Trainer trainer(
+              ctx, plan_of(c),
+              [&](const DeviceMesh& mesh) { return make_model_runner(plan_of(c), config_of(c), kSeed, {}, mesh); },
+              parity_adamw());
+          const int stage = trainer.mesh().pp_rank();
+          std::map<std::string, int64_t> units;
+          int64_t stage_numel = 0;
+          {
+            nn::GPT part(config_of(c), kSeed, nn::GPTShardSpec::layers(stage, stage + 1));  // n_layer 2: one each
+            for (const auto& [name, p] : part.named_parameters()) {
+              const std::string unit = name.rfind("h.", 0) == 0 ? name.substr(0, name.find('.', 2))
+                                       : name.rfind("wte.", 0) == 0 ? "wte" : "root";
+              units[unit] += p.numel();
+              stage_numel += p.numel();
+            }
+          }
+          int64_t shard = 0;
+          for (const auto& [unit, numel] : units) shard += (numel + c.dp - 1) / c.dp;
+          for (int s = 0; s < 2; ++s) trainer.train_step(data, s, kBatch, kT, parity_adamw().lr, 0);
+          EXPECT_EQ(now(MemoryCategory::weights) - weights0, 4 * shard) << "stage " << stage;
+          EXPECT_EQ(now(MemoryCategory::grads) - grads0, 4 * shard) << "stage " << stage;
+          EXPECT_EQ(now(MemoryCategory::optimizer) - optimizer0, 8 * shard) << "stage " << stage;
+          // ~1/dp of the unsharded stage's 16 bytes per element (up to each unit's padding)
+          EXPECT_LE(16 * shard, 16 * (stage_numel / c.dp + static_cast<int64_t>(units.size())));
+        }
+      },
+      quick(10000));
+}
+
 // What cannot run is refused before any communication, naming the values and the reason.
 TEST(NdParallel, RefusalsNameTheirValues) {
   NdCase zero2{.name = "zero2", .dp = 2, .pp = 2, .zero = 2, .micro_batches = 2};
@@ -256,6 +303,17 @@ TEST(NdParallel, RefusalsNameTheirValues) {
                "micro-batch (the stage runs 2 backward passes a step)");
   NdCase fsdp{.name = "fsdp", .dp = 2, .tp = 2, .cp = 2, .zero = 3};
   expect_error([&] { plan_of(fsdp).validate(8); }, "--zero 3 would shard the parameters a chapter cuts");
+  // FSDP with pp runs over whole stage chunks, one per rank, under naive / gpipe / 1f1b only.
+  NdCase fsdp_tp{.name = "fsdp_tp", .dp = 2, .pp = 2, .tp = 2, .zero = 3};
+  expect_error([&] { plan_of(fsdp_tp).validate(8); },
+               "FSDP (--zero 3) with pp shards whole stage chunks; with tp 2 or cp 1 it is not supported");
+  NdCase fsdp_interleaved{.name = "fsdp_interleaved", .dp = 2, .pp = 2, .zero = 3, .micro_batches = 2,
+                          .schedule = "interleaved", .virtual_stages = 2, .n_layer = 4};
+  expect_error([&] { plan_of(fsdp_interleaved).validate(4); },
+               "FSDP with the interleaved schedule (virtual_stages 2) is not supported");
+  TrainPlan hsdp_pp = plan_of(NdCase{.name = "hsdp_pp", .dp = 2, .pp = 2, .zero = 3});
+  hsdp_pp.parallelism.dp_replicate = 2;
+  expect_error([&] { hsdp_pp.validate(8); }, "HSDP (dp_replicate > 1) with a pipeline is not supported");
   NdCase sp{.name = "sp", .tp = 4, .cp = 2, .sp = true};
   nn::GPTConfig config = config_of(sp);
   config.block_size = 12;

@@ -194,7 +194,9 @@ TEST_F(TrainCli, ModelCuttingLayoutsLogTheSerialLosses) {
         "--dp 2 --pp 2 --micro-batches 2 --zero 1", "--tp 2", "--tp 2 --sp", "--dp 3 --tp 2 --micro-batches 2",
         "--cp 2", "--cp 2 --cp-balance none --cp-variant allgather", "--dp 2 --cp 2 --zero 1",
         // N-D: several cuts at once (parallel/nd)
-        "--pp 2 --tp 2 --sp --cp 2 --micro-batches 2", "--dp 2 --pp 2 --tp 2 --micro-batches 2 --zero 1"}) {
+        "--pp 2 --tp 2 --sp --cp 2 --micro-batches 2", "--dp 2 --pp 2 --tp 2 --micro-batches 2 --zero 1",
+        // FSDP with pp: each stage's chunk sharded over dp (torchtitan)
+        "--pp 2 --dp 2 --zero 3 --micro-batches 3"}) {
     SCOPED_TRACE(layout);
     std::string path = temp_path("cut.jsonl");
     CliRun run = run_train(tiny + " " + layout + " --log-jsonl " + path);

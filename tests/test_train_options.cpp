@@ -97,6 +97,11 @@ TEST(TrainOptions, ValidCombinationsParse) {
   EXPECT_EQ(o.world(), 3);
   EXPECT_EQ(usage_error("--dp 2 --pp 2 --tp 2 --sp --cp 2 --micro-batches 2 --batch-size 8", &o), "");  // N-D
   EXPECT_EQ(o.world(), 16);
+  EXPECT_EQ(usage_error("--dp 2 --pp 2 --zero 3 --micro-batches 2 --batch-size 8", &o), "");  // FSDP with pp
+  EXPECT_EQ(o.world(), 4);
+  EXPECT_EQ(usage_error("--dp 2 --pp 2 --tp 2 --zero 3", &o),
+            "--zero 3 with --pp runs FSDP over each stage's whole chunk: only with tp = cp = 1, no HSDP or --offload, "
+            "and --schedule naive, gpipe or 1f1b");
   EXPECT_EQ(usage_error("--cp 2 --cp-balance none --cp-variant allgather --stage-layers 1 --pp 1", &o),
             "--schedule, --virtual-stages, --stage-layers and --trace are pipeline flags: add --pp N");
 }

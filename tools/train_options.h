@@ -274,8 +274,7 @@ inline Options parse(int argc, char** argv) {
     throw UsageError{"--zero 3 with --pp runs FSDP over each stage's whole chunk: only with tp = cp = 1, no HSDP or "
                      "--offload, and --schedule naive, gpipe or 1f1b"};
   if (o.cuts_model() && !fsdp_stages && (o.zero > 1 || o.offload || o.naive_dp || o.dp_replicate > 0))
-    throw UsageError{"--pp, --tp and --cp run with DDP (--zero 0) or --zero 1 over --dp ranks (and --pp with --zero 3); "
-                     "not with --zero " +
+    throw UsageError{"--pp, --tp and --cp run with DDP (--zero 0) or --zero 1 over --dp ranks; not with --zero " +
                      std::to_string(o.zero) + (o.offload ? ", --offload" : "") + (o.naive_dp ? ", --naive-dp" : "") +
                      (o.dp_replicate > 0 ? " or HSDP" : "")};
   if (o.pp > 1 && o.virtual_stages > 1 && o.zero == 0 && o.data_parallel() > 1)
