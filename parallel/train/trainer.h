@@ -11,6 +11,8 @@
 //   .offload with zero 1|2|3 (no replicas):  the optimizer state, master weights and update on the host
 //   {.pp | .tp | .cp = K} x dp               0|1   a chapter cuts the model (a ModelRunner: stage, TP
 //                                                  shard, sequence shard), DDP or ZeRO-1 over dp
+//   {.pp = K, .dp_shard = N}                 3     FSDP over each pipeline stage's chunk (ModelRunner::
+//                                                  shard_parameters; tp = cp = 1, naive/gpipe/1f1b)
 //   TrainPlan::data_parallel(N, zero) gives the first rows' meshes.
 //
 // One step, for every layout (Trainer::train_step):
