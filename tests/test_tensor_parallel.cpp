@@ -352,8 +352,10 @@ TEST(TensorParallel, LoadsTheSerialWeightsIntoItsShards) {
         DeviceMesh mesh(ctx.world, {.tp = 4});
         TensorParallelRunner runner(config, kSeed, mesh, {.sequence_parallel = true});
         runner.load_full_state_dict(serial.state_dict());
+        // detach(): the serial leaves are shared by every rank thread, and .to() on a leaf that
+        // requires grad would record a graph edge on it from each of them at once (a data race).
         for (const auto& [name, tensor] : runner.full_state_dict())
-          EXPECT_EQ(max_abs_diff(tensor, serial.state_dict().at(name).to(ctx.device)), 0.0) << name;
+          EXPECT_EQ(max_abs_diff(tensor, serial.state_dict().at(name).detach().to(ctx.device)), 0.0) << name;
         auto micros = data.micro_batches(0, kBatch, 8, 1);
         const double share = runner.forward_backward(micros, static_cast<double>(micros[0].counted), 1, {});
         if (runner.holds_loss()) {
