@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
   for (std::string mode; std::getline(list, mode, ',');) {
     parallel::TrainPlan plan = parallel::TrainPlan::data_parallel(world);
     if (mode == "zero1" || mode == "zero2" || mode == "zero3") plan = parallel::TrainPlan::data_parallel(world, mode[4] - '0');
-    else if (mode == "naive") plan.naive = true;
+    else if (mode == "naive") plan.dp_strategy = parallel::DpStrategy::naive;
     else if (mode != "ddp") {
       std::fprintf(stderr, "data_parallel: unknown mode %s\n", mode.c_str());
       return 2;

@@ -34,7 +34,7 @@
 #include "nn/gpt.h"
 #include "nn/optim.h"
 #include "parallel/pipeline/schedule.h"
-#include "parallel/train/runners.h"
+#include "parallel/train/factory.h"
 #include "parallel/train/trainer.h"
 #include "tensor/cpu/gemm.h"
 #include "tensor/error.h"
@@ -72,7 +72,7 @@ static parallel::TrainPlan parse_layout(const std::string& name) {
   bool fsdp = false;
   while (std::getline(parts, suffix, '_')) {
     if (suffix == "zero1")
-      plan.zero = 1;
+      plan.dp_strategy = parallel::DpStrategy::zero1;
     else if (suffix == "sp")
       plan.sequence_parallel = true;
     else if (suffix.size() > 1 && suffix[0] == 'm')
@@ -99,8 +99,8 @@ static parallel::TrainPlan parse_layout(const std::string& name) {
     else
       SL_CHECK(false, "nd_parallel: unknown dimension '", kind, "' in layout ", name, " (dp, fsdp, pp, tp, cp)");
   }
-  if (fsdp) plan.zero = 3;
-  if (plan.zero > 0)
+  if (fsdp) plan.dp_strategy = parallel::DpStrategy::fsdp;
+  if (plan.zero() > 0)
     par.dp_shard = dp;
   else
     par.dp_replicate = dp;
@@ -230,7 +230,7 @@ int main(int argc, char** argv) {
     }
     const auto& par = plan.parallelism;
     const double bubble = par.pp > 1
-                              ? parallel::pipeline::bubble_formula(parallel::pipeline::parse_schedule(plan.schedule),
+                              ? parallel::pipeline::bubble_formula(plan.schedule,
                                                                    par.pp, plan.micro_batches, 1)
                               : 0.0;
     auto kib = [&](const char* g) { return m.sent_kib.count(g) ? m.sent_kib.at(g) : 0.0; };

@@ -40,7 +40,7 @@
 #include "parallel/zero/fsdp.h"
 #include "parallel/comm/launch.h"
 #include "parallel/comm/mesh.h"
-#include "parallel/zero/zero.h"
+#include "parallel/zero/zero_adamw.h"
 #include "autograd/grad_mode.h"
 #include "tensor/ledger.h"
 

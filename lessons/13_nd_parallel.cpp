@@ -36,7 +36,7 @@
 #include "parallel/comm/launch.h"
 #include "parallel/comm/mesh.h"
 #include "parallel/pipeline/schedule.h"
-#include "parallel/train/runners.h"
+#include "parallel/train/factory.h"
 #include "parallel/train/trainer.h"
 #include "tensor/ledger.h"
 
@@ -143,7 +143,7 @@ struct Layout {
 static Layout layout(std::string name, ParallelismConfig par, int zero = 0, int micro = 1, bool sp = false) {
   TrainPlan plan;
   plan.parallelism = par;
-  plan.zero = zero;
+  plan.dp_strategy = zero_stage_strategy(zero);
   plan.micro_batches = micro;
   plan.sequence_parallel = sp;
   return {std::move(name), plan};
@@ -209,7 +209,7 @@ static Row measure(const Layout& l, int world, const nn::TokenStream& data) {
   }
   const auto& par = plan.parallelism;
   if (par.pp > 1)
-    row.bubble = pipeline::bubble_formula(pipeline::parse_schedule(plan.schedule), par.pp, plan.micro_batches, 1);
+    row.bubble = pipeline::bubble_formula(plan.schedule, par.pp, plan.micro_batches, 1);
   return row;
 }
 

@@ -30,7 +30,7 @@
 #include "parallel/data_parallel/data_parallel.h"
 #include "parallel/data_parallel/ddp.h"
 #include "parallel/zero/fsdp.h"
-#include "parallel/zero/zero.h"
+#include "parallel/zero/zero_adamw.h"
 #include "parallel_test_util.h"
 
 namespace sl::parallel {

@@ -12,7 +12,7 @@
 
 #include "parallel/comm/grad_norm.h"
 #include "parallel/comm/launch.h"
-#include "parallel/zero/zero.h"
+#include "parallel/zero/zero_adamw.h"
 #include "tensor/ops.h"
 #include "tests/test_util.h"
 

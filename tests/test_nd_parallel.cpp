@@ -23,8 +23,8 @@
 #include "nn/optim.h"
 #include "parallel/comm/grad_norm.h"
 #include "parallel/comm/launch.h"
-#include "parallel/nd/nd_cut.h"
-#include "parallel/train/runners.h"
+#include "parallel/nd/nd_runner.h"
+#include "parallel/train/factory.h"
 #include "parallel/train/trainer.h"
 #include "parallel_test_util.h"
 #include "tensor/ledger.h"
@@ -119,13 +119,13 @@ TrainPlan plan_of(const NdCase& c) {
   plan.parallelism.tp = c.tp;
   plan.parallelism.cp = c.cp;
   if (c.zero == 0) plan.parallelism.dp_replicate = c.dp;
-  else plan.parallelism.dp_shard = c.dp, plan.zero = c.zero;
+  else plan.parallelism.dp_shard = c.dp, plan.dp_strategy = zero_stage_strategy(c.zero);
   plan.micro_batches = c.micro_batches;
-  plan.schedule = c.schedule;
+  plan.schedule = pipeline::parse_schedule(c.schedule);
   plan.virtual_stages = c.virtual_stages;
   plan.sequence_parallel = c.sp;
-  plan.cp_balance = c.balance;
-  plan.cp_variant = c.variant;
+  plan.cp_balance = parse_cp_balance(c.balance);
+  plan.cp_variant = parse_cp_variant(c.variant);
   return plan;
 }
 

@@ -30,7 +30,7 @@
 #include "parallel/data_parallel/ddp.h"
 #include "parallel/pipeline/pipeline_runner.h"
 #include "parallel/train/trainer.h"
-#include "parallel/zero/zero.h"
+#include "parallel/zero/zero_adamw.h"
 #include "parallel_test_util.h"
 #include "tensor/ledger.h"
 #include "test_util.h"
@@ -492,7 +492,7 @@ TEST_P(PipelineTrainer, TrainerWithPipelineRunnerMatchesSerial) {
     TrainPlan plan;
     plan.parallelism.pp = 2;
     (zero ? plan.parallelism.dp_shard : plan.parallelism.dp_replicate) = 2;
-    plan.zero = zero;
+    plan.dp_strategy = zero_stage_strategy(zero);
     plan.micro_batches = m;
     Trainer trainer(ctx, plan, [&](const DeviceMesh& mesh) {
       return std::make_unique<PipelineRunner>(config, kSeed, mesh, options(ScheduleKind::one_f_one_b));

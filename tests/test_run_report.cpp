@@ -91,7 +91,7 @@ TEST_P(RunReport, EveryRowIsWhatTheLedgersHold) {
 INSTANTIATE_TEST_SUITE_P(Layouts, RunReport,
                          testing::Values(ReportCase{"ddp", TrainPlan::data_parallel(2), 2},
                                          ReportCase{"zero2", TrainPlan::data_parallel(2, 2), 2},
-                                         ReportCase{"hsdp", {.parallelism = {.dp_replicate = 2, .dp_shard = 2}, .zero = 3}, 4}),
+                                         ReportCase{"hsdp", {.parallelism = {.dp_replicate = 2, .dp_shard = 2}, .dp_strategy = DpStrategy::fsdp}, 4}),
                          [](const auto& info) { return info.param.name; });
 
 // train --report-json, serial and ZeRO-2: the file parses, names every rank's coordinates, and its

@@ -26,7 +26,7 @@
 #include "parallel/data_parallel/ddp.h"
 #include "parallel/tensor_parallel/runner.h"
 #include "parallel/train/trainer.h"
-#include "parallel/zero/zero.h"
+#include "parallel/zero/zero_adamw.h"
 #include "parallel_test_util.h"
 #include "test_util.h"
 
@@ -199,7 +199,7 @@ TEST_P(TensorParallelParity, MatchesSerialThroughTheTrainer) {
   TrainPlan plan;
   plan.parallelism.tp = c.tp;
   if (c.data_parallel == DataParallel::ddp) plan.parallelism.dp_replicate = c.dp;
-  if (c.data_parallel == DataParallel::zero1) plan.parallelism.dp_shard = c.dp, plan.zero = 1;
+  if (c.data_parallel == DataParallel::zero1) plan.parallelism.dp_shard = c.dp, plan.dp_strategy = DpStrategy::zero1;
   plan.micro_batches = c.micro_batches;
   plan.sequence_parallel = c.sp;
   launch(
@@ -379,7 +379,7 @@ TEST(TensorParallel, RejectsHeadsNotDivisibleByTp) {
         DeviceMesh mesh(ctx.world, {.tp = 3});
         const uint64_t before = mesh.group("tp")->collectives_issued();
         expect_error([&] { TensorParallelRunner runner(gpt(32, 4, 16), kSeed, mesh); },
-                     "n_head (4) is not divisible by tp (3)");
+                     "tensor parallel: n_head 4 does not split over tp 3");
         EXPECT_EQ(mesh.group("tp")->collectives_issued(), before);
       },
       quick());

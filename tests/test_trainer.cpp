@@ -141,7 +141,7 @@ TrainPlan with_micro_batches(TrainPlan plan, int micro_batches) {
 
 TrainPlan naive_plan(int world) {
   TrainPlan plan = TrainPlan::data_parallel(world);
-  plan.naive = true;
+  plan.dp_strategy = DpStrategy::naive;
   return plan;
 }
 
@@ -152,7 +152,7 @@ std::vector<TrainerCase> trainer_cases() {
     for (int zero : {0, 1, 2, 3}) cases.push_back({TrainPlan::data_parallel(world, zero), world, 0});
   }
   cases.push_back({TrainPlan::data_parallel(4), 4, 0});
-  const TrainPlan hsdp{.parallelism = {.dp_replicate = 2, .dp_shard = 2}, .zero = 3};
+  const TrainPlan hsdp{.parallelism = {.dp_replicate = 2, .dp_shard = 2}, .dp_strategy = DpStrategy::fsdp};
   cases.push_back({hsdp, 4, 0});
   // Clipping at 0.05 scales every step's gradient (their norms are ~0.3-1): each layout's own clip.
   cases.push_back({naive_plan(2), 2, 0.05});
@@ -214,7 +214,7 @@ INSTANTIATE_TEST_SUITE_P(Layouts, TrainerTest, testing::ValuesIn(trainer_cases()
 // Plans that cannot run are refused by validate(), which the constructor calls before the mesh is
 // built: no rank communicates, so no rank can hang on a peer that threw.
 TEST(TrainPlan, InvalidPlansNameTheirValues) {
-  auto plan = [](ParallelismConfig p, int zero) { return TrainPlan{.parallelism = p, .zero = zero}; };
+  auto plan = [](ParallelismConfig p, int zero) { return TrainPlan{.parallelism = p, .dp_strategy = zero_stage_strategy(zero)}; };
   expect_error([&] { plan({.dp_replicate = 2}, 0).validate(3); },
                "ParallelismConfig: world size 3 != dp_replicate 2 x dp_shard 1 x pp 1 x cp 1 x tp 1");
   plan({.pp = 2, .tp = 2}, 0).validate(4);  // the cuts combine (parallel/nd)

@@ -12,7 +12,7 @@
 #include "autograd/grad_mode.h"
 #include "nn/data.h"
 #include "nn/gpt.h"
-#include "parallel/zero/zero.h"
+#include "parallel/zero/zero_adamw.h"
 #include "parallel_test_util.h"
 #include "test_util.h"
 

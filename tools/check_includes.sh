@@ -1,40 +1,58 @@
 #!/usr/bin/env bash
-# check_includes.sh — every include points down the layers:
+# check_includes.sh — every include points down the layers, and no chapter includes a sibling:
 #
 #   tensor/ + autograd/   (one layer: the ops are autograd Functions, so each includes the other)
 #        ^
 #   nn/                   Module, layers, GPT, optimizers, data, safetensors
 #        ^
-#   parallel/             comm/ (process groups, backends, launch, mesh), then the techniques built on
-#                         it (data_parallel/, zero/, train/ ...); comm/ includes none of them
+#   parallel/comm/        process groups, backends, launch, mesh, flat buffers, clip_grad_norm
+#        ^
+#   parallel/runner/      the runner interface: ModelRunner, DataParallelStrategy, the one micro-batch loop
+#        ^
+#   parallel/data_parallel/  parallel/zero/  parallel/pipeline/  parallel/tensor_parallel/
+#   parallel/context_parallel/            (the sibling chapters: each includes only itself and the above)
+#        ^
+#   parallel/nd/          the compositions (several chapters at once)
+#        ^
+#   parallel/train/       the Trainer and the plan -> runner + strategy factory
 #        ^
 #   tools/ lessons/ bench/ tests/
 #
-# Prints each include that points up and exits 1 if there is one. CI runs it (.ci/run).
+# Prints each include that breaks a rule and exits 1 if there is one. CI runs it (.ci/run).
+# SL_INCLUDE_ROOT=dir checks another tree (tests/test_check_includes.sh plants a bad include in a copy).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "${SL_INCLUDE_ROOT:-$(dirname "$0")/..}"
 
+chapters=(data_parallel zero pipeline tensor_parallel context_parallel)
 bad=0
-# check LAYER_DIRS FORBIDDEN_PREFIXES...: no file under the dirs includes a header under a forbidden prefix.
+# check DIRS -- FORBIDDEN_PREFIXES...: no file under DIRS includes a header under a forbidden prefix.
 check() {
-  local dirs=$1; shift
+  local dirs=()
+  while [ "$1" != "--" ]; do dirs+=("$1"); shift; done
+  shift
   local pattern
   pattern=$(printf '|%s' "$@")
   pattern="#include \"(${pattern:1})"
-  # shellcheck disable=SC2086
-  if grep -rnE "$pattern" $dirs --include='*.h' --include='*.cpp' --include='*.cu' --include='*.cuh'; then
+  if grep -rnE "$pattern" "${dirs[@]}" --include='*.h' --include='*.cpp' --include='*.cu' --include='*.cuh'; then
     bad=1
   fi
 }
-check "tensor autograd" nn/ parallel/ tools/ lessons/ bench/ tests/
-check "nn" parallel/ tools/ lessons/ bench/ tests/
-check "parallel" tools/ lessons/ bench/ tests/
-# Inside parallel/: the communication layer knows no technique; a technique may build on an earlier one.
-check "parallel/comm" parallel/data_parallel/ parallel/zero/ parallel/train/ parallel/pipeline/ \
-  parallel/tensor_parallel/ parallel/context_parallel/
+check tensor autograd -- nn/ parallel/ tools/ lessons/ bench/ tests/
+check nn -- parallel/ tools/ lessons/ bench/ tests/
+check parallel -- tools/ lessons/ bench/ tests/
+chapter_dirs=()
+for chapter in "${chapters[@]}"; do chapter_dirs+=("parallel/$chapter/"); done
+check parallel/comm -- parallel/runner/ "${chapter_dirs[@]}" parallel/nd/ parallel/train/
+check parallel/runner -- "${chapter_dirs[@]}" parallel/nd/ parallel/train/
+for chapter in "${chapters[@]}"; do  # a chapter includes no sibling, nor nd/ or train/
+  others=()
+  for other in "${chapters[@]}"; do [ "$other" != "$chapter" ] && others+=("parallel/$other/"); done
+  check "parallel/$chapter" -- "${others[@]}" parallel/nd/ parallel/train/
+done
+check parallel/nd -- parallel/train/
 
 if [ "$bad" -ne 0 ]; then
-  echo "check_includes: the includes above point up a layer (tensor/autograd <- nn <- parallel <- tools/lessons/bench/tests)"
+  echo "check_includes: the includes above break the layers (comm <- runner <- chapters <- nd <- train <- tools/lessons/bench/tests; no chapter includes a sibling)"
   exit 1
 fi
-echo "check_includes: every include points down (tensor/autograd <- nn <- parallel <- tools/lessons/bench/tests)"
+echo "check_includes: every include points down (tensor/autograd <- nn <- comm <- runner <- chapters <- nd <- train <- tools/lessons/bench/tests)"

@@ -32,7 +32,7 @@
 #include "nn/safetensors.h"
 #include "parallel/train/run_report.h"
 #include "parallel/pipeline/pipeline_runner.h"
-#include "parallel/train/runners.h"
+#include "parallel/train/factory.h"
 #include "parallel/train/trainer.h"
 #include "tools/train_files.h"
 #include "tools/train_options.h"
@@ -250,7 +250,7 @@ parallel::RankReport::Pipeline pipeline_report(const parallel::pipeline::Pipelin
   own.ranks = {runner.events()};
   own.micro_batches = plan.micro_batches;
   const parallel::pipeline::Schedule& schedule = runner.schedule();
-  return {runner.stage().str(), plan.schedule, runner.peak_in_flight(), own.bubble(),
+  return {runner.stage().str(), parallel::pipeline::schedule_name(plan.schedule), runner.peak_in_flight(), own.bubble(),
           parallel::pipeline::bubble_formula(schedule.kind, schedule.stages, schedule.micro_batches,
                                              schedule.virtual_stages)};
 }
@@ -265,20 +265,20 @@ std::vector<double> train_parallel(Run& r, nn::StateDict& weights) {
                                                                 static_cast<int>(o.zero));
   if (o.dp_replicate > 0) {  // HSDP: FSDP within the shards, whatever --zero says (options refuse 1 and 2)
     plan.parallelism = {.dp_replicate = static_cast<int>(o.dp_replicate), .dp_shard = static_cast<int>(o.dp_shard)};
-    plan.zero = 3;
+    plan.dp_strategy = parallel::DpStrategy::fsdp;
   }
   plan.parallelism.pp = static_cast<int>(o.pp);
   plan.parallelism.tp = static_cast<int>(o.tp);
   plan.parallelism.cp = static_cast<int>(o.cp);
-  plan.naive = o.naive_dp;
+  if (o.naive_dp) plan.dp_strategy = parallel::DpStrategy::naive;
   plan.offload = o.offload;
   plan.micro_batches = static_cast<int>(o.micro_batches);
-  plan.schedule = o.schedule;
+  plan.schedule = parallel::pipeline::parse_schedule(o.schedule);
   plan.virtual_stages = static_cast<int>(o.virtual_stages);
   plan.stage_layers = parse_stage_layers(o.stage_layers);
   plan.sequence_parallel = o.sp;
-  plan.cp_balance = o.cp_balance;
-  plan.cp_variant = o.cp_variant;
+  plan.cp_balance = parallel::parse_cp_balance(o.cp_balance);
+  plan.cp_variant = parallel::parse_cp_variant(o.cp_variant);
   plan.validate(world);  // before the ranks start: a bad combination is a one-line error
   parallel::check_model_runner(plan, r.config);  // the chapter's own rules (layers, heads, sequence)
   r.plan_name = plan.name();

@@ -1,5 +1,6 @@
 // process_group.cpp — what every backend shares: argument checks, the ledger, sequence numbers,
-// debug fingerprints and the async worker. The bytes themselves move in the backends.
+// debug fingerprints, point to point and sub-groups (the async worker: process_group_async.cpp).
+// The bytes themselves move in the backends.
 #include "parallel/comm/process_group.h"
 
 #include <algorithm>
@@ -7,23 +8,16 @@
 #include <sstream>
 
 #include "parallel/comm/errors.h"
+#include "parallel/comm/process_group_detail.h"
 #include "tensor/device.h"
 
 namespace sl::parallel {
 
-static Fingerprint make_fingerprint(CommOp op, uint64_t sequence, const Tensor& input, int root, int reduce) {
-  Fingerprint f;
-  f.op = op;
-  f.sequence = sequence;
-  f.root = root;
-  f.reduce = reduce;
-  if (input.defined()) {
-    f.dtype = input.dtype();
-    f.ndim = input.dim();
-    for (int d = 0; d < std::min(input.dim(), 8); ++d) f.shape[d] = input.shape()[d];
-  }
-  return f;
-}
+using detail::check_gather_sizes;
+using detail::make_fingerprint;
+using detail::BlockedTimer;
+using detail::TimedWork;
+
 
 // ---- the group -----------------------------------------------------------------------------------
 
@@ -41,35 +35,6 @@ uint64_t ProcessGroup::begin_collective(CommOp op, bool blocking) {
   return next_sequence_++;
 }
 
-// Adds the time from construction to destruction to a ledger's wait time (the caller is blocked).
-class BlockedTimer {
- public:
-  explicit BlockedTimer(CommLedger& ledger) : ledger_(ledger), start_(std::chrono::steady_clock::now()) {}
-  ~BlockedTimer() { ledger_.record_wait(std::chrono::steady_clock::now() - start_); }
-  BlockedTimer(const BlockedTimer&) = delete;
-  BlockedTimer& operator=(const BlockedTimer&) = delete;
-
- private:
-  CommLedger& ledger_;
-  std::chrono::steady_clock::time_point start_;
-};
-
-// A Work whose wait() is timed into the group's ledger. The group must outlive its works' waits
-// (it does: a group drains its work before it is destroyed).
-class TimedWork : public Work {
- public:
-  TimedWork(WorkPtr inner, CommLedger& ledger) : inner_(std::move(inner)), ledger_(ledger) {}
-  void wait() override {
-    BlockedTimer timer(ledger_);
-    inner_->wait();
-  }
-  bool is_completed() override { return inner_->is_completed(); }
-  void wait_in_background() override { inner_->wait(); }
-
- private:
-  WorkPtr inner_;
-  CommLedger& ledger_;
-};
 
 // split()'s exchange is told apart from a fingerprint exchange by a high bit of the sequence number.
 static constexpr uint64_t kSplitExchange = 1ull << 38;
@@ -114,15 +79,6 @@ void ProcessGroup::all_reduce(const Tensor& tensor, ReduceOp op) {
   run_all_reduce(tensor, op, seq);
 }
 
-static void check_gather_sizes(const char* op, const Tensor& big, const Tensor& small, int size,
-                               const char* big_name, const char* small_name) {
-  SL_CHECK(big.defined() && small.defined(), op, ": undefined tensor");
-  SL_CHECK(big.dtype() == small.dtype(), op, ": ", big_name, " dtype ", dtype_name(big.dtype()), " != ", small_name,
-           " dtype ", dtype_name(small.dtype()));
-  SL_CHECK(big.numel() == size * small.numel(), op, ": ", big_name, " ", big.shape(), " has ", big.numel(),
-           " elements but must hold group size ", size, " x ", small_name, " ", small.shape(), " = ",
-           size * small.numel());
-}
 
 void ProcessGroup::all_gather(const Tensor& output, const Tensor& input) {
   BlockedTimer blocked(ledger_);
@@ -166,139 +122,6 @@ void ProcessGroup::barrier() {
   uint64_t seq = begin_collective(CommOp::barrier, true);
   check_fingerprint(make_fingerprint(CommOp::barrier, seq, Tensor(), -1, -1));
   run_barrier(seq);
-}
-
-// ---- async collectives: one worker thread per group handle ---------------------------------------
-
-struct ProcessGroup::Job {
-  std::function<void()> run;
-  std::mutex mutex;
-  std::condition_variable done_cv;
-  bool done = false;
-  std::exception_ptr error;
-};
-
-namespace {
-class QueuedWork : public Work {
- public:
-  explicit QueuedWork(std::shared_ptr<ProcessGroup::Job> job) : job_(std::move(job)) {}
-  void wait() override;
-  bool is_completed() override;
-
- private:
-  std::shared_ptr<ProcessGroup::Job> job_;
-};
-}  // namespace
-
-void QueuedWork::wait() {
-  std::unique_lock lock(job_->mutex);
-  // Bounded: the job itself ends by the group's timeout or by an abort of the world.
-  job_->done_cv.wait(lock, [&] { return job_->done; });
-  if (job_->error) std::rethrow_exception(job_->error);
-}
-
-bool QueuedWork::is_completed() {
-  std::lock_guard lock(job_->mutex);
-  return job_->done;
-}
-
-WorkPtr ProcessGroup::enqueue(std::function<void()> run) {
-  auto job = std::make_shared<Job>();
-  // The worker allocates (scratch buffers) on this rank's device, not on its own thread's default.
-  Device device = current_device();
-  job->run = [device, run = std::move(run)] {
-    DeviceGuard guard(device);
-    run();
-  };
-  {
-    std::lock_guard lock(queue_mutex_);
-    if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });
-    queue_.push_back(job);
-  }
-  queue_cv_.notify_all();
-  return std::make_shared<TimedWork>(std::make_shared<QueuedWork>(job), ledger_);
-}
-
-void ProcessGroup::worker_loop() {
-  std::unique_lock lock(queue_mutex_);
-  while (true) {
-    queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // stopping, nothing left
-    std::shared_ptr<Job> job = queue_.front();
-    queue_.pop_front();
-    worker_busy_ = true;
-    lock.unlock();
-    std::exception_ptr error;
-    try {
-      job->run();
-    } catch (const RemoteError&) {
-      error = std::current_exception();  // the world is aborted already: someone else failed
-    } catch (const CollectiveMismatch& e) {
-      error = std::current_exception();
-      abort_world(e.what(), /*mismatch=*/true);
-    } catch (...) {
-      // This rank failed here. Abort the world now: peers blocked on this collective (or on later
-      // ones) must not wait until this rank's main thread waits on the Work and rethrows.
-      error = std::current_exception();
-      abort_world(describe_exception(error));
-    }
-    // Drop the tensors the job captured: a Work kept by its caller must not keep them alive (ZeRO-2
-    // frees a bucket's gradients by letting go of them once its reduce-scatter is done).
-    job->run = nullptr;
-    {
-      std::lock_guard job_lock(job->mutex);
-      job->done = true;
-      job->error = error;
-    }
-    job->done_cv.notify_all();
-    lock.lock();
-    worker_busy_ = false;
-    queue_cv_.notify_all();
-  }
-}
-
-void ProcessGroup::drain_async() {
-  std::unique_lock lock(queue_mutex_);
-  queue_cv_.wait(lock, [&] { return queue_.empty() && !worker_busy_; });
-}
-
-void ProcessGroup::shutdown_worker() {
-  {
-    std::lock_guard lock(queue_mutex_);
-    stopping_ = true;
-  }
-  queue_cv_.notify_all();
-  if (worker_.joinable()) worker_.join();
-}
-
-WorkPtr ProcessGroup::all_reduce_async(const Tensor& tensor, ReduceOp op) {
-  SL_CHECK(tensor.defined(), "all_reduce_async: the tensor is undefined");
-  SL_CHECK(op != ReduceOp::avg || is_floating(tensor.dtype()), "all_reduce_async: avg needs a floating dtype, got ",
-           dtype_name(tensor.dtype()));
-  uint64_t seq = begin_collective(CommOp::all_reduce, false);
-  return enqueue([this, tensor, op, seq] {
-    check_fingerprint(make_fingerprint(CommOp::all_reduce, seq, tensor, -1, static_cast<int>(op)));
-    run_all_reduce(tensor, op, seq);
-  });
-}
-
-WorkPtr ProcessGroup::all_gather_async(const Tensor& output, const Tensor& input) {
-  check_gather_sizes("all_gather_async", output, input, size_, "output", "input");
-  uint64_t seq = begin_collective(CommOp::all_gather, false);
-  return enqueue([this, output, input, seq] {
-    check_fingerprint(make_fingerprint(CommOp::all_gather, seq, input, -1, -1));
-    run_all_gather(output, input, seq);
-  });
-}
-
-WorkPtr ProcessGroup::reduce_scatter_async(const Tensor& output, const Tensor& input, ReduceOp op) {
-  check_gather_sizes("reduce_scatter_async", input, output, size_, "input", "output");
-  SL_CHECK(op != ReduceOp::avg || is_floating(input.dtype()), "reduce_scatter_async: avg needs a floating dtype");
-  uint64_t seq = begin_collective(CommOp::reduce_scatter, false);
-  return enqueue([this, output, input, op, seq] {
-    check_fingerprint(make_fingerprint(CommOp::reduce_scatter, seq, input, -1, static_cast<int>(op)));
-    run_reduce_scatter(output, input, op, seq);
-  });
 }
 
 // ---- point to point ------------------------------------------------------------------------------

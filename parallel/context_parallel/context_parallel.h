@@ -1,84 +1,35 @@
-// context_parallel.h — context parallelism for the GPT: every rank of a cp group holds the whole
-// model and 1/cp of every sequence; only attention talks (ring or all-gather, per layer).
+// context_parallel.h — the context-parallel chapter: cut the SEQUENCE over cp ranks. Every rank
+// holds the whole model and T/cp tokens of every row; everything but attention is per token and
+// runs on the local tokens unchanged, and attention gets the keys and values of the other shards
+// by passing blocks around a ring (or gathering them all).
 //
-//   global batch rows, T tokens, labels already shifted (targets[t] = tokens[t + 1])
-//          │ every cp rank gets the same rows, then takes its tokens (SequenceShard::take)
-//          ▼
-//   idx, targets [B, T/cp] ──embed(idx, global positions)──► blocks (attention core = ring) ──► head
-//          ──► Σ CE over this rank's counted targets · dp / C   (C: counted targets of the global batch)
+//   T = 8 tokens, cp = 2, zigzag balance (each rank gets a cheap and an expensive causal chunk):
+//     rank 0: t0 t1 | t6 t7        rank 1: t2 t3 | t4 t5
 //
-//   Per layer, everything but the attention core is per token and runs on the local T/cp tokens
-//   unchanged (the model is cut, never forked: each CausalSelfAttention gets its AttentionCore
-//   swapped). Labels are shifted before the sequence is sharded, so no token's target lives on
-//   another rank; positions are global, so each rank embeds its own wpe rows.
+//   ring attention, per layer (cp steps; K/V of one shard in flight while the rank computes):
+//     step 0: Q_r · K_r, V_r       step 1: Q_r · K_{r-1}, V_{r-1}   …   merge the blocks by their
+//     log-sum-exp (attention_block.h: FlashAttention's online softmax, exact)
 //
-//   Gradients: every parameter is replicated over cp (placement replicated). Each rank's backward
-//   gives the gradient of ITS tokens' part of the loss, so finish_gradients() SUMS them over cp;
-//   the weight dp / C undoes the trainer's average over dp. Summed over cp and averaged over dp,
-//   the gradient is the serial model's.
+//   Bytes per layer per rank: forward (cp-1)/cp of K and V ([B, T, C] each, 2·4·B·T·C·(cp-1)/cp),
+//   backward the same plus dK, dV travelling back. Memory: activations of T/cp tokens and one
+//   [T/cp]² score block at a time (the serial GPT holds [T]² per head).
 //
-//   With DDP over dp (the trainer), finish_gradients must run after DDP's all-reduce has finished
-//   (synchronize()): the two sums commute, but not with a bucket still in flight. Equivalently, DDP
-//   over the "dp_cp" group with the weight dp·cp / C makes finish_gradients unnecessary (Megatron's
-//   and torchtitan's way: one all-reduce over dp × cp).
+//   Gradients: every parameter is replicated over cp; each rank's backward gives its tokens' part,
+//   so the runner SUMS gradients over cp after the backward (parallel/comm/flatten.h), before the
+//   data-parallel average over dp.
 //
-//   Activation memory per rank: T/cp tokens through every layer, one [T/cp]² score block at a time
-//   (tests: 0.89 / 0.40 / 0.19 MiB at cp 2 / 4 / 8 where the serial GPT peaks at 4.71 MiB, T 256).
+// Read in this order:
+//   sequence_shard.h          which tokens a rank holds (contiguous or zigzag), global positions
+//   attention_block.h         one Q block against one K/V block, and the LSE merge
+//   ring_attention.h          the ring: K/V passed around, dK/dV back in backward
+//   allgather_attention.h     the all-gather variant (Llama 3's)
+//   context_parallel_runner.h the GPT on a sequence shard, in the one training step
 //
-//   Lesson: lessons/12_ring_attention.cpp   Tests: tests/test_context_parallel_runner.cpp
+//   Lesson: lessons/12_ring_attention.cpp
+//   Tests: tests/test_context_parallel.cpp, tests/test_context_parallel_runner.cpp
 #pragma once
-#include <memory>
-
-#include "nn/gpt.h"
-#include "parallel/comm/mesh.h"
 #include "parallel/context_parallel/allgather_attention.h"
+#include "parallel/context_parallel/attention_block.h"
+#include "parallel/context_parallel/context_parallel_runner.h"
 #include "parallel/context_parallel/ring_attention.h"
-#include "parallel/train/model_runner.h"
-
-namespace sl::parallel {
-
-enum class CpVariant { ring, allgather };
-const char* cp_variant_name(CpVariant variant);
-
-struct ContextParallelOptions {
-  CpBalance balance = CpBalance::zigzag;
-  CpVariant variant = CpVariant::ring;
-};
-
-// The attention core for CausalSelfAttention::core: ring or all-gather attention over `group`.
-nn::AttentionCore context_parallel_core(const SequenceShard& shard, ProcessGroupPtr group, CpVariant variant);
-
-// Sums every parameter's gradient of `module` over `group` in one flattened all-reduce (a parameter
-// without a gradient adds zeros and gets the sum): each cp rank's backward covered its own tokens.
-void sum_gradients_over(nn::Module& module, ProcessGroup& group);
-
-class ContextParallelRunner : public ModelRunner {
- public:
-  // Builds the whole GPT (the same seed on every rank: the same weights) and swaps every layer's
-  // attention core. Uses mesh.group("cp"); no communication. Throws naming the values if
-  // block_size does not split over cp (T % cp, or T % 2cp with zigzag).
-  ContextParallelRunner(const nn::GPTConfig& config, uint64_t seed, const DeviceMesh& mesh,
-                        ContextParallelOptions options = {});
-
-  nn::Module& module() override { return *model_; }
-  nn::GPT& model() { return *model_; }
-  // micros: the same full rows on every cp rank. Returns Σ_m (CE summed over this rank's counted
-  // targets of m) / global_count. Throws before any communication unless T splits over cp.
-  double forward_backward(const std::vector<nn::TokenStream::MicroBatch>& micros, double global_count, int dp,
-                          const BackwardHooks& hooks) override;
-  bool holds_loss() const override { return true; }  // each cp rank holds its tokens' share
-  void finish_gradients() override;                   // all-reduce (sum) every gradient over cp
-  nn::StateDict full_state_dict() override;            // replicated: this rank's own parameters
-  nn::StateDict full_gradients() override;             // copies (zeros where none)
-
-  const SequenceShard& shard() const { return shard_; }
-  const ProcessGroupPtr& group() const { return group_; }
-
- private:
-  std::unique_ptr<nn::GPT> model_;
-  ProcessGroupPtr group_;
-  SequenceShard shard_;
-  ContextParallelOptions options_;
-};
-
-}  // namespace sl::parallel
+#include "parallel/context_parallel/sequence_shard.h"

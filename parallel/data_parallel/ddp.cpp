@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "autograd/grad_mode.h"
-#include "parallel/data_parallel/data_parallel.h"
+#include "parallel/comm/flatten.h"
 #include "tensor/ledger.h"
 #include "tensor/ops.h"
 
@@ -202,16 +202,11 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, ProcessGrou
   }
 
   // Buckets in reverse parameter order: a bucket closes once it holds bucket_bytes or more.
-  std::vector<std::vector<int>> members(1);
-  int64_t bytes = 0;
-  for (int i = n - 1; i >= 0; --i) {
-    if (bytes >= options.bucket_bytes) {
-      members.emplace_back();
-      bytes = 0;
-    }
-    members.back().push_back(i);
-    bytes += s.params[i].nbytes();
-  }
+  std::vector<int64_t> bytes;
+  for (const Tensor& p : s.params) bytes.push_back(p.nbytes());
+  std::vector<std::vector<int>> members;
+  for (const std::vector<size_t>& bucket : reverse_order_buckets(bytes, options.bucket_bytes))
+    members.emplace_back(bucket.begin(), bucket.end());
   s.views.resize(n);
   s.bucket_of.resize(n);
   s.got_gradient.assign(n, 0);

@@ -5,7 +5,8 @@
 #include <numeric>
 
 #include "autograd/grad_mode.h"
-#include "parallel/data_parallel/data_parallel.h"
+#include "parallel/comm/flatten.h"
+#include "parallel/runner/micro_batches.h"
 #include "tensor/ledger.h"
 #include "tensor/ops.h"
 
@@ -61,11 +62,8 @@ void NaiveDataParallel::replicate() {
 }
 
 double NaiveDataParallel::forward_backward(const nn::Batch& batch) {
-  const int rank = group(Exchange::scatter_batch).rank(), n = group(Exchange::scatter_batch).size();
-  const int64_t R = rows_per_rank_, T = block_size_, V = model_.config().vocab_size;
-  const bool root = rank == kRoot;
-  if (root) {
-    const Shape expected({batch_rows_, T});
+  if (root()) {
+    const Shape expected({batch_rows_, block_size_});
     SL_CHECK(batch.inputs.defined() && batch.targets.defined(),
              "NaiveDataParallel: rank 0 must pass the global batch (it holds the data)");
     SL_CHECK(batch.inputs.shape() == expected && batch.targets.shape() == expected,
@@ -74,91 +72,84 @@ double NaiveDataParallel::forward_backward(const nn::Batch& batch) {
   } else {
     model_.zero_grad();  // a worker's gradient is this batch's alone: it goes to rank 0, then is dropped
   }
-  std::vector<WorkPtr> pending;
-  auto wait_all = [&pending] {
-    for (WorkPtr& work : pending) work->wait();
-    pending.clear();
-  };
+  Tensor my_inputs = scatter_batch(batch);  // 1. [R, T]
+  replicate();                              // 2. everyone runs rank 0's current weights
+  Tensor logits = model_.forward(my_inputs);  // 3. forward on my rows: [R, T, V]
+  float loss = 0;
+  Tensor my_logits_grad = gather_outputs_scatter_loss_grad(logits, batch.targets, loss);  // 3, 4
+  // Backward from the loss gradient: my rows' share of every parameter's gradient.
+  logits.backward(my_logits_grad);
+  gather_grads();  // 5.
+  return loss;
+}
 
-  // 1. scatter_batch: rank 0 sends rank r its rows of the inputs.
-  Tensor my_inputs;  // [R, T]
-  if (root) {
-    std::vector<Tensor> messages;
-    for (int r = 1; r < n; ++r) {
-      messages.push_back(batch.inputs.flat_view(r * R * T, Shape({R, T})).clone());
-      pending.push_back(group(Exchange::scatter_batch).isend(messages.back(), r));
-    }
-    wait_all();
-    my_inputs = batch.inputs.flat_view(0, Shape({R, T}));
-  } else {
-    my_inputs = Tensor::empty(Shape({R, T}), TensorOptions{DType::i64});
+// Rank 0 sends every request before it waits on any.
+static void wait_all(std::vector<WorkPtr>& pending) {
+  for (WorkPtr& work : pending) work->wait();
+  pending.clear();
+}
+
+// 1. scatter_batch: rank 0 sends rank r its rows of the inputs.
+Tensor NaiveDataParallel::scatter_batch(const nn::Batch& batch) {
+  const int n = group(Exchange::scatter_batch).size();
+  const int64_t R = rows_per_rank_, T = block_size_;
+  if (!root()) {
+    Tensor my_inputs = Tensor::empty(Shape({R, T}), TensorOptions{DType::i64});
     group(Exchange::scatter_batch).recv(my_inputs, kRoot);
+    return my_inputs;
   }
+  std::vector<WorkPtr> pending;
+  std::vector<Tensor> messages;
+  for (int r = 1; r < n; ++r) {
+    messages.push_back(batch.inputs.flat_view(r * R * T, Shape({R, T})).clone());
+    pending.push_back(group(Exchange::scatter_batch).isend(messages.back(), r));
+  }
+  wait_all(pending);
+  return batch.inputs.flat_view(0, Shape({R, T}));
+}
 
-  // 2. replicate_model: everyone runs rank 0's current weights.
-  replicate();
-
-  // 3. forward on my rows, then gather_outputs: the logits go to rank 0.
-  Tensor logits = model_.forward(my_inputs);  // [R, T, V]
-  Tensor my_logits_grad;                      // [R, T, V]
-  float loss_value = 0;
-  if (root) {
-    std::vector<Tensor> all_logits{logits.detach()};
-    for (int r = 1; r < n; ++r) {
-      all_logits.push_back(Tensor::empty(Shape({R, T, V}), TensorOptions{DType::f32}));
-      pending.push_back(group(Exchange::gather_outputs).irecv(all_logits.back(), r));
-    }
-    wait_all();
-    // The loss of the whole batch, on rank 0 alone; its gradient w.r.t. the gathered logits.
-    Tensor gathered = cat(all_logits, 0);  // [B, T, V], a fresh leaf
-    gathered.set_requires_grad(true);
-    Tensor loss = cross_entropy(gathered, batch.targets);
-    loss.backward();
-    loss_value = static_cast<float>(loss.item());
-    Tensor logits_grad = gathered.grad();  // [B, T, V], already scaled by 1/(B·T)
-
-    // 4. scatter_loss_grad: rank r gets its rows of d loss / d logits, and the loss to report.
-    std::vector<Tensor> messages;
-    for (int r = 1; r < n; ++r) {
-      Tensor message = Tensor::empty(Shape({R * T * V + 1}), TensorOptions{DType::f32});
-      message.flat_view(0, Shape({R, T, V})).copy_(logits_grad.flat_view(r * R * T * V, Shape({R, T, V})));
-      message.flat_view(R * T * V, Shape({1})).fill_(loss_value);
-      messages.push_back(message);
-      pending.push_back(group(Exchange::scatter_loss_grad).isend(message, r));
-    }
-    wait_all();
-    my_logits_grad = logits_grad.flat_view(0, Shape({R, T, V}));
-  } else {
+// 3. gather_outputs: the logits go to rank 0; 4. scatter_loss_grad: rank r gets its rows of
+// d loss / d logits, and the loss to report.
+Tensor NaiveDataParallel::gather_outputs_scatter_loss_grad(const Tensor& logits, const Tensor& targets, float& loss) {
+  const int n = group(Exchange::scatter_batch).size();
+  const int64_t R = rows_per_rank_, T = block_size_, V = model_.config().vocab_size;
+  if (!root()) {
     group(Exchange::gather_outputs).send(logits.detach(), kRoot);
     Tensor message = Tensor::empty(Shape({R * T * V + 1}), TensorOptions{DType::f32});
     group(Exchange::scatter_loss_grad).recv(message, kRoot);
-    my_logits_grad = message.flat_view(0, Shape({R, T, V}));
-    loss_value = message.data<float>()[R * T * V];
+    loss = message.data<float>()[R * T * V];
+    return message.flat_view(0, Shape({R, T, V}));
   }
+  std::vector<WorkPtr> pending;
+  std::vector<Tensor> all_logits{logits.detach()};
+  for (int r = 1; r < n; ++r) {
+    all_logits.push_back(Tensor::empty(Shape({R, T, V}), TensorOptions{DType::f32}));
+    pending.push_back(group(Exchange::gather_outputs).irecv(all_logits.back(), r));
+  }
+  wait_all(pending);
+  // The loss of the whole batch, on rank 0 alone; its gradient w.r.t. the gathered logits.
+  Tensor gathered = cat(all_logits, 0);  // [B, T, V], a fresh leaf
+  gathered.set_requires_grad(true);
+  Tensor whole_loss = cross_entropy(gathered, targets);
+  whole_loss.backward();
+  loss = static_cast<float>(whole_loss.item());
+  Tensor logits_grad = gathered.grad();  // [B, T, V], already scaled by 1/(B·T)
+  std::vector<Tensor> messages;
+  for (int r = 1; r < n; ++r) {
+    Tensor message = Tensor::empty(Shape({R * T * V + 1}), TensorOptions{DType::f32});
+    message.flat_view(0, Shape({R, T, V})).copy_(logits_grad.flat_view(r * R * T * V, Shape({R, T, V})));
+    message.flat_view(R * T * V, Shape({1})).fill_(loss);
+    messages.push_back(message);
+    pending.push_back(group(Exchange::scatter_loss_grad).isend(message, r));
+  }
+  wait_all(pending);
+  return logits_grad.flat_view(0, Shape({R, T, V}));
+}
 
-  // Backward from the loss gradient: my rows' share of every parameter's gradient.
-  logits.backward(my_logits_grad);
-
-  // 5. gather_grads: the shares go to rank 0, which adds them to its own (in rank order).
-  if (root) {
-    std::vector<Tensor> received;
-    for (int r = 1; r < n; ++r) {
-      MemoryScope scope(MemoryCategory::comm);
-      received.push_back(Tensor::empty(Shape({numel_}), TensorOptions{DType::f32}));
-      pending.push_back(group(Exchange::gather_grads).irecv(received.back(), r));
-    }
-    wait_all();
-    NoGradGuard no_grad;
-    int64_t offset = 0;
-    for (const Tensor& p : params_) {
-      if (!p.grad().defined()) {
-        MemoryScope scope(MemoryCategory::grads);
-        p.set_grad(zeros(p.shape(), p.options()));
-      }
-      for (const Tensor& share : received) p.grad().add_(share.flat_view(offset, p.shape()));
-      offset += p.numel();
-    }
-  } else {
+// 5. gather_grads: the shares go to rank 0, which adds them to its own (in rank order).
+void NaiveDataParallel::gather_grads() {
+  const int n = group(Exchange::scatter_batch).size();
+  if (!root()) {
     Tensor flat;
     {
       MemoryScope scope(MemoryCategory::comm);
@@ -167,8 +158,26 @@ double NaiveDataParallel::forward_backward(const nn::Batch& batch) {
     flatten_gradients_into(flat, params_);
     group(Exchange::gather_grads).send(flat, kRoot);
     model_.zero_grad();
+    return;
   }
-  return loss_value;
+  std::vector<WorkPtr> pending;
+  std::vector<Tensor> received;
+  for (int r = 1; r < n; ++r) {
+    MemoryScope scope(MemoryCategory::comm);
+    received.push_back(Tensor::empty(Shape({numel_}), TensorOptions{DType::f32}));
+    pending.push_back(group(Exchange::gather_grads).irecv(received.back(), r));
+  }
+  wait_all(pending);
+  NoGradGuard no_grad;
+  int64_t offset = 0;
+  for (const Tensor& p : params_) {
+    if (!p.grad().defined()) {
+      MemoryScope scope(MemoryCategory::grads);
+      p.set_grad(zeros(p.shape(), p.options()));
+    }
+    for (const Tensor& share : received) p.grad().add_(share.flat_view(offset, p.shape()));
+    offset += p.numel();
+  }
 }
 
 }  // namespace sl::parallel

@@ -71,6 +71,13 @@ class NaiveDataParallel {
 
  private:
   ProcessGroup& group(Exchange exchange) { return *groups_[static_cast<int>(exchange)]; }
+  bool root() { return group(Exchange::scatter_batch).rank() == kRoot; }
+  // The exchanges of forward_backward, in order (rank 0's side and the workers' side of each).
+  Tensor scatter_batch(const nn::Batch& batch);  // 1: -> this rank's inputs [R, T]
+  // 3 and 4: the logits [R, T, V] to rank 0, which computes the loss of the whole batch; back come
+  // this rank's rows of d loss / d logits [R, T, V]. Returns them and sets `loss` (on every rank).
+  Tensor gather_outputs_scatter_loss_grad(const Tensor& logits, const Tensor& targets, float& loss);
+  void gather_grads();  // 5: the workers' gradients added into rank 0's, in rank order
 
   nn::GPT& model_;
   std::vector<Tensor> params_;

@@ -1,10 +1,21 @@
 // nd_cut.cpp — see nd_cut.h.
 #include "parallel/nd/nd_cut.h"
 
+#include "parallel/comm/flatten.h"
 #include "parallel/tensor_parallel/vocab.h"
 #include "tensor/ops.h"
 
 namespace sl::parallel {
+
+void check_nd_cut(const nn::GPTConfig& config, int tp, int cp, const NdOptions& options) {
+  const bool sp = options.sequence_parallel && tp > 1;
+  if (tp > 1) tp::check_tensor_parallel(config, tp, sp);
+  if (cp > 1) check_context_parallel(config, cp, options.cp.balance);
+  // Both at once: SP cuts a cp shard's tokens again over tp.
+  if (cp > 1 && sp)
+    SL_CHECK((config.block_size / cp) % tp == 0, "sequence parallel under cp: the ", config.block_size / cp,
+             " tokens of a cp shard (block_size ", config.block_size, " / cp ", cp, ") do not split over tp ", tp);
+}
 
 NdCut::NdCut(const nn::GPTConfig& config, const DeviceMesh& mesh, const NdOptions& options)
     : tp_{mesh.group("tp"), options.sequence_parallel && mesh.size("tp") > 1},
@@ -12,18 +23,8 @@ NdCut::NdCut(const nn::GPTConfig& config, const DeviceMesh& mesh, const NdOption
       shard_{mesh.size("cp"), mesh.cp_rank(), options.cp.balance},
       variant_(options.cp.variant) {
   config.validate();
-  const int t = tp_.size(), cp = shard_.cp;
-  SL_CHECK(config.n_head % t == 0, "N-D parallel: n_head ", config.n_head, " does not split over tp ", t,
-           " (each rank runs whole heads)");
-  vocab_ = tp::VocabRange::of(config.vocab_size, tp_.rank(), t);
-  if (cp > 1) {
-    shard_.check_length(config.block_size);
-    SL_CHECK(config.dropout == 0, "N-D parallel: dropout (", config.dropout, ") with cp ", cp,
-             ": the ring attention core has no dropout");
-  }
-  SL_CHECK(!tp_.sequence_parallel || (config.block_size / cp) % t == 0, "N-D parallel: sequence parallel needs the ",
-           config.block_size / cp, " tokens of a cp shard (block_size ", config.block_size, " / cp ", cp,
-           ") to split over tp ", t);
+  check_nd_cut(config, tp_.size(), shard_.cp, options);
+  vocab_ = tp::VocabRange::of(config.vocab_size, tp_.rank(), tp_.size());
 }
 
 std::shared_ptr<nn::GPT> NdCut::build(const nn::GPTConfig& config, uint64_t seed, const nn::GPTShardSpec& spec) const {
@@ -73,7 +74,7 @@ Shape NdCut::activation_shape(const Tensor& ids, int64_t n_embd) const {
 
 void NdCut::finish_gradients(nn::Module& stage) const {
   if (tp_.sequence_parallel) tp::sum_partial_gradients(stage, tp_);  // each tp rank saw T/t rows
-  if (shard_.cp > 1) sum_gradients_over(stage, *cp_group_);          // each cp rank saw its tokens
+  if (shard_.cp > 1) sum_gradients_over(stage.parameters(), *cp_group_);  // each cp rank saw its tokens
 }
 
 Tensor NdCut::gather(const std::string& name, const Tensor& piece, const nn::Placement& placement) const {
@@ -87,9 +88,5 @@ Tensor NdCut::slice(const std::string& name, const Tensor& whole, const nn::Plac
   const bool vocab_rows = name == "wte.weight";
   return tp::slice_piece(name, whole, vocab_rows ? nn::Placement::sharded(0, "tp") : placement, tp_, vocab_);
 }
-
-NdRunner::NdRunner(const nn::GPTConfig& config, uint64_t seed, const DeviceMesh& mesh, const NdOptions& options)
-    : PipelineRunner(config, seed, mesh, options.pipeline, std::make_shared<const NdCut>(config, mesh, options)),
-      tp_rank_(mesh.tp_rank()) {}
 
 }  // namespace sl::parallel

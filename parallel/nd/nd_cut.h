@@ -34,7 +34,7 @@
 #include <memory>
 
 #include "parallel/comm/mesh.h"
-#include "parallel/context_parallel/context_parallel.h"
+#include "parallel/context_parallel/context_parallel_runner.h"
 #include "parallel/pipeline/pipeline_runner.h"
 #include "parallel/tensor_parallel/tp_gpt.h"
 
@@ -46,11 +46,14 @@ struct NdOptions {
   ContextParallelOptions cp;           // balance, variant
 };
 
+// The rules of cutting this model over tp and cp at once (each chapter's own, and SP's tokens of a cp
+// shard over tp), before any communication: throws sl::Error naming the values.
+void check_nd_cut(const nn::GPTConfig& config, int tp, int cp, const NdOptions& options);
+
 // The tp × cp cut of every pipeline chunk (pipeline/stage.h's ChunkCut).
 class NdCut : public pipeline::ChunkCut {
  public:
-  // Uses mesh.group("tp") and mesh.group("cp"); no communication. Throws naming the values when
-  // n_head does not split over tp, block_size over cp (and over tp under SP), or dropout is on with cp.
+  // Uses mesh.group("tp") and mesh.group("cp"); no communication. Throws as check_nd_cut does.
   NdCut(const nn::GPTConfig& config, const DeviceMesh& mesh, const NdOptions& options);
 
   std::shared_ptr<nn::GPT> build(const nn::GPTConfig& config, uint64_t seed, const nn::GPTShardSpec& spec) const override;
@@ -67,18 +70,6 @@ class NdCut : public pipeline::ChunkCut {
   ProcessGroupPtr cp_group_;
   SequenceShard shard_;
   CpVariant variant_;
-};
-
-// The composed runner: a PipelineRunner over mesh.group("pp") (one stage when pp is 1) whose chunks
-// NdCut cuts over tp and cp. Collective over pp (the tied wte's group). holds_loss: the last stage's
-// tp rank 0, on every cp rank (each holds its tokens' share).
-class NdRunner : public pipeline::PipelineRunner {
- public:
-  NdRunner(const nn::GPTConfig& config, uint64_t seed, const DeviceMesh& mesh, const NdOptions& options);
-  bool holds_loss() const override { return PipelineRunner::holds_loss() && tp_rank_ == 0; }
-
- private:
-  int tp_rank_;
 };
 
 }  // namespace sl::parallel

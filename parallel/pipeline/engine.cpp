@@ -25,6 +25,175 @@ struct InFlight {
   DeferredGrads weight_grads;    // zero-bubble: the work its W does
   bool weights_done = false;     // its W has run (or the schedule has none)
 };
+
+// One step of one rank's action list: what it holds, and one method per kind of action.
+class ScheduleRun {
+ public:
+  ScheduleRun(const Schedule& schedule, Stage& stage, ProcessGroup& pp,
+              const std::vector<nn::TokenStream::MicroBatch>& micros, const std::vector<double>& weights,
+              const std::vector<double>& loss_factor, const std::function<void(bool last)>& before_backward,
+              const EngineOptions& options, const ChunkCut& cut)
+      : stage_(stage), pp_(pp), micros_(micros), weights_(weights), loss_factor_(loss_factor),
+        before_backward_(before_backward), options_(options), cut_(cut), p_(schedule.stages),
+        last_chunk_(schedule.chunks() - 1), list_(schedule.ranks[pp.rank()]), split_(schedule.split_backward()),
+        start_(Clock::now()) {
+    const Kind fills_grads = split_ ? Kind::weight : Kind::backward;  // the action that fills param .grad
+    for (const Action& a : list_) backwards_left_ += a.kind == fills_grads;
+    if (split_)  // whose gradients a split B leaves to W
+      for (const auto& part : stage.parts)
+        for (const Tensor& t : part->parameters()) parameters_.push_back(t);
+  }
+
+  StepResult run() {
+    for (size_t i = 0; i < list_.size();) {
+      const Action& a = list_[i];
+      const double t0 = seconds();
+      if (a.kind == Kind::forward) forward(a, t0);
+      else if (a.kind == Kind::backward) backward(a, t0);
+      else if (a.kind == Kind::weight) weight(a, t0);
+      else {
+        i = exchange(i, t0);  // every consecutive send/recv, posted together
+        continue;
+      }
+      ++i;
+    }
+    SL_ASSERT(held_.empty());
+    return std::move(result_);
+  }
+
+ private:
+  using Key = std::pair<int, int>;  // (micro-batch, chunk)
+
+  double seconds() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
+  Shape activation_shape(int micro) const {
+    return cut_.activation_shape(micros_[micro].batch.inputs, stage_.parts[0]->config().n_embd);  // [B, T, C]
+  }
+  // A (micro, chunk) goes once nothing needs it: B done and its gradient sent, and W done.
+  void retire(Key key) {
+    const InFlight& f = held_.at(key);
+    if (f.input_grad_done && (f.weights_done || !split_)) held_.erase(key);
+  }
+  void synthetic_cost(int micro, int chunk, double factor) const {
+    if (options_.sleep_per_layer_row_seconds <= 0) return;
+    const auto& spec = stage_.specs[chunk / p_];
+    const double layers = static_cast<double>(spec.layer_end - spec.layer_begin);
+    const double rows = static_cast<double>(micros_[micro].batch.inputs.size(0));
+    std::this_thread::sleep_for(
+        std::chrono::duration<double>(factor * options_.sleep_per_layer_row_seconds * layers * rows));
+  }
+
+  void forward(const Action& a, double t0) {
+    nn::GPT& part = *stage_.parts[a.chunk / p_];
+    InFlight& f = held_[{a.micro, a.chunk}];
+    const nn::Batch& batch = micros_[a.micro].batch;
+    Tensor x = cut_.forward(part, a.chunk == 0 ? batch.inputs : f.input);
+    if (a.chunk == last_chunk_) {
+      Tensor loss = cut_.loss(x, micros_[a.micro]);  // the micro-batch's mean (this rank's part of it)
+      result_.loss_share += loss.item() * loss_factor_[a.micro];
+      x = weights_[a.micro] == 1.0 ? loss : mul(loss, weights_[a.micro]);
+    }
+    f.output = x;
+    synthetic_cost(a.micro, a.chunk, 1);
+    result_.peak_in_flight = std::max(result_.peak_in_flight, static_cast<int>(held_.size()));
+    result_.events.push_back({TimelineEvent::Kind::forward, a.micro, a.chunk, t0, seconds()});
+  }
+
+  void backward(const Action& a, double t0) {
+    InFlight& f = held_.at({a.micro, a.chunk});
+    if (before_backward_ && !split_) before_backward_(--backwards_left_ == 0);
+    {
+      std::optional<DeferGradsGuard> defer;
+      if (split_) defer.emplace(f.weight_grads, parameters_);  // B: input gradients only
+      if (a.chunk == last_chunk_) f.output.backward();
+      else f.output.backward(f.grad_out);
+    }
+    f.output = Tensor();
+    f.grad_out = Tensor();
+    synthetic_cost(a.micro, a.chunk, split_ ? 1 : 2);
+    result_.events.push_back({TimelineEvent::Kind::backward, a.micro, a.chunk, t0, seconds()});
+    if (a.chunk == 0) {  // nothing to send back
+      f.input_grad_done = true;
+      retire({a.micro, a.chunk});
+    }
+  }
+
+  void weight(const Action& a, double t0) {
+    InFlight& f = held_.at({a.micro, a.chunk});
+    if (before_backward_) before_backward_(--backwards_left_ == 0);
+    f.weight_grads.run();  // W: the weight gradients B queued
+    f.weights_done = true;
+    synthetic_cost(a.micro, a.chunk, 1);
+    result_.events.push_back({TimelineEvent::Kind::weight, a.micro, a.chunk, t0, seconds()});
+    retire({a.micro, a.chunk});
+  }
+
+  // Posts the batch of send/recv actions that starts at list_[i]; returns the index after it.
+  size_t exchange(size_t i, double t0) {
+    const size_t first = i;
+    std::vector<ProcessGroup::P2POp> ops;
+    std::vector<Key> sent_grads;    // entries to drop once their gradient has gone
+    std::vector<Key> sent_outputs;  // outputs whose bytes can go once sent
+    for (; i < list_.size() && !list_[i].is_compute(); ++i) {
+      const Action& c = list_[i];
+      MemoryScope scope(MemoryCategory::activations);
+      switch (c.kind) {
+        case Kind::send_activation:
+          ops.push_back({ProcessGroup::P2POp::Kind::send, held_.at({c.micro, c.chunk}).output, c.peer, c.tag()});
+          sent_outputs.push_back({c.micro, c.chunk});
+          break;
+        case Kind::send_grad:
+          ops.push_back({ProcessGroup::P2POp::Kind::send, held_.at({c.micro, c.chunk}).input.grad(), c.peer, c.tag()});
+          sent_grads.push_back({c.micro, c.chunk});
+          break;
+        case Kind::recv_activation: {
+          Tensor buffer = Tensor::empty(activation_shape(c.micro));
+          held_[{c.micro, c.chunk + 1}].input = buffer;
+          ops.push_back({ProcessGroup::P2POp::Kind::recv, buffer, c.peer, c.tag()});
+          break;
+        }
+        case Kind::recv_grad: {
+          Tensor buffer = Tensor::empty(activation_shape(c.micro));
+          held_[{c.micro, c.chunk - 1}].grad_out = buffer;  // posted ahead: may precede its F
+          ops.push_back({ProcessGroup::P2POp::Kind::recv, buffer, c.peer, c.tag()});
+          break;
+        }
+        default: SL_ASSERT(false);
+      }
+    }
+    for (const WorkPtr& work : pp_.batch_isend_irecv(ops)) work->wait();
+    for (size_t k = first; k < i; ++k)
+      if (list_[k].kind == Kind::recv_activation)
+        held_[{list_[k].micro, list_[k].chunk + 1}].input.set_requires_grad(true);
+    for (const Key& key : sent_grads) {  // its B is done and its gradient has left
+      held_.at(key).input_grad_done = true;
+      retire(key);
+    }
+    // The next stage has its own copy of a sent output; backward needs only its node (the block's
+    // last op, a residual add, saves nothing), so its bytes go now (Megatron's deallocate_output_tensor).
+    // Were anything to read them, it would throw ("released"), not read garbage.
+    if (options_.free_sent_outputs)
+      for (const Key& key : sent_outputs) held_.at(key).output.impl_ptr()->storage->release();
+    result_.events.push_back({TimelineEvent::Kind::comm, -1, -1, t0, seconds()});
+    return i;
+  }
+
+  Stage& stage_;
+  ProcessGroup& pp_;
+  const std::vector<nn::TokenStream::MicroBatch>& micros_;
+  const std::vector<double>& weights_;
+  const std::vector<double>& loss_factor_;
+  const std::function<void(bool last)>& before_backward_;
+  const EngineOptions& options_;
+  const ChunkCut& cut_;
+  const int p_, last_chunk_;
+  const std::vector<Action>& list_;
+  const bool split_;
+  const Clock::time_point start_;
+  int backwards_left_ = 0;
+  TensorList parameters_;  // whose gradients a split B leaves to W
+  StepResult result_;
+  std::map<Key, InFlight> held_;  // (micro, chunk) -> its tensors
+};
 }  // namespace
 
 StepResult run_schedule(const Schedule& schedule, Stage& stage, ProcessGroup& pp,
@@ -32,141 +201,14 @@ StepResult run_schedule(const Schedule& schedule, Stage& stage, ProcessGroup& pp
                         const std::vector<double>& loss_factor, const std::function<void(bool last)>& before_backward,
                         const EngineOptions& options, const ChunkCut* cut) {
   const ChunkCut plain;
-  if (cut == nullptr) cut = &plain;
-  const int p = schedule.stages, rank = pp.rank(), last_chunk = schedule.chunks() - 1;
+  const int p = schedule.stages, rank = pp.rank();
   SL_CHECK(pp.size() == p && stage.stages == p && stage.rank == rank && stage.virtual_stages == schedule.virtual_stages,
            "pipeline engine: schedule for ", p, " stages x ", schedule.virtual_stages, " virtual, but the pp group has ",
            pp.size(), " ranks and this is stage ", stage.rank, " of ", stage.stages, " x ", stage.virtual_stages);
   SL_CHECK(static_cast<int>(micros.size()) == schedule.micro_batches, "pipeline engine: the schedule is for ",
            schedule.micro_batches, " micro-batches, got ", micros.size());
-  const auto& list = schedule.ranks[rank];
-  const bool split = schedule.split_backward();
-  const Kind fills_grads = split ? Kind::weight : Kind::backward;  // the action that fills param .grad
-  int backwards_left = 0;
-  for (const Action& a : list) backwards_left += a.kind == fills_grads;
-  TensorList parameters;  // whose gradients a split B leaves to W
-  if (split)
-    for (const auto& part : stage.parts)
-      for (const Tensor& t : part->parameters()) parameters.push_back(t);
-
-  StepResult result;
-  std::map<std::pair<int, int>, InFlight> held;  // (micro, chunk) -> its tensors
-  const auto start = Clock::now();
-  auto seconds = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
-  auto activation_shape = [&](int micro) {
-    return cut->activation_shape(micros[micro].batch.inputs, stage.parts[0]->config().n_embd);  // [B, T, C]
-  };
-  // A (micro, chunk) goes once nothing needs it: B done and its gradient sent, and W done.
-  auto retire = [&](std::pair<int, int> key) {
-    const InFlight& f = held.at(key);
-    if (f.input_grad_done && (f.weights_done || !split)) held.erase(key);
-  };
-  auto synthetic_cost = [&](int micro, int chunk, double factor) {
-    if (options.sleep_per_layer_row_seconds <= 0) return;
-    const auto& spec = stage.specs[chunk / p];
-    const double layers = static_cast<double>(spec.layer_end - spec.layer_begin);
-    const double rows = static_cast<double>(micros[micro].batch.inputs.size(0));
-    std::this_thread::sleep_for(std::chrono::duration<double>(factor * options.sleep_per_layer_row_seconds * layers * rows));
-  };
-
-  for (size_t i = 0; i < list.size();) {
-    const Action& a = list[i];
-    const double t0 = seconds();
-    if (a.kind == Kind::forward) {
-      nn::GPT& part = *stage.parts[a.chunk / p];
-      InFlight& f = held[{a.micro, a.chunk}];
-      const nn::Batch& batch = micros[a.micro].batch;
-      Tensor x = cut->forward(part, a.chunk == 0 ? batch.inputs : f.input);
-      if (a.chunk == last_chunk) {
-        Tensor loss = cut->loss(x, micros[a.micro]);  // the micro-batch's mean (this rank's part of it)
-        result.loss_share += loss.item() * loss_factor[a.micro];
-        x = weights[a.micro] == 1.0 ? loss : mul(loss, weights[a.micro]);
-      }
-      f.output = x;
-      synthetic_cost(a.micro, a.chunk, 1);
-      result.peak_in_flight = std::max(result.peak_in_flight, static_cast<int>(held.size()));
-      result.events.push_back({TimelineEvent::Kind::forward, a.micro, a.chunk, t0, seconds()});
-      ++i;
-      continue;
-    }
-    if (a.kind == Kind::backward) {
-      InFlight& f = held.at({a.micro, a.chunk});
-      if (before_backward && !split) before_backward(--backwards_left == 0);
-      {
-        std::optional<DeferGradsGuard> defer;
-        if (split) defer.emplace(f.weight_grads, parameters);  // B: input gradients only
-        if (a.chunk == last_chunk) f.output.backward();
-        else f.output.backward(f.grad_out);
-      }
-      f.output = Tensor();
-      f.grad_out = Tensor();
-      synthetic_cost(a.micro, a.chunk, split ? 1 : 2);
-      result.events.push_back({TimelineEvent::Kind::backward, a.micro, a.chunk, t0, seconds()});
-      if (a.chunk == 0) {  // nothing to send back
-        f.input_grad_done = true;
-        retire({a.micro, a.chunk});
-      }
-      ++i;
-      continue;
-    }
-    if (a.kind == Kind::weight) {
-      InFlight& f = held.at({a.micro, a.chunk});
-      if (before_backward) before_backward(--backwards_left == 0);
-      f.weight_grads.run();  // W: the weight gradients B queued
-      f.weights_done = true;
-      synthetic_cost(a.micro, a.chunk, 1);
-      result.events.push_back({TimelineEvent::Kind::weight, a.micro, a.chunk, t0, seconds()});
-      retire({a.micro, a.chunk});
-      ++i;
-      continue;
-    }
-    // A batch: every consecutive send/recv, posted together.
-    std::vector<ProcessGroup::P2POp> ops;
-    std::vector<std::pair<int, int>> sent_grads;  // entries to drop once their gradient has gone
-    std::vector<std::pair<int, int>> sent_outputs;  // outputs whose bytes can go once sent
-    for (; i < list.size() && !list[i].is_compute(); ++i) {
-      const Action& c = list[i];
-      MemoryScope scope(MemoryCategory::activations);
-      switch (c.kind) {
-        case Kind::send_activation:
-          ops.push_back({ProcessGroup::P2POp::Kind::send, held.at({c.micro, c.chunk}).output, c.peer, c.tag()});
-          sent_outputs.push_back({c.micro, c.chunk});
-          break;
-        case Kind::send_grad:
-          ops.push_back({ProcessGroup::P2POp::Kind::send, held.at({c.micro, c.chunk}).input.grad(), c.peer, c.tag()});
-          sent_grads.push_back({c.micro, c.chunk});
-          break;
-        case Kind::recv_activation: {
-          Tensor buffer = Tensor::empty(activation_shape(c.micro));
-          held[{c.micro, c.chunk + 1}].input = buffer;
-          ops.push_back({ProcessGroup::P2POp::Kind::recv, buffer, c.peer, c.tag()});
-          break;
-        }
-        case Kind::recv_grad: {
-          Tensor buffer = Tensor::empty(activation_shape(c.micro));
-          held[{c.micro, c.chunk - 1}].grad_out = buffer;  // posted ahead: may precede its F
-          ops.push_back({ProcessGroup::P2POp::Kind::recv, buffer, c.peer, c.tag()});
-          break;
-        }
-        default: SL_ASSERT(false);
-      }
-    }
-    for (const WorkPtr& work : pp.batch_isend_irecv(ops)) work->wait();
-    for (const Action& c : std::vector<Action>(list.begin() + static_cast<long>(i - ops.size()), list.begin() + static_cast<long>(i)))
-      if (c.kind == Kind::recv_activation) held[{c.micro, c.chunk + 1}].input.set_requires_grad(true);
-    for (const auto& key : sent_grads) {  // its B is done and its gradient has left
-      held.at(key).input_grad_done = true;
-      retire(key);
-    }
-    // The next stage has its own copy of a sent output; backward needs only its node (the block's
-    // last op, a residual add, saves nothing), so its bytes go now (Megatron's deallocate_output_tensor).
-    // Were anything to read them, it would throw ("released"), not read garbage.
-    if (options.free_sent_outputs)
-      for (const auto& key : sent_outputs) held.at(key).output.impl_ptr()->storage->release();
-    result.events.push_back({TimelineEvent::Kind::comm, -1, -1, t0, seconds()});
-  }
-  SL_ASSERT(held.empty());
-  return result;
+  return ScheduleRun(schedule, stage, pp, micros, weights, loss_factor, before_backward, options, cut ? *cut : plain)
+      .run();
 }
 
 }  // namespace sl::parallel::pipeline

@@ -1,10 +1,9 @@
 // pipeline_runner.cpp — see pipeline_runner.h.
 #include "parallel/pipeline/pipeline_runner.h"
 
-#include <typeinfo>
-
 #include "autograd/grad_mode.h"
 #include "parallel/pipeline/simulate.h"
+#include "parallel/runner/micro_batches.h"
 #include "tensor/ops.h"
 
 namespace sl::parallel::pipeline {
@@ -33,7 +32,7 @@ double PipelineRunner::forward_backward(const std::vector<nn::TokenStream::Micro
   }
   std::vector<double> weights, loss_factor;
   for (const auto& micro : micros) {
-    weights.push_back(static_cast<double>(micro.counted) * dp / global_count);
+    weights.push_back(micro_batch_weight(static_cast<double>(micro.counted), global_count, dp));  // the one rule
     loss_factor.push_back(static_cast<double>(micro.counted) / global_count);
   }
   last_ = run_schedule(schedule_, stage_, *pp_, micros, weights, loss_factor, hooks.before_backward, options_.engine,
@@ -41,53 +40,24 @@ double PipelineRunner::forward_backward(const std::vector<nn::TokenStream::Micro
   return holds_loss() ? last_.loss_share : 0.0;
 }
 
-FullyShardedGPT* PipelineRunner::shard_parameters(ProcessGroupPtr shard_group, const nn::AdamWOptions& adamw) {
-  SL_CHECK(!fsdp_, "PipelineRunner::shard_parameters: the stage is already sharded");
-  SL_CHECK(stage_.parts.size() == 1, "PipelineRunner: FSDP over a stage needs one chunk per rank, but this rank holds ",
-           stage_.parts.size(), " (virtual_stages ", options_.virtual_stages, "): interleaving with FSDP is not supported");
-  SL_CHECK(typeid(*cut_) == typeid(ChunkCut), "PipelineRunner: FSDP over a stage whose chunks are cut over tp or cp "
-           "is not supported");
-  SL_CHECK(options_.schedule != ScheduleKind::zero_bubble, "PipelineRunner: FSDP over a stage with the ",
-           schedule_name(options_.schedule), " schedule is not supported (its W actions would fill a unit's "
-           "gradients after the unit's next forward)");
-  fsdp_ = std::make_unique<FullyShardedGPT>(*stage_.parts[0], std::move(shard_group), nullptr, adamw);
-  return fsdp_.get();
-}
-
 void PipelineRunner::finish_gradients() {
   cut_->finish_gradients(*module_);
   if (!embedding_group_) return;
-  if (fsdp_) {
-    // The first stage's wte unit and the last stage's (the head's copy) have equal layouts over
-    // dp_shard: rank j of one holds the same elements as rank j of the other. Summing the shards
-    // gives each the serial gradient's shard, as summing whole gradients does without FSDP.
-    fsdp_->finish_backward();
-    FsdpUnit* wte = fsdp_->unit("wte");
-    SL_ASSERT(wte != nullptr);
-    Tensor shard = wte->grad_shard();
-    embedding_group_->all_reduce(shard);
-    return;
-  }
   // The embedding's wte (first stage) and the head's copy (last stage): one parameter, two
   // gradients. Summing them gives each copy the serial gradient.
   Tensor weight = stage_.holds_first() ? stage_.parts.front()->wte->weight : stage_.parts.back()->wte->weight;
-  Tensor grad = weight.grad();
-  if (!grad.defined()) {
-    grad = zeros(weight.shape(), TensorOptions(weight.dtype(), weight.device()));
-    weight.set_grad(grad);
-  }
+  Tensor grad = grad_or_zeros(weight);
+  if (!weight.grad().defined()) weight.set_grad(grad);
   embedding_group_->all_reduce(grad);
 }
 
 Timeline PipelineRunner::gather_timeline() { return pipeline::gather_timeline(last_.events, *pp_, schedule_.micro_batches); }
 
-nn::StateDict PipelineRunner::gather(bool gradients) {
+nn::StateDict PipelineRunner::gather(bool gradients, const nn::StateDict* whole) {
   // Stage by stage, its parameters broadcast over pp: first a header (count, then per parameter
   // its name's length, rank, dims, the name's characters, all as i64), then the values. The last
   // stage's wte copy is left out: the first stage's is the model's.
   nn::StateDict out;
-  nn::StateDict whole;  // FSDP: this stage's parameters (or gradients), gathered over dp_shard
-  if (fsdp_) whole = gradients ? fsdp_->full_grads() : fsdp_->full_state_dict();
   for (int root = 0; root < pp_->size(); ++root) {
     std::vector<int64_t> header;
     std::vector<Tensor> values;
@@ -97,9 +67,7 @@ nn::StateDict PipelineRunner::gather(bool gradients) {
       for (const auto& [name, param] : module_->named_parameters()) {
         const nn::Placement& placement = placements[index++].second;
         if (name == "wte.weight" && !stage_.holds_first()) continue;
-        Tensor value = fsdp_                ? whole.at(name)
-                       : gradients ? (param.grad().defined() ? param.grad() : zeros(param.shape()))
-                                   : param;
+        Tensor value = whole ? whole->at(name) : gradients ? grad_or_zeros(param) : param;
         value = cut_->gather(name, value, placement);  // the serial tensor (collective over the cut's groups)
         header.push_back(static_cast<int64_t>(name.size()));
         header.push_back(value.dim());
@@ -131,7 +99,6 @@ nn::StateDict PipelineRunner::gather(bool gradients) {
 nn::StateDict PipelineRunner::full_state_dict() { return gather(false); }
 
 void PipelineRunner::load_full_state_dict(const nn::StateDict& full) {
-  SL_CHECK(!fsdp_, "PipelineRunner::load_full_state_dict: the stage is sharded (FSDP); load before shard_parameters");
   NoGradGuard no_grad;
   const auto placements = module_->named_placements();
   size_t index = 0;

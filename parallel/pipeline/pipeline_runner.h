@@ -17,13 +17,6 @@
 //   {0, p-1} for the tied wte (made in the constructor, collective over pp). Data parallelism is the
 //   Trainer's: it wraps module() over mesh.group("dp") (DDP) or "dp_shard" (ZeRO-1).
 //
-//   FSDP over a stage (shard_parameters, as torchtitan: pp outer, dp_shard inner): the stage's chunk
-//   is wrapped by a FullyShardedGPT over dp_shard (parallel/zero/fsdp.h); the engine's forward_part
-//   and blocks fire its gathers, each micro-batch's backward reduce-scatters into the shards, and
-//   finish_gradients() sums the tied wte's gradient SHARDS between pp ranks {0, p-1} after the
-//   schedule (inside it the two ranks would wait on each other's 1F1B order). The gathers below then
-//   read the stage through the wrapper.
-//
 //   The chunks are built and run by a ChunkCut (stage.h): the plain GPT here; NdRunner
 //   (parallel/nd/nd_cut.h) passes one that cuts every chunk over tp and cp, and whose gradient sums
 //   run in finish_gradients() before the tied wte's, and whose gathers serve full_state_dict().
@@ -40,8 +33,7 @@
 #include "parallel/pipeline/schedule.h"
 #include "parallel/pipeline/stage.h"
 #include "parallel/pipeline/timeline.h"
-#include "parallel/train/model_runner.h"
-#include "parallel/zero/fsdp.h"
+#include "parallel/runner/model_runner.h"
 
 namespace sl::parallel::pipeline {
 
@@ -72,13 +64,6 @@ class PipelineRunner : public ModelRunner {
   std::vector<std::pair<std::string, const CommLedger*>> own_groups() const override;
   void load_full_state_dict(const nn::StateDict& full) override;  // each parameter: the cut's slice
 
-  // FSDP (ZeRO-3) over this stage: its chunk's parameters sharded over shard_group (the mesh's
-  // dp_shard), AdamW on the shards. One chunk per rank (no interleaving) and the plain cut (tp = cp
-  // = 1); load weights (load_full_state_dict) before. Then step through fsdp(): clip_grad_norm(max,
-  // pp_group()), step(), zero_grad().
-  FullyShardedGPT* shard_parameters(ProcessGroupPtr shard_group, const nn::AdamWOptions& adamw) override;
-  FullyShardedGPT* fsdp() const { return fsdp_.get(); }
-
   const Stage& stage() const { return stage_; }
   // The schedule of the last step's micro-batch count (validated and simulated).
   const Schedule& schedule() const { return schedule_; }
@@ -89,8 +74,15 @@ class PipelineRunner : public ModelRunner {
   Timeline gather_timeline();
   ProcessGroupPtr pp_group() const { return pp_; }
 
+ protected:
+  // Stage by stage over pp, every parameter (or gradient) as the serial tensor. `whole`: this
+  // stage's tensors by name where the stage does not hold them itself (FSDP over it: parallel/nd).
+  nn::StateDict gather(bool gradients, const nn::StateDict* whole = nullptr);
+  // The first and last stage's pair for the tied wte (null elsewhere and at p = 1).
+  const ProcessGroupPtr& embedding_group() const { return embedding_group_; }
+  const ChunkCut& cut() const { return *cut_; }
+
  private:
-  nn::StateDict gather(bool gradients);
 
   PipelineOptions options_;
   std::shared_ptr<const ChunkCut> cut_;
@@ -100,7 +92,6 @@ class PipelineRunner : public ModelRunner {
   std::unique_ptr<StageModule> module_;
   Schedule schedule_;
   StepResult last_;
-  std::unique_ptr<FullyShardedGPT> fsdp_;  // shard_parameters(): the stage's chunk, sharded
 };
 
 }  // namespace sl::parallel::pipeline

@@ -1,6 +1,8 @@
 // runner.cpp — see runner.h.
 #include "parallel/tensor_parallel/runner.h"
 
+#include "parallel/runner/micro_batches.h"
+
 namespace sl::parallel {
 
 TensorParallelRunner::TensorParallelRunner(const nn::GPTConfig& config, uint64_t seed, const DeviceMesh& mesh,
@@ -9,15 +11,10 @@ TensorParallelRunner::TensorParallelRunner(const nn::GPTConfig& config, uint64_t
 
 double TensorParallelRunner::forward_backward(const std::vector<nn::TokenStream::MicroBatch>& micros,
                                               double global_count, int dp, const BackwardHooks& hooks) {
-  double share = 0;
-  for (size_t m = 0; m < micros.size(); ++m) {
-    const nn::TokenStream::MicroBatch& micro = micros[m];
-    Tensor loss = model_.loss(micro.batch.inputs, micro.batch.targets);  // mean over this micro-batch's targets
-    const double weight = static_cast<double>(micro.counted) / global_count;
-    share += loss.item() * weight;
-    if (hooks.before_backward) hooks.before_backward(m + 1 == micros.size());
-    mul(loss, weight * dp).backward();  // averaged over dp afterwards: the serial gradient
-  }
+  const double share = run_micro_batches(micros, global_count, dp, hooks, [&](const nn::TokenStream::MicroBatch& micro) {
+    // mean over this micro-batch's targets
+    return MicroBatchLoss{model_.loss(micro.batch.inputs, micro.batch.targets), static_cast<double>(micro.counted)};
+  });
   return holds_loss() ? share : 0.0;
 }
 

@@ -12,7 +12,7 @@
 #pragma once
 #include "parallel/comm/mesh.h"
 #include "parallel/tensor_parallel/tp_gpt.h"
-#include "parallel/train/model_runner.h"
+#include "parallel/runner/model_runner.h"
 
 namespace sl::parallel {
 

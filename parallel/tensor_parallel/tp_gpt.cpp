@@ -13,12 +13,18 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }
 }  // namespace
 
+void check_tensor_parallel(const nn::GPTConfig& config, int tp, bool sequence_parallel) {
+  SL_CHECK(config.n_head % tp == 0, "tensor parallel: n_head ", config.n_head, " does not split over tp ", tp,
+           " (each rank runs whole heads)");
+  SL_CHECK(!sequence_parallel || config.block_size % tp == 0, "sequence parallel: block_size ", config.block_size,
+           " does not split over tp ", tp);
+}
+
 TensorParallelGPT::TensorParallelGPT(const nn::GPTConfig& config, uint64_t seed, ProcessGroupPtr group,
                                      TensorParallelOptions options)
     : config_(config), tp_{std::move(group), options.sequence_parallel} {
   config.validate();
-  SL_CHECK(config.n_head % tp_.size() == 0, "TensorParallelGPT: n_head (", config.n_head, ") is not divisible by tp (",
-           tp_.size(), ")");
+  check_tensor_parallel(config, tp_.size(), tp_.sequence_parallel);  // a shorter T under SP: per batch
   vocab_ = VocabRange::of(config.vocab_size, tp_.rank(), tp_.size());
   gpt_ =
       std::make_unique<nn::GPT>(config, seed, nn::GPTShardSpec::whole().with_tensor_parallel(tp_.rank(), tp_.size()));

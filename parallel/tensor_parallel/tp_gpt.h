@@ -41,6 +41,11 @@ struct TensorParallelOptions {
 // part that embeds (the head's tied copy on a later pipeline stage keeps tied("wte")), f after ln_f
 // on the part with the head, and under SP the partial-gradient LayerNorms and c_proj biases.
 void parallelize_gpt(nn::GPT& part, const TPGroup& tp);
+
+// The chapter's rules for a model over tp ranks, checked before any communication (the runner, the
+// N-D cut and the factory call this one function): whole heads per rank (n_head % tp), and under SP
+// the sequence splits over tp (block_size % tp). Throws sl::Error naming the values.
+void check_tensor_parallel(const nn::GPTConfig& config, int tp, bool sequence_parallel);
 // The embedding of a part that holds wte and wpe: ids [B, T] at global `positions` [T] ->
 // vocab-parallel wte + wpe [B, T, C], then under SP this rank's rows [B, T/t, C].
 Tensor parallel_embed(nn::GPT& part, const Tensor& ids, const Tensor& positions, const TPGroup& tp,

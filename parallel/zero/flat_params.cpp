@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <set>
 
 #include "autograd/grad_mode.h"
+#include "parallel/comm/flatten.h"
 #include "tensor/ops.h"
 
 namespace sl::parallel {
@@ -15,16 +17,14 @@ FlatLayout::FlatLayout(const std::vector<Shape>& shapes, int world, int64_t buck
   SL_CHECK(bucket_bytes > 0, "FlatLayout: bucket_bytes must be positive (got ", bucket_bytes, ")");
   const int64_t n = static_cast<int64_t>(shapes.size());
   // Which parameters go together: one bucket in order, or reverse-order buckets of >= bucket_bytes.
-  std::vector<std::vector<size_t>> members(1);
-  int64_t bytes = 0;
-  for (int64_t k = 0; k < n; ++k) {
-    const size_t i = bucket_bytes == kOneBucket ? static_cast<size_t>(k) : static_cast<size_t>(n - 1 - k);
-    if (bytes >= bucket_bytes) {
-      members.emplace_back();
-      bytes = 0;
-    }
-    members.back().push_back(i);
-    bytes += shapes[i].numel() * static_cast<int64_t>(sizeof(float));
+  std::vector<std::vector<size_t>> members;
+  if (bucket_bytes == kOneBucket) {
+    members.emplace_back(static_cast<size_t>(n));
+    std::iota(members[0].begin(), members[0].end(), size_t{0});
+  } else {
+    std::vector<int64_t> bytes;
+    for (const Shape& shape : shapes) bytes.push_back(shape.numel() * static_cast<int64_t>(sizeof(float)));
+    members = reverse_order_buckets(bytes, bucket_bytes);  // DDP's rule (parallel/comm/flatten.h)
   }
   segments.resize(shapes.size());
   for (const std::vector<size_t>& indices : members) {

@@ -27,13 +27,12 @@
 //   reduce-scatters them. Gathered buffers are freed in place (Storage::release), because autograd's
 //   saved tensors share the parameters' Storage (fsdp_unit.h says why).
 //
-//   A pipeline stage's part (an nn::GPT over layers [b, e), parallel/pipeline/stage.h), as torchtitan
-//   wraps each stage's chunk: units wte (its own, where the part holds it), root = {wpe} or {ln_f},
-//   then h.b .. h.{e-1}, hooked on forward_part and the blocks as the pipeline engine calls them;
-//   each micro-batch's backward reduce-scatters into the shards, which add up until zero_grad. The
-//   first stage's wte and the last stage's tied copy then have equal shard layouts: the pipeline sums
-//   their gradient shards between pp ranks {0, p-1} (PipelineRunner::finish_gradients), and the clip
-//   counts the last stage's copy out (clip_grad_norm with the pp group).
+//   A part of the GPT (an nn::GPT over layers [b, e), nn::GPTShardSpec) is wrapped the same way:
+//   units wte (its own, where the part holds it), root = {wpe} or {ln_f}, then h.b .. h.{e-1}, hooked
+//   on forward_part and the blocks as whoever runs the part calls them; each backward reduce-scatters
+//   into the shards, which add up until zero_grad. A part that holds the head's tied copy of wte
+//   (no embedding) counts that unit out of clip_grad_norm's sum. parallel/nd/fsdp_pipeline_runner.h
+//   shards pipeline stages this way (torchtitan's pp x dp_shard).
 //
 //   HSDP (dp_replicate R x dp_shard S): shard within a group of S ranks as above, then all-reduce (avg)
 //   each gradient shard across the R replicas; the model lives in R copies of S shards.
@@ -104,8 +103,9 @@ class FullyShardedGPT {
   Tensor loss(const Tensor& idx, const Tensor& targets);  // mean cross-entropy of this rank's rows
 
   // Global L2 norm of the gradient (local sum of squares -> all-reduce over the shard group -> sqrt),
-  // then nn::clip_grad_norm's rule on the shards. Returns the norm before clipping. A pipeline
-  // stage's part passes its pp group: the stages' sums are added too, the tied wte counted once.
+  // then nn::clip_grad_norm's rule on the shards. Returns the norm before clipping. stage_group: a
+  // model part's peers holding the other parts (a pipeline's pp group): their sums are added too,
+  // a tied wte copy counted once.
   double clip_grad_norm(double max_norm, const ProcessGroupPtr& stage_group = nullptr);
   void step();       // AdamW (nn::adamw_update's bits) on every unit's shard
   void zero_grad();  // zeroes the gradient shards

@@ -1,162 +1,39 @@
-// zero.h — ZeRO stages 1 and 2 (Rajbhandari et al., 2020) and optimizer offload (ZeRO-Offload, Ren et al., 2021)
+// zero.h — the ZeRO chapter (Rajbhandari et al., 2020): data parallelism that stops replicating.
+// DDP keeps on every rank the whole model's weights, gradients and optimizer state; ZeRO cuts them
+// into N shards, one per data-parallel rank, stage by stage.
 //
-//   Data parallel ranks hold the whole model, but AdamW's state — and at stage 2 the gradients — is
-//   cut into N shards of the flat parameter buffer (parallel/zero/flat_params.h). A rank needs only its own
-//   shard's averaged gradient to update its shard, so a reduce-scatter replaces DDP's all-reduce, and
-//   an all-gather of the updated weights closes the step: the two halves of a ring all-reduce, so the
-//   step moves exactly DDP's bytes (the paper, §7.2).
+//   per rank, f32 AdamW (weights 4Ψ, gradients 4Ψ, exp_avg + exp_avg_sq 8Ψ), N data-parallel ranks
 //
-//   flat buffer: reverse-order buckets of >= bucket_bytes, each padded to a multiple of N and cut into
-//   N chunks; rank r owns chunk r of every bucket (its shard, S elements in all).
+//                 weights   gradients   optimizer   total          what moves per step (ring, bytes sent)
+//   DDP           4Ψ        4Ψ          8Ψ          16Ψ            all-reduce            2(N-1)/N · 4Ψ
+//   ZeRO-1        4Ψ        4Ψ          8Ψ/N        8Ψ + 8Ψ/N      reduce-scatter + all-gather  the same
+//   ZeRO-2        4Ψ        4Ψ/N        8Ψ/N        4Ψ + 12Ψ/N     the same (per bucket, during backward)
+//   ZeRO-3 / FSDP 4Ψ/N      4Ψ/N        8Ψ/N        16Ψ/N          all-gather ×2 + reduce-scatter 3(N-1)/N · 4Ψ
+//   (+ one gathered unit and its gradient while it computes)
 //
-//   stage 1 (P_os)    backward accumulates into a full flat gradient buffer (4Ψ, kept between steps);
-//                     then one reduce-scatter(avg) per bucket -> this rank's gradient shard [S]
-//   stage 2 (P_os+g)  backward: when a bucket's last gradient is in (post-accumulate hooks), its
-//                     reduce-scatter(avg) is launched asynchronously and the bucket's full gradients
-//                     are dropped; at most kBucketsInFlight are in flight (launching one more first
-//                     waits for the oldest and adds its chunk into the shard). Only the shard [S]
-//                     survives backward; more backwards before step() add into it.
+//   HSDP: FSDP within dp_shard = S ranks, an all-reduce of every gradient shard across dp_replicate
+//   = R replicas (16Ψ/S per rank). Offload: the optimizer state, master shard and update on the
+//   host (ZeRO-Offload).
 //
-//     backward  ▓▓ h.1 ▓▓▓▓▓▓▓▓ h.0 ▓▓▓▓▓▓▓▓▓ wpe, wte ▓▓│
-//     bucket 0       ├─ reduce-scatter ─┤ + shard, freed
-//     bucket 1                          ├─ reduce-scatter ─┤ + shard, freed
-//     bucket 2                                             ├──┤ (waited at the end of backward)
+//   ZeRO-1/2, one rank's step:   grads ──reduce-scatter──▶ my shard's average ──AdamW──▶ my weights'
+//                                shard ──all-gather──▶ every rank's whole weights
+//   FSDP, one unit's forward:    shards ──all-gather──▶ the unit, compute, free; backward gathers
+//                                again and reduce-scatters the unit's gradients into the shards
 //
-//   clip:     global norm: Σ g² of my shard, the N partial sums all-gathered, summed in rank order
-//   step:     rank r: sharded AdamW (parallel/zero/sharded_adamw.h) on its pieces: nn::AdamW's update
-//             (offload: the update runs on the host, see below)
-//   gather:   one in-place all-gather per bucket of the weights -> every rank holds the updated model
+// Read in this order:
+//   flat_params.h       parameters laid end to end, padded, cut into N shards
+//   sharded_adamw.h     nn::AdamW's update on one shard (every stage and offload share it)
+//   zero_adamw.h        ZeRO-1/2 and offload: reduce-scatter, clip over shards, step, all-gather
+//   zero_reducer.h      ZeRO-2's gradient buckets, filled and reduce-scattered during backward
+//   fsdp_unit.h         one FSDP unit: gather, free, reduce-scatter
+//   fsdp.h              FullyShardedGPT: units, hooks, HSDP, offload
+//   zero_strategies.h   ZeRO-1/2 and FSDP/HSDP as the Trainer's DataParallelStrategy
 //
-//   Memory per rank (f32, P = Ψ padded per bucket, S = P/N), ledger of its device:
-//                         between steps                       peak during backward (gradients)
-//     DDP                 4Ψ + 4Ψ + 8Ψ                         4Ψ
-//     stage 1             4P + 4P + 4S (flat grads, shard) + 8S   4P (+ 4S from the reduce to zero_grad)
-//     stage 2             4P + 4S (grad shard) + 8S            4S + the buckets being filled or in flight
-//     offload: the optimizer state, a master copy of the weight shard and the gradient shard live on
-//     the host (category "offload": 16S): the update runs there; per step the gradient shard moves
-//     down (4S) and the updated weight shard moves up (4S). A rank's host is cpu:i for a device with
-//     index i: on a CPU-only build the same virtual device, so the copies are transfers cpu:r -> cpu:r.
-//     The host copy is the master: weights written into the model after construction are not seen.
-//   Communication per rank per step (ledger of the group), as DDP's 2(N-1)/N·4Ψ:
-//     reduce-scatter (N-1)/N·4P  +  all-gather (N-1)/N·4P  (+ (N-1)·8 bytes when clipping)
-//
-//   Usage, in a training loop (each rank, inside parallel::launch):
-//     nn::GPT model(config, seed);                        // same seed on every rank
-//     ZeroAdamW optimizer(model.parameters(), ctx.world, {.stage = 2, .adamw = {.lr = 1e-2}});
-//     for (int64_t step = 0; step < steps; ++step) {
-//       optimizer.zero_grad();
-//       Batch batch = data.get_batch(step, B, T, rank * B / N, (rank + 1) * B / N);
-//       model.loss(batch.inputs, batch.targets).backward();   // stage 2: reduce-scatters as it goes
-//       double norm = optimizer.clip_grad_norm(1.0);     // reduces the gradients first (same norm everywhere)
-//       optimizer.step();                                // my shard, then all-gather: model updated everywhere
-//     }
-//     nn::StateDict state = optimizer.full_state_dict();  // collective: nn::AdamW's format, whole tensors
-//
-//   A parameter that got no gradient since the last step is skipped, as nn::AdamW skips it; steps
-//   are counted per parameter.
-//
-//   Lesson: lessons/06_zero.cpp   Tests: tests/test_zero.cpp, tests/test_grad_accumulation.cpp
+//   Lesson: lessons/06_zero.cpp
+//   Tests: tests/test_zero.cpp, tests/test_fsdp.cpp, tests/test_grad_accumulation.cpp
 #pragma once
-#include <atomic>
-#include <memory>
-#include <string>
-#include <vector>
-
-#include "nn/optim.h"
-#include "nn/placement.h"
-#include "parallel/comm/mesh.h"
 #include "parallel/zero/flat_params.h"
-#include "parallel/comm/process_group.h"
+#include "parallel/zero/fsdp.h"
 #include "parallel/zero/sharded_adamw.h"
-
-namespace sl::parallel {
-
-struct ZeroOptions {
-  int stage = 1;         // 1: optimizer state sharded; 2: gradients too
-  bool offload = false;  // optimizer state, master weights and the update on the host
-  nn::AdamWOptions adamw{};
-  bool broadcast_parameters = true;  // start from rank 0's values (one broadcast at construction)
-  // Gradient buckets, as DDPOptions::bucket_bytes; FlatLayout::kOneBucket: one reduce-scatter of all.
-  int64_t bucket_bytes = int64_t{1} << 20;
-};
-
-class ZeroReducer;  // stage 2's gradient side (zero_reducer.h)
-
-class ZeroAdamW {
- public:
-  static constexpr int kBucketsInFlight = 2;  // stage 2: reduce-scatters launched and not yet waited
-
-  // Flattens `params` (f32, on this rank's CPU device) into bucketed buffers padded per bucket to a
-  // multiple of group->size() and allocates this rank's shard of the optimizer state. Collective
-  // when broadcast_parameters is set.
-  ZeroAdamW(std::vector<Tensor> params, ProcessGroupPtr group, const ZeroOptions& options = {});
-  ~ZeroAdamW();
-  ZeroAdamW(const ZeroAdamW&) = delete;  // one optimizer per flat buffer
-  ZeroAdamW& operator=(const ZeroAdamW&) = delete;
-
-  // Starts a new accumulation window. Stage 1: the parameters' .grad become views of the zeroed flat
-  // gradient buffer; stage 2: the gradient shard is zeroed (the full buffers exist only in backward).
-  void zero_grad();
-  // Makes this rank's gradient shard hold the average over the group of everything accumulated
-  // since zero_grad(). Stage 1: one reduce-scatter per bucket of the flat buffer (which keeps the
-  // local sums, so a later backward adds and a later reduce starts over). Stage 2: launches what
-  // backward left unlaunched (parameters without gradients) and waits for every bucket.
-  // clip_grad_norm() and step() call it when needed. Gradients that backward put elsewhere (after a
-  // model.zero_grad()) are copied in first.
-  void reduce_gradients();
-  bool reduced() const;
-  // nn::clip_grad_norm over all parameters of all shards: returns the global norm before clipping,
-  // the same on every rank (a small all-gather).
-  double clip_grad_norm(double max_norm);
-  // The same over a DeviceMesh when the parameters are themselves a cut of the model (a pipeline
-  // stage, a TP shard): `placements[i]` is parameter i's; each piece of this rank's shard counts as
-  // that parameter's placement says, split over the mesh dimension `shard_dim` (parallel/comm/grad_norm.h).
-  double clip_grad_norm(double max_norm, const std::vector<nn::Placement>& placements, const DeviceMesh& mesh,
-                        const std::string& shard_dim = "dp_shard");
-  // Sharded AdamW on this rank's shard (on the host when offloading), then the all-gathers of the
-  // weights. Stage 2 then starts a new window (its gradients live in the shard, which
-  // model.zero_grad() cannot reach); stage 1, like nn::AdamW, keeps adding until zero_grad().
-  void step();
-
-  double lr;  // as nn::Optimizer::lr: a schedule may set it
-  int64_t step_count() const;  // the most steps any parameter took
-  const ZeroOptions& options() const { return options_; }
-  const FlatParams& flat() const { return flat_; }
-  const ProcessGroupPtr& group() const { return group_; }
-
-  // This rank's averaged gradient shard [S] (after reduce_gradients).
-  Tensor grad_shard() const;
-  // The full averaged gradient [Ψ] in parameter order, a new tensor on every rank: an all-gather per
-  // bucket, collective and counted in the group's ledger. For tests and lessons.
-  Tensor gather_gradients();
-
-  // The whole optimizer state in nn::AdamW's format ("state.{i}.exp_avg" shaped like parameter i,
-  // "state.{i}.exp_avg_sq", "state.{i}.step"; parameters never stepped are absent), on every rank.
-  nn::StateDict full_state_dict();
-  // Takes this rank's shard out of a full state dict (no communication).
-  void load_full_state_dict(const nn::StateDict& state);
-
- private:
-  Tensor gather_flat(const Tensor& shard);  // [S] on every rank -> [P] in the flat layout
-  void collect_gradients();                  // stage 1: copies stray .grad tensors into flat_grads_
-  void gather_weights();
-
-  ProcessGroupPtr group_;
-  ZeroOptions options_;
-  FlatParams flat_;
-  Device device_, host_;
-  std::unique_ptr<ShardedAdamW> adam_;  // exp_avg, exp_avg_sq [S]: device "optimizer" or host "offload"
-  Tensor flat_grads_;                   // stage 1: [P], bound to the parameters' .grad
-  Tensor grad_shard_;                   // stage 1: [S], from the reduce to the next zero_grad()
-  Tensor host_weights_, host_grads_;    // offload: [S] each, "offload"
-  std::shared_ptr<ZeroReducer> reducer_;  // stage 2
-  // Stage 1, shared with the parameters' hooks: which parameters got a gradient since zero_grad(),
-  // and whether a backward ran since the last reduce.
-  struct Stage1Flags {
-    std::vector<char> has_grad;
-    std::atomic<bool> unreduced{true};
-  };
-  std::shared_ptr<Stage1Flags> flags_ = std::make_shared<Stage1Flags>();
-};
-
-}  // namespace sl::parallel
+#include "parallel/zero/zero_adamw.h"
+#include "parallel/zero/zero_strategies.h"

@@ -1,24 +1,27 @@
 // model_runner.h — what a chapter that cuts the model (pipeline stages, tensor-parallel shards,
 // sequence shards) hands the Trainer: this rank's part of the GPT and how one step runs on it.
 //
-//   Trainer::train_step (trainer.h)                    a ModelRunner (one per chapter)
+//   Trainer::train_step (parallel/train)               a ModelRunner (one per chapter)
 //   ─────────────────────────────────                  ─────────────────────────────────────────
 //   split the global batch over dp, cut micro-batches
 //   C = counted targets of the whole global batch
-//   zero the gradients (DDP / ZeRO-1 over module())
+//   strategy.zero_grad()  (data_parallel_strategy.h)
 //                                          ─────────▶  forward_backward(micros, C, dp, hooks):
 //                                                      every micro-batch's loss_m weighted by
 //                                                      counted_m · dp / C; hooks.before_backward
 //                                                      called before each backward it runs
+//                                                      (micro_batches.h: the one loop)
+//   strategy.synchronize()  (DDP's buckets done)
 //                                          ─────────▶  finish_gradients(): the chapter's own sums
 //                                                      (tied wte between stages, SP LayerNorms over tp)
-//   data-parallel sync (DDP's last backward / ZeRO's reduce-scatter), clip over mesh_grads(), AdamW
+//   strategy: clip over mesh_grads(), AdamW step
 //
 // The ranks of one data-parallel replica (its pp × cp × tp ranks) get the same micro-batches; the
 // runner decides which part of them each rank computes (its stage, its heads, its sequence shard).
 // After the data-parallel average over dp, every parameter's gradient must be the serial model's.
 #pragma once
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,10 +30,11 @@
 #include "nn/module.h"
 #include "nn/optim.h"
 #include "parallel/comm/grad_norm.h"
+#include "parallel/comm/mesh.h"
 
 namespace sl::parallel {
 
-class FullyShardedGPT;
+class DataParallelStrategy;  // data_parallel_strategy.h
 
 struct BackwardHooks {
   // Called right before each backward pass the runner starts on this rank, in the order they run;
@@ -55,17 +59,13 @@ class ModelRunner {
   // pipeline stage, tp rank 0, every cp rank for its tokens).
   virtual bool holds_loss() const = 0;
 
-  // FSDP (ZeRO-3) over this rank's part, sharded over shard_group with AdamW on the shards: the
-  // wrapper the Trainer then clips, steps and zeroes (owned by the runner, whose gathers read
-  // through it). Null where the chapter cannot shard its part (the default): the Trainer refuses.
-  virtual FullyShardedGPT* shard_parameters(ProcessGroupPtr shard_group, const nn::AdamWOptions& adamw) {
-    (void)shard_group;
-    (void)adamw;
-    return nullptr;
-  }
-
   // The chapter's own gradient sums after the backward passes; none by default.
   virtual void finish_gradients() {}
+
+  // A runner that brings its own data-parallel strategy (FSDP over a pipeline stage, parallel/nd:
+  // the sharding reaches into how the stage gathers and sums) returns it here; the Trainer asks
+  // when the plan shards parameters. Null by default: the Trainer builds the strategy itself.
+  virtual std::unique_ptr<DataParallelStrategy> own_strategy(const DeviceMesh& mesh, const nn::AdamWOptions& adamw);
 
   // Groups the runner made itself, beyond the mesh's (the pipeline's tied-wte pair), for the run
   // report: (name, ledger). None by default.
@@ -103,5 +103,11 @@ class WholeModelRunner : public ModelRunner {
   nn::Module& model_;
   LossFn loss_;
 };
+
+// A parameter's gradient, or zeros of its shape, dtype and device where backward left none (a
+// parameter this rank did not use). Not a copy: clone it to keep it.
+Tensor grad_or_zeros(const Tensor& param);
+// Every parameter's gradient (or zeros), copied, by name: a replica's gradients, whole.
+nn::StateDict gradients_of(const nn::Module& module);
 
 }  // namespace sl::parallel

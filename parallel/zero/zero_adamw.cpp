@@ -1,7 +1,7 @@
-// zero.cpp — ZeRO-1/2 and offload: gradient reduce-scatter, global-norm clipping, the sharded AdamW
-// step and the weight all-gathers (see zero.h for the picture and the costs; stage 2's backward side
+// zero_adamw.cpp — ZeRO-1/2 and offload: gradient reduce-scatter, global-norm clipping, the sharded AdamW
+// step and the weight all-gathers (see zero_adamw.h for the picture and the costs; stage 2's backward side
 // is zero_reducer.cpp).
-#include "parallel/zero/zero.h"
+#include "parallel/zero/zero_adamw.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,0 +1,101 @@
+// data_parallel_strategies.cpp — see data_parallel_strategies.h.
+#include "parallel/data_parallel/data_parallel_strategies.h"
+
+#include "parallel/comm/grad_norm.h"
+
+namespace sl::parallel {
+
+DdpStrategy::DdpStrategy(ModelRunner& runner, const DeviceMesh& mesh, bool replicate, const nn::AdamWOptions& adamw)
+    : runner_(runner), mesh_(mesh) {
+  if (replicate) ddp_ = std::make_unique<DistributedDataParallel>(runner.module(), mesh.group("dp"));
+  adamw_ = std::make_unique<nn::AdamW>(runner.module().parameters(), adamw);
+}
+
+void DdpStrategy::zero_grad() {
+  if (ddp_)
+    ddp_->zero_grad();
+  else
+    adamw_->zero_grad();
+}
+
+// DDP all-reduces only in the rank's last backward: the sum of all of them.
+void DdpStrategy::before_backward(bool last) {
+  if (!ddp_) return;
+  if (last)
+    local_only_.reset();
+  else if (!local_only_)
+    local_only_.emplace(*ddp_);
+}
+
+void DdpStrategy::synchronize() {
+  local_only_.reset();
+  if (ddp_) ddp_->synchronize();  // every bucket's all-reduce done before the chapter adds its sums
+}
+
+void DdpStrategy::clip_grad_norm(double max_norm) { parallel::clip_grad_norm(runner_.mesh_grads(), max_norm, mesh_); }
+
+void DdpStrategy::step(double lr) {
+  adamw_->lr = lr;
+  if (ddp_)
+    ddp_->step(*adamw_);
+  else
+    adamw_->step();
+}
+
+std::vector<std::pair<std::string, const CommLedger*>> DdpStrategy::groups() const {
+  if (!ddp_) return {};
+  return {{"dp", &mesh_.group("dp")->ledger()}};
+}
+
+NaiveStrategy::NaiveStrategy(nn::GPT& model, ProcessGroupPtr world, ProcessGroupPtr side,
+                             const nn::AdamWOptions& adamw)
+    : model_(model), world_(std::move(world)), side_(std::move(side)), adamw_options_(adamw) {}
+
+std::optional<double> NaiveStrategy::run_step(const nn::TokenStream& data, int64_t step, int64_t batch_rows,
+                                              int64_t block_size) {
+  if (!naive_) {
+    naive_ = std::make_unique<NaiveDataParallel>(model_, world_, batch_rows, block_size);
+    if (root()) adamw_ = std::make_unique<nn::AdamW>(model_.parameters(), adamw_options_);
+  }
+  if (root()) adamw_->zero_grad();
+  return naive_->forward_backward(root() ? data.get_batch(step, batch_rows, block_size) : nn::Batch{});
+}
+
+nn::StateDict NaiveStrategy::full_gradients(ModelRunner& runner) {
+  (void)runner;
+  nn::StateDict out;
+  for (const auto& [name, param] : model_.named_parameters()) {
+    Tensor grad = grad_or_zeros(param).clone();
+    side_->broadcast(grad, NaiveDataParallel::kRoot);
+    out[name] = grad;
+  }
+  return out;
+}
+
+void NaiveStrategy::clip_grad_norm(double max_norm) {
+  if (root()) nn::clip_grad_norm(model_.parameters(), max_norm);
+}
+
+void NaiveStrategy::step(double lr) {
+  if (!root()) return;
+  adamw_->lr = lr;
+  adamw_->step();
+}
+
+nn::StateDict NaiveStrategy::full_state_dict(ModelRunner& runner) {
+  (void)runner;
+  if (naive_) naive_->replicate();  // only rank 0 stepped
+  return model_.state_dict();
+}
+
+std::vector<std::pair<std::string, const CommLedger*>> NaiveStrategy::groups() const {
+  std::vector<std::pair<std::string, const CommLedger*>> all;
+  if (!naive_) return all;  // the exchanges are made by the first step
+  for (int e = 0; e < kNumExchanges; ++e) {
+    auto exchange = static_cast<Exchange>(e);
+    all.emplace_back(std::string("naive:") + exchange_name(exchange), &naive_->ledger(exchange));
+  }
+  return all;
+}
+
+}  // namespace sl::parallel

@@ -1,0 +1,71 @@
+// data_parallel_strategies.h — the chapter's two designs as the Trainer's data-parallel strategy
+// (parallel/runner/data_parallel_strategy.h): what each does at each point of the one step.
+//
+//                      DdpStrategy (ddp.h)                    NaiveStrategy (naive_data_parallel.h)
+//   zero_grad          zero .grad (every rank)                rank 0's .grad
+//   the passes         the runner's, DDP's hooks all-reduce   run_step(): rank 0 scatters the batch,
+//                      buckets during the last backward       gathers logits, scatters dloss, gathers grads
+//   before_backward    no_sync() for all but the last         —
+//   synchronize        wait for every bucket                  —
+//   clip, step         every rank, on identical gradients     rank 0 alone, then its weights are
+//                                                             replicated in the next step's exchange 2
+//
+// A model cut by another chapter (pp, tp, cp) at dp 1 has no replicas: DdpStrategy then holds only
+// AdamW (no DDP, so no bucket rules for an interleaved stage, whose last backward covers one chunk).
+#pragma once
+#include <memory>
+#include <optional>
+
+#include "nn/gpt.h"
+#include "parallel/comm/mesh.h"
+#include "parallel/data_parallel/ddp.h"
+#include "parallel/data_parallel/naive_data_parallel.h"
+#include "parallel/runner/data_parallel_strategy.h"
+
+namespace sl::parallel {
+
+class DdpStrategy : public DataParallelStrategy {
+ public:
+  // DDP over mesh.group("dp") around runner.module() (collective: broadcasts the weights), unless
+  // `replicate` is false (one replica: AdamW alone). The runner and the mesh must outlive it.
+  DdpStrategy(ModelRunner& runner, const DeviceMesh& mesh, bool replicate, const nn::AdamWOptions& adamw);
+  void zero_grad() override;
+  void before_backward(bool last) override;
+  void synchronize() override;
+  nn::StateDict full_gradients(ModelRunner& runner) override { return runner.full_gradients(); }
+  void clip_grad_norm(double max_norm) override;  // replicas: the norm moves no bytes over dp
+  void step(double lr) override;
+  std::vector<std::pair<std::string, const CommLedger*>> groups() const override;
+
+ private:
+  ModelRunner& runner_;
+  const DeviceMesh& mesh_;
+  std::unique_ptr<DistributedDataParallel> ddp_;  // null with one replica
+  std::unique_ptr<nn::AdamW> adamw_;
+  std::optional<DistributedDataParallel::NoSyncGuard> local_only_;  // between backward passes
+};
+
+class NaiveStrategy : public DataParallelStrategy {
+ public:
+  // Over world (the NaiveDataParallel's exchanges are made by its first step, for that batch shape).
+  // `side` carries what only tests ask for (the kept gradients) outside the exchanges' ledgers.
+  NaiveStrategy(nn::GPT& model, ProcessGroupPtr world, ProcessGroupPtr side, const nn::AdamWOptions& adamw);
+  std::optional<double> run_step(const nn::TokenStream& data, int64_t step, int64_t batch_rows,
+                                 int64_t block_size) override;
+  void zero_grad() override {}  // rank 0's, in run_step (before its exchanges)
+  nn::StateDict full_gradients(ModelRunner& runner) override;  // rank 0's, broadcast on `side`
+  void clip_grad_norm(double max_norm) override;
+  void step(double lr) override;
+  nn::StateDict full_state_dict(ModelRunner& runner) override;  // replicates rank 0's weights first
+  std::vector<std::pair<std::string, const CommLedger*>> groups() const override;  // "naive:<exchange>"
+
+ private:
+  bool root() const { return world_->rank() == NaiveDataParallel::kRoot; }
+  nn::GPT& model_;
+  ProcessGroupPtr world_, side_;
+  nn::AdamWOptions adamw_options_;
+  std::unique_ptr<NaiveDataParallel> naive_;
+  std::unique_ptr<nn::AdamW> adamw_;  // rank 0 only
+};
+
+}  // namespace sl::parallel

@@ -1,0 +1,63 @@
+// data_parallel_strategy.h — what the Trainer holds beside the ModelRunner: how the replicas of this
+// rank's part agree on one update. The runner computes gradients; the strategy averages them over
+// the data-parallel ranks, clips them and steps the optimizer.
+//
+//   Trainer::train_step                                   a DataParallelStrategy
+//   ───────────────────                                   ──────────────────────────────────────
+//   strategy.zero_grad()                                  DDP: zero .grad; ZeRO: the flat buffer;
+//   runner.forward_backward(..., hooks)                   FSDP: the gradient shards
+//     hooks.before_backward(last) ───────────────────▶    DDP: no_sync() for all but the last
+//                                                         ZeRO-2 / FSDP: shards add every backward
+//   strategy.synchronize()                                DDP: wait for every bucket's all-reduce
+//   runner.finish_gradients()                             (the chapter's own sums)
+//   strategy.full_gradients(runner)   (tests only)        the averaged gradient, whole
+//   strategy.clip_grad_norm(max)                          over the placements: each element once
+//   strategy.step(lr)                                     AdamW: replicated, on shards, on the host
+//
+//   naive DP (parallel/data_parallel)  DDP (data_parallel)  ZeRO-1/2, FSDP, HSDP (parallel/zero)
+//   FSDP over a pipeline stage (parallel/nd): the runner brings its own (ModelRunner::own_strategy).
+//
+// The naive DataParallel is the one strategy that runs the step's passes itself (rank 0 scatters
+// the batch): run_step() returns its loss where the others return nothing.
+#pragma once
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "nn/data.h"
+#include "parallel/comm/process_group.h"
+#include "parallel/runner/model_runner.h"
+
+namespace sl::parallel {
+
+class DataParallelStrategy {
+ public:
+  virtual ~DataParallelStrategy() = default;
+
+  virtual void zero_grad() = 0;
+  // Before each of the runner's backward passes (BackwardHooks::before_backward).
+  virtual void before_backward(bool last) { (void)last; }
+  // After the runner's last backward, before its finish_gradients(): averages still in flight land.
+  virtual void synchronize() {}
+  // For tests (Trainer::keep_gradients): the averaged gradient each parameter updates with, whole,
+  // by serial name, before clipping. Collective over the strategy's groups and the runner's.
+  virtual nn::StateDict full_gradients(ModelRunner& runner) = 0;
+  // Clips the averaged gradient to max_norm (max_norm > 0), counting each logical element once.
+  virtual void clip_grad_norm(double max_norm) = 0;
+  virtual void step(double lr) = 0;
+  // Collective: the whole model under serial names on every rank.
+  virtual nn::StateDict full_state_dict(ModelRunner& runner) { return runner.full_state_dict(); }
+  // The groups the strategy talks on, named by what they span ("dp", "dp_shard", "dp_replicate").
+  virtual std::vector<std::pair<std::string, const CommLedger*>> groups() const = 0;
+
+  // A strategy that runs the forward and backward passes itself (naive DP) does so here and returns
+  // the global batch's mean loss; the others return nothing and the runner runs them.
+  virtual std::optional<double> run_step(const nn::TokenStream& data, int64_t step, int64_t batch_rows,
+                                         int64_t block_size) {
+    (void)data, (void)step, (void)batch_rows, (void)block_size;
+    return std::nullopt;
+  }
+};
+
+}  // namespace sl::parallel

@@ -1,0 +1,116 @@
+// factory.cpp — see factory.h.
+#include "parallel/train/factory.h"
+
+#include "parallel/context_parallel/context_parallel.h"
+#include "parallel/data_parallel/data_parallel.h"
+#include "parallel/nd/fsdp_pipeline_runner.h"
+#include "parallel/nd/nd_runner.h"
+#include "parallel/pipeline/pipeline_runner.h"
+#include "parallel/tensor_parallel/runner.h"
+#include "parallel/zero/zero_strategies.h"
+
+namespace sl::parallel {
+
+namespace {
+
+pipeline::PipelineOptions pipeline_options(const TrainPlan& plan) {
+  pipeline::PipelineOptions options;
+  options.schedule = plan.schedule;
+  options.virtual_stages = plan.virtual_stages;
+  options.stage_layers.assign(plan.stage_layers.begin(), plan.stage_layers.end());
+  return options;
+}
+
+NdOptions nd_options(const TrainPlan& plan) {
+  return {.pipeline = pipeline_options(plan),
+          .sequence_parallel = plan.sequence_parallel,
+          .cp = {.balance = plan.cp_balance, .variant = plan.cp_variant}};
+}
+
+}  // namespace
+
+void check_model_runner(const TrainPlan& plan, const nn::GPTConfig& config) {
+  const ParallelismConfig& c = plan.parallelism;
+  if (c.pp > 1) {
+    const pipeline::PipelineOptions options = pipeline_options(plan);
+    pipeline::check_schedule_config(options.schedule, c.pp, plan.micro_batches, options.virtual_stages);
+    pipeline::split_layers(config.n_layer, c.pp * options.virtual_stages, options.stage_layers);
+  }
+  check_nd_cut(config, c.tp, c.cp, nd_options(plan));  // tp's, cp's, and both at once
+}
+
+std::unique_ptr<ModelRunner> make_model_runner(const TrainPlan& plan, const nn::GPTConfig& config, uint64_t seed,
+                                               const nn::StateDict& initial, const DeviceMesh& mesh) {
+  const ParallelismConfig& c = plan.parallelism;
+  std::unique_ptr<ModelRunner> runner;
+  const int cuts = (c.pp > 1) + (c.tp > 1) + (c.cp > 1);
+  if (cuts > 1)  // several at once: the pipeline's stages, each chunk cut over tp and cp (parallel/nd)
+    runner = std::make_unique<NdRunner>(config, seed, mesh, nd_options(plan));
+  else if (c.pp > 1 && plan.dp_strategy == DpStrategy::fsdp)  // FSDP over each stage (parallel/nd)
+    runner = std::make_unique<FsdpPipelineRunner>(config, seed, mesh, pipeline_options(plan));
+  else if (c.pp > 1)
+    runner = std::make_unique<pipeline::PipelineRunner>(config, seed, mesh, pipeline_options(plan));
+  else if (c.tp > 1)
+    runner = std::make_unique<TensorParallelRunner>(config, seed, mesh,
+                                                    tp::TensorParallelOptions{.sequence_parallel = plan.sequence_parallel});
+  else if (c.cp > 1)
+    runner = std::make_unique<ContextParallelRunner>(
+        config, seed, mesh, ContextParallelOptions{.balance = plan.cp_balance, .variant = plan.cp_variant});
+  SL_CHECK(runner != nullptr, "make_model_runner: ", c.str(), " does not cut the model");
+  if (!initial.empty()) runner->load_full_state_dict(initial);
+  return runner;
+}
+
+std::unique_ptr<DataParallelStrategy> make_strategy(const TrainPlan& plan, ModelRunner& runner, const DeviceMesh& mesh,
+                                                    const nn::AdamWOptions& adamw) {
+  switch (plan.dp_strategy) {
+    case DpStrategy::ddp:  // a cut model at dp 1 has nothing to average: AdamW alone
+      return std::make_unique<DdpStrategy>(runner, mesh, mesh.size("dp") > 1, adamw);
+    case DpStrategy::zero1:
+    case DpStrategy::zero2:
+      return std::make_unique<ZeroStrategy>(runner, mesh, plan.zero(), plan.offload, /*cut=*/true, adamw);
+    case DpStrategy::fsdp: {
+      std::unique_ptr<DataParallelStrategy> own = runner.own_strategy(mesh, adamw);
+      SL_CHECK(own != nullptr, "Trainer: ", plan.parallelism.str(), ": this runner cannot shard its part (FSDP)");
+      return own;
+    }
+    case DpStrategy::naive: break;
+  }
+  SL_CHECK(false, "Trainer: ", plan.parallelism.str(), ": --naive-dp scatters whole-model batches");
+  return nullptr;
+}
+
+WholeModel make_whole_model(const TrainPlan& plan, nn::GPT& model, const DeviceMesh& mesh, ProcessGroupPtr world,
+                            ProcessGroupPtr side, const nn::AdamWOptions& adamw) {
+  WholeModel out;
+  auto plain_loss = [&model](const Tensor& x, const Tensor& y) { return model.loss(x, y); };
+  switch (plan.dp_strategy) {
+    case DpStrategy::naive:  // its passes are the strategy's (run_step)
+      out.runner = std::make_unique<WholeModelRunner>(model, plain_loss);
+      out.strategy = std::make_unique<NaiveStrategy>(model, std::move(world), std::move(side), adamw);
+      break;
+    case DpStrategy::ddp:
+      out.runner = std::make_unique<WholeModelRunner>(model, plain_loss);
+      out.strategy = std::make_unique<DdpStrategy>(*out.runner, mesh, /*replicate=*/true, adamw);
+      break;
+    case DpStrategy::zero1:
+    case DpStrategy::zero2:
+      out.runner = std::make_unique<WholeModelRunner>(model, plain_loss);
+      out.strategy = std::make_unique<ZeroStrategy>(*out.runner, mesh, plan.zero(), plan.offload, /*cut=*/false, adamw);
+      break;
+    case DpStrategy::fsdp: {  // FSDP's gathers run around the model's forward: the runner's loss is FSDP's
+      auto fsdp = mesh.size("dp_replicate") > 1
+                      ? std::make_shared<FullyShardedGPT>(model, mesh, adamw)  // HSDP
+                      : std::make_shared<FullyShardedGPT>(model, mesh.group("dp_shard"), nullptr, adamw,
+                                                          FsdpOptions{.offload = plan.offload});
+      FullyShardedGPT* sharded = fsdp.get();
+      out.runner = std::make_unique<WholeModelRunner>(
+          model, [sharded](const Tensor& x, const Tensor& y) { return sharded->loss(x, y); });
+      out.strategy = std::make_unique<FsdpStrategy>(std::move(fsdp));
+      break;
+    }
+  }
+  return out;
+}
+
+}  // namespace sl::parallel

@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""function_sizes.py — the longest functions and files of the tree, to keep them readable.
+
+Usage: tools/function_sizes.py [--max-lines 80] [--max-file-lines 300] DIR...
+A function is a definition that opens at column 0 (or one indent level inside a class) and ends at
+the matching closing brace; lambdas count toward the function that holds them. Prints the
+functions longer than --max-lines and the files longer than --max-file-lines, and exits 1 if any
+(lessons' main() is exempt: a lesson is a page read top to bottom)."""
+import argparse, os, re, sys
+
+OPEN = re.compile(r'^(?:[A-Za-z_][\w:<>,\s\*&~]*\s)?[~A-Za-z_][\w:~]*\s*\(.*\)\s*(?:const)?\s*(?:override)?\s*(?:noexcept)?\s*(?::.*)?\{\s*(?://.*)?$')
+SKIP = re.compile(r'^\s*(namespace|struct|class|enum|union|extern|if|for|while|switch|else|do|try|catch)\b')
+
+def functions(path):
+    lines = open(path, encoding='utf-8', errors='replace').read().split('\n')
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        stripped = line.strip()
+        indent = len(line) - len(line.lstrip())
+        # a definition's head may span lines: join up to 4 lines until a '{' ends one
+        head, j = stripped, i
+        while '{' not in head and '}' not in head and j < i + 4 and j + 1 < len(lines) and indent <= 2 and stripped and \
+                not stripped.endswith(';') and not stripped.startswith(('//', '#')) and '(' in head:
+            j += 1
+            head += ' ' + lines[j].strip()
+        if indent <= 2 and head.endswith('{') and '(' in head and not SKIP.match(head) and not head.startswith(('//', '#')) \
+                and '=' not in head.split('(')[0]:
+            depth, k = 0, i
+            for k in range(i, len(lines)):
+                depth += lines[k].count('{') - lines[k].count('}')
+                if depth == 0 and k >= j:
+                    break
+            name = head.split('(')[0].split()[-1] if head.split('(')[0].split() else '?'
+            yield name, i + 1, k - i + 1
+            i = k + 1
+            continue
+        i += 1
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument('--max-lines', type=int, default=80)
+    ap.add_argument('--max-file-lines', type=int, default=300)
+    ap.add_argument('dirs', nargs='+')
+    a = ap.parse_args()
+    bad = 0
+    for d in a.dirs:
+        for root, _, files in os.walk(d):
+            for f in sorted(files):
+                if not f.endswith(('.cpp', '.h', '.cu')):
+                    continue
+                p = os.path.join(root, f)
+                n = sum(1 for _ in open(p, encoding='utf-8', errors='replace'))
+                if n > a.max_file_lines:
+                    print(f'{p}: {n} lines (file)'); bad = 1
+                for name, start, length in functions(p):
+                    if length > a.max_lines and not (p.startswith('lessons') and name == 'main'):
+                        print(f'{p}:{start}: {name} is {length} lines'); bad = 1
+    sys.exit(bad)
+
+if __name__ == '__main__':
+    main()
