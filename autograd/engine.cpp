@@ -48,22 +48,14 @@ std::vector<bool> deferred_edges(const Node& node, const DeferGradsGuard::Scope&
 
 }  // namespace
 
-void run_backward(const TensorList& roots, const TensorList& grads, bool retain_graph) {
-  SL_ASSERT(roots.size() == grads.size());
-  NoGradGuard no_grad;
-  const DeferGradsGuard::Scope* defer = DeferGradsGuard::current();
+namespace {
 
-  // 1. Dependencies.
+// 1. Dependencies: how many edges lead into each node reachable from the roots.
+std::unordered_map<Node*, int> count_dependencies(const std::vector<Edge>& root_edges) {
   std::unordered_map<Node*, int> dependencies;
   std::vector<Node*> stack;
-  std::vector<Edge> root_edges;
-  for (const Tensor& root : roots) {
-    Edge edge = gradient_edge(root);
-    SL_CHECK(edge.node != nullptr, "backward: the tensor of shape ", root.shape(),
-             " does not require grad and has no grad_fn (did you forget set_requires_grad()?)");
-    root_edges.push_back(edge);
+  for (const Edge& edge : root_edges)
     if (dependencies.emplace(edge.node.get(), 0).second) stack.push_back(edge.node.get());
-  }
   while (!stack.empty()) {
     Node* node = stack.back();
     stack.pop_back();
@@ -74,6 +66,48 @@ void run_backward(const TensorList& roots, const TensorList& grads, bool retain_
       if (first_visit) stack.push_back(edge.node.get());
     }
   }
+  return dependencies;
+}
+
+// Runs one node's backward on its output gradients (at least one defined). `deferred`: the edges
+// whose gradients wait for W under a DeferGradsGuard (`defers` when any does); the node is then
+// queued on the guard's DeferredGrads with the same output gradients.
+TensorList apply_node(Node* node, TensorList input_grads, const DeferGradsGuard::Scope* defer,
+                      const std::vector<bool>& deferred, bool defers, bool retain_graph) {
+  SL_CHECK(!node->saved_released(), "backward: trying to backward through the graph a second time (the saved ",
+           "tensors and values of ", node->name(), " were freed after the first backward); pass ",
+           "retain_graph=true to the first backward if you need to backward twice");
+  std::string op;  // outlives the scope, which keeps a reference to its name
+  std::optional<ProfileScope> profile;
+  if (Profiler::enabled()) {
+    op = node->name();
+    if (op.ends_with("Backward")) op.resize(op.size() - 8);
+    profile.emplace(op, /*backward=*/true);
+  }
+  if (!defers) return node->apply(std::move(input_grads));
+  TensorList kept = input_grads;  // W replays the node with the same output gradients
+  std::vector<bool> now(deferred.size());
+  for (size_t i = 0; i < now.size(); ++i) now[i] = !deferred[i];
+  TensorList output_grads = node->apply_only(std::move(input_grads), now);
+  defer->into->retain_graph = retain_graph;
+  defer->into->push({node->shared_from_this(), std::move(kept), deferred});
+  return output_grads;
+}
+
+}  // namespace
+
+void run_backward(const TensorList& roots, const TensorList& grads, bool retain_graph) {
+  SL_ASSERT(roots.size() == grads.size());
+  NoGradGuard no_grad;
+  const DeferGradsGuard::Scope* defer = DeferGradsGuard::current();
+  std::vector<Edge> root_edges;
+  for (const Tensor& root : roots) {
+    Edge edge = gradient_edge(root);
+    SL_CHECK(edge.node != nullptr, "backward: the tensor of shape ", root.shape(),
+             " does not require grad and has no grad_fn (did you forget set_requires_grad()?)");
+    root_edges.push_back(edge);
+  }
+  std::unordered_map<Node*, int> dependencies = count_dependencies(root_edges);
 
   // 2. Seed and run.
   std::unordered_map<Node*, TensorList> buffers;
@@ -101,28 +135,7 @@ void run_backward(const TensorList& roots, const TensorList& grads, bool retain_
     const std::vector<bool> deferred = defer ? deferred_edges(*node, *defer) : std::vector<bool>();
     const bool defers = any_grad && std::find(deferred.begin(), deferred.end(), true) != deferred.end();
     TensorList output_grads;
-    if (any_grad) {
-      SL_CHECK(!node->saved_released(), "backward: trying to backward through the graph a second time (the saved ",
-               "tensors and values of ", node->name(), " were freed after the first backward); pass ",
-               "retain_graph=true to the first backward if you need to backward twice");
-      std::string op;  // outlives the scope, which keeps a reference to its name
-      std::optional<ProfileScope> profile;
-      if (Profiler::enabled()) {
-        op = node->name();
-        if (op.ends_with("Backward")) op.resize(op.size() - 8);
-        profile.emplace(op, /*backward=*/true);
-      }
-      if (defers) {
-        TensorList kept = input_grads;  // W replays the node with the same output gradients
-        std::vector<bool> now(deferred.size());
-        for (size_t i = 0; i < now.size(); ++i) now[i] = !deferred[i];
-        output_grads = node->apply_only(std::move(input_grads), now);
-        defer->into->retain_graph = retain_graph;
-        defer->into->push({node->shared_from_this(), std::move(kept), deferred});
-      } else {
-        output_grads = node->apply(std::move(input_grads));
-      }
-    }
+    if (any_grad) output_grads = apply_node(node, std::move(input_grads), defer, deferred, defers, retain_graph);
     if (!retain_graph && !defers) node->release_saved();  // a deferred node keeps its saved tensors for W
     for (size_t i = 0; i < node->next_edges.size(); ++i) {
       const Edge& edge = node->next_edges[i];

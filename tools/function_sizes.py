@@ -11,8 +11,25 @@ import argparse, os, re, sys
 OPEN = re.compile(r'^(?:[A-Za-z_][\w:<>,\s\*&~]*\s)?[~A-Za-z_][\w:~]*\s*\(.*\)\s*(?:const)?\s*(?:override)?\s*(?:noexcept)?\s*(?::.*)?\{\s*(?://.*)?$')
 SKIP = re.compile(r'^\s*(namespace|struct|class|enum|union|extern|if|for|while|switch|else|do|try|catch)\b')
 
+RAW = re.compile(r'R"([^(\s]*)\((.*?)\)\1"', re.S)
+STRING = re.compile(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'')
+COMMENT = re.compile(r'//[^\n]*|/\*.*?\*/', re.S)
+
+def code_only(text):
+    """The text with raw strings, strings, characters and comments blanked (lines kept): braces
+    inside them do not count."""
+    blank = lambda m: re.sub(r'[^\n]', ' ', m.group(0))
+    text = RAW.sub(blank, text)
+    out, i = [], 0
+    for m in re.finditer(STRING.pattern + '|' + COMMENT.pattern, text, re.S):
+        out.append(text[i:m.start()])
+        out.append(blank(m))
+        i = m.end()
+    out.append(text[i:])
+    return ''.join(out)
+
 def functions(path):
-    lines = open(path, encoding='utf-8', errors='replace').read().split('\n')
+    lines = code_only(open(path, encoding='utf-8', errors='replace').read()).split('\n')
     i = 0
     while i < len(lines):
         line = lines[i]

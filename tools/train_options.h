@@ -1,8 +1,8 @@
 // train_options.h — the flags of build/bin/train (tools/train.cpp): parsed into Options, or a
 // UsageError naming the flag.
 #pragma once
-#include <cctype>
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -83,44 +83,64 @@ struct UsageError {
   std::string message;
 };
 
-inline Options parse(int argc, char** argv) {
-  Options o;
-  std::map<std::string, std::function<void(const std::string&)>> flags;
-  // An integer in [minimum, maximum]; the message names the range.
-  auto integer = [](int64_t& slot, int64_t minimum, int64_t maximum = std::numeric_limits<int64_t>::max()) {
-    return [&slot, minimum, maximum](const std::string& v) {
-      size_t used = 0;
-      long long parsed = 0;
-      try {
-        parsed = std::stoll(v, &used);
-      } catch (...) {
-        used = 0;
-      }
-      if (used != v.size() || v.empty() || parsed < minimum || parsed > maximum)
-        throw UsageError{"expected an integer " +
-                         (maximum == std::numeric_limits<int64_t>::max()
-                              ? ">= " + std::to_string(minimum)
-                              : "in " + std::to_string(minimum) + ".." + std::to_string(maximum)) +
-                         ", got '" + v + "'"};
-      slot = parsed;
-    };
+// The parsers a flag is made of: each checks its value and names what it expected.
+namespace flag {
+inline std::function<void(const std::string&)> integer(int64_t& slot, int64_t minimum,
+                                                       int64_t maximum = std::numeric_limits<int64_t>::max()) {
+  return [&slot, minimum, maximum](const std::string& v) {
+    size_t used = 0;
+    long long parsed = 0;
+    try {
+      parsed = std::stoll(v, &used);
+    } catch (...) {
+      used = 0;
+    }
+    if (used != v.size() || v.empty() || parsed < minimum || parsed > maximum)
+      throw UsageError{"expected an integer " +
+                       (maximum == std::numeric_limits<int64_t>::max()
+                            ? ">= " + std::to_string(minimum)
+                            : "in " + std::to_string(minimum) + ".." + std::to_string(maximum)) +
+                       ", got '" + v + "'"};
+    slot = parsed;
   };
-  auto real = [](double& slot, double minimum) {
-    return [&slot, minimum](const std::string& v) {
-      size_t used = 0;
-      double parsed = 0;
-      try {
-        parsed = std::stod(v, &used);
-      } catch (...) {
-        used = 0;
-      }
-      if (used != v.size() || v.empty() || !std::isfinite(parsed) || parsed < minimum)
-        throw UsageError{"expected a number >= " + std::to_string(minimum) + ", got '" + v + "'"};
-      slot = parsed;
-    };
+}
+inline std::function<void(const std::string&)> real(double& slot, double minimum) {
+  return [&slot, minimum](const std::string& v) {
+    size_t used = 0;
+    double parsed = 0;
+    try {
+      parsed = std::stod(v, &used);
+    } catch (...) {
+      used = 0;
+    }
+    if (used != v.size() || v.empty() || !std::isfinite(parsed) || parsed < minimum)
+      throw UsageError{"expected a number >= " + std::to_string(minimum) + ", got '" + v + "'"};
+    slot = parsed;
   };
-  auto text = [](std::string& slot) { return [&slot](const std::string& v) { slot = v; }; };
-  int64_t seed = static_cast<int64_t>(o.seed);
+}
+inline std::function<void(const std::string&)> text(std::string& slot) {
+  return [&slot](const std::string& v) { slot = v; };
+}
+inline std::function<void(const std::string&)> choice(std::string& slot, std::vector<std::string> allowed) {
+  return [&slot, allowed](const std::string& v) {
+    std::string names;
+    for (const std::string& a : allowed) {
+      if (v == a) {
+        slot = v;
+        return;
+      }
+      names += (names.empty() ? "" : ", ") + a;
+    }
+    throw UsageError{"expected one of " + names + ", got '" + v + "'"};
+  };
+}
+}  // namespace flag
+
+using FlagTable = std::map<std::string, std::function<void(const std::string&)>>;
+
+// The task, model, optimizer and file flags.
+inline void add_run_flags(FlagTable& flags, Options& o, int64_t& seed) {
+  using flag::integer, flag::real, flag::text, flag::choice;
   flags["--task"] = [&](const std::string& v) {
     if (v != "addition" && v != "text" && v != "bin")
       throw UsageError{"expected addition, text or bin, got '" + v + "'"};
@@ -166,6 +186,11 @@ inline Options parse(int argc, char** argv) {
     }
     if (o.adam_eps <= 0) throw positive;
   };
+}
+
+// The layout flags: data parallelism, ZeRO, the cuts and their chapters' options.
+inline void add_layout_flags(FlagTable& flags, Options& o) {
+  using flag::integer, flag::real, flag::text, flag::choice;
   flags["--dp"] = integer(o.dp, 1, 1024);
   flags["--zero"] = [&](const std::string& v) {
     if (v != "0" && v != "1" && v != "2" && v != "3") throw UsageError{"expected 0, 1, 2 or 3, got '" + v + "'"};
@@ -176,19 +201,6 @@ inline Options parse(int argc, char** argv) {
   flags["--tp"] = integer(o.tp, 1, 1024);
   flags["--cp"] = integer(o.cp, 1, 1024);
   flags["--virtual-stages"] = integer(o.virtual_stages, 1, 1024);
-  auto choice = [](std::string& slot, std::vector<std::string> allowed) {
-    return [&slot, allowed](const std::string& v) {
-      std::string names;
-      for (const std::string& a : allowed) {
-        if (v == a) {
-          slot = v;
-          return;
-        }
-        names += (names.empty() ? "" : ", ") + a;
-      }
-      throw UsageError{"expected one of " + names + ", got '" + v + "'"};
-    };
-  };
   flags["--schedule"] = choice(o.schedule, {"naive", "gpipe", "1f1b", "interleaved", "zero-bubble"});
   flags["--cp-balance"] = choice(o.cp_balance, {"zigzag", "none"});
   flags["--cp-variant"] = choice(o.cp_variant, {"ring", "allgather"});
@@ -216,6 +228,88 @@ inline Options parse(int argc, char** argv) {
     o.trace = v;
   };
   flags["--dp-shard"] = integer(o.dp_shard, 1, 1024);
+}
+
+// What the task and the model need of each other.
+inline void check_run_flags(const Options& o) {
+  if ((o.task == "text" || o.task == "bin") && o.data.empty())
+    throw UsageError{"--task " + o.task + " needs --data PATH"};
+  if (o.task == "bin" && o.vocab_size == 0) throw UsageError{"--task bin needs --vocab-size N"};
+  if (o.min_accuracy > 0 && o.task != "addition")
+    throw UsageError{"--min-accuracy checks the addition task's held-out accuracy; --task is " + o.task};
+  if (o.task != "bin" && o.vocab_size != 0)
+    throw UsageError{"--vocab-size is for --task bin only (" + o.task + " uses bytes: 256)"};
+  if (o.n_embd % o.n_head != 0)
+    throw UsageError{"--n-embd (" + std::to_string(o.n_embd) + ") must be divisible by --n-head (" +
+                     std::to_string(o.n_head) + ")"};
+}
+
+// Layout flags that cannot go together, refused before any data is read.
+inline void check_layout_flags(const Options& o) {
+  if ((o.dp_replicate > 0) != (o.dp_shard > 0)) throw UsageError{"--dp-replicate and --dp-shard go together"};
+  if (o.dp_replicate > 0 && o.dp > 1 && o.dp != o.data_parallel())
+    throw UsageError{"--dp " + std::to_string(o.dp) + " != --dp-replicate " + std::to_string(o.dp_replicate) +
+                     " x --dp-shard " + std::to_string(o.dp_shard)};
+  if (o.pp == 1 && (o.schedule != "1f1b" || o.virtual_stages > 1 || !o.stage_layers.empty() || !o.trace.empty()))
+    throw UsageError{"--schedule, --virtual-stages, --stage-layers and --trace are pipeline flags: add --pp N"};
+  if (o.virtual_stages > 1 && o.schedule != "interleaved")
+    throw UsageError{"--virtual-stages " + std::to_string(o.virtual_stages) + " needs --schedule interleaved"};
+  if (o.sp && o.tp == 1) throw UsageError{"--sp shards the sequence over the tensor-parallel ranks: add --tp N"};
+  if (o.cp == 1 && (o.cp_balance != "zigzag" || o.cp_variant != "ring"))
+    throw UsageError{"--cp-balance and --cp-variant are context-parallel flags: add --cp N"};
+  if (o.pp > 1 && o.zero == 2)
+    throw UsageError{"--zero 2 with --pp " + std::to_string(o.pp) +
+                     ": ZeRO-2 would reduce-scatter the gradients on every micro-batch (each stage runs one backward "
+                     "per micro-batch); use --zero 1 with the pipeline"};
+  // FSDP with pp (torchtitan's pp x dp_shard): whole stage chunks, one per rank, naive/gpipe/1f1b.
+  const bool fsdp_stages = o.zero == 3 && o.pp > 1 && o.tp == 1 && o.cp == 1 && !o.offload && !o.naive_dp &&
+                           o.dp_replicate == 0 && o.virtual_stages == 1 &&
+                           (o.schedule == "naive" || o.schedule == "gpipe" || o.schedule == "1f1b");
+  if (o.zero == 3 && o.pp > 1 && !fsdp_stages)
+    throw UsageError{
+        "--zero 3 with --pp runs FSDP over each stage's whole chunk: only with tp = cp = 1, no HSDP or "
+        "--offload, and --schedule naive, gpipe or 1f1b"};
+  if (o.cuts_model() && !fsdp_stages && (o.zero > 1 || o.offload || o.naive_dp || o.dp_replicate > 0))
+    throw UsageError{"--pp, --tp and --cp run with DDP (--zero 0) or --zero 1 over --dp ranks; not with --zero " +
+                     std::to_string(o.zero) + (o.offload ? ", --offload" : "") + (o.naive_dp ? ", --naive-dp" : "") +
+                     (o.dp_replicate > 0 ? " or HSDP" : "")};
+  if (o.pp > 1 && o.virtual_stages > 1 && o.zero == 0 && o.data_parallel() > 1)
+    throw UsageError{
+        "--virtual-stages " + std::to_string(o.virtual_stages) + " with --dp " + std::to_string(o.data_parallel()) +
+        ": DDP cannot all-reduce from an interleaved stage's last backward (it covers one chunk); add --zero 1"};
+  // Global batch = micro-batch rows x micro-batches x data-parallel ranks.
+  const int64_t ranks = o.parallel() ? o.data_parallel() : 1;
+  if (o.batch_size % (ranks * o.micro_batches) != 0)
+    throw UsageError{"--batch-size " + std::to_string(o.batch_size) + " must be micro-batch rows x " +
+                     std::to_string(o.micro_batches) + " micro-batches x " + std::to_string(ranks) +
+                     " data-parallel ranks, but " + std::to_string(o.batch_size) + " % " +
+                     std::to_string(ranks * o.micro_batches) + " = " +
+                     std::to_string(o.batch_size % (ranks * o.micro_batches))};
+  if (o.naive_dp && o.micro_batches > 1)
+    throw UsageError{"--naive-dp scatters one batch per step: it cannot be combined with --micro-batches"};
+  // The profiler counts per thread, and the ranks are threads: rank 0's table would miss the rest.
+  if (o.parallel() && o.profile)
+    throw UsageError{
+        "--profile times the serial run's ops; drop --dp, --zero, --dp-replicate/--dp-shard, --naive-dp, --pp, --tp "
+        "and --cp"};
+  // Combinations that would otherwise be ignored silently or refused only after the data is read.
+  if (o.offload && o.zero == 0) throw UsageError{"--offload moves ZeRO's optimizer to the host: add --zero 1, 2 or 3"};
+  if (o.naive_dp && (o.zero > 0 || o.dp_replicate > 0))
+    throw UsageError{"--naive-dp is the classic DataParallel; it cannot be combined with --zero or HSDP"};
+  if (o.dp_replicate > 0 && (o.zero == 1 || o.zero == 2))
+    throw UsageError{"HSDP (--dp-replicate/--dp-shard) shards like ZeRO-3; --zero " + std::to_string(o.zero) +
+                     " cannot be combined with it"};
+  if (o.compare_serial && !o.parallel())
+    throw UsageError{"--compare-serial compares a data-parallel run with the serial one: add --dp N, --zero or HSDP"};
+  if (o.parallel() && o.device != "cpu") throw UsageError{"--dp and --zero run on CPU ranks only (--device cpu)"};
+}
+
+inline Options parse(int argc, char** argv) {
+  Options o;
+  int64_t seed = static_cast<int64_t>(o.seed);
+  FlagTable flags;
+  add_run_flags(flags, o, seed);
+  add_layout_flags(flags, o);
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
     if (flag == "--help" || flag == "-h") {
@@ -241,70 +335,8 @@ inline Options parse(int argc, char** argv) {
     }
   }
   o.seed = static_cast<uint64_t>(seed);
-  if ((o.task == "text" || o.task == "bin") && o.data.empty())
-    throw UsageError{"--task " + o.task + " needs --data PATH"};
-  if (o.task == "bin" && o.vocab_size == 0) throw UsageError{"--task bin needs --vocab-size N"};
-  if (o.min_accuracy > 0 && o.task != "addition")
-    throw UsageError{"--min-accuracy checks the addition task's held-out accuracy; --task is " + o.task};
-  if (o.task != "bin" && o.vocab_size != 0)
-    throw UsageError{"--vocab-size is for --task bin only (" + o.task + " uses bytes: 256)"};
-  if (o.n_embd % o.n_head != 0)
-    throw UsageError{"--n-embd (" + std::to_string(o.n_embd) + ") must be divisible by --n-head (" +
-                     std::to_string(o.n_head) + ")"};
-  if ((o.dp_replicate > 0) != (o.dp_shard > 0)) throw UsageError{"--dp-replicate and --dp-shard go together"};
-  if (o.dp_replicate > 0 && o.dp > 1 && o.dp != o.data_parallel())
-    throw UsageError{"--dp " + std::to_string(o.dp) + " != --dp-replicate " + std::to_string(o.dp_replicate) +
-                     " x --dp-shard " + std::to_string(o.dp_shard)};
-  if (o.pp == 1 && (o.schedule != "1f1b" || o.virtual_stages > 1 || !o.stage_layers.empty() || !o.trace.empty()))
-    throw UsageError{"--schedule, --virtual-stages, --stage-layers and --trace are pipeline flags: add --pp N"};
-  if (o.virtual_stages > 1 && o.schedule != "interleaved")
-    throw UsageError{"--virtual-stages " + std::to_string(o.virtual_stages) + " needs --schedule interleaved"};
-  if (o.sp && o.tp == 1) throw UsageError{"--sp shards the sequence over the tensor-parallel ranks: add --tp N"};
-  if (o.cp == 1 && (o.cp_balance != "zigzag" || o.cp_variant != "ring"))
-    throw UsageError{"--cp-balance and --cp-variant are context-parallel flags: add --cp N"};
-  if (o.pp > 1 && o.zero == 2)
-    throw UsageError{"--zero 2 with --pp " + std::to_string(o.pp) +
-                     ": ZeRO-2 would reduce-scatter the gradients on every micro-batch (each stage runs one backward "
-                     "per micro-batch); use --zero 1 with the pipeline"};
-  // FSDP with pp (torchtitan's pp x dp_shard): whole stage chunks, one per rank, naive/gpipe/1f1b.
-  const bool fsdp_stages = o.zero == 3 && o.pp > 1 && o.tp == 1 && o.cp == 1 && !o.offload && !o.naive_dp &&
-                           o.dp_replicate == 0 && o.virtual_stages == 1 &&
-                           (o.schedule == "naive" || o.schedule == "gpipe" || o.schedule == "1f1b");
-  if (o.zero == 3 && o.pp > 1 && !fsdp_stages)
-    throw UsageError{"--zero 3 with --pp runs FSDP over each stage's whole chunk: only with tp = cp = 1, no HSDP or "
-                     "--offload, and --schedule naive, gpipe or 1f1b"};
-  if (o.cuts_model() && !fsdp_stages && (o.zero > 1 || o.offload || o.naive_dp || o.dp_replicate > 0))
-    throw UsageError{"--pp, --tp and --cp run with DDP (--zero 0) or --zero 1 over --dp ranks; not with --zero " +
-                     std::to_string(o.zero) + (o.offload ? ", --offload" : "") + (o.naive_dp ? ", --naive-dp" : "") +
-                     (o.dp_replicate > 0 ? " or HSDP" : "")};
-  if (o.pp > 1 && o.virtual_stages > 1 && o.zero == 0 && o.data_parallel() > 1)
-    throw UsageError{"--virtual-stages " + std::to_string(o.virtual_stages) + " with --dp " +
-                     std::to_string(o.data_parallel()) +
-                     ": DDP cannot all-reduce from an interleaved stage's last backward (it covers one chunk); add --zero 1"};
-  // Global batch = micro-batch rows x micro-batches x data-parallel ranks.
-  const int64_t ranks = o.parallel() ? o.data_parallel() : 1;
-  if (o.batch_size % (ranks * o.micro_batches) != 0)
-    throw UsageError{"--batch-size " + std::to_string(o.batch_size) + " must be micro-batch rows x " +
-                     std::to_string(o.micro_batches) + " micro-batches x " + std::to_string(ranks) +
-                     " data-parallel ranks, but " + std::to_string(o.batch_size) + " % " +
-                     std::to_string(ranks * o.micro_batches) + " = " +
-                     std::to_string(o.batch_size % (ranks * o.micro_batches))};
-  if (o.naive_dp && o.micro_batches > 1)
-    throw UsageError{"--naive-dp scatters one batch per step: it cannot be combined with --micro-batches"};
-  // The profiler counts per thread, and the ranks are threads: rank 0's table would miss the rest.
-  if (o.parallel() && o.profile)
-    throw UsageError{
-        "--profile times the serial run's ops; drop --dp, --zero, --dp-replicate/--dp-shard, --naive-dp, --pp, --tp and --cp"};
-  // Combinations that would otherwise be ignored silently or refused only after the data is read.
-  if (o.offload && o.zero == 0) throw UsageError{"--offload moves ZeRO's optimizer to the host: add --zero 1, 2 or 3"};
-  if (o.naive_dp && (o.zero > 0 || o.dp_replicate > 0))
-    throw UsageError{"--naive-dp is the classic DataParallel; it cannot be combined with --zero or HSDP"};
-  if (o.dp_replicate > 0 && (o.zero == 1 || o.zero == 2))
-    throw UsageError{"HSDP (--dp-replicate/--dp-shard) shards like ZeRO-3; --zero " + std::to_string(o.zero) +
-                     " cannot be combined with it"};
-  if (o.compare_serial && !o.parallel())
-    throw UsageError{"--compare-serial compares a data-parallel run with the serial one: add --dp N, --zero or HSDP"};
-  if (o.parallel() && o.device != "cpu") throw UsageError{"--dp and --zero run on CPU ranks only (--device cpu)"};
+  check_run_flags(o);
+  check_layout_flags(o);
   return o;
 }
 

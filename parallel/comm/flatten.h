@@ -3,8 +3,8 @@
 //
 //   params  [4, 3] [3] [2, 2]          flat  [ 12 elements | 3 | 4 ]  (19 elements, one all-reduce)
 //
-// Used by naive DP and DDP (and their bucket layout, shared with ZeRO) (the broadcast of the weights), naive DP's gradient gather, and the sums
-// over a group that context parallelism and the N-D cut take (sum_gradients_over).
+// Used by naive DP and DDP (and their bucket layout, shared with ZeRO) (the broadcast of the weights), naive DP's
+// gradient gather, and the sums over a group that context parallelism and the N-D cut take (sum_gradients_over).
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -23,8 +23,8 @@ inline Fingerprint make_fingerprint(CommOp op, uint64_t sequence, const Tensor& 
   return f;
 }
 
-inline void check_gather_sizes(const char* op, const Tensor& big, const Tensor& small, int size,
-                               const char* big_name, const char* small_name) {
+inline void check_gather_sizes(const char* op, const Tensor& big, const Tensor& small, int size, const char* big_name,
+                               const char* small_name) {
   SL_CHECK(big.defined() && small.defined(), op, ": undefined tensor");
   SL_CHECK(big.dtype() == small.dtype(), op, ": ", big_name, " dtype ", dtype_name(big.dtype()), " != ", small_name,
            " dtype ", dtype_name(small.dtype()));

@@ -47,8 +47,7 @@ std::vector<std::pair<std::string, const CommLedger*>> DdpStrategy::groups() con
   return {{"dp", &mesh_.group("dp")->ledger()}};
 }
 
-NaiveStrategy::NaiveStrategy(nn::GPT& model, ProcessGroupPtr world, ProcessGroupPtr side,
-                             const nn::AdamWOptions& adamw)
+NaiveStrategy::NaiveStrategy(nn::GPT& model, ProcessGroupPtr world, ProcessGroupPtr side, const nn::AdamWOptions& adamw)
     : model_(model), world_(std::move(world)), side_(std::move(side)), adamw_options_(adamw) {}
 
 std::optional<double> NaiveStrategy::run_step(const nn::TokenStream& data, int64_t step, int64_t batch_rows,

@@ -52,11 +52,11 @@ class NaiveStrategy : public DataParallelStrategy {
   NaiveStrategy(nn::GPT& model, ProcessGroupPtr world, ProcessGroupPtr side, const nn::AdamWOptions& adamw);
   std::optional<double> run_step(const nn::TokenStream& data, int64_t step, int64_t batch_rows,
                                  int64_t block_size) override;
-  void zero_grad() override {}  // rank 0's, in run_step (before its exchanges)
+  void zero_grad() override {}                                 // rank 0's, in run_step (before its exchanges)
   nn::StateDict full_gradients(ModelRunner& runner) override;  // rank 0's, broadcast on `side`
   void clip_grad_norm(double max_norm) override;
   void step(double lr) override;
-  nn::StateDict full_state_dict(ModelRunner& runner) override;  // replicates rank 0's weights first
+  nn::StateDict full_state_dict(ModelRunner& runner) override;                     // replicates rank 0's weights first
   std::vector<std::pair<std::string, const CommLedger*>> groups() const override;  // "naive:<exchange>"
 
  private:

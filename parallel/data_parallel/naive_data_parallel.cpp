@@ -72,8 +72,8 @@ double NaiveDataParallel::forward_backward(const nn::Batch& batch) {
   } else {
     model_.zero_grad();  // a worker's gradient is this batch's alone: it goes to rank 0, then is dropped
   }
-  Tensor my_inputs = scatter_batch(batch);  // 1. [R, T]
-  replicate();                              // 2. everyone runs rank 0's current weights
+  Tensor my_inputs = scatter_batch(batch);    // 1. [R, T]
+  replicate();                                // 2. everyone runs rank 0's current weights
   Tensor logits = model_.forward(my_inputs);  // 3. forward on my rows: [R, T, V]
   float loss = 0;
   Tensor my_logits_grad = gather_outputs_scatter_loss_grad(logits, batch.targets, loss);  // 3, 4

@@ -18,9 +18,9 @@ using Clock = std::chrono::steady_clock;
 namespace {
 // What one (micro-batch, chunk) holds between its F and its B.
 struct InFlight {
-  Tensor input;     // received activation [B, T, C] (a leaf), undefined on chunk 0
-  Tensor output;    // the chunk's output [B, T, C], or the weighted loss on the last chunk
-  Tensor grad_out;  // received gradient of output [B, T, C]
+  Tensor input;                  // received activation [B, T, C] (a leaf), undefined on chunk 0
+  Tensor output;                 // the chunk's output [B, T, C], or the weighted loss on the last chunk
+  Tensor grad_out;               // received gradient of output [B, T, C]
   bool input_grad_done = false;  // its B has run and its input gradient has left (or there is none)
   DeferredGrads weight_grads;    // zero-bubble: the work its W does
   bool weights_done = false;     // its W has run (or the schedule has none)
@@ -33,9 +33,18 @@ class ScheduleRun {
               const std::vector<nn::TokenStream::MicroBatch>& micros, const std::vector<double>& weights,
               const std::vector<double>& loss_factor, const std::function<void(bool last)>& before_backward,
               const EngineOptions& options, const ChunkCut& cut)
-      : stage_(stage), pp_(pp), micros_(micros), weights_(weights), loss_factor_(loss_factor),
-        before_backward_(before_backward), options_(options), cut_(cut), p_(schedule.stages),
-        last_chunk_(schedule.chunks() - 1), list_(schedule.ranks[pp.rank()]), split_(schedule.split_backward()),
+      : stage_(stage),
+        pp_(pp),
+        micros_(micros),
+        weights_(weights),
+        loss_factor_(loss_factor),
+        before_backward_(before_backward),
+        options_(options),
+        cut_(cut),
+        p_(schedule.stages),
+        last_chunk_(schedule.chunks() - 1),
+        list_(schedule.ranks[pp.rank()]),
+        split_(schedule.split_backward()),
         start_(Clock::now()) {
     const Kind fills_grads = split_ ? Kind::weight : Kind::backward;  // the action that fills param .grad
     for (const Action& a : list_) backwards_left_ += a.kind == fills_grads;
@@ -48,9 +57,12 @@ class ScheduleRun {
     for (size_t i = 0; i < list_.size();) {
       const Action& a = list_[i];
       const double t0 = seconds();
-      if (a.kind == Kind::forward) forward(a, t0);
-      else if (a.kind == Kind::backward) backward(a, t0);
-      else if (a.kind == Kind::weight) weight(a, t0);
+      if (a.kind == Kind::forward)
+        forward(a, t0);
+      else if (a.kind == Kind::backward)
+        backward(a, t0);
+      else if (a.kind == Kind::weight)
+        weight(a, t0);
       else {
         i = exchange(i, t0);  // every consecutive send/recv, posted together
         continue;
@@ -104,8 +116,10 @@ class ScheduleRun {
     {
       std::optional<DeferGradsGuard> defer;
       if (split_) defer.emplace(f.weight_grads, parameters_);  // B: input gradients only
-      if (a.chunk == last_chunk_) f.output.backward();
-      else f.output.backward(f.grad_out);
+      if (a.chunk == last_chunk_)
+        f.output.backward();
+      else
+        f.output.backward(f.grad_out);
     }
     f.output = Tensor();
     f.grad_out = Tensor();
@@ -157,7 +171,8 @@ class ScheduleRun {
           ops.push_back({ProcessGroup::P2POp::Kind::recv, buffer, c.peer, c.tag()});
           break;
         }
-        default: SL_ASSERT(false);
+        default:
+          SL_ASSERT(false);
       }
     }
     for (const WorkPtr& work : pp_.batch_isend_irecv(ops)) work->wait();
@@ -203,8 +218,9 @@ StepResult run_schedule(const Schedule& schedule, Stage& stage, ProcessGroup& pp
   const ChunkCut plain;
   const int p = schedule.stages, rank = pp.rank();
   SL_CHECK(pp.size() == p && stage.stages == p && stage.rank == rank && stage.virtual_stages == schedule.virtual_stages,
-           "pipeline engine: schedule for ", p, " stages x ", schedule.virtual_stages, " virtual, but the pp group has ",
-           pp.size(), " ranks and this is stage ", stage.rank, " of ", stage.stages, " x ", stage.virtual_stages);
+           "pipeline engine: schedule for ", p, " stages x ", schedule.virtual_stages,
+           " virtual, but the pp group has ", pp.size(), " ranks and this is stage ", stage.rank, " of ", stage.stages,
+           " x ", stage.virtual_stages);
   SL_CHECK(static_cast<int>(micros.size()) == schedule.micro_batches, "pipeline engine: the schedule is for ",
            schedule.micro_batches, " micro-batches, got ", micros.size());
   return ScheduleRun(schedule, stage, pp, micros, weights, loss_factor, before_backward, options, cut ? *cut : plain)

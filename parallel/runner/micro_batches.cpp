@@ -21,8 +21,8 @@ double micro_batch_weight(double counted, double global_count, int dp) { return 
 
 double run_micro_batches(const std::vector<nn::TokenStream::MicroBatch>& micros, double global_count, int dp,
                          const BackwardHooks& hooks, const MicroBatchLossFn& loss_of) {
-  SL_CHECK(global_count > 0 && dp >= 1, "run_micro_batches: global_count (", global_count, ") must be > 0 and dp (",
-           dp, ") >= 1");
+  SL_CHECK(global_count > 0 && dp >= 1, "run_micro_batches: global_count (", global_count, ") must be > 0 and dp (", dp,
+           ") >= 1");
   double share = 0;  // Σ loss_m · c_m / C over this rank's micro-batches
   for (size_t m = 0; m < micros.size(); ++m) {
     const MicroBatchLoss loss = loss_of(micros[m]);

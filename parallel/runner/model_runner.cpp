@@ -15,8 +15,7 @@ double WholeModelRunner::forward_backward(const std::vector<nn::TokenStream::Mic
   });
 }
 
-std::unique_ptr<DataParallelStrategy> ModelRunner::own_strategy(const DeviceMesh& mesh,
-                                                                const nn::AdamWOptions& adamw) {
+std::unique_ptr<DataParallelStrategy> ModelRunner::own_strategy(const DeviceMesh& mesh, const nn::AdamWOptions& adamw) {
   (void)mesh;
   (void)adamw;
   return nullptr;

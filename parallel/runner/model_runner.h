@@ -53,8 +53,8 @@ class ModelRunner {
   // Forward and backward over this rank's micro-batches (the same on every rank of the replica).
   // Returns this rank's share of the serial loss, Σ_m loss_m · counted_m / global_count, or 0 where
   // holds_loss() is false: summed over the ranks that hold it, the shares give the serial loss.
-  virtual double forward_backward(const std::vector<nn::TokenStream::MicroBatch>& micros, double global_count,
-                                  int dp, const BackwardHooks& hooks) = 0;
+  virtual double forward_backward(const std::vector<nn::TokenStream::MicroBatch>& micros, double global_count, int dp,
+                                  const BackwardHooks& hooks) = 0;
   // Whether forward_backward's result counts on this rank (one rank per part of the loss: the last
   // pipeline stage, tp rank 0, every cp rank for its tokens).
   virtual bool holds_loss() const = 0;

@@ -51,8 +51,8 @@ std::unique_ptr<ModelRunner> make_model_runner(const TrainPlan& plan, const nn::
   else if (c.pp > 1)
     runner = std::make_unique<pipeline::PipelineRunner>(config, seed, mesh, pipeline_options(plan));
   else if (c.tp > 1)
-    runner = std::make_unique<TensorParallelRunner>(config, seed, mesh,
-                                                    tp::TensorParallelOptions{.sequence_parallel = plan.sequence_parallel});
+    runner = std::make_unique<TensorParallelRunner>(
+        config, seed, mesh, tp::TensorParallelOptions{.sequence_parallel = plan.sequence_parallel});
   else if (c.cp > 1)
     runner = std::make_unique<ContextParallelRunner>(
         config, seed, mesh, ContextParallelOptions{.balance = plan.cp_balance, .variant = plan.cp_variant});
@@ -74,7 +74,8 @@ std::unique_ptr<DataParallelStrategy> make_strategy(const TrainPlan& plan, Model
       SL_CHECK(own != nullptr, "Trainer: ", plan.parallelism.str(), ": this runner cannot shard its part (FSDP)");
       return own;
     }
-    case DpStrategy::naive: break;
+    case DpStrategy::naive:
+      break;
   }
   SL_CHECK(false, "Trainer: ", plan.parallelism.str(), ": --naive-dp scatters whole-model batches");
   return nullptr;

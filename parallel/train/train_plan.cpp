@@ -7,11 +7,16 @@ namespace sl::parallel {
 
 const char* dp_strategy_name(DpStrategy strategy) {
   switch (strategy) {
-    case DpStrategy::ddp: return "ddp";
-    case DpStrategy::naive: return "naive";
-    case DpStrategy::zero1: return "zero1";
-    case DpStrategy::zero2: return "zero2";
-    case DpStrategy::fsdp: return "fsdp";
+    case DpStrategy::ddp:
+      return "ddp";
+    case DpStrategy::naive:
+      return "naive";
+    case DpStrategy::zero1:
+      return "zero1";
+    case DpStrategy::zero2:
+      return "zero2";
+    case DpStrategy::fsdp:
+      return "fsdp";
   }
   return "?";
 }
@@ -24,10 +29,14 @@ DpStrategy zero_stage_strategy(int stage) {
 
 int zero_stage(DpStrategy strategy) {
   switch (strategy) {
-    case DpStrategy::zero1: return 1;
-    case DpStrategy::zero2: return 2;
-    case DpStrategy::fsdp: return 3;
-    default: return 0;
+    case DpStrategy::zero1:
+      return 1;
+    case DpStrategy::zero2:
+      return 2;
+    case DpStrategy::fsdp:
+      return 3;
+    default:
+      return 0;
   }
 }
 

@@ -14,14 +14,14 @@ struct Trainer::Impl {
   RankContext& ctx;
   TrainPlan plan;
   std::unique_ptr<DeviceMesh> mesh;
-  ProcessGroupPtr metrics;  // counts and the loss: kept out of the technique's ledger
-  std::unique_ptr<ModelRunner> runner;                // this rank's part of the model and how a step runs on it
-  std::unique_ptr<DataParallelStrategy> strategy;     // how the replicas agree on the update
-  CommStats at_start;                // what construction sent (broadcasts), subtracted from reports
+  ProcessGroupPtr metrics;                         // counts and the loss: kept out of the technique's ledger
+  std::unique_ptr<ModelRunner> runner;             // this rank's part of the model and how a step runs on it
+  std::unique_ptr<DataParallelStrategy> strategy;  // how the replicas agree on the update
+  CommStats at_start;                              // what construction sent (broadcasts), subtracted from reports
   bool keep_gradients = false;
-  nn::StateDict kept_gradients;      // the last step's averaged gradients, before clipping
-  double step_seconds = 0;           // inside train_step, summed
-  double step_blocked_seconds = 0;   // of which blocked in a group (CommLedger::wait_seconds)
+  nn::StateDict kept_gradients;     // the last step's averaged gradients, before clipping
+  double step_seconds = 0;          // inside train_step, summed
+  double step_blocked_seconds = 0;  // of which blocked in a group (CommLedger::wait_seconds)
 
   Impl(RankContext& c, const TrainPlan& p) : ctx(c), plan(p) {
     plan.validate(ctx.world_size);  // before any communication
@@ -85,8 +85,8 @@ Trainer::Trainer(RankContext& ctx, const TrainPlan& plan, const RunnerFactory& m
 
 Trainer::~Trainer() = default;
 
-double Trainer::train_step(const nn::TokenStream& data, int64_t step, int64_t batch_rows, int64_t block_size,
-                           double lr, double grad_clip) {
+double Trainer::train_step(const nn::TokenStream& data, int64_t step, int64_t batch_rows, int64_t block_size, double lr,
+                           double grad_clip) {
   auto blocked = [&] {
     double seconds = 0;
     for (const auto& [name, ledger] : ledgers()) seconds += ledger->wait_seconds();
@@ -102,12 +102,11 @@ double Trainer::train_step(const nn::TokenStream& data, int64_t step, int64_t ba
 
 // This rank's rows of global batch `step`, cut into the plan's micro-batches.
 std::vector<nn::TokenStream::MicroBatch> Trainer::Impl::my_micro_batches(const nn::TokenStream& data, int64_t step,
-                                                                         int64_t batch_rows,
-                                                                         int64_t block_size) const {
+                                                                         int64_t batch_rows, int64_t block_size) const {
   const int dp = mesh->size("dp"), micro = plan.micro_batches;
   SL_CHECK(batch_rows % (static_cast<int64_t>(dp) * micro) == 0, "Trainer: the global batch of ", batch_rows,
-           " rows must be micro-batch rows x ", micro, " micro-batches x dp ", dp, ", but ", batch_rows, " % (",
-           micro, " x ", dp, ") = ", batch_rows % (static_cast<int64_t>(dp) * micro));
+           " rows must be micro-batch rows x ", micro, " micro-batches x dp ", dp, ", but ", batch_rows, " % (", micro,
+           " x ", dp, ") = ", batch_rows % (static_cast<int64_t>(dp) * micro));
   const RowRange rows = data_parallel_rows(batch_rows, mesh->dp_rank(), dp);
   return data.micro_batches(step, batch_rows, block_size, micro, rows.begin, rows.end);
 }
@@ -138,8 +137,8 @@ double Trainer::Impl::clip_step_and_sum(double loss_share, double lr, double gra
   return global.item();
 }
 
-double Trainer::Impl::step(const nn::TokenStream& data, int64_t step, int64_t batch_rows, int64_t block_size,
-                           double lr, double grad_clip) {
+double Trainer::Impl::step(const nn::TokenStream& data, int64_t step, int64_t batch_rows, int64_t block_size, double lr,
+                           double grad_clip) {
   if (std::optional<double> loss = strategy->run_step(data, step, batch_rows, block_size)) {  // naive DP
     if (keep_gradients) kept_gradients = strategy->full_gradients(*runner);
     if (grad_clip > 0) strategy->clip_grad_norm(grad_clip);
