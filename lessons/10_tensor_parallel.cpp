@@ -33,7 +33,7 @@
 #include "parallel/comm/launch.h"
 #include "parallel/comm/mesh.h"
 #include "parallel/tensor_parallel/linear.h"
-#include "parallel/tensor_parallel/runner.h"
+#include "parallel/tensor_parallel/tensor_parallel_runner.h"
 #include "parallel/tensor_parallel/vocab.h"
 
 using namespace sl;

@@ -14,8 +14,8 @@
 
 #include "autograd/grad_mode.h"
 #include "parallel/comm/launch.h"
-#include "parallel/tensor_parallel/comm.h"
 #include "parallel/tensor_parallel/linear.h"
+#include "parallel/tensor_parallel/mappings.h"
 #include "parallel/tensor_parallel/vocab.h"
 #include "parallel_test_util.h"
 #include "test_util.h"

@@ -1,7 +1,7 @@
 // linear.cpp — see linear.h.
 #include "parallel/tensor_parallel/linear.h"
 
-#include "parallel/tensor_parallel/comm.h"
+#include "parallel/tensor_parallel/mappings.h"
 
 namespace sl::parallel::tp {
 

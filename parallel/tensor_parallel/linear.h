@@ -11,7 +11,7 @@
 //                                                                  between them, one all-reduce each way
 //
 //   With sequence parallelism f becomes the all-gather of X's T/t rows and g the reduce-scatter back
-//   to them (comm.h): X and Y are [B, T/t, C] and the same bytes move.
+//   to them (mappings.h): X and Y are [B, T/t, C] and the same bytes move.
 //
 //   The GPT is not rebuilt from these classes: its shard (nn::GPTShardSpec with tp) already holds the
 //   sliced nn::Linear weights, and parallel_block.h gives those Linears the same f, g and bias-after-g

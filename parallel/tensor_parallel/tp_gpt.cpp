@@ -2,7 +2,7 @@
 #include "parallel/tensor_parallel/tp_gpt.h"
 
 #include "autograd/grad_mode.h"
-#include "parallel/tensor_parallel/comm.h"
+#include "parallel/tensor_parallel/mappings.h"
 #include "parallel/tensor_parallel/parallel_block.h"
 
 namespace sl::parallel::tp {

@@ -4,7 +4,7 @@
 #include "parallel/context_parallel/context_parallel.h"
 #include "parallel/nd/nd_cut.h"
 #include "parallel/pipeline/pipeline_runner.h"
-#include "parallel/tensor_parallel/runner.h"
+#include "parallel/tensor_parallel/tensor_parallel_runner.h"
 
 namespace sl::parallel {
 

@@ -1,4 +1,4 @@
-// comm.h — the communication of tensor and sequence parallelism, as autograd Functions
+// mappings.h — the communication of tensor and sequence parallelism, as autograd Functions
 // (Shoeybi et al. 2019, "Megatron-LM", §3; Korthikanti et al. 2022, "Reducing Activation
 // Recomputation", §4.2). Each op's backward is the other op of its pair: what one direction
 // replicates, the other must sum, and what one direction cuts, the other must gather.
