@@ -34,9 +34,7 @@
 #include "nn/optim.h"
 #include "parallel/comm/launch.h"
 #include "parallel/comm/mesh.h"
-#include "parallel/tensor_parallel/linear.h"
-#include "parallel/tensor_parallel/tensor_parallel_runner.h"
-#include "parallel/tensor_parallel/vocab.h"
+#include "parallel/tensor_parallel/tensor_parallel.h"
 
 using namespace sl;
 using namespace sl::parallel;
