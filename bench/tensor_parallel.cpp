@@ -22,7 +22,7 @@
 #include "parallel/comm/grad_norm.h"
 #include "parallel/comm/launch.h"
 #include "parallel/comm/mesh.h"
-#include "parallel/tensor_parallel/runner.h"
+#include "parallel/tensor_parallel/tensor_parallel_runner.h"
 
 using namespace sl;
 using Clock = std::chrono::steady_clock;

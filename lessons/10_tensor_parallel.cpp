@@ -9,7 +9,9 @@
 //   * Megatron's two communication operators, each the other's transpose:
 //       f: identity forward, all-reduce backward      g: all-reduce forward, identity backward
 //     written on the page below with nothing but ProcessGroup::all_reduce, and checked against the
-//     library's ColumnParallelLinear / RowParallelLinear (parallel/tensor_parallel/linear.h).
+//     library's make_column_parallel / make_row_parallel (parallel/tensor_parallel/linear.h): the
+//     hooks that cut the GPT's own Linears, here on slices of a serial Linear. f sits on the output
+//     of the LayerNorm that feeds the column layer, as in a GPT block.
 //   * attention splits by heads: c_attn [3C, C] is cut so each rank holds whole heads of q, k AND v
 //     (the same rows of each third), not a contiguous third of the fused matrix.
 //   * the bytes: per block 2 all-reduces of B·T·C forward and 2 backward, read from the ledger.
@@ -32,9 +34,7 @@
 #include "nn/optim.h"
 #include "parallel/comm/launch.h"
 #include "parallel/comm/mesh.h"
-#include "parallel/tensor_parallel/linear.h"
-#include "parallel/tensor_parallel/runner.h"
-#include "parallel/tensor_parallel/vocab.h"
+#include "parallel/tensor_parallel/tensor_parallel.h"
 
 using namespace sl;
 using namespace sl::parallel;
@@ -42,26 +42,27 @@ using namespace sl::parallel;
 static void section(const char* title) { std::printf("\n--- %s\n", title); }
 
 // ---- the tensor-parallel MLP on one page ------------------------------------------------------------
-//   X ─f─▶ GeLU(X·A_iᵀ + a_i) ─▶ ·B_iᵀ ─g─▶ + b        A [4C, C] cut by rows, B [C, 4C] by columns
-// Forward runs the local math under autograd from a detached copy of X; the two exchanges are plain
-// all-reduces: g's in forward (the partial sums), f's in backward (each rank's part of dX).
+//   H ─f─▶ GeLU(H·A_iᵀ + a_i) ─▶ ·B_iᵀ ─g─▶ + b        A [4C, C] cut by rows, B [C, 4C] by columns
+// H is the LayerNorm's output, the same on every rank. Forward runs the local math under autograd
+// from a detached copy of H; the two exchanges are plain all-reduces: g's in forward (the partial
+// sums), f's in backward (each rank's part of dH).
 struct HandMLP {
   Tensor A, a, B, b;  // A_i [4C/t, C], a_i [4C/t], B_i [C, 4C/t], b [C]
   ProcessGroupPtr group;
-  Tensor x_local, partial;  // saved for backward
+  Tensor h_local, partial;  // saved for backward
 
-  Tensor forward(const Tensor& x) {
-    x_local = x.detach().clone().set_requires_grad();  // f forward: identity
-    partial = linear(gelu(linear(x_local, A, a)), B);  // [N, C], this rank's share of the sum
+  Tensor forward(const Tensor& h) {
+    h_local = h.detach().clone().set_requires_grad();  // f forward: identity
+    partial = linear(gelu(linear(h_local, A, a)), B);  // [N, C], this rank's share of the sum
     Tensor z = partial.detach().clone();
     group->all_reduce(z);       // g forward: sum the shares
     return add(z, b.detach());  // the bias once, after the sum
   }
   Tensor backward(const Tensor& dz) {  // dz [N, C], the same on every rank
     partial.backward(dz);              // g backward: identity
-    Tensor dx = x_local.grad().clone();
-    group->all_reduce(dx);  // f backward: sum every rank's part of dX
-    return dx;
+    Tensor dh = h_local.grad().clone();
+    group->all_reduce(dh);  // f backward: sum every rank's part of dH
+    return dh;
   }
 };
 
@@ -96,9 +97,9 @@ int main() {
 
   section("1. The MLP split: column (c_fc) then row (c_proj), f and g on the page vs the library");
   std::printf(
-      "        X [N, C]                       rank i\n"
-      "   f ──┴── (identity; backward: all-reduce dX)\n"
-      "        X·A_iᵀ + a_i   [N, 4C/t]       A_i = rows i of A      (column parallel)\n"
+      "        X [N, C] ─ LayerNorm ─ H       rank i\n"
+      "   f ──┴── (identity; backward: all-reduce dH)\n"
+      "        H·A_iᵀ + a_i   [N, 4C/t]       A_i = rows i of A      (column parallel)\n"
       "        GeLU           [N, 4C/t]       elementwise: no exchange needed\n"
       "        ·B_iᵀ          [N, C] partial  B_i = columns i of B   (row parallel)\n"
       "   g ──┬── (all-reduce; backward: identity)\n"
@@ -108,32 +109,44 @@ int main() {
     const int64_t N = 6, C = 8;
     double out_err = 0, dx_err = 0, grad_err = 0;
     launch(t, [&](RankContext& ctx) {
-      Generator g1(3), g2(3), gx(4);
+      Generator g1(3), gx(4), gz(5);
+      nn::Linear c_fc(C, 4 * C, true, {0.2, &g1}), c_proj(4 * C, C, true, {0.2, &g1});  // the serial A, B
+      {
+        NoGradGuard no_grad;
+        c_proj.bias.fill_(0.5);  // a bias that would show if it were added t times
+      }
+      // The library: this rank's slices of the serial layers, made parallel by the calls that cut
+      // every block of the GPT (parallel_block.cpp): f on the LayerNorm's output, g + b after c_proj.
       tp::TPGroup group{ctx.world, false};
-      tp::ColumnParallelLinear fc(C, 4 * C, group, false, {0.2, &g1});
-      tp::RowParallelLinear proj(4 * C, C, group, {0.2, &g1});
-      HandMLP hand{fc.weight.detach(),
-                   fc.bias.detach(),
-                   proj.weight.detach().clone().set_requires_grad(),
-                   proj.bias.detach(),
+      nn::LayerNorm ln(C);
+      std::shared_ptr<nn::Linear> fc = tp::column_shard(c_fc, group), proj = tp::row_shard(c_proj, group);
+      HandMLP hand{fc->weight.detach(),
+                   fc->bias.detach(),
+                   proj->weight.detach().clone().set_requires_grad(),
+                   proj->bias.detach(),  // before make_row_parallel takes the handle
                    ctx.world,
                    {},
                    {}};
-      Tensor x = randn({N, C}, {}, &gx).set_requires_grad();
-      Tensor y = proj(gelu(fc(x)));  // the library: f and g are autograd Functions
-      Tensor z = hand.forward(x.detach());
-      Tensor dz = ones({N, C});
+      tp::make_column_parallel(*fc, ln, group);
+      tp::make_row_parallel(*proj, group);
+      Tensor x = randn({N, C}, {}, &gx);
+      Tensor x_lib = x.clone().set_requires_grad(), x_page = x.clone().set_requires_grad();
+      Tensor y = (*proj)(gelu((*fc)(ln(x_lib))));  // the library: f and g are autograd Functions
+      nn::LayerNorm page_ln(C);                    // the page: the same LayerNorm, then f and g by hand
+      Tensor h = page_ln(x_page);
+      Tensor z = hand.forward(h);
+      Tensor dz = randn({N, C}, {}, &gz);  // the same on every rank
       y.backward(dz);
-      Tensor dx = hand.backward(dz);
+      h.backward(hand.backward(dz));
       if (ctx.rank == 0) {
         out_err = max_abs_diff(y, z);
-        dx_err = max_abs_diff(x.grad(), dx);
-        grad_err = max_abs_diff(proj.weight.grad(), hand.B.grad());
+        dx_err = max_abs_diff(x_lib.grad(), x_page.grad());
+        grad_err = max_abs_diff(proj->weight.grad(), hand.B.grad());
       }
     });
     std::printf("  tp %d: |library - page|: output %.1e, dX %.1e, dB_0 %.1e\n", t, out_err, dx_err, grad_err);
     check(out_err < 1e-6 && dx_err < 1e-6 && grad_err < 1e-6,
-          "f and g on the page == ColumnParallelLinear -> RowParallelLinear");
+          "f and g on the page == make_column_parallel -> make_row_parallel");
   }
 
   section("2. Attention splits by heads: c_attn [3C, C] cut as whole heads of q, k and v");

@@ -30,7 +30,7 @@
 #include "nn/optim.h"
 #include "parallel/comm/launch.h"
 #include "parallel/comm/mesh.h"
-#include "parallel/tensor_parallel/runner.h"
+#include "parallel/tensor_parallel/tensor_parallel_runner.h"
 #include "tensor/ledger.h"
 
 using namespace sl;

@@ -24,7 +24,7 @@
 #include "parallel/comm/mesh.h"
 #include "parallel/data_parallel/data_parallel.h"
 #include "parallel/data_parallel/ddp.h"
-#include "parallel/tensor_parallel/runner.h"
+#include "parallel/tensor_parallel/tensor_parallel_runner.h"
 #include "parallel/train/trainer.h"
 #include "parallel/zero/zero_adamw.h"
 #include "parallel_test_util.h"

@@ -1,5 +1,6 @@
 // test_tensor_parallel_ops.cpp — the pieces of parallel/tensor_parallel, each against its serial
-// meaning: f/g and the sequence-parallel pairs, ColumnParallelLinear / RowParallelLinear, the
+// meaning: f/g and the sequence-parallel pairs, the column- and row-parallel Linears (the same
+// make_column_parallel / make_row_parallel that cut the GPT, on slices of a serial nn::Linear), the
 // vocab-parallel embedding and cross-entropy (gradchecks, values, edge cases).
 //
 // How a distributed op is gradchecked: every rank runs gradcheck on the same replicated input x
@@ -14,8 +15,8 @@
 
 #include "autograd/grad_mode.h"
 #include "parallel/comm/launch.h"
-#include "parallel/tensor_parallel/comm.h"
 #include "parallel/tensor_parallel/linear.h"
+#include "parallel/tensor_parallel/mappings.h"
 #include "parallel/tensor_parallel/vocab.h"
 #include "parallel_test_util.h"
 #include "test_util.h"
@@ -81,8 +82,22 @@ TEST_P(TPOps, GatherLastDimGradcheck) {
       quick());
 }
 
-// Column then row parallel linear == the serial Linear pair, values and gradients; the row layer's
-// bias is added once. Slices come from the serial draw (same generator seed and offsets).
+// This rank's rows [B, T/t, C] of x [B, T, C] (what it holds under SP).
+Tensor my_rows(const Tensor& x, int rank, int world) {
+  const int64_t rows = x.size(1) / world;
+  return x.narrow(1, rank * rows, rows).clone();
+}
+
+// Σ over the tp ranks of a partial gradient (a copy: the parameter's own .grad is left as it is).
+Tensor summed(const Tensor& grad, const ProcessGroupPtr& group) {
+  Tensor sum = grad.clone();
+  group->all_reduce(sum);
+  return sum;
+}
+
+// A GPT block's MLP half, LayerNorm -> column -> GeLU -> row, against the serial modules, values and
+// every gradient, with and without SP. The shards are slices of the serial Linears, made parallel by
+// the functions that cut the GPT (f on the LayerNorm's output, g then the bias once on the row layer).
 TEST_P(TPOps, ColumnThenRowEqualsSerialMLP) {
   const int world = GetParam();
   SL_SKIP_UNLESS_WORLD(world);
@@ -91,50 +106,84 @@ TEST_P(TPOps, ColumnThenRowEqualsSerialMLP) {
         world,
         [&](RankContext& ctx) {
           const int64_t B = 2, T = 2 * world, C = 4, H = 4 * world;
-          Generator gs(7), gp(7);
+          Generator gs(7), gb(8), gx(9), gd(10);
+          nn::LayerNorm ln(C), pln(C);
           nn::Linear fc(C, H, true, {0.5, &gs}), proj(H, C, true, {0.5, &gs});
-          TPGroup tp{ctx.world, sp};
-          ColumnParallelLinear cfc(C, H, tp, false, {0.5, &gp});
-          RowParallelLinear rproj(H, C, tp, {0.5, &gp});
           {
-            NoGradGuard no_grad;  // a nonzero bias, the same on every rank
-            proj.bias.copy_(full({C}, 0.25));
-            rproj.bias.copy_(full({C}, 0.25));
+            NoGradGuard no_grad;  // nonzero biases, the same on every rank
+            fc.bias.copy_(randn({H}, {}, &gb));
+            proj.bias.copy_(randn({C}, {}, &gb));
           }
-          Generator gx(9);
-          Tensor x = randn({B, T, C}, {}, &gx);
-          Tensor serial = proj(gelu(fc(x)));
-          Tensor input = sp ? x.narrow(1, ctx.rank * (T / world), T / world) : x;
-          Tensor parallel = rproj(gelu(cfc(input)));
-          Tensor expected = sp ? serial.narrow(1, ctx.rank * (T / world), T / world) : serial;
-          EXPECT_LT(max_abs_diff(parallel, expected), 1e-6) << "sp " << sp;
-          sum(serial).backward();
-          sum(parallel).backward();
-          // row-parallel weight: my columns of the serial gradient; the bias gradient whole (SP: my rows' part)
-          Tensor wslice = proj.weight.grad().narrow(1, ctx.rank * (H / world), H / world);
-          EXPECT_LT(max_abs_diff(rproj.weight.grad(), wslice), 1e-5);
-          Tensor fslice = fc.weight.grad().narrow(0, ctx.rank * (H / world), H / world);
-          EXPECT_LT(max_abs_diff(cfc.weight.grad(), fslice), 1e-5);
-          if (!sp) {  // under SP the bias gradient is a partial sum (tp_gpt.h)
-            EXPECT_LT(max_abs_diff(rproj.bias.grad(), proj.bias.grad()), 1e-5);
-          }
+          const TPGroup tp{ctx.world, sp};
+          std::shared_ptr<nn::Linear> cfc = column_shard(fc, tp), rproj = row_shard(proj, tp);
+          const Tensor row_bias = rproj->bias;  // make_row_parallel empties the handle; the parameter stays
+          make_column_parallel(*cfc, pln, tp);
+          make_row_parallel(*rproj, tp);
+
+          const Tensor x = randn({B, T, C}, {}, &gx), dy = randn({B, T, C}, {}, &gd);
+          Tensor xs = x.clone().set_requires_grad();
+          Tensor xp = (sp ? my_rows(x, ctx.rank, world) : x.clone()).set_requires_grad();
+          Tensor serial = proj(gelu(fc(ln(xs))));
+          Tensor parallel = (*rproj)(gelu((*cfc)(pln(xp))));
+          auto mine = [&](const Tensor& t) { return sp ? my_rows(t, ctx.rank, world) : t; };
+          EXPECT_LT(max_abs_diff(parallel, mine(serial)), 1e-6) << "sp " << sp;
+          serial.backward(dy);
+          parallel.backward(mine(dy));
+
+          // the sharded weights: my rows (column) and my columns (row) of the serial gradients
+          EXPECT_LT(max_abs_diff(cfc->weight.grad(), fc.weight.grad().narrow(0, ctx.rank * (H / world), H / world)),
+                    1e-5);
+          EXPECT_LT(max_abs_diff(cfc->bias.grad(), fc.bias.grad().narrow(0, ctx.rank * (H / world), H / world)), 1e-5);
+          EXPECT_LT(max_abs_diff(rproj->weight.grad(), proj.weight.grad().narrow(1, ctx.rank * (H / world), H / world)),
+                    1e-5);
+          // the input: f's backward sums every rank's part (SP: the all-gather's reduce-scatter, my rows)
+          EXPECT_LT(max_abs_diff(xp.grad(), mine(xs.grad())), 1e-5) << "sp " << sp;
+          // replicated parameters: whole gradients, or under SP partial sums over T/t rows
+          auto whole = [&](const Tensor& grad) { return sp ? summed(grad, ctx.world) : grad; };
+          EXPECT_LT(max_abs_diff(whole(row_bias.grad()), proj.bias.grad()), 1e-5) << "sp " << sp;
+          EXPECT_LT(max_abs_diff(whole(pln.weight.grad()), ln.weight.grad()), 1e-5) << "sp " << sp;
+          EXPECT_LT(max_abs_diff(whole(pln.bias.grad()), ln.bias.grad()), 1e-5) << "sp " << sp;
+          EXPECT_EQ(rproj->named_placements()[1].second.partial_over, sp ? "tp" : "") << "sp " << sp;
         },
         quick());
   }
 }
 
+// gather_output: the column layer's split output all-gathered back to the serial Linear's.
 TEST_P(TPOps, ColumnGatherOutputEqualsSerial) {
   const int world = GetParam();
   SL_SKIP_UNLESS_WORLD(world);
   launch(
       world,
       [&](RankContext& ctx) {
-        Generator gs(3), gp(3);
+        Generator gs(3), gx(4);
+        nn::LayerNorm ln(5);
         nn::Linear serial(5, 2 * world, true, {0.5, &gs});
-        ColumnParallelLinear column(5, 2 * world, {ctx.world, false}, true, {0.5, &gp});
-        Generator gx(4);
-        Tensor x = randn({3, 5}, {}, &gx).reshape({1, 3, 5});
-        EXPECT_LT(max_abs_diff(column(x), serial(x)), 1e-6);
+        std::shared_ptr<nn::Linear> column = column_shard(serial, {ctx.world, false});
+        make_column_parallel(*column, ln, {ctx.world, false}, /*gather_output=*/true);
+        Tensor x = randn({1, 3, 5}, {}, &gx);
+        EXPECT_LT(max_abs_diff((*column)(ln(x)), serial(ln(x))), 1e-6);
+      },
+      quick());
+}
+
+// The shard builders refuse a width the group does not divide, naming both.
+TEST(TPOpsErrors, ShardOfAnIndivisibleLinear) {
+  SL_SKIP_UNLESS_WORLD(3);
+  launch(
+      3,
+      [&](RankContext& ctx) {
+        nn::Linear serial(4, 1000);
+        expect_error(
+            [&] {
+              column_shard(serial, {ctx.world, false});
+            },
+            "column_shard: out_features (1000) is not divisible by tp (3)");
+        expect_error(
+            [&] {
+              row_shard(serial, {ctx.world, false});
+            },
+            "row_shard: in_features (4) is not divisible by tp (3)");
       },
       quick());
 }

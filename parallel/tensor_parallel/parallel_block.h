@@ -10,9 +10,9 @@
 //     MLP:        h ─ln_2─▶ f ─▶ c_fc_r ─GeLU─▶ c_proj_r ─▶ g ─▶ + b ─▶ + h
 //                              └─ column ─┘         └─ row parallel ─┘
 //
-//   f after each LayerNorm (column_input: a post-hook replaces the LayerNorm's output), g + bias after
-//   each c_proj (row_output: c_proj's Linear stops adding its bias, which stays a registered,
-//   replicated parameter, and a post-hook adds it after the sum). Under SP, f and g are the
+//   make_column_parallel(c_attn, ln_1) and make_column_parallel(c_fc, ln_2) put f on the LayerNorm
+//   that feeds each column layer; make_row_parallel on each c_proj adds g, then the bias once
+//   (linear.h, the chapter's one implementation of the two layers). Under SP, f and g are the
 //   sequence all-gather and reduce-scatter, and the LayerNorms and residual adds see [B, T/t, C].
 //
 //   Per block: forward 2 all-reduces of B·T·C (the g's), backward 2 (the f's) — or, under SP, 2
@@ -25,13 +25,8 @@
 
 namespace sl::parallel::tp {
 
-// Installs the hooks on block (built with a tp shard spec of tp.size()).
+// Installs the hooks and the four Linears' placements on block (built with a tp shard spec of
+// tp.size()); the LayerNorms' placements under SP are parallelize_gpt's (tp_gpt.h).
 void parallelize_block(nn::Block& block, const TPGroup& tp);
-
-// The LayerNorm before a column-parallel consumer (ln_f before the vocab-parallel head): f after it.
-void column_input_after(nn::LayerNorm& norm, const TPGroup& tp);
-
-// c_proj of a block as a RowParallelLinear: bias added once after g.
-void make_row_parallel(nn::Linear& linear, const TPGroup& tp);
 
 }  // namespace sl::parallel::tp

@@ -2,7 +2,7 @@
 #include "parallel/tensor_parallel/tp_gpt.h"
 
 #include "autograd/grad_mode.h"
-#include "parallel/tensor_parallel/comm.h"
+#include "parallel/tensor_parallel/mappings.h"
 #include "parallel/tensor_parallel/parallel_block.h"
 
 namespace sl::parallel::tp {
@@ -39,16 +39,8 @@ void parallelize_gpt(nn::GPT& g, const TPGroup& tp) {
   const nn::GPTShardSpec spec = g.spec().resolved(g.config());
   for (int64_t layer = spec.layer_begin; layer < spec.layer_end; ++layer) {
     nn::Block& block = g.block(layer);
-    parallelize_block(block, tp);
-    for (nn::Linear* column : {block.attn->c_attn.get(), block.mlp->c_fc.get()}) {
-      column->set_placement("weight", nn::Placement::sharded(0, "tp"));
-      column->set_placement("bias", nn::Placement::sharded(0, "tp"));
-    }
-    for (nn::Linear* row : {block.attn->c_proj.get(), block.mlp->c_proj.get()}) {
-      row->set_placement("weight", nn::Placement::sharded(1, "tp"));
-      if (tp.sequence_parallel) row->set_placement("bias", partial);  // added to T/t rows
-    }
-    if (tp.sequence_parallel)
+    parallelize_block(block, tp);  // hooks and the Linears' placements (SP: c_proj biases partial)
+    if (tp.sequence_parallel)      // the LayerNorms run on T/t rows
       for (nn::LayerNorm* norm : {block.ln_1.get(), block.ln_2.get()}) {
         norm->set_placement("weight", partial);
         norm->set_placement("bias", partial);

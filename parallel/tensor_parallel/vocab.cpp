@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "autograd/function.h"
-#include "parallel/tensor_parallel/comm.h"
+#include "parallel/tensor_parallel/mappings.h"
 
 namespace sl::parallel::tp {
 

@@ -6,7 +6,7 @@
 #include "parallel/nd/fsdp_pipeline_runner.h"
 #include "parallel/nd/nd_runner.h"
 #include "parallel/pipeline/pipeline_runner.h"
-#include "parallel/tensor_parallel/runner.h"
+#include "parallel/tensor_parallel/tensor_parallel.h"
 #include "parallel/zero/zero_strategies.h"
 
 namespace sl::parallel {

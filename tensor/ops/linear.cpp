@@ -8,7 +8,7 @@
 //
 // matmul + add computes the same thing; folding the bias into the GEMM's output saves a pass over
 // y forward and a reduction op backward, and this is the layer the parallel chapters split
-// (ColumnParallelLinear shards W's rows, RowParallelLinear its columns).
+// (a column-parallel Linear shards W's rows, a row-parallel one its columns).
 #include <cstring>
 
 #include "autograd/function.h"

@@ -1,5 +1,5 @@
-// comm.cpp — see comm.h. Forward and backward of each op side by side.
-#include "parallel/tensor_parallel/comm.h"
+// mappings.cpp — see mappings.h. Forward and backward of each op side by side.
+#include "parallel/tensor_parallel/mappings.h"
 
 #include "autograd/function.h"
 #include "tensor/ops.h"

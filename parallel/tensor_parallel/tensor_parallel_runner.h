@@ -1,5 +1,6 @@
-// runner.h — TensorParallelRunner: the Trainer's ModelRunner (parallel/train/model_runner.h) for a
-// GPT cut over the mesh's "tp" group (tp_gpt.h), with or without sequence parallelism.
+// tensor_parallel_runner.h — TensorParallelRunner: the Trainer's ModelRunner
+// (parallel/train/model_runner.h) for a GPT cut over the mesh's "tp" group (tp_gpt.h), with or
+// without sequence parallelism.
 //
 //   Every rank of a tp group gets the same micro-batches and computes the same loss (the vocab-
 //   parallel cross-entropy ends with it on every rank): tp rank 0 reports it (holds_loss). Each

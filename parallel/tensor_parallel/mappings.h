@@ -1,4 +1,4 @@
-// comm.h — the communication of tensor and sequence parallelism, as autograd Functions
+// mappings.h — the communication of tensor and sequence parallelism, as autograd Functions
 // (Shoeybi et al. 2019, "Megatron-LM", §3; Korthikanti et al. 2022, "Reducing Activation
 // Recomputation", §4.2). Each op's backward is the other op of its pair: what one direction
 // replicates, the other must sum, and what one direction cuts, the other must gather.
@@ -13,7 +13,7 @@
 //        scatter_sequence         forward: keep my T/tp rows        backward: all-gather along T
 //
 //   gather_last_dim         forward: all-gather along the last dim  backward: keep my slice of it
-//                           (a ColumnParallelLinear asked for its whole output)
+//                           (a column-parallel layer asked for its whole output: linear.h)
 //
 //   f sits where a replicated activation enters a column-parallel layer: every rank's branch
 //   computes a partial gradient of it, and the sum is the gradient. g closes a row-parallel layer:

@@ -1,5 +1,5 @@
-// runner.cpp — see runner.h.
-#include "parallel/tensor_parallel/runner.h"
+// tensor_parallel_runner.cpp — see tensor_parallel_runner.h.
+#include "parallel/tensor_parallel/tensor_parallel_runner.h"
 
 #include "parallel/runner/micro_batches.h"
 
