@@ -9,7 +9,7 @@
 //     measured by the memory ledger of each rank beside the formula at N = 1, 2, 3, 4 (3 pads Ψ),
 //     between steps and at the peak during backward (ZeRO-2 never holds the whole gradient)
 //   * the algorithm on the page: ZeRO-1 and a bucketed ZeRO-2 in about 50 lines each over the
-//     ProcessGroup API (HandZero1, HandZero2 below), checked bit for bit against parallel/zero/zero.h
+//     ProcessGroup API (HandZero1, HandZero2 below), checked bit for bit against parallel/zero/zero_adamw.h
 //   * what moves: reduce-scatter the gradients, update my shard, all-gather the weights — the two
 //     halves of DDP's all-reduce, so ZeRO-1 and ZeRO-2 cost 1x DDP's bytes, ZeRO-3 1.5x
 //   * offload: the optimizer state, a master copy of the weight shard and the update on the host;
@@ -69,7 +69,7 @@ static Values values_of(const nn::StateDict& state) {
 }
 
 // ---- ZeRO-1 and ZeRO-2 on one page ------------------------------------------------------------------
-// What parallel/zero/zero.h does, without its bookkeeping: only ProcessGroup calls and nn::AdamW's update.
+// What parallel/zero/zero_adamw.h does, without its bookkeeping: only ProcessGroup calls and nn::AdamW's update.
 // Both keep the weights in one flat buffer [N S] (Ψ padded to N shards of S) and rank r owns
 // elements [rS, (r+1)S) of it; copies in and out of the model keep the code short.
 
@@ -477,7 +477,7 @@ int main() try {
       "  p's it does not own, gathering each block only while it computes.\n",
       z2.reduce_scatter, (z2.all_gather - z2.reduce_scatter), z2.reduce_scatter);
 
-  section("2. The algorithm on one page: HandZero1 and HandZero2 against parallel/zero/zero.h");
+  section("2. The algorithm on one page: HandZero1 and HandZero2 against parallel/zero/zero_adamw.h");
   std::printf(
       "  HandZero1 and HandZero2, at the top of this file, are ZeRO-1 and a bucketed ZeRO-2 in about\n"
       "  50 lines each: ProcessGroup calls and nn::AdamW's update, nothing else. Each trains a model\n"

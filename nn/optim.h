@@ -74,7 +74,7 @@ class AdamW : public Optimizer {
 };
 
 // One AdamW update of n contiguous f32 elements: the loop AdamW::step runs over each parameter, and
-// the ZeRO optimizers (parallel/zero/zero.h) over each rank's shard, so both compute the same bits.
+// the ZeRO optimizers (parallel/zero/zero_adamw.h) over each rank's shard, so both compute the same bits.
 // (AdamWStep, the per-element update, is in tensor/adamw_math.h, shared with the CUDA kernel.)
 void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, const AdamWStep& s);
 

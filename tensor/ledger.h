@@ -20,7 +20,7 @@
 
 namespace sl {
 
-// offload: host memory that stands in for the GPU's (ZeRO-Offload's optimizer state, parallel/zero/zero.h);
+// offload: host memory that stands in for the GPU's (ZeRO-Offload's optimizer state, parallel/zero/zero_adamw.h);
 // report() labels it "host (offloaded)".
 enum class MemoryCategory : uint8_t { weights, grads, optimizer, activations, comm, other, offload };
 constexpr int kNumMemoryCategories = 7;

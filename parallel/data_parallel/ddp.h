@@ -16,7 +16,7 @@
 //
 //   Cost per step per rank: one ring all-reduce of every gradient, 2(N-1)/N · 4Ψ bytes sent (and
 //   received) in as many calls as there are buckets. Memory held per rank with AdamW: weights 4Ψ,
-//   gradients 4Ψ (the buckets), optimizer 8Ψ = 16Ψ, whatever N is (ZeRO shards it: parallel/zero/zero.h).
+//   gradients 4Ψ (the buckets), optimizer 8Ψ = 16Ψ, whatever N is (ZeRO shards it: parallel/zero/zero_adamw.h).
 //
 //   Buckets: bigger buckets mean fewer calls (each has a fixed cost), smaller ones start earlier and
 //   overlap more. Buckets are launched strictly in order, so every rank issues the same collectives

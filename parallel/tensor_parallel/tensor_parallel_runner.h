@@ -1,5 +1,5 @@
 // tensor_parallel_runner.h — TensorParallelRunner: the Trainer's ModelRunner
-// (parallel/train/model_runner.h) for a GPT cut over the mesh's "tp" group (tp_gpt.h), with or
+// (parallel/runner/model_runner.h) for a GPT cut over the mesh's "tp" group (tp_gpt.h), with or
 // without sequence parallelism.
 //
 //   Every rank of a tp group gets the same micro-batches and computes the same loss (the vocab-

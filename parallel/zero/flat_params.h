@@ -29,7 +29,7 @@
 //   flat.bind_grads(grads);                                      // p.grad() is now a view of grads
 //   for (const ShardPiece& piece : flat.layout().shard_pieces(rank)) ...  // per-segment work on a shard
 //
-//   Used by: parallel/zero/zero.h (ZeRO-1/2, offload), parallel/zero/fsdp.h (ZeRO-3 / FSDP, HSDP)
+//   Used by: parallel/zero/zero_adamw.h (ZeRO-1/2, offload), parallel/zero/fsdp.h (ZeRO-3 / FSDP, HSDP)
 //   Tests: tests/test_zero.cpp (FlatParams.*)
 #pragma once
 #include <cstdint>

@@ -1,5 +1,5 @@
 // sharded_adamw.h — nn::AdamW on one rank's shard of a flat layout: the one optimizer update that
-// ZeRO-1/2 (parallel/zero/zero.h), ZeRO-3 / FSDP units (parallel/zero/fsdp_unit.h) and their offload run.
+// ZeRO-1/2 (parallel/zero/zero_adamw.h), ZeRO-3 / FSDP units (parallel/zero/fsdp_unit.h) and their offload run.
 //
 //   shard of rank r (S elements):  | piece of p3 | piece of p4 | piece of p1 |   (parallel/zero/flat_params.h)
 //   exp_avg, exp_avg_sq           [S] each, the same layout: 8S bytes, on the device or (offload) the host
