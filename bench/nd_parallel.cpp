@@ -230,7 +230,7 @@ int main(int argc, char** argv) {
     }
     const auto& par = plan.parallelism;
     const double bubble = par.pp > 1
-                              ? parallel::pipeline::bubble_formula(plan.schedule,
+                              ? parallel::bubble_formula(plan.schedule,
                                                                    par.pp, plan.micro_batches, 1)
                               : 0.0;
     auto kib = [&](const char* g) { return m.sent_kib.count(g) ? m.sent_kib.at(g) : 0.0; };

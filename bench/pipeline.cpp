@@ -28,7 +28,6 @@
 
 using namespace sl;
 using namespace sl::parallel;
-using namespace sl::parallel::pipeline;
 using Clock = std::chrono::steady_clock;
 
 static const nn::GPTConfig kTiny{32, 8, 8, 2, 16, 0.0};

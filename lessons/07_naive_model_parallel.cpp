@@ -31,7 +31,6 @@
 
 using namespace sl;
 using namespace sl::parallel;
-using namespace sl::parallel::pipeline;
 using i64 = long long;
 
 static const nn::GPTConfig kConfig{32, 8, 6, 2, 16, 0.0};  // vocab, block, layers, heads, n_embd

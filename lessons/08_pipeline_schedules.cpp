@@ -30,7 +30,6 @@
 
 using namespace sl;
 using namespace sl::parallel;
-using namespace sl::parallel::pipeline;
 using i64 = long long;
 
 static const nn::GPTConfig kConfig{32, 8, 8, 2, 16, 0.0};  // 8 layers: 4 stages x 2 chunks of 1

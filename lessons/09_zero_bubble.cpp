@@ -39,7 +39,6 @@
 
 using namespace sl;
 using namespace sl::parallel;
-using namespace sl::parallel::pipeline;
 using i64 = long long;
 
 static const nn::GPTConfig kConfig{32, 8, 4, 2, 16, 0.0};  // 4 layers: one per stage

@@ -117,9 +117,9 @@ int main() {
       }
       // The library: this rank's slices of the serial layers, made parallel by the calls that cut
       // every block of the GPT (parallel_block.cpp): f on the LayerNorm's output, g + b after c_proj.
-      tp::TPGroup group{ctx.world, false};
+      TPGroup group{ctx.world, false};
       nn::LayerNorm ln(C);
-      std::shared_ptr<nn::Linear> fc = tp::column_shard(c_fc, group), proj = tp::row_shard(c_proj, group);
+      std::shared_ptr<nn::Linear> fc = column_shard(c_fc, group), proj = row_shard(c_proj, group);
       HandMLP hand{fc->weight.detach(),
                    fc->bias.detach(),
                    proj->weight.detach().clone().set_requires_grad(),
@@ -127,8 +127,8 @@ int main() {
                    ctx.world,
                    {},
                    {}};
-      tp::make_column_parallel(*fc, ln, group);
-      tp::make_row_parallel(*proj, group);
+      make_column_parallel(*fc, ln, group);
+      make_row_parallel(*proj, group);
       Tensor x = randn({N, C}, {}, &gx);
       Tensor x_lib = x.clone().set_requires_grad(), x_page = x.clone().set_requires_grad();
       Tensor y = (*proj)(gelu((*fc)(ln(x_lib))));  // the library: f and g are autograd Functions
@@ -218,8 +218,8 @@ int main() {
       launch(t, [&](RankContext& ctx) {
         Tensor mine = logits.narrow(1, ctx.rank * Vs, Vs);
         hand[ctx.rank] = hand_vocab_cross_entropy(mine, targets, ctx.rank * Vs, ctx.world);
-        library[ctx.rank] = tp::vocab_parallel_cross_entropy(mine, from_vector({0, 4, 7, 12, 15, 19}, {N}, DType::i64),
-                                                             tp::VocabRange::of(V, ctx.rank, t), ctx.world)
+        library[ctx.rank] = vocab_parallel_cross_entropy(mine, from_vector({0, 4, 7, 12, 15, 19}, {N}, DType::i64),
+                                                             VocabRange::of(V, ctx.rank, t), ctx.world)
                                 .item();
       });
       std::printf("  logits x%-5g serial %.6f   page %.6f   library %.6f   (each rank held [%lld, %lld])\n", scale,

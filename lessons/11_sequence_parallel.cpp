@@ -106,7 +106,7 @@ int main() {
         launch(t, [&](RankContext& ctx) {
           auto kept = [&](int64_t layers) {
             const nn::GPTConfig config{.vocab_size = 32, .block_size = s, .n_layer = layers, .n_head = a, .n_embd = h};
-            tp::TensorParallelGPT model(config, 5, ctx.world, {.sequence_parallel = sp});
+            TensorParallelGPT model(config, 5, ctx.world, {.sequence_parallel = sp});
             nn::Batch batch = tokens(32).get_batch(0, b, s);
             const int64_t before = MemoryLedger::instance().current(ctx.device, MemoryCategory::activations);
             Tensor out = model.hidden(batch.inputs);

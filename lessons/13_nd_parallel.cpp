@@ -13,7 +13,7 @@
 //     and the pipeline bubble, side by side; every layout's loss equals the serial model's
 //   * the rules of thumb for choosing a layout, each checked against a number of that table
 //
-// Where each gradient is reduced (parallel/nd/nd_cut.h):
+// Where each gradient is reduced (parallel/nd/nd_parallelizer.h):
 //                        dp (DDP/ZeRO-1)   cp (sum)   tp (sum)                         pp pair {0, p-1} (sum)
 //     tp-sharded weights     average          yes        —                                 —
 //     replicated params      average          yes        under SP: LayerNorms, ln_f,       —
@@ -209,7 +209,7 @@ static Row measure(const Layout& l, int world, const nn::TokenStream& data) {
   }
   const auto& par = plan.parallelism;
   if (par.pp > 1)
-    row.bubble = pipeline::bubble_formula(plan.schedule, par.pp, plan.micro_batches, 1);
+    row.bubble = bubble_formula(plan.schedule, par.pp, plan.micro_batches, 1);
   return row;
 }
 

@@ -121,7 +121,7 @@ TrainPlan plan_of(const NdCase& c) {
   if (c.zero == 0) plan.parallelism.dp_replicate = c.dp;
   else plan.parallelism.dp_shard = c.dp, plan.dp_strategy = zero_stage_strategy(c.zero);
   plan.micro_batches = c.micro_batches;
-  plan.schedule = pipeline::parse_schedule(c.schedule);
+  plan.schedule = parse_schedule(c.schedule);
   plan.virtual_stages = c.virtual_stages;
   plan.sequence_parallel = c.sp;
   plan.cp_balance = parse_cp_balance(c.balance);
@@ -149,7 +149,7 @@ TEST_P(NdParallelParity, MatchesSerialThroughTheTrainer) {
               NdOptions options{.sequence_parallel = c.sp,
                                 .cp = {.balance = c.balance == "zigzag" ? CpBalance::zigzag : CpBalance::none,
                                        .variant = c.variant == "ring" ? CpVariant::ring : CpVariant::allgather}};
-              options.pipeline.schedule = pipeline::parse_schedule(c.schedule);
+              options.pipeline.schedule = parse_schedule(c.schedule);
               options.pipeline.virtual_stages = c.virtual_stages;
               return std::make_unique<NdRunner>(config, kSeed, mesh, options);
             },

@@ -35,7 +35,7 @@
 #include "tensor/ledger.h"
 #include "test_util.h"
 
-namespace sl::parallel::pipeline {
+namespace sl::parallel {
 namespace {
 
 constexpr int kSteps = 5;
@@ -514,4 +514,4 @@ INSTANTIATE_TEST_SUITE_P(Layouts, PipelineTrainer, testing::Values(0, 1),
                          [](const testing::TestParamInfo<int>& info) { return info.param ? "zero1_pp2" : "ddp_pp2"; });
 
 }  // namespace
-}  // namespace sl::parallel::pipeline
+}  // namespace sl::parallel

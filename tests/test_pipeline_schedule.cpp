@@ -14,7 +14,7 @@
 #include "parallel/pipeline/timeline.h"
 #include "test_util.h"
 
-namespace sl::parallel::pipeline {
+namespace sl::parallel {
 namespace {
 
 using Kind = Action::Kind;
@@ -344,4 +344,4 @@ TEST(PipelineTimeline, WritersDrawZeroBubblesWeightGradients) {
 }
 
 }  // namespace
-}  // namespace sl::parallel::pipeline
+}  // namespace sl::parallel

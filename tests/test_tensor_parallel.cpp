@@ -209,7 +209,7 @@ TEST_P(TensorParallelParity, MatchesSerialThroughTheTrainer) {
             ctx, plan,
             [&](const DeviceMesh& mesh) -> std::unique_ptr<ModelRunner> {
               return std::make_unique<TensorParallelRunner>(c.config, kSeed, mesh,
-                                                            tp::TensorParallelOptions{.sequence_parallel = c.sp});
+                                                            TensorParallelOptions{.sequence_parallel = c.sp});
             },
             parity_adamw());
         for (int s = 0; s < kSteps; ++s) {
@@ -256,7 +256,7 @@ TEST(TensorParallel, ShardsAreSlicesOfTheSerialDrawAndGatherToIt) {
   launch(
       4,
       [&](RankContext& ctx) {
-        tp::TensorParallelGPT model(config, kSeed, ctx.world);
+        TensorParallelGPT model(config, kSeed, ctx.world);
         EXPECT_EQ(model.gpt().wte->weight.size(0), 8);  // Vp = 32 over 4
         EXPECT_EQ(model.gpt().block(0).attn->n_head, 1);
         const int64_t L = 2, C = 16, t = 4, Vp = 32;  // weights per rank: tp_gpt.h's count
@@ -479,7 +479,7 @@ TEST_P(TensorParallelCost, ActivationMemoryPerLayerMatchesKorthikanti) {
       [&](RankContext& ctx) {
         auto kept = [&](int64_t layers) {
           const nn::GPTConfig config{.vocab_size = 32, .block_size = s, .n_layer = layers, .n_head = a, .n_embd = h};
-          tp::TensorParallelGPT model(config, kSeed, ctx.world, {.sequence_parallel = sp});
+          TensorParallelGPT model(config, kSeed, ctx.world, {.sequence_parallel = sp});
           nn::Batch batch = data.get_batch(0, b, s);
           const int64_t before = MemoryLedger::instance().current(ctx.device, MemoryCategory::activations);
           Tensor out = model.hidden(batch.inputs);

@@ -21,7 +21,7 @@
 #include "parallel_test_util.h"
 #include "test_util.h"
 
-namespace sl::parallel::tp {
+namespace sl::parallel {
 namespace {
 
 Tensor random64(const Shape& shape, uint64_t seed) {
@@ -304,4 +304,4 @@ TEST(TPOpsErrors, IdsAndTargetsOutOfRangeBeforeCommunication) {
 INSTANTIATE_TEST_SUITE_P(Worlds, TPOps, testing::Values(2, 3, 4), world_name);
 
 }  // namespace
-}  // namespace sl::parallel::tp
+}  // namespace sl::parallel

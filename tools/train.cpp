@@ -232,26 +232,26 @@ std::vector<double> train_serial(Run& r, nn::GPT& model, bool report) {
 // --trace: the last step's timeline of the whole world, one row per rank (every rank runs a
 // pipeline stage when --pp is given), gathered over the world; rank 0 writes it.
 void write_pipeline_trace(parallel::Trainer& trainer, parallel::RankContext& ctx, const std::string& path) {
-  auto* pipeline = dynamic_cast<parallel::pipeline::PipelineRunner*>(trainer.runner());
+  auto* pipeline = dynamic_cast<parallel::PipelineRunner*>(trainer.runner());
   if (pipeline == nullptr) return;  // the options allow --trace with --pp only
-  parallel::pipeline::Timeline timeline =
-      parallel::pipeline::gather_timeline(pipeline->events(), *ctx.world, pipeline->schedule().micro_batches);
+  parallel::Timeline timeline =
+      parallel::gather_timeline(pipeline->events(), *ctx.world, pipeline->schedule().micro_batches);
   if (ctx.rank != 0) return;
-  parallel::pipeline::write_trace(timeline, path);
-  std::printf("\n%s\nwrote the timeline of every rank to %s\n", parallel::pipeline::ascii_gantt(timeline).c_str(),
+  parallel::write_trace(timeline, path);
+  std::printf("\n%s\nwrote the timeline of every rank to %s\n", parallel::ascii_gantt(timeline).c_str(),
               path.c_str());
 }
 
 // A stage's figures for the run report: its layers, its peak of micro-batches in flight, and the
 // bubble of its own last step (its timeline alone) beside the schedule's formula.
-parallel::RankReport::Pipeline pipeline_report(const parallel::pipeline::PipelineRunner& runner,
+parallel::RankReport::Pipeline pipeline_report(const parallel::PipelineRunner& runner,
                                                const parallel::TrainPlan& plan) {
-  parallel::pipeline::Timeline own;
+  parallel::Timeline own;
   own.ranks = {runner.events()};
   own.micro_batches = plan.micro_batches;
-  const parallel::pipeline::Schedule& schedule = runner.schedule();
-  return {runner.stage().str(), parallel::pipeline::schedule_name(plan.schedule), runner.peak_in_flight(), own.bubble(),
-          parallel::pipeline::bubble_formula(schedule.kind, schedule.stages, schedule.micro_batches,
+  const parallel::Schedule& schedule = runner.schedule();
+  return {runner.stage().str(), parallel::schedule_name(plan.schedule), runner.peak_in_flight(), own.bubble(),
+          parallel::bubble_formula(schedule.kind, schedule.stages, schedule.micro_batches,
                                              schedule.virtual_stages)};
 }
 
@@ -273,7 +273,7 @@ std::vector<double> train_parallel(Run& r, nn::StateDict& weights) {
   if (o.naive_dp) plan.dp_strategy = parallel::DpStrategy::naive;
   plan.offload = o.offload;
   plan.micro_batches = static_cast<int>(o.micro_batches);
-  plan.schedule = parallel::pipeline::parse_schedule(o.schedule);
+  plan.schedule = parallel::parse_schedule(o.schedule);
   plan.virtual_stages = static_cast<int>(o.virtual_stages);
   plan.stage_layers = parse_stage_layers(o.stage_layers);
   plan.sequence_parallel = o.sp;
@@ -316,7 +316,7 @@ std::vector<double> train_parallel(Run& r, nn::StateDict& weights) {
     reports[ctx.rank] = parallel::collect_rank_report(ctx.rank, trainer.mesh().coordinates(), trainer.ledgers(),
                                                       ctx.device, wall, trainer.step_seconds(),
                                                       trainer.step_blocked_seconds());
-    if (auto* pipeline = dynamic_cast<parallel::pipeline::PipelineRunner*>(trainer.runner()))
+    if (auto* pipeline = dynamic_cast<parallel::PipelineRunner*>(trainer.runner()))
       reports[ctx.rank].pipeline = pipeline_report(*pipeline, plan);
     reported[ctx.rank] = 1;
     nn::StateDict full = trainer.full_state_dict();  // collective: the serial model's names and shapes

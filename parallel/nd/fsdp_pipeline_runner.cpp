@@ -5,22 +5,22 @@
 
 namespace sl::parallel {
 
-void check_fsdp_pipeline(const ParallelismConfig& c, const pipeline::PipelineOptions& options, bool offload) {
+void check_fsdp_pipeline(const ParallelismConfig& c, const PipelineOptions& options, bool offload) {
   SL_CHECK(c.tp == 1 && c.cp == 1, "FSDP over pipeline stages: ", c.str(), ": FSDP (--zero 3) with pp shards whole ",
            "stage chunks; with tp ", c.tp, " or cp ", c.cp, " it is not supported (use --zero 1)");
   SL_CHECK(c.dp_replicate == 1 && !offload, "FSDP over pipeline stages: ", c.str(), ": FSDP with pp ", c.pp,
            " shards over dp_shard only; ", c.dp_replicate > 1 ? "HSDP (dp_replicate > 1)" : "--offload",
            " with a pipeline is not supported");
-  const pipeline::ScheduleKind kind = options.schedule;
-  SL_CHECK(options.virtual_stages == 1 && kind != pipeline::ScheduleKind::interleaved &&
-               kind != pipeline::ScheduleKind::zero_bubble,
-           "FSDP over pipeline stages: ", c.str(), ": FSDP with the ", pipeline::schedule_name(kind),
+  const ScheduleKind kind = options.schedule;
+  SL_CHECK(options.virtual_stages == 1 && kind != ScheduleKind::interleaved &&
+               kind != ScheduleKind::zero_bubble,
+           "FSDP over pipeline stages: ", c.str(), ": FSDP with the ", schedule_name(kind),
            " schedule (virtual_stages ", options.virtual_stages, ") is not supported: use naive, gpipe or 1f1b with ",
            "one chunk per stage (zero-bubble's W actions would fill a unit's gradients after its next forward)");
 }
 
 FsdpPipelineRunner::FsdpPipelineRunner(const nn::GPTConfig& config, uint64_t seed, const DeviceMesh& mesh,
-                                       const pipeline::PipelineOptions& options)
+                                       const PipelineOptions& options)
     : PipelineRunner(config, seed, mesh, (check_fsdp_pipeline(mesh.config(), options, false), options)) {}
 
 std::unique_ptr<DataParallelStrategy> FsdpPipelineRunner::own_strategy(const DeviceMesh& mesh,

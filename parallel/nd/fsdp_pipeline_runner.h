@@ -36,14 +36,14 @@ namespace sl::parallel {
 
 // Throws sl::Error naming the values unless FSDP can shard the stages of this pipeline on `mesh`'s
 // config (pp, tp, cp, dp_replicate) with `options`; offload: whether --offload was asked for.
-void check_fsdp_pipeline(const ParallelismConfig& parallelism, const pipeline::PipelineOptions& options, bool offload);
+void check_fsdp_pipeline(const ParallelismConfig& parallelism, const PipelineOptions& options, bool offload);
 
-class FsdpPipelineRunner : public pipeline::PipelineRunner {
+class FsdpPipelineRunner : public PipelineRunner {
  public:
   // Collective over pp (the tied wte's group). The stage is sharded by own_strategy(), after
   // load_full_state_dict (train --init-from) has given it its weights.
   FsdpPipelineRunner(const nn::GPTConfig& config, uint64_t seed, const DeviceMesh& mesh,
-                     const pipeline::PipelineOptions& options);
+                     const PipelineOptions& options);
 
   // Shards the stage's chunk over mesh.group("dp_shard") with AdamW on the shards; the strategy
   // clips over pp too. Once.

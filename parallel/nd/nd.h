@@ -19,12 +19,12 @@
 //   its stage's by dp_shard.
 //
 // Read in this order:
-//   nd_cut.h                 NdCut: a pipeline chunk cut over tp and cp; the rules of both at once
+//   nd_parallelizer.h        NdParallelizer: a pipeline chunk cut over tp and cp; the rules of both at once
 //   nd_runner.h              NdRunner: the pipeline over such chunks
 //   fsdp_pipeline_runner.h   FSDP over each pipeline stage (pp × dp_shard)
 //
 //   Lesson: lessons/13_nd_parallel.cpp   Tests: tests/test_nd_parallel.cpp
 #pragma once
 #include "parallel/nd/fsdp_pipeline_runner.h"
-#include "parallel/nd/nd_cut.h"
+#include "parallel/nd/nd_parallelizer.h"
 #include "parallel/nd/nd_runner.h"

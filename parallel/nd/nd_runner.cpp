@@ -4,7 +4,7 @@
 namespace sl::parallel {
 
 NdRunner::NdRunner(const nn::GPTConfig& config, uint64_t seed, const DeviceMesh& mesh, const NdOptions& options)
-    : PipelineRunner(config, seed, mesh, options.pipeline, std::make_shared<const NdCut>(config, mesh, options)),
+    : PipelineRunner(config, seed, mesh, options.pipeline, std::make_shared<const NdParallelizer>(config, mesh, options)),
       tp_rank_(mesh.tp_rank()) {}
 
 }  // namespace sl::parallel

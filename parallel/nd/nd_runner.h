@@ -1,14 +1,14 @@
 // nd_runner.h — the composed runner: a PipelineRunner over mesh.group("pp") (one stage when pp is
-// 1) whose chunks NdCut (nd_cut.h) cuts over tp and cp. Collective over pp (the tied wte's group).
+// 1) whose chunks NdParallelizer (nd_parallelizer.h) cuts over tp and cp. Collective over pp (the tied wte's group).
 // holds_loss: the last stage's tp rank 0, on every cp rank (each holds its tokens' share).
 //
 //   Tests: tests/test_nd_parallel.cpp   Lesson: lessons/13_nd_parallel.cpp
 #pragma once
-#include "parallel/nd/nd_cut.h"
+#include "parallel/nd/nd_parallelizer.h"
 
 namespace sl::parallel {
 
-class NdRunner : public pipeline::PipelineRunner {
+class NdRunner : public PipelineRunner {
  public:
   NdRunner(const nn::GPTConfig& config, uint64_t seed, const DeviceMesh& mesh, const NdOptions& options);
   bool holds_loss() const override { return PipelineRunner::holds_loss() && tp_rank_ == 0; }

@@ -10,7 +10,7 @@
 #include "tensor/ledger.h"
 #include "tensor/ops.h"
 
-namespace sl::parallel::pipeline {
+namespace sl::parallel {
 
 using Kind = Action::Kind;
 using Clock = std::chrono::steady_clock;
@@ -32,7 +32,7 @@ class ScheduleRun {
   ScheduleRun(const Schedule& schedule, Stage& stage, ProcessGroup& pp,
               const std::vector<nn::TokenStream::MicroBatch>& micros, const std::vector<double>& weights,
               const std::vector<double>& loss_factor, const std::function<void(bool last)>& before_backward,
-              const EngineOptions& options, const ChunkCut& cut)
+              const EngineOptions& options, const ChunkParallelizer& cut)
       : stage_(stage),
         pp_(pp),
         micros_(micros),
@@ -199,7 +199,7 @@ class ScheduleRun {
   const std::vector<double>& loss_factor_;
   const std::function<void(bool last)>& before_backward_;
   const EngineOptions& options_;
-  const ChunkCut& cut_;
+  const ChunkParallelizer& cut_;
   const int p_, last_chunk_;
   const std::vector<Action>& list_;
   const bool split_;
@@ -214,8 +214,8 @@ class ScheduleRun {
 StepResult run_schedule(const Schedule& schedule, Stage& stage, ProcessGroup& pp,
                         const std::vector<nn::TokenStream::MicroBatch>& micros, const std::vector<double>& weights,
                         const std::vector<double>& loss_factor, const std::function<void(bool last)>& before_backward,
-                        const EngineOptions& options, const ChunkCut* cut) {
-  const ChunkCut plain;
+                        const EngineOptions& options, const ChunkParallelizer* cut) {
+  const ChunkParallelizer plain;
   const int p = schedule.stages, rank = pp.rank();
   SL_CHECK(pp.size() == p && stage.stages == p && stage.rank == rank && stage.virtual_stages == schedule.virtual_stages,
            "pipeline engine: schedule for ", p, " stages x ", schedule.virtual_stages,
@@ -227,4 +227,4 @@ StepResult run_schedule(const Schedule& schedule, Stage& stage, ProcessGroup& pp
       .run();
 }
 
-}  // namespace sl::parallel::pipeline
+}  // namespace sl::parallel

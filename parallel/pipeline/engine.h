@@ -4,7 +4,7 @@
 //   F(m, c)   x = chunk c's part.forward_part(input)   input: the ids (chunk 0) or the received
 //             activation [B, T, C] as a leaf that requires grad; the last chunk adds the loss:
 //             loss_m = cross_entropy(logits [B, T, V], targets [B, T]) · weight_m
-//             (a ChunkCut, stage.h, may run the chunk and its loss otherwise: parallel/nd cuts
+//             (a ChunkParallelizer, stage.h, may run the chunk and its loss otherwise: parallel/nd cuts
 //             them over tp and cp, and the activations become [B, T/cp(/tp under SP), C])
 //   B(m, c)   output.backward(received gradient [B, T, C])  (the last chunk: loss_m.backward());
 //             the input leaf's .grad is what goes to the previous chunk
@@ -36,7 +36,7 @@
 #include "parallel/pipeline/stage.h"
 #include "parallel/pipeline/timeline.h"
 
-namespace sl::parallel::pipeline {
+namespace sl::parallel {
 
 struct EngineOptions {
   // Lessons and benchmarks only: sleep this long per layer and per micro-batch row in each F (twice
@@ -58,10 +58,10 @@ struct StepResult {
 // rank); weights[m]: the factor loss_m is multiplied by before its backward; loss_factor[m]: its
 // weight in the returned loss share. before_backward(last) runs before each action that fills the
 // parameters' gradients: each B, or each W when the schedule splits the backward (may be empty).
-// cut: how each chunk runs and its loss (null: the plain ChunkCut, stage.h).
+// cut: how each chunk runs and its loss (null: the plain ChunkParallelizer, stage.h).
 StepResult run_schedule(const Schedule& schedule, Stage& stage, ProcessGroup& pp,
                         const std::vector<nn::TokenStream::MicroBatch>& micros, const std::vector<double>& weights,
                         const std::vector<double>& loss_factor, const std::function<void(bool last)>& before_backward,
-                        const EngineOptions& options = {}, const ChunkCut* cut = nullptr);
+                        const EngineOptions& options = {}, const ChunkParallelizer* cut = nullptr);
 
-}  // namespace sl::parallel::pipeline
+}  // namespace sl::parallel

@@ -18,7 +18,7 @@
 //   and the activations of the micro-batches in flight (GPipe: m; 1F1B: at most p - r on rank r).
 //
 // Read in this order:
-//   stage.h             which layers each stage (and virtual chunk) holds; the ChunkCut that builds
+//   stage.h             which layers each stage (and virtual chunk) holds; the ChunkParallelizer that builds
 //                       and runs a chunk (parallel/nd cuts it further over tp and cp)
 //   schedule.h          schedules as data: naive, GPipe, 1F1B, interleaved, zero-bubble
 //   simulate.h          a schedule checked and simulated before it runs (deadlocks found on the page)

@@ -6,11 +6,11 @@
 #include "parallel/runner/micro_batches.h"
 #include "tensor/ops.h"
 
-namespace sl::parallel::pipeline {
+namespace sl::parallel {
 
 PipelineRunner::PipelineRunner(const nn::GPTConfig& config, uint64_t seed, const DeviceMesh& mesh,
-                               const PipelineOptions& options, std::shared_ptr<const ChunkCut> cut)
-    : options_(options), cut_(cut ? std::move(cut) : std::make_shared<const ChunkCut>()), pp_(mesh.group("pp")) {
+                               const PipelineOptions& options, std::shared_ptr<const ChunkParallelizer> cut)
+    : options_(options), cut_(cut ? std::move(cut) : std::make_shared<const ChunkParallelizer>()), pp_(mesh.group("pp")) {
   const int p = pp_->size();
   // Everything that can be wrong is checked before the first byte moves.
   config.validate();
@@ -51,7 +51,7 @@ void PipelineRunner::finish_gradients() {
   embedding_group_->all_reduce(grad);
 }
 
-Timeline PipelineRunner::gather_timeline() { return pipeline::gather_timeline(last_.events, *pp_, schedule_.micro_batches); }
+Timeline PipelineRunner::gather_timeline() { return parallel::gather_timeline(last_.events, *pp_, schedule_.micro_batches); }
 
 nn::StateDict PipelineRunner::gather(bool gradients, const nn::StateDict* whole) {
   // Stage by stage, its parameters broadcast over pp: first a header (count, then per parameter
@@ -119,4 +119,4 @@ std::vector<std::pair<std::string, const CommLedger*>> PipelineRunner::own_group
   return {{"pp_tied_wte", &embedding_group_->ledger()}};
 }
 
-}  // namespace sl::parallel::pipeline
+}  // namespace sl::parallel

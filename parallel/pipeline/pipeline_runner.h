@@ -17,8 +17,8 @@
 //   {0, p-1} for the tied wte (made in the constructor, collective over pp). Data parallelism is the
 //   Trainer's: it wraps module() over mesh.group("dp") (DDP) or "dp_shard" (ZeRO-1).
 //
-//   The chunks are built and run by a ChunkCut (stage.h): the plain GPT here; NdRunner
-//   (parallel/nd/nd_cut.h) passes one that cuts every chunk over tp and cp, and whose gradient sums
+//   The chunks are built and run by a ChunkParallelizer (stage.h): the plain GPT here; NdRunner
+//   (parallel/nd/nd_parallelizer.h) passes one that cuts every chunk over tp and cp, and whose gradient sums
 //   run in finish_gradients() before the tied wte's, and whose gathers serve full_state_dict().
 //
 //   Lessons: 07, 08   Tests: tests/test_pipeline.cpp, tests/test_nd_parallel.cpp
@@ -35,7 +35,7 @@
 #include "parallel/pipeline/timeline.h"
 #include "parallel/runner/model_runner.h"
 
-namespace sl::parallel::pipeline {
+namespace sl::parallel {
 
 struct PipelineOptions {
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
@@ -48,10 +48,10 @@ class PipelineRunner : public ModelRunner {
  public:
   // Collective over mesh.group("pp"). Throws before any communication when the split cannot be
   // made (more chunks than layers, counts that do not add up) or the schedule's options clash.
-  // `cut` builds and runs each chunk (null: the plain ChunkCut; parallel/nd cuts chunks over tp
+  // `cut` builds and runs each chunk (null: the plain ChunkParallelizer; parallel/nd cuts chunks over tp
   // and cp with it); its groups are its own.
   PipelineRunner(const nn::GPTConfig& config, uint64_t seed, const DeviceMesh& mesh, const PipelineOptions& options,
-                 std::shared_ptr<const ChunkCut> cut = nullptr);
+                 std::shared_ptr<const ChunkParallelizer> cut = nullptr);
 
   nn::Module& module() override { return *module_; }
   double forward_backward(const std::vector<nn::TokenStream::MicroBatch>& micros, double global_count, int dp,
@@ -80,12 +80,12 @@ class PipelineRunner : public ModelRunner {
   nn::StateDict gather(bool gradients, const nn::StateDict* whole = nullptr);
   // The first and last stage's pair for the tied wte (null elsewhere and at p = 1).
   const ProcessGroupPtr& embedding_group() const { return embedding_group_; }
-  const ChunkCut& cut() const { return *cut_; }
+  const ChunkParallelizer& cut() const { return *cut_; }
 
  private:
 
   PipelineOptions options_;
-  std::shared_ptr<const ChunkCut> cut_;
+  std::shared_ptr<const ChunkParallelizer> cut_;
   ProcessGroupPtr pp_;
   ProcessGroupPtr embedding_group_;  // pp ranks {0, p-1}; null on the others (and when p == 1)
   Stage stage_;
@@ -94,4 +94,4 @@ class PipelineRunner : public ModelRunner {
   StepResult last_;
 };
 
-}  // namespace sl::parallel::pipeline
+}  // namespace sl::parallel

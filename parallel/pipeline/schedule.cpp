@@ -8,7 +8,7 @@
 #include "parallel/pipeline/stage.h"
 #include "tensor/error.h"
 
-namespace sl::parallel::pipeline {
+namespace sl::parallel {
 
 const char* schedule_name(ScheduleKind kind) {
   switch (kind) {
@@ -253,4 +253,4 @@ double bubble_formula(ScheduleKind kind, int p, int m, int v) {
   return static_cast<double>(p - 1) / (work + p - 1);
 }
 
-}  // namespace sl::parallel::pipeline
+}  // namespace sl::parallel

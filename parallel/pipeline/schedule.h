@@ -51,7 +51,7 @@
 #include <string>
 #include <vector>
 
-namespace sl::parallel::pipeline {
+namespace sl::parallel {
 
 enum class ScheduleKind : uint8_t { naive, gpipe, one_f_one_b, interleaved, zero_bubble };
 const char* schedule_name(ScheduleKind kind);     // "naive", "gpipe", "1f1b", "interleaved", "zero-bubble"
@@ -106,4 +106,4 @@ std::vector<int> peak_in_flight(const Schedule& schedule);
 // F = B = W and m >= p) (p-1)/(3m+p-1) ≈ (p-1)/(3m).
 double bubble_formula(ScheduleKind kind, int stages, int micro_batches, int virtual_stages);
 
-}  // namespace sl::parallel::pipeline
+}  // namespace sl::parallel

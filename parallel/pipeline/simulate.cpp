@@ -8,7 +8,7 @@
 #include "parallel/pipeline/stage.h"
 #include "tensor/error.h"
 
-namespace sl::parallel::pipeline {
+namespace sl::parallel {
 
 using Kind = Action::Kind;
 
@@ -193,4 +193,4 @@ void check(const Schedule& s) {
            s.virtual_stages, ") deadlocks: ", sim.stuck);
 }
 
-}  // namespace sl::parallel::pipeline
+}  // namespace sl::parallel

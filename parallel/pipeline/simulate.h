@@ -24,7 +24,7 @@
 #include "parallel/pipeline/schedule.h"
 #include "parallel/pipeline/timeline.h"
 
-namespace sl::parallel::pipeline {
+namespace sl::parallel {
 
 // Throws sl::Error naming the rank, the action and the rule it breaks.
 void validate(const Schedule& schedule);
@@ -45,4 +45,4 @@ Simulation simulate(const Schedule& schedule, const Costs& costs = {});
 // validate, then simulate: throws when the schedule is malformed or deadlocks.
 void check(const Schedule& schedule);
 
-}  // namespace sl::parallel::pipeline
+}  // namespace sl::parallel

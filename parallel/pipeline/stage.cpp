@@ -5,21 +5,21 @@
 
 #include "tensor/ops.h"
 
-namespace sl::parallel::pipeline {
+namespace sl::parallel {
 
-std::shared_ptr<nn::GPT> ChunkCut::build(const nn::GPTConfig& config, uint64_t seed, const nn::GPTShardSpec& spec) const {
+std::shared_ptr<nn::GPT> ChunkParallelizer::build(const nn::GPTConfig& config, uint64_t seed, const nn::GPTShardSpec& spec) const {
   return std::make_shared<nn::GPT>(config, seed, spec);
 }
 
-Tensor ChunkCut::loss(const Tensor& logits, const nn::TokenStream::MicroBatch& micro) const {
+Tensor ChunkParallelizer::loss(const Tensor& logits, const nn::TokenStream::MicroBatch& micro) const {
   return cross_entropy(logits, micro.batch.targets);  // mean over the micro-batch's counted targets
 }
 
-Tensor ChunkCut::gather(const std::string&, const Tensor& piece, const nn::Placement&) const {
+Tensor ChunkParallelizer::gather(const std::string&, const Tensor& piece, const nn::Placement&) const {
   return piece.detach().clone();
 }
 
-Tensor ChunkCut::slice(const std::string&, const Tensor& whole, const nn::Placement&) const { return whole; }
+Tensor ChunkParallelizer::slice(const std::string&, const Tensor& whole, const nn::Placement&) const { return whole; }
 
 std::vector<nn::GPTShardSpec> split_layers(int64_t n_layer, int chunks, const std::vector<int64_t>& layers_per_chunk) {
   SL_CHECK(chunks >= 1, "pipeline: the model must be cut into at least 1 chunk (got ", chunks, ")");
@@ -44,8 +44,8 @@ std::vector<nn::GPTShardSpec> split_layers(int64_t n_layer, int chunks, const st
 }
 
 Stage make_stage(const nn::GPTConfig& config, uint64_t seed, int rank, int stages, int virtual_stages,
-                 const std::vector<int64_t>& layers_per_chunk, const ChunkCut* cut) {
-  const ChunkCut plain;
+                 const std::vector<int64_t>& layers_per_chunk, const ChunkParallelizer* cut) {
+  const ChunkParallelizer plain;
   if (cut == nullptr) cut = &plain;
   SL_CHECK(stages >= 1 && virtual_stages >= 1, "pipeline: stages (", stages, ") and virtual stages (", virtual_stages,
            ") must be >= 1");
@@ -100,4 +100,4 @@ StageModule::StageModule(const Stage& stage) {
   if (ln_f) register_module("ln_f", ln_f);
 }
 
-}  // namespace sl::parallel::pipeline
+}  // namespace sl::parallel

@@ -25,15 +25,15 @@
 #include "nn/data.h"
 #include "nn/gpt.h"
 
-namespace sl::parallel::pipeline {
+namespace sl::parallel {
 
 // How each chunk is built and run, and what its stage adds to the gradients and the gathers. The
 // base class is the plain pipeline: whole chunks, the GPT's own forward, cross-entropy. The N-D
-// chapter (parallel/nd/nd_cut.h) cuts every chunk further over tp and cp by overriding these; the
+// chapter (parallel/nd/nd_parallelizer.h) cuts every chunk further over tp and cp by overriding these; the
 // schedule, the engine and the stage bookkeeping stay the pipeline's.
-class ChunkCut {
+class ChunkParallelizer {
  public:
-  virtual ~ChunkCut() = default;
+  virtual ~ChunkParallelizer() = default;
   // The chunk over spec's layers (same seed on every rank: the serial model's slice).
   virtual std::shared_ptr<nn::GPT> build(const nn::GPTConfig& config, uint64_t seed, const nn::GPTShardSpec& spec) const;
   // The chunk's forward: ids [B, T] in on the embedding chunk, else the received activation;
@@ -74,9 +74,9 @@ struct Stage {
 };
 
 // Builds rank `rank`'s chunks. Throws before anything is built when the split is impossible.
-// `cut` builds each chunk (null: the plain ChunkCut).
+// `cut` builds each chunk (null: the plain ChunkParallelizer).
 Stage make_stage(const nn::GPTConfig& config, uint64_t seed, int rank, int stages, int virtual_stages,
-                 const std::vector<int64_t>& layers_per_chunk = {}, const ChunkCut* cut = nullptr);
+                 const std::vector<int64_t>& layers_per_chunk = {}, const ChunkParallelizer* cut = nullptr);
 
 // Every parameter of a stage's parts under the serial model's names ("h.3.mlp.c_fc.weight"),
 // as one nn::Module: what DDP, ZeRO and clip_grad_norm wrap. The tensors are the parts' own.
@@ -85,4 +85,4 @@ class StageModule : public nn::Module {
   explicit StageModule(const Stage& stage);
 };
 
-}  // namespace sl::parallel::pipeline
+}  // namespace sl::parallel

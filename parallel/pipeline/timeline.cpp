@@ -8,7 +8,7 @@
 #include "tensor/error.h"
 #include "tensor/ops.h"
 
-namespace sl::parallel::pipeline {
+namespace sl::parallel {
 
 using Kind = TimelineEvent::Kind;
 
@@ -182,4 +182,4 @@ Timeline gather_timeline(const std::vector<TimelineEvent>& mine, ProcessGroup& g
   return t;
 }
 
-}  // namespace sl::parallel::pipeline
+}  // namespace sl::parallel

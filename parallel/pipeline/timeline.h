@@ -21,7 +21,7 @@
 
 #include "parallel/comm/process_group.h"
 
-namespace sl::parallel::pipeline {
+namespace sl::parallel {
 
 struct TimelineEvent {
   enum class Kind : uint8_t { forward, backward, comm, weight };  // weight: a zero-bubble W
@@ -52,4 +52,4 @@ void write_trace(const Timeline& timeline, const std::string& path);
 // rank's times start at its own step start).
 Timeline gather_timeline(const std::vector<TimelineEvent>& mine, ProcessGroup& group, int micro_batches);
 
-}  // namespace sl::parallel::pipeline
+}  // namespace sl::parallel

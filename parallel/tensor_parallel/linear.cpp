@@ -6,7 +6,7 @@
 #include "autograd/grad_mode.h"
 #include "parallel/tensor_parallel/mappings.h"
 
-namespace sl::parallel::tp {
+namespace sl::parallel {
 
 namespace {
 
@@ -76,4 +76,4 @@ std::shared_ptr<nn::Linear> row_shard(const nn::Linear& serial, const TPGroup& t
                         serial.bias.defined() ? serial.bias.detach() : Tensor());
 }
 
-}  // namespace sl::parallel::tp
+}  // namespace sl::parallel

@@ -33,7 +33,7 @@
 #include "nn/layers.h"
 #include "parallel/comm/process_group.h"
 
-namespace sl::parallel::tp {
+namespace sl::parallel {
 
 // The tensor-parallel group and whether activations outside the parallel layers are cut along T.
 struct TPGroup {
@@ -67,4 +67,4 @@ void make_row_parallel(nn::Linear& linear, const TPGroup& tp);
 std::shared_ptr<nn::Linear> column_shard(const nn::Linear& serial, const TPGroup& tp);
 std::shared_ptr<nn::Linear> row_shard(const nn::Linear& serial, const TPGroup& tp);
 
-}  // namespace sl::parallel::tp
+}  // namespace sl::parallel

@@ -4,7 +4,7 @@
 #include "autograd/function.h"
 #include "tensor/ops.h"
 
-namespace sl::parallel::tp {
+namespace sl::parallel {
 
 namespace {
 
@@ -122,4 +122,4 @@ Tensor reduce_scatter_sequence(const Tensor& x, const ProcessGroupPtr& group) {
 }
 Tensor scatter_sequence(const Tensor& x, const ProcessGroupPtr& group) { return ScatterSequence::apply(x, group); }
 
-}  // namespace sl::parallel::tp
+}  // namespace sl::parallel

@@ -29,7 +29,7 @@
 #include "parallel/comm/process_group.h"
 #include "tensor/tensor.h"
 
-namespace sl::parallel::tp {
+namespace sl::parallel {
 
 Tensor copy_to_tp(const Tensor& x, const ProcessGroupPtr& group);      // f
 Tensor reduce_from_tp(const Tensor& x, const ProcessGroupPtr& group);  // g
@@ -44,4 +44,4 @@ Tensor reduce_scatter_sequence(const Tensor& x, const ProcessGroupPtr& group);
 // x [B, T, C], equal on every rank -> this rank's rows [B, T/tp, C] (no communication forward).
 Tensor scatter_sequence(const Tensor& x, const ProcessGroupPtr& group);
 
-}  // namespace sl::parallel::tp
+}  // namespace sl::parallel

@@ -1,7 +1,7 @@
 // parallel_block.cpp — see parallel_block.h.
 #include "parallel/tensor_parallel/parallel_block.h"
 
-namespace sl::parallel::tp {
+namespace sl::parallel {
 
 void parallelize_block(nn::Block& block, const TPGroup& tp) {
   SL_CHECK(block.attn->c_attn->weight.size(0) * tp.size() == block.attn->c_attn->weight.size(1) * 3,
@@ -15,4 +15,4 @@ void parallelize_block(nn::Block& block, const TPGroup& tp) {
   make_row_parallel(*block.mlp->c_proj, tp);
 }
 
-}  // namespace sl::parallel::tp
+}  // namespace sl::parallel

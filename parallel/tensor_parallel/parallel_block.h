@@ -23,10 +23,10 @@
 #include "nn/gpt.h"
 #include "parallel/tensor_parallel/linear.h"
 
-namespace sl::parallel::tp {
+namespace sl::parallel {
 
 // Installs the hooks and the four Linears' placements on block (built with a tp shard spec of
 // tp.size()); the LayerNorms' placements under SP are parallelize_gpt's (tp_gpt.h).
 void parallelize_block(nn::Block& block, const TPGroup& tp);
 
-}  // namespace sl::parallel::tp
+}  // namespace sl::parallel

@@ -6,7 +6,7 @@
 namespace sl::parallel {
 
 TensorParallelRunner::TensorParallelRunner(const nn::GPTConfig& config, uint64_t seed, const DeviceMesh& mesh,
-                                           tp::TensorParallelOptions options)
+                                           TensorParallelOptions options)
     : model_(config, seed, mesh.group("tp"), options), tp_rank_(mesh.tp_rank()) {}
 
 double TensorParallelRunner::forward_backward(const std::vector<nn::TokenStream::MicroBatch>& micros,

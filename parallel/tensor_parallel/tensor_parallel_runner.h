@@ -22,7 +22,7 @@ class TensorParallelRunner : public ModelRunner {
   // Builds this rank's shard over mesh.group("tp"); the same config and seed on every rank. Throws
   // before any communication for an invalid config (n_head % tp, naming both).
   TensorParallelRunner(const nn::GPTConfig& config, uint64_t seed, const DeviceMesh& mesh,
-                       tp::TensorParallelOptions options = {});
+                       TensorParallelOptions options = {});
 
   nn::Module& module() override { return model_.gpt(); }
   double forward_backward(const std::vector<nn::TokenStream::MicroBatch>& micros, double global_count, int dp,
@@ -37,10 +37,10 @@ class TensorParallelRunner : public ModelRunner {
   // train --init-from: this rank's slice of each serial tensor (no communication).
   void load_full_state_dict(const nn::StateDict& full) override { model_.load_full_state_dict(full); }
 
-  tp::TensorParallelGPT& model() { return model_; }
+  TensorParallelGPT& model() { return model_; }
 
  private:
-  tp::TensorParallelGPT model_;
+  TensorParallelGPT model_;
   int tp_rank_;
 };
 

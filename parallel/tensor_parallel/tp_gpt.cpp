@@ -2,10 +2,11 @@
 #include "parallel/tensor_parallel/tp_gpt.h"
 
 #include "autograd/grad_mode.h"
+#include "parallel/runner/model_runner.h"
 #include "parallel/tensor_parallel/mappings.h"
 #include "parallel/tensor_parallel/parallel_block.h"
 
-namespace sl::parallel::tp {
+namespace sl::parallel {
 
 namespace {
 bool ends_with(const std::string& s, const std::string& suffix) {
@@ -24,7 +25,7 @@ TensorParallelGPT::TensorParallelGPT(const nn::GPTConfig& config, uint64_t seed,
                                      TensorParallelOptions options)
     : config_(config), tp_{std::move(group), options.sequence_parallel} {
   config.validate();
-  check_tensor_parallel(config, tp_.size(), tp_.sequence_parallel);  // a shorter T under SP: per batch
+  check_tensor_parallel(config, tp_.size(), false);  // whole heads; under SP each batch's T is checked as it comes
   vocab_ = VocabRange::of(config.vocab_size, tp_.rank(), tp_.size());
   gpt_ =
       std::make_unique<nn::GPT>(config, seed, nn::GPTShardSpec::whole().with_tensor_parallel(tp_.rank(), tp_.size()));
@@ -169,10 +170,10 @@ nn::StateDict TensorParallelGPT::full_gradients() {
   const auto placements = gpt_->named_placements();
   size_t i = 0;
   for (const auto& [name, param] : gpt_->named_parameters()) {
-    Tensor grad = param.grad().defined() ? param.grad() : zeros_like(param.detach());
+    Tensor grad = grad_or_zeros(param);
     out[name] = gather_piece(name, grad, placements[i++].second, tp_, vocab_);
   }
   return out;
 }
 
-}  // namespace sl::parallel::tp
+}  // namespace sl::parallel

@@ -29,7 +29,7 @@
 #include "parallel/tensor_parallel/linear.h"
 #include "parallel/tensor_parallel/vocab.h"
 
-namespace sl::parallel::tp {
+namespace sl::parallel {
 
 struct TensorParallelOptions {
   bool sequence_parallel = false;
@@ -94,4 +94,4 @@ class TensorParallelGPT {
   std::unique_ptr<nn::GPT> gpt_;
 };
 
-}  // namespace sl::parallel::tp
+}  // namespace sl::parallel

@@ -8,7 +8,7 @@
 #include "autograd/function.h"
 #include "parallel/tensor_parallel/mappings.h"
 
-namespace sl::parallel::tp {
+namespace sl::parallel {
 
 VocabRange VocabRange::of(int64_t vocab_size, int rank, int size) {
   VocabRange r;
@@ -161,4 +161,4 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
   return VocabParallelCrossEntropy::apply(logits, targets, range, group, ignore_index);
 }
 
-}  // namespace sl::parallel::tp
+}  // namespace sl::parallel

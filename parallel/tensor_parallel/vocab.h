@@ -23,7 +23,7 @@
 #include "nn/gpt.h"
 #include "parallel/comm/process_group.h"
 
-namespace sl::parallel::tp {
+namespace sl::parallel {
 
 // The ids a rank owns: [start, start + rows) of the padded vocabulary, of which the first `real`
 // are real (start + real <= V).
@@ -42,4 +42,4 @@ Tensor vocab_parallel_embedding(const Tensor& weight, const Tensor& ids, const V
 Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets, const VocabRange& range,
                                     const ProcessGroupPtr& group, int64_t ignore_index = kDefaultIgnoreIndex);
 
-}  // namespace sl::parallel::tp
+}  // namespace sl::parallel

@@ -13,8 +13,8 @@ namespace sl::parallel {
 
 namespace {
 
-pipeline::PipelineOptions pipeline_options(const TrainPlan& plan) {
-  pipeline::PipelineOptions options;
+PipelineOptions pipeline_options(const TrainPlan& plan) {
+  PipelineOptions options;
   options.schedule = plan.schedule;
   options.virtual_stages = plan.virtual_stages;
   options.stage_layers.assign(plan.stage_layers.begin(), plan.stage_layers.end());
@@ -32,11 +32,11 @@ NdOptions nd_options(const TrainPlan& plan) {
 void check_model_runner(const TrainPlan& plan, const nn::GPTConfig& config) {
   const ParallelismConfig& c = plan.parallelism;
   if (c.pp > 1) {
-    const pipeline::PipelineOptions options = pipeline_options(plan);
-    pipeline::check_schedule_config(options.schedule, c.pp, plan.micro_batches, options.virtual_stages);
-    pipeline::split_layers(config.n_layer, c.pp * options.virtual_stages, options.stage_layers);
+    const PipelineOptions options = pipeline_options(plan);
+    check_schedule_config(options.schedule, c.pp, plan.micro_batches, options.virtual_stages);
+    split_layers(config.n_layer, c.pp * options.virtual_stages, options.stage_layers);
   }
-  check_nd_cut(config, c.tp, c.cp, nd_options(plan));  // tp's, cp's, and both at once
+  check_nd_layout(config, c.tp, c.cp, nd_options(plan));  // tp's, cp's, and both at once
 }
 
 std::unique_ptr<ModelRunner> make_model_runner(const TrainPlan& plan, const nn::GPTConfig& config, uint64_t seed,
@@ -49,10 +49,10 @@ std::unique_ptr<ModelRunner> make_model_runner(const TrainPlan& plan, const nn::
   else if (c.pp > 1 && plan.dp_strategy == DpStrategy::fsdp)  // FSDP over each stage (parallel/nd)
     runner = std::make_unique<FsdpPipelineRunner>(config, seed, mesh, pipeline_options(plan));
   else if (c.pp > 1)
-    runner = std::make_unique<pipeline::PipelineRunner>(config, seed, mesh, pipeline_options(plan));
+    runner = std::make_unique<PipelineRunner>(config, seed, mesh, pipeline_options(plan));
   else if (c.tp > 1)
     runner = std::make_unique<TensorParallelRunner>(
-        config, seed, mesh, tp::TensorParallelOptions{.sequence_parallel = plan.sequence_parallel});
+        config, seed, mesh, TensorParallelOptions{.sequence_parallel = plan.sequence_parallel});
   else if (c.cp > 1)
     runner = std::make_unique<ContextParallelRunner>(
         config, seed, mesh, ContextParallelOptions{.balance = plan.cp_balance, .variant = plan.cp_variant});

@@ -4,7 +4,7 @@
 //
 //   plan.parallelism   runner                                     the chapter's options from the plan
 //   (no cut)           WholeModelRunner (runner/)                 —
-//   pp = P             pipeline::PipelineRunner   (this stage)    schedule, virtual_stages, stage_layers
+//   pp = P             PipelineRunner   (this stage)    schedule, virtual_stages, stage_layers
 //     with fsdp        FsdpPipelineRunner (nd/)   (its shards)    (brings its own strategy)
 //   tp = T             TensorParallelRunner       (this shard)    sequence_parallel
 //   cp = C             ContextParallelRunner      (this sequence) cp_balance, cp_variant

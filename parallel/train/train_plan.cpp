@@ -91,7 +91,7 @@ static void validate_cut(const TrainPlan& plan) {
   // FSDP with pp (torchtitan's pp x dp_shard): each stage's chunk sharded over dp_shard.
   const bool fsdp_stages = zero == 3 && c.pp > 1;
   if (fsdp_stages) {
-    pipeline::PipelineOptions options;
+    PipelineOptions options;
     options.schedule = plan.schedule;
     options.virtual_stages = plan.virtual_stages;
     check_fsdp_pipeline(c, options, plan.offload);

@@ -40,7 +40,7 @@ struct TrainPlan {
   bool offload = false;   // zero1, zero2, fsdp: optimizer state and update on the host
   int micro_batches = 1;  // gradient accumulation steps per optimizer step (pipelines: per stage)
   // The chapters' own choices (used when pp, tp or cp > 1).
-  pipeline::ScheduleKind schedule = pipeline::ScheduleKind::one_f_one_b;  // pp
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;  // pp
   int virtual_stages = 1;                                                 // pp interleaved: model chunks per stage
   std::vector<int> stage_layers = {};  // pp: layers per stage; empty: balanced by count
   bool sequence_parallel = false;      // tp: Megatron-SP

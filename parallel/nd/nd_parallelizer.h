@@ -1,11 +1,11 @@
-// nd_cut.h — one GPT cut several ways at once on one DeviceMesh: pipeline stages (pp), tensor-
+// nd_parallelizer.h — one GPT cut several ways at once on one DeviceMesh: pipeline stages (pp), tensor-
 // parallel slices (tp, with or without SP) and sequence shards (cp); data parallelism (dp) is the
 // Trainer's, around it. The model is cut, never forked: every piece is a chapter's own.
 //
 //   pp   the pipeline's stages, schedule and engine (parallel/pipeline): chunk c is an nn::GPT over
-//        its layer range, built by NdCut::build from GPTShardSpec::layers(b, e)
+//        its layer range, built by NdParallelizer::build from GPTShardSpec::layers(b, e)
 //   tp   .with_tensor_parallel(r, t) on that spec, and the TP chapter's hooks installed on the
-//        chunk's own modules (tp::parallelize_gpt); the first chunk embeds vocab-parallel, the
+//        chunk's own modules (parallelize_gpt); the first chunk embeds vocab-parallel, the
 //        last computes the vocab-parallel cross-entropy
 //   cp   every CausalSelfAttention's AttentionCore swapped for ring / all-gather attention; the
 //        first chunk takes this rank's tokens (SequenceShard) at their global positions, the last
@@ -41,20 +41,20 @@
 namespace sl::parallel {
 
 struct NdOptions {
-  pipeline::PipelineOptions pipeline;  // schedule, virtual stages, stage layers (any pp, 1 included)
+  PipelineOptions pipeline;  // schedule, virtual stages, stage layers (any pp, 1 included)
   bool sequence_parallel = false;      // SP under tp
   ContextParallelOptions cp;           // balance, variant
 };
 
 // The rules of cutting this model over tp and cp at once (each chapter's own, and SP's tokens of a cp
 // shard over tp), before any communication: throws sl::Error naming the values.
-void check_nd_cut(const nn::GPTConfig& config, int tp, int cp, const NdOptions& options);
+void check_nd_layout(const nn::GPTConfig& config, int tp, int cp, const NdOptions& options);
 
-// The tp × cp cut of every pipeline chunk (pipeline/stage.h's ChunkCut).
-class NdCut : public pipeline::ChunkCut {
+// The tp × cp cut of every pipeline chunk (pipeline/stage.h's ChunkParallelizer).
+class NdParallelizer : public ChunkParallelizer {
  public:
-  // Uses mesh.group("tp") and mesh.group("cp"); no communication. Throws as check_nd_cut does.
-  NdCut(const nn::GPTConfig& config, const DeviceMesh& mesh, const NdOptions& options);
+  // Uses mesh.group("tp") and mesh.group("cp"); no communication. Throws as check_nd_layout does.
+  NdParallelizer(const nn::GPTConfig& config, const DeviceMesh& mesh, const NdOptions& options);
 
   std::shared_ptr<nn::GPT> build(const nn::GPTConfig& config, uint64_t seed, const nn::GPTShardSpec& spec) const override;
   Tensor forward(nn::GPT& part, const Tensor& input) const override;
@@ -65,8 +65,8 @@ class NdCut : public pipeline::ChunkCut {
   Tensor slice(const std::string& name, const Tensor& whole, const nn::Placement& placement) const override;
 
  private:
-  tp::TPGroup tp_;
-  tp::VocabRange vocab_;
+  TPGroup tp_;
+  VocabRange vocab_;
   ProcessGroupPtr cp_group_;
   SequenceShard shard_;
   CpVariant variant_;

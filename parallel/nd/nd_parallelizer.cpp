@@ -1,5 +1,5 @@
-// nd_cut.cpp — see nd_cut.h.
-#include "parallel/nd/nd_cut.h"
+// nd_parallelizer.cpp — see nd_parallelizer.h.
+#include "parallel/nd/nd_parallelizer.h"
 
 #include "parallel/comm/flatten.h"
 #include "parallel/tensor_parallel/vocab.h"
@@ -7,9 +7,9 @@
 
 namespace sl::parallel {
 
-void check_nd_cut(const nn::GPTConfig& config, int tp, int cp, const NdOptions& options) {
+void check_nd_layout(const nn::GPTConfig& config, int tp, int cp, const NdOptions& options) {
   const bool sp = options.sequence_parallel && tp > 1;
-  if (tp > 1) tp::check_tensor_parallel(config, tp, sp);
+  if (tp > 1) check_tensor_parallel(config, tp, sp);
   if (cp > 1) check_context_parallel(config, cp, options.cp.balance);
   // Both at once: SP cuts a cp shard's tokens again over tp.
   if (cp > 1 && sp)
@@ -17,19 +17,19 @@ void check_nd_cut(const nn::GPTConfig& config, int tp, int cp, const NdOptions& 
              " tokens of a cp shard (block_size ", config.block_size, " / cp ", cp, ") do not split over tp ", tp);
 }
 
-NdCut::NdCut(const nn::GPTConfig& config, const DeviceMesh& mesh, const NdOptions& options)
+NdParallelizer::NdParallelizer(const nn::GPTConfig& config, const DeviceMesh& mesh, const NdOptions& options)
     : tp_{mesh.group("tp"), options.sequence_parallel && mesh.size("tp") > 1},
       cp_group_(mesh.group("cp")),
       shard_{mesh.size("cp"), mesh.cp_rank(), options.cp.balance},
       variant_(options.cp.variant) {
   config.validate();
-  check_nd_cut(config, tp_.size(), shard_.cp, options);
-  vocab_ = tp::VocabRange::of(config.vocab_size, tp_.rank(), tp_.size());
+  check_nd_layout(config, tp_.size(), shard_.cp, options);
+  vocab_ = VocabRange::of(config.vocab_size, tp_.rank(), tp_.size());
 }
 
-std::shared_ptr<nn::GPT> NdCut::build(const nn::GPTConfig& config, uint64_t seed, const nn::GPTShardSpec& spec) const {
+std::shared_ptr<nn::GPT> NdParallelizer::build(const nn::GPTConfig& config, uint64_t seed, const nn::GPTShardSpec& spec) const {
   auto part = std::make_shared<nn::GPT>(config, seed, spec.with_tensor_parallel(tp_.rank(), tp_.size()));
-  if (tp_.size() > 1) tp::parallelize_gpt(*part, tp_);
+  if (tp_.size() > 1) parallelize_gpt(*part, tp_);
   if (shard_.cp > 1) {
     const nn::GPTShardSpec range = part->spec().resolved(config);
     for (int64_t layer = range.layer_begin; layer < range.layer_end; ++layer)
@@ -38,7 +38,7 @@ std::shared_ptr<nn::GPT> NdCut::build(const nn::GPTConfig& config, uint64_t seed
   return part;
 }
 
-Tensor NdCut::forward(nn::GPT& part, const Tensor& input) const {
+Tensor NdParallelizer::forward(nn::GPT& part, const Tensor& input) const {
   const nn::GPTShardSpec range = part.spec().resolved(part.config());
   Tensor x = input;  // the received activation [B, T/cp(/t), C]
   if (range.has_embedding()) {
@@ -50,43 +50,43 @@ Tensor NdCut::forward(nn::GPT& part, const Tensor& input) const {
              T, " / ", shard_.cp, ") divisible by tp ", tp_.size());
     Tensor ids = shard_.cp > 1 ? shard_.take(input) : input;  // [B, T/cp]
     Tensor positions = shard_.positions(T);                    // their global positions
-    x = tp_.size() > 1 ? tp::parallel_embed(part, ids, positions, tp_, vocab_) : part.embed(ids, positions);
+    x = tp_.size() > 1 ? parallel_embed(part, ids, positions, tp_, vocab_) : part.embed(ids, positions);
   }
   x = part.blocks(x, range.layer_begin, range.layer_end);
   return range.has_head(part.config()) ? part.head(x) : x;  // logits [B, T/cp, Vp/t]
 }
 
-Tensor NdCut::loss(const Tensor& logits, const nn::TokenStream::MicroBatch& micro) const {
+Tensor NdParallelizer::loss(const Tensor& logits, const nn::TokenStream::MicroBatch& micro) const {
   Tensor targets = shard_.cp > 1 ? shard_.take(micro.batch.targets) : micro.batch.targets;  // [B, T/cp]
   const int64_t counted = nn::counted_targets(targets);
   // No counted target here, but backward must still run: the ring's (and SP's) backward is collective.
   if (counted == 0) return mul(sum(logits), 0.0);
-  Tensor mean = tp_.size() > 1 ? tp::vocab_parallel_cross_entropy(logits, targets, vocab_, tp_.group)
+  Tensor mean = tp_.size() > 1 ? vocab_parallel_cross_entropy(logits, targets, vocab_, tp_.group)
                                : cross_entropy(logits, targets);  // mean over this rank's counted targets
   // × counted_m · dp / C (the engine's weight) gives Σ CE over this rank's tokens · dp / C.
   return counted == micro.counted ? mean : mul(mean, static_cast<double>(counted) / static_cast<double>(micro.counted));
 }
 
-Shape NdCut::activation_shape(const Tensor& ids, int64_t n_embd) const {
+Shape NdParallelizer::activation_shape(const Tensor& ids, int64_t n_embd) const {
   const int64_t T = ids.size(1) / shard_.cp;
   return {ids.size(0), tp_.sequence_parallel ? T / tp_.size() : T, n_embd};
 }
 
-void NdCut::finish_gradients(nn::Module& stage) const {
-  if (tp_.sequence_parallel) tp::sum_partial_gradients(stage, tp_);  // each tp rank saw T/t rows
+void NdParallelizer::finish_gradients(nn::Module& stage) const {
+  if (tp_.sequence_parallel) sum_partial_gradients(stage, tp_);  // each tp rank saw T/t rows
   if (shard_.cp > 1) sum_gradients_over(stage.parameters(), *cp_group_);  // each cp rank saw its tokens
 }
 
-Tensor NdCut::gather(const std::string& name, const Tensor& piece, const nn::Placement& placement) const {
-  if (tp_.size() == 1) return ChunkCut::gather(name, piece, placement);
-  return tp::gather_piece(name, piece.detach(), placement, tp_, vocab_);
+Tensor NdParallelizer::gather(const std::string& name, const Tensor& piece, const nn::Placement& placement) const {
+  if (tp_.size() == 1) return ChunkParallelizer::gather(name, piece, placement);
+  return gather_piece(name, piece.detach(), placement, tp_, vocab_);
 }
 
-Tensor NdCut::slice(const std::string& name, const Tensor& whole, const nn::Placement& placement) const {
+Tensor NdParallelizer::slice(const std::string& name, const Tensor& whole, const nn::Placement& placement) const {
   if (tp_.size() == 1) return whole;
   // The head's tied wte copy is placed tied("wte") but holds this rank's vocabulary rows, as wte does.
   const bool vocab_rows = name == "wte.weight";
-  return tp::slice_piece(name, whole, vocab_rows ? nn::Placement::sharded(0, "tp") : placement, tp_, vocab_);
+  return slice_piece(name, whole, vocab_rows ? nn::Placement::sharded(0, "tp") : placement, tp_, vocab_);
 }
 
 }  // namespace sl::parallel
