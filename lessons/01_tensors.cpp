@@ -40,11 +40,14 @@ int main() {
   Tensor y = x + bias;  // [2, 3] + [3] -> [2, 3]
   std::cout << "x + [10, 20, 30] = " << y << "\n";
   check(y.to_vector() == std::vector<double>({10, 21, 32, 13, 24, 35}), "[2,3] + [3] adds the row to each row");
+  bool threw = false;  // a check, not just a print: the lesson fails if the bad add goes through
   try {
-    add(x, ones({2}));
+    add(x, ones({2}));  // [2, 3] + [2]: the last dims, 3 and 2, neither equal nor 1
   } catch (const Error& e) {
+    threw = true;
     std::printf("  a bad shape is a clear error: %s\n", e.what());
   }
+  check(threw, "[2,3] + [2] throws sl::Error (shapes do not broadcast)");
 
   section("3. matmul: a Linear layer is x @ W^T, with no transpose copied");
   // x [B, C_in] and W [C_out, C_in] (PyTorch's layout): transpose_b reads W as W^T in place.

