@@ -61,18 +61,24 @@ def main():
     ap.add_argument('dirs', nargs='+')
     a = ap.parse_args()
     bad = 0
+    counted_files = counted_functions = 0
     for d in a.dirs:
         for root, _, files in os.walk(d):
             for f in sorted(files):
                 if not f.endswith(('.cpp', '.h', '.cu')):
                     continue
                 p = os.path.join(root, f)
+                counted_files += 1
                 n = sum(1 for _ in open(p, encoding='utf-8', errors='replace'))
                 if n > a.max_file_lines:
                     print(f'{p}: {n} lines (file)'); bad = 1
                 for name, start, length in functions(p):
+                    counted_functions += 1
                     if length > a.max_lines and not (p.startswith('lessons') and name == 'main'):
                         print(f'{p}:{start}: {name} is {length} lines'); bad = 1
+    if not bad:
+        print(f'function_sizes: {counted_files} files, {counted_functions} functions under {" ".join(a.dirs)}: '
+              f'none over {a.max_lines} lines, no file over {a.max_file_lines}')
     sys.exit(bad)
 
 if __name__ == '__main__':
