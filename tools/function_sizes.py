@@ -58,12 +58,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--max-lines', type=int, default=80)
     ap.add_argument('--max-file-lines', type=int, default=300)
-    ap.add_argument('dirs', nargs='+')
+    ap.add_argument('dirs', nargs='+', help='folders or files')
     a = ap.parse_args()
     bad = 0
     counted_files = counted_functions = 0
     for d in a.dirs:
-        for root, _, files in os.walk(d):
+        walk = [(os.path.dirname(d), None, [os.path.basename(d)])] if os.path.isfile(d) else os.walk(d)
+        for root, _, files in walk:
             for f in sorted(files):
                 if not f.endswith(('.cpp', '.h', '.cu')):
                     continue

@@ -38,7 +38,7 @@ ContextParallelRunner::ContextParallelRunner(const nn::GPTConfig& config, uint64
     : group_(mesh.group("cp")), options_(options) {
   SL_CHECK(mesh.size("pp") == 1 && mesh.size("tp") == 1, "ContextParallelRunner: ", mesh.config().str(),
            ": cp runs the whole model on every rank; combining it with pp ", mesh.size("pp"), " or tp ",
-           mesh.size("tp"), " is the N-D runner's (parallel/nd/nd_parallelizer.h)");
+           mesh.size("tp"), " is the N-D runner's (parallel/nd/nd_runner.h)");
   shard_ = SequenceShard{mesh.size("cp"), mesh.cp_rank(), options.balance};
   SL_ASSERT(group_->size() == shard_.cp && group_->rank() == shard_.rank);
   check_context_parallel(config, shard_.cp, options.balance);  // shorter sequences are checked per batch

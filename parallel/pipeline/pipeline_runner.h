@@ -1,8 +1,10 @@
-// pipeline_runner.h — the pipeline chapter plugged into the one training step (model_runner.h):
+// pipeline_runner.h — the pipeline chapter plugged into the one training step
+// (parallel/runner/model_runner.h):
 // this rank's stage, the schedule, the engine, the tied wte and the gathered state.
 //
 //   Trainer::train_step                          PipelineRunner (rank r of the pp group)
-//   zero grads, DDP/ZeRO-1 over module()   ──▶   module(): this stage's parameters, serial names
+//   strategy.zero_grad() (DDP/ZeRO-1       ──▶   module(): this stage's parameters, serial names
+//   over module())
 //   forward_backward(micros, C, dp, hooks) ──▶   schedule (built once per m: validated and simulated
 //                                                 before anything is sent), run by the engine;
 //                                                 weight_m = counted_m·dp/C; returns the loss share
@@ -11,15 +13,17 @@
 //                                                 (Megatron's embedding group): the head's copy and the
 //                                                 embedding's get the same gradient, so AdamW keeps
 //                                                 both copies bitwise equal
-//   clip over mesh_grads(), AdamW               the last stage's wte is tied("wte"): counted once
+//   strategy: clip over mesh_grads(), AdamW     the last stage's wte is tied("wte"): counted once
 //
 //   Groups: mesh.group("pp") for the activations and gradients, and a 2-rank group of pp ranks
 //   {0, p-1} for the tied wte (made in the constructor, collective over pp). Data parallelism is the
-//   Trainer's: it wraps module() over mesh.group("dp") (DDP) or "dp_shard" (ZeRO-1).
+//   Trainer's strategy: it wraps module() over mesh.group("dp") (DDP) or "dp_shard" (ZeRO-1).
 //
 //   The chunks are built and run by a ChunkParallelizer (stage.h): the plain GPT here; NdRunner
-//   (parallel/nd/nd_parallelizer.h) passes one that cuts every chunk over tp and cp, and whose gradient sums
+//   (parallel/nd/nd_runner.h) passes one that cuts every chunk over tp and cp, whose gradient sums
 //   run in finish_gradients() before the tied wte's, and whose gathers serve full_state_dict().
+//   FsdpPipelineRunner (parallel/nd/fsdp_pipeline_runner.h) shards the stage over dp_shard through
+//   the protected gather() and embedding_group() below.
 //
 //   Lessons: 07, 08   Tests: tests/test_pipeline.cpp, tests/test_nd_parallel.cpp
 #pragma once
