@@ -23,8 +23,8 @@ struct Trainer::Impl {
   double step_seconds = 0;          // inside train_step, summed
   double step_blocked_seconds = 0;  // of which blocked in a group (CommLedger::wait_seconds)
 
+  // The plan was validated by the Trainer's constructor, before this first communication.
   Impl(RankContext& c, const TrainPlan& p) : ctx(c), plan(p) {
-    plan.validate(ctx.world_size);  // before any communication
     mesh = std::make_unique<DeviceMesh>(ctx.world, plan.parallelism);
     metrics = ctx.world->split(0);
   }
@@ -34,7 +34,7 @@ struct Trainer::Impl {
   std::vector<nn::TokenStream::MicroBatch> my_micro_batches(const nn::TokenStream& data, int64_t step,
                                                             int64_t batch_rows, int64_t block_size) const;
   double global_count(const std::vector<nn::TokenStream::MicroBatch>& micros, int64_t step) const;
-  double clip_step_and_sum(double loss_share, double lr, double grad_clip);
+  void keep_clip_step(double lr, double grad_clip);
 
   // The groups the technique talks on, named by what they span: the strategy's, the mesh's cuts,
   // and the runner's own.
@@ -127,23 +127,18 @@ double Trainer::Impl::global_count(const std::vector<nn::TokenStream::MicroBatch
   return counts.item() / (mesh->world_size() / mesh->size("dp"));
 }
 
-// After the gradients are whole: keep them (tests), clip, step; then the global loss from the shares.
-double Trainer::Impl::clip_step_and_sum(double loss_share, double lr, double grad_clip) {
+// After the gradients are whole: keep them (tests), clip, step.
+void Trainer::Impl::keep_clip_step(double lr, double grad_clip) {
   if (keep_gradients) kept_gradients = strategy->full_gradients(*runner);
   if (grad_clip > 0) strategy->clip_grad_norm(grad_clip);
   strategy->step(lr);
-  Tensor global = from_vector({loss_share}, Shape({1}), DType::f64);
-  metrics->all_reduce(global);
-  return global.item();
 }
 
 double Trainer::Impl::step(const nn::TokenStream& data, int64_t step, int64_t batch_rows, int64_t block_size, double lr,
                            double grad_clip) {
   if (std::optional<double> loss = strategy->run_step(data, step, batch_rows, block_size)) {  // naive DP
-    if (keep_gradients) kept_gradients = strategy->full_gradients(*runner);
-    if (grad_clip > 0) strategy->clip_grad_norm(grad_clip);
-    strategy->step(lr);
-    return *loss;
+    keep_clip_step(lr, grad_clip);
+    return *loss;  // already the global batch's, on every rank
   }
   const std::vector<nn::TokenStream::MicroBatch> micros = my_micro_batches(data, step, batch_rows, block_size);
   const double count = global_count(micros, step);
@@ -152,7 +147,10 @@ double Trainer::Impl::step(const nn::TokenStream& data, int64_t step, int64_t ba
   const double share = runner->forward_backward(micros, count, mesh->size("dp"), hooks);
   strategy->synchronize();  // DDP: every bucket's all-reduce done before the chapter adds its sums
   runner->finish_gradients();
-  return clip_step_and_sum(runner->holds_loss() ? share : 0.0, lr, grad_clip);
+  keep_clip_step(lr, grad_clip);
+  Tensor global = from_vector({runner->holds_loss() ? share : 0.0}, Shape({1}), DType::f64);
+  metrics->all_reduce(global);  // the shares add up to the serial loss
+  return global.item();
 }
 
 const DeviceMesh& Trainer::mesh() const { return *impl_->mesh; }
