@@ -112,6 +112,12 @@ class GPT : public Module {
   // This part's forward, with its hooks: ids [B, T] in when it holds the embedding (else
   // activations [B, T, C]); logits [B, T, V] out when it holds the head (else activations).
   Tensor forward_part(const Tensor& input, const Tensor& positions = Tensor());
+  // `body` run between this part's forward hooks, as forward_part runs its own: a runner that
+  // computes the part its own way (a vocab-parallel embedding, a sequence shard) keeps what wrappers
+  // hooked on the part (FSDP gathers its units around it).
+  Tensor forward_part_with(const Tensor& input, const std::function<Tensor()>& body) {
+    return call_with_hooks(input, body);
+  }
 
   Tensor forward(const Tensor& idx);                      // the whole model: idx [B, T] ints -> logits [B, T, V]
   Tensor loss(const Tensor& idx, const Tensor& targets);  // mean cross-entropy (ignore index -100)

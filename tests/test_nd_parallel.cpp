@@ -42,14 +42,17 @@ struct NdCase {
   std::string name;
   int dp = 1, pp = 1, tp = 1, cp = 1;
   bool sp = false;
-  int zero = 0;  // over dp: 0 DDP (dp_replicate), 1 ZeRO-1 (dp_shard), 3 FSDP over each stage (dp_shard, pp only)
+  // over dp: 0 DDP (dp_replicate), 1 ZeRO-1 / 2 ZeRO-2 (dp_shard), 3 FSDP over the cut (dp_shard x cp);
+  // with replicate R > 1 and zero 3: HSDP, dp_replicate R x dp_shard dp
+  int zero = 0;
+  int replicate = 1;
   int micro_batches = 1;
   std::string schedule = "1f1b";
   int virtual_stages = 1;
   std::string balance = "zigzag", variant = "ring";
   double clip = 0;
   int64_t n_layer = 2;
-  int world() const { return dp * pp * tp * cp; }
+  int world() const { return replicate * dp * pp * tp * cp; }
 };
 
 void PrintTo(const NdCase& c, std::ostream* out) { *out << c.name; }
@@ -120,6 +123,7 @@ TrainPlan plan_of(const NdCase& c) {
   plan.parallelism.cp = c.cp;
   if (c.zero == 0) plan.parallelism.dp_replicate = c.dp;
   else plan.parallelism.dp_shard = c.dp, plan.dp_strategy = zero_stage_strategy(c.zero);
+  if (c.replicate > 1) plan.parallelism.dp_replicate = c.replicate;
   plan.micro_batches = c.micro_batches;
   plan.schedule = parse_schedule(c.schedule);
   plan.virtual_stages = c.virtual_stages;
@@ -142,30 +146,31 @@ TEST_P(NdParallelParity, MatchesSerialThroughTheTrainer) {
   launch(
       c.world(),
       [&](RankContext& ctx) {
-        Trainer trainer(
-            ctx, plan,
-            [&](const DeviceMesh& mesh) -> std::unique_ptr<ModelRunner> {
-              if (c.zero == 3) return make_model_runner(plan, config, kSeed, {}, mesh);  // train's: the pipeline's
-              NdOptions options{.sequence_parallel = c.sp,
-                                .cp = {.balance = c.balance == "zigzag" ? CpBalance::zigzag : CpBalance::none,
-                                       .variant = c.variant == "ring" ? CpVariant::ring : CpVariant::allgather}};
-              options.pipeline.schedule = parse_schedule(c.schedule);
-              options.pipeline.virtual_stages = c.virtual_stages;
-              return std::make_unique<NdRunner>(config, kSeed, mesh, options);
-            },
-            parity_adamw());
+        auto nd_runner = [&](const DeviceMesh& mesh) -> std::unique_ptr<ModelRunner> {
+          if (c.zero >= 2) return make_model_runner(plan, config, kSeed, {}, mesh);  // train's
+          NdOptions options{.sequence_parallel = c.sp,
+                            .cp = {.balance = c.balance == "zigzag" ? CpBalance::zigzag : CpBalance::none,
+                                   .variant = c.variant == "ring" ? CpVariant::ring : CpVariant::allgather}};
+          options.pipeline.schedule = parse_schedule(c.schedule);
+          options.pipeline.virtual_stages = c.virtual_stages;
+          return std::make_unique<NdRunner>(config, kSeed, mesh, options);
+        };
+        nn::GPT whole(config, kSeed);  // the data-parallel layouts (HSDP alone) train a whole replica
+        auto owned = plan.cuts_model() ? std::make_unique<Trainer>(ctx, plan, nd_runner, parity_adamw())
+                                       : std::make_unique<Trainer>(whole, ctx, plan, parity_adamw());
+        Trainer& trainer = *owned;
         for (int s = 0; s < kSteps; ++s) {
           if (s == kSteps - 1) trainer.keep_gradients();
-          const double loss = trainer.train_step(data, s, kBatch, kT, parity_adamw().lr, c.clip);
+          // No clip: a max_norm no gradient reaches, so the strategy still computes the norm.
+          const double clip = c.clip > 0 ? c.clip : 1e30;
+          const double loss = trainer.train_step(data, s, kBatch, kT, parity_adamw().lr, clip);
           EXPECT_NEAR(loss, serial.losses[s], kAtol + kRtol * std::abs(serial.losses[s])) << "step " << s;
         }
         expect_close(trainer.full_gradients(), serial.last_grads, "gradient", ctx.rank);
-        if (c.zero == 0 && c.clip == 0) {
-          // The .grad tensors still hold the last step's gradients: their norm over the mesh counts
-          // every element once only if the placements are right (AdamW alone is blind to a scale).
-          const double norm = clip_grad_norm(trainer.runner()->mesh_grads(), 1e30, trainer.mesh());
-          EXPECT_NEAR(norm, serial.last_norm, 1e-5 * serial.last_norm) << "gradient norm on rank " << ctx.rank;
-        }
+        // The strategy's norm over the mesh (from .grad, or from the shards) counts every element
+        // once only if the placements are right (AdamW alone is blind to a scale).
+        EXPECT_NEAR(trainer.last_grad_norm(), serial.last_norm, 1e-5 * serial.last_norm)
+            << "gradient norm on rank " << ctx.rank;
         expect_close(trainer.full_state_dict(), serial.params, "parameter", ctx.rank);
       },
       quick(30000));
@@ -205,6 +210,28 @@ std::vector<NdCase> cases() {
   add({.name = "pp2_fsdp2_gpipe_clip", .dp = 2, .pp = 2, .zero = 3, .micro_batches = 2, .schedule = "gpipe",
        .clip = 0.05});
   add({.name = "pp3_fsdp2", .dp = 2, .pp = 3, .zero = 3, .micro_batches = 4, .n_layer = 4});
+  // The Accelerate ND-parallel guide's sections: FSDP / HSDP over what TP, CP and PP leave on a rank,
+  // sharded over dp_shard x cp (the cp ranks' gradient parts summed by the reduce-scatter), SP's
+  // partial gradients and the tied wte summed on the shards
+  add({.name = "fsdp2_tp2", .dp = 2, .tp = 2, .zero = 3});
+  add({.name = "fsdp2_tp2_sp_clip", .dp = 2, .tp = 2, .sp = true, .zero = 3, .micro_batches = 2, .clip = 0.05});
+  add({.name = "fsdp4_tp2", .dp = 4, .tp = 2, .zero = 3});
+  add({.name = "fsdp2_cp2_zigzag", .dp = 2, .cp = 2, .zero = 3});
+  add({.name = "fsdp2_cp2_allgather_clip", .dp = 2, .cp = 2, .zero = 3, .variant = "allgather", .clip = 0.05});
+  add({.name = "hsdp2x2", .dp = 2, .zero = 3, .replicate = 2, .clip = 0.05});
+  add({.name = "hsdp2x2_tp2_sp", .dp = 2, .tp = 2, .sp = true, .zero = 3, .replicate = 2});
+  add({.name = "hsdp2x2_cp2_clip", .dp = 2, .cp = 2, .zero = 3, .replicate = 2, .clip = 0.05});
+  add({.name = "hsdp2x2_pp2", .dp = 2, .pp = 2, .zero = 3, .replicate = 2, .micro_batches = 2});
+  add({.name = "fsdp2_pp2_tp2", .dp = 2, .pp = 2, .tp = 2, .zero = 3, .micro_batches = 2});
+  add({.name = "fsdp2_pp2_cp2_clip", .dp = 2, .pp = 2, .cp = 2, .zero = 3, .micro_batches = 2, .clip = 0.05});
+  add({.name = "fsdp2_tp2_cp2", .dp = 2, .tp = 2, .cp = 2, .zero = 3});
+  add({.name = "zero2_tp2_sp", .dp = 2, .tp = 2, .sp = true, .zero = 2, .micro_batches = 2});
+  add({.name = "zero2_cp2_clip", .dp = 2, .cp = 2, .zero = 2, .clip = 0.05});
+  add({.name = "zero2_tp2_cp2", .dp = 2, .tp = 2, .cp = 2, .zero = 2});
+  // world 16: the guide's first example (dp_replicate 2, dp_shard 2, cp 2, tp 2), and one with pp
+  add({.name = "world16_guide_hsdp2x2_cp2_tp2", .dp = 2, .tp = 2, .cp = 2, .zero = 3, .replicate = 2, .clip = 0.05});
+  add({.name = "world16_fsdp2_pp2_tp2_sp_cp2", .dp = 2, .pp = 2, .tp = 2, .cp = 2, .sp = true, .zero = 3,
+       .micro_batches = 2, .clip = 0.05});
   return out;
 }
 
@@ -295,25 +322,84 @@ TEST(NdParallel, FsdpStageHoldsItsShareOfTheStage) {
       quick(10000));
 }
 
+// FSDP over TP and CP (pp 1): a rank holds 1/(dp_shard·cp) of its tp slice's units: 16Ψ/(tp·dp_shard·cp)
+// of model states for the tp-sliced parameters, 16Ψ_rep/(dp_shard·cp) for those TP replicates
+// (LayerNorms, wpe, row-parallel biases), plus each unit's padding. Worked out here from the serial
+// model's shapes and Megatron's split, not from the runner.
+TEST(NdParallel, FsdpOverTpAndCpHoldsItsShareOfTheSlice) {
+  SL_SKIP_UNLESS_WORLD(8);
+  const NdCase c{.name = "fsdp2_tp2_cp2", .dp = 2, .tp = 2, .cp = 2, .zero = 3};
+  const nn::GPTConfig config = config_of(c);
+  const int64_t tp = c.tp, shards = c.dp * c.cp;  // FSDP's group: dp_shard x cp
+  // The serial parameters: which ones TP slices (columns: c_attn, c_fc; rows: the c_proj weights; the
+  // vocabulary: wte, padded to a multiple of tp) and which it replicates.
+  const int64_t padded_vocab = (config.vocab_size + tp - 1) / tp * tp;
+  std::map<std::string, int64_t> units;  // unit -> elements of this rank's tp slice
+  int64_t psi = 0, psi_sliced = 0;
+  {
+    nn::GPT serial(config, kSeed);
+    for (const auto& [name, p] : serial.named_parameters()) {
+      psi += p.numel();
+      const bool bias = name.find(".bias") != std::string::npos;
+      const bool sliced = name == "wte.weight" || name.find("c_attn") != std::string::npos ||
+                          name.find("c_fc") != std::string::npos || (name.find("c_proj") != std::string::npos && !bias);
+      const int64_t numel = name == "wte.weight" ? padded_vocab * config.n_embd : p.numel();
+      if (sliced) psi_sliced += numel;
+      const std::string unit = name.rfind("h.", 0) == 0 ? name.substr(0, name.find('.', 2))
+                               : name == "wte.weight"   ? "wte"
+                                                        : "root";
+      units[unit] += sliced ? numel / tp : numel;
+    }
+  }
+  int64_t shard = 0;
+  for (const auto& [unit, numel] : units) shard += (numel + shards - 1) / shards;
+  const int64_t psi_replicated = psi - (psi_sliced - (padded_vocab - config.vocab_size) * config.n_embd);
+  const nn::TokenStream data = masked_tokens();
+  launch(
+      8,
+      [&](RankContext& ctx) {
+        MemoryLedger& ledger = MemoryLedger::instance();
+        auto now = [&](MemoryCategory cat) { return ledger.current(ctx.device, cat); };
+        const int64_t weights0 = now(MemoryCategory::weights), grads0 = now(MemoryCategory::grads),
+                      optimizer0 = now(MemoryCategory::optimizer);
+        {
+          Trainer trainer(
+              ctx, plan_of(c), [&](const DeviceMesh& mesh) { return make_model_runner(plan_of(c), config, kSeed, {}, mesh); },
+              parity_adamw());
+          for (int s = 0; s < 2; ++s) trainer.train_step(data, s, kBatch, kT, parity_adamw().lr, 0);
+          EXPECT_EQ(now(MemoryCategory::weights) - weights0, 4 * shard);
+          EXPECT_EQ(now(MemoryCategory::grads) - grads0, 4 * shard);
+          EXPECT_EQ(now(MemoryCategory::optimizer) - optimizer0, 8 * shard);
+          // 16Ψ/(tp·dp_shard·cp) for the sliced part, the replicated part whole over tp, + padding
+          const double formula = 16.0 * static_cast<double>(psi_sliced) / static_cast<double>(tp * shards) +
+                                 16.0 * static_cast<double>(psi_replicated) / static_cast<double>(shards);
+          EXPECT_GE(16.0 * static_cast<double>(shard), formula);
+          EXPECT_LE(16.0 * static_cast<double>(shard), formula + 16.0 * static_cast<double>(units.size() * shards));
+        }
+      },
+      quick(10000));
+}
+
 // What cannot run is refused before any communication, naming the values and the reason.
 TEST(NdParallel, RefusalsNameTheirValues) {
   NdCase zero2{.name = "zero2", .dp = 2, .pp = 2, .zero = 2, .micro_batches = 2};
   expect_error([&] { plan_of(zero2).validate(4); },
-               "pp 2 x cp 1 x tp 1: ZeRO-2 (--zero 2) with pp 2 would reduce-scatter the gradients on every "
-               "micro-batch (the stage runs 2 backward passes a step)");
-  NdCase fsdp{.name = "fsdp", .dp = 2, .tp = 2, .cp = 2, .zero = 3};
-  expect_error([&] { plan_of(fsdp).validate(8); }, "--zero 3 would shard the parameters a chapter cuts");
-  // FSDP with pp runs over whole stage chunks, one per rank, under naive / gpipe / 1f1b only.
-  NdCase fsdp_tp{.name = "fsdp_tp", .dp = 2, .pp = 2, .tp = 2, .zero = 3};
-  expect_error([&] { plan_of(fsdp_tp).validate(8); },
-               "FSDP (--zero 3) with pp shards whole stage chunks; with tp 2 or cp 1 it is not supported");
+               "pp 2 x cp 1 x tp 1: ZeRO-2 (--zero 2) with pp 2: the first stage's wte and the last stage's tied "
+               "copy sit at different offsets of their stages' gradient shards");
+  // FSDP with pp runs one chunk per rank, under naive / gpipe / 1f1b only; no offload over a cut.
+  TrainPlan fsdp_offload = plan_of(NdCase{.name = "fsdp_offload", .dp = 2, .tp = 2, .zero = 3});
+  fsdp_offload.offload = true;
+  expect_error([&] { fsdp_offload.validate(4); },
+               "dp_replicate 1 x dp_shard 2 x pp 1 x cp 1 x tp 2: --offload with pp, tp or cp is not supported");
+  TrainPlan zero1_offload = plan_of(NdCase{.name = "zero1_offload", .dp = 2, .cp = 2, .zero = 1});
+  zero1_offload.offload = true;
+  expect_error([&] { zero1_offload.validate(4); }, "--offload with --zero 1 over a cut model (pp, tp or cp > 1)");
+  NdCase fsdp_zero_bubble{.name = "fsdp_zb", .dp = 2, .pp = 2, .zero = 3, .micro_batches = 2, .schedule = "zero-bubble"};
+  expect_error([&] { plan_of(fsdp_zero_bubble).validate(4); }, "FSDP with the zero-bubble schedule");
   NdCase fsdp_interleaved{.name = "fsdp_interleaved", .dp = 2, .pp = 2, .zero = 3, .micro_batches = 2,
                           .schedule = "interleaved", .virtual_stages = 2, .n_layer = 4};
   expect_error([&] { plan_of(fsdp_interleaved).validate(4); },
                "FSDP with the interleaved schedule (virtual_stages 2) is not supported");
-  TrainPlan hsdp_pp = plan_of(NdCase{.name = "hsdp_pp", .dp = 2, .pp = 2, .zero = 3});
-  hsdp_pp.parallelism.dp_replicate = 2;
-  expect_error([&] { hsdp_pp.validate(8); }, "HSDP (dp_replicate > 1) with a pipeline is not supported");
   NdCase sp{.name = "sp", .tp = 4, .cp = 2, .sp = true};
   nn::GPTConfig config = config_of(sp);
   config.block_size = 12;

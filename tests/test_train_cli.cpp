@@ -284,7 +284,7 @@ TEST_F(TrainCli, DataParallelLayoutsLogTheSerialLosses) {
   }
   CliRun uneven = run_train(kTiny + " --batch-size 10 --dp 3");
   EXPECT_EQ(uneven.exit_code, 2);
-  EXPECT_NE(uneven.output.find("--batch-size 10 must be micro-batch rows x 1 micro-batches x 3 data-parallel ranks, but 10 % 3 = 1"), std::string::npos) << uneven.output;
+  EXPECT_NE(uneven.output.find("--batch-size 10 must be micro-batch rows x 1 micro-batches x dp_replicate 3 x dp_shard 1, but 10 % 3 = 1"), std::string::npos) << uneven.output;
   CliRun hsdp = run_train(kTiny + " --dp-replicate 2");
   EXPECT_EQ(hsdp.exit_code, 2);
   std::remove(serial.c_str());

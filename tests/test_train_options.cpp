@@ -45,9 +45,9 @@ TEST(TrainOptions, BadCombinationsAreUsageErrors) {
            {"--dp 2 --device cuda", "--dp and --zero run on CPU ranks only (--device cpu)"},
            {"--dp-replicate 2", "--dp-replicate and --dp-shard go together"},
            {"--dp 3 --dp-replicate 2 --dp-shard 2", "--dp 3 != --dp-replicate 2 x --dp-shard 2"},
-           {"--dp 3 --batch-size 10", "--batch-size 10 must be micro-batch rows x 1 micro-batches x 3 data-parallel ranks, but 10 % 3 = 1"},
-           {"--dp 2 --micro-batches 4 --batch-size 12", "--batch-size 12 must be micro-batch rows x 4 micro-batches x 2 data-parallel ranks, but 12 % 8 = 4"},
-           {"--micro-batches 5 --batch-size 12", "--batch-size 12 must be micro-batch rows x 5 micro-batches x 1 data-parallel ranks, but 12 % 5 = 2"},
+           {"--dp 3 --batch-size 10", "--batch-size 10 must be micro-batch rows x 1 micro-batches x dp_replicate 3 x dp_shard 1, but 10 % 3 = 1"},
+           {"--dp 2 --micro-batches 4 --batch-size 12", "--batch-size 12 must be micro-batch rows x 4 micro-batches x dp_replicate 2 x dp_shard 1, but 12 % 8 = 4"},
+           {"--micro-batches 5 --batch-size 12", "--batch-size 12 must be micro-batch rows x 5 micro-batches x dp_replicate 1 x dp_shard 1, but 12 % 5 = 2"},
            {"--naive-dp --dp 2 --micro-batches 2", "--naive-dp scatters one batch per step: it cannot be combined with --micro-batches"},
            {"--micro-batches 0", "--micro-batches: expected an integer in 1..1048576, got '0'"},
            {"--adam-eps 0", "--adam-eps: expected a number > 0, got '0'"},
@@ -68,11 +68,12 @@ TEST(TrainOptions, BadCombinationsAreUsageErrors) {
             "--virtual-stages 2 with --dp 2: DDP cannot all-reduce from an interleaved stage's last backward (it covers one chunk); add --zero 1"},
            {"--min-accuracy 101", "--min-accuracy: expected a percentage in 0..100, got '101'"},
            {"--task text --data x --min-accuracy 50", "--min-accuracy checks the addition task's held-out accuracy; --task is text"},
-           {"--tp 2 --zero 2", "--pp, --tp and --cp run with DDP (--zero 0) or --zero 1 over --dp ranks; not with --zero 2"},
-           {"--dp 2 --pp 2 --tp 2 --zero 2",
-            "--zero 2 with --pp 2: ZeRO-2 would reduce-scatter the gradients on every micro-batch (each stage runs one "
-            "backward per micro-batch); use --zero 1 with the pipeline"},
-           {"--pp 2 --dp 3 --batch-size 8", "--batch-size 8 must be micro-batch rows x 1 micro-batches x 3 data-parallel ranks, but 8 % 3 = 2"}})
+           {"--tp 2 --naive-dp --dp 2",
+            "--naive-dp scatters whole-model batches from rank 0: it cannot be combined with --pp, --tp or --cp"},
+           {"--pp 2 --dp 3 --batch-size 8",
+            "--batch-size 8 must be micro-batch rows x 1 micro-batches x dp_replicate 3 x dp_shard 1, but 8 % 3 = 2"},
+           {"--dp-replicate 2 --dp-shard 3 --tp 2 --batch-size 8",
+            "--batch-size 8 must be micro-batch rows x 1 micro-batches x dp_replicate 2 x dp_shard 3, but 8 % 6 = 2"}})
     EXPECT_EQ(usage_error(args), message) << args;
 }
 
@@ -99,9 +100,12 @@ TEST(TrainOptions, ValidCombinationsParse) {
   EXPECT_EQ(o.world(), 16);
   EXPECT_EQ(usage_error("--dp 2 --pp 2 --zero 3 --micro-batches 2 --batch-size 8", &o), "");  // FSDP with pp
   EXPECT_EQ(o.world(), 4);
-  EXPECT_EQ(usage_error("--dp 2 --pp 2 --tp 2 --zero 3", &o),
-            "--zero 3 with --pp runs FSDP over each stage's whole chunk: only with tp = cp = 1, no HSDP or --offload, "
-            "and --schedule naive, gpipe or 1f1b");
+  // The Accelerate guide's layouts parse (the TrainPlan checks which strategy runs over which cut).
+  EXPECT_EQ(usage_error("--dp 2 --pp 2 --tp 2 --zero 3", &o), "");
+  EXPECT_EQ(usage_error("--dp 2 --zero 3 --tp 2", &o), "");
+  EXPECT_EQ(usage_error("--dp-replicate 2 --dp-shard 2 --cp 2 --tp 2", &o), "");
+  EXPECT_EQ(o.world(), 16);
+  EXPECT_EQ(usage_error("--dp 2 --tp 2 --zero 2", &o), "");
   EXPECT_EQ(usage_error("--cp 2 --cp-balance none --cp-variant allgather --stage-layers 1 --pp 1", &o),
             "--schedule, --virtual-stages, --stage-layers and --trace are pipeline flags: add --pp N");
 }

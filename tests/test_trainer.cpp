@@ -255,8 +255,8 @@ TEST(TrainPlan, ABatchThatDoesNotDivideShowsTheArithmetic) {
         nn::GPT model(config(), kSeed);
         Trainer trainer(model, ctx, with_micro_batches(TrainPlan::data_parallel(2), 4), adamw_options());
         expect_error([&] { trainer.train_step(masked_tokens(), 0, 12, config().block_size, kLr, 0); },
-                     "Trainer: the global batch of 12 rows must be micro-batch rows x 4 micro-batches x dp 2, but "
-                     "12 % (4 x 2) = 4");
+                     "Trainer: the global batch of 12 rows must be micro-batch rows x 4 micro-batches x dp_replicate "
+                     "2 x dp_shard 1 (the pp, tp and cp ranks of a replica share its rows), but 12 % 8 = 4");
       },
       quick(30000));
 }

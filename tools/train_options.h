@@ -257,32 +257,23 @@ inline void check_layout_flags(const Options& o) {
   if (o.sp && o.tp == 1) throw UsageError{"--sp shards the sequence over the tensor-parallel ranks: add --tp N"};
   if (o.cp == 1 && (o.cp_balance != "zigzag" || o.cp_variant != "ring"))
     throw UsageError{"--cp-balance and --cp-variant are context-parallel flags: add --cp N"};
-  if (o.pp > 1 && o.zero == 2)
-    throw UsageError{"--zero 2 with --pp " + std::to_string(o.pp) +
-                     ": ZeRO-2 would reduce-scatter the gradients on every micro-batch (each stage runs one backward "
-                     "per micro-batch); use --zero 1 with the pipeline"};
-  // FSDP with pp (torchtitan's pp x dp_shard): whole stage chunks, one per rank, naive/gpipe/1f1b.
-  const bool fsdp_stages = o.zero == 3 && o.pp > 1 && o.tp == 1 && o.cp == 1 && !o.offload && !o.naive_dp &&
-                           o.dp_replicate == 0 && o.virtual_stages == 1 &&
-                           (o.schedule == "naive" || o.schedule == "gpipe" || o.schedule == "1f1b");
-  if (o.zero == 3 && o.pp > 1 && !fsdp_stages)
-    throw UsageError{
-        "--zero 3 with --pp runs FSDP over each stage's whole chunk: only with tp = cp = 1, no HSDP or "
-        "--offload, and --schedule naive, gpipe or 1f1b"};
-  if (o.cuts_model() && !fsdp_stages && (o.zero > 1 || o.offload || o.naive_dp || o.dp_replicate > 0))
-    throw UsageError{"--pp, --tp and --cp run with DDP (--zero 0) or --zero 1 over --dp ranks; not with --zero " +
-                     std::to_string(o.zero) + (o.offload ? ", --offload" : "") + (o.naive_dp ? ", --naive-dp" : "") +
-                     (o.dp_replicate > 0 ? " or HSDP" : "")};
+  // Which strategies run over which cuts (ZeRO-2 and pp, FSDP's schedules, offload over a cut) is
+  // the TrainPlan's rule (parallel/train/train_plan.cpp), checked before the ranks start.
+  if (o.cuts_model() && o.naive_dp)
+    throw UsageError{"--naive-dp scatters whole-model batches from rank 0: it cannot be combined with --pp, --tp or --cp"};
   if (o.pp > 1 && o.virtual_stages > 1 && o.zero == 0 && o.data_parallel() > 1)
     throw UsageError{
         "--virtual-stages " + std::to_string(o.virtual_stages) + " with --dp " + std::to_string(o.data_parallel()) +
         ": DDP cannot all-reduce from an interleaved stage's last backward (it covers one chunk); add --zero 1"};
-  // Global batch = micro-batch rows x micro-batches x data-parallel ranks.
+  // Global batch = micro-batch rows x micro-batches x dp_replicate x dp_shard (the pp, tp and cp
+  // ranks of one replica share its rows).
   const int64_t ranks = o.parallel() ? o.data_parallel() : 1;
+  const int64_t replicate = o.dp_replicate > 0 ? o.dp_replicate : o.zero == 0 ? ranks : 1;
+  const int64_t shard = ranks / replicate;
   if (o.batch_size % (ranks * o.micro_batches) != 0)
     throw UsageError{"--batch-size " + std::to_string(o.batch_size) + " must be micro-batch rows x " +
-                     std::to_string(o.micro_batches) + " micro-batches x " + std::to_string(ranks) +
-                     " data-parallel ranks, but " + std::to_string(o.batch_size) + " % " +
+                     std::to_string(o.micro_batches) + " micro-batches x dp_replicate " + std::to_string(replicate) +
+                     " x dp_shard " + std::to_string(shard) + ", but " + std::to_string(o.batch_size) + " % " +
                      std::to_string(ranks * o.micro_batches) + " = " +
                      std::to_string(o.batch_size % (ranks * o.micro_batches))};
   if (o.naive_dp && o.micro_batches > 1)

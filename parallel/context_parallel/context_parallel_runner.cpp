@@ -71,7 +71,7 @@ double ContextParallelRunner::forward_backward(const std::vector<nn::TokenStream
   });
 }
 
-void ContextParallelRunner::finish_gradients() { sum_gradients_over(model_->parameters(), *group_); }
+std::vector<GradientSum> ContextParallelRunner::gradient_sums() { return {{"cp", group_, parameter_names(*model_)}}; }
 
 nn::StateDict ContextParallelRunner::full_state_dict() { return model_->state_dict(); }
 

@@ -71,7 +71,7 @@ class ContextParallelRunner : public ModelRunner {
   double forward_backward(const std::vector<nn::TokenStream::MicroBatch>& micros, double global_count, int dp,
                           const BackwardHooks& hooks) override;
   bool holds_loss() const override { return true; }  // each cp rank holds its tokens' share
-  void finish_gradients() override;                   // all-reduce (sum) every gradient over cp
+  std::vector<GradientSum> gradient_sums() override;  // every gradient summed over cp
   nn::StateDict full_state_dict() override;            // replicated: this rank's own parameters
   nn::StateDict full_gradients() override;             // copies (zeros where none)
 

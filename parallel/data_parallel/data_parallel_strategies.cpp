@@ -32,7 +32,9 @@ void DdpStrategy::synchronize() {
   if (ddp_) ddp_->synchronize();  // every bucket's all-reduce done before the chapter adds its sums
 }
 
-void DdpStrategy::clip_grad_norm(double max_norm) { parallel::clip_grad_norm(runner_.mesh_grads(), max_norm, mesh_); }
+double DdpStrategy::clip_grad_norm(double max_norm) {
+  return parallel::clip_grad_norm(runner_.mesh_grads(), max_norm, mesh_);
+}
 
 void DdpStrategy::step(double lr) {
   adamw_->lr = lr;
@@ -71,8 +73,8 @@ nn::StateDict NaiveStrategy::full_gradients(ModelRunner& runner) {
   return out;
 }
 
-void NaiveStrategy::clip_grad_norm(double max_norm) {
-  if (root()) nn::clip_grad_norm(model_.parameters(), max_norm);
+double NaiveStrategy::clip_grad_norm(double max_norm) {
+  return root() ? nn::clip_grad_norm(model_.parameters(), max_norm) : 0.0;
 }
 
 void NaiveStrategy::step(double lr) {

@@ -33,7 +33,7 @@ class DdpStrategy : public DataParallelStrategy {
   void before_backward(bool last) override;
   void synchronize() override;
   nn::StateDict full_gradients(ModelRunner& runner) override { return runner.full_gradients(); }
-  void clip_grad_norm(double max_norm) override;  // replicas: the norm moves no bytes over dp
+  double clip_grad_norm(double max_norm) override;  // replicas: the norm moves no bytes over dp
   void step(double lr) override;
   std::vector<std::pair<std::string, const CommLedger*>> groups() const override;
 
@@ -54,7 +54,7 @@ class NaiveStrategy : public DataParallelStrategy {
                                  int64_t block_size) override;
   void zero_grad() override {}                                 // rank 0's, in run_step (before its exchanges)
   nn::StateDict full_gradients(ModelRunner& runner) override;  // rank 0's, broadcast on `side`
-  void clip_grad_norm(double max_norm) override;
+  double clip_grad_norm(double max_norm) override;
   void step(double lr) override;
   nn::StateDict full_state_dict(ModelRunner& runner) override;                     // replicates rank 0's weights first
   std::vector<std::pair<std::string, const CommLedger*>> groups() const override;  // "naive:<exchange>"

@@ -39,6 +39,10 @@ std::shared_ptr<nn::GPT> NdParallelizer::build(const nn::GPTConfig& config, uint
 }
 
 Tensor NdParallelizer::forward(nn::GPT& part, const Tensor& input) const {
+  return part.forward_part_with(input, [&] { return forward_unhooked(part, input); });  // FSDP's hooks run around it
+}
+
+Tensor NdParallelizer::forward_unhooked(nn::GPT& part, const Tensor& input) const {
   const nn::GPTShardSpec range = part.spec().resolved(part.config());
   Tensor x = input;  // the received activation [B, T/cp(/t), C]
   if (range.has_embedding()) {
@@ -72,9 +76,11 @@ Shape NdParallelizer::activation_shape(const Tensor& ids, int64_t n_embd) const 
   return {ids.size(0), tp_.sequence_parallel ? T / tp_.size() : T, n_embd};
 }
 
-void NdParallelizer::finish_gradients(nn::Module& stage) const {
-  if (tp_.sequence_parallel) sum_partial_gradients(stage, tp_);  // each tp rank saw T/t rows
-  if (shard_.cp > 1) sum_gradients_over(stage.parameters(), *cp_group_);  // each cp rank saw its tokens
+std::vector<GradientSum> NdParallelizer::gradient_sums(const nn::Module& stage) const {
+  std::vector<GradientSum> sums;
+  if (tp_.sequence_parallel) sums.push_back({"tp", tp_.group, partial_over(stage, "tp")});  // each tp rank saw T/t rows
+  if (shard_.cp > 1) sums.push_back({"cp", cp_group_, parameter_names(stage)});  // each cp rank saw its tokens
+  return sums;
 }
 
 Tensor NdParallelizer::gather(const std::string& name, const Tensor& piece, const nn::Placement& placement) const {

@@ -60,11 +60,13 @@ class NdParallelizer : public ChunkParallelizer {
   Tensor forward(nn::GPT& part, const Tensor& input) const override;
   Tensor loss(const Tensor& logits, const nn::TokenStream::MicroBatch& micro) const override;
   Shape activation_shape(const Tensor& ids, int64_t n_embd) const override;
-  void finish_gradients(nn::Module& stage) const override;  // SP partials over tp, then all over cp
+  std::vector<GradientSum> gradient_sums(const nn::Module& stage) const override;  // SP partials over tp, all over cp
   Tensor gather(const std::string& name, const Tensor& piece, const nn::Placement& placement) const override;
   Tensor slice(const std::string& name, const Tensor& whole, const nn::Placement& placement) const override;
 
  private:
+  Tensor forward_unhooked(nn::GPT& part, const Tensor& input) const;
+
   TPGroup tp_;
   VocabRange vocab_;
   ProcessGroupPtr cp_group_;

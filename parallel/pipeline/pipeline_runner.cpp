@@ -40,15 +40,12 @@ double PipelineRunner::forward_backward(const std::vector<nn::TokenStream::Micro
   return holds_loss() ? last_.loss_share : 0.0;
 }
 
-void PipelineRunner::finish_gradients() {
-  cut_->finish_gradients(*module_);
-  if (!embedding_group_) return;
+std::vector<GradientSum> PipelineRunner::gradient_sums() {
+  std::vector<GradientSum> sums = cut_->gradient_sums(*module_);
   // The embedding's wte (first stage) and the head's copy (last stage): one parameter, two
   // gradients. Summing them gives each copy the serial gradient.
-  Tensor weight = stage_.holds_first() ? stage_.parts.front()->wte->weight : stage_.parts.back()->wte->weight;
-  Tensor grad = grad_or_zeros(weight);
-  if (!weight.grad().defined()) weight.set_grad(grad);
-  embedding_group_->all_reduce(grad);
+  if (embedding_group_) sums.push_back({"pp_tied_wte", embedding_group_, {"wte.weight"}});
+  return sums;
 }
 
 Timeline PipelineRunner::gather_timeline() { return parallel::gather_timeline(last_.events, *pp_, schedule_.micro_batches); }

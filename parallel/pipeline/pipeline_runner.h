@@ -9,7 +9,7 @@
 //                                                 before anything is sent), run by the engine;
 //                                                 weight_m = counted_m·dp/C; returns the loss share
 //                                                 on the last stage (holds_loss), 0 elsewhere
-//   finish_gradients()                     ──▶   wte.grad summed between the first and the last stage
+//   gradient_sums()                        ──▶   wte.grad summed between the first and the last stage
 //                                                 (Megatron's embedding group): the head's copy and the
 //                                                 embedding's get the same gradient, so AdamW keeps
 //                                                 both copies bitwise equal
@@ -21,9 +21,8 @@
 //
 //   The chunks are built and run by a ChunkParallelizer (stage.h): the plain GPT here; NdRunner
 //   (parallel/nd/nd_runner.h) passes one that cuts every chunk over tp and cp, whose gradient sums
-//   run in finish_gradients() before the tied wte's, and whose gathers serve full_state_dict().
-//   FsdpPipelineRunner (parallel/nd/fsdp_pipeline_runner.h) shards the stage over dp_shard through
-//   the protected gather() and embedding_group() below.
+//   come before the tied wte's in gradient_sums(), and whose gathers serve full_state_dict().
+//   FsdpNdRunner (parallel/nd/fsdp_nd_runner.h) shards the stage through the protected gather() below.
 //
 //   Lessons: 07, 08   Tests: tests/test_pipeline.cpp, tests/test_nd_parallel.cpp
 #pragma once
@@ -61,7 +60,8 @@ class PipelineRunner : public ModelRunner {
   double forward_backward(const std::vector<nn::TokenStream::MicroBatch>& micros, double global_count, int dp,
                           const BackwardHooks& hooks) override;
   bool holds_loss() const override { return stage_.holds_last(); }
-  void finish_gradients() override;
+  // The cut's sums, then the tied wte's between the first and last stage.
+  std::vector<GradientSum> gradient_sums() override;
   nn::StateDict full_state_dict() override;  // collective over pp
   nn::StateDict full_gradients() override;   // collective over pp (zeros where a stage has none)
   // "pp_tied_wte": the first and last stage's pair, on those two ranks.

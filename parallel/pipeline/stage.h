@@ -24,6 +24,7 @@
 
 #include "nn/data.h"
 #include "nn/gpt.h"
+#include "parallel/runner/model_runner.h"
 
 namespace sl::parallel {
 
@@ -45,7 +46,10 @@ class ChunkParallelizer {
   // The activation sent between chunks for ids [B, T]: [B, T, C].
   virtual Shape activation_shape(const Tensor& ids, int64_t n_embd) const { return {ids.size(0), ids.size(1), n_embd}; }
   // The cut's own gradient sums over the stage's parameters (before the tied wte's); none here.
-  virtual void finish_gradients(nn::Module& stage) const { (void)stage; }
+  virtual std::vector<GradientSum> gradient_sums(const nn::Module& stage) const {
+    (void)stage;
+    return {};
+  }
   // A stage's parameter (or gradient) -> the serial tensor (collective over the cut's groups), and
   // the inverse (no communication). The plain pipeline holds whole tensors.
   virtual Tensor gather(const std::string& name, const Tensor& piece, const nn::Placement& placement) const;

@@ -9,7 +9,8 @@
 //     hooks.before_backward(last) ───────────────────▶    DDP: no_sync() for all but the last
 //                                                         ZeRO-2 / FSDP: shards add every backward
 //   strategy.synchronize()                                DDP: wait for every bucket's all-reduce
-//   runner.finish_gradients()                             (the chapter's own sums)
+//   strategy.finish_gradients(runner)                     the chapter's sums (runner.gradient_sums()):
+//                                                         on .grad; ZeRO-2 / FSDP on the shards
 //   strategy.full_gradients(runner)   (tests only)        the averaged gradient, whole
 //   strategy.clip_grad_norm(max)                          over the placements: each element once
 //   strategy.step(lr)                                     AdamW: replicated, on shards, on the host
@@ -40,11 +41,15 @@ class DataParallelStrategy {
   virtual void before_backward(bool last) { (void)last; }
   // After the runner's last backward, before its finish_gradients(): averages still in flight land.
   virtual void synchronize() {}
+  // The runner's gradient sums (ModelRunner::gradient_sums) on wherever the averaged gradients
+  // live: .grad by default; a strategy that shards gradients applies them to its shards.
+  virtual void finish_gradients(ModelRunner& runner) { runner.finish_gradients(); }
   // For tests (Trainer::keep_gradients): the averaged gradient each parameter updates with, whole,
   // by serial name, before clipping. Collective over the strategy's groups and the runner's.
   virtual nn::StateDict full_gradients(ModelRunner& runner) = 0;
   // Clips the averaged gradient to max_norm (max_norm > 0), counting each logical element once.
-  virtual void clip_grad_norm(double max_norm) = 0;
+  // Returns the norm before clipping (naive DP: on rank 0, which steps; 0 on the others).
+  virtual double clip_grad_norm(double max_norm) = 0;
   virtual void step(double lr) = 0;
   // Collective: the whole model under serial names on every rank.
   virtual nn::StateDict full_state_dict(ModelRunner& runner) { return runner.full_state_dict(); }

@@ -1,7 +1,10 @@
 // model_runner.cpp — see model_runner.h: the uncut model's step, and the defaults every runner shares.
 #include "parallel/runner/model_runner.h"
 
+#include <algorithm>
+
 #include "autograd/grad_mode.h"
+#include "parallel/comm/flatten.h"
 #include "parallel/runner/data_parallel_strategy.h"
 #include "parallel/runner/micro_batches.h"
 #include "tensor/ops.h"
@@ -31,6 +34,34 @@ void ModelRunner::load_full_state_dict(const nn::StateDict& full) {
              " on this rank: a runner that slices parameters must cut them itself");
     param.copy_(it->second);
   }
+}
+
+void ModelRunner::finish_gradients() {
+  const std::vector<GradientSum> sums = gradient_sums();
+  if (sums.empty()) return;
+  const nn::NamedTensors named = module().named_parameters();
+  for (const GradientSum& sum : sums) {
+    std::vector<Tensor> params;
+    for (const std::string& name : sum.params) {
+      auto it = std::find_if(named.begin(), named.end(), [&](const auto& entry) { return entry.first == name; });
+      SL_ASSERT(it != named.end());
+      params.push_back(it->second);
+    }
+    sum_gradients_over(params, *sum.group);
+  }
+}
+
+std::vector<std::string> parameter_names(const nn::Module& module) {
+  std::vector<std::string> out;
+  for (const auto& [name, param] : module.named_parameters()) out.push_back(name);
+  return out;
+}
+
+std::vector<std::string> partial_over(const nn::Module& module, const std::string& dim) {
+  std::vector<std::string> out;
+  for (const auto& [name, placement] : module.named_placements())
+    if (placement.partial_over == dim) out.push_back(name);
+  return out;
 }
 
 nn::StateDict WholeModelRunner::full_state_dict() { return model_.state_dict(); }

@@ -12,8 +12,9 @@
 //                                                      called before each backward it runs
 //                                                      (micro_batches.h: the one loop)
 //   strategy.synchronize()  (DDP's buckets done)
-//                                          ─────────▶  finish_gradients(): the chapter's own sums
-//                                                      (tied wte between stages, SP LayerNorms over tp)
+//   strategy.finish_gradients(runner) ─────▶  gradient_sums(): the chapter's own sums (tied wte
+//                                             between stages, SP LayerNorms over tp, all over cp),
+//                                             applied to .grad, or by ZeRO-2 / FSDP to the shards
 //   strategy: clip over mesh_grads(), AdamW step
 //
 // The ranks of one data-parallel replica (its pp × cp × tp ranks) get the same micro-batches; the
@@ -35,6 +36,17 @@
 namespace sl::parallel {
 
 class DataParallelStrategy;  // data_parallel_strategy.h
+
+// One of a chapter's gradient sums: after the backward passes, the gradients of `params` (this rank's
+// parameter names, module() order) are added over `group`'s ranks. A sum is linear, so it commutes
+// with data parallelism's average: DDP applies it to .grad after the all-reduce, ZeRO-2 and FSDP to
+// the pieces of their gradient shards that belong to `params` (the shard layouts of a group's ranks
+// are equal). `over` names what the ranks span: a mesh dim ("tp", "cp") or the runner's group.
+struct GradientSum {
+  std::string over;
+  ProcessGroupPtr group;
+  std::vector<std::string> params;
+};
 
 struct BackwardHooks {
   // Called right before each backward pass the runner starts on this rank, in the order they run;
@@ -59,8 +71,11 @@ class ModelRunner {
   // pipeline stage, tp rank 0, every cp rank for its tokens).
   virtual bool holds_loss() const = 0;
 
-  // The chapter's own gradient sums after the backward passes; none by default.
-  virtual void finish_gradients() {}
+  // The chapter's own gradient sums after the backward passes (the same list, in the same order, on
+  // every rank of each group); none by default.
+  virtual std::vector<GradientSum> gradient_sums() { return {}; }
+  // gradient_sums() applied to the parameters' .grad (a parameter without one gets zeros first).
+  void finish_gradients();
 
   // A runner that brings its own data-parallel strategy (FSDP over a pipeline stage, parallel/nd:
   // the sharding reaches into how the stage gathers and sums) returns it here; the Trainer asks
@@ -109,5 +124,8 @@ class WholeModelRunner : public ModelRunner {
 Tensor grad_or_zeros(const Tensor& param);
 // Every parameter's gradient (or zeros), copied, by name: a replica's gradients, whole.
 nn::StateDict gradients_of(const nn::Module& module);
+// The names of module's parameters, all of them or those whose placement is partial over `dim`.
+std::vector<std::string> parameter_names(const nn::Module& module);
+std::vector<std::string> partial_over(const nn::Module& module, const std::string& dim);
 
 }  // namespace sl::parallel

@@ -18,4 +18,9 @@ double TensorParallelRunner::forward_backward(const std::vector<nn::TokenStream:
   return holds_loss() ? share : 0.0;
 }
 
+std::vector<GradientSum> TensorParallelRunner::gradient_sums() {
+  if (!model_.sequence_parallel()) return {};
+  return {{"tp", model_.tp().group, partial_over(model_.gpt(), "tp")}};
+}
+
 }  // namespace sl::parallel

@@ -5,7 +5,7 @@
 //   Every rank of a tp group gets the same micro-batches and computes the same loss (the vocab-
 //   parallel cross-entropy ends with it on every rank): tp rank 0 reports it (holds_loss). Each
 //   micro-batch's loss is weighted by counted_m · dp / C before its backward, as every runner does.
-//   finish_gradients() sums the SP partial gradients over tp. Data parallelism (DDP / ZeRO-1 over
+//   gradient_sums(): under SP the partial gradients summed over tp. Data parallelism (DDP / ZeRO-1 over
 //   module() on mesh.group("dp")) composes as for the whole model: a tp shard's replicas across dp
 //   hold the same slice, so their gradients average slice by slice.
 //
@@ -28,7 +28,8 @@ class TensorParallelRunner : public ModelRunner {
   double forward_backward(const std::vector<nn::TokenStream::MicroBatch>& micros, double global_count, int dp,
                           const BackwardHooks& hooks) override;
   bool holds_loss() const override { return tp_rank_ == 0; }
-  void finish_gradients() override { model_.finish_gradients(); }
+  // Under SP: the partial gradients (LayerNorms, c_proj biases) summed over tp.
+  std::vector<GradientSum> gradient_sums() override;
   // Collective over tp: serial names and shapes on every rank. full_gradients() gathers the .grad
   // tensors (after DDP: dp-averaged; under ZeRO-1 they hold this dp rank's sums, the average lives in
   // the optimizer's shard).

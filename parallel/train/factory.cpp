@@ -3,7 +3,7 @@
 
 #include "parallel/context_parallel/context_parallel.h"
 #include "parallel/data_parallel/data_parallel.h"
-#include "parallel/nd/fsdp_pipeline_runner.h"
+#include "parallel/nd/fsdp_nd_runner.h"
 #include "parallel/nd/nd_runner.h"
 #include "parallel/pipeline/pipeline_runner.h"
 #include "parallel/tensor_parallel/tensor_parallel.h"
@@ -37,6 +37,7 @@ void check_model_runner(const TrainPlan& plan, const nn::GPTConfig& config) {
     split_layers(config.n_layer, c.pp * options.virtual_stages, options.stage_layers);
   }
   check_nd_layout(config, c.tp, c.cp, nd_options(plan));  // tp's, cp's, and both at once
+  if (plan.dp_strategy == DpStrategy::fsdp) check_fsdp_cut(c, pipeline_options(plan), plan.offload);
 }
 
 std::unique_ptr<ModelRunner> make_model_runner(const TrainPlan& plan, const nn::GPTConfig& config, uint64_t seed,
@@ -44,10 +45,10 @@ std::unique_ptr<ModelRunner> make_model_runner(const TrainPlan& plan, const nn::
   const ParallelismConfig& c = plan.parallelism;
   std::unique_ptr<ModelRunner> runner;
   const int cuts = (c.pp > 1) + (c.tp > 1) + (c.cp > 1);
-  if (cuts > 1)  // several at once: the pipeline's stages, each chunk cut over tp and cp (parallel/nd)
+  if (plan.dp_strategy == DpStrategy::fsdp)  // FSDP / HSDP over whatever the cut leaves (parallel/nd)
+    runner = std::make_unique<FsdpNdRunner>(config, seed, mesh, nd_options(plan));
+  else if (cuts > 1)  // several at once: the pipeline's stages, each chunk cut over tp and cp (parallel/nd)
     runner = std::make_unique<NdRunner>(config, seed, mesh, nd_options(plan));
-  else if (c.pp > 1 && plan.dp_strategy == DpStrategy::fsdp)  // FSDP over each stage (parallel/nd)
-    runner = std::make_unique<FsdpPipelineRunner>(config, seed, mesh, pipeline_options(plan));
   else if (c.pp > 1)
     runner = std::make_unique<PipelineRunner>(config, seed, mesh, pipeline_options(plan));
   else if (c.tp > 1)

@@ -5,18 +5,19 @@
 //   plan.parallelism   runner                                     the chapter's options from the plan
 //   (no cut)           WholeModelRunner (runner/)                 —
 //   pp = P             PipelineRunner   (this stage)    schedule, virtual_stages, stage_layers
-//     with fsdp        FsdpPipelineRunner (nd/)   (its shards)    (brings its own strategy)
 //   tp = T             TensorParallelRunner       (this shard)    sequence_parallel
 //   cp = C             ContextParallelRunner      (this sequence) cp_balance, cp_variant
 //   two or more of them NdRunner (parallel/nd)    (this stage's   all of the above
 //                                                   tp × cp cut)
+//   any cut with fsdp  FsdpNdRunner (parallel/nd) (its shards     all of the above
+//                                                   over dp_shard × cp; brings its own strategy)
 //
 //   plan.dp_strategy   strategy
 //   ddp                DdpStrategy (data_parallel/)   (a cut model at dp 1: AdamW alone)
 //   naive              NaiveStrategy (data_parallel/)
 //   zero1, zero2       ZeroStrategy (zero/)
 //   fsdp               FsdpStrategy (zero/): over the whole GPT (HSDP with dp_replicate), or the
-//                      runner's own (FSDP over a stage)
+//                      runner's own (FSDP / HSDP over a cut)
 //
 // Each runner builds its part from the serial model's seed (the same slice of the same draw), then
 // takes its part of `initial` when that is not empty (train --init-from: the serial file).

@@ -1,7 +1,7 @@
 // train_plan.cpp — see train_plan.h.
 #include "parallel/train/train_plan.h"
 
-#include "parallel/nd/fsdp_pipeline_runner.h"
+#include "parallel/nd/fsdp_nd_runner.h"
 
 namespace sl::parallel {
 
@@ -86,20 +86,17 @@ static void validate_cut(const TrainPlan& plan) {
            ": interleaved stages (virtual_stages ", plan.virtual_stages, ") under DDP: a rank's last backward covers ",
            "only one of its chunks, so DDP's all-reduce cannot fire from it; use ZeRO-1 (--zero 1) over dp");
   SL_CHECK(!(zero == 2 && c.pp > 1), "Trainer: ", c.str(), ": ZeRO-2 (--zero 2) with pp ", c.pp,
-           " would reduce-scatter the gradients on every micro-batch (the stage runs ", plan.micro_batches,
-           " backward passes a step); use --zero 1 with the pipeline");
-  // FSDP with pp (torchtitan's pp x dp_shard): each stage's chunk sharded over dp_shard.
-  const bool fsdp_stages = zero == 3 && c.pp > 1;
-  if (fsdp_stages) {
+           ": the first stage's wte and the last stage's tied copy sit at different offsets of their stages' ",
+           "gradient shards, so their gradients cannot be summed once reduce-scattered; use --zero 1 or --zero 3 ",
+           "with the pipeline");
+  if (zero == 3) {  // FSDP / HSDP over what the cut leaves on a rank (parallel/nd/fsdp_nd_runner.h)
     PipelineOptions options;
     options.schedule = plan.schedule;
     options.virtual_stages = plan.virtual_stages;
-    check_fsdp_pipeline(c, options, plan.offload);
+    check_fsdp_cut(c, options, plan.offload);
   }
-  SL_CHECK((zero <= 1 || fsdp_stages) && !plan.offload, "Trainer: ", c.str(), " runs under DDP (--zero 0) or ZeRO-1; ",
-           "--zero ", zero, plan.offload ? " with --offload" : "", " would ",
-           zero == 2 ? "reduce-scatter every micro-batch's gradients" : "shard the parameters a chapter cuts",
-           " (not supported yet; FSDP runs with pp alone)");
+  SL_CHECK(!plan.offload, "Trainer: ", c.str(), ": --offload with --zero ", zero, " over a cut model (pp, tp or cp ",
+           "> 1) is not supported: ZeRO-Offload here moves the whole model's optimizer to the host");
 }
 
 void TrainPlan::validate(int world_size) const {

@@ -11,8 +11,9 @@
 //   .offload with zero1|zero2|fsdp (no replicas): the optimizer state, master weights and update on the host
 //   {.pp | .tp | .cp = K} x dp               ddp|zero1     a chapter cuts the model (a ModelRunner: stage, TP
 //                                                          shard, sequence shard), DDP or ZeRO-1 over dp
-//   {.pp = K, .dp_shard = N}                 fsdp          FSDP over each pipeline stage's chunk
-//                                                          (parallel/nd/fsdp_pipeline_runner.h)
+//   {.tp | .cp = K, .dp_shard = N}           zero2         ZeRO-2 over a tp or cp cut (not pp: the tied wte)
+//   {.pp, .tp, .cp, .dp_replicate, .dp_shard} fsdp         FSDP / HSDP over what the cut leaves on a rank,
+//                                                          over dp_shard x cp (parallel/nd/fsdp_nd_runner.h)
 //   TrainPlan::data_parallel(N, zero) gives the first rows' plans.
 //
 // validate() raises sl::Error before any communication, naming the values; the rules that need the

@@ -20,6 +20,7 @@ struct Trainer::Impl {
   CommStats at_start;                              // what construction sent (broadcasts), subtracted from reports
   bool keep_gradients = false;
   nn::StateDict kept_gradients;     // the last step's averaged gradients, before clipping
+  double last_grad_norm = 0;        // the last clip's norm
   double step_seconds = 0;          // inside train_step, summed
   double step_blocked_seconds = 0;  // of which blocked in a group (CommLedger::wait_seconds)
 
@@ -105,8 +106,9 @@ std::vector<nn::TokenStream::MicroBatch> Trainer::Impl::my_micro_batches(const n
                                                                          int64_t batch_rows, int64_t block_size) const {
   const int dp = mesh->size("dp"), micro = plan.micro_batches;
   SL_CHECK(batch_rows % (static_cast<int64_t>(dp) * micro) == 0, "Trainer: the global batch of ", batch_rows,
-           " rows must be micro-batch rows x ", micro, " micro-batches x dp ", dp, ", but ", batch_rows, " % (", micro,
-           " x ", dp, ") = ", batch_rows % (static_cast<int64_t>(dp) * micro));
+           " rows must be micro-batch rows x ", micro, " micro-batches x dp_replicate ", mesh->size("dp_replicate"),
+           " x dp_shard ", mesh->size("dp_shard"), " (the pp, tp and cp ranks of a replica share its rows), but ",
+           batch_rows, " % ", static_cast<int64_t>(dp) * micro, " = ", batch_rows % (static_cast<int64_t>(dp) * micro));
   const RowRange rows = data_parallel_rows(batch_rows, mesh->dp_rank(), dp);
   return data.micro_batches(step, batch_rows, block_size, micro, rows.begin, rows.end);
 }
@@ -130,7 +132,7 @@ double Trainer::Impl::global_count(const std::vector<nn::TokenStream::MicroBatch
 // After the gradients are whole: keep them (tests), clip, step.
 void Trainer::Impl::keep_clip_step(double lr, double grad_clip) {
   if (keep_gradients) kept_gradients = strategy->full_gradients(*runner);
-  if (grad_clip > 0) strategy->clip_grad_norm(grad_clip);
+  if (grad_clip > 0) last_grad_norm = strategy->clip_grad_norm(grad_clip);
   strategy->step(lr);
 }
 
@@ -146,7 +148,7 @@ double Trainer::Impl::step(const nn::TokenStream& data, int64_t step, int64_t ba
   BackwardHooks hooks{.before_backward = [this](bool last) { strategy->before_backward(last); }};
   const double share = runner->forward_backward(micros, count, mesh->size("dp"), hooks);
   strategy->synchronize();  // DDP: every bucket's all-reduce done before the chapter adds its sums
-  runner->finish_gradients();
+  strategy->finish_gradients(*runner);
   keep_clip_step(lr, grad_clip);
   Tensor global = from_vector({runner->holds_loss() ? share : 0.0}, Shape({1}), DType::f64);
   metrics->all_reduce(global);  // the shares add up to the serial loss
@@ -159,6 +161,7 @@ nn::StateDict Trainer::full_state_dict() { return impl_->strategy->full_state_di
 
 void Trainer::keep_gradients() { impl_->keep_gradients = true; }
 const nn::StateDict& Trainer::full_gradients() const { return impl_->kept_gradients; }
+double Trainer::last_grad_norm() const { return impl_->last_grad_norm; }
 
 CommStats Trainer::communication() const {
   CommStats now = impl_->total(), start = impl_->at_start;

@@ -66,6 +66,9 @@ class Trainer {
   // step, counted in communication(); naive DP's, on rank 0 only, are broadcast outside it.
   void keep_gradients();
   const nn::StateDict& full_gradients() const;  // by parameter name; empty before a kept step
+  // The global gradient norm before clipping of the last step that clipped (grad_clip > 0), counted
+  // over the mesh by the strategy: each logical element once. 0 before any.
+  double last_grad_norm() const;
 
   CommStats communication() const;  // this rank's calls and bytes in the technique's groups
   std::string communication_report() const;

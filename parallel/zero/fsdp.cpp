@@ -50,6 +50,9 @@ FullyShardedGPT::FullyShardedGPT(nn::GPT& model, ProcessGroupPtr shard_group, Pr
       shard_group_(std::move(shard_group)),
       replicate_group_(std::move(replicate_group)) {
   SL_CHECK(shard_group_ != nullptr, "FullyShardedGPT: the shard group is null");
+  SL_CHECK(fsdp.gradient_divisor >= 0 && (fsdp.gradient_divisor == 0 || shard_group_->size() % fsdp.gradient_divisor == 0),
+           "FullyShardedGPT: gradient_divisor ", fsdp.gradient_divisor, " must divide the shard group's size ",
+           shard_group_->size());
   SL_CHECK(options.beta1 >= 0 && options.beta1 < 1 && options.beta2 >= 0 && options.beta2 < 1,
            "FullyShardedGPT: AdamW betas must be in [0, 1) (got ", options.beta1, ", ", options.beta2, ")");
   SL_CHECK(options.eps >= 0 && lr >= 0, "FullyShardedGPT: AdamW lr (", lr, ") and eps (", options.eps,
@@ -63,14 +66,12 @@ FullyShardedGPT::FullyShardedGPT(nn::GPT& model, ProcessGroupPtr shard_group, Pr
     nn::NamedTensors root = with_prefix("wte.", model.wte->named_parameters());
     for (auto& entry : with_prefix("wpe.", model.wpe->named_parameters())) root.push_back(entry);
     for (auto& entry : with_prefix("ln_f.", model.ln_f->named_parameters())) root.push_back(entry);
-    units_.push_back(FsdpUnit::make("root", root, shard_group_, replicate_group_, fsdp.offload));
+    units_.push_back(FsdpUnit::make("root", root, shard_group_, replicate_group_, fsdp));
     around_part.push_back(units_.back());
   } else {
-    SL_CHECK(model.spec().tp_size == 1, "FullyShardedGPT: a tensor-parallel part (", model.spec().str(),
-             ") cannot be sharded (FSDP with tp is not supported)");
     if (model.wte) {
       units_.push_back(FsdpUnit::make("wte", with_prefix("wte.", model.wte->named_parameters()), shard_group_,
-                                      replicate_group_, fsdp.offload));
+                                      replicate_group_, fsdp));
       tied_wte_ = !model.spec().has_embedding();  // the head's copy: its elements are counted on the first stage
       around_part.push_back(units_.back());
     }
@@ -79,7 +80,7 @@ FullyShardedGPT::FullyShardedGPT(nn::GPT& model, ProcessGroupPtr shard_group, Pr
     if (model.ln_f)
       for (auto& entry : with_prefix("ln_f.", model.ln_f->named_parameters())) root.push_back(entry);
     if (!root.empty()) {
-      units_.push_back(FsdpUnit::make("root", root, shard_group_, replicate_group_, fsdp.offload));
+      units_.push_back(FsdpUnit::make("root", root, shard_group_, replicate_group_, fsdp));
       around_part.push_back(units_.back());
     }
   }
@@ -88,7 +89,7 @@ FullyShardedGPT::FullyShardedGPT(nn::GPT& model, ProcessGroupPtr shard_group, Pr
     std::string prefix = "h." + std::to_string(layer) + ".";  // the serial model's (global) layer index
     units_.push_back(FsdpUnit::make(prefix.substr(0, prefix.size() - 1),
                                     with_prefix(prefix, model.block(layer).named_parameters()), shard_group_,
-                                    replicate_group_, fsdp.offload));
+                                    replicate_group_, fsdp));
   }
   int64_t wrapped = 0;
   for (const auto& unit : units_) wrapped += unit->layout().numel;

@@ -31,8 +31,9 @@
 //   units wte (its own, where the part holds it), root = {wpe} or {ln_f}, then h.b .. h.{e-1}, hooked
 //   on forward_part and the blocks as whoever runs the part calls them; each backward reduce-scatters
 //   into the shards, which add up until zero_grad. A part that holds the head's tied copy of wte
-//   (no embedding) counts that unit out of clip_grad_norm's sum. parallel/nd/fsdp_pipeline_runner.h
-//   shards pipeline stages this way (torchtitan's pp x dp_shard).
+//   (no embedding) counts that unit out of clip_grad_norm's sum. A tensor-parallel part's slices
+//   are flattened as they are. parallel/nd/fsdp_nd_runner.h shards every N-D cut this way
+//   (torchtitan's pp x dp_shard, FSDP + TP, FSDP + CP over dp_shard x cp).
 //
 //   HSDP (dp_replicate R x dp_shard S): shard within a group of S ranks as above, then all-reduce (avg)
 //   each gradient shard across the R replicas; the model lives in R copies of S shards.
@@ -76,14 +77,6 @@
 #include "parallel/comm/mesh.h"
 
 namespace sl::parallel {
-
-struct FsdpOptions {
-  // CPU offload (FSDP's CPUOffload, ZeRO-Offload's placement): every unit's weight shard, gradient
-  // shard and AdamW state live on the host (ledger "offload", 16 S bytes) and the update runs there.
-  // Per step the weight shards move up before each all-gather (forward and backward: 2 x 4S) and
-  // the reduced gradient shards move down (4S). A rank's host is cpu:i for a device with index i.
-  bool offload = false;
-};
 
 class FullyShardedGPT {
  public:

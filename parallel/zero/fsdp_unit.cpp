@@ -7,9 +7,9 @@
 namespace sl::parallel {
 
 std::shared_ptr<FsdpUnit> FsdpUnit::make(std::string name, const nn::NamedTensors& params, ProcessGroupPtr shard_group,
-                                         ProcessGroupPtr replicate_group, bool offload) {
+                                         ProcessGroupPtr replicate_group, const FsdpOptions& options) {
   std::shared_ptr<FsdpUnit> unit(
-      new FsdpUnit(std::move(name), params, std::move(shard_group), std::move(replicate_group), offload));
+      new FsdpUnit(std::move(name), params, std::move(shard_group), std::move(replicate_group), options));
   // The hooks hold the unit weakly: a model that outlives its wrapper only gets harmless no-ops.
   std::weak_ptr<FsdpUnit> weak = unit;
   for (const Tensor& p : unit->flat_->params())
@@ -20,11 +20,12 @@ std::shared_ptr<FsdpUnit> FsdpUnit::make(std::string name, const nn::NamedTensor
 }
 
 FsdpUnit::FsdpUnit(std::string name, const nn::NamedTensors& params, ProcessGroupPtr shard_group,
-                   ProcessGroupPtr replicate_group, bool offload)
+                   ProcessGroupPtr replicate_group, const FsdpOptions& options)
     : name_(std::move(name)),
       shard_group_(std::move(shard_group)),
       replicate_group_(std::move(replicate_group)),
-      offload_(offload) {
+      offload_(options.offload),
+      gradient_divisor_(options.gradient_divisor) {
   SL_CHECK(shard_group_ != nullptr, "FSDP unit ", name_, ": the shard group is null");
   std::vector<Tensor> tensors;
   for (const auto& [param_name, tensor] : params) {
@@ -115,7 +116,13 @@ void FsdpUnit::post_backward() {
     reduced = Tensor::empty({layout().shard_numel}, weight_shard_.options());
   }
   // [P] on every rank -> my [S] of the mean over the shard group; HSDP: then the mean over replicas.
-  shard_group_->reduce_scatter(reduced, full_grads_, ReduceOp::avg);
+  // Over dp_shard x cp the cp ranks' parts add: the sum, divided by dp_shard alone.
+  if (gradient_divisor_ == 0 || gradient_divisor_ == shard_group_->size()) {
+    shard_group_->reduce_scatter(reduced, full_grads_, ReduceOp::avg);
+  } else {
+    shard_group_->reduce_scatter(reduced, full_grads_, ReduceOp::sum);
+    reduced.mul_(1.0 / gradient_divisor_);
+  }
   if (replicate_group_ && replicate_group_->size() > 1) replicate_group_->all_reduce(reduced, ReduceOp::avg);
   if (offload_) MemoryLedger::instance().record_transfer(device_, host_, reduced.nbytes());  // gradients down
   grad_shard_.add_(reduced);  // accumulates across backwards until zero_grad

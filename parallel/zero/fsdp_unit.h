@@ -29,16 +29,28 @@
 
 namespace sl::parallel {
 
+struct FsdpOptions {
+  // CPU offload (FSDP's CPUOffload, ZeRO-Offload's placement): every unit's weight shard, gradient
+  // shard and AdamW state live on the host (ledger "offload", 16 S bytes) and the update runs there.
+  // Per step the weight shards move up before each all-gather (forward and backward: 2 x 4S) and
+  // the reduced gradient shards move down (4S). A rank's host is cpu:i for a device with index i.
+  bool offload = false;
+  // What the summed gradients are divided by; 0: the shard group's size (every rank of it a
+  // data-parallel replica: the average). FSDP over dp_shard x cp (parallel/nd) divides by dp_shard:
+  // the cp ranks of one replica hold its tokens' parts of the gradient, which add.
+  int gradient_divisor = 0;
+};
+
 class FsdpUnit {
  public:
   // Flattens `params` (GPT-2 names with their tensors) into one buffer padded to a multiple of shard_group's size,
   // keeps this rank's shard of it, and frees the rest. Every rank must pass parameters holding the
   // same values (built from the same seed). replicate_group (HSDP) may be null.
-  // offload: the weight shard, the gradient shard and AdamW's state live on the host (ledger category
-  // "offload") and the update runs there; unshard() moves the weight shard up before its all-gather
-  // and post_backward() moves the reduced gradient shard down.
+  // options.offload: the weight shard, the gradient shard and AdamW's state live on the host (ledger
+  // category "offload") and the update runs there; unshard() moves the weight shard up before its
+  // all-gather and post_backward() moves the reduced gradient shard down.
   static std::shared_ptr<FsdpUnit> make(std::string name, const nn::NamedTensors& params, ProcessGroupPtr shard_group,
-                                        ProcessGroupPtr replicate_group, bool offload = false);
+                                        ProcessGroupPtr replicate_group, const FsdpOptions& options = {});
 
   enum class State : uint8_t { sharded, gathered, backward };
 
@@ -59,6 +71,7 @@ class FsdpUnit {
   void gather_grads(nn::StateDict& out) const { gather(grad_shard_, out); }
 
   const std::string& name() const { return name_; }
+  const std::vector<std::string>& param_names() const { return param_names_; }  // layout().segments' order
   const FlatLayout& layout() const { return flat_->layout(); }
   State state() const { return state_; }
   bool has_grad() const { return has_grad_; }
@@ -70,7 +83,7 @@ class FsdpUnit {
 
  private:
   FsdpUnit(std::string name, const nn::NamedTensors& params, ProcessGroupPtr shard_group,
-           ProcessGroupPtr replicate_group, bool offload);
+           ProcessGroupPtr replicate_group, const FsdpOptions& options);
   void on_grad_accumulated();  // a parameter's post-accumulate-grad hook
   void post_backward();
   Storage& full_storage() const { return *flat_->buffer().impl()->storage; }
@@ -81,6 +94,7 @@ class FsdpUnit {
   std::unique_ptr<FlatParams> flat_;  // the params view flat_->buffer(), whose bytes come and go
   ProcessGroupPtr shard_group_, replicate_group_;
   bool offload_ = false;
+  int gradient_divisor_ = 0;  // FsdpOptions::gradient_divisor
   Device device_, host_;                // host_: cpu:i for device index i (on a CPU build, the same)
   Tensor weight_shard_, grad_shard_;    // [S] each: what this rank owns (offload: on the host)
   std::unique_ptr<ShardedAdamW> adam_;  // exp_avg, exp_avg_sq [S]

@@ -1,6 +1,8 @@
 // zero_strategies.cpp — see zero_strategies.h.
 #include "parallel/zero/zero_strategies.h"
 
+#include <algorithm>
+
 namespace sl::parallel {
 
 ZeroStrategy::ZeroStrategy(ModelRunner& runner, const DeviceMesh& mesh, int stage, bool offload, bool cut,
@@ -8,6 +10,16 @@ ZeroStrategy::ZeroStrategy(ModelRunner& runner, const DeviceMesh& mesh, int stag
     : runner_(runner), mesh_(mesh), cut_(cut) {
   zero_ = std::make_unique<ZeroAdamW>(runner.module().parameters(), mesh.group("dp_shard"),
                                       ZeroOptions{.stage = stage, .offload = offload, .adamw = adamw});
+  names_ = parameter_names(runner.module());
+}
+
+void ZeroStrategy::finish_gradients(ModelRunner& runner) {
+  if (zero_->options().stage == 1) return runner.finish_gradients();  // .grad views the flat buffer
+  const std::vector<GradientSum> sums = runner.gradient_sums();
+  if (sums.empty()) return;
+  zero_->reduce_gradients();  // the shard holds the average over dp_shard
+  const NamedShard shard{zero_->grad_shard(), &zero_->flat().layout(), zero_->group()->rank(), &names_};
+  for (const GradientSum& sum : sums) sum_over_shards({shard}, sum);
 }
 
 // The averaged gradients by parameter name, cut out of the gathered flat buffer.
@@ -45,14 +57,11 @@ nn::StateDict ZeroStrategy::full_gradients(ModelRunner& runner) {
   return full;
 }
 
-void ZeroStrategy::clip_grad_norm(double max_norm) {
-  if (!cut_) {
-    zero_->clip_grad_norm(max_norm);
-    return;
-  }
+double ZeroStrategy::clip_grad_norm(double max_norm) {
+  if (!cut_) return zero_->clip_grad_norm(max_norm);
   std::vector<nn::Placement> placements;  // pp/tp-aware: each logical element counted once
   for (auto& [name, placement] : runner_.module().named_placements()) placements.push_back(placement);
-  zero_->clip_grad_norm(max_norm, placements, mesh_);
+  return zero_->clip_grad_norm(max_norm, placements, mesh_);
 }
 
 void ZeroStrategy::step(double lr) {
@@ -64,15 +73,39 @@ std::vector<std::pair<std::string, const CommLedger*>> ZeroStrategy::groups() co
   return {{"dp_shard", &mesh_.group("dp_shard")->ledger()}};
 }
 
-FsdpStrategy::FsdpStrategy(std::shared_ptr<FullyShardedGPT> fsdp, ProcessGroupPtr stage_group)
-    : fsdp_(std::move(fsdp)), stage_group_(std::move(stage_group)) {}
+FsdpStrategy::FsdpStrategy(std::shared_ptr<FullyShardedGPT> fsdp) : fsdp_(std::move(fsdp)) {}
+
+FsdpStrategy::FsdpStrategy(std::shared_ptr<FullyShardedGPT> fsdp, ModelRunner& cut, const DeviceMesh& mesh,
+                           std::vector<std::string> shard_dims)
+    : fsdp_(std::move(fsdp)), cut_(&cut), mesh_(&mesh), shard_dims_(std::move(shard_dims)) {}
+
+std::vector<NamedShard> FsdpStrategy::shards() const {
+  fsdp_->finish_backward();  // every unit's shard complete
+  std::vector<NamedShard> out;
+  const int rank = fsdp_->shard_group()->rank();
+  for (const auto& unit : fsdp_->units()) out.push_back({unit->grad_shard(), &unit->layout(), rank, &unit->param_names()});
+  return out;
+}
+
+void FsdpStrategy::finish_gradients(ModelRunner& runner) {
+  if (!cut_) return;  // the whole model: the reduce-scatters did it all
+  for (const GradientSum& sum : runner.gradient_sums())
+    if (std::find(shard_dims_.begin(), shard_dims_.end(), sum.over) == shard_dims_.end())
+      sum_over_shards(shards(), sum);
+}
+
+double FsdpStrategy::clip_grad_norm(double max_norm) {
+  if (!cut_) return fsdp_->clip_grad_norm(max_norm);
+  SL_CHECK(max_norm > 0, "FsdpStrategy::clip_grad_norm: max_norm must be positive (got ", max_norm, ")");
+  return parallel::clip_grad_norm(shard_mesh_grads(shards(), cut_->module(), shard_dims_), max_norm, *mesh_);
+}
 
 nn::StateDict FsdpStrategy::full_gradients(ModelRunner& runner) {
-  return stage_group_ ? runner.full_gradients() : fsdp_->full_grads();
+  return cut_ ? runner.full_gradients() : fsdp_->full_grads();
 }
 
 nn::StateDict FsdpStrategy::full_state_dict(ModelRunner& runner) {
-  return stage_group_ ? runner.full_state_dict() : fsdp_->full_state_dict();
+  return cut_ ? runner.full_state_dict() : fsdp_->full_state_dict();
 }
 
 void FsdpStrategy::step(double lr) {
@@ -82,7 +115,10 @@ void FsdpStrategy::step(double lr) {
 }
 
 std::vector<std::pair<std::string, const CommLedger*>> FsdpStrategy::groups() const {
-  std::vector<std::pair<std::string, const CommLedger*>> all{{"dp_shard", &fsdp_->shard_group()->ledger()}};
+  std::string shard_name = "dp_shard";  // over a cut with cp: "dp_shard_cp", as the mesh names it
+  for (const std::string& dim : shard_dims_)
+    if (dim != "dp_shard" && mesh_->size(dim) > 1) shard_name += "_" + dim;
+  std::vector<std::pair<std::string, const CommLedger*>> all{{shard_name, &fsdp_->shard_group()->ledger()}};
   if (fsdp_->replicate_group() && fsdp_->replicate_group() != fsdp_->shard_group())
     all.emplace_back("dp_replicate", &fsdp_->replicate_group()->ledger());
   return all;

@@ -6,7 +6,9 @@
 //   backward passes  ZeRO-1: .grad adds into the flat buffer;     each unit reduce-scatters into its
 //                    ZeRO-2: each backward reduce-scatters        gradient shard (HSDP: + all-reduce
 //                    into the gradient shard                      across replicas)
-//   clip             the shards' norm (+ the cut's placements)    the shards' norm (+ a stage group's)
+//   the cut's sums   ZeRO-1: on .grad (views of the flat buffer);  on the units' shards, except over
+//                    ZeRO-2: on the shard (sharded_gradients.h)   the dims the shard group spans (cp)
+//   clip             the shards' norm (+ the cut's placements)    the shards' norm (+ the cut's placements)
 //   step             reduce-scatter (stage 1), AdamW on the       AdamW on every unit's shard, then
 //                    shard, all-gather the weights                zero the shards
 //
@@ -18,6 +20,7 @@
 #include "parallel/comm/mesh.h"
 #include "parallel/runner/data_parallel_strategy.h"
 #include "parallel/zero/fsdp.h"
+#include "parallel/zero/sharded_gradients.h"
 #include "parallel/zero/zero_adamw.h"
 
 namespace sl::parallel {
@@ -30,8 +33,9 @@ class ZeroStrategy : public DataParallelStrategy {
   ZeroStrategy(ModelRunner& runner, const DeviceMesh& mesh, int stage, bool offload, bool cut,
                const nn::AdamWOptions& adamw);
   void zero_grad() override { zero_->zero_grad(); }
+  void finish_gradients(ModelRunner& runner) override;  // ZeRO-2: the runner's sums on the shard
   nn::StateDict full_gradients(ModelRunner& runner) override;
-  void clip_grad_norm(double max_norm) override;
+  double clip_grad_norm(double max_norm) override;
   void step(double lr) override;
   std::vector<std::pair<std::string, const CommLedger*>> groups() const override;
   ZeroAdamW& optimizer() { return *zero_; }
@@ -41,24 +45,35 @@ class ZeroStrategy : public DataParallelStrategy {
   const DeviceMesh& mesh_;
   bool cut_;
   std::unique_ptr<ZeroAdamW> zero_;
+  std::vector<std::string> names_;  // runner.module()'s parameters, the flat layout's segments
 };
 
 class FsdpStrategy : public DataParallelStrategy {
  public:
-  // Steps `fsdp` (owned by whoever built it: the Trainer for the whole model, a runner for its
-  // stage). stage_group: a pipeline stage's part (the norm adds the other stages'; the gradients
-  // and weights are gathered through the runner); null for the whole model.
-  FsdpStrategy(std::shared_ptr<FullyShardedGPT> fsdp, ProcessGroupPtr stage_group = nullptr);
+  // Steps `fsdp` over the whole model (the Trainer built it).
+  explicit FsdpStrategy(std::shared_ptr<FullyShardedGPT> fsdp);
+  // Over a runner's cut (parallel/nd: a pipeline stage, a tp slice, a sequence shard, any mix), the
+  // runner having built `fsdp` over its part: the gradients and weights are gathered through it,
+  // its gradient_sums() act on the units' shards except those over `shard_dims` (the dims the shard
+  // group spans: the reduce-scatter has summed over them), and the clip counts each piece as its
+  // parameter's placement says, split over shard_dims. The runner and mesh must outlive it.
+  FsdpStrategy(std::shared_ptr<FullyShardedGPT> fsdp, ModelRunner& cut, const DeviceMesh& mesh,
+               std::vector<std::string> shard_dims);
   void zero_grad() override {}  // the shards were zeroed after the last step
+  void finish_gradients(ModelRunner& runner) override;
   nn::StateDict full_gradients(ModelRunner& runner) override;
-  void clip_grad_norm(double max_norm) override { fsdp_->clip_grad_norm(max_norm, stage_group_); }
+  double clip_grad_norm(double max_norm) override;
   void step(double lr) override;
   nn::StateDict full_state_dict(ModelRunner& runner) override;
   std::vector<std::pair<std::string, const CommLedger*>> groups() const override;
 
  private:
+  std::vector<NamedShard> shards() const;  // every unit's gradient shard
+
   std::shared_ptr<FullyShardedGPT> fsdp_;
-  ProcessGroupPtr stage_group_;
+  ModelRunner* cut_ = nullptr;  // null: the whole model
+  const DeviceMesh* mesh_ = nullptr;
+  std::vector<std::string> shard_dims_;
 };
 
 }  // namespace sl::parallel

@@ -1,0 +1,48 @@
+// fsdp_nd_runner.cpp — see fsdp_nd_runner.h.
+#include "parallel/nd/fsdp_nd_runner.h"
+
+#include "parallel/zero/zero_strategies.h"
+
+namespace sl::parallel {
+
+void check_fsdp_cut(const ParallelismConfig& c, const PipelineOptions& options, bool offload) {
+  SL_CHECK(!offload, "FSDP over a cut model: ", c.str(), ": --offload with pp, tp or cp is not supported (FSDP ",
+           "offloads the whole model only)");
+  if (c.pp == 1) return;
+  const ScheduleKind kind = options.schedule;
+  SL_CHECK(options.virtual_stages == 1 && kind != ScheduleKind::interleaved && kind != ScheduleKind::zero_bubble,
+           "FSDP over pipeline stages: ", c.str(), ": FSDP with the ", schedule_name(kind),
+           " schedule (virtual_stages ", options.virtual_stages, ") is not supported: use naive, gpipe or 1f1b with ",
+           "one chunk per stage (zero-bubble's W actions would fill a unit's gradients after its next forward)");
+}
+
+FsdpNdRunner::FsdpNdRunner(const nn::GPTConfig& config, uint64_t seed, const DeviceMesh& mesh, const NdOptions& options)
+    : NdRunner(config, seed, mesh, (check_fsdp_cut(mesh.config(), options.pipeline, false), options)) {}
+
+std::unique_ptr<DataParallelStrategy> FsdpNdRunner::own_strategy(const DeviceMesh& mesh, const nn::AdamWOptions& adamw) {
+  SL_CHECK(!fsdp_, "FsdpNdRunner::own_strategy: the part is already sharded");
+  SL_ASSERT(stage().parts.size() == 1);  // check_fsdp_cut: one chunk per rank
+  ProcessGroupPtr replicas = mesh.size("dp_replicate") > 1 ? mesh.group("dp_replicate") : nullptr;
+  fsdp_ = std::make_shared<FullyShardedGPT>(*stage().parts[0], mesh.group("dp_shard_cp"), replicas, adamw,
+                                            FsdpOptions{.gradient_divisor = mesh.size("dp_shard")});
+  return std::make_unique<FsdpStrategy>(fsdp_, *this, mesh, std::vector<std::string>{"dp_shard", "cp"});
+}
+
+nn::StateDict FsdpNdRunner::full_state_dict() {
+  if (!fsdp_) return NdRunner::full_state_dict();
+  const nn::StateDict whole = fsdp_->full_state_dict();  // this part, gathered over dp_shard_cp
+  return gather(false, &whole);
+}
+
+nn::StateDict FsdpNdRunner::full_gradients() {
+  if (!fsdp_) return NdRunner::full_gradients();
+  const nn::StateDict whole = fsdp_->full_grads();
+  return gather(true, &whole);
+}
+
+void FsdpNdRunner::load_full_state_dict(const nn::StateDict& full) {
+  SL_CHECK(!fsdp_, "FsdpNdRunner::load_full_state_dict: the part is sharded (FSDP); load its weights before");
+  NdRunner::load_full_state_dict(full);
+}
+
+}  // namespace sl::parallel
