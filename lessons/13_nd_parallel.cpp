@@ -158,7 +158,62 @@ struct Row {
   std::map<std::string, double> sent;   // KiB sent per rank and step, mean over ranks: dp, pp, cp, tp
   std::map<std::string, double> calls;  // calls per rank and step, mean over ranks
   double bubble = 0;
+  // For section 4, which needs the data-parallel groups apart:
+  std::map<std::string, double> group_sent;  // KiB per rank and step by the group's own name (dp_shard,
+                                             // dp_shard_cp, dp_replicate, tp, cp, pp), mean over ranks
+  std::array<double, 4> held{};  // KiB per category (kCats) between steps, after the last: max over ranks
+  double model_state = 0;        // KiB weights + grads + optimizer between steps, max over ranks
+  int dp = 1;                    // the data-parallel degree, dp_replicate x dp_shard: the batch's rows split over it
+  std::map<std::string, std::vector<int>> rank0_groups;  // rank 0's group per dimension of size > 1
+  bool tp_groups_share_dp_rank = true;                   // every tp group's members have one dp_rank()
 };
+
+struct RankRecord {  // what one rank counted during the steps
+  std::array<int64_t, 5> peak{};
+  std::array<int64_t, 4> held{};
+  std::map<std::string, CommStats> traffic;  // by group name
+  int dp_rank = 0;
+  int tp_first = 0;  // the lowest world rank of its tp group (DeviceMesh::members("tp"))
+};
+
+static void train_rank(RankContext& ctx, const TrainPlan& plan, const nn::TokenStream& data, RankRecord& record,
+                       Row& row) {
+  MemoryLedger& ledger = MemoryLedger::instance();
+  std::array<int64_t, 4> before_build{};
+  for (int c = 0; c < 4; ++c) before_build[c] = ledger.current(ctx.device, kCats[c]);
+  std::unique_ptr<nn::GPT> replica;
+  std::unique_ptr<Trainer> trainer;
+  if (plan.cuts_model())
+    trainer = std::make_unique<Trainer>(
+        ctx, plan, [&](const DeviceMesh& mesh) { return make_model_runner(plan, kConfig, kSeed, {}, mesh); }, adamw());
+  else
+    replica = std::make_unique<nn::GPT>(kConfig, kSeed),
+    trainer = std::make_unique<Trainer>(*replica, ctx, plan, adamw());
+  auto totals = [&] {  // bytes so far per group, by name
+    std::map<std::string, CommStats> t;
+    for (const auto& [name, group] : trainer->ledgers())
+      if (name != "loss") t[name] = group->total();
+    return t;
+  };
+  auto before = totals();         // setup's broadcast left out: the steps only
+  ledger.reset_peak(ctx.device);  // and the peaks of training, not of building (FSDP's whole replica)
+  for (int s = 0; s < kSteps; ++s) {
+    double loss = trainer->train_step(data, s, kBatch, kT, adamw().lr, 0.0);
+    if (ctx.rank == 0) row.losses[s] = loss;
+  }
+  for (auto& [name, s] : totals())
+    record.traffic[name] = {s.calls - before[name].calls, s.bytes_sent - before[name].bytes_sent, 0};
+  for (int c = 0; c < 4; ++c) record.peak[c] = ledger.peak(ctx.device, kCats[c]);
+  record.peak[4] = ledger.peak(ctx.device);
+  for (int c = 0; c < 4; ++c) record.held[c] = ledger.current(ctx.device, kCats[c]) - before_build[c];
+  const DeviceMesh& mesh = trainer->mesh();
+  record.dp_rank = mesh.dp_rank();
+  record.tp_first = mesh.members("tp").front();
+  if (ctx.rank != 0) return;
+  row.dp = mesh.size("dp");
+  for (const char* name : {"dp_replicate", "dp_shard", "cp", "tp", "pp", "dp_shard_cp"})
+    if (mesh.size(name) > 1) row.rank0_groups[name] = mesh.members(name);
+}
 
 static Row measure(const Layout& l, int world, const nn::TokenStream& data) {
   Row row;
@@ -167,46 +222,23 @@ static Row measure(const Layout& l, int world, const nn::TokenStream& data) {
   const TrainPlan& plan = l.plan;
   plan.validate(world);
   if (plan.cuts_model()) check_model_runner(plan, kConfig);
-  std::vector<std::array<int64_t, 5>> peaks(world);
-  std::vector<std::map<std::string, CommStats>> traffic(world);
-  launch(world, [&](RankContext& ctx) {
-    MemoryLedger& ledger = MemoryLedger::instance();
-    std::unique_ptr<nn::GPT> replica;
-    std::unique_ptr<Trainer> trainer;
-    if (plan.cuts_model())
-      trainer = std::make_unique<Trainer>(
-          ctx, plan, [&](const DeviceMesh& mesh) { return make_model_runner(plan, kConfig, kSeed, {}, mesh); },
-          adamw());
-    else
-      replica = std::make_unique<nn::GPT>(kConfig, kSeed),
-      trainer = std::make_unique<Trainer>(*replica, ctx, plan, adamw());
-    auto totals = [&] {  // bytes so far per group; DDP's "dp" and ZeRO's "dp_shard" are all dp here
-      std::map<std::string, CommStats> t;
-      for (const auto& [name, group] : trainer->ledgers()) {
-        if (name == "loss") continue;
-        CommStats& s = t[name.rfind("dp", 0) == 0 ? "dp" : name];
-        s.calls += group->total().calls, s.bytes_sent += group->total().bytes_sent;
-      }
-      return t;
-    };
-    auto before = totals();         // setup's broadcast left out: the steps only
-    ledger.reset_peak(ctx.device);  // and the peaks of training, not of building (FSDP's whole replica)
-    for (int s = 0; s < kSteps; ++s) {
-      double loss = trainer->train_step(data, s, kBatch, kT, adamw().lr, 0.0);
-      if (ctx.rank == 0) row.losses[s] = loss;
-    }
-    for (auto& [name, s] : totals())
-      traffic[ctx.rank][name] = {s.calls - before[name].calls, s.bytes_sent - before[name].bytes_sent, 0};
-    for (int c = 0; c < 4; ++c) peaks[ctx.rank][c] = ledger.peak(ctx.device, kCats[c]);
-    peaks[ctx.rank][4] = ledger.peak(ctx.device);
-  });
-  for (int r = 0; r < world; ++r) {
-    for (int c = 0; c < 5; ++c) row.kib[c] = std::max(row.kib[c], peaks[r][c] / 1024.0);
-    for (const auto& [name, s] : traffic[r]) {
-      row.sent[name] += s.bytes_sent / 1024.0 / kSteps / world;
-      row.calls[name] += static_cast<double>(s.calls) / kSteps / world;
+  std::vector<RankRecord> records(world);
+  launch(world, [&](RankContext& ctx) { train_rank(ctx, plan, data, records[ctx.rank], row); });
+  for (const RankRecord& r : records) {
+    double state = 0;
+    for (int c = 0; c < 5; ++c) row.kib[c] = std::max(row.kib[c], r.peak[c] / 1024.0);
+    for (int c = 0; c < 4; ++c) row.held[c] = std::max(row.held[c], r.held[c] / 1024.0);
+    for (int c = 0; c < 3; ++c) state += r.held[c] / 1024.0;
+    row.model_state = std::max(row.model_state, state);
+    for (const auto& [name, s] : r.traffic) {
+      const std::string merged = name.rfind("dp", 0) == 0 ? "dp" : name;  // DDP's dp, ZeRO's dp_shard, HSDP's both
+      row.sent[merged] += s.bytes_sent / 1024.0 / kSteps / world;
+      row.calls[merged] += static_cast<double>(s.calls) / kSteps / world;
+      row.group_sent[name] += s.bytes_sent / 1024.0 / kSteps / world;
     }
   }
+  for (const RankRecord& r : records)  // a tp group's ranks take the same rows of the batch
+    row.tp_groups_share_dp_rank &= r.dp_rank == records[r.tp_first].dp_rank;
   const auto& par = plan.parallelism;
   if (par.pp > 1)
     row.bubble = bubble_formula(plan.schedule, par.pp, plan.micro_batches, 1);

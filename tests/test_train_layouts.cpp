@@ -7,6 +7,7 @@
 // Adam amplifies summation-order noise on gradients that are ~0 in exact arithmetic).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <ostream>
 #include <string>
@@ -38,7 +39,7 @@ struct Layout {
 void PrintTo(const Layout& layout, std::ostream* out) { *out << layout.args; }  // failures name the flags
 
 // The files every layout is compared with, made once by serial runs:
-//   trained   seed 9, 3 steps                          (what a --dp run from seed 9 must save)
+//   trained   seed 9, 3 steps                          (what a --dp run from seed 9 must save and log)
 //   resumed   --init-from trained, 3 more steps        (what a --dp run started from `trained` must save)
 class TrainLayouts : public testing::TestWithParam<Layout> {
  protected:
@@ -46,13 +47,14 @@ class TrainLayouts : public testing::TestWithParam<Layout> {
     corpus_ = new std::string(write_corpus("layouts_corpus.txt"));
     trained_ = new std::string(temp_path("serial_trained.safetensors"));
     resumed_ = new std::string(temp_path("serial_resumed.safetensors"));
-    CliRun a = run_train(base_args(*corpus_) + " --seed 9 --save " + *trained_);
+    serial_log_ = new std::string(temp_path("serial_trained.jsonl"));
+    CliRun a = run_train(base_args(*corpus_) + " --seed 9 --save " + *trained_ + " --log-jsonl " + *serial_log_);
     CliRun b = run_train(base_args(*corpus_) + " --seed 4 --init-from " + *trained_ + " --save " + *resumed_);
     setup_ok_ = a.exit_code == 0 && b.exit_code == 0;
     setup_output_ = new std::string(a.output + b.output);
   }
   static void TearDownTestSuite() {
-    for (std::string* path : {corpus_, trained_, resumed_}) {
+    for (std::string* path : {corpus_, trained_, resumed_, serial_log_}) {
       std::remove(path->c_str());
       delete path;
     }
@@ -60,10 +62,11 @@ class TrainLayouts : public testing::TestWithParam<Layout> {
   }
   void SetUp() override { ASSERT_TRUE(setup_ok_) << *setup_output_; }
 
-  static std::string *corpus_, *trained_, *resumed_, *setup_output_;
+  static std::string *corpus_, *trained_, *resumed_, *serial_log_, *setup_output_;
   static bool setup_ok_;
 };
-std::string *TrainLayouts::corpus_, *TrainLayouts::trained_, *TrainLayouts::resumed_, *TrainLayouts::setup_output_;
+std::string *TrainLayouts::corpus_, *TrainLayouts::trained_, *TrainLayouts::resumed_, *TrainLayouts::serial_log_,
+    *TrainLayouts::setup_output_;
 bool TrainLayouts::setup_ok_ = false;
 
 // serial -> layout: each rank loads the serial file (another seed, so the file is what counts) and
@@ -82,14 +85,22 @@ TEST_P(TrainLayouts, StartsFromASerialFile) {
 // Run twice, with --threads 1 and 3: the same bytes (run to run, and the thread count changes nothing).
 TEST_P(TrainLayouts, SavesTheSerialFileWithTheSameBytesEveryRun) {
   std::vector<std::string> files;
+  const std::string log = temp_path(GetParam().name + ".jsonl");
   for (const std::string threads : {"1", "3"}) {
     files.push_back(temp_path(GetParam().name + "_threads" + threads + ".safetensors"));
     CliRun run = run_train(base_args(*corpus_) + " " + GetParam().args + " --seed 9 --threads " + threads + " --save " +
-                           files.back());
+                           files.back() + (threads == "1" ? " --log-jsonl " + log : ""));
     ASSERT_EQ(run.exit_code, 0) << run.output;
     EXPECT_NE(run.output.find("saved " + files.back()), std::string::npos) << run.output;
   }
   expect_same_weights(files[0], *trained_, GetParam().rtol(), GetParam().atol());
+  // The first run's --log-jsonl: every step's loss the serial run's.
+  const std::vector<double> serial = logged_losses(*serial_log_), losses = logged_losses(log);
+  ASSERT_EQ(losses.size(), serial.size()) << GetParam().args;
+  for (size_t i = 0; i < serial.size(); ++i)
+    EXPECT_NEAR(losses[i], serial[i], GetParam().atol() + GetParam().rtol() * std::abs(serial[i]))
+        << GetParam().args << ": step " << i << "'s loss";
+  std::remove(log.c_str());
   std::string first = read_file(files[0]);
   EXPECT_FALSE(first.empty());
   EXPECT_TRUE(first == read_file(files[1])) << GetParam().args << ": --threads 1 and --threads 3 saved different bytes";
@@ -115,7 +126,14 @@ INSTANTIATE_TEST_SUITE_P(Layouts, TrainLayouts,
                                          Layout{"pp2_gpipe_dp2", "--dp 2 --pp 2 --schedule gpipe --micro-batches 2", true},
                                          Layout{"tp2", "--tp 2", true}, Layout{"tp2_sp_zero1", "--dp 2 --tp 2 --sp --zero 1", true},
                                          Layout{"cp2_zigzag", "--cp 2", true},
-                                         Layout{"cp2_allgather_dp2", "--dp 2 --cp 2 --cp-variant allgather --cp-balance none", true}),
+                                         Layout{"cp2_allgather_dp2", "--dp 2 --cp 2 --cp-variant allgather --cp-balance none", true},
+                                         // the Accelerate guide's: FSDP / HSDP over tp, cp and pp, ZeRO-2 over a cut
+                                         Layout{"fsdp2_tp2_sp", "--dp 2 --zero 3 --tp 2 --sp", true},
+                                         Layout{"fsdp2_cp2", "--dp 2 --zero 3 --cp 2", true},
+                                         Layout{"hsdp2x2_tp2", "--dp-replicate 2 --dp-shard 2 --tp 2", true},
+                                         Layout{"fsdp2_pp2_tp2", "--dp 2 --zero 3 --pp 2 --tp 2 --micro-batches 2", true},
+                                         Layout{"zero2_tp2_cp2", "--dp 2 --zero 2 --tp 2 --cp 2", true},
+                                         Layout{"guide16_hsdp2x2_cp2_tp2", "--dp-replicate 2 --dp-shard 2 --cp 2 --tp 2", true}),
                          [](const testing::TestParamInfo<Layout>& info) { return info.param.name; });
 
 // The serial run, with GEMMs big enough to be split over threads (the MLP on 16 x 32 rows:
