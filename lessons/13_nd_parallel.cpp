@@ -12,6 +12,15 @@
 //     the memory per rank by category (ledger peak), the bytes each group sends per rank and step,
 //     and the pipeline bubble, side by side; every layout's loss equals the serial model's
 //   * the rules of thumb for choosing a layout, each checked against a number of that table
+//   * Hugging Face Accelerate's ND-parallel guide walked section by section, with FSDP and HSDP over
+//     every cut: HSDP, FSDP + TP, FSDP + CP, HSDP + TP, then its example dp_shard 2 x dp_replicate 2
+//     x cp 2 x tp 2 on world 16. Per layout rank 0's groups, the memory per rank between steps and at
+//     peak, and the bytes each group (dp_shard or dp_shard_cp, dp_replicate, tp, cp) sends; each
+//     claim checked against a formula in Ψ worked out on the page: Ψ counted from nn::GPT and split
+//     by Megatron's rule into TP-sliced and replicated parameters, Ψ_tp = Ψ_sliced/tp + Ψ_replicated:
+//
+//        model state per rank = 16·Ψ_tp/(dp_shard·cp)       FSDP sends 3·(N-1)/N·4·Ψ_tp per rank and step
+//        HSDP's replica all-reduce = 2·(R-1)/R·4·Ψ_tp/N      (N = dp_shard·cp, R = dp_replicate)
 //
 // Where each gradient is reduced (parallel/nd/nd_parallelizer.h):
 //                        dp (DDP/ZeRO-1)   cp (sum)   tp (sum)                         pp pair {0, p-1} (sum)
@@ -20,8 +29,9 @@
 //                                                        c_proj biases (T/tp rows each)
 //     wte (tied)             average          yes        —                                 yes
 //
-// Run:    make lesson N=13   (under a second here: 10 runs of 2 steps, up to 8 thread ranks)
-// Prints: 1 the two meshes, rank by rank; 2 the table; 3 the rules, each "OK"; then "lesson 13: OK".
+// Run:    make lesson N=13   (about 2 s here: 17 runs of 2 steps, up to 16 thread ranks)
+// Prints: 1 the two meshes, rank by rank; 2 the table; 3 the rules, each "OK"; 4 the guide's
+//         sections, each layout's groups, memory and bytes, then its checks; then "lesson 13: OK".
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -44,9 +54,9 @@ using namespace sl;
 using namespace sl::parallel;
 
 static void section(const char* title) { std::printf("\n--- %s\n", title); }
-static std::string num(double v) {
+static std::string num(double v, int digits = 1) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f", v);
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
   return buf;
 }
 static bool ok = true;
@@ -153,27 +163,26 @@ constexpr MemoryCategory kCats[] = {MemoryCategory::weights, MemoryCategory::gra
                                     MemoryCategory::activations};
 struct Row {
   std::string name;
+  ParallelismConfig config;
   std::vector<double> losses;
   std::array<double, 5> kib{};          // per category (kCats), then the total: peak, max over ranks
   std::map<std::string, double> sent;   // KiB sent per rank and step, mean over ranks: dp, pp, cp, tp
   std::map<std::string, double> calls;  // calls per rank and step, mean over ranks
   double bubble = 0;
-  // For section 4, which needs the data-parallel groups apart:
-  std::map<std::string, double> group_sent;  // KiB per rank and step by the group's own name (dp_shard,
-                                             // dp_shard_cp, dp_replicate, tp, cp, pp), mean over ranks
-  std::array<double, 4> held{};  // KiB per category (kCats) between steps, after the last: max over ranks
-  double model_state = 0;        // KiB weights + grads + optimizer between steps, max over ranks
-  int dp = 1;                    // the data-parallel degree, dp_replicate x dp_shard: the batch's rows split over it
-  std::map<std::string, std::vector<int>> rank0_groups;  // rank 0's group per dimension of size > 1
-  bool tp_groups_share_dp_rank = true;                   // every tp group's members have one dp_rank()
+  // Section 4 keeps the data-parallel groups apart and looks between steps:
+  std::map<std::string, double> group_sent;  // as `sent`, by the group's own name: dp_shard, dp_replicate, ...
+  std::array<double, 4> held{};              // KiB per category after the last step, max over ranks
+  double model_state = 0;                    // KiB weights + grads + optimizer then, max over ranks
+  int dp = 1;                                // dp_replicate x dp_shard: the batch's rows are split over it
+  std::vector<std::pair<std::string, std::vector<int>>> rank0_groups;  // innermost first
+  bool tp_groups_share_dp_rank = true;  // every tp group's ranks have one DeviceMesh::dp_rank()
 };
 
-struct RankRecord {  // what one rank counted during the steps
+struct RankRecord {  // what one rank counted
   std::array<int64_t, 5> peak{};
   std::array<int64_t, 4> held{};
-  std::map<std::string, CommStats> traffic;  // by group name
-  int dp_rank = 0;
-  int tp_first = 0;  // the lowest world rank of its tp group (DeviceMesh::members("tp"))
+  std::map<std::string, CommStats> traffic;  // the steps only, by group name
+  int dp_rank = 0, tp_first = 0;             // tp_first: the lowest rank of its tp group
 };
 
 static void train_rank(RankContext& ctx, const TrainPlan& plan, const nn::TokenStream& data, RankRecord& record,
@@ -189,7 +198,7 @@ static void train_rank(RankContext& ctx, const TrainPlan& plan, const nn::TokenS
   else
     replica = std::make_unique<nn::GPT>(kConfig, kSeed),
     trainer = std::make_unique<Trainer>(*replica, ctx, plan, adamw());
-  auto totals = [&] {  // bytes so far per group, by name
+  auto totals = [&] {  // bytes so far per group
     std::map<std::string, CommStats> t;
     for (const auto& [name, group] : trainer->ledgers())
       if (name != "loss") t[name] = group->total();
@@ -211,13 +220,16 @@ static void train_rank(RankContext& ctx, const TrainPlan& plan, const nn::TokenS
   record.tp_first = mesh.members("tp").front();
   if (ctx.rank != 0) return;
   row.dp = mesh.size("dp");
-  for (const char* name : {"dp_replicate", "dp_shard", "cp", "tp", "pp", "dp_shard_cp"})
-    if (mesh.size(name) > 1) row.rank0_groups[name] = mesh.members(name);
+  const bool both = mesh.size("cp") > 1 && mesh.size("dp_shard") > 1;  // else dp_shard_cp is one of them
+  for (const char* name : {"tp", "cp", "dp_shard", "dp_shard_cp", "dp_replicate", "pp"})
+    if (mesh.size(name) > 1 && (both || name != std::string("dp_shard_cp")))
+      row.rank0_groups.push_back({name, mesh.members(name)});
 }
 
 static Row measure(const Layout& l, int world, const nn::TokenStream& data) {
   Row row;
   row.name = l.name;
+  row.config = l.plan.parallelism;
   row.losses.assign(kSteps, 0.0);
   const TrainPlan& plan = l.plan;
   plan.validate(world);
@@ -225,20 +237,17 @@ static Row measure(const Layout& l, int world, const nn::TokenStream& data) {
   std::vector<RankRecord> records(world);
   launch(world, [&](RankContext& ctx) { train_rank(ctx, plan, data, records[ctx.rank], row); });
   for (const RankRecord& r : records) {
-    double state = 0;
     for (int c = 0; c < 5; ++c) row.kib[c] = std::max(row.kib[c], r.peak[c] / 1024.0);
     for (int c = 0; c < 4; ++c) row.held[c] = std::max(row.held[c], r.held[c] / 1024.0);
-    for (int c = 0; c < 3; ++c) state += r.held[c] / 1024.0;
-    row.model_state = std::max(row.model_state, state);
+    row.model_state = std::max(row.model_state, (r.held[0] + r.held[1] + r.held[2]) / 1024.0);
     for (const auto& [name, s] : r.traffic) {
       const std::string merged = name.rfind("dp", 0) == 0 ? "dp" : name;  // DDP's dp, ZeRO's dp_shard, HSDP's both
       row.sent[merged] += s.bytes_sent / 1024.0 / kSteps / world;
       row.calls[merged] += static_cast<double>(s.calls) / kSteps / world;
       row.group_sent[name] += s.bytes_sent / 1024.0 / kSteps / world;
     }
+    row.tp_groups_share_dp_rank &= r.dp_rank == records[r.tp_first].dp_rank;  // the same rows of the batch
   }
-  for (const RankRecord& r : records)  // a tp group's ranks take the same rows of the batch
-    row.tp_groups_share_dp_rank &= r.dp_rank == records[r.tp_first].dp_rank;
   const auto& par = plan.parallelism;
   if (par.pp > 1)
     row.bubble = bubble_formula(plan.schedule, par.pp, plan.micro_batches, 1);
@@ -266,6 +275,202 @@ static Row serial_row(const nn::TokenStream& data) {  // an independent nn::GPT 
     row.kib[4] = ledger.peak(dev) / 1024.0;
   }
   return row;
+}
+static void check_losses(const Row& r, const Row& serial) {
+  bool same = true;
+  for (int s = 0; s < kSteps; ++s)
+    same = same && std::abs(r.losses[s] - serial.losses[s]) <= 4e-5 + 1e-5 * std::abs(serial.losses[s]);
+  check(same, r.name + ": both steps' losses == serial (rtol 1e-5, atol 4e-5)");
+}
+
+// ---- 4. the Accelerate guide, section by section ------------------------------------------------------
+// Ψ on the page: nn::GPT(kConfig)'s parameters, split by Megatron's rule. Sliced over tp: c_attn's and
+// c_fc's weight and bias, both c_proj weights, and wte (V padded up to a multiple of tp). Whole on
+// every tp rank: the LayerNorms, wpe and the c_proj biases (added after the all-reduce).
+struct ParamCount {
+  int64_t sliced = 0, replicated = 0;
+  double total() const { return static_cast<double>(sliced + replicated); }
+  double on_tp_rank(int tp) const {  // Ψ_tp = Ψ_sliced/tp (with wte's padding rows) + Ψ_replicated
+    const int64_t vocab = kConfig.vocab_size, padded = (vocab + tp - 1) / tp * tp;
+    return static_cast<double>(sliced + (padded - vocab) * kConfig.n_embd) / tp + replicated;
+  }
+};
+static ParamCount count_parameters() {
+  ParamCount count;
+  for (const auto& [name, p] : nn::GPT(kConfig, kSeed).named_parameters()) {
+    auto has = [&](const char* part) { return name.find(part) != std::string::npos; };
+    const bool sliced = has("c_attn") || has("c_fc") || has("c_proj.weight") || name.rfind("wte", 0) == 0;
+    (sliced ? count.sliced : count.replicated) += p.numel();
+  }
+  return count;
+}
+
+// FSDP holds per rank, between steps, 4 bytes of weights, 4 of gradients and 8 of AdamW moments per
+// element of its shard. Each unit (a block, the root, wte on its own: n_layer + 2 at most) is padded
+// to a multiple of N, so a shard holds under one element more per unit and array: that is the slack.
+static void check_state(const Row& r, double per_rank, const std::string& formula, double bytes = 16) {
+  const double want = bytes * per_rank / 1024, pad = bytes * (kConfig.n_layer + 2) / 1024;
+  const double got = bytes == 16 ? r.model_state : r.held[2];
+  check(got >= want - 1e-6 && got < want + pad, r.name + (bytes == 16 ? ": weights+grads+optimizer " : ": optimizer ") +
+                                                    num(got, 2) + " KiB, on the page " + formula + " = " +
+                                                    num(want, 2) + " KiB (+ padding < " + num(pad, 2) + ")");
+}
+// Ring collectives: an all-gather or a reduce-scatter of P elements over N ranks sends (N-1)/N · 4P
+// bytes per rank, an all-reduce twice that. ±1%: the padding adds under (n_layer + 2)·N elements to P
+// (0.2% here), and nothing else rides on these groups (no clipping; the loss has its own group).
+static double ring_kib(double elements, int n) { return (n - 1.0) / n * 4 * elements / 1024; }
+static double sent(const Row& r, const std::string& group) {
+  return r.group_sent.count(group) ? r.group_sent.at(group) : 0.0;
+}
+static void check_sent(const Row& r, const std::string& group, double want, const std::string& formula) {
+  const double got = sent(r, group);
+  check(std::abs(got - want) <= 0.01 * want, r.name + ": " + group + " sends " + num(got, 2) +
+                                                 " KiB per rank and step, " + formula + " = " + num(want, 2) +
+                                                 " KiB (±1%)");
+}
+
+static void show(const Row& r, const Row& serial) {
+  std::printf("\n%s = %s (world %d, %d rows per data-parallel rank)\n", r.name.c_str(), r.config.str().c_str(),
+              r.config.world_size(), static_cast<int>(kBatch / r.dp));
+  std::string line;
+  for (const auto& [name, ranks] : r.rank0_groups) line += "  " + name + " " + braces(ranks);
+  std::printf("  mesh, rank 0's groups:%s\n", line.c_str());
+  std::printf("  KiB per rank (max over ranks)  weights  grads  optim  activ\n");
+  std::printf("    between steps               %7.2f %6.2f %6.2f %6.2f   (model state %.2f)\n", r.held[0],
+              r.held[1], r.held[2], r.held[3], r.model_state);
+  std::printf("    peak                        %7.2f %6.2f %6.2f %6.2f\n", r.kib[0], r.kib[1], r.kib[2], r.kib[3]);
+  line.clear();
+  for (const auto& [group, kib] : r.group_sent) line += "  " + group + " " + num(kib, 2);
+  std::printf("  KiB sent per rank and step:%s\n", line.c_str());
+  check_losses(r, serial);
+}
+static void bytes_not_time(const char* claim) {
+  std::printf(
+      "  (The guide: %s.\n"
+      "   That is about time on real links; this lesson counts bytes between threads. bench/nd_parallel\n"
+      "   measures CPU time per step; time on real links is the planner's, a later chapter.)\n",
+      claim);
+}
+
+struct Guide {
+  const nn::TokenStream& data;
+  const Row& serial;
+  const Row& fsdp8;  // section 2's FSDP over all 8 ranks
+  ParamCount psi;
+};
+
+static void guide_hsdp(const Guide& g) {
+  const int R = 2, S = 4;
+  const double psi = g.psi.total();
+  std::printf(
+      "\n4.1 HSDP (dp_replicate R, dp_shard S): FSDP inside a node, whole replicas across nodes. With nodes\n"
+      "of 4 ranks: S = 4 shards, R = 2 replicas. Within a replica FSDP all-gathers and reduce-scatters as\n"
+      "ever; across replicas each rank all-reduces its gradient shard, once per step.\n");
+  Row hsdp = measure(layout("hsdp 2x4", {.dp_replicate = R, .dp_shard = S}, 3), R * S, g.data);
+  show(hsdp, g.serial);
+  check_state(hsdp, psi / S, "8Ψ/S", 8);
+  check_state(hsdp, psi / S, "16Ψ/S");
+  check_sent(hsdp, "dp_shard", 3 * ring_kib(psi, S), "3·(S-1)/S·4Ψ");
+  check(sent(hsdp, "dp_replicate") > 0, "hsdp 2x4: the replicas exchange gradients");
+  check_sent(hsdp, "dp_replicate", 2 * ring_kib(psi / S, R), "2·(R-1)/R·4Ψ/S");
+  std::printf(
+      "Only dp_replicate crosses nodes, carrying a shard. Flat FSDP (section 2's fsdp8) runs every\n"
+      "all-gather and reduce-scatter on a ring over both nodes:\n");
+  check(sent(hsdp, "dp_replicate") < sent(g.fsdp8, "dp_shard") / S,
+        "hsdp's cross-node group sends " + num(sent(hsdp, "dp_replicate"), 2) + " KiB per rank, under 1/S of fsdp8's " +
+            num(sent(g.fsdp8, "dp_shard"), 2));
+  std::printf("The knob: shard over more ranks (fsdp8: FSDP across both nodes) for less memory per rank:\n");
+  check(g.fsdp8.model_state < hsdp.model_state, "fsdp8 holds " + num(g.fsdp8.model_state, 2) +
+                                                    " KiB of model state per rank, hsdp 2x4 " +
+                                                    num(hsdp.model_state, 2));
+  bytes_not_time("FSDP's heavy traffic stays on fast intra-node links, the slow inter-node ones carry little");
+}
+
+static void guide_fsdp_tp(const Guide& g) {
+  const int S = 4, T = 2;
+  const double psi = g.psi.total(), part = g.psi.on_tp_rank(T);
+  std::printf(
+      "\n4.2 FSDP + TP (dp_shard S, tp T): TP inside a node (neighbouring ranks), FSDP across nodes over what\n"
+      "TP leaves on a rank. Ψ = %.0f parameters: %lld sliced by TP, %lld replicated (LayerNorms, wpe, c_proj\n"
+      "biases); a tp rank of %d holds Ψ_tp = Ψ_sliced/%d + Ψ_replicated = %.0f = %.3f Ψ, not Ψ/%d.\n",
+      psi, static_cast<long long>(g.psi.sliced), static_cast<long long>(g.psi.replicated), T, T, part, part / psi, T);
+  Row alone = measure(layout("fsdp4", {.dp_shard = S}, 3), S, g.data);
+  Row both = measure(layout("fsdp4 x tp2", {.dp_shard = S, .tp = T}, 3), S * T, g.data);
+  show(alone, g.serial);
+  show(both, g.serial);
+  check_state(both, part / S, "16·Ψ_tp/S");
+  check_sent(both, "dp_shard", 3 * ring_kib(part, S), "3·(S-1)/S·4·Ψ_tp");
+  const double ratio = sent(both, "dp_shard") / sent(alone, "dp_shard"), want = part / psi;
+  check(std::abs(ratio - want) <= 0.01 * want, "TP cuts FSDP's bytes per rank to " + num(ratio, 3) +
+                                                   "x, on the page Ψ_tp/Ψ = " + num(want, 3) + "x (1/tp = " +
+                                                   num(1.0 / T, 3) + " but for the replicated params) (±1%)");
+  check(both.kib[0] < alone.kib[0], "peak weights (shards + one gathered block) " + num(alone.kib[0], 2) + " -> " +
+                                        num(both.kib[0], 2) + " KiB: no rank gathers a whole block any more");
+  std::printf(
+      "A tp group computes on one batch: its ranks share a dp rank, so dp = world/tp. At %d rows per\n"
+      "data-parallel rank, world 8 trains on %d x dp rows: fsdp8 %d x %d, fsdp4 x tp2 %d x %d.\n",
+      static_cast<int>(kBatch / both.dp), static_cast<int>(kBatch / both.dp), static_cast<int>(kBatch / both.dp),
+      g.fsdp8.dp, static_cast<int>(kBatch / both.dp), both.dp);
+  check(both.tp_groups_share_dp_rank, "fsdp4 x tp2: every tp group's ranks (DeviceMesh::members) have one dp_rank()");
+  check(both.dp == S && g.fsdp8.dp == both.dp * T, "dp = world/tp = " + std::to_string(both.dp) + " vs fsdp8's " +
+                                                       std::to_string(g.fsdp8.dp) + ": the global batch shrinks by tp");
+  bytes_not_time("TP must stay within a node, on NVLink");
+}
+
+static void guide_fsdp_cp(const Guide& g) {
+  const int S = 2, C = 2;
+  const double psi = g.psi.total();
+  std::printf(
+      "\n4.3 FSDP + CP (dp_shard S, cp C): the cp ranks hold the same weights (each its part of the sequence),\n"
+      "so FSDP shards over all S·C of them: the group dp_shard_cp. Against the same mesh under DDP:\n");
+  Row ddp = measure(layout("ddp2 x cp2", {.dp_replicate = S, .cp = C}), S * C, g.data);
+  Row both = measure(layout("fsdp2 x cp2", {.dp_shard = S, .cp = C}, 3), S * C, g.data);
+  show(ddp, g.serial);
+  show(both, g.serial);
+  check_state(both, psi / (S * C), "16Ψ/(S·cp)");
+  check_sent(both, "dp_shard_cp", 3 * ring_kib(psi, S * C), "3·(N-1)/N·4Ψ, N = S·cp");
+  std::printf("Under DDP the cp ranks also all-reduce the gradients; FSDP folds that sum into its reduce-scatter:\n");
+  const double fold = sent(ddp, "cp") - sent(both, "cp"), want = 2 * ring_kib(psi, C);
+  check(std::abs(fold - want) <= 0.01 * want, "cp sends " + num(fold, 2) + " KiB more under DDP, 2·(C-1)/C·4Ψ = " +
+                                                  num(want, 2) + " KiB (±1%); the rest is ring attention's K/V");
+  check(ddp.model_state >= 16 * psi / 1024, "ddp2 x cp2: every rank holds the whole model state (" +
+                                                num(ddp.model_state, 2) + " KiB >= 16Ψ = " + num(16 * psi / 1024, 2) +
+                                                ")");
+}
+
+static void guide_hsdp_tp(const Guide& g) {
+  const int R = 2, S = 2, T = 2;
+  const double part = g.psi.on_tp_rank(T);
+  std::printf(
+      "\n4.4 HSDP + TP (dp_replicate R, dp_shard S, tp T): replicas across groups of nodes, FSDP within a\n"
+      "group, TP within a node; world 8 = 2 x 2 x 2, the smallest such mesh.\n");
+  Row three = measure(layout("hsdp 2x2 x tp2", {.dp_replicate = R, .dp_shard = S, .tp = T}, 3), R * S * T, g.data);
+  show(three, g.serial);
+  check_state(three, part / S, "16·Ψ_tp/S");
+  check_sent(three, "dp_shard", 3 * ring_kib(part, S), "3·(S-1)/S·4·Ψ_tp");
+  check_sent(three, "dp_replicate", 2 * ring_kib(part / S, R), "2·(R-1)/R·4·Ψ_tp/S");
+}
+
+static void guide_example(const Guide& g) {
+  const ParallelismConfig par{.dp_replicate = 2, .dp_shard = 2, .cp = 2, .tp = 2};
+  const int N = par.dp_shard * par.cp;
+  const double part = g.psi.on_tp_rank(par.tp);
+  std::printf(
+      "\n4.5 the guide's first example, ParallelismConfig(dp_shard_size=2, dp_replicate_size=2, cp_size=2,\n"
+      "tp_size=2), on world 16. Rank 0's groups by section 1's rule, against DeviceMesh's:\n");
+  Row all = measure(layout("guide example", par, 3), par.world_size(), g.data);
+  const std::vector<std::pair<std::string, std::vector<int>>> dims = {
+      {"tp", {4}}, {"cp", {3}}, {"dp_shard", {2}}, {"dp_shard_cp", {2, 3}}, {"dp_replicate", {1}}};
+  for (const auto& [name, set] : dims) {
+    const std::vector<int> want = groups_on_page(set, par.degrees()).front();  // the group holding rank 0
+    const auto& got = all.rank0_groups;
+    check(std::find(got.begin(), got.end(), std::pair{name, want}) != got.end(),
+          "rank 0's " + name + " group " + braces(want) + " == DeviceMesh::members");
+  }
+  show(all, g.serial);
+  check_state(all, part / N, "16·Ψ_tp/(S·cp)");
+  check_sent(all, "dp_shard_cp", 3 * ring_kib(part, N), "3·(N-1)/N·4·Ψ_tp, N = S·cp");
+  check_sent(all, "dp_replicate", 2 * ring_kib(part / N, par.dp_replicate), "2·(R-1)/R·4·Ψ_tp/N");
 }
 
 int main() {
@@ -303,12 +508,7 @@ int main() {
       "   pp: the stage boundary only; the tied wte's all-reduce over {first, last stage} has its own\n"
       "   group, which Trainer::ledgers() does not list)\n");
   const Row& serial = rows[0];
-  for (size_t i = 1; i < rows.size(); ++i) {
-    bool same = true;
-    for (int s = 0; s < kSteps; ++s)
-      same = same && std::abs(rows[i].losses[s] - serial.losses[s]) <= 4e-5 + 1e-5 * std::abs(serial.losses[s]);
-    check(same, rows[i].name + ": both steps' losses == serial (rtol 1e-5, atol 4e-5)");
-  }
+  for (size_t i = 1; i < rows.size(); ++i) check_losses(rows[i], serial);
 
   section("3. rules of thumb, checked against the table");
   auto row = [&](const std::string& name) -> const Row& {
@@ -353,6 +553,14 @@ int main() {
       "price of passing K/V around the ring.\n");
   check(row("dp2 x tp2 x cp2").kib[3] < row("dp2 x tp4").kib[3],
         "dp2 x tp2 x cp2 holds fewer activations than dp2 x tp4 (same rows per rank)");
+
+  section("4. the Accelerate guide, section by section (FSDP and HSDP over every cut)");
+  const Guide guide{data, serial, row("fsdp8 (ZeRO-3)"), count_parameters()};
+  guide_hsdp(guide);
+  guide_fsdp_tp(guide);
+  guide_fsdp_cp(guide);
+  guide_hsdp_tp(guide);
+  guide_example(guide);
   std::printf("\nlesson 13: %s\n", ok ? "OK" : "FAILED");
   return ok ? 0 : 1;
 }
