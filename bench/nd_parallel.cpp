@@ -1,13 +1,23 @@
-// nd_parallel — step time and bytes per rank of the 8-rank layouts (dp, pp, tp, cp and their
+// nd_parallel — step time and bytes per rank of N-D layouts of 4 to 16 ranks (dp, fsdp, pp, tp, cp and their
 // products, through parallel::Trainer) against one serial rank: GPT n_embd 128, 4 layers, 4 heads,
 // vocab 256, B 16 rows of T 128, f32, AdamW, clip 1.0; median step time.
 //
 //   build/bench/nd_parallel [--steps 5] [--warmup 2] [--layouts dp8,dp2xpp2xtp2,...]
 //
-// A layout is its degrees joined by 'x' (dpN: DDP replicas, fsdpN: FSDP shards, ppN, tpN, cpN),
-// then optional suffixes: "_zero1" (ZeRO-1 over dp instead of DDP), "_sp" (sequence parallel under
-// tp), "_mK" (K micro-batches; default 2·pp with a pipeline, else 1). The pipelines run 1F1B, CP
-// runs zigzag ring attention.
+// A layout is its degrees joined by 'x' (dpN: DDP replicas, fsdpN: FSDP shards, repN: HSDP's
+// replicas of those shards, ppN, tpN, cpN), then optional suffixes: "_zero1" / "_zero2" (ZeRO-1/2
+// over dp instead of DDP), "_sp" (sequence parallel under tp), "_mK" (K micro-batches; default 2·pp
+// with a pipeline, else 1). The pipelines run 1F1B, CP runs zigzag ring attention. FSDP over a cut
+// shards over dp_shard x cp (parallel/nd/fsdp_nd_runner.h).
+//
+// "dp_formula_kib" (pp 1 only; null otherwise): what the data-parallel groups must send per rank and
+// step for a rank's part of Ψ_tp = Ψ_sliced/tp + Ψ_replicated elements (Megatron's split, counted
+// from the model's shapes here), ring collectives, f32:
+//   DDP over D replicas       2(D-1)/D · 4Ψ_tp                 (the all-reduce)
+//   ZeRO-1/2 over N           2(N-1)/N · 4Ψ_tp                 (reduce-scatter + all-gather)
+//   FSDP over N = S·cp        3(N-1)/N · 4Ψ_tp                 (all-gather twice, reduce-scatter)
+//   HSDP, + over R replicas   2(R-1)/R · 4Ψ_tp/N               (each gradient shard all-reduced)
+// "dp_over_formula" is their ratio (padding and the clip's few bytes put it a little above 1).
 //
 // Every rank is a thread with one GEMM thread (like bench/data_parallel), so world 8 on a 2-core
 // machine shares 2 cores among 8 "devices": the times say what the layouts cost in work and
@@ -18,9 +28,10 @@
 // time per step, every rank's thread together: the work, spread over however many cores) swings
 // much less. The threads backend waits on condition variables, so waiting costs no CPU time.
 //
-// One JSON line per layout: {"bench": "nd_parallel", "layout", "world", "micro_batches",
+// One JSON line per layout: {"bench": "nd_parallel", "layout", "plan", "world", "micro_batches",
 // "median_ms", "serial_median_ms", "speedup" (serial / median), "cpu_ms", "serial_cpu_ms", "sent_kib": {"dp", "pp",
-// "tp", "cp"} (per rank and step, mean over ranks), "sent_kib_total", "max_rank_sent_kib", "bubble_formula"}.
+// "tp", "cp"} (per rank and step, mean over ranks), "sent_kib_total", "dp_formula_kib", "dp_over_formula",
+// "max_rank_sent_kib", "bubble_formula"}.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -68,17 +79,19 @@ static parallel::TrainPlan parse_layout(const std::string& name) {
   std::stringstream parts(name);
   std::string dims, suffix;
   std::getline(parts, dims, '_');
-  int micro = 0, dp = 1;
+  int micro = 0, dp = 1, replicas = 1;
   bool fsdp = false;
   while (std::getline(parts, suffix, '_')) {
     if (suffix == "zero1")
       plan.dp_strategy = parallel::DpStrategy::zero1;
+    else if (suffix == "zero2")
+      plan.dp_strategy = parallel::DpStrategy::zero2;
     else if (suffix == "sp")
       plan.sequence_parallel = true;
     else if (suffix.size() > 1 && suffix[0] == 'm')
       micro = std::stoi(suffix.substr(1));
     else
-      SL_CHECK(false, "nd_parallel: unknown suffix '", suffix, "' in layout ", name, " (zero1, sp, mK)");
+      SL_CHECK(false, "nd_parallel: unknown suffix '", suffix, "' in layout ", name, " (zero1, zero2, sp, mK)");
   }
   std::stringstream list(dims);
   for (std::string dim; std::getline(list, dim, 'x');) {
@@ -90,6 +103,8 @@ static parallel::TrainPlan parse_layout(const std::string& name) {
       dp = n;
     else if (kind == "fsdp")
       dp = n, fsdp = true;
+    else if (kind == "rep")
+      replicas = n, fsdp = true;
     else if (kind == "pp")
       par.pp = n;
     else if (kind == "tp")
@@ -97,11 +112,11 @@ static parallel::TrainPlan parse_layout(const std::string& name) {
     else if (kind == "cp")
       par.cp = n;
     else
-      SL_CHECK(false, "nd_parallel: unknown dimension '", kind, "' in layout ", name, " (dp, fsdp, pp, tp, cp)");
+      SL_CHECK(false, "nd_parallel: unknown dimension '", kind, "' in layout ", name, " (dp, fsdp, rep, pp, tp, cp)");
   }
   if (fsdp) plan.dp_strategy = parallel::DpStrategy::fsdp;
   if (plan.zero() > 0)
-    par.dp_shard = dp;
+    par.dp_shard = dp, par.dp_replicate = replicas;
   else
     par.dp_replicate = dp;
   plan.micro_batches = micro > 0 ? micro : (par.pp > 1 ? 2 * par.pp : 1);
@@ -128,6 +143,43 @@ static double serial_median(const nn::TokenStream& data, int steps, int warmup, 
   }
   *cpu_ms = cpu_ms_since(cpu_start) / steps;
   return median(times);
+}
+
+// Ψ_tp: the elements of one tp rank's slice of the model (Megatron's split: c_attn, c_fc and the
+// c_proj weights and wte, its vocabulary padded to a multiple of tp, are cut; the rest replicated).
+static double psi_per_tp_rank(int tp) {
+  nn::GPT model(kConfig, kSeed);
+  double psi = 0;
+  for (const auto& [name, p] : model.named_parameters()) {
+    const bool bias = name.find(".bias") != std::string::npos;
+    const bool cut = name == "wte.weight" || name.find("c_attn") != std::string::npos ||
+                     name.find("c_fc") != std::string::npos || (name.find("c_proj") != std::string::npos && !bias);
+    const double numel = name == "wte.weight"
+                             ? static_cast<double>((kConfig.vocab_size + tp - 1) / tp * tp * kConfig.n_embd)
+                             : static_cast<double>(p.numel());
+    psi += cut ? numel / tp : numel;
+  }
+  return psi;
+}
+
+// The data-parallel groups' bytes per rank and step from the formulas in the header (KiB); < 0: none (pp > 1).
+static double dp_formula_kib(const parallel::TrainPlan& plan) {
+  const auto& par = plan.parallelism;
+  if (par.pp > 1) return -1;
+  const double bytes = 4 * psi_per_tp_rank(par.tp);
+  const int zero = plan.zero();
+  double sent = 0;
+  if (zero == 0) {
+    const double d = par.dp_replicate;
+    sent = 2 * (d - 1) / d * bytes;
+  } else if (zero < 3) {
+    const double n = par.dp_shard;
+    sent = 2 * (n - 1) / n * bytes;
+  } else {
+    const double n = static_cast<double>(par.dp_shard) * par.cp, r = par.dp_replicate;
+    sent = 3 * (n - 1) / n * bytes + 2 * (r - 1) / r * bytes / n;
+  }
+  return sent / 1024.0;
 }
 
 struct Measured {
@@ -191,7 +243,8 @@ static Measured run_layout(const nn::TokenStream& data, const parallel::TrainPla
 int main(int argc, char** argv) {
   int steps = 5, warmup = 2;
   std::string layouts =
-      "dp8,fsdp8,dp2xpp4,dp4xtp2,dp2xpp2xtp2,dp2xpp2xtp2_zero1,dp2xtp2xcp2,pp2xtp2xcp2,pp2xtp2xcp2_sp";
+      "dp8,fsdp8,dp2xpp4,dp4xtp2,dp2xpp2xtp2,dp2xpp2xtp2_zero1,dp2xtp2xcp2,pp2xtp2xcp2,pp2xtp2xcp2_sp,"
+      "dp2xtp2,fsdp2xtp2,fsdp4xtp2,rep2xfsdp2xtp2,fsdp2xcp2,fsdp4xcp2,dp2xtp2_zero2,rep2xfsdp2xcp2xtp2";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--steps")
@@ -206,7 +259,7 @@ int main(int argc, char** argv) {
     }
   }
   if (parallel::under_mpirun()) {
-    std::fprintf(stderr, "nd_parallel: runs its own thread ranks (world 8); run it without mpirun\n");
+    std::fprintf(stderr, "nd_parallel: runs its own thread ranks (worlds 4 to 16); run it without mpirun\n");
     return 2;
   }
   set_num_threads(1);
@@ -234,15 +287,19 @@ int main(int argc, char** argv) {
                                                                    par.pp, plan.micro_batches, 1)
                               : 0.0;
     auto kib = [&](const char* g) { return m.sent_kib.count(g) ? m.sent_kib.at(g) : 0.0; };
+    const double formula = dp_formula_kib(plan);
+    char formula_json[64] = "null, \"dp_over_formula\": null";
+    if (formula > 0)
+      std::snprintf(formula_json, sizeof formula_json, "%.1f, \"dp_over_formula\": %.3f", formula, kib("dp") / formula);
     std::printf(
-        "{\"bench\": \"nd_parallel\", \"layout\": \"%s\", \"world\": %d, \"micro_batches\": %d, "
+        "{\"bench\": \"nd_parallel\", \"layout\": \"%s\", \"plan\": \"%s\", \"world\": %d, \"micro_batches\": %d, "
         "\"median_ms\": %.2f, \"serial_median_ms\": %.2f, \"speedup\": %.3f, \"cpu_ms\": %.2f, \"serial_cpu_ms\": "
         "%.2f, "
         "\"sent_kib\": {\"dp\": %.1f, \"pp\": %.1f, \"tp\": %.1f, \"cp\": %.1f}, \"sent_kib_total\": %.1f, "
-        "\"max_rank_sent_kib\": %.1f, \"bubble_formula\": %.3f}\n",
-        name.c_str(), par.world_size(), plan.micro_batches, m.median_ms, serial, serial / m.median_ms, m.cpu_ms,
-        serial_cpu, kib("dp"), kib("pp"), kib("tp"), kib("cp"), kib("dp") + kib("pp") + kib("tp") + kib("cp"),
-        m.max_rank_kib, bubble);
+        "\"dp_formula_kib\": %s, \"max_rank_sent_kib\": %.1f, \"bubble_formula\": %.3f}\n",
+        name.c_str(), plan.name().c_str(), par.world_size(), plan.micro_batches, m.median_ms, serial,
+        serial / m.median_ms, m.cpu_ms, serial_cpu, kib("dp"), kib("pp"), kib("tp"), kib("cp"),
+        kib("dp") + kib("pp") + kib("tp") + kib("cp"), formula_json, m.max_rank_kib, bubble);
     std::fflush(stdout);
   }
   return 0;
