@@ -2,8 +2,10 @@
 // stages, each chunk cut over tp and cp), with dp around it, through parallel::Trainer, against an
 // INDEPENDENT serial nn::GPT + nn::AdamW (lr 1e-2, weight decay 0.1, eps 1e-6): the loss of each of
 // 3 steps, the gathered gradients of the last step (before its update) and the parameters after it,
-// within rtol 1e-5, atol 4e-5. One table of layouts, world <= 8: every pair of dp, pp, tp and cp,
-// 3-way ones, CP zigzag under TP with SP, ZeRO-1 and clipping. Then the refusals.
+// within rtol 1e-5, atol 4e-5, and the strategy's gradient norm over the mesh. One table of layouts,
+// world <= 16: every pair of dp, pp, tp and cp, 3-way ones, CP zigzag under TP with SP, ZeRO-1 and
+// clipping; then the Accelerate guide's FSDP / HSDP over tp, cp and pp (sharded over dp_shard x cp),
+// ZeRO-2 over tp and cp, and two world-16 layouts. Then memory per rank and the refusals.
 //
 // What makes it able to fail:
 //   * a loss-masked stream whose rows count unequal numbers of targets, so sequence shards and
@@ -395,11 +397,11 @@ TEST(NdParallel, RefusalsNameTheirValues) {
   zero1_offload.offload = true;
   expect_error([&] { zero1_offload.validate(4); }, "--offload with --zero 1 over a cut model (pp, tp or cp > 1)");
   NdCase fsdp_zero_bubble{.name = "fsdp_zb", .dp = 2, .pp = 2, .zero = 3, .micro_batches = 2, .schedule = "zero-bubble"};
-  expect_error([&] { plan_of(fsdp_zero_bubble).validate(4); }, "FSDP with the zero-bubble schedule");
+  expect_error([&] { plan_of(fsdp_zero_bubble).validate(4); }, "the zero-bubble schedule's W actions would fill a unit's weight gradients");
   NdCase fsdp_interleaved{.name = "fsdp_interleaved", .dp = 2, .pp = 2, .zero = 3, .micro_batches = 2,
                           .schedule = "interleaved", .virtual_stages = 2, .n_layer = 4};
   expect_error([&] { plan_of(fsdp_interleaved).validate(4); },
-               "FSDP with the interleaved schedule (virtual_stages 2) is not supported");
+               "FSDP shards one chunk per rank; the interleaved schedule (virtual_stages 2) gives each rank several");
   NdCase sp{.name = "sp", .tp = 4, .cp = 2, .sp = true};
   nn::GPTConfig config = config_of(sp);
   config.block_size = 12;

@@ -39,11 +39,11 @@ TEST(TrainOptions, BadCombinationsAreUsageErrors) {
            {"--dp-replicate 2 --dp-shard 2 --naive-dp",
             "--naive-dp is the classic DataParallel; it cannot be combined with --zero or HSDP"},
            {"--dp-replicate 2 --dp-shard 2 --zero 2",
-            "HSDP (--dp-replicate/--dp-shard) shards like ZeRO-3; --zero 2 cannot be combined with it"},
+            "--dp-replicate/--dp-shard shard like ZeRO-3 (FSDP, HSDP); --zero 2 cannot be combined with it"},
            {"--compare-serial",
             "--compare-serial compares a data-parallel run with the serial one: add --dp N, --zero or HSDP"},
            {"--dp 2 --device cuda", "--dp and --zero run on CPU ranks only (--device cpu)"},
-           {"--dp-replicate 2", "--dp-replicate and --dp-shard go together"},
+           {"--dp-replicate 2", "--dp-replicate 2 replicates FSDP's shards (HSDP): add --dp-shard S (plain replicas: --dp N)"},
            {"--dp 3 --dp-replicate 2 --dp-shard 2", "--dp 3 != --dp-replicate 2 x --dp-shard 2"},
            {"--dp 3 --batch-size 10", "--batch-size 10 must be micro-batch rows x 1 micro-batches x dp_replicate 3 x dp_shard 1, but 10 % 3 = 1"},
            {"--dp 2 --micro-batches 4 --batch-size 12", "--batch-size 12 must be micro-batch rows x 4 micro-batches x dp_replicate 2 x dp_shard 1, but 12 % 8 = 4"},
@@ -106,6 +106,9 @@ TEST(TrainOptions, ValidCombinationsParse) {
   EXPECT_EQ(usage_error("--dp-replicate 2 --dp-shard 2 --cp 2 --tp 2", &o), "");
   EXPECT_EQ(o.world(), 16);
   EXPECT_EQ(usage_error("--dp 2 --tp 2 --zero 2", &o), "");
+  EXPECT_EQ(usage_error("--dp-shard 4 --tp 2", &o), "");  // --dp-shard alone: FSDP over 4, as HSDP with R 1
+  EXPECT_EQ(o.dp_replicate, 1);
+  EXPECT_EQ(o.world(), 8);
   EXPECT_EQ(usage_error("--cp 2 --cp-balance none --cp-variant allgather --stage-layers 1 --pp 1", &o),
             "--schedule, --virtual-stages, --stage-layers and --trace are pipeline flags: add --pp N");
 }

@@ -60,7 +60,9 @@ inline const char* const kUsage = R"(usage: train [flags]
   --profile                 print time per op kind: forward, backward, optimizer (serial runs only)
   --dp N                    data-parallel ranks (threads; under mpirun: the processes), default 1
   --zero 0|1|2|3            0: DDP (default), 1/2: ZeRO optimizer (and gradient) sharding, 3: FSDP
-  --dp-replicate R --dp-shard S   HSDP: FSDP within S ranks, replicated R times (world R x S)
+  --dp-replicate R --dp-shard S   HSDP: FSDP within S ranks, replicated R times (world R x S);
+                            --dp-shard S alone: FSDP over S (as --dp S --zero 3). Over a pp, tp or
+                            cp cut FSDP shards each rank's part over dp_shard x cp
   --offload                 ZeRO-1/2/3: optimizer state and update on the host
   --naive-dp                the classic DataParallel (rank 0 scatters, gathers and steps)
   --pp N                    pipeline stages (world = dp x pp x tp x cp; pp, tp and cp combine)
@@ -246,7 +248,9 @@ inline void check_run_flags(const Options& o) {
 
 // Layout flags that cannot go together, refused before any data is read.
 inline void check_layout_flags(const Options& o) {
-  if ((o.dp_replicate > 0) != (o.dp_shard > 0)) throw UsageError{"--dp-replicate and --dp-shard go together"};
+  if (o.dp_replicate > 0 && o.dp_shard == 0)
+    throw UsageError{"--dp-replicate " + std::to_string(o.dp_replicate) +
+                     " replicates FSDP's shards (HSDP): add --dp-shard S (plain replicas: --dp N)"};
   if (o.dp_replicate > 0 && o.dp > 1 && o.dp != o.data_parallel())
     throw UsageError{"--dp " + std::to_string(o.dp) + " != --dp-replicate " + std::to_string(o.dp_replicate) +
                      " x --dp-shard " + std::to_string(o.dp_shard)};
@@ -288,7 +292,7 @@ inline void check_layout_flags(const Options& o) {
   if (o.naive_dp && (o.zero > 0 || o.dp_replicate > 0))
     throw UsageError{"--naive-dp is the classic DataParallel; it cannot be combined with --zero or HSDP"};
   if (o.dp_replicate > 0 && (o.zero == 1 || o.zero == 2))
-    throw UsageError{"HSDP (--dp-replicate/--dp-shard) shards like ZeRO-3; --zero " + std::to_string(o.zero) +
+    throw UsageError{"--dp-replicate/--dp-shard shard like ZeRO-3 (FSDP, HSDP); --zero " + std::to_string(o.zero) +
                      " cannot be combined with it"};
   if (o.compare_serial && !o.parallel())
     throw UsageError{"--compare-serial compares a data-parallel run with the serial one: add --dp N, --zero or HSDP"};
@@ -326,6 +330,7 @@ inline Options parse(int argc, char** argv) {
     }
   }
   o.seed = static_cast<uint64_t>(seed);
+  if (o.dp_shard > 0 && o.dp_replicate == 0) o.dp_replicate = 1;  // --dp-shard S alone: FSDP over S (HSDP with R 1)
   check_run_flags(o);
   check_layout_flags(o);
   return o;

@@ -9,11 +9,12 @@ void check_fsdp_cut(const ParallelismConfig& c, const PipelineOptions& options, 
   SL_CHECK(!offload, "FSDP over a cut model: ", c.str(), ": --offload with pp, tp or cp is not supported (FSDP ",
            "offloads the whole model only)");
   if (c.pp == 1) return;
-  const ScheduleKind kind = options.schedule;
-  SL_CHECK(options.virtual_stages == 1 && kind != ScheduleKind::interleaved && kind != ScheduleKind::zero_bubble,
-           "FSDP over pipeline stages: ", c.str(), ": FSDP with the ", schedule_name(kind),
-           " schedule (virtual_stages ", options.virtual_stages, ") is not supported: use naive, gpipe or 1f1b with ",
-           "one chunk per stage (zero-bubble's W actions would fill a unit's gradients after its next forward)");
+  SL_CHECK(options.virtual_stages == 1 && options.schedule != ScheduleKind::interleaved, "FSDP over pipeline stages: ",
+           c.str(), ": FSDP shards one chunk per rank; the interleaved schedule (virtual_stages ",
+           options.virtual_stages, ") gives each rank several: use naive, gpipe or 1f1b");
+  SL_CHECK(options.schedule != ScheduleKind::zero_bubble, "FSDP over pipeline stages: ", c.str(),
+           ": the zero-bubble schedule's W actions would fill a unit's weight gradients after the unit's next ",
+           "forward has resharded it: use naive, gpipe or 1f1b");
 }
 
 FsdpNdRunner::FsdpNdRunner(const nn::GPTConfig& config, uint64_t seed, const DeviceMesh& mesh, const NdOptions& options)
