@@ -13,14 +13,15 @@
 //   another rank; positions are global, so each rank embeds its own wpe rows.
 //
 //   Gradients: every parameter is replicated over cp (placement replicated). Each rank's backward
-//   gives the gradient of ITS tokens' part of the loss, so finish_gradients() SUMS them over cp;
+//   gives the gradient of ITS tokens' part of the loss, so gradient_sums() SUMS them over cp;
 //   the weight dp / C undoes the trainer's average over dp. Summed over cp and averaged over dp,
 //   the gradient is the serial model's.
 //
-//   With DDP over dp (the trainer), finish_gradients must run after DDP's all-reduce has finished
-//   (synchronize()): the two sums commute, but not with a bucket still in flight. Equivalently, DDP
-//   over the "dp_cp" group with the weight dp·cp / C makes finish_gradients unnecessary (Megatron's
-//   and torchtitan's way: one all-reduce over dp × cp).
+//   With DDP over dp (the trainer), the sum runs after DDP's all-reduce has finished (synchronize()):
+//   the two commute, but not with a bucket still in flight. Equivalently, DDP over the "dp_cp" group
+//   with the weight dp·cp / C makes the sum unnecessary (Megatron's and torchtitan's way: one
+//   all-reduce over dp × cp); FSDP over a cp cut does exactly that with its reduce-scatter over
+//   dp_shard × cp (parallel/nd/fsdp_nd_runner.h), and ZeRO-2 sums its gradient shards over cp.
 //
 //   Activation memory per rank: T/cp tokens through every layer, one [T/cp]² score block at a time
 //   (tests: 0.89 / 0.40 / 0.19 MiB at cp 2 / 4 / 8 where the serial GPT peaks at 4.71 MiB, T 256).

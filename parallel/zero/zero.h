@@ -27,6 +27,7 @@
 //   zero_reducer.h      ZeRO-2's gradient buckets, filled and reduce-scattered during backward
 //   fsdp_unit.h         one FSDP unit: gather, free, reduce-scatter
 //   fsdp.h              FullyShardedGPT: units, hooks, HSDP, offload
+//   sharded_gradients.h a cut model's gradient sums and clip placements, applied to gradient shards
 //   zero_strategies.h   ZeRO-1/2 and FSDP/HSDP as the Trainer's DataParallelStrategy
 //
 //   Lesson: lessons/06_zero.cpp
@@ -35,5 +36,6 @@
 #include "parallel/zero/flat_params.h"
 #include "parallel/zero/fsdp.h"
 #include "parallel/zero/sharded_adamw.h"
+#include "parallel/zero/sharded_gradients.h"
 #include "parallel/zero/zero_adamw.h"
 #include "parallel/zero/zero_strategies.h"
