@@ -279,6 +279,34 @@ TEST(NdParallel, LoadsTheSerialWeightsAndGathersThemBack) {
       quick(10000));
 }
 
+// Bytes one rank holds after 2 steps of `c` through train's runner, beyond what it held before the
+// Trainer was built: weights, gradients, optimizer state (the ledger), and its pp rank.
+struct HeldModelStates {
+  int64_t weights = 0, grads = 0, optimizer = 0;
+  int stage = 0;
+};
+HeldModelStates held_after_two_steps(RankContext& ctx, const NdCase& c) {
+  MemoryLedger& ledger = MemoryLedger::instance();
+  auto now = [&](MemoryCategory cat) { return ledger.current(ctx.device, cat); };
+  const int64_t weights0 = now(MemoryCategory::weights), grads0 = now(MemoryCategory::grads),
+                optimizer0 = now(MemoryCategory::optimizer);
+  const TrainPlan plan = plan_of(c);
+  Trainer trainer(
+      ctx, plan, [&](const DeviceMesh& mesh) { return make_model_runner(plan, config_of(c), kSeed, {}, mesh); },
+      parity_adamw());
+  const nn::TokenStream data = masked_tokens();
+  for (int s = 0; s < 2; ++s) trainer.train_step(data, s, kBatch, kT, parity_adamw().lr, 0);
+  return {now(MemoryCategory::weights) - weights0, now(MemoryCategory::grads) - grads0,
+          now(MemoryCategory::optimizer) - optimizer0, trainer.mesh().pp_rank()};
+}
+
+// Elements of one rank's shard of FSDP units of these sizes over n ranks, each unit padded to a multiple of n.
+int64_t shard_numel(const std::map<std::string, int64_t>& units, int64_t n) {
+  int64_t shard = 0;
+  for (const auto& [unit, numel] : units) shard += (numel + n - 1) / n;
+  return shard;
+}
+
 // FSDP with pp: between steps a rank holds 1/dp_shard of its stage's weights, gradients and AdamW
 // state (16 bytes per element, ZeRO-3's 16Ψ/N with Ψ the stage's), from the ledger. The stage's
 // units are worked out here from a part built from the stage's layer range: wte alone, wpe or ln_f,
@@ -286,40 +314,25 @@ TEST(NdParallel, LoadsTheSerialWeightsAndGathersThemBack) {
 TEST(NdParallel, FsdpStageHoldsItsShareOfTheStage) {
   SL_SKIP_UNLESS_WORLD(4);
   const NdCase c{.name = "pp2_fsdp2", .dp = 2, .pp = 2, .zero = 3, .micro_batches = 2};
-  const nn::TokenStream data = masked_tokens();
   launch(
       4,
       [&](RankContext& ctx) {
-        MemoryLedger& ledger = MemoryLedger::instance();
-        auto now = [&](MemoryCategory cat) { return ledger.current(ctx.device, cat); };
-        const int64_t weights0 = now(MemoryCategory::weights), grads0 = now(MemoryCategory::grads),
-                      optimizer0 = now(MemoryCategory::optimizer);
-        {
-          Trainer trainer(
-              ctx, plan_of(c),
-              [&](const DeviceMesh& mesh) { return make_model_runner(plan_of(c), config_of(c), kSeed, {}, mesh); },
-              parity_adamw());
-          const int stage = trainer.mesh().pp_rank();
-          std::map<std::string, int64_t> units;
-          int64_t stage_numel = 0;
-          {
-            nn::GPT part(config_of(c), kSeed, nn::GPTShardSpec::layers(stage, stage + 1));  // n_layer 2: one each
-            for (const auto& [name, p] : part.named_parameters()) {
-              const std::string unit = name.rfind("h.", 0) == 0 ? name.substr(0, name.find('.', 2))
-                                       : name.rfind("wte.", 0) == 0 ? "wte" : "root";
-              units[unit] += p.numel();
-              stage_numel += p.numel();
-            }
-          }
-          int64_t shard = 0;
-          for (const auto& [unit, numel] : units) shard += (numel + c.dp - 1) / c.dp;
-          for (int s = 0; s < 2; ++s) trainer.train_step(data, s, kBatch, kT, parity_adamw().lr, 0);
-          EXPECT_EQ(now(MemoryCategory::weights) - weights0, 4 * shard) << "stage " << stage;
-          EXPECT_EQ(now(MemoryCategory::grads) - grads0, 4 * shard) << "stage " << stage;
-          EXPECT_EQ(now(MemoryCategory::optimizer) - optimizer0, 8 * shard) << "stage " << stage;
-          // ~1/dp of the unsharded stage's 16 bytes per element (up to each unit's padding)
-          EXPECT_LE(16 * shard, 16 * (stage_numel / c.dp + static_cast<int64_t>(units.size())));
+        const HeldModelStates held = held_after_two_steps(ctx, c);
+        std::map<std::string, int64_t> units;
+        int64_t stage_numel = 0;
+        nn::GPT part(config_of(c), kSeed, nn::GPTShardSpec::layers(held.stage, held.stage + 1));  // n_layer 2: one each
+        for (const auto& [name, p] : part.named_parameters()) {
+          const std::string unit = name.rfind("h.", 0) == 0 ? name.substr(0, name.find('.', 2))
+                                   : name.rfind("wte.", 0) == 0 ? "wte" : "root";
+          units[unit] += p.numel();
+          stage_numel += p.numel();
         }
+        const int64_t shard = shard_numel(units, c.dp);
+        EXPECT_EQ(held.weights, 4 * shard) << "stage " << held.stage;
+        EXPECT_EQ(held.grads, 4 * shard) << "stage " << held.stage;
+        EXPECT_EQ(held.optimizer, 8 * shard) << "stage " << held.stage;
+        // ~1/dp of the unsharded stage's 16 bytes per element (up to each unit's padding)
+        EXPECT_LE(16 * shard, 16 * (stage_numel / c.dp + static_cast<int64_t>(units.size())));
       },
       quick(10000));
 }
@@ -353,31 +366,20 @@ TEST(NdParallel, FsdpOverTpAndCpHoldsItsShareOfTheSlice) {
       units[unit] += sliced ? numel / tp : numel;
     }
   }
-  int64_t shard = 0;
-  for (const auto& [unit, numel] : units) shard += (numel + shards - 1) / shards;
+  const int64_t shard = shard_numel(units, shards);
   const int64_t psi_replicated = psi - (psi_sliced - (padded_vocab - config.vocab_size) * config.n_embd);
-  const nn::TokenStream data = masked_tokens();
   launch(
       8,
       [&](RankContext& ctx) {
-        MemoryLedger& ledger = MemoryLedger::instance();
-        auto now = [&](MemoryCategory cat) { return ledger.current(ctx.device, cat); };
-        const int64_t weights0 = now(MemoryCategory::weights), grads0 = now(MemoryCategory::grads),
-                      optimizer0 = now(MemoryCategory::optimizer);
-        {
-          Trainer trainer(
-              ctx, plan_of(c), [&](const DeviceMesh& mesh) { return make_model_runner(plan_of(c), config, kSeed, {}, mesh); },
-              parity_adamw());
-          for (int s = 0; s < 2; ++s) trainer.train_step(data, s, kBatch, kT, parity_adamw().lr, 0);
-          EXPECT_EQ(now(MemoryCategory::weights) - weights0, 4 * shard);
-          EXPECT_EQ(now(MemoryCategory::grads) - grads0, 4 * shard);
-          EXPECT_EQ(now(MemoryCategory::optimizer) - optimizer0, 8 * shard);
-          // 16Ψ/(tp·dp_shard·cp) for the sliced part, the replicated part whole over tp, + padding
-          const double formula = 16.0 * static_cast<double>(psi_sliced) / static_cast<double>(tp * shards) +
-                                 16.0 * static_cast<double>(psi_replicated) / static_cast<double>(shards);
-          EXPECT_GE(16.0 * static_cast<double>(shard), formula);
-          EXPECT_LE(16.0 * static_cast<double>(shard), formula + 16.0 * static_cast<double>(units.size() * shards));
-        }
+        const HeldModelStates held = held_after_two_steps(ctx, c);
+        EXPECT_EQ(held.weights, 4 * shard);
+        EXPECT_EQ(held.grads, 4 * shard);
+        EXPECT_EQ(held.optimizer, 8 * shard);
+        // 16Ψ/(tp·dp_shard·cp) for the sliced part, the replicated part whole over tp, + padding
+        const double formula = 16.0 * static_cast<double>(psi_sliced) / static_cast<double>(tp * shards) +
+                               16.0 * static_cast<double>(psi_replicated) / static_cast<double>(shards);
+        EXPECT_GE(16.0 * static_cast<double>(shard), formula);
+        EXPECT_LE(16.0 * static_cast<double>(shard), formula + 16.0 * static_cast<double>(units.size() * shards));
       },
       quick(10000));
 }

@@ -62,16 +62,6 @@ Tensor parallel_embed(nn::GPT& g, const Tensor& idx, const Tensor& positions, co
   return tp.sequence_parallel ? scatter_sequence(x, tp.group) : x;                                     // [B, T/t, C]
 }
 
-void sum_partial_gradients(nn::Module& module, const TPGroup& tp) {
-  const nn::NamedTensors params = module.named_parameters();
-  const auto placements = module.named_placements();
-  for (size_t i = 0; i < params.size(); ++i) {
-    const Tensor grad = params[i].second.grad();
-    if (placements[i].second.partial_over == "tp" && grad.defined())
-      tp.group->all_reduce(grad);  // in place: DDP/ZeRO views stay
-  }
-}
-
 Tensor TensorParallelGPT::hidden(const Tensor& idx) {
   SL_CHECK(idx.dim() == 2, "TensorParallelGPT: idx must be [B, T], got ", idx.shape());
   const int64_t T = idx.size(1);
@@ -89,8 +79,6 @@ Tensor TensorParallelGPT::loss(const Tensor& idx, const Tensor& targets) {
   Tensor logits = gpt_->head(hidden(idx));  // ln_f, f / all-gather, x·wte_rᵀ: [B, T, Vp/t]
   return vocab_parallel_cross_entropy(logits, targets, vocab_, tp_.group);
 }
-
-void TensorParallelGPT::finish_gradients() { sum_partial_gradients(*gpt_, tp_); }
 
 // A piece -> the serial tensor. Dim-0 shards stack in rank order, except c_attn, whose rows are
 // [q_r | k_r | v_r] per rank; dim-1 shards go side by side; wte loses its padding rows.

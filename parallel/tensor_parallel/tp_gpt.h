@@ -15,7 +15,7 @@
 //     attn.c_proj.weight, mlp.c_proj.weight  sharded(1, "tp")
 //     c_proj biases, LayerNorms, wpe         replicated
 //   Under SP the LayerNorms and the c_proj biases act on T/t rows, so each rank's gradient is a
-//   partial sum (with_partial_grad("tp")): finish_gradients() all-reduces them over tp, or the
+//   partial sum (with_partial_grad("tp")): the runner's gradient_sums() adds them over tp, or the
 //   replicas drift apart step after step (Megatron #1446, gpt-neox #1257).
 //
 //   Memory per rank: weights L·(12C²/t + 7C/t + 6C) + (Vp/t)·C + block_size·C + 2C floats (the
@@ -50,8 +50,6 @@ void check_tensor_parallel(const nn::GPTConfig& config, int tp, bool sequence_pa
 // vocab-parallel wte + wpe [B, T, C], then under SP this rank's rows [B, T/t, C].
 Tensor parallel_embed(nn::GPT& part, const Tensor& ids, const Tensor& positions, const TPGroup& tp,
                       const VocabRange& vocab);
-// Under SP: sums the partial gradients (placement partial_over "tp") of `module` over tp, in place.
-void sum_partial_gradients(nn::Module& module, const TPGroup& tp);
 // A piece -> the serial tensor (collective over tp when sharded; a clone otherwise), and the
 // inverse (no communication). wte is cut by vocabulary rows (padding stripped / zero-filled).
 Tensor gather_piece(const std::string& name, const Tensor& piece, const nn::Placement& placement, const TPGroup& tp,
@@ -70,9 +68,6 @@ class TensorParallelGPT {
   Tensor loss(const Tensor& idx, const Tensor& targets);
   // The hidden states after the blocks, before ln_f: [B, T, C] ([B, T/t, C] under SP).
   Tensor hidden(const Tensor& idx);
-
-  // Under SP: sums the partial gradients (LayerNorms, c_proj biases) over tp, in place.
-  void finish_gradients();
 
   nn::GPT& gpt() { return *gpt_; }
   const TPGroup& tp() const { return tp_; }

@@ -37,7 +37,6 @@ void check_model_runner(const TrainPlan& plan, const nn::GPTConfig& config) {
     split_layers(config.n_layer, c.pp * options.virtual_stages, options.stage_layers);
   }
   check_nd_layout(config, c.tp, c.cp, nd_options(plan));  // tp's, cp's, and both at once
-  if (plan.dp_strategy == DpStrategy::fsdp) check_fsdp_cut(c, pipeline_options(plan), plan.offload);
 }
 
 std::unique_ptr<ModelRunner> make_model_runner(const TrainPlan& plan, const nn::GPTConfig& config, uint64_t seed,

@@ -72,7 +72,6 @@ FullyShardedGPT::FullyShardedGPT(nn::GPT& model, ProcessGroupPtr shard_group, Pr
     if (model.wte) {
       units_.push_back(FsdpUnit::make("wte", with_prefix("wte.", model.wte->named_parameters()), shard_group_,
                                       replicate_group_, fsdp));
-      tied_wte_ = !model.spec().has_embedding();  // the head's copy: its elements are counted on the first stage
       around_part.push_back(units_.back());
     }
     nn::NamedTensors root;
@@ -144,17 +143,14 @@ void FullyShardedGPT::finish_backward() {
 
 // ---- the optimizer side: everything on shards ----------------------------------------------------
 
-double FullyShardedGPT::clip_grad_norm(double max_norm, const ProcessGroupPtr& stage_group) {
+double FullyShardedGPT::clip_grad_norm(double max_norm) {
   SL_CHECK(max_norm > 0, "FullyShardedGPT::clip_grad_norm: max_norm must be positive (got ", max_norm, ")");
   finish_backward();
   // Shards of one replica partition the gradient (padding is zero; replicas hold equal copies, so
   // each computes the same total): every rank counts its shards, the shard group adds them.
   std::vector<nn::GradPiece> pieces;
-  for (const auto& unit : units_) pieces.push_back({unit->grad_shard(), !(tied_wte_ && unit->name() == "wte")});
-  if (!stage_group) return nn::clip_grad_norm(pieces, max_norm, sum_in_rank_order(shard_group_));
-  // A pipeline stage: this replica's stages add their sums too (the same order on every rank).
-  auto over_shards = sum_in_rank_order(shard_group_), over_stages = sum_in_rank_order(stage_group);
-  return nn::clip_grad_norm(pieces, max_norm, [&](double local) { return over_stages(over_shards(local)); });
+  for (const auto& unit : units_) pieces.push_back({unit->grad_shard(), true});
+  return nn::clip_grad_norm(pieces, max_norm, sum_in_rank_order(shard_group_));
 }
 
 void FullyShardedGPT::step() {

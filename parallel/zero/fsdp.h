@@ -30,8 +30,7 @@
 //   A part of the GPT (an nn::GPT over layers [b, e), nn::GPTShardSpec) is wrapped the same way:
 //   units wte (its own, where the part holds it), root = {wpe} or {ln_f}, then h.b .. h.{e-1}, hooked
 //   on forward_part and the blocks as whoever runs the part calls them; each backward reduce-scatters
-//   into the shards, which add up until zero_grad. A part that holds the head's tied copy of wte
-//   (no embedding) counts that unit out of clip_grad_norm's sum. A tensor-parallel part's slices
+//   into the shards, which add up until zero_grad. A tensor-parallel part's slices
 //   are flattened as they are. parallel/nd/fsdp_nd_runner.h shards every N-D cut this way
 //   (torchtitan's pp x dp_shard, FSDP + TP, FSDP + CP over dp_shard x cp).
 //
@@ -96,10 +95,10 @@ class FullyShardedGPT {
   Tensor loss(const Tensor& idx, const Tensor& targets);  // mean cross-entropy of this rank's rows
 
   // Global L2 norm of the gradient (local sum of squares -> all-reduce over the shard group -> sqrt),
-  // then nn::clip_grad_norm's rule on the shards. Returns the norm before clipping. stage_group: a
-  // model part's peers holding the other parts (a pipeline's pp group): their sums are added too,
-  // a tied wte copy counted once.
-  double clip_grad_norm(double max_norm, const ProcessGroupPtr& stage_group = nullptr);
+  // then nn::clip_grad_norm's rule on the shards. Returns the norm before clipping. The norm of
+  // the whole model; over a part (a pipeline stage, a tp slice) the pieces count as their
+  // parameters' placements say over the mesh: FsdpStrategy (zero_strategies.h) clips those.
+  double clip_grad_norm(double max_norm);
   void step();       // AdamW (nn::adamw_update's bits) on every unit's shard
   void zero_grad();  // zeroes the gradient shards
 
@@ -135,7 +134,6 @@ class FullyShardedGPT {
   ProcessGroupPtr shard_group_, replicate_group_;
   std::vector<std::shared_ptr<FsdpUnit>> units_;  // root (a part: wte, root), then the blocks from first_block_
   size_t first_block_ = 0;
-  bool tied_wte_ = false;  // a last pipeline stage's part: its "wte" unit is the head's tied copy
 };
 
 }  // namespace sl::parallel

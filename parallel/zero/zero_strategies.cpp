@@ -89,9 +89,9 @@ std::vector<NamedShard> FsdpStrategy::shards() const {
 
 void FsdpStrategy::finish_gradients(ModelRunner& runner) {
   if (!cut_) return;  // the whole model: the reduce-scatters did it all
+  const std::vector<NamedShard> all = shards();
   for (const GradientSum& sum : runner.gradient_sums())
-    if (std::find(shard_dims_.begin(), shard_dims_.end(), sum.over) == shard_dims_.end())
-      sum_over_shards(shards(), sum);
+    if (std::find(shard_dims_.begin(), shard_dims_.end(), sum.over) == shard_dims_.end()) sum_over_shards(all, sum);
 }
 
 double FsdpStrategy::clip_grad_norm(double max_norm) {
