@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "autograd/checkpoint.h"
 #include "autograd/grad_mode.h"
 
 namespace sl::nn {
@@ -13,6 +14,23 @@ void GPTConfig::validate() const {
            n_layer, ", n_head ", n_head, ", n_embd ", n_embd, ")");
   SL_CHECK(n_embd % n_head == 0, "GPTConfig: n_embd (", n_embd, ") is not divisible by n_head (", n_head, ")");
   SL_CHECK(dropout >= 0 && dropout < 1, "GPTConfig: dropout must be in [0, 1) (got ", dropout, ")");
+  SL_CHECK(recompute == Recompute::none || recompute == Recompute::selective || recompute == Recompute::full,
+           "GPTConfig: recompute ", static_cast<int>(recompute), " is not none, selective or full");
+}
+
+const char* recompute_name(Recompute recompute) {
+  switch (recompute) {
+    case Recompute::none: return "none";
+    case Recompute::selective: return "selective";
+    case Recompute::full: return "full";
+  }
+  return "?";
+}
+
+Recompute parse_recompute(const std::string& name) {
+  for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full})
+    if (name == recompute_name(r)) return r;
+  throw Error("recompute: '" + name + "' is not one of none, selective, full");
 }
 
 // ---- tensor-parallel slices ------------------------------------------------------------------------
@@ -46,7 +64,10 @@ std::shared_ptr<Linear> sliced_linear(int64_t in, int64_t out, const std::vector
 // ---- attention --------------------------------------------------------------------------------------
 
 CausalSelfAttention::CausalSelfAttention(const GPTConfig& config, const InitOptions& init, const GPTShardSpec& spec)
-    : n_head(config.n_head), head_size(config.n_embd / config.n_head), dropout_(config.dropout) {
+    : n_head(config.n_head),
+      head_size(config.n_embd / config.n_head),
+      dropout_(config.dropout),
+      recompute_(config.recompute) {
   InitOptions proj_init = init;
   proj_init.std = init.std / std::sqrt(2.0 * static_cast<double>(config.n_layer));
   if (spec.tp_size > 1) {  // whole heads of q, k and v: the same rows of each third of c_attn
@@ -70,17 +91,21 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   auto heads = [&](const Tensor& t) { return t.reshape({B, T, NH, HS}).transpose(1, 2); };  // [B, NH, T, HS]
   Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
   Tensor y;
-  if (core) {
-    y = core(q, k, v);  // [B, NH, T, HS]
-  } else {
-    // softmax(q k^T / sqrt(HS)) with the future masked out, as one fused op: the same numbers as
-    // softmax(masked_fill(att * scale, causal_mask(T), -inf)) in a third of the passes.
-    Tensor att = causal_softmax(matmul(q, k, false, true), 1.0 / std::sqrt(static_cast<double>(HS)));  // [B, NH, T, T]
-    att = dropout(att, dropout_, is_training());
-    y = matmul(att, v);  // [B, NH, T, HS]
-  }
+  if (recompute_ == Recompute::selective)  // keep q, k, v; rerun the core in backward
+    y = checkpoint([this](const TensorList& in) { return TensorList{attention(in[0], in[1], in[2])}; }, {q, k, v})[0];
+  else
+    y = attention(q, k, v);  // [B, NH, T, HS]
   y = y.transpose(1, 2).reshape({B, T, width});  // heads side by side again
   return (*c_proj)(dropout(y, dropout_, is_training()));
+}
+
+Tensor CausalSelfAttention::attention(const Tensor& q, const Tensor& k, const Tensor& v) {
+  if (core) return core(q, k, v);
+  // softmax(q k^T / sqrt(HS)) with the future masked out, as one fused op: the same numbers as
+  // softmax(masked_fill(att * scale, causal_mask(T), -inf)) in a third of the passes.
+  Tensor att = causal_softmax(matmul(q, k, false, true), 1.0 / std::sqrt(static_cast<double>(head_size)));  // [B, NH, T, T]
+  att = dropout(att, dropout_, is_training());
+  return matmul(att, v);  // [B, NH, T, HS]
 }
 
 // ---- MLP and block -------------------------------------------------------------------------------------
@@ -100,7 +125,8 @@ MLP::MLP(const GPTConfig& config, const InitOptions& init, const GPTShardSpec& s
 
 Tensor MLP::forward(const Tensor& x) { return (*c_proj)(gelu((*c_fc)(x))); }
 
-Block::Block(const GPTConfig& config, const InitOptions& init, const GPTShardSpec& spec) {
+Block::Block(const GPTConfig& config, const InitOptions& init, const GPTShardSpec& spec)
+    : recompute_(config.recompute) {
   ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(config.n_embd));
   attn = register_module("attn", std::make_shared<CausalSelfAttention>(config, init, spec));
   ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(config.n_embd));
@@ -108,6 +134,11 @@ Block::Block(const GPTConfig& config, const InitOptions& init, const GPTShardSpe
 }
 
 Tensor Block::forward(const Tensor& x) {
+  if (recompute_ == Recompute::full) return checkpoint([this](const Tensor& in) { return body(in); }, x);
+  return body(x);
+}
+
+Tensor Block::body(const Tensor& x) {
   Tensor h = add(x, (*attn)((*ln_1)(x)));
   return add(h, (*mlp)((*ln_2)(h)));
 }

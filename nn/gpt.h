@@ -29,6 +29,16 @@
 
 namespace sl::nn {
 
+// Activation recomputation (autograd/checkpoint.h), per block, in every layout that runs the blocks:
+//   none        every op keeps what its backward reads: about sbh(34 + 5as/h) per layer in Korthikanti
+//               et al.'s 2-byte accounting (s = T, b = B, h = C, a = NH)
+//   selective   the attention core (q kᵀ, softmax, dropout, · v) is rerun in backward: its T×T terms
+//               (5as/h) are not kept
+//   full        each Block keeps only its input [B, T, C] and reruns its forward in backward
+enum class Recompute : uint8_t { none, selective, full };
+const char* recompute_name(Recompute recompute);       // "none", "selective", "full"
+Recompute parse_recompute(const std::string& name);   // throws sl::Error naming the allowed values
+
 struct GPTConfig {
   int64_t vocab_size = 256;
   int64_t block_size = 64;  // the longest context (positions) the model knows
@@ -36,6 +46,7 @@ struct GPTConfig {
   int64_t n_head = 4;
   int64_t n_embd = 128;
   double dropout = 0.0;
+  Recompute recompute = Recompute::none;  // not a weight: any checkpoint loads under any mode
   void validate() const;  // throws naming the values that do not fit together
 };
 
@@ -79,7 +90,9 @@ class CausalSelfAttention : public UnaryModule {
   AttentionCore core;  // empty: causal softmax(q kᵀ / sqrt(HS)) v in one fused op, with dropout
 
  private:
+  Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v);  // the core, or the fused default
   double dropout_;
+  Recompute recompute_;
 };
 
 class MLP : public UnaryModule {
@@ -92,10 +105,16 @@ class MLP : public UnaryModule {
 class Block : public UnaryModule {
  public:
   Block(const GPTConfig& config, const InitOptions& init, const GPTShardSpec& spec = {});
+  // x + attn(ln_1(x)), then + mlp(ln_2(·)); under Recompute::full inside a checkpoint, so the
+  // block's hooks (FSDP's gathers) stay outside it and run once.
   Tensor forward(const Tensor& x) override;
   std::shared_ptr<LayerNorm> ln_1, ln_2;
   std::shared_ptr<CausalSelfAttention> attn;
   std::shared_ptr<MLP> mlp;
+
+ private:
+  Tensor body(const Tensor& x);
+  Recompute recompute_;
 };
 
 class GPT : public Module {

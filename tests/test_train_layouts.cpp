@@ -116,6 +116,43 @@ TEST_P(TrainLayouts, SavesTheSerialFileWithTheSameBytesEveryRun) {
   for (const std::string& file : files) std::remove(file.c_str());
 }
 
+// --recompute selective and full rerun parts of each block in backward instead of keeping their
+// activations (autograd/checkpoint.h): in every layout the same losses and the same saved bytes as
+// keeping everything, because the rerun computes the same values and the same gradients.
+std::string saved_bytes_with(const std::string& args, const std::string& recompute, std::vector<double>* losses) {
+  const std::string file = temp_path("recompute_" + recompute + ".safetensors"), log = temp_path("recompute.jsonl");
+  CliRun run = run_train(args + " --seed 9 --recompute " + recompute + " --save " + file + " --log-jsonl " + log);
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  std::string bytes = read_file(file);
+  *losses = logged_losses(log);
+  std::remove(file.c_str());
+  std::remove(log.c_str());
+  return bytes;
+}
+
+void expect_recompute_changes_no_byte(const std::string& args) {
+  std::vector<double> kept_losses, losses;
+  const std::string kept = saved_bytes_with(args, "none", &kept_losses);
+  ASSERT_FALSE(kept.empty());
+  ASSERT_EQ(kept_losses.size(), 3u);
+  for (const std::string mode : {"selective", "full"}) {
+    EXPECT_TRUE(saved_bytes_with(args, mode, &losses) == kept) << args << " --recompute " << mode << " saved other bytes";
+    EXPECT_EQ(losses, kept_losses) << args << " --recompute " << mode << " logged other losses";
+  }
+}
+
+TEST_P(TrainLayouts, RecomputingChangesNoByte) {
+  expect_recompute_changes_no_byte(base_args(*corpus_) + " " + GetParam().args);
+}
+
+// The interleaved schedule needs 2 chunks per stage: 4 layers, so outside the 2-layer suite above.
+TEST(TrainRecompute, TheInterleavedScheduleRecomputesEachChunkPerMicroBatch) {
+  const std::string corpus = write_corpus("recompute_corpus.txt");
+  expect_recompute_changes_no_byte(base_args(corpus) +
+                                   " --n-layer 4 --pp 2 --schedule interleaved --virtual-stages 2 --micro-batches 2");
+  std::remove(corpus.c_str());
+}
+
 INSTANTIATE_TEST_SUITE_P(Layouts, TrainLayouts,
                          testing::Values(Layout{"ddp", "--dp 2"}, Layout{"naive", "--dp 3 --naive-dp"},
                                          Layout{"zero1", "--dp 3 --zero 1"}, Layout{"zero2", "--dp 2 --zero 2"},
@@ -125,6 +162,7 @@ INSTANTIATE_TEST_SUITE_P(Layouts, TrainLayouts,
                                          Layout{"hsdp", "--dp-replicate 2 --dp-shard 2"},
                                          Layout{"pp2_1f1b", "--pp 2 --micro-batches 3", true},
                                          Layout{"pp2_gpipe_dp2", "--dp 2 --pp 2 --schedule gpipe --micro-batches 2", true},
+                                         Layout{"pp2_zero_bubble", "--pp 2 --schedule zero-bubble --micro-batches 2", true},
                                          Layout{"tp2", "--tp 2", true}, Layout{"tp2_sp_zero1", "--dp 2 --tp 2 --sp --zero 1", true},
                                          Layout{"cp2_zigzag", "--cp 2", true},
                                          Layout{"cp2_allgather_dp2", "--dp 2 --cp 2 --cp-variant allgather --cp-balance none", true},

@@ -132,7 +132,8 @@ void prepare(Run& r) {
     r.stream = o.task == "text" ? nn::TokenStream::from_text_file(o.data)
                                 : nn::TokenStream::from_bin_file(o.data, o.vocab_size);
   }
-  r.config = nn::GPTConfig{o.task == "bin" ? o.vocab_size : 256, r.o.block_size, o.n_layer, o.n_head, o.n_embd, 0.0};
+  r.config = nn::GPTConfig{o.task == "bin" ? o.vocab_size : 256, r.o.block_size, o.n_layer, o.n_head, o.n_embd, 0.0,
+                           nn::parse_recompute(o.recompute)};
   // Read once here; each rank copies the whole file into its replica, and a sharded layout then
   // keeps its rank's shard of it (ZeRO's flat buffer, FSDP's units).
   if (!o.init_from.empty()) r.initial = nn::load_safetensors(o.init_from);

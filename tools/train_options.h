@@ -15,6 +15,7 @@ namespace sl {
 
 struct Options {
   std::string task = "addition", data, device = "cpu", init_from, save, log_jsonl, report_json;
+  std::string recompute = "none";  // activation recomputation (nn::Recompute)
   int64_t vocab_size = 0;  // 0: from the data (256 for addition and text)
   int64_t n_layer = 2, n_head = 4, n_embd = 128, block_size = 0 /* auto */, batch_size = 128, steps = 1500;
   int64_t warmup_steps = 100, eval_every = 500, digits = 2, threads = 2, micro_batches = 1;
@@ -41,6 +42,9 @@ inline const char* const kUsage = R"(usage: train [flags]
   --vocab-size N            vocabulary, 1..65536 (bin only; addition and text use bytes: 256)
   --digits N                operand digits for addition, 1..4 (default 2)
   --n-layer N --n-head N --n-embd N                      the model (default 2, 4, 128)
+  --recompute none|selective|full   activation recomputation: rerun each block's attention core
+                            (selective) or whole forward (full) during backward instead of keeping
+                            its activations; the same gradients, bitwise (default none)
   --block-size N            context length (default: one line for addition, 64 otherwise)
   --batch-size N --steps N  default 128, 1500 (the global batch: rows over every rank and micro-batch)
   --micro-batches M         gradient accumulation: each rank's rows in M backward passes, one
@@ -154,6 +158,7 @@ inline void add_run_flags(FlagTable& flags, Options& o, int64_t& seed) {
   };
   flags["--data"] = text(o.data);
   flags["--init-from"] = text(o.init_from);
+  flags["--recompute"] = choice(o.recompute, {"none", "selective", "full"});
   flags["--save"] = text(o.save);
   flags["--log-jsonl"] = text(o.log_jsonl);
   flags["--report-json"] = text(o.report_json);
