@@ -16,6 +16,8 @@ void GPTConfig::validate() const {
   SL_CHECK(dropout >= 0 && dropout < 1, "GPTConfig: dropout must be in [0, 1) (got ", dropout, ")");
   SL_CHECK(recompute == Recompute::none || recompute == Recompute::selective || recompute == Recompute::full,
            "GPTConfig: recompute ", static_cast<int>(recompute), " is not none, selective or full");
+  SL_CHECK(is_floating(param_dtype), "GPTConfig: param_dtype must be floating (f32, bf16, f16, f64), got ",
+           dtype_name(param_dtype));
 }
 
 const char* recompute_name(Recompute recompute) {
@@ -214,6 +216,7 @@ GPT::GPT(const GPTConfig& config, uint64_t seed, const GPTShardSpec& spec) : con
   // Every block draws exactly 12C² numbers: if a layer ever draws more, the counters above are wrong.
   SL_ASSERT(spec_.layer_begin == spec_.layer_end || generator.offset() == block_counter(config, spec_.layer_end));
   if (spec_.has_head(config)) ln_f = register_module("ln_f", std::make_shared<LayerNorm>(config.n_embd));
+  if (config.param_dtype != DType::f32) to(config.param_dtype);  // rounded once, from the f32 draw
 }
 
 Block& GPT::block(int64_t layer) const {

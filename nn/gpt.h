@@ -47,6 +47,11 @@ struct GPTConfig {
   int64_t n_embd = 128;
   double dropout = 0.0;
   Recompute recompute = Recompute::none;  // not a weight: any checkpoint loads under any mode
+  // The parameters' (and so the activations') dtype. Weights are drawn in f32 and rounded once, so
+  // a bf16 model is the f32 model rounded; mixed precision keeps the f32 master copy in the
+  // optimizer (nn::AdamWOptions::master_weights). Matmuls accumulate in f32, softmax, LayerNorm
+  // statistics and the loss compute in f32 (tensor/dtype.h: 16-bit is a storage type).
+  DType param_dtype = DType::f32;
   void validate() const;  // throws naming the values that do not fit together
 };
 

@@ -23,7 +23,9 @@ Tensor& Optimizer::buffer(size_t i, const std::string& name) {
   Tensor& slot = state_[i].buffers[name];
   if (!slot.defined()) {
     MemoryScope scope(MemoryCategory::optimizer);
-    slot = zeros(params_[i].shape(), params_[i].options());
+    // A 16-bit parameter's state is f32 (mixed precision: the moments and the master copy).
+    const DType dtype = is_16bit(params_[i].dtype()) ? DType::f32 : params_[i].dtype();
+    slot = zeros(params_[i].shape(), params_[i].options().with_dtype(dtype));
   }
   return slot;
 }
@@ -99,6 +101,10 @@ AdamW::AdamW(std::vector<Tensor> params, const AdamWOptions& opts) : Optimizer(s
   SL_CHECK(options.beta1 >= 0 && options.beta1 < 1 && options.beta2 >= 0 && options.beta2 < 1,
            "AdamW: betas must be in [0, 1) (got ", options.beta1, ", ", options.beta2, ")");
   SL_CHECK(options.eps >= 0 && lr >= 0, "AdamW: lr (", lr, ") and eps (", options.eps, ") must not be negative");
+  if (!options.master_weights) return;
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i)  // the master copy: the 16-bit weights, exactly, in f32
+    if (is_16bit(params_[i].dtype())) buffer(i, "master").copy_(params_[i]);
 }
 
 void AdamW::step() {
@@ -107,20 +113,27 @@ void AdamW::step() {
     const Tensor& p = params_[i];
     Tensor g = p.grad();
     if (!g.defined()) continue;
-    SL_CHECK(p.dtype() == DType::f32 && g.dtype() == DType::f32, "AdamW: parameter ", i, " is ", dtype_name(p.dtype()),
-             " with a ", dtype_name(g.dtype()),
-             " gradient; AdamW keeps f32 parameters (use an "
-             "f32 master copy for mixed precision)");
+    const bool mixed = is_16bit(p.dtype()) && options.master_weights;
+    SL_CHECK(p.dtype() == DType::f32 || mixed, "AdamW: parameter ", i, " is ", dtype_name(p.dtype()), " with a ",
+             dtype_name(g.dtype()), " gradient; AdamW keeps f32 parameters (for mixed precision, set ",
+             "AdamWOptions::master_weights: an f32 master copy per 16-bit parameter)");
+    SL_CHECK(g.dtype() == DType::f32 || (mixed && is_16bit(g.dtype())), "AdamW: parameter ", i, " (",
+             dtype_name(p.dtype()), ") has a ", dtype_name(g.dtype()), " gradient");
     int64_t t = ++state_[i].step;
     SL_CHECK(g.device() == p.device(), "AdamW: parameter ", i, " is on ", p.device(), " but its gradient on ",
              g.device());
+    // Mixed precision: the update runs on the f32 master copy, with the gradient read in f32 (a
+    // per-parameter temporary when it is 16-bit), and the parameter is the master rounded.
+    const Tensor& w = mixed ? buffer(i, "master") : p;
+    if (g.dtype() != DType::f32) g = g.to(DType::f32);
     auto at = [](const Tensor& x) { return static_cast<float*>(x.data_ptr()); };
-    float *w = at(p), *m = at(buffer(i, "exp_avg")), *v = at(buffer(i, "exp_avg_sq"));
+    float *m = at(buffer(i, "exp_avg")), *v = at(buffer(i, "exp_avg_sq"));
     const AdamWStep s = AdamWStep::make(options, lr, t, p.dim() >= 2);
     if (p.device().is_cuda())
-      cuda::adamw_update(w, at(g), m, v, p.numel(), s, p.device().index);  // tensor/cuda/optim.cu
+      cuda::adamw_update(at(w), at(g), m, v, p.numel(), s, p.device().index);  // tensor/cuda/optim.cu
     else
-      adamw_update(w, at(g), m, v, p.numel(), s);
+      adamw_update(at(w), at(g), m, v, p.numel(), s);
+    if (mixed) p.copy_(w);
   }
 }
 

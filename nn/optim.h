@@ -64,6 +64,11 @@ struct AdamWOptions {
   double beta1 = 0.9, beta2 = 0.95;
   double eps = 1e-8;
   double weight_decay = 0.1;
+  // Mixed precision (Micikevicius et al. 2018; ZeRO's 2 + 2 + 12 bytes per parameter): each 16-bit
+  // parameter gets an f32 master copy ("master", made from it at construction) beside f32 moments;
+  // step() updates the master with the gradient read in f32 and rounds it into the parameter.
+  // Without it a 16-bit parameter is refused.
+  bool master_weights = false;
 };
 
 class AdamW : public Optimizer {

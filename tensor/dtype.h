@@ -25,6 +25,7 @@ size_t dtype_size(DType dtype);
 const char* dtype_name(DType dtype);  // "f32", "bf16", ...
 bool is_floating(DType dtype);        // f32, f64, bf16, f16
 bool is_integer(DType dtype);         // i32, i64
+inline bool is_16bit(DType dtype) { return dtype == DType::bf16 || dtype == DType::f16; }  // the storage floats
 
 // Converts between the 32-bit float and the 16-bit storage formats, shared by CPU and CUDA code.
 SL_HOST_DEVICE inline uint32_t float_bits(float f) {

@@ -103,6 +103,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 Tensor embedding(const Tensor& weight, const Tensor& ids);
 // logits [..., V], targets (i32/i64) [...]: mean over the targets that are not ignore_index of
 // -log softmax(logits)[target]. Fused: the backward is softmax - one_hot, never materialised twice.
+// The loss is f32 for 16-bit logits (a reduction; f64 for f64), its gradient the logits' dtype.
 constexpr int64_t kDefaultIgnoreIndex = -100;
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = kDefaultIgnoreIndex);
 

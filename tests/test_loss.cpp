@@ -119,16 +119,19 @@ TEST(CrossEntropy, ShapeAndDtypeErrors) {
             "cross_entropy: expected a floating tensor (f32, f64, bf16, f16) but got i64");
 }
 
-TEST(CrossEntropy, LowPrecisionMatchesF32) {
+TEST(CrossEntropy, LowPrecisionLogitsGiveAnF32LossAndGradientsInTheirDtype) {
   Generator generator(3);
   Tensor logits = randn({16, 50}, TensorOptions{DType::f32}, &generator);
   Tensor targets = from_vector({0, 49, 3, 7, -100, 12, 13, 44, 5, 5, 5, 1, 2, 30, 31, 32}, {16}, DType::i64);
   for (DType dtype : {DType::bf16, DType::f16}) {
     Tensor low = logits.to(dtype);
     Tensor loss = cross_entropy(low, targets);
-    EXPECT_EQ(loss.dtype(), dtype);
+    EXPECT_EQ(loss.dtype(), DType::f32);  // a reduction: computed and returned in f32
     double reference = cross_entropy(low.to(DType::f32), targets).item();
-    EXPECT_NEAR(loss.item(), reference, 1e-2 * std::abs(reference));
+    EXPECT_NEAR(loss.item(), reference, 1e-6 * std::abs(reference));  // the same rows, summed in f32
+    Tensor leaf = low.detach().set_requires_grad();
+    cross_entropy(leaf, targets).backward();
+    EXPECT_EQ(leaf.grad().dtype(), dtype);  // dlogits keeps the logits' dtype
   }
 }
 

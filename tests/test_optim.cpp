@@ -5,6 +5,7 @@
 #include <string>
 
 #include "nn/optim.h"
+#include "tests/test_util.h"
 
 namespace sl::nn {
 namespace {
@@ -14,6 +15,35 @@ Tensor param(std::vector<double> values, Shape shape) {
 }
 
 void set_grad(const Tensor& p, std::vector<double> values) { p.set_grad(from_vector(values, p.shape())); }
+
+// Mixed precision: a bf16 parameter's update runs on its f32 master copy, bitwise as an f32 AdamW on
+// an f32 parameter holding the same values with the same (bf16-representable) gradients; the bf16
+// parameter is the master rounded, and the moments and the master are f32 (12 bytes per element).
+TEST(Optim, AdamWWithMasterWeightsUpdatesTheF32CopyAndRoundsIntoTheParameter) {
+  const std::vector<double> start = {0.5, -0.375, 0.75, 0.125};  // exact in bf16
+  Tensor low = from_vector(start, {2, 2}, TensorOptions(DType::bf16).with_requires_grad());
+  Tensor full = param(start, {2, 2});
+  AdamWOptions options{0.01, 0.9, 0.95, 1e-8, 0.1};
+  options.master_weights = true;
+  AdamW mixed({low}, options), reference({full}, options);
+  ASSERT_EQ(mixed.state(0).buffers.at("master").dtype(), DType::f32);
+  for (const std::vector<double>& g : {std::vector<double>{0.125, -0.25, 0.5, 0.0625}, {-0.5, 1.0, 0.0, 0.25}}) {
+    low.set_grad(from_vector(g, {2, 2}, DType::bf16));
+    set_grad(full, g);
+    mixed.step();
+    reference.step();
+    EXPECT_EQ(mixed.state(0).buffers.at("master").to_vector(), full.to_vector());
+    EXPECT_EQ(low.to_vector(), full.to(DType::bf16).to_vector());  // rounded from the master, once
+  }
+  for (const char* name : {"exp_avg", "exp_avg_sq", "master"}) EXPECT_EQ(mixed.state(0).buffers.at(name).dtype(), DType::f32);
+}
+
+TEST(Optim, AdamWRefusesA16BitParameterWithoutAMasterCopy) {
+  Tensor low = from_vector({0.5}, {1}, TensorOptions(DType::bf16).with_requires_grad());
+  AdamW adam({low});
+  low.set_grad(from_vector({0.5}, {1}, DType::bf16));
+  expect_error([&] { adam.step(); }, "AdamW keeps f32 parameters (for mixed precision, set AdamWOptions::master_weights");
+}
 
 TEST(Optim, SGDWithMomentumMatchesTheRecurrence) {
   Tensor w = param({1.0, -2.0}, {2});

@@ -66,6 +66,7 @@ struct Run {
   nn::TokenStream stream;
   std::unique_ptr<nn::AdditionTask> addition;
   nn::GPTConfig config;
+  nn::MixedPrecision precision;
   nn::StateDict initial;  // --init-from's weights; empty: the seed's draw
   train_files::LogFile log;
   bool terminal = false;
@@ -102,7 +103,9 @@ std::unique_ptr<nn::GPT> initial_model(const Run& r) {
   return model;
 }
 
-nn::AdamWOptions adamw_options(const Options& o) { return {o.lr, 0.9, 0.95, o.adam_eps, o.weight_decay}; }
+nn::AdamWOptions adamw_options(const Options& o) {
+  return {o.lr, 0.9, 0.95, o.adam_eps, o.weight_decay, /*master_weights=*/o.mixed_precision != "no"};
+}
 
 // Before anything is read or trained: every output path can be written. Only the writer checks
 // (under mpirun the other ranks write nothing, and their probes of PATH.tmp would race).
@@ -132,8 +135,9 @@ void prepare(Run& r) {
     r.stream = o.task == "text" ? nn::TokenStream::from_text_file(o.data)
                                 : nn::TokenStream::from_bin_file(o.data, o.vocab_size);
   }
+  r.precision = nn::MixedPrecision::parse(o.mixed_precision, o.grad_reduce_dtype, o.loss_scale);
   r.config = nn::GPTConfig{o.task == "bin" ? o.vocab_size : 256, r.o.block_size, o.n_layer, o.n_head, o.n_embd, 0.0,
-                           nn::parse_recompute(o.recompute)};
+                           nn::parse_recompute(o.recompute), r.precision.param_dtype};
   // Read once here; each rank copies the whole file into its replica, and a sharded layout then
   // keeps its rank's shard of it (ZeRO's flat buffer, FSDP's units).
   if (!o.init_from.empty()) r.initial = nn::load_safetensors(o.init_from);
@@ -188,14 +192,16 @@ std::vector<double> loop(Run& r, bool report, const std::function<double(int64_t
 std::vector<double> train_serial(Run& r, nn::GPT& model, bool report) {
   const Options& o = r.o;
   nn::AdamW optimizer(model.parameters(), adamw_options(o));
+  nn::GradScaler scaler(r.precision.loss_scale);
   static const std::string optimizer_op = "AdamW.step", clip_op = "clip_grad_norm";
   double step_seconds = 0;
   auto step_fn = [&](int64_t step, double lr) {
     const auto start = std::chrono::steady_clock::now();
     optimizer.lr = lr;
-    optimizer.zero_grad();
+    nn::zero_grads(model.parameters(), r.precision);
     // Gradient accumulation: each micro-batch's mean loss weighted by its share of the batch's
     // counted targets, so the summed gradients are those of the whole batch's mean (M = 1: weight 1).
+    // Under fp16 every micro-batch's loss is also multiplied by the loss scale (unscaled below).
     std::vector<nn::TokenStream::MicroBatch> micros =
         r.stream.micro_batches(step, o.batch_size, o.block_size, o.micro_batches);
     int64_t counted = 0;
@@ -206,16 +212,24 @@ std::vector<double> train_serial(Run& r, nn::GPT& model, bool report) {
       Tensor loss = model.loss(m.batch.inputs, m.batch.targets);
       const double weight = micros.size() == 1 ? 1.0 : static_cast<double>(m.counted) / static_cast<double>(counted);
       loss_value += loss.item() * weight;
-      (weight == 1.0 ? loss : mul(loss, weight)).backward();
+      const double seed = weight * scaler.scale();
+      (seed == 1.0 ? loss : mul(loss, seed)).backward();
     }
-    if (o.grad_clip > 0) {
-      ProfileScope scope(clip_op, ProfilePhase::optimizer);
-      nn::clip_grad_norm(model.parameters(), o.grad_clip);
+    bool found_inf = false;
+    if (scaler.enabled()) {
+      std::vector<Tensor> grads;
+      for (const Tensor& p : model.parameters()) grads.push_back(p.grad());
+      found_inf = scaler.unscale(grads);  // before clipping: the norm is the true gradient's
     }
-    {
+    if (!found_inf) {
+      if (o.grad_clip > 0) {
+        ProfileScope scope(clip_op, ProfilePhase::optimizer);
+        nn::clip_grad_norm(model.parameters(), o.grad_clip);
+      }
       ProfileScope scope(optimizer_op, ProfilePhase::optimizer);
       optimizer.step();
     }
+    scaler.update(found_inf);
     step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return loss_value;
   };
@@ -280,6 +294,7 @@ std::vector<double> train_parallel(Run& r, nn::StateDict& weights) {
   plan.sequence_parallel = o.sp;
   plan.cp_balance = parallel::parse_cp_balance(o.cp_balance);
   plan.cp_variant = parallel::parse_cp_variant(o.cp_variant);
+  plan.precision = r.precision;
   plan.validate(world);  // before the ranks start: a bad combination is a one-line error
   parallel::check_model_runner(plan, r.config);  // the chapter's own rules (layers, heads, sequence)
   r.plan_name = plan.name();
@@ -348,6 +363,8 @@ int train(const Options& options) {
       o.task.c_str(), (long long)r.stream.size(), (long long)o.n_layer, (long long)o.n_head, (long long)o.n_embd,
       (long long)o.block_size, owned->num_parameters() / 1e6);
   if (!o.init_from.empty()) std::printf("initial weights from %s\n", o.init_from.c_str());
+  if (r.precision.enabled() || r.config.recompute != nn::Recompute::none)
+    std::printf("mixed precision %s, recompute %s\n", r.precision.str().c_str(), nn::recompute_name(r.config.recompute));
   if (o.profile) Profiler::enable();
   auto run_start = std::chrono::steady_clock::now();
   std::vector<double> losses;

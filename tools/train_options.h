@@ -11,11 +11,15 @@
 #include <string>
 #include <vector>
 
+#include "nn/mixed_precision.h"
+
 namespace sl {
 
 struct Options {
   std::string task = "addition", data, device = "cpu", init_from, save, log_jsonl, report_json;
   std::string recompute = "none";  // activation recomputation (nn::Recompute)
+  // Mixed precision (nn/mixed_precision.h); empty: the mode's defaults.
+  std::string mixed_precision = "no", grad_reduce_dtype, loss_scale;
   int64_t vocab_size = 0;  // 0: from the data (256 for addition and text)
   int64_t n_layer = 2, n_head = 4, n_embd = 128, block_size = 0 /* auto */, batch_size = 128, steps = 1500;
   int64_t warmup_steps = 100, eval_every = 500, digits = 2, threads = 2, micro_batches = 1;
@@ -45,6 +49,14 @@ inline const char* const kUsage = R"(usage: train [flags]
   --recompute none|selective|full   activation recomputation: rerun each block's attention core
                             (selective) or whole forward (full) during backward instead of keeping
                             its activations; the same gradients, bitwise (default none)
+  --mixed-precision no|bf16|fp16   16-bit weights and activations, f32 master weights and moments
+                            in the optimizer; matmuls accumulate, softmax, LayerNorm and the loss
+                            compute in f32 (default no)
+  --grad-reduce-dtype bf16|f32   how gradients accumulate over micro-batches and are reduced
+                            (bf16: 2 + 2 + 12 bytes per parameter; f32: Megatron's main_grad,
+                            2 + 4 + 12; default bf16 for bf16, f32 for fp16)
+  --loss-scale dynamic|N    fp16 loss scaling (GradScaler: 2^16, x2 per 2000 clean steps, x0.5
+                            and the step skipped on inf/NaN; default dynamic for fp16, off for bf16)
   --block-size N            context length (default: one line for addition, 64 otherwise)
   --batch-size N --steps N  default 128, 1500 (the global batch: rows over every rank and micro-batch)
   --micro-batches M         gradient accumulation: each rank's rows in M backward passes, one
@@ -159,6 +171,9 @@ inline void add_run_flags(FlagTable& flags, Options& o, int64_t& seed) {
   flags["--data"] = text(o.data);
   flags["--init-from"] = text(o.init_from);
   flags["--recompute"] = choice(o.recompute, {"none", "selective", "full"});
+  flags["--mixed-precision"] = choice(o.mixed_precision, {"no", "bf16", "fp16"});
+  flags["--grad-reduce-dtype"] = choice(o.grad_reduce_dtype, {"bf16", "f32"});
+  flags["--loss-scale"] = text(o.loss_scale);
   flags["--save"] = text(o.save);
   flags["--log-jsonl"] = text(o.log_jsonl);
   flags["--report-json"] = text(o.report_json);
@@ -249,6 +264,11 @@ inline void check_run_flags(const Options& o) {
   if (o.n_embd % o.n_head != 0)
     throw UsageError{"--n-embd (" + std::to_string(o.n_embd) + ") must be divisible by --n-head (" +
                      std::to_string(o.n_head) + ")"};
+  try {
+    nn::MixedPrecision::parse(o.mixed_precision, o.grad_reduce_dtype, o.loss_scale);
+  } catch (const Error& e) {
+    throw UsageError{e.what()};
+  }
 }
 
 // Layout flags that cannot go together, refused before any data is read.

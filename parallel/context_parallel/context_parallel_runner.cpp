@@ -29,6 +29,14 @@ void check_context_parallel(const nn::GPTConfig& config, int cp, CpBalance balan
 
 nn::AttentionCore context_parallel_core(const SequenceShard& shard, ProcessGroupPtr group, CpVariant variant) {
   return [shard, group, variant](const Tensor& q, const Tensor& k, const Tensor& v) {
+    // Mixed precision: the blocks compute in f32 (attention_block.h), so 16-bit q, k, v are widened
+    // here and the output rounded back; K and V then travel the ring in f32 (twice a bf16 ring's bytes).
+    if (is_16bit(q.dtype())) {
+      const Tensor q32 = q.to(DType::f32), k32 = k.to(DType::f32), v32 = v.to(DType::f32);
+      return (variant == CpVariant::ring ? ring_attention(q32, k32, v32, shard, group)
+                                         : allgather_attention(q32, k32, v32, shard, group))
+          .to(q.dtype());
+    }
     return variant == CpVariant::ring ? ring_attention(q, k, v, shard, group) : allgather_attention(q, k, v, shard, group);
   };
 }

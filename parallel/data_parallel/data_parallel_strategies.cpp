@@ -5,17 +5,28 @@
 
 namespace sl::parallel {
 
-DdpStrategy::DdpStrategy(ModelRunner& runner, const DeviceMesh& mesh, bool replicate, const nn::AdamWOptions& adamw)
-    : runner_(runner), mesh_(mesh) {
-  if (replicate) ddp_ = std::make_unique<DistributedDataParallel>(runner.module(), mesh.group("dp"));
-  adamw_ = std::make_unique<nn::AdamW>(runner.module().parameters(), adamw);
+DdpStrategy::DdpStrategy(ModelRunner& runner, const DeviceMesh& mesh, bool replicate, const nn::AdamWOptions& adamw,
+                         const nn::MixedPrecision& precision)
+    : runner_(runner), mesh_(mesh), precision_(precision) {
+  if (replicate)
+    ddp_ = std::make_unique<DistributedDataParallel>(runner.module(), mesh.group("dp"),
+                                                     DDPOptions{.grad_dtype = precision.grad_dtype});
+  nn::AdamWOptions options = adamw;
+  options.master_weights = options.master_weights || precision.enabled();
+  adamw_ = std::make_unique<nn::AdamW>(runner.module().parameters(), options);
 }
 
 void DdpStrategy::zero_grad() {
   if (ddp_)
     ddp_->zero_grad();
   else
-    adamw_->zero_grad();
+    nn::zero_grads(runner_.module().parameters(), precision_);
+}
+
+bool DdpStrategy::unscale_gradients(const nn::GradScaler& scaler) {
+  std::vector<Tensor> grads;
+  for (const Tensor& p : runner_.module().parameters()) grads.push_back(p.grad());
+  return scaler.unscale(grads);
 }
 
 // DDP all-reduces only in the rank's last backward: the sum of all of them.

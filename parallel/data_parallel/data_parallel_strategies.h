@@ -17,6 +17,7 @@
 #include <optional>
 
 #include "nn/gpt.h"
+#include "nn/mixed_precision.h"
 #include "parallel/comm/mesh.h"
 #include "parallel/data_parallel/ddp.h"
 #include "parallel/data_parallel/naive_data_parallel.h"
@@ -28,11 +29,14 @@ class DdpStrategy : public DataParallelStrategy {
  public:
   // DDP over mesh.group("dp") around runner.module() (collective: broadcasts the weights), unless
   // `replicate` is false (one replica: AdamW alone). The runner and the mesh must outlive it.
-  DdpStrategy(ModelRunner& runner, const DeviceMesh& mesh, bool replicate, const nn::AdamWOptions& adamw);
+  // Mixed precision (`precision`): the buckets in its grad_dtype, AdamW with f32 master weights.
+  DdpStrategy(ModelRunner& runner, const DeviceMesh& mesh, bool replicate, const nn::AdamWOptions& adamw,
+              const nn::MixedPrecision& precision = {});
   void zero_grad() override;
   void before_backward(bool last) override;
   void synchronize() override;
   nn::StateDict full_gradients(ModelRunner& runner) override { return runner.full_gradients(); }
+  bool unscale_gradients(const nn::GradScaler& scaler) override;
   double clip_grad_norm(double max_norm) override;  // replicas: the norm moves no bytes over dp
   void step(double lr) override;
   std::vector<std::pair<std::string, const CommLedger*>> groups() const override;
@@ -42,6 +46,7 @@ class DdpStrategy : public DataParallelStrategy {
   const DeviceMesh& mesh_;
   std::unique_ptr<DistributedDataParallel> ddp_;  // null with one replica
   std::unique_ptr<nn::AdamW> adamw_;
+  nn::MixedPrecision precision_;
   std::optional<DistributedDataParallel::NoSyncGuard> local_only_;  // between backward passes
 };
 

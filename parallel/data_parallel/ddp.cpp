@@ -17,7 +17,7 @@ namespace sl::parallel {
 using Clock = std::chrono::steady_clock;
 
 struct Bucket {
-  Tensor buffer;            // [numel] f32: the gradients of its parameters, end to end
+  Tensor buffer;            // [numel] in grad_dtype: the gradients of its parameters, end to end
   std::vector<int> params;  // indices into State::params, in buffer order
   int pending = 0;          // gradients still to come in this backward
   WorkPtr work;             // its all-reduce, once launched
@@ -180,12 +180,16 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, ProcessGrou
   State& s = *state_;
   s.group = std::move(group);
   for (auto& [name, param] : module.named_parameters()) {
-    SL_CHECK(param.dtype() == DType::f32, "DistributedDataParallel: parameter '", name, "' is ",
-             dtype_name(param.dtype()), "; the gradient buckets are f32");
+    SL_CHECK(is_floating(param.dtype()) && (s.params.empty() || param.dtype() == s.params[0].dtype()),
+             "DistributedDataParallel: parameter '", name, "' is ", dtype_name(param.dtype()), "; every parameter ",
+             "must have one floating dtype (the first is ", s.params.empty() ? "-" : dtype_name(s.params[0].dtype()),
+             ")");
     s.names.push_back(name);
     s.params.push_back(param);
   }
   SL_CHECK(!s.params.empty(), "DistributedDataParallel: the module has no parameters");
+  const DType param_dtype = s.params[0].dtype(), grad_dtype = options.grad_dtype.value_or(param_dtype);
+  SL_CHECK(is_floating(grad_dtype), "DistributedDataParallel: grad_dtype must be floating, got ", dtype_name(grad_dtype));
   const int n = static_cast<int>(s.params.size());
 
   // Every replica starts from rank 0's weights: one broadcast of all of them, end to end.
@@ -193,7 +197,7 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, ProcessGrou
     Tensor flat;
     {
       MemoryScope scope(MemoryCategory::comm);
-      flat = Tensor::empty(Shape({total_numel(s.params)}), TensorOptions{DType::f32});
+      flat = Tensor::empty(Shape({total_numel(s.params)}), TensorOptions{param_dtype});
     }
     NoGradGuard no_grad;
     if (s.group->rank() == 0) flatten_into(flat, s.params);
@@ -203,7 +207,7 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, ProcessGrou
 
   // Buckets in reverse parameter order: a bucket closes once it holds bucket_bytes or more.
   std::vector<int64_t> bytes;
-  for (const Tensor& p : s.params) bytes.push_back(p.nbytes());
+  for (const Tensor& p : s.params) bytes.push_back(p.numel() * static_cast<int64_t>(dtype_size(grad_dtype)));
   std::vector<std::vector<int>> members;
   for (const std::vector<size_t>& bucket : reverse_order_buckets(bytes, options.bucket_bytes))
     members.emplace_back(bucket.begin(), bucket.end());
@@ -216,7 +220,7 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, ProcessGrou
     bucket.params = indices;
     int64_t numel = 0;
     for (int i : indices) numel += s.params[i].numel();
-    bucket.buffer = zeros(Shape({numel}), TensorOptions{DType::f32});
+    bucket.buffer = zeros(Shape({numel}), TensorOptions{grad_dtype});
     int64_t offset = 0;
     for (int i : indices) {
       s.views[i] = bucket.buffer.flat_view(offset, s.params[i].shape());

@@ -40,6 +40,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,10 @@ struct DDPOptions {
   // A bucket closes once it holds at least this many bytes. PyTorch's default, 25 MiB, is sized for
   // models of 100M+ parameters; shardlab's are 0.03-20 MB, so 1 MiB gives config B ~19 buckets.
   int64_t bucket_bytes = int64_t{1} << 20;
+  // The buckets' dtype, in which gradients accumulate and are all-reduced; empty: the parameters'.
+  // Mixed precision: bf16 parameters with bf16 buckets (ZeRO's 2 bytes per gradient) or f32 buckets
+  // (Megatron's main_grad: AccumulateGrad adds each backward's bf16 gradient into the f32 view).
+  std::optional<DType> grad_dtype;
   static constexpr int64_t kBucketPerParameter = 1;                           // every parameter alone
   static constexpr int64_t kOneBucket = std::numeric_limits<int64_t>::max();  // all in one
 };

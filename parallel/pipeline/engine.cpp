@@ -77,6 +77,8 @@ class ScheduleRun {
   using Key = std::pair<int, int>;  // (micro-batch, chunk)
 
   double seconds() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
+  // The stage's activations (and their gradients) have the model's dtype: 16-bit under mixed precision.
+  TensorOptions activation_dtype() const { return TensorOptions(stage_.parts[0]->config().param_dtype); }
   Shape activation_shape(int micro) const {
     return cut_.activation_shape(micros_[micro].batch.inputs, stage_.parts[0]->config().n_embd);  // [B, T, C]
   }
@@ -160,13 +162,13 @@ class ScheduleRun {
           sent_grads.push_back({c.micro, c.chunk});
           break;
         case Kind::recv_activation: {
-          Tensor buffer = Tensor::empty(activation_shape(c.micro));
+          Tensor buffer = Tensor::empty(activation_shape(c.micro), activation_dtype());
           held_[{c.micro, c.chunk + 1}].input = buffer;
           ops.push_back({ProcessGroup::P2POp::Kind::recv, buffer, c.peer, c.tag()});
           break;
         }
         case Kind::recv_grad: {
-          Tensor buffer = Tensor::empty(activation_shape(c.micro));
+          Tensor buffer = Tensor::empty(activation_shape(c.micro), activation_dtype());
           held_[{c.micro, c.chunk - 1}].grad_out = buffer;  // posted ahead: may precede its F
           ops.push_back({ProcessGroup::P2POp::Kind::recv, buffer, c.peer, c.tag()});
           break;

@@ -52,7 +52,8 @@ Timeline PipelineRunner::gather_timeline() { return parallel::gather_timeline(la
 
 nn::StateDict PipelineRunner::gather(bool gradients, const nn::StateDict* whole) {
   // Stage by stage, its parameters broadcast over pp: first a header (count, then per parameter
-  // its name's length, rank, dims, the name's characters, all as i64), then the values. The last
+  // its name's length, dtype, rank, dims, the name's characters, all as i64), then the values
+  // (16-bit weights, f32 or 16-bit gradients under mixed precision). The last
   // stage's wte copy is left out: the first stage's is the model's.
   nn::StateDict out;
   for (int root = 0; root < pp_->size(); ++root) {
@@ -67,6 +68,7 @@ nn::StateDict PipelineRunner::gather(bool gradients, const nn::StateDict* whole)
         Tensor value = whole ? whole->at(name) : gradients ? grad_or_zeros(param) : param;
         value = cut_->gather(name, value, placement);  // the serial tensor (collective over the cut's groups)
         header.push_back(static_cast<int64_t>(name.size()));
+        header.push_back(static_cast<int64_t>(value.dtype()));
         header.push_back(value.dim());
         for (int64_t d : value.shape()) header.push_back(d);
         for (char c : name) header.push_back(c);
@@ -80,12 +82,15 @@ nn::StateDict PipelineRunner::gather(bool gradients, const nn::StateDict* whole)
     pp_->broadcast(encoded, root);
     const std::vector<int64_t> h = encoded.values<int64_t>();
     for (size_t i = 0, k = 0; i < h.size(); ++k) {
-      const int64_t name_length = h[i++], rank = h[i++];
+      const int64_t name_length = h[i++];
+      const auto dtype = static_cast<DType>(h[i++]);
+      const int64_t rank = h[i++];
       std::vector<int64_t> dims(h.begin() + static_cast<long>(i), h.begin() + static_cast<long>(i + rank));
       i += static_cast<size_t>(rank);
       std::string name(h.begin() + static_cast<long>(i), h.begin() + static_cast<long>(i + name_length));
       i += static_cast<size_t>(name_length);
-      Tensor value = root == pp_->rank() ? values[k].detach().clone() : Tensor::empty(Shape(dims));
+      Tensor value =
+          root == pp_->rank() ? values[k].detach().clone() : Tensor::empty(Shape(dims), TensorOptions(dtype));
       pp_->broadcast(value, root);
       out[name] = value;
     }

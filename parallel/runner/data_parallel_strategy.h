@@ -12,6 +12,7 @@
 //   strategy.finish_gradients(runner)                     the chapter's sums (runner.gradient_sums()):
 //                                                         on .grad; ZeRO-2 / FSDP on the shards
 //   strategy.full_gradients(runner)   (tests only)        the averaged gradient, whole
+//   strategy.unscale_gradients(scaler)  (fp16)            ÷ the loss scale; the world agrees on a skip
 //   strategy.clip_grad_norm(max)                          over the placements: each element once
 //   strategy.step(lr)                                     AdamW: replicated, on shards, on the host
 //
@@ -27,6 +28,7 @@
 #include <vector>
 
 #include "nn/data.h"
+#include "nn/grad_scaler.h"
 #include "parallel/comm/process_group.h"
 #include "parallel/runner/model_runner.h"
 
@@ -47,6 +49,14 @@ class DataParallelStrategy {
   // For tests (Trainer::keep_gradients): the averaged gradient each parameter updates with, whole,
   // by serial name, before clipping. Collective over the strategy's groups and the runner's.
   virtual nn::StateDict full_gradients(ModelRunner& runner) = 0;
+  // fp16 loss scaling (nn/grad_scaler.h): divides this rank's averaged gradients by the scale in
+  // place and says whether it found an inf or NaN among them (the Trainer agrees over the world).
+  // A strategy whose gradients do not live in 16-bit-capable buffers refuses mixed precision in
+  // TrainPlan::validate and never gets here.
+  virtual bool unscale_gradients(const nn::GradScaler& scaler) {
+    (void)scaler;
+    throw Error("this data-parallel strategy does not run mixed precision");
+  }
   // Clips the averaged gradient to max_norm (max_norm > 0), counting each logical element once.
   // Returns the norm before clipping (naive DP: on rank 0, which steps; 0 on the others).
   virtual double clip_grad_norm(double max_norm) = 0;

@@ -120,7 +120,7 @@ struct VocabParallelCrossEntropy : Function<VocabParallelCrossEntropy> {
     ctx.set("range", range);
     ctx.set("ignore", ignore_index);
     ctx.set("dtype", logits.dtype());
-    return full({}, count > 0 ? total / static_cast<double>(count) : 0.0, TensorOptions(logits.dtype()));
+    return full({}, count > 0 ? total / static_cast<double>(count) : 0.0, TensorOptions(stats));
   }
 
   // dx = (exp(x - m) / S - one_hot(target)) · g / count on my columns; 0 for ignored rows and padding.

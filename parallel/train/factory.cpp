@@ -65,7 +65,7 @@ std::unique_ptr<DataParallelStrategy> make_strategy(const TrainPlan& plan, Model
                                                     const nn::AdamWOptions& adamw) {
   switch (plan.dp_strategy) {
     case DpStrategy::ddp:  // a cut model at dp 1 has nothing to average: AdamW alone
-      return std::make_unique<DdpStrategy>(runner, mesh, mesh.size("dp") > 1, adamw);
+      return std::make_unique<DdpStrategy>(runner, mesh, mesh.size("dp") > 1, adamw, plan.precision);
     case DpStrategy::zero1:
     case DpStrategy::zero2:
       return std::make_unique<ZeroStrategy>(runner, mesh, plan.zero(), plan.offload, /*cut=*/true, adamw);
@@ -92,7 +92,7 @@ WholeModel make_whole_model(const TrainPlan& plan, nn::GPT& model, const DeviceM
       break;
     case DpStrategy::ddp:
       out.runner = std::make_unique<WholeModelRunner>(model, plain_loss);
-      out.strategy = std::make_unique<DdpStrategy>(*out.runner, mesh, /*replicate=*/true, adamw);
+      out.strategy = std::make_unique<DdpStrategy>(*out.runner, mesh, /*replicate=*/true, adamw, plan.precision);
       break;
     case DpStrategy::zero1:
     case DpStrategy::zero2:

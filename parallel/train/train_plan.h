@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "nn/mixed_precision.h"
 #include "parallel/comm/mesh.h"
 #include "parallel/context_parallel/context_parallel.h"
 #include "parallel/pipeline/schedule.h"
@@ -47,6 +48,10 @@ struct TrainPlan {
   bool sequence_parallel = false;      // tp: Megatron-SP
   CpBalance cp_balance = CpBalance::zigzag;
   CpVariant cp_variant = CpVariant::ring;
+  // 16-bit weights, gradients in precision.grad_dtype, f32 master weights in AdamW, fp16 loss
+  // scaling (nn/mixed_precision.h). The models the runners build must have precision.param_dtype.
+  // Runs with DDP (and AdamW alone on a cut at dp 1); ZeRO's and FSDP's flat buffers are f32.
+  nn::MixedPrecision precision;
 
   // Data parallelism over `world` ranks: dp_replicate for DDP (zero 0), dp_shard for ZeRO/FSDP.
   static TrainPlan data_parallel(int world, int zero = 0);

@@ -21,11 +21,12 @@ struct Trainer::Impl {
   bool keep_gradients = false;
   nn::StateDict kept_gradients;     // the last step's averaged gradients, before clipping
   double last_grad_norm = 0;        // the last clip's norm
+  nn::GradScaler scaler;            // fp16 loss scaling (disabled: scale 1)
   double step_seconds = 0;          // inside train_step, summed
   double step_blocked_seconds = 0;  // of which blocked in a group (CommLedger::wait_seconds)
 
   // The plan was validated by the Trainer's constructor, before this first communication.
-  Impl(RankContext& c, const TrainPlan& p) : ctx(c), plan(p) {
+  Impl(RankContext& c, const TrainPlan& p) : ctx(c), plan(p), scaler(p.precision.loss_scale) {
     mesh = std::make_unique<DeviceMesh>(ctx.world, plan.parallelism);
     metrics = ctx.world->split(0);
   }
@@ -36,6 +37,8 @@ struct Trainer::Impl {
                                                             int64_t batch_rows, int64_t block_size) const;
   double global_count(const std::vector<nn::TokenStream::MicroBatch>& micros, int64_t step) const;
   void keep_clip_step(double lr, double grad_clip);
+  bool overflow_anywhere();
+  void check_param_dtype() const;
 
   // The groups the technique talks on, named by what they span: the strategy's, the mesh's cuts,
   // and the runner's own.
@@ -68,6 +71,7 @@ Trainer::Trainer(nn::GPT& model, RankContext& ctx, const TrainPlan& plan, const 
   WholeModel whole = make_whole_model(plan, model, *s.mesh, ctx.world, s.metrics, adamw);
   s.runner = std::move(whole.runner);
   s.strategy = std::move(whole.strategy);
+  s.check_param_dtype();
   s.at_start = s.total();
 }
 
@@ -81,6 +85,7 @@ Trainer::Trainer(RankContext& ctx, const TrainPlan& plan, const RunnerFactory& m
   s.runner = make_runner(*s.mesh);
   SL_CHECK(s.runner != nullptr, "Trainer: the RunnerFactory returned no runner for ", plan.parallelism.str());
   s.strategy = make_strategy(plan, *s.runner, *s.mesh, adamw);
+  s.check_param_dtype();
   s.at_start = s.total();
 }
 
@@ -136,6 +141,22 @@ void Trainer::Impl::keep_clip_step(double lr, double grad_clip) {
   strategy->step(lr);
 }
 
+// The models were built by the caller: their weights must be the plan's mixed-precision dtype.
+void Trainer::Impl::check_param_dtype() const {
+  for (const auto& [name, p] : runner->module().named_parameters())
+    SL_CHECK(p.dtype() == plan.precision.param_dtype, "Trainer: parameter ", name, " is ", dtype_name(p.dtype()),
+             " but the plan's mixed precision is ", plan.precision.str(), ": build the model with GPTConfig::param_dtype ",
+             dtype_name(plan.precision.param_dtype));
+}
+
+// fp16: every rank unscales its gradients; one inf or NaN anywhere (any rank of any mesh dimension)
+// skips the step everywhere, or the replicas and the cut's parts would drift apart.
+bool Trainer::Impl::overflow_anywhere() {
+  Tensor found = from_vector({strategy->unscale_gradients(scaler) ? 1.0 : 0.0}, Shape({1}), DType::f64);
+  metrics->all_reduce(found);
+  return found.item() > 0;
+}
+
 double Trainer::Impl::step(const nn::TokenStream& data, int64_t step, int64_t batch_rows, int64_t block_size, double lr,
                            double grad_clip) {
   if (std::optional<double> loss = strategy->run_step(data, step, batch_rows, block_size)) {  // naive DP
@@ -146,10 +167,15 @@ double Trainer::Impl::step(const nn::TokenStream& data, int64_t step, int64_t ba
   const double count = global_count(micros, step);
   strategy->zero_grad();
   BackwardHooks hooks{.before_backward = [this](bool last) { strategy->before_backward(last); }};
-  const double share = runner->forward_backward(micros, count, mesh->size("dp"), hooks);
+  // The loss scale S enters as a global count S times smaller: every runner's backward weight
+  // counted·dp/C is then S times larger, and its share of the loss S times larger (divided back).
+  const double scale = scaler.scale();
+  const double share = runner->forward_backward(micros, count / scale, mesh->size("dp"), hooks) / scale;
   strategy->synchronize();  // DDP: every bucket's all-reduce done before the chapter adds its sums
   strategy->finish_gradients(*runner);
-  keep_clip_step(lr, grad_clip);
+  const bool skip = scaler.enabled() && overflow_anywhere();
+  if (!skip) keep_clip_step(lr, grad_clip);  // a skipped step leaves weights and AdamW's state as they were
+  scaler.update(skip);
   Tensor global = from_vector({runner->holds_loss() ? share : 0.0}, Shape({1}), DType::f64);
   metrics->all_reduce(global);  // the shares add up to the serial loss
   return global.item();
@@ -162,6 +188,7 @@ nn::StateDict Trainer::full_state_dict() { return impl_->strategy->full_state_di
 void Trainer::keep_gradients() { impl_->keep_gradients = true; }
 const nn::StateDict& Trainer::full_gradients() const { return impl_->kept_gradients; }
 double Trainer::last_grad_norm() const { return impl_->last_grad_norm; }
+const nn::GradScaler& Trainer::scaler() const { return impl_->scaler; }
 
 CommStats Trainer::communication() const {
   CommStats now = impl_->total(), start = impl_->at_start;

@@ -13,6 +13,7 @@
 //   strategy.synchronize(), runner.finish_gradients()   the chapter's own sums (tied wte, SP, cp)
 //   averaged over dp, the gradient is that of Σ loss_m · c_m / C, the serial loss: the mean over the
 //   global batch's counted targets, however they fall on ranks and micro-batches (Megatron's rule)
+//   fp16: strategy.unscale_gradients; an inf/NaN on any rank skips the step on every rank
 //   strategy.clip_grad_norm (counting each element once: parallel/comm/grad_norm.h), strategy.step
 //
 // Invalid plans raise sl::Error before any communication, naming the values.
@@ -27,6 +28,7 @@
 
 #include "nn/data.h"
 #include "nn/gpt.h"
+#include "nn/grad_scaler.h"
 #include "nn/optim.h"
 #include "parallel/comm/launch.h"
 #include "parallel/comm/mesh.h"
@@ -69,6 +71,8 @@ class Trainer {
   // The global gradient norm before clipping of the last step that clipped (grad_clip > 0), counted
   // over the mesh by the strategy: each logical element once. 0 before any.
   double last_grad_norm() const;
+  // fp16 loss scaling (plan.precision.loss_scale): the scale, the steps skipped on an overflow.
+  const nn::GradScaler& scaler() const;
 
   CommStats communication() const;  // this rank's calls and bytes in the technique's groups
   std::string communication_report() const;

@@ -11,6 +11,10 @@
 //   logits), so backward rebuilds the softmax from the logits in the same pass that writes dx: no
 //   [N, V] probability tensor is ever kept.
 //
+//   The loss is f32 for f32, bf16 and f16 logits (f64 for f64): a mean over many rows is a reduction,
+//   and a 16-bit loss would keep 3 significant digits (mixed precision computes it in f32, as autocast
+//   and Megatron do). The gradient dx has the logits' dtype.
+//
 //   All targets ignored (count 0): the loss is 0 and the gradient is 0. PyTorch returns 0/0 = NaN
 //   here. A micro-batch (or a data-parallel shard, or a pipeline stage's slice) made only of padding
 //   is a normal event in training; 0 lets it add nothing to a sum of losses and to the gradients,
@@ -110,7 +114,7 @@ struct CrossEntropyFn : Function<CrossEntropyFn> {
     Tensor total = Tensor::empty(Shape{}, lse.options());
     cuda::sum(row_loss, total, 1, row_loss.numel(), 1, false);
     cuda::scale(total, count > 0 ? 1.0 / static_cast<double>(count) : 0.0);
-    return total.to(logits.dtype());
+    return total;  // f32 for 16-bit logits, as on the CPU
   }
 
   static Tensor forward(FunctionCtx& ctx, const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
@@ -132,7 +136,7 @@ struct CrossEntropyFn : Function<CrossEntropyFn> {
       });
     });
     ctx.set("count", count);
-    return full(Shape{}, count > 0 ? total / static_cast<double>(count) : 0.0, logits.options());
+    return full(Shape{}, count > 0 ? total / static_cast<double>(count) : 0.0, lse.options());
   }
 
   static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {

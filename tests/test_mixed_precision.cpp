@@ -1,0 +1,290 @@
+// Mixed precision (nn/mixed_precision.h) in every layout that runs it: bf16 and fp16 weights and
+// activations, f32 master weights in AdamW, gradients in bf16 or f32, fp16 loss scaling agreed over
+// the world. Each layout is compared with an independent serial mixed-precision run (its own nn::GPT
+// in 16 bits, nn::AdamW with master weights, nn::GradScaler) over 5 AdamW steps at lr 1e-2, wd 0.1.
+//
+// Why the layouts are not bitwise equal to serial, and the bounds the tests use:
+//   every op rounds its output to 16 bits, u = 2^-9 (bf16) or 2^-12 (fp16) relative; a layout sums
+//   the same numbers in another order (a ring all-reduce of 16-bit buckets rounds at every hop, a
+//   TP row-parallel layer adds partial products the serial matmul adds inside one f32 accumulator),
+//   so the same value can land one rounding apart: |Δ| ≤ u·|x| per rounding. Through 5 steps these
+//   add up over the layers without growing by orders of magnitude, so the mean loss, the gradient
+//   norm and the weights are compared within 4u relative (plus 4u absolute for values near 0).
+//   A wrong scale (an unscaled fp16 gradient: ×65536), a lost decay (1e-3·p per step) or a weight
+//   that misses its update (lr·1 per step) are all far outside that.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "nn/gpt.h"
+#include "nn/mixed_precision.h"
+#include "nn/optim.h"
+#include "parallel/comm/launch.h"
+#include "parallel/train/factory.h"
+#include "parallel/train/trainer.h"
+#include "parallel_test_util.h"
+#include "tensor/ledger.h"
+#include "test_util.h"
+
+namespace sl::parallel {
+namespace {
+
+constexpr int64_t kBatch = 12, kT = 8;
+constexpr int kSteps = 5;
+constexpr uint64_t kSeed = 11;
+constexpr double kClip = 1.0;
+
+nn::GPTConfig config(DType dtype) {
+  nn::GPTConfig c{.vocab_size = 32, .block_size = kT, .n_layer = 2, .n_head = 2, .n_embd = 16};
+  c.param_dtype = dtype;
+  return c;
+}
+
+double unit_roundoff(DType dtype) { return dtype == DType::bf16 ? std::ldexp(1.0, -9) : std::ldexp(1.0, -12); }
+
+struct SerialStep {
+  double loss = 0, norm = 0;
+  nn::StateDict params;
+};
+
+// The serial mixed-precision step, written out: scaled backward, unscale, skip on overflow, clip, step.
+std::vector<SerialStep> run_serial(const nn::MixedPrecision& precision) {
+  nn::GPT model(config(precision.param_dtype), kSeed);
+  nn::AdamWOptions adamw = parity_adamw();
+  adamw.master_weights = true;
+  nn::AdamW optimizer(model.parameters(), adamw);
+  nn::GradScaler scaler(precision.loss_scale);
+  const nn::TokenStream data = parity_tokens();
+  std::vector<SerialStep> steps;
+  for (int s = 0; s < kSteps; ++s) {
+    nn::zero_grads(model.parameters(), precision);
+    nn::Batch batch = data.get_batch(s, kBatch, kT);
+    Tensor loss = model.loss(batch.inputs, batch.targets);
+    mul(loss, scaler.scale()).backward();
+    std::vector<Tensor> grads;
+    for (const Tensor& p : model.parameters()) grads.push_back(p.grad());
+    const bool found_inf = scaler.enabled() && scaler.unscale(grads);
+    SerialStep step{loss.item(), 0, {}};
+    if (!found_inf) {
+      step.norm = nn::clip_grad_norm(model.parameters(), kClip);
+      optimizer.step();
+    }
+    scaler.update(found_inf);
+    for (const auto& [name, p] : model.state_dict()) step.params[name] = p.detach().clone();
+    steps.push_back(std::move(step));
+  }
+  return steps;
+}
+
+// The weights: within tol of the serial ones, except the few elements whose gradient is within
+// rounding noise of 0. There Adam's update m/sqrt(v) is ±1 by the sign of that noise, so one rounding
+// apart can move the weight by 2·lr per step the other way: such elements are bounded by 2·lr per
+// step taken, and they must stay rare (at most 1% of the elements; 0.2% at most were seen), or a rule
+// is broken.
+void expect_close(const nn::StateDict& got, const nn::StateDict& want, double tol, int rank, int step) {
+  ASSERT_EQ(got.size(), want.size());
+  int64_t total = 0, outside = 0;
+  const double noisy_bound = 2 * parity_adamw().lr * (step + 1) + tol;
+  for (const auto& [name, w] : want) {
+    ASSERT_TRUE(got.count(name)) << name;
+    const Tensor& g = got.at(name);
+    ASSERT_EQ(g.dtype(), w.dtype()) << name;
+    const std::vector<double> a = g.to_vector(), b = w.to_vector();
+    for (size_t i = 0; i < b.size(); ++i) {
+      const double diff = std::abs(a[i] - b[i]);
+      total++;
+      if (diff <= tol + tol * std::abs(b[i])) continue;
+      outside++;
+      ASSERT_LE(diff, noisy_bound) << name << "[" << i << "] on rank " << rank << " at step " << step << ": " << a[i]
+                                   << " vs serial " << b[i];
+    }
+  }
+  EXPECT_LE(outside, total / 100) << outside << " of " << total << " weights differ by more than " << tol
+                                 << " (relative) on rank " << rank << " at step " << step;
+}
+
+struct MpCase {
+  std::string name;
+  ParallelismConfig parallelism;
+  std::string mode, grads = "";
+  int micro_batches = 1;
+  bool sp = false;
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;
+  int world() const { return parallelism.world_size(); }
+};
+void PrintTo(const MpCase& c, std::ostream* out) { *out << c.name; }
+
+TrainPlan plan_of(const MpCase& c) {
+  TrainPlan plan;
+  plan.parallelism = c.parallelism;
+  plan.micro_batches = c.micro_batches;
+  plan.sequence_parallel = c.sp;
+  plan.schedule = c.schedule;
+  plan.precision = nn::MixedPrecision::parse(c.mode, c.grads);
+  return plan;
+}
+
+// Runs `c` on its mesh: the whole model under DDP, or train's runner for a cut.
+std::unique_ptr<Trainer> make_trainer(RankContext& ctx, const MpCase& c, std::unique_ptr<nn::GPT>& whole) {
+  const TrainPlan plan = plan_of(c);
+  const nn::GPTConfig cfg = config(plan.precision.param_dtype);
+  if (!plan.cuts_model()) {
+    whole = std::make_unique<nn::GPT>(cfg, kSeed);
+    return std::make_unique<Trainer>(*whole, ctx, plan, parity_adamw());
+  }
+  return std::make_unique<Trainer>(
+      ctx, plan, [&](const DeviceMesh& mesh) { return make_model_runner(plan, cfg, kSeed, {}, mesh); },
+      parity_adamw());
+}
+
+class MixedPrecisionParity : public testing::TestWithParam<MpCase> {};
+
+TEST_P(MixedPrecisionParity, MatchesTheSerialMixedPrecisionRun) {
+  const MpCase c = GetParam();
+  SL_SKIP_UNLESS_WORLD(c.world());
+  const nn::MixedPrecision precision = nn::MixedPrecision::parse(c.mode, c.grads);
+  const std::vector<SerialStep> serial = run_serial(precision);
+  const double tol = 4 * unit_roundoff(precision.param_dtype);
+  const nn::TokenStream data = parity_tokens();
+  launch(
+      c.world(),
+      [&](RankContext& ctx) {
+        std::unique_ptr<nn::GPT> whole;
+        std::unique_ptr<Trainer> trainer = make_trainer(ctx, c, whole);
+        for (int s = 0; s < kSteps; ++s) {
+          const double loss = trainer->train_step(data, s, kBatch, kT, parity_adamw().lr, kClip);
+          EXPECT_NEAR(loss, serial[s].loss, tol * std::abs(serial[s].loss)) << "step " << s;
+          EXPECT_NEAR(trainer->last_grad_norm(), serial[s].norm, tol * serial[s].norm) << "step " << s;
+          expect_close(trainer->full_state_dict(), serial[s].params, tol, ctx.rank, s);
+        }
+        EXPECT_EQ(trainer->scaler().scale(), precision.loss_scale.enabled ? 65536.0 : 1.0);
+      },
+      quick(30000));
+}
+
+std::vector<MpCase> parity_cases() {
+  std::vector<MpCase> cases;
+  for (std::string mode : {"bf16", "fp16"}) {
+    cases.push_back({mode + "_ddp2", {.dp_replicate = 2}, mode});
+    cases.push_back({mode + "_ddp3_micro2", {.dp_replicate = 3}, mode, "", 2});
+    cases.push_back({mode + "_pp2_1f1b", {.pp = 2}, mode, "", 2});
+    cases.push_back({mode + "_pp2_zero_bubble", {.pp = 2}, mode, "", 2, false, ScheduleKind::zero_bubble});
+    cases.push_back({mode + "_tp2_sp", {.tp = 2}, mode, "", 1, true});
+    cases.push_back({mode + "_cp2", {.cp = 2}, mode});
+    cases.push_back({mode + "_dp2_pp2_tp2", {.dp_replicate = 2, .pp = 2, .tp = 2}, mode, "", 2});
+    cases.push_back({mode + "_dp2_cp2_tp2_sp", {.dp_replicate = 2, .cp = 2, .tp = 2}, mode, "", 1, true});
+  }
+  cases.push_back({"bf16_f32grads_ddp2_micro3", {.dp_replicate = 2}, "bf16", "f32", 3});
+  cases.push_back({"bf16_f32grads_pp2_tp2", {.pp = 2, .tp = 2}, "bf16", "f32", 2});
+  return cases;
+}
+INSTANTIATE_TEST_SUITE_P(Layouts, MixedPrecisionParity, testing::ValuesIn(parity_cases()),
+                         [](const testing::TestParamInfo<MpCase>& info) { return info.param.name; });
+
+// A loss scale so large that fp16's gradients overflow (65504 is fp16's largest): every rank of every
+// mesh dimension must skip the step, the scale halves, and no weight or AdamW state moves a bit.
+class MixedPrecisionOverflow : public testing::TestWithParam<MpCase> {};
+
+TEST_P(MixedPrecisionOverflow, EveryRankSkipsTheStepAndTheScaleHalves) {
+  MpCase c = GetParam();
+  SL_SKIP_UNLESS_WORLD(c.world());
+  const nn::TokenStream data = parity_tokens();
+  launch(
+      c.world(),
+      [&](RankContext& ctx) {
+        TrainPlan plan = plan_of(c);
+        plan.precision.loss_scale.init_scale = std::ldexp(1.0, 100);  // loss·2^100 is finite in f32
+        std::unique_ptr<nn::GPT> whole;
+        std::unique_ptr<Trainer> trainer;
+        const nn::GPTConfig cfg = config(DType::f16);
+        if (!plan.cuts_model()) {
+          whole = std::make_unique<nn::GPT>(cfg, kSeed);
+          trainer = std::make_unique<Trainer>(*whole, ctx, plan, parity_adamw());
+        } else {
+          trainer = std::make_unique<Trainer>(
+              ctx, plan, [&](const DeviceMesh& mesh) { return make_model_runner(plan, cfg, kSeed, {}, mesh); },
+              parity_adamw());
+        }
+        const nn::StateDict before = trainer->full_state_dict();
+        std::vector<std::string> local_before;
+        for (const auto& [name, p] : trainer->runner()->module().named_parameters())
+          local_before.emplace_back(static_cast<const char*>(p.raw_data()), static_cast<size_t>(p.nbytes()));
+        trainer->train_step(data, 0, kBatch, kT, parity_adamw().lr, kClip);
+        EXPECT_EQ(trainer->scaler().skipped_steps(), 1) << "rank " << ctx.rank;
+        EXPECT_EQ(trainer->scaler().scale(), std::ldexp(1.0, 99)) << "rank " << ctx.rank;
+        size_t i = 0;  // this rank's own part, bitwise
+        for (const auto& [name, p] : trainer->runner()->module().named_parameters())
+          EXPECT_TRUE(local_before[i++] == std::string(static_cast<const char*>(p.raw_data()),
+                                                       static_cast<size_t>(p.nbytes())))
+              << name << " moved on rank " << ctx.rank;
+        const nn::StateDict after = trainer->full_state_dict();
+        for (const auto& [name, t] : before)
+          EXPECT_EQ(std::memcmp(t.raw_data(), after.at(name).raw_data(), static_cast<size_t>(t.nbytes())), 0) << name;
+      },
+      quick(30000));
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, MixedPrecisionOverflow,
+                         testing::Values(MpCase{"ddp2", {.dp_replicate = 2}, "fp16"},
+                                         MpCase{"pp2_gpipe", {.pp = 2}, "fp16", "", 2, false, ScheduleKind::gpipe},
+                                         MpCase{"tp2_sp", {.tp = 2}, "fp16", "", 1, true},
+                                         MpCase{"cp2", {.cp = 2}, "fp16"},
+                                         MpCase{"dp2_pp2_tp2", {.dp_replicate = 2, .pp = 2, .tp = 2}, "fp16", "", 2}),
+                         [](const testing::TestParamInfo<MpCase>& info) { return info.param.name; });
+
+// ZeRO's accounting, from Ψ (counted from the config's shapes) and the element sizes: DDP holds
+// weights 2Ψ, gradients 2Ψ (bf16 buckets) or 4Ψ (f32 main_grad), optimizer 12Ψ (master + two moments).
+TEST(MixedPrecisionMemory, DdpHoldsTwoPlusTwoPlusTwelveBytesPerParameter) {
+  SL_SKIP_UNLESS_WORLD(2);
+  const nn::GPTConfig c = config(DType::bf16);
+  const int64_t C = c.n_embd, L = c.n_layer;
+  const int64_t psi = c.vocab_size * C + c.block_size * C + L * (12 * C * C + 13 * C) + 2 * C;
+  for (const std::string grads : {"bf16", "f32"}) {
+    const MpCase mp{"ddp2", {.dp_replicate = 2}, "bf16", grads};
+    const nn::TokenStream data = parity_tokens();
+    launch(
+        2,
+        [&](RankContext& ctx) {
+          MemoryLedger& ledger = MemoryLedger::instance();
+          auto now = [&](MemoryCategory cat) { return ledger.current(ctx.device, cat); };
+          const int64_t w0 = now(MemoryCategory::weights), g0 = now(MemoryCategory::grads),
+                        o0 = now(MemoryCategory::optimizer);
+          {
+            std::unique_ptr<nn::GPT> whole;
+            std::unique_ptr<Trainer> trainer = make_trainer(ctx, mp, whole);
+            for (int s = 0; s < 2; ++s) trainer->train_step(data, s, kBatch, kT, parity_adamw().lr, kClip);
+            EXPECT_EQ(now(MemoryCategory::weights) - w0, 2 * psi) << grads;
+            EXPECT_EQ(now(MemoryCategory::grads) - g0, (grads == "bf16" ? 2 : 4) * psi) << grads;
+            EXPECT_EQ(now(MemoryCategory::optimizer) - o0, 12 * psi) << grads;
+          }
+        },
+        quick(30000));
+  }
+}
+
+TEST(MixedPrecisionPlan, ZeroAndFsdpAreRefusedNamingWhy) {
+  TrainPlan plan = TrainPlan::data_parallel(2, 1);
+  plan.precision = nn::MixedPrecision::parse("bf16");
+  expect_error([&] { plan.validate(2); }, "--mixed-precision bf16 (grads bf16) runs with DDP");
+  plan = TrainPlan::data_parallel(2);
+  plan.precision = nn::MixedPrecision::parse("bf16");
+  EXPECT_NO_THROW(plan.validate(2));
+}
+
+TEST(MixedPrecisionPlan, AModelOfAnotherDtypeIsRefused) {
+  SL_SKIP_UNLESS_WORLD(2);
+  launch(
+      2,
+      [&](RankContext& ctx) {
+        nn::GPT model(config(DType::f32), kSeed);
+        TrainPlan plan = TrainPlan::data_parallel(2);
+        plan.precision = nn::MixedPrecision::parse("bf16");
+        expect_error([&] { Trainer trainer(model, ctx, plan, parity_adamw()); }, "build the model with GPTConfig::param_dtype bf16");
+      },
+      quick(10000));
+}
+
+}  // namespace
+}  // namespace sl::parallel
