@@ -71,13 +71,10 @@ void ZeroReducer::launch_ready() {
 void ZeroReducer::launch(size_t bucket) {
   const FlatBucket& b = flat_.layout().buckets[bucket];
   if (!buffers_[bucket].defined()) bind_bucket(bucket);  // no gradient reached it: reduce zeros
-  Tensor chunk;
-  {
-    MemoryScope scope(MemoryCategory::comm);
-    chunk = Tensor::empty({b.chunk_numel}, TensorOptions(DType::f32, device_));
-  }
+  // In place: my chunk of the bucket receives the average; the rest of the bucket is what we send.
+  Tensor chunk = buffers_[bucket].flat_view(group_->rank() * b.chunk_numel, {b.chunk_numel});
   WorkPtr work = group_->reduce_scatter_async(chunk, buffers_[bucket], ReduceOp::avg);
-  // Drop every handle on the full gradients: the queued job holds the buffer until it has run.
+  // Drop the parameters' handles on the bucket: only the chunk (and so the bucket) stays, until waited.
   for (size_t i : b.segments) flat_.params()[i].set_grad(Tensor());
   buffers_[bucket] = Tensor();
   in_flight_.push_back({bucket, std::move(work), std::move(chunk)});
@@ -89,7 +86,7 @@ void ZeroReducer::complete_oldest() {
   in_flight_.pop_front();
   done.work->wait();  // rethrows what the reduce-scatter failed with
   const FlatBucket& b = flat_.layout().buckets[done.bucket];
-  // Accumulate: earlier backwards since zero_grad() left their average here.
+  // Accumulate (then the bucket goes with `done`): earlier backwards since zero_grad() left their average here.
   grad_shard_.flat_view(b.shard_offset, {b.chunk_numel}).add_(done.chunk);
 }
 
