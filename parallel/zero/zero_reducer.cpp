@@ -56,7 +56,10 @@ void ZeroReducer::on_gradient(size_t i) {
   if (in_pass_ && got_gradient_[i]) flush();  // the last backward left parameters without gradients
   if (!in_pass_) begin_pass();
   const size_t b = bucket_of_[i];
-  if (!buffers_[b].defined()) bind_bucket(b);
+  if (!buffers_[b].defined()) {
+    complete_finished();  // free what is done before the next bucket is allocated
+    bind_bucket(b);
+  }
   got_gradient_[i] = 1;
   has_grad_[i] = 1;
   ++gradients_in_;
@@ -79,6 +82,7 @@ void ZeroReducer::launch(size_t bucket) {
   buffers_[bucket] = Tensor();
   in_flight_.push_back({bucket, std::move(work), std::move(chunk)});
   while (static_cast<int>(in_flight_.size()) > max_in_flight_) complete_oldest();
+  complete_finished();
 }
 
 void ZeroReducer::complete_oldest() {
@@ -88,6 +92,10 @@ void ZeroReducer::complete_oldest() {
   const FlatBucket& b = flat_.layout().buckets[done.bucket];
   // Accumulate (then the bucket goes with `done`): earlier backwards since zero_grad() left their average here.
   grad_shard_.flat_view(b.shard_offset, {b.chunk_numel}).add_(done.chunk);
+}
+
+void ZeroReducer::complete_finished() {
+  while (!in_flight_.empty() && in_flight_.front().work->is_completed()) complete_oldest();
 }
 
 void ZeroReducer::flush() {

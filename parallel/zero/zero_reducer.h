@@ -7,6 +7,8 @@
 //             reduce_scatter_async(my chunk of the buffer, buffer [padded], avg), in place; the params'
 //             .grad are dropped: only the chunk's handle (and so the bucket) stays, until waited
 //   more than kBucketsInFlight launched -> wait for the oldest, shard[chunk of b] += chunk, free the bucket
+//             (and the same, without waiting, for every oldest one already done: buckets go as soon as
+//             they can)
 //   the last gradient of the backward -> wait for all: the shard holds this backward's average added
 //             to what earlier backwards left (gradient accumulation)
 //
@@ -50,6 +52,7 @@ class ZeroReducer {
   void launch_ready();
   void launch(size_t bucket);
   void complete_oldest();
+  void complete_finished();  // complete_oldest() while the oldest is done: its bucket goes at once
 
   const FlatParams& flat_;
   ProcessGroupPtr group_;
