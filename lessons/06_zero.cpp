@@ -4,10 +4,11 @@
 //   * plain data parallelism (DDP) keeps all of a model's 16 bytes per parameter on every rank:
 //     weights 4Ψ, gradients 4Ψ, AdamW's two moments 8Ψ. More ranks, never a bigger model.
 //   * ZeRO cuts the flat parameter buffer into N shards and lets rank r own shard r of what it stores:
-//       ZeRO-1 the optimizer state   8Ψ + 12Ψ/N     ZeRO-2 the gradients too   4Ψ + 12Ψ/N
+//       ZeRO-1 the optimizer state   8Ψ + 8Ψ/N      ZeRO-2 the gradients too   4Ψ + 12Ψ/N
 //       ZeRO-3 (FSDP) the weights too  16Ψ/N, plus one gathered unit (and its gradient) at the peak
 //     measured by the memory ledger of each rank beside the formula at N = 1, 2, 3, 4 (3 pads Ψ),
-//     between steps and at the peak during backward (ZeRO-2 never holds the whole gradient)
+//     between steps and at the peak during backward (ZeRO-2 never holds the whole gradient; each
+//     reduce-scatter lands in place, in the rank's own chunk of the gradients it reduces)
 //   * the algorithm on the page: ZeRO-1 and a bucketed ZeRO-2 in about 50 lines each over the
 //     ProcessGroup API (HandZero1, HandZero2 below), checked bit for bit against parallel/zero/zero_adamw.h
 //   * what moves: reduce-scatter the gradients, update my shard, all-gather the weights — the two
@@ -89,7 +90,7 @@ struct HandZero1 {
   nn::AdamWOptions options;
   std::vector<int64_t> offsets;  // parameter i starts at offsets[i] in the flat buffer
   int64_t S = 0, t = 0;
-  Tensor weights, grads, grad_shard, m, v;  // [N S], [N S], [S], [S], [S]
+  Tensor weights, grads, m, v;  // [N S], [N S], [S], [S]
 
   HandZero1(std::vector<Tensor> ps, ProcessGroupPtr g, nn::AdamWOptions o) : params(ps), group(g), options(o) {
     int64_t psi = 0;
@@ -97,7 +98,7 @@ struct HandZero1 {
     const int64_t n = group->size();
     S = (psi + n - 1) / n;  // ⌈Ψ/N⌉: the padding is at the end and belongs to nobody
     weights = zeros({n * S}), grads = zeros({n * S});
-    grad_shard = zeros({S}), m = zeros({S}), v = zeros({S});
+    m = zeros({S}), v = zeros({S});
   }
   void step(double lr) {
     NoGradGuard no_grad;
@@ -105,14 +106,15 @@ struct HandZero1 {
     for (const Tensor& p : params) gs.push_back(p.grad());
     pack(gs, offsets, grads.data<float>());
     pack(params, offsets, weights.data<float>());
-    group->reduce_scatter(grad_shard, grads, ReduceOp::avg);  // (N-1)/N 4Ψ: half an all-reduce
     const int64_t begin = group->rank() * S, end = begin + S;
+    // (N-1)/N 4Ψ: half an all-reduce. In place: my S elements of grads receive their average.
+    group->reduce_scatter(grads.flat_view(begin, {S}), grads, ReduceOp::avg);
     ++t;
     for (size_t i = 0; i < params.size(); ++i) {  // the part of each parameter inside [begin, end)
       const int64_t lo = std::max(begin, offsets[i]), hi = std::min(end, offsets[i] + params[i].numel());
       if (lo >= hi) continue;
       const nn::AdamWStep s = nn::AdamWStep::make(options, lr, t, params[i].dim() >= 2);  // no decay on biases
-      nn::adamw_update(weights.data<float>() + lo, grad_shard.data<float>() + (lo - begin),
+      nn::adamw_update(weights.data<float>() + lo, grads.data<float>() + lo,
                        m.data<float>() + (lo - begin), v.data<float>() + (lo - begin), hi - lo, s);
     }
     group->all_gather(weights, weights.flat_view(begin, {S}));  // the other half: everyone's new shard
@@ -165,7 +167,7 @@ struct HandZero2 {
       std::copy_n(params[p].grad().data<float>(), params[p].numel(), full.data<float>() + offsets[p] - b.offset);
       params[p].set_grad(Tensor());  // freed: the reduce-scatter's job holds `full` until it is done
     }
-    Tensor mine = zeros({b.chunk});
+    Tensor mine = full.flat_view(group->rank() * b.chunk, {b.chunk});  // in place: my chunk of the bucket
     in_flight.push_back({group->reduce_scatter_async(mine, full, ReduceOp::avg), {mine, b.shard_offset}});
   }
   void zero_grad() {
@@ -260,11 +262,11 @@ static Reference serial_run(const nn::TokenStream& data) {
 // Stage 0 is DDP; ZeRO-k shards the first k of: optimizer state, gradients, weights.
 constexpr int kDDP = 0, kZero1 = 1, kZero2 = 2, kZero3 = 3;
 static const char* const kStageName[] = {"DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3"};
-// ZeRO-1 holds the full local gradient sums (4Ψ) and, from the reduce-scatter to the next zero_grad,
-// the averaged shard it updates from (4Ψ/N): 8Ψ + 12Ψ/N in f32.
-static const char* const kFormula[] = {"16Ψ     ", "8Ψ+12Ψ/N", "4Ψ+12Ψ/N", "16Ψ/N   "};  // 8 columns each
+// ZeRO-1 holds the full local gradient sums (4Ψ); its reduce-scatter lands in place, in the rank's own
+// chunk of them: 8Ψ + 8Ψ/N in f32, the paper's.
+static const char* const kFormula[] = {"16Ψ     ", "8Ψ+8Ψ/N ", "4Ψ+12Ψ/N", "16Ψ/N   "};  // 8 columns each
 static double formula_bytes(int stage, double psi, double n) {  // held per rank, before padding
-  const double full[] = {16, 8, 4, 0}, sharded[] = {0, 12, 12, 16};
+  const double full[] = {16, 8, 4, 0}, sharded[] = {0, 8, 12, 16};
   return full[stage] * psi + sharded[stage] * psi / n;
 }
 struct Run {
@@ -393,7 +395,6 @@ static void train_rank(RankContext& ctx, const Run& run, const nn::TokenStream& 
 static Bytes held_formula(const Run& run, const RankResult& r) {
   const i64 P = r.padded, S = r.shard;
   Bytes b{4 * (run.stage >= kZero3 ? S : P), 4 * (run.stage >= kZero2 ? S : P), 8 * (run.stage >= kZero1 ? S : P)};
-  if (run.stage == kZero1) b.grads += 4 * S;  // the averaged shard beside the local sums
   if (run.offload) b.optimizer = 0, b.offload = 16 * S;
   return b;
 }
@@ -495,19 +496,20 @@ int main() try {
 
   section("3. Memory per rank (ledger of rank 0's device), bytes");
   std::printf(
-      "  N  stage     weights    grads optimizer |   held = formula      at Ψ  padded | peak grads  peak*\n");
+      "  N  stage     weights    grads optimizer |   held = formula      at Ψ  padded | peak weights grads  peak*\n");
   for (int n = 1; n <= 4; ++n)
     for (int stage = kDDP; stage <= kZero3; ++stage) {
       const RankResult& r = rank0(stage, n);
-      std::printf("  %d  %-7s %9lld %8lld %9lld | %6lld = %s %8.1f  %6lld | %10lld %6lld\n", n, kStageName[stage],
-                  r.held.weights, r.held.grads, r.held.optimizer, r.held.total(), kFormula[stage],
-                  formula_bytes(stage, double(psi), n), held_formula({stage, n}, r).total(), r.peak_grads,
-                  r.peak_total);
+      std::printf("  %d  %-7s %9lld %8lld %9lld | %6lld = %s %8.1f  %6lld | %12lld %5lld %6lld\n", n,
+                  kStageName[stage], r.held.weights, r.held.grads, r.held.optimizer, r.held.total(), kFormula[stage],
+                  formula_bytes(stage, double(psi), n), held_formula({stage, n}, r).total(), r.peak_weights,
+                  r.peak_grads, r.peak_total);
     }
   std::printf(
-      "  held: between steps. peak grads: the most gradient bytes at any moment, which is during\n"
-      "  backward (ZeRO-1: the flat buffer and its averaged shard). * peak: all categories,\n"
-      "  the forward's activations included.\n"
+      "  held: between steps. peak: the most bytes at any moment of the steps. Weights: 4P up to\n"
+      "  ZeRO-2 (the all-gather writes each rank's new chunk in place). Grads, during backward: 4P for\n"
+      "  DDP and ZeRO-1 (its reduce-scatter lands in the flat buffer, no shard beside it). * peak: all\n"
+      "  categories, the forward's activations included.\n"
       "  ZeRO-2 holds its shard and at most %d buckets in flight plus the one being filled, never the\n"
       "  whole 4Ψ: its peak falls with N where ZeRO-1's does not. ZeRO-3 at its peak holds its shards,\n"
       "  one gathered unit (the root, wte wpe ln_f, gathered for the whole pass, plus the largest\n"
@@ -574,6 +576,10 @@ int main() try {
       memory = memory && r.held == held_formula(run, r);
       if (run.stage == kZero3)  // shards + one gathered unit, for weights and gradients alike
         memory = memory && r.peak_weights == 4 * (r.shard + r.gathered) && r.peak_grads == 4 * (r.shard + r.gathered);
+      if (run.stage <= kZero2)  // the whole weights once, in place (DDP: P = Ψ)
+        memory = memory && r.peak_weights == 4 * r.padded;
+      if (run.stage <= kZero1)  // the whole gradient once: ZeRO-1's shard is a view of it
+        memory = memory && r.peak_grads == 4 * r.padded;
       if (run.stage == kZero2 && run.world > 1)  // never the whole gradient: well below ZeRO-1's 4P
         memory = memory && r.peak_grads < 4 * r.padded / 2 + 4 * r.shard;
       sent = sent && sent_matches(run, psi, r) && r.to_host == (run.offload ? 8 * r.shard : 0);
@@ -581,7 +587,7 @@ int main() try {
     const std::string failed =
         std::string(same ? "" : " [not serial]") + (memory ? "" : " [memory]") + (sent ? "" : " [bytes]");
     check(failed.empty(), key(run) + ": == serial after " + std::to_string(kSteps) +
-                              " steps, held bytes == formula, sent bytes == formula" + failed);
+                              " steps, held and peak bytes == formula, sent bytes == formula" + failed);
   }
   std::printf("\nlesson 06: %s\n", ok ? "OK" : "FAILED");
   return ok ? 0 : 1;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "nn/data.h"
@@ -325,6 +326,47 @@ TEST_P(DDPLedger, AllReduceBytesAndMemoryMatchTheFormulas) {
         EXPECT_EQ(held(MemoryCategory::grads) - grads0, 4 * psi);
         EXPECT_EQ(held(MemoryCategory::optimizer) - optimizer0, 8 * psi);
         RecordProperty("rank" + std::to_string(r) + "_peak_bytes", std::to_string(memory.peak(ctx.device)));
+      },
+      quick(10000));
+}
+
+// The peak of every category over two steps, from before the model is built (f32, Ψ from the shapes):
+// weights 4Ψ, grads 4Ψ (the buckets, which the all-reduces average in place), AdamW's moments 8Ψ,
+// nothing offloaded. comm: building DDP broadcasts all the weights end to end through one flat copy
+// (4Ψ); the steps' all-reduces run in place and need none.
+TEST_P(DDPLedger, PeakOfEveryCategoryIsThePapers) {
+  const LayoutCase c = GetParam();
+  SL_SKIP_UNLESS_WORLD(c.world);
+  int64_t psi = 0;
+  for (const Tensor& p : nn::GPT(small_config(), kSeed).parameters()) psi += p.numel();
+  launch(
+      c.world,
+      [&](RankContext& ctx) {
+        MemoryLedger& memory = MemoryLedger::instance();
+        auto peak = [&](MemoryCategory category) { return memory.peak(ctx.device, category); };
+        std::array<int64_t, kNumMemoryCategories> start{};
+        for (int k = 0; k < kNumMemoryCategories; ++k) start[k] = memory.current(ctx.device, MemoryCategory(k));
+        memory.reset_peak(ctx.device);
+        nn::GPT model(small_config(), kSeed);
+        DistributedDataParallel ddp(model, ctx.world, DDPOptions{c.bucket_bytes});
+        nn::AdamW optimizer(model.parameters(), adamw_options());
+        const int64_t built_comm = peak(MemoryCategory::comm) - start[static_cast<int>(MemoryCategory::comm)];
+        memory.reset_peak(ctx.device);
+        const RowRange rows = data_parallel_rows(kBatch, ctx.rank, ctx.world_size);
+        for (int s = 0; s < 2; ++s) {
+          ddp.zero_grad();
+          nn::Batch batch = batch_for(s, 1, 0, rows.begin, rows.end);
+          model.loss(batch.inputs, batch.targets).backward();
+          nn::clip_grad_norm(model.parameters(), 1.0);
+          ddp.step(optimizer);
+        }
+        auto above = [&](MemoryCategory k) { return peak(k) - start[static_cast<int>(k)]; };
+        EXPECT_EQ(above(MemoryCategory::weights), 4 * psi);
+        EXPECT_EQ(above(MemoryCategory::grads), 4 * psi);
+        EXPECT_EQ(above(MemoryCategory::optimizer), 8 * psi);
+        EXPECT_EQ(above(MemoryCategory::offload), 0);
+        EXPECT_EQ(above(MemoryCategory::comm), 0) << "the all-reduces average the buckets in place";
+        EXPECT_EQ(built_comm, 4 * psi) << "the broadcast's flat copy of the weights";
       },
       quick(10000));
 }

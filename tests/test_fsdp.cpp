@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 
@@ -542,6 +543,52 @@ TEST(FsdpOffload, ShardsAndTheUpdateLiveOnTheHost) {
         },
         quick());
   }
+}
+
+// The peak of every category over two steps after wrapping, against the paper (f32; S = Σ P_u/N, the
+// units padded to a multiple of N; G = P_root + the largest P_block, what is gathered at once):
+//   weights and grads  4S + 4G (offload: 4G, the shards are on the host)   optimizer 8S (offload: 0)
+//   offload 16S (m, v, the weight and gradient shards) or 0
+//   comm  one reduce-scatter's ring scratch (two chunks of the largest unit): it lands in place in the
+//         unit's full gradients, with no [S] buffer of its own; offload's weight shard on its way up is
+//         smaller than that.
+TEST(FsdpPeak, EveryCategoryAsThePaper) {
+  for (int n : {2, 3, 4})
+    for (bool offload : {false, true}) {
+      SL_SKIP_UNLESS_WORLD(n);
+      launch(
+          n,
+          [&](RankContext& ctx) {
+            MemoryLedger& ledger = MemoryLedger::instance();
+            const Device dev = ctx.device;
+            std::array<int64_t, kNumMemoryCategories> start{};
+            for (int k = 0; k < kNumMemoryCategories; ++k) start[k] = ledger.current(dev, MemoryCategory(k));
+            nn::GPT model(small_config(), kSeed);
+            const Expected e = expected_sizes(model, n);
+            const int64_t largest_chunk = *std::max_element(e.unit_shards.begin(), e.unit_shards.end());
+            FullyShardedGPT fsdp(model, ctx.world, nullptr, adamw_options(), {.offload = offload});
+            ledger.reset_peak(dev);
+            for (int step = 0; step < 2; ++step) {
+              nn::Batch batch = rank_batch(step, ctx);
+              fsdp.loss(batch.inputs, batch.targets).backward();
+              fsdp.clip_grad_norm(kMaxNorm);
+              fsdp.step();
+              fsdp.zero_grad();
+            }
+            auto peak = [&](MemoryCategory k) { return ledger.peak(dev, k) - start[static_cast<int>(k)]; };
+            const std::string when = "world " + std::to_string(n) + (offload ? " offload" : "");
+            const int64_t on_device = offload ? 0 : e.shard;
+            EXPECT_EQ(peak(MemoryCategory::weights), 4 * (on_device + e.largest_gathered)) << when;
+            EXPECT_EQ(peak(MemoryCategory::grads), 4 * (on_device + e.largest_gathered)) << when;
+            EXPECT_EQ(peak(MemoryCategory::optimizer), 8 * on_device) << when;
+            EXPECT_EQ(peak(MemoryCategory::offload), offload ? 16 * e.shard : 0) << when;
+            EXPECT_LE(peak(MemoryCategory::comm), 2 * 4 * largest_chunk) << when;
+            if (ctx.rank == 0)
+              std::printf("[   info   ] %s: peak comm %lld, two chunks of the largest unit %lld\n", when.c_str(),
+                          (long long)peak(MemoryCategory::comm), (long long)(2 * 4 * largest_chunk));
+          },
+          quick());
+    }
 }
 
 std::vector<Layout> fsdp_layouts() { return {{1, 1}, {1, 2}, {1, 3}, {1, 4}}; }

@@ -318,6 +318,7 @@ TEST_P(Zero, MatchesSerial) {
 // Ψ and the largest parameter, from the model's shapes alone.
 struct ModelFigures {
   int64_t psi = 0, largest = 0;
+  std::vector<int64_t> numels;  // per parameter, in order
 };
 ModelFigures model_figures() {
   ModelFigures f;
@@ -325,8 +326,33 @@ ModelFigures model_figures() {
   for (const Tensor& p : model.parameters()) {
     f.psi += p.numel();
     f.largest = std::max(f.largest, p.numel());
+    f.numels.push_back(p.numel());
   }
   return f;
+}
+
+// The buckets' sizes by the rule of zero_adamw.h (DDP's): parameters in reverse order, a bucket closing
+// once it holds bucket_bytes or more; each padded up to a multiple of N (its N chunks equal; the pad is
+// zeros that belong to no parameter).
+struct BucketFigures {
+  int64_t padded = 0;        // P: Σ over buckets of N⌈Ψ_b/N⌉
+  int64_t largest = 0;       // the largest bucket, padded
+  int64_t largest_chunk = 0; // its chunk: largest / N
+};
+BucketFigures bucket_figures(const ModelFigures& f, int64_t n, int64_t bucket_bytes) {
+  std::vector<int64_t> buckets{0};
+  for (size_t k = f.numels.size(); k-- > 0;) {
+    if (4 * buckets.back() >= bucket_bytes) buckets.push_back(0);
+    buckets.back() += f.numels[k];
+  }
+  BucketFigures b;
+  for (int64_t numel : buckets) {
+    const int64_t padded = (numel + n - 1) / n * n;
+    b.padded += padded;
+    b.largest = std::max(b.largest, padded);
+  }
+  b.largest_chunk = b.largest / n;
+  return b;
 }
 
 // One bucket: P = N ⌈Ψ/N⌉ exactly, so every figure is a formula of Ψ and N.
@@ -348,8 +374,8 @@ TEST_P(Zero, MemoryAndCommunicationMatchTheFormulas) {
     for (int step = 0; step < kSteps; ++step) {
       const std::string when = "rank " + std::to_string(r) + " after step " + std::to_string(step);
       EXPECT_EQ(held_of(step, MemoryCategory::weights), 4 * P) << when;
-      // Stage 1: the flat buffer of local sums and the averaged shard; stage 2: the shard only.
-      EXPECT_EQ(held_of(step, MemoryCategory::grads), c.stage == 1 ? 4 * P + 4 * S : 4 * S) << when;
+      // Stage 1: the flat buffer (my shard is a view of it); stage 2: the shard only.
+      EXPECT_EQ(held_of(step, MemoryCategory::grads), c.stage == 1 ? 4 * P : 4 * S) << when;
       EXPECT_EQ(held_of(step, MemoryCategory::optimizer), c.offload ? 0 : 8 * S) << when;
       // Offload: exp_avg, exp_avg_sq, the master weight shard and the gradient shard on the host.
       EXPECT_EQ(held_of(step, MemoryCategory::offload), c.offload ? 16 * S : 0) << when;
@@ -372,7 +398,7 @@ TEST_P(Zero, MemoryAndCommunicationMatchTheFormulas) {
     // Stage 2's gradient bytes over the whole run: the reduce-scatters ran inside backward.
     const int64_t grads_peak = got.peak[static_cast<int>(MemoryCategory::grads)];
     if (c.stage == 1)
-      EXPECT_EQ(grads_peak, 4 * P + 4 * S);  // the flat buffer and the shard
+      EXPECT_EQ(grads_peak, 4 * P);  // the flat buffer: the reduce-scatter lands in it
     else  // the shard + the one bucket (the whole model) + the first gradient, which arrives before it
       EXPECT_LE(grads_peak, 4 * S + 4 * P + 4 * model_figures().largest);
   }
@@ -422,6 +448,82 @@ TEST(ZeroStage2, PeakGradientMemoryIsTheShardPlusBoundedBuckets) {
   }
 }
 
+// The peak of every category, from before the model is built through two steps, as the paper has it
+// (f32, Ψ from the shapes, N ranks, buckets of kSmallBuckets bytes, P = Ψ padded per bucket, S = P/N):
+//   weights    4P; while the model moves into the flat buffers, at most 4P + one bucket (never 8Ψ)
+//   grads      ZeRO-1: 4P, the flat buffer, its reduce-scatter in place (no shard beside it)
+//              ZeRO-2: 4S + the buckets in flight (kBucketsInFlight launched + the one filling, each
+//              at most the largest bucket) + one gradient that arrives before its bucket exists
+//   optimizer  8S (offload: 0)        offload  16S: m, v, the master weight shard, the gradient shard
+//   comm       one reduce-scatter's ring scratch at a time (two chunks of the largest bucket); the
+//              all-gathers write into the weights in place
+class ZeroPeak : public testing::TestWithParam<ZeroCase> {};
+
+TEST_P(ZeroPeak, EveryCategoryAsThePaper) {
+  const ZeroCase c = GetParam();
+  SL_SKIP_UNLESS_WORLD(c.world);
+  std::vector<std::array<int64_t, kNumMemoryCategories>> built(c.world), stepped(c.world);
+  std::vector<char> ran(c.world, 0);
+  launch(
+      c.world,
+      [&](RankContext& ctx) {
+        auto& ledger = MemoryLedger::instance();
+        std::array<int64_t, kNumMemoryCategories> start{};
+        for (int k = 0; k < kNumMemoryCategories; ++k) start[k] = ledger.current(ctx.device, MemoryCategory(k));
+        ledger.reset_peak(ctx.device);
+        nn::GPT model(small_config(), kSeed);
+        ZeroAdamW optimizer(model.parameters(), ctx.world,
+                            {.stage = c.stage, .offload = c.offload, .adamw = adamw_options(), .bucket_bytes = c.bucket_bytes});
+        for (int k = 0; k < kNumMemoryCategories; ++k)
+          built[ctx.rank][k] = ledger.peak(ctx.device, MemoryCategory(k)) - start[k];
+        ledger.reset_peak(ctx.device);
+        const int64_t rows = kBatch / c.world;
+        for (int step = 0; step < 2; ++step) {
+          optimizer.zero_grad();
+          nn::Batch batch = stream().get_batch(step, kBatch, kBlock, ctx.rank * rows, (ctx.rank + 1) * rows);
+          model.loss(batch.inputs, batch.targets).backward();
+          optimizer.clip_grad_norm(kMaxNorm);
+          optimizer.step();
+        }
+        for (int k = 0; k < kNumMemoryCategories; ++k)
+          stepped[ctx.rank][k] = ledger.peak(ctx.device, MemoryCategory(k)) - start[k];
+        ran[ctx.rank] = 1;
+      },
+      quick());
+
+  const ModelFigures f = model_figures();
+  const int64_t n = c.world;
+  const BucketFigures b = bucket_figures(f, n, c.bucket_bytes);
+  const int64_t P = b.padded, S = P / n;
+  ASSERT_GE(P, f.psi);
+  ASSERT_LT(P, f.psi + n * f.psi / (c.bucket_bytes / 4) + n);  // at most N-1 pad elements per bucket
+  auto at = [](const std::array<int64_t, kNumMemoryCategories>& a, MemoryCategory k) { return a[static_cast<int>(k)]; };
+  for (int r = 0; r < c.world; ++r) {
+    if (!ran[r]) continue;
+    const std::string who = "rank " + std::to_string(r);
+    EXPECT_LE(at(built[r], MemoryCategory::weights), 4 * P + 4 * b.largest) << who << ": built, the weights + one bucket";
+    EXPECT_LT(at(built[r], MemoryCategory::weights), 2 * 4 * f.psi) << who << ": built, never two copies";
+    EXPECT_EQ(at(stepped[r], MemoryCategory::weights), 4 * P) << who;
+    if (c.stage == 1) {
+      EXPECT_EQ(at(stepped[r], MemoryCategory::grads), 4 * P) << who;
+    } else {
+      const int64_t in_flight = (ZeroAdamW::kBucketsInFlight + 1) * 4 * b.largest + 4 * f.largest;
+      EXPECT_LE(at(stepped[r], MemoryCategory::grads), 4 * S + in_flight) << who;
+      EXPECT_GE(at(stepped[r], MemoryCategory::grads), 4 * S) << who;
+    }
+    EXPECT_EQ(at(stepped[r], MemoryCategory::optimizer), c.offload ? 0 : 8 * S) << who;
+    EXPECT_EQ(at(stepped[r], MemoryCategory::offload), c.offload ? 16 * S : 0) << who;
+    EXPECT_LE(at(stepped[r], MemoryCategory::comm), n == 1 ? 0 : 2 * 4 * b.largest_chunk) << who;
+    std::printf("[   info   ] %s: peaks weights %lld (built %lld) grads %lld optimizer %lld offload %lld comm %lld;"
+                " 4P %lld 4S %lld largest bucket %lld\n",
+                who.c_str(), (long long)at(stepped[r], MemoryCategory::weights),
+                (long long)at(built[r], MemoryCategory::weights), (long long)at(stepped[r], MemoryCategory::grads),
+                (long long)at(stepped[r], MemoryCategory::optimizer), (long long)at(stepped[r], MemoryCategory::offload),
+                (long long)at(stepped[r], MemoryCategory::comm), (long long)(4 * P), (long long)(4 * S),
+                (long long)(4 * b.largest));
+  }
+}
+
 std::vector<ZeroCase> all_cases() {
   std::vector<ZeroCase> cases;
   for (bool offload : {false, true})
@@ -431,6 +533,7 @@ std::vector<ZeroCase> all_cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Stages, Zero, testing::ValuesIn(all_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Stages, ZeroPeak, testing::ValuesIn(all_cases()), case_name);
 
 // ---- the rest of the contract ---------------------------------------------------------------------------
 

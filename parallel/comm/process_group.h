@@ -5,7 +5,8 @@
 //
 //     all_reduce(t, op)              t := op over all ranks of t            (in place)
 //     all_gather(out, in)            out = [in_0 | in_1 | ... | in_{n-1}]   out.numel() = n * in.numel()
-//     reduce_scatter(out, in, op)    out = chunk `rank` of op over all ranks of in
+//     reduce_scatter(out, in, op)    out = chunk `rank` of op over all ranks of in   (out may be that
+//                                    chunk of in itself: in place, as ZeRO reduces its gradients)
 //     broadcast(t, root)             t := t of rank `root`
 //     send / recv (and isend/irecv)  point to point: between two ranks, the k-th send meets the k-th
 //                                    receive, in issue order (NCCL's rule); tags are checked in debug mode

@@ -55,7 +55,7 @@ std::vector<ShardPiece> FlatLayout::shard_pieces(int rank) const {
     for (size_t i : bucket.segments) {
       const FlatSegment& s = segments[i];
       int64_t lo = std::max(begin, s.offset), hi = std::min(end, s.offset + s.numel);
-      if (lo < hi) pieces.push_back({i, bucket.shard_offset + lo - begin, lo - s.offset, hi - lo, s.decay, lo});
+      if (lo < hi) pieces.push_back({i, bucket.shard_offset + lo - begin, lo - s.offset, hi - lo, s.decay, lo, b});
     }
   }
   return pieces;
@@ -85,16 +85,45 @@ static void check_params(const std::vector<Tensor>& params) {
 FlatParams::FlatParams(std::vector<Tensor> params, int world_size, int64_t bucket_bytes) : params_(std::move(params)) {
   check_params(params_);
   layout_ = FlatLayout(shapes_of(params_), world_size, bucket_bytes);
-  Tensor flat;
-  {
-    MemoryScope scope(MemoryCategory::weights);
-    flat = zeros({layout_.padded_numel}, TensorOptions(DType::f32, params_[0].device()));
+  const TensorOptions options(DType::f32, params_[0].device());
+  // Bucket by bucket: while bucket b is being filled, the weights exist once (moved or not yet
+  // moved) plus bucket b. Each parameter's old storage goes as soon as its values are in.
+  for (size_t b = 0; b < layout_.buckets.size(); ++b) {
+    const FlatBucket& bucket = layout_.buckets[b];
+    {
+      MemoryScope scope(MemoryCategory::weights);
+      buckets_.push_back(Tensor::empty({bucket.padded_numel}, options));
+    }
+    float* base = buckets_[b].data<float>();
+    std::fill(base + bucket.numel, base + bucket.padded_numel, 0.0f);  // the padding
+    for (size_t i : bucket.segments) {
+      const FlatSegment& segment = layout_.segments[i];
+      std::memcpy(base + (segment.offset - bucket.offset), params_[i].data<float>(),
+                  static_cast<size_t>(segment.numel) * sizeof(float));
+      point_at(i, buckets_[b], b);
+    }
   }
-  float* base = flat.data<float>();
-  for (size_t i = 0; i < params_.size(); ++i)
-    std::memcpy(base + layout_.segments[i].offset, params_[i].data<float>(),
-                static_cast<size_t>(layout_.segments[i].numel) * sizeof(float));
-  bind(flat);
+}
+
+const Tensor& FlatParams::bucket(size_t b) const {
+  SL_ASSERT(b < layout_.buckets.size());
+  SL_CHECK(!buckets_.empty(), "FlatParams::bucket: the flat buffers were released (bind() a buffer first)");
+  return buckets_[b];
+}
+
+const Tensor& FlatParams::buffer() const {
+  SL_CHECK(layout_.buckets.size() == 1, "FlatParams::buffer: the layout has ", layout_.buckets.size(),
+           " buckets, each a buffer of its own (use bucket(b))");
+  static const Tensor kReleased;
+  return buckets_.empty() ? kReleased : buckets_[0];
+}
+
+void FlatParams::point_at(size_t i, const Tensor& bucket_buffer, size_t b) {
+  // As nn::Module::to(): swap the storage under the handle, so every holder of p sees the buffer.
+  const Tensor view = bucket_buffer.flat_view(layout_.segments[i].offset - layout_.buckets[b].offset,
+                                              layout_.segments[i].shape);
+  params_[i].impl()->storage = view.impl()->storage;
+  params_[i].impl()->storage_offset = view.impl()->storage_offset;
 }
 
 Tensor FlatParams::checked_flat(const Tensor& flat, const char* what) const {
@@ -126,17 +155,22 @@ Tensor FlatParams::chunk_of(const Tensor& flat, size_t bucket, int rank) const {
       .flat_view(layout_.chunk_begin(bucket, rank), {layout_.buckets[bucket].chunk_numel});
 }
 
+Tensor FlatParams::chunk_of_bucket(const Tensor& bucket_buffer, size_t bucket, int rank) const {
+  SL_CHECK(rank >= 0 && rank < layout_.world_size, "FlatParams::chunk: rank ", rank, " is not in [0, ",
+           layout_.world_size, ")");
+  const int64_t chunk = layout_.buckets[bucket].chunk_numel;
+  return bucket_buffer.flat_view(rank * chunk, {chunk});
+}
+
 void FlatParams::bind(const Tensor& flat) {
   Tensor checked = checked_flat(flat, "FlatParams::bind").reshape({layout_.padded_numel});
   SL_CHECK(checked.device() == params_[0].device(), "FlatParams::bind: the buffer is on ", checked.device(),
            " but the parameters are on ", params_[0].device());
-  for (size_t i = 0; i < params_.size(); ++i) {
-    // As nn::Module::to(): swap the storage under the handle, so every holder of p sees the buffer.
-    Tensor view = checked.flat_view(layout_.segments[i].offset, layout_.segments[i].shape);
-    params_[i].impl()->storage = view.impl()->storage;
-    params_[i].impl()->storage_offset = view.impl()->storage_offset;
+  buckets_.clear();
+  for (size_t b = 0; b < layout_.buckets.size(); ++b) {
+    buckets_.push_back(bucket_of(checked, b));
+    for (size_t i : layout_.buckets[b].segments) point_at(i, buckets_[b], b);
   }
-  buffer_ = checked;
 }
 
 void FlatParams::release() {
@@ -145,7 +179,7 @@ void FlatParams::release() {
     p.impl()->storage = empty;
     p.impl()->storage_offset = 0;
   }
-  buffer_ = Tensor();
+  buckets_.clear();
 }
 
 void FlatParams::bind_grads(const Tensor& flat_grads) const {

@@ -11,20 +11,24 @@
 //   rank r's shard = [chunk r of bucket 0 | chunk r of bucket 1 | chunk r of bucket 2]   (S elements)
 //   so one reduce-scatter per bucket lands each rank's chunk on its owner, as the bucket completes.
 //
-// Every ZeRO stage and FSDP start here. The parameters' values are copied into one contiguous buffer;
-// each bucket is padded to a multiple of the sharding group's size N and cut into N equal chunks,
-// and each parameter is re-pointed at its view of that buffer (storage + storage_offset, as
+// Every ZeRO stage and FSDP start here. The parameters' values are moved into flat buffers, one
+// per bucket: each bucket is padded to a multiple of the sharding group's size N and cut into N equal
+// chunks, and each parameter is re-pointed at its view of its bucket (storage + storage_offset, as
 // nn::Module::to() does), so every handle to it — the layers', the optimizer's — reads the flat buffer.
+// A bucket is allocated only when its parameters move in, and each parameter's old storage is freed
+// as soon as it has moved: building the buffers holds the weights once plus one bucket, never twice.
 // The padding (at most N-1 elements per bucket, zeros) belongs to no parameter: shard_pieces() never
 // hands it out, so no optimizer ever reads or writes it as a weight.
 //
 // The segment table says which parameter occupies which range and whether AdamW's weight decay
 // applies to it (dim >= 2, the nn::AdamW rule), so an optimizer holding one shard can update it
-// piece by piece with the right rule. A flat gradient buffer has the same layout: bind_grads()
-// makes each parameter's .grad a view of it, and backward then accumulates straight into it.
+// piece by piece with the right rule. A flat gradient buffer has the same layout, in one piece
+// ([padded_numel]): bind_grads() makes each parameter's .grad a view of it, and backward then
+// accumulates straight into it.
 //
-//   FlatParams flat(model.parameters(), group->size());          // weights: 4 x padded_numel bytes
-//   Tensor mine = flat.shard(group->rank());                     // [S], a view: writes reach the model
+//   FlatParams flat(model.parameters(), group->size(), bucket_bytes);  // weights: 4 x padded_numel bytes
+//   Tensor mine = flat.chunk(b, group->rank());                  // [chunk] of bucket b, a view: writes reach the model
+//   group->all_gather(flat.bucket(b), mine);                     // in place: my chunk is my slot of the output
 //   Tensor grads = zeros({flat.layout().padded_numel});          // same layout, for gradients
 //   flat.bind_grads(grads);                                      // p.grad() is now a view of grads
 //   for (const ShardPiece& piece : flat.layout().shard_pieces(rank)) ...  // per-segment work on a shard
@@ -56,6 +60,7 @@ struct ShardPiece {
   int64_t numel = 0;
   bool decay = false;
   int64_t flat_offset = 0;  // where it starts inside the flat buffer
+  size_t bucket = 0;        // the bucket whose chunk holds it
 };
 
 // A run of segments reduced (and gathered) by one collective: padded to a multiple of N.
@@ -94,27 +99,33 @@ struct FlatLayout {
 
 class FlatParams {
  public:
-  // Copies the values of `params` (distinct f32 leaf tensors on one device) into a new flat buffer
-  // on their device, charged to the ledger's "weights", and re-points every parameter at its view.
-  // The parameters' old storages are freed once nothing else holds them. Gradients are left alone.
+  // Moves the values of `params` (distinct f32 leaf tensors on one device) into new flat buffers on
+  // their device, one per bucket, charged to the ledger's "weights", and re-points every parameter at
+  // its view. Bucket by bucket, each parameter's old storage is freed right after it moved (once
+  // nothing else holds it): the peak is the weights plus one bucket. Gradients are left alone.
   FlatParams(std::vector<Tensor> params, int world_size, int64_t bucket_bytes = FlatLayout::kOneBucket);
 
   const FlatLayout& layout() const { return layout_; }
   const std::vector<Tensor>& params() const { return params_; }
-  const Tensor& buffer() const { return buffer_; }  // [padded_numel]; undefined after release()
+  // Bucket b's weights [padded], and rank's chunk [chunk] of them: views the parameters share.
+  // Undefined after release().
+  const Tensor& bucket(size_t b) const;
+  Tensor chunk(size_t b, int rank) const { return chunk_of_bucket(bucket(b), b, rank); }
+  // One bucket (FSDP's unit): its buffer [padded_numel] and rank's shard [S] of it.
+  const Tensor& buffer() const;
+  Tensor shard(int rank) const { return chunk(0, rank); }
 
-  // Rank's shard [S] of the parameter buffer, or of any buffer with this layout (e.g. gradients):
-  // views, not copies. One bucket only (a rank's chunks of several buckets are not contiguous).
-  Tensor shard(int rank) const { return shard_of(buffer_, rank); }
+  // Rank's shard [S] of a buffer with this layout in one piece (e.g. gradients): a view, not a copy.
+  // One bucket only (a rank's chunks of several buckets are not contiguous).
   Tensor shard_of(const Tensor& flat, int rank) const;
-  // A bucket's region [padded] of a buffer with this layout, and rank's chunk [chunk] of it: views.
+  // A bucket's region [padded] of such a buffer, and rank's chunk [chunk] of it: views.
   Tensor bucket_of(const Tensor& flat, size_t bucket) const;
   Tensor chunk_of(const Tensor& flat, size_t bucket, int rank) const;
 
-  // Re-points the parameters at views of `flat` ([padded_numel] f32), which becomes buffer():
+  // Re-points the parameters at views of `flat` ([padded_numel] f32), whose buckets become bucket(b):
   // FSDP binds a unit to its freshly all-gathered buffer before the unit's forward and backward.
   void bind(const Tensor& flat);
-  // Points the parameters at an empty storage (shapes kept) and drops buffer(). The parameters must
+  // Points the parameters at an empty storage (shapes kept) and drops the buffers. The parameters must
   // not be read until the next bind(). Tensors that autograd saved still hold the old storage, so
   // to free the bytes while a graph is alive, release that Storage in place instead (what
   // parallel/zero/fsdp_unit.cpp does with Storage::release()).
@@ -127,10 +138,12 @@ class FlatParams {
 
  private:
   Tensor checked_flat(const Tensor& flat, const char* what) const;
+  Tensor chunk_of_bucket(const Tensor& bucket_buffer, size_t bucket, int rank) const;
+  void point_at(size_t param, const Tensor& bucket_buffer, size_t bucket);  // p's storage := its view
 
   std::vector<Tensor> params_;
   FlatLayout layout_;
-  Tensor buffer_;
+  std::vector<Tensor> buckets_;  // [padded] each: own storages, or views of one buffer after bind()
 };
 
 }  // namespace sl::parallel

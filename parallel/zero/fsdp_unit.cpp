@@ -110,11 +110,8 @@ void FsdpUnit::finish_backward() {
 void FsdpUnit::post_backward() {
   SL_ASSERT(state_ == State::backward);
   NoGradGuard no_grad;
-  Tensor reduced;
-  {
-    MemoryScope scope(MemoryCategory::comm);
-    reduced = Tensor::empty({layout().shard_numel}, weight_shard_.options());
-  }
+  // In place: my chunk of the full gradients receives the reduction (no second [S] buffer).
+  Tensor reduced = flat_->shard_of(full_grads_, shard_group_->rank());
   // [P] on every rank -> my [S] of the mean over the shard group; HSDP: then the mean over replicas.
   // Over dp_shard x cp the cp ranks' parts add: the sum, divided by dp_shard alone.
   if (gradient_divisor_ == 0 || gradient_divisor_ == shard_group_->size()) {
@@ -136,7 +133,7 @@ void FsdpUnit::post_backward() {
 void FsdpUnit::adamw_step(const nn::AdamWOptions& options, double lr) {
   // A unit's parameters get their gradients together: all of them or (no backward reached it) none.
   const std::vector<char> has_grad(layout().segments.size(), has_grad_ ? 1 : 0);
-  adam_->step(weight_shard_.data<float>(), ShardedAdamW::Weights::in_shard, grad_shard_.data<float>(), has_grad,
+  adam_->step(adam_->chunks_of(weight_shard_.data<float>()), adam_->chunks_of(grad_shard_.data<float>()), has_grad,
               options, lr);
 }
 

@@ -6,8 +6,8 @@
 //                         naming the same Storage, so no copy of the weights survives anywhere)
 //   pre_backward()        unshard() + zeroed full grads [P] bound as the params' .grad
 //   (AccumulateGrad adds each param's gradient in place; the last one's hook calls post_backward)
-//   post_backward()       reduce-scatter(avg) full grads -> [S], HSDP: all-reduce(avg) over replicas,
-//                         added into the grad shard; full grads freed; reshard()
+//   post_backward()       reduce-scatter(avg) full grads -> my chunk [S] of them, in place; HSDP: all-reduce(avg)
+//                         over replicas; added into the grad shard; full grads freed; reshard()
 //
 // The unit's layout (segments, padding, shard pieces with AdamW's decay flag) is parallel/zero/flat_params.h.
 // Why release in place: a Linear's backward node holds a detached alias of its weight. Re-pointing

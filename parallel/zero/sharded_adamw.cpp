@@ -7,24 +7,32 @@ namespace sl::parallel {
 
 ShardedAdamW::ShardedAdamW(const FlatLayout& layout, int rank, Device device, MemoryCategory category)
     : pieces_(layout.shard_pieces(rank)), steps_(layout.segments.size(), 0) {
+  for (const FlatBucket& bucket : layout.buckets) chunk_offsets_.push_back(bucket.shard_offset);
   MemoryScope scope(category);
   exp_avg_ = zeros({layout.shard_numel}, TensorOptions(DType::f32, device));
   exp_avg_sq_ = zeros({layout.shard_numel}, TensorOptions(DType::f32, device));
 }
 
-void ShardedAdamW::step(float* weights, Weights where, const float* grads, const std::vector<char>& has_grad,
+ShardedAdamW::Chunks ShardedAdamW::chunks_of(float* shard) const {
+  Chunks chunks;
+  for (int64_t offset : chunk_offsets_) chunks.push_back(shard + offset);
+  return chunks;
+}
+
+void ShardedAdamW::step(const Chunks& weights, const Chunks& grads, const std::vector<char>& has_grad,
                         const nn::AdamWOptions& options, double lr) {
   SL_ASSERT(has_grad.size() == steps_.size());
+  SL_ASSERT(weights.size() == chunk_offsets_.size() && grads.size() == chunk_offsets_.size());
   // Every rank counts every parameter's step, whether or not it holds a piece of it.
   for (size_t i = 0; i < steps_.size(); ++i) steps_[i] += has_grad[i] ? 1 : 0;
   float* m = exp_avg_.data<float>();
   float* v = exp_avg_sq_.data<float>();
   for (const ShardPiece& piece : pieces_) {
     if (!has_grad[piece.segment]) continue;  // as nn::AdamW skips a parameter without a gradient
-    const int64_t at = piece.shard_offset;
-    const int64_t w_at = where == Weights::in_flat_buffer ? piece.flat_offset : piece.shard_offset;
+    const int64_t at = piece.shard_offset;                              // in m and v [S]
+    const int64_t in_chunk = at - chunk_offsets_[piece.bucket];           // in its bucket's chunk
     const nn::AdamWStep s = nn::AdamWStep::make(options, lr, steps_[piece.segment], piece.decay);
-    nn::adamw_update(weights + w_at, grads + at, m + at, v + at, piece.numel, s);
+    nn::adamw_update(weights[piece.bucket] + in_chunk, grads[piece.bucket] + in_chunk, m + at, v + at, piece.numel, s);
   }
 }
 

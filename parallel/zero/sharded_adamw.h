@@ -13,8 +13,12 @@
 //   - the step count (bias correction) is counted per parameter, on every rank, also on ranks that
 //     hold none of its elements, so every rank can write the same state dict.
 //
+// A rank's shard need not be one piece of memory: step() takes, per bucket, where this rank's chunk
+// of the weights and of the gradients starts (ZeRO-1/2: chunks of the flat buffers, in place; FSDP and
+// offload: a shard [S] of their own, cut by chunks_of()).
+//
 //   ShardedAdamW adam(layout, rank, device, MemoryCategory::optimizer);
-//   adam.step(weights, ShardedAdamW::Weights::in_flat_buffer, grad_shard, has_grad, options, lr);
+//   adam.step(weight_chunks, adam.chunks_of(grad_shard.data<float>()), has_grad, options, lr);
 //
 //   Tests: tests/test_zero.cpp, tests/test_fsdp.cpp (the optimizer state against nn::AdamW's)
 #pragma once
@@ -29,17 +33,18 @@ namespace sl::parallel {
 
 class ShardedAdamW {
  public:
-  // Where step() finds a piece's weights: in the flat buffer (ZeRO-1/2: every rank holds all the
-  // weights) at piece.flat_offset, or in a shard of their own (FSDP, offload) at piece.shard_offset.
-  enum class Weights : uint8_t { in_flat_buffer, in_shard };
+  // Per bucket, the first element of this rank's chunk of it.
+  using Chunks = std::vector<float*>;
 
   // Allocates exp_avg and exp_avg_sq [S] (zeros) on `device`, charged to `category`.
   ShardedAdamW(const FlatLayout& layout, int rank, Device device, MemoryCategory category);
 
-  // One AdamW step on this rank's pieces. grads: the shard [S] of averaged gradients; has_grad:
+  // One AdamW step on this rank's pieces. grads: the averaged gradients, chunk by chunk; has_grad:
   // per parameter (segment), whether a backward gave it a gradient since the last step.
-  void step(float* weights, Weights where, const float* grads, const std::vector<char>& has_grad,
+  void step(const Chunks& weights, const Chunks& grads, const std::vector<char>& has_grad,
             const nn::AdamWOptions& options, double lr);
+  // A shard [S] in one piece, as Chunks: chunk b starts at the bucket's shard_offset.
+  Chunks chunks_of(float* shard) const;
 
   const std::vector<ShardPiece>& pieces() const { return pieces_; }
   const Tensor& exp_avg() const { return exp_avg_; }        // [S]
@@ -50,7 +55,8 @@ class ShardedAdamW {
 
  private:
   std::vector<ShardPiece> pieces_;
-  std::vector<int64_t> steps_;  // per parameter
+  std::vector<int64_t> steps_;          // per parameter
+  std::vector<int64_t> chunk_offsets_;  // per bucket: where its chunk starts inside the shard
   Tensor exp_avg_, exp_avg_sq_;
 };
 

@@ -9,6 +9,7 @@
 
 #include "autograd/grad_mode.h"
 #include "parallel/comm/grad_norm.h"
+#include "parallel/comm/reduce_kernels.h"
 #include "parallel/zero/zero_reducer.h"
 #include "tensor/ops.h"
 
@@ -42,11 +43,12 @@ ZeroAdamW::ZeroAdamW(std::vector<Tensor> params, ProcessGroupPtr group, const Ze
   SL_CHECK(options_.stage == 1 || options_.stage == 2, "ZeroAdamW: stage must be 1 or 2 (got ", options_.stage,
            "); stage 3 shards the parameters too: parallel/zero/fsdp.h");
   nn::AdamW check_options({}, options_.adamw);  // the same validation as the serial optimizer
-  device_ = flat_.buffer().device();
+  device_ = flat_.bucket(0).device();
   SL_CHECK(device_.is_cpu(), "ZeroAdamW: the parameters are on ", device_,
            "; the sharded AdamW update runs on CPU devices (the threads and MPI backends)");
   host_ = Device::cpu(device_.index);  // on a CPU-only build: the rank's own virtual device
-  if (options_.broadcast_parameters) group_->broadcast(flat_.buffer(), 0);
+  if (options_.broadcast_parameters)
+    for (size_t b = 0; b < flat_.layout().buckets.size(); ++b) group_->broadcast(flat_.bucket(b), 0);
 
   const FlatLayout& layout = flat_.layout();
   const int rank = group_->rank();
@@ -58,7 +60,7 @@ ZeroAdamW::ZeroAdamW(std::vector<Tensor> params, ProcessGroupPtr group, const Ze
     host_grads_ = zeros_in(MemoryCategory::offload, layout.shard_numel, host_);
     for (size_t b = 0; b < layout.buckets.size(); ++b)
       copy_floats(host_weights_.data<float>() + layout.buckets[b].shard_offset,
-                  flat_.chunk_of(flat_.buffer(), b, rank).data<float>(), layout.buckets[b].chunk_numel, device_, host_);
+                  flat_.chunk(b, rank).data<float>(), layout.buckets[b].chunk_numel, device_, host_);
   }
 
   for (size_t i = 0; i < flat_.params().size(); ++i)
@@ -105,7 +107,6 @@ void ZeroAdamW::zero_grad() {
   else
     flat_grads_ = zeros_in(MemoryCategory::grads, flat_.layout().padded_numel, device_);
   flat_.bind_grads(flat_grads_);
-  grad_shard_ = Tensor();
   std::fill(flags_->has_grad.begin(), flags_->has_grad.end(), 0);
   flags_->unreduced.store(true);
 }
@@ -140,27 +141,59 @@ void ZeroAdamW::reduce_gradients() {
     return;
   }
   collect_gradients();
-  const FlatLayout& layout = flat_.layout();
-  if (!grad_shard_.defined()) grad_shard_ = zeros_in(MemoryCategory::grads, layout.shard_numel, device_);
-  // My chunk of every bucket, averaged over the group: written over, since flat_grads_ holds the
-  // whole local sum since zero_grad().
-  for (size_t b = 0; b < layout.buckets.size(); ++b)
-    group_->reduce_scatter(grad_shard_.flat_view(layout.buckets[b].shard_offset, {layout.buckets[b].chunk_numel}),
-                           flat_.bucket_of(flat_grads_, b), ReduceOp::avg);
+  const int rank = group_->rank();
+  for (size_t b = 0; b < flat_.layout().buckets.size(); ++b) {
+    // In place: my chunk of the bucket receives the sum over the group of everything accumulated since
+    // zero_grad(). The chunks I sent are zeroed: over the ranks the buffer still adds up to that sum,
+    // so a later backward can add into it and a later reduce gives the right sum again.
+    group_->reduce_scatter(flat_.chunk_of(flat_grads_, b, rank), flat_.bucket_of(flat_grads_, b), ReduceOp::sum);
+    for (int other = 0; other < group_->size(); ++other)
+      if (other != rank) flat_.chunk_of(flat_grads_, b, other).zero_();
+  }
   flags_->unreduced.store(false);
 }
 
+std::vector<Tensor> ZeroAdamW::my_grad_chunks() const {
+  std::vector<Tensor> chunks;
+  const FlatLayout& layout = flat_.layout();
+  for (size_t b = 0; b < layout.buckets.size(); ++b)
+    chunks.push_back(reducer_ ? reducer_->grad_shard().flat_view(layout.buckets[b].shard_offset,
+                                                                 {layout.buckets[b].chunk_numel})
+                              : flat_.chunk_of(flat_grads_, b, group_->rank()));
+  return chunks;
+}
+
+void ZeroAdamW::with_averaged_gradients(const std::function<void()>& use) {
+  if (reducer_) return use();  // stage 2's shard holds the average already
+  // Stage 1: my chunks hold the sum; the average is sum x 1/N exactly as a reduce-scatter(avg) makes it.
+  const double n = group_->size();
+  for (const Tensor& chunk : my_grad_chunks()) scale_buffer(DType::f32, chunk.raw_data(), chunk.numel(), 1.0 / n);
+  use();
+  for (const Tensor& chunk : my_grad_chunks()) scale_buffer(DType::f32, chunk.raw_data(), chunk.numel(), n);
+}
+
 Tensor ZeroAdamW::grad_shard() const {
-  SL_CHECK(reduced() && (reducer_ || grad_shard_.defined()),
+  SL_CHECK(reduced(),
            "ZeroAdamW::grad_shard: the gradients have not been reduced since the last zero_grad() or backward");
-  return reducer_ ? reducer_->grad_shard() : grad_shard_;
+  if (reducer_) return reducer_->grad_shard();
+  // Stage 1: a copy (the flat buffer keeps the sums), my chunks end to end, averaged.
+  Tensor shard = Tensor::empty({flat_.layout().shard_numel}, TensorOptions(DType::f32, device_));
+  const std::vector<Tensor> chunks = my_grad_chunks();
+  for (size_t b = 0; b < chunks.size(); ++b)
+    shard.flat_view(flat_.layout().buckets[b].shard_offset, chunks[b].shape()).copy_(chunks[b]);
+  scale_buffer(DType::f32, shard.raw_data(), shard.numel(), 1.0 / group_->size());
+  return shard;
 }
 
 double ZeroAdamW::clip_grad_norm(double max_norm) {
   SL_CHECK(max_norm > 0, "ZeroAdamW::clip_grad_norm: max_norm must be positive (got ", max_norm, ")");
-  if (!reduced() || !(reducer_ || grad_shard_.defined())) reduce_gradients();
+  if (!reduced()) reduce_gradients();
   // The shards partition the gradient: each rank counts its own (padding is zero), the group adds them.
-  return nn::clip_grad_norm({{grad_shard(), true}}, max_norm, sum_in_rank_order(group_));
+  std::vector<nn::GradPiece> pieces;
+  for (const Tensor& chunk : my_grad_chunks()) pieces.push_back({chunk, true});
+  double norm = 0;
+  with_averaged_gradients([&] { norm = nn::clip_grad_norm(pieces, max_norm, sum_in_rank_order(group_)); });
+  return norm;
 }
 
 double ZeroAdamW::clip_grad_norm(double max_norm, const std::vector<nn::Placement>& placements,
@@ -168,123 +201,55 @@ double ZeroAdamW::clip_grad_norm(double max_norm, const std::vector<nn::Placemen
   SL_CHECK(max_norm > 0, "ZeroAdamW::clip_grad_norm: max_norm must be positive (got ", max_norm, ")");
   SL_CHECK(placements.size() == flat_.params().size(), "ZeroAdamW::clip_grad_norm: ", placements.size(),
            " placements for ", flat_.params().size(), " parameters");
-  if (!reduced() || !(reducer_ || grad_shard_.defined())) reduce_gradients();
-  const Tensor shard = grad_shard();
-  std::vector<MeshGrad> pieces;  // views into the shard: clipping scales the shard itself
-  for (const ShardPiece& piece : flat_.layout().shard_pieces(group_->rank()))
-    pieces.push_back({shard.flat_view(piece.shard_offset, Shape({piece.numel})), placements[piece.segment], {shard_dim}});
-  return parallel::clip_grad_norm(pieces, max_norm, mesh);
+  if (!reduced()) reduce_gradients();
+  const FlatLayout& layout = flat_.layout();
+  const std::vector<Tensor> chunks = my_grad_chunks();
+  std::vector<MeshGrad> pieces;  // views into my chunks: clipping scales them in place
+  for (const ShardPiece& piece : layout.shard_pieces(group_->rank()))
+    pieces.push_back({chunks[piece.bucket].flat_view(piece.shard_offset - layout.buckets[piece.bucket].shard_offset,
+                                                     Shape({piece.numel})),
+                      placements[piece.segment],
+                      {shard_dim}});
+  double norm = 0;
+  with_averaged_gradients([&] { norm = parallel::clip_grad_norm(pieces, max_norm, mesh); });
+  return norm;
 }
 
 void ZeroAdamW::gather_weights() {
-  const FlatLayout& layout = flat_.layout();
   // In place: my chunk of each bucket is already my slot of the output.
-  for (size_t b = 0; b < layout.buckets.size(); ++b)
-    group_->all_gather(flat_.bucket_of(flat_.buffer(), b), flat_.chunk_of(flat_.buffer(), b, group_->rank()));
+  for (size_t b = 0; b < flat_.layout().buckets.size(); ++b)
+    group_->all_gather(flat_.bucket(b), flat_.chunk(b, group_->rank()));
 }
 
 void ZeroAdamW::step() {
   NoGradGuard no_grad;
-  if (!reduced() || !(reducer_ || grad_shard_.defined())) reduce_gradients();
+  if (!reduced()) reduce_gradients();
   const std::vector<char>& has_grad = reducer_ ? reducer_->has_grad() : flags_->has_grad;
-  const Tensor grads = grad_shard();
   const FlatLayout& layout = flat_.layout();
   const int rank = group_->rank();
+  const std::vector<Tensor> grads = my_grad_chunks();
   if (options_.offload) {
-    // Gradients down, the update on the host, the updated weights up.
-    copy_floats(host_grads_.data<float>(), grads.data<float>(), layout.shard_numel, device_, host_);
-    adam_->step(host_weights_.data<float>(), ShardedAdamW::Weights::in_shard, host_grads_.data<float>(), has_grad,
+    // Gradients down (stage 1: the sums, averaged on the host), the update on the host, the weights up.
+    for (size_t b = 0; b < layout.buckets.size(); ++b)
+      copy_floats(host_grads_.data<float>() + layout.buckets[b].shard_offset, grads[b].data<float>(),
+                  grads[b].numel(), device_, host_);
+    if (!reducer_) scale_buffer(DType::f32, host_grads_.raw_data(), host_grads_.numel(), 1.0 / group_->size());
+    adam_->step(adam_->chunks_of(host_weights_.data<float>()), adam_->chunks_of(host_grads_.data<float>()), has_grad,
                 options_.adamw, lr);
     for (size_t b = 0; b < layout.buckets.size(); ++b)
-      copy_floats(flat_.chunk_of(flat_.buffer(), b, rank).data<float>(),
-                  host_weights_.data<float>() + layout.buckets[b].shard_offset, layout.buckets[b].chunk_numel, host_,
-                  device_);
+      copy_floats(flat_.chunk(b, rank).data<float>(), host_weights_.data<float>() + layout.buckets[b].shard_offset,
+                  layout.buckets[b].chunk_numel, host_, device_);
   } else {
-    adam_->step(flat_.buffer().data<float>(), ShardedAdamW::Weights::in_flat_buffer, grads.data<float>(), has_grad,
-                options_.adamw, lr);
+    ShardedAdamW::Chunks weight_chunks, grad_chunks;  // both in place in the flat buffers
+    for (size_t b = 0; b < layout.buckets.size(); ++b) {
+      weight_chunks.push_back(flat_.chunk(b, rank).data<float>());
+      grad_chunks.push_back(grads[b].data<float>());
+    }
+    with_averaged_gradients([&] { adam_->step(weight_chunks, grad_chunks, has_grad, options_.adamw, lr); });
   }
   gather_weights();
   if (reducer_) reducer_->start_new_window();  // stage 2: the next backward starts afresh (see step() in zero.h)
-  // Stage 1 keeps the flat buffer's local sums and the shard until zero_grad(), as nn::AdamW keeps .grad.
-}
-
-Tensor ZeroAdamW::gather_flat(const Tensor& shard) {
-  const FlatLayout& layout = flat_.layout();
-  Tensor out = Tensor::empty({layout.padded_numel}, TensorOptions(DType::f32, device_));
-  for (size_t b = 0; b < layout.buckets.size(); ++b)
-    group_->all_gather(flat_.bucket_of(out, b),
-                       shard.flat_view(layout.buckets[b].shard_offset, {layout.buckets[b].chunk_numel}));
-  return out;
-}
-
-Tensor ZeroAdamW::gather_gradients() {
-  SL_CHECK(reduced(),
-           "ZeroAdamW::gather_gradients: the gradients have not been reduced since the last zero_grad() or backward");
-  Tensor flat = gather_flat(grad_shard());
-  const FlatLayout& layout = flat_.layout();
-  Tensor out = Tensor::empty({layout.numel}, TensorOptions(DType::f32, device_));
-  int64_t at = 0;
-  for (const FlatSegment& s : layout.segments) {  // parameter order
-    std::memcpy(out.data<float>() + at, flat.data<float>() + s.offset, static_cast<size_t>(s.numel) * sizeof(float));
-    at += s.numel;
-  }
-  return out;
-}
-
-nn::StateDict ZeroAdamW::full_state_dict() {
-  nn::StateDict out;
-  const FlatLayout& layout = flat_.layout();
-  for (const char* name : {"exp_avg", "exp_avg_sq"}) {
-    const Tensor& mine = std::string(name) == "exp_avg" ? adam_->exp_avg() : adam_->exp_avg_sq();
-    Tensor gathered = gather_flat(mine);  // offload: the host is the rank's own virtual device
-    for (size_t i = 0; i < layout.segments.size(); ++i)
-      if (adam_->step_of(i) > 0)  // as nn::AdamW: no state before a parameter's first step
-        out.emplace("state." + std::to_string(i) + "." + name,
-                    gathered.flat_view(layout.segments[i].offset, layout.segments[i].shape).clone());
-  }
-  for (size_t i = 0; i < layout.segments.size(); ++i)
-    if (adam_->step_of(i) > 0)
-      out.emplace("state." + std::to_string(i) + ".step",
-                  scalar_tensor(static_cast<double>(adam_->step_of(i)), DType::i64));
-  return out;
-}
-
-void ZeroAdamW::load_full_state_dict(const nn::StateDict& state) {
-  const FlatLayout& layout = flat_.layout();
-  const size_t n = layout.segments.size();
-  // Every rank checks every entry (not only its shard's), so all of them accept or all refuse.
-  for (const auto& [key, tensor] : state) {
-    bool known = false;
-    for (size_t i = 0; i < n && !known; ++i)
-      for (const char* name : {"exp_avg", "exp_avg_sq", "step"})
-        known = known || key == "state." + std::to_string(i) + "." + name;
-    SL_CHECK(known, "ZeroAdamW::load_full_state_dict: unexpected key '", key, "' (", n,
-             " parameters, each with exp_avg, exp_avg_sq and step)");
-  }
-  auto key = [](size_t i, const char* name) { return "state." + std::to_string(i) + "." + name; };
-  for (size_t i = 0; i < n; ++i) {
-    if (!state.count(key(i, "step")) && !state.count(key(i, "exp_avg")) && !state.count(key(i, "exp_avg_sq")))
-      continue;  // never stepped
-    for (const char* name : {"exp_avg", "exp_avg_sq", "step"}) {
-      auto it = state.find(key(i, name));
-      SL_CHECK(it != state.end(), "ZeroAdamW::load_full_state_dict: '", key(i, name), "' is missing");
-      if (std::string(name) != "step")
-        SL_CHECK(it->second.shape() == layout.segments[i].shape && it->second.dtype() == DType::f32,
-                 "ZeroAdamW::load_full_state_dict: '", key(i, name), "' is ", dtype_name(it->second.dtype()), " ",
-                 it->second.shape(), " but parameter ", i, " is f32 ", layout.segments[i].shape);
-    }
-  }
-  adam_->reset();
-  for (size_t i = 0; i < n; ++i)
-    if (state.count(key(i, "step"))) adam_->set_step(i, static_cast<int64_t>(state.at(key(i, "step")).item()));
-  for (const ShardPiece& piece : adam_->pieces()) {
-    if (!state.count(key(piece.segment, "exp_avg"))) continue;
-    const size_t bytes = static_cast<size_t>(piece.numel) * sizeof(float);
-    std::memcpy(adam_->exp_avg().data<float>() + piece.shard_offset,
-                state.at(key(piece.segment, "exp_avg")).data<float>() + piece.segment_offset, bytes);
-    std::memcpy(adam_->exp_avg_sq().data<float>() + piece.shard_offset,
-                state.at(key(piece.segment, "exp_avg_sq")).data<float>() + piece.segment_offset, bytes);
-  }
+  // Stage 1 keeps the sums until zero_grad(): a later backward adds to them, as nn::AdamW keeps .grad.
 }
 
 }  // namespace sl::parallel

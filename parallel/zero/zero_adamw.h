@@ -10,7 +10,9 @@
 //   N chunks; rank r owns chunk r of every bucket (its shard, S elements in all).
 //
 //   stage 1 (P_os)    backward accumulates into a full flat gradient buffer (4Ψ, kept between steps);
-//                     then one reduce-scatter(avg) per bucket -> this rank's gradient shard [S]
+//                     then one reduce-scatter(sum) per bucket, in place: my chunk of the bucket gets the
+//                     sum, the chunks I sent are zeroed (over the ranks the buffer still adds up to the
+//                     sum, so more backwards may add into it); clip and step read sum x 1/N, the average
 //   stage 2 (P_os+g)  backward: when a bucket's last gradient is in (post-accumulate hooks), its
 //                     reduce-scatter(avg) is launched asynchronously and the bucket's full gradients
 //                     are dropped; at most kBucketsInFlight are in flight (launching one more first
@@ -26,12 +28,14 @@
 //   step:     rank r: sharded AdamW (parallel/zero/sharded_adamw.h) on its pieces: nn::AdamW's update
 //             (offload: the update runs on the host, see below)
 //   gather:   one in-place all-gather per bucket of the weights -> every rank holds the updated model
+//             (each bucket is a buffer of its own, my chunk a view of it: no second copy of the weights)
 //
 //   Memory per rank (f32, P = Ψ padded per bucket, S = P/N), ledger of its device:
 //                         between steps                       peak during backward (gradients)
 //     DDP                 4Ψ + 4Ψ + 8Ψ                         4Ψ
-//     stage 1             4P + 4P + 4S (flat grads, shard) + 8S   4P (+ 4S from the reduce to zero_grad)
+//     stage 1             4P + 4P (flat grads) + 8S            4P: the shard is a view of the flat grads
 //     stage 2             4P + 4S (grad shard) + 8S            4S + the buckets being filled or in flight
+//     Construction moves the weights into the flat buffers bucket by bucket: 4Ψ + one bucket at most.
 //     offload: the optimizer state, a master copy of the weight shard and the gradient shard live on
 //     the host (category "offload": 16S): the update runs there; per step the gradient shard moves
 //     down (4S) and the updated weight shard moves up (4S). A rank's host is cpu:i for a device with
@@ -55,9 +59,11 @@
 //   A parameter that got no gradient since the last step is skipped, as nn::AdamW skips it; steps
 //   are counted per parameter.
 //
+//   The step is zero_adamw.cpp; what is gathered whole (gradients, state dicts) zero_adamw_gather.cpp.
 //   Lesson: lessons/06_zero.cpp   Tests: tests/test_zero.cpp, tests/test_grad_accumulation.cpp
 #pragma once
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -98,9 +104,10 @@ class ZeroAdamW {
   // gradient buffer; stage 2: the gradient shard is zeroed (the full buffers exist only in backward).
   void zero_grad();
   // Makes this rank's gradient shard hold the average over the group of everything accumulated
-  // since zero_grad(). Stage 1: one reduce-scatter per bucket of the flat buffer (which keeps the
-  // local sums, so a later backward adds and a later reduce starts over). Stage 2: launches what
-  // backward left unlaunched (parameters without gradients) and waits for every bucket.
+  // since zero_grad(). Stage 1: one in-place reduce-scatter(sum) per bucket of the flat buffer (my
+  // chunks hold the sums, the others are zeroed, so a later backward adds and a later reduce sums
+  // again). Stage 2: launches what backward left unlaunched (parameters without gradients) and
+  // waits for every bucket.
   // clip_grad_norm() and step() call it when needed. Gradients that backward put elsewhere (after a
   // model.zero_grad()) are copied in first.
   void reduce_gradients();
@@ -124,7 +131,8 @@ class ZeroAdamW {
   const FlatParams& flat() const { return flat_; }
   const ProcessGroupPtr& group() const { return group_; }
 
-  // This rank's averaged gradient shard [S] (after reduce_gradients).
+  // This rank's averaged gradient shard [S] (after reduce_gradients). Stage 2: the shard itself;
+  // stage 1: a copy (the flat buffer holds the sums in place).
   Tensor grad_shard() const;
   // The full averaged gradient [Ψ] in parameter order, a new tensor on every rank: an all-gather per
   // bucket, collective and counted in the group's ledger. For tests and lessons.
@@ -137,17 +145,21 @@ class ZeroAdamW {
   void load_full_state_dict(const nn::StateDict& state);
 
  private:
-  Tensor gather_flat(const Tensor& shard);  // [S] on every rank -> [P] in the flat layout
-  void collect_gradients();                  // stage 1: copies stray .grad tensors into flat_grads_
+  Tensor gather_flat(const std::vector<Tensor>& my_chunks);  // a chunk per bucket -> [P] in the flat layout
+  std::vector<Tensor> chunks_of_shard(const Tensor& shard) const;  // [S] -> its chunks, views
+  void collect_gradients();  // stage 1: copies stray .grad tensors into flat_grads_
   void gather_weights();
+  // My gradient chunks, views: stage 1 in the flat buffer (sums), stage 2 in the shard (averages).
+  std::vector<Tensor> my_grad_chunks() const;
+  // Runs `use` with my gradient chunks holding the average (stage 1: scaled by 1/N, and back after).
+  void with_averaged_gradients(const std::function<void()>& use);
 
   ProcessGroupPtr group_;
   ZeroOptions options_;
   FlatParams flat_;
   Device device_, host_;
   std::unique_ptr<ShardedAdamW> adam_;  // exp_avg, exp_avg_sq [S]: device "optimizer" or host "offload"
-  Tensor flat_grads_;                   // stage 1: [P], bound to the parameters' .grad
-  Tensor grad_shard_;                   // stage 1: [S], from the reduce to the next zero_grad()
+  Tensor flat_grads_;                   // stage 1: [P], bound to the parameters' .grad; my chunks: the shard
   Tensor host_weights_, host_grads_;    // offload: [S] each, "offload"
   std::shared_ptr<ZeroReducer> reducer_;  // stage 2
   // Stage 1, shared with the parameters' hooks: which parameters got a gradient since zero_grad(),

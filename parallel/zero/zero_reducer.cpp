@@ -56,7 +56,10 @@ void ZeroReducer::on_gradient(size_t i) {
   if (in_pass_ && got_gradient_[i]) flush();  // the last backward left parameters without gradients
   if (!in_pass_) begin_pass();
   const size_t b = bucket_of_[i];
-  if (!buffers_[b].defined()) bind_bucket(b);
+  if (!buffers_[b].defined()) {
+    complete_finished();  // free what is done before the next bucket is allocated
+    bind_bucket(b);
+  }
   got_gradient_[i] = 1;
   has_grad_[i] = 1;
   ++gradients_in_;
@@ -71,17 +74,15 @@ void ZeroReducer::launch_ready() {
 void ZeroReducer::launch(size_t bucket) {
   const FlatBucket& b = flat_.layout().buckets[bucket];
   if (!buffers_[bucket].defined()) bind_bucket(bucket);  // no gradient reached it: reduce zeros
-  Tensor chunk;
-  {
-    MemoryScope scope(MemoryCategory::comm);
-    chunk = Tensor::empty({b.chunk_numel}, TensorOptions(DType::f32, device_));
-  }
+  // In place: my chunk of the bucket receives the average; the rest of the bucket is what we send.
+  Tensor chunk = buffers_[bucket].flat_view(group_->rank() * b.chunk_numel, {b.chunk_numel});
   WorkPtr work = group_->reduce_scatter_async(chunk, buffers_[bucket], ReduceOp::avg);
-  // Drop every handle on the full gradients: the queued job holds the buffer until it has run.
+  // Drop the parameters' handles on the bucket: only the chunk (and so the bucket) stays, until waited.
   for (size_t i : b.segments) flat_.params()[i].set_grad(Tensor());
   buffers_[bucket] = Tensor();
   in_flight_.push_back({bucket, std::move(work), std::move(chunk)});
   while (static_cast<int>(in_flight_.size()) > max_in_flight_) complete_oldest();
+  complete_finished();
 }
 
 void ZeroReducer::complete_oldest() {
@@ -89,8 +90,12 @@ void ZeroReducer::complete_oldest() {
   in_flight_.pop_front();
   done.work->wait();  // rethrows what the reduce-scatter failed with
   const FlatBucket& b = flat_.layout().buckets[done.bucket];
-  // Accumulate: earlier backwards since zero_grad() left their average here.
+  // Accumulate (then the bucket goes with `done`): earlier backwards since zero_grad() left their average here.
   grad_shard_.flat_view(b.shard_offset, {b.chunk_numel}).add_(done.chunk);
+}
+
+void ZeroReducer::complete_finished() {
+  while (!in_flight_.empty() && in_flight_.front().work->is_completed()) complete_oldest();
 }
 
 void ZeroReducer::flush() {

@@ -4,9 +4,11 @@
 //             views (AccumulateGrad then adds in place); a gradient that arrived as a fresh tensor is
 //             copied into its view once
 //   bucket b's last gradient in, b is next in order ->
-//             reduce_scatter_async(out [chunk], buffer [padded], avg); the params' .grad and our
-//             handle on the buffer are dropped: the queued job holds it until the reduce is done
-//   more than kBucketsInFlight launched -> wait for the oldest, shard[chunk of b] += out, free out
+//             reduce_scatter_async(my chunk of the buffer, buffer [padded], avg), in place; the params'
+//             .grad are dropped: only the chunk's handle (and so the bucket) stays, until waited
+//   more than kBucketsInFlight launched -> wait for the oldest, shard[chunk of b] += chunk, free the bucket
+//             (and the same, without waiting, for every oldest one already done: buckets go as soon as
+//             they can)
 //   the last gradient of the backward -> wait for all: the shard holds this backward's average added
 //             to what earlier backwards left (gradient accumulation)
 //
@@ -14,7 +16,7 @@
 // same order even if its hooks fire in another. A parameter that gets no gradient holds its bucket
 // back until flush() (from reduce_gradients) launches the rest with zeros for it.
 //
-//   Used by: parallel/zero/zero.cpp     Tests: tests/test_zero.cpp (peak gradient memory from the ledger)
+//   Used by: parallel/zero/zero_adamw.cpp     Tests: tests/test_zero.cpp (peak gradient memory from the ledger)
 #pragma once
 #include <deque>
 #include <memory>
@@ -43,13 +45,14 @@ class ZeroReducer {
   struct InFlight {
     size_t bucket;
     WorkPtr work;
-    Tensor chunk;  // [chunk_numel], "comm": the reduce-scatter's output
+    Tensor chunk;  // [chunk_numel]: my chunk of the bucket, the reduce-scatter's output (in place)
   };
   void begin_pass();
   void bind_bucket(size_t bucket);  // allocate its buffer and point its params' .grad at it
   void launch_ready();
   void launch(size_t bucket);
   void complete_oldest();
+  void complete_finished();  // complete_oldest() while the oldest is done: its bucket goes at once
 
   const FlatParams& flat_;
   ProcessGroupPtr group_;

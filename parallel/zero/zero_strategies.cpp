@@ -35,25 +35,20 @@ static nn::StateDict flat_gradients_by_name(ZeroAdamW& zero, const nn::NamedTens
   return out;
 }
 
-// A cut model: its averaged gradients go into the parameters' .grad for as long as the runner
-// gathers them across its groups (ZeRO-1's .grad is its flat buffer, already reduced into the shard
-// and zeroed by the next zero_grad()); parameters that had none get none back.
+// A cut model: its averaged gradients stand in for the parameters' .grad for as long as the runner
+// gathers them across its groups; then each parameter gets its own .grad back (ZeRO-1's: views of the
+// flat buffer, which holds the sums in place and must not be written over).
 nn::StateDict ZeroStrategy::full_gradients(ModelRunner& runner) {
   const nn::NamedTensors named = runner.module().named_parameters();
   const nn::StateDict averaged = flat_gradients_by_name(*zero_, named);
   if (!cut_) return averaged;
-  std::vector<char> had(named.size());
-  for (size_t i = 0; i < named.size(); ++i) {
-    const Tensor& param = named[i].second;
-    had[i] = param.grad().defined();
-    if (had[i])
-      param.grad().copy_(averaged.at(named[i].first));
-    else
-      param.set_grad(averaged.at(named[i].first));
+  std::vector<Tensor> own;
+  for (const auto& [name, param] : named) {
+    own.push_back(param.grad());
+    param.set_grad(averaged.at(name));
   }
   nn::StateDict full = runner.full_gradients();
-  for (size_t i = 0; i < named.size(); ++i)
-    if (!had[i]) named[i].second.set_grad(Tensor());
+  for (size_t i = 0; i < named.size(); ++i) named[i].second.set_grad(own[i]);
   return full;
 }
 

@@ -95,10 +95,20 @@ void MpiProcessGroup::run_reduce_scatter(const Tensor& output, const Tensor& inp
   check_cpu("reduce_scatter", input);
   const std::string at = where("reduce_scatter", sequence);
   mpi_count("reduce_scatter", input.numel());
+  // ZeRO reduces into its own chunk of the input. MPI forbids overlapping buffers (and its
+  // MPI_IN_PLACE would put the result at the start of the input), so that case goes through scratch.
+  const auto* mine = static_cast<const std::byte*>(input.raw_data()) + rank() * output.nbytes();
+  Tensor scratch;
+  if (output.raw_data() == mine) {
+    MemoryScope scope(MemoryCategory::comm);
+    scratch = Tensor::empty(output.shape(), output.options());
+  }
+  const Tensor& target = scratch.defined() ? scratch : output;
   MPI_Request request;
-  SL_MPI_CALL(at, MPI_Ireduce_scatter_block(input.raw_data(), output.raw_data(), static_cast<int>(output.numel()),
+  SL_MPI_CALL(at, MPI_Ireduce_scatter_block(input.raw_data(), target.raw_data(), static_cast<int>(output.numel()),
                                             mpi_type(input.dtype()), mpi_op(op, input.dtype()), comm_, &request));
-  launch_->wait(request, at, options().timeout, {output.impl_ptr(), input.impl_ptr()});
+  launch_->wait(request, at, options().timeout, {target.impl_ptr(), input.impl_ptr()});
+  if (scratch.defined()) std::memcpy(output.raw_data(), scratch.raw_data(), static_cast<size_t>(output.nbytes()));
   if (op == ReduceOp::avg) scale_buffer(output.dtype(), output.raw_data(), output.numel(), 1.0 / size());
   account(CommOp::reduce_scatter, (size() - 1) * output.nbytes(), (size() - 1) * output.nbytes());
 }

@@ -181,7 +181,7 @@ void ThreadsProcessGroup::run_reduce_scatter(const Tensor& output, const Tensor&
   const auto* in = static_cast<const std::byte*>(input.raw_data());
   auto* out = static_cast<std::byte*>(output.raw_data());
   if (n == 1) {
-    if (chunk > 0) std::memcpy(out, in, chunk);
+    if (chunk > 0 && out != in) std::memcpy(out, in, chunk);  // in place (out is chunk 0 of in): nothing to do
     return;
   }
   // Partial sums travel around the ring in two scratch buffers (one being read by the right
