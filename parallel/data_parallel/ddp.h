@@ -57,7 +57,7 @@ struct DDPOptions {
   // The buckets' dtype, in which gradients accumulate and are all-reduced; empty: the parameters'.
   // Mixed precision: bf16 parameters with bf16 buckets (ZeRO's 2 bytes per gradient) or f32 buckets
   // (Megatron's main_grad: AccumulateGrad adds each backward's bf16 gradient into the f32 view).
-  std::optional<DType> grad_dtype;
+  std::optional<DType> grad_dtype = std::nullopt;
   static constexpr int64_t kBucketPerParameter = 1;                           // every parameter alone
   static constexpr int64_t kOneBucket = std::numeric_limits<int64_t>::max();  // all in one
 };
