@@ -101,11 +101,9 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
 
 Tensor CausalSelfAttention::attention(const Tensor& q, const Tensor& k, const Tensor& v) {
   if (core) return core(q, k, v);
-  // softmax(q k^T / sqrt(HS)) with the future masked out, as one fused op: the same numbers as
-  // softmax(masked_fill(att * scale, causal_mask(T), -inf)) in a third of the passes.
-  Tensor att = causal_softmax(matmul(q, k, false, true), 1.0 / std::sqrt(static_cast<double>(head_size)));  // [B, NH, T, T]
-  att = dropout(att, dropout_, is_training());
-  return matmul(att, v);  // [B, NH, T, HS]
+  // dropout(softmax(q kᵀ / sqrt(HS)) with the future masked out) v, block by block (FlashAttention,
+  // tensor/ops/flash_attention.cpp): no [T, T] matrix is kept, and none above the diagonal computed.
+  return causal_attention(q, k, v, dropout_, is_training());  // [B, NH, T, HS]
 }
 
 // ---- MLP and block -------------------------------------------------------------------------------------
