@@ -16,6 +16,13 @@ namespace sl::cpu {
 
 namespace {
 
+// xᵀ [HS, n] (row d at xt + d·n) from x's rows [n, HS].
+template <typename T>
+void transpose_rows(const Rows<const T>& x, int64_t n, int64_t HS, T* xt) {
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t d = 0; d < HS; ++d) xt[d * n + r] = x.row(r)[d];
+}
+
 // The key blocks of query block [i0, i0 + rows): keys [0, key_end), key_end = i0 + rows when causal
 // (every later key is in the future of every row: those blocks are skipped). Within a block, row
 // i0 + r sees keys [j0, j0 + visible(r)).
@@ -69,26 +76,47 @@ void online_softmax(T* s, T* m, T* l, const Tile& tile, T scale, const Rows<T>& 
   }
 }
 
-// The backward's P from the final lse: exp(scale·s - lse) (masked keys 0), in place.
+// The backward works on transposed tiles, keys by queries ([cols, rows]): every product it needs
+// is then a plain or a Q-side GEMM that BLAS runs on its small-matrix kernels (a transposed left
+// operand over a wide C, as dV += Pᵀ dO would be, takes OpenBLAS's packing path: ~2x slower here).
+// Key row j of a tile is seen by the query rows [first_query(j), rows).
+int64_t first_query(const Tile& tile, int64_t j) {
+  return tile.causal ? std::clamp<int64_t>(tile.j0 + j - tile.i0, 0, tile.rows) : 0;
+}
+
+// Pᵀ from the final lse: sᵀ [cols, rows] -> exp(scale·s - lse) in place (masked entries 0).
 template <typename T>
-void probabilities(T* s, const T* lse, const Tile& tile, T scale) {
-  for (int64_t r = 0; r < tile.rows; ++r) {
-    T* row = s + r * tile.cols;
-    const int64_t visible = tile.visible(r);
-    const T l = lse[tile.i0 + r];
-    for_each_index(visible, [&](int64_t j) { row[j] = exp_of(scale * row[j] - l); });
-    std::fill(row + visible, row + tile.cols, T(0));
+void probabilities_t(T* st, const T* lse, const Tile& tile, T scale) {
+  const T* l = lse + tile.i0;
+  for (int64_t j = 0; j < tile.cols; ++j) {
+    T* row = st + j * tile.rows;
+    const int64_t lo = first_query(tile, j);
+    std::fill(row, row + lo, T(0));
+    for_each_index(tile.rows - lo, [&](int64_t r) { row[lo + r] = exp_of(scale * row[lo + r] - l[lo + r]); });
   }
 }
 
-// dP [rows, cols] -> dS = scale · P ∘ (dP - D) in place (dP already through the dropout mask).
+// xᵀ [cols, rows] *= keep(i0 + r, j0 + j) ? 1/(1-p) : 0 over the tile's visible entries.
 template <typename T>
-void score_grad(T* dp, const T* p, const T* delta, const Tile& tile, T scale) {
-  for (int64_t r = 0; r < tile.rows; ++r) {
-    T* d = dp + r * tile.cols;
-    const T* pr = p + r * tile.cols;
-    const T dr = delta[tile.i0 + r];
-    for_each_index(tile.cols, [&](int64_t j) { d[j] = scale * pr[j] * (d[j] - dr); });
+void drop_t(T* xt, const Tile& tile, const AttentionShape& shape, const AttentionDropout& dropout) {
+  const T keep_scale = static_cast<T>(dropout.keep_scale);
+  for (int64_t j = 0; j < tile.cols; ++j) {
+    T* row = xt + j * tile.rows;
+    for (int64_t r = first_query(tile, j); r < tile.rows; ++r) {
+      const uint64_t counter = dropout.first + static_cast<uint64_t>((tile.i0 + r) * shape.Tk + tile.j0 + j);
+      row[r] = dropout_keeps(counter, dropout.key, dropout.threshold) ? row[r] * keep_scale : T(0);
+    }
+  }
+}
+
+// dPᵀ [cols, rows] -> dSᵀ = scale · P ∘ (dP - D) in place (dP already through the dropout mask).
+template <typename T>
+void score_grad_t(T* dpt, const T* pt, const T* delta, const Tile& tile, T scale) {
+  const T* d = delta + tile.i0;
+  for (int64_t j = 0; j < tile.cols; ++j) {
+    T* g = dpt + j * tile.rows;
+    const T* p = pt + j * tile.rows;
+    for_each_index(tile.rows, [&](int64_t r) { g[r] = scale * p[r] * (g[r] - d[r]); });
   }
 }
 
@@ -99,15 +127,15 @@ void attention_head_forward(const HeadForward<T>& head, const AttentionShape& sh
                             T* scratch) {
   const int64_t HS = shape.HS;
   const T scale = static_cast<T>(shape.scale);
-  T *s = scratch, *m = scratch + kQueryBlock * kKeyBlock, *l = m + kQueryBlock;
+  T *s = scratch, *m = scratch + kQueryBlock * kKeyBlock, *l = m + kQueryBlock, *kt = l + kQueryBlock;
+  transpose_rows(head.k, shape.Tk, HS, kt);  // kᵀ [HS, Tk]
   for (int64_t i0 = 0; i0 < shape.Tq; i0 += kQueryBlock) {
     const int64_t rows = std::min(kQueryBlock, shape.Tq - i0), end = key_end(shape, i0, rows);
     std::fill(m, m + rows, -std::numeric_limits<T>::infinity());
     for (int64_t j0 = 0; j0 < end; j0 += kKeyBlock) {
       const Tile tile{i0, rows, j0, std::min(kKeyBlock, end - j0), shape.causal};
-      // S = Q_i K_jᵀ: [rows, HS] @ [cols, HS]ᵀ
-      gemm(false, true, rows, tile.cols, HS, head.q.row(i0), head.q.ld, head.k.row(j0), head.k.ld, s, tile.cols,
-           false);
+      // S = Q_i K_jᵀ: [rows, HS] @ [HS, cols]
+      gemm(false, false, rows, tile.cols, HS, head.q.row(i0), head.q.ld, kt + j0, shape.Tk, s, tile.cols, false);
       online_softmax(s, m, l, tile, scale, head.out, HS);
       if (dropout.on()) drop(s, tile, shape, dropout);  // l keeps the undropped sum: dropout is after softmax
       // O (+)= P V_j: [rows, cols] @ [cols, HS]
@@ -128,27 +156,31 @@ void attention_head_backward(const HeadBackward<T>& head, const AttentionShape& 
                              const AttentionDropout& dropout, T* scratch) {
   const int64_t HS = shape.HS;
   const T scale = static_cast<T>(shape.scale);
-  T *p = scratch, *dp = scratch + kQueryBlock * kKeyBlock;
+  T *pt = scratch, *dpt = scratch + kQueryBlock * kKeyBlock;  // [cols, rows] each
+  T *qt = dpt + kQueryBlock * kKeyBlock + 2 * kQueryBlock, *dot = qt + HS * shape.Tq;
+  transpose_rows(head.q, shape.Tq, HS, qt);       // qᵀ [HS, Tq]
+  transpose_rows(head.dout, shape.Tq, HS, dot);  // dOᵀ [HS, Tq]
   for (int64_t i0 = 0; i0 < shape.Tq; i0 += kQueryBlock) {
     const int64_t rows = std::min(kQueryBlock, shape.Tq - i0), end = key_end(shape, i0, rows);
     for (int64_t j0 = 0; j0 < end; j0 += kKeyBlock) {
       const Tile tile{i0, rows, j0, std::min(kKeyBlock, end - j0), shape.causal};
       const int64_t cols = tile.cols;
-      gemm(false, true, rows, cols, HS, head.q.row(i0), head.q.ld, head.k.row(j0), head.k.ld, p, cols, false);
-      gemm(false, true, rows, cols, HS, head.dout.row(i0), head.dout.ld, head.v.row(j0), head.v.ld, dp, cols,
-           false);  // dO_i V_jᵀ: the gradient of the dropped probabilities
-      probabilities(p, head.lse, tile, scale);
-      if (dropout.on()) drop(dp, tile, shape, dropout);  // ... through the mask: dP
-      score_grad(dp, p, head.delta, tile, scale);        // dp is now dS (scale folded in)
+      // Sᵀ = K_j Q_iᵀ and dPᵀ = V_j dO_iᵀ (the gradient of the dropped probabilities): [cols, rows]
+      gemm(false, false, cols, rows, HS, head.k.row(j0), head.k.ld, qt + i0, shape.Tq, pt, rows, false);
+      gemm(false, false, cols, rows, HS, head.v.row(j0), head.v.ld, dot + i0, shape.Tq, dpt, rows, false);
+      probabilities_t(pt, head.lse, tile, scale);
+      if (dropout.on()) drop_t(dpt, tile, shape, dropout);  // ... through the mask: dP
+      score_grad_t(dpt, pt, head.delta, tile, scale);       // dpt is now dSᵀ (scale folded in)
       if (head.dv.data) {
-        if (dropout.on()) drop(p, tile, shape, dropout);  // dV sees the probabilities V saw
-        // dV_j += Pᵀ dO_i: [rows, cols]ᵀ @ [rows, HS]
-        gemm(true, false, cols, HS, rows, p, cols, head.dout.row(i0), head.dout.ld, head.dv.row(j0), head.dv.ld, true);
+        if (dropout.on()) drop_t(pt, tile, shape, dropout);  // dV sees the probabilities V saw
+        // dV_j += Pᵀ dO_i: [cols, rows] @ [rows, HS]
+        gemm(false, false, cols, HS, rows, pt, rows, head.dout.row(i0), head.dout.ld, head.dv.row(j0), head.dv.ld,
+             true);
       }
-      if (head.dq.data)  // dQ_i += dS K_j: [rows, cols] @ [cols, HS]
-        gemm(false, false, rows, HS, cols, dp, cols, head.k.row(j0), head.k.ld, head.dq.row(i0), head.dq.ld, true);
-      if (head.dk.data)  // dK_j += dSᵀ Q_i: [rows, cols]ᵀ @ [rows, HS]
-        gemm(true, false, cols, HS, rows, dp, cols, head.q.row(i0), head.q.ld, head.dk.row(j0), head.dk.ld, true);
+      if (head.dq.data)  // dQ_i += dS K_j = (dSᵀ)ᵀ K_j: [rows, cols] @ [cols, HS]
+        gemm(true, false, rows, HS, cols, dpt, rows, head.k.row(j0), head.k.ld, head.dq.row(i0), head.dq.ld, true);
+      if (head.dk.data)  // dK_j += dSᵀ Q_i: [cols, rows] @ [rows, HS]
+        gemm(false, false, cols, HS, rows, dpt, rows, head.q.row(i0), head.q.ld, head.dk.row(j0), head.dk.ld, true);
     }
   }
 }

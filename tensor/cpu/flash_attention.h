@@ -62,8 +62,12 @@ struct HeadBackward {
   Rows<T> dq, dk, dv;    // added into; a null data: not wanted
 };
 
-// Scratch for one thread: attention_scratch_size() elements of T.
-constexpr int64_t attention_scratch_size() { return 2 * kQueryBlock * kKeyBlock + 2 * kQueryBlock; }
+// Scratch for one thread: two score tiles, the running max and sum, and two transposed [HS, T] copies
+// (kᵀ in forward; qᵀ and dOᵀ in backward), so that every GEMM is one BLAS runs on its small-matrix
+// kernels (OpenBLAS packs a q·kᵀ with a wide result: ~2x slower at these sizes).
+constexpr int64_t attention_scratch_size(int64_t Tq, int64_t Tk, int64_t HS) {
+  return 2 * kQueryBlock * kKeyBlock + 2 * kQueryBlock + 2 * HS * (Tq > Tk ? Tq : Tk);
+}
 
 template <typename T>
 void attention_head_forward(const HeadForward<T>& head, const AttentionShape& shape, const AttentionDropout& dropout,

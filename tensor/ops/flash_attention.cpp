@@ -49,10 +49,10 @@ void check_kernel_inputs(const Tensor& q, const Tensor& k, const Tensor& v, bool
 
 // body(bh, scratch) for every head bh in [0, heads), on num_threads() threads taking the next head.
 template <typename T, typename Body>
-void for_each_head(int64_t heads, Body&& body) {
+void for_each_head(int64_t heads, int64_t scratch_size, Body&& body) {
   std::atomic<int64_t> next{0};
   auto worker = [&] {
-    std::vector<T> scratch(cpu::attention_scratch_size());
+    std::vector<T> scratch(static_cast<size_t>(scratch_size));
     for (int64_t bh = next++; bh < heads; bh = next++) body(bh, scratch.data());
   };
   const int64_t helpers = std::min<int64_t>(num_threads(), heads) - 1;
@@ -62,13 +62,15 @@ void for_each_head(int64_t heads, Body&& body) {
   for (std::thread& thread : threads) thread.join();
 }
 
-// body(bh, scratch) for every head of q's [B, NH, ...], in q's dtype: scratch is a float* or a double*.
+// body(bh, scratch) for every head of q [B, NH, Tq, HS] against k [B, NH, Tk, HS], in q's dtype:
+// scratch is a float* or a double*.
 template <typename Body>
-void run_heads(const Tensor& q, Body&& body) {
+void run_heads(const Tensor& q, const Tensor& k, Body&& body) {
+  const int64_t scratch_size = cpu::attention_scratch_size(q.size(2), k.size(2), q.size(3));
   dispatch_floating(q.dtype(), "attention", [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
-      for_each_head<T>(q.size(0) * q.size(1), [&](int64_t bh, T* scratch) { body(bh, scratch); });
+      for_each_head<T>(q.size(0) * q.size(1), scratch_size, [&](int64_t bh, T* scratch) { body(bh, scratch); });
   });
 }
 
@@ -100,7 +102,7 @@ AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor
   SL_CHECK(Tk > 0 || Tq == 0, "attention: ", Tq, " queries and no key to attend to");
   AttentionOutput o{Tensor::empty(q.shape(), q.options()), Tensor::empty({B, NH, Tq}, q.options())};
   const cpu::AttentionShape shape = shape_of(q, k, causal, scale);
-  run_heads(q, [&](int64_t bh, auto* scratch) {
+  run_heads(q, k, [&](int64_t bh, auto* scratch) {
     using T = std::remove_pointer_t<decltype(scratch)>;
     const cpu::HeadForward<T> head{head_rows<const T>(q.data<T>(), bh, Tq, HS),
                                    head_rows<const T>(k.data<T>(), bh, Tk, HS),
@@ -120,7 +122,7 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   SL_ASSERT((!dq.defined() || dq.shape() == q.shape()) && (!dk.defined() || dk.shape() == k.shape()) &&
             (!dv.defined() || dv.shape() == v.shape()));
   const cpu::AttentionShape shape = shape_of(q, k, causal, scale);
-  run_heads(q, [&](int64_t bh, auto* scratch) {
+  run_heads(q, k, [&](int64_t bh, auto* scratch) {
     using T = std::remove_pointer_t<decltype(scratch)>;
     const cpu::HeadBackward<T> head{head_rows<const T>(q.data<T>(), bh, Tq, HS),
                                     head_rows<const T>(k.data<T>(), bh, Tk, HS),
