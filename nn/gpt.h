@@ -6,9 +6,10 @@
 //
 //   attn: c_attn [3C, C] makes q, k, v; NH heads of HS = C / NH; causal softmax(q k^T / sqrt(HS)) v;
 //         c_proj [C, C].       mlp: c_fc [4C, C] -> GELU (tanh) -> c_proj [C, 4C].
-//   The attention core is blockwise (causal_attention, tensor/ops/flash_attention.cpp): query blocks
-//   against key blocks, the blocks above the diagonal skipped, no [T, T] matrix made or kept (it
-//   keeps out and the rows' lse, and recomputes the probabilities in backward from them).
+//   The attention core is blockwise (FlashAttention: causal_attention_packed, tensor/attention.h) and
+//   runs on c_attn's output as it is: query blocks against key blocks, the blocks above the diagonal
+//   skipped, no [T, T] matrix made or kept (it keeps out and the rows' lse; backward recomputes the
+//   probabilities, and the dropout mask, from them), no split into heads or transposed copies.
 //
 // Parameter names are GPT-2's (wte.weight, h.0.attn.c_attn.weight, ...), Linear weights are
 // [out, in]. Init: N(0, 0.02), c_proj weights N(0, 0.02 / sqrt(2 n_layer)) (the residual stream
@@ -91,10 +92,11 @@ class CausalSelfAttention : public UnaryModule {
   std::shared_ptr<Linear> c_attn, c_proj;
   int64_t n_head;     // the heads this module runs
   int64_t head_size;  // HS = n_embd / config.n_head
-  AttentionCore core;  // empty: causal_attention (blockwise, with dropout on the probabilities)
+  // empty: causal_attention_packed (blockwise, with dropout on the probabilities) straight on c_attn's
+  // output, without splitting it into heads
+  AttentionCore core;
 
  private:
-  Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v);  // the core, or causal_attention
   double dropout_;
   Recompute recompute_;
 };

@@ -18,6 +18,7 @@
 #pragma once
 #include <cstdint>
 
+#include "tensor/philox.h"
 #include "tensor/tensor.h"
 
 namespace sl {
@@ -34,6 +35,13 @@ struct AttentionDropoutDraw {
   double p = 0;  // 0: no dropout
   uint64_t first = 0, key = 0;
 };
+
+// causal_attention (tensor/ops.h) on c_attn's output as it is: qkv [B, T, 3·W] holds q, k and v side
+// by side (head h at columns h·HS of each third, W = n_head·HS); y [B, T, W] holds the heads side by
+// side, c_proj's input. The same numbers and dropout counters as splitting qkv into [B, NH, T, HS]
+// heads, causal_attention, and joining the heads again, without the copies that takes.
+Tensor causal_attention_packed(const Tensor& qkv, int64_t n_head, double dropout_p = 0, bool training = true,
+                               Generator* generator = nullptr);
 
 // The kernels (no autograd). scale > 0.
 AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,

@@ -4,12 +4,16 @@
 #include "tensor/cpu/flash_attention.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
+#include <thread>
+#include <vector>
 
 #include "tensor/cpu/gemm.h"
 #include "tensor/cpu/lanes.h"
 #include "tensor/functors.h"
+#include "tensor/ops.h"
 #include "tensor/philox.h"
 
 namespace sl::cpu {
@@ -120,7 +124,26 @@ void score_grad_t(T* dpt, const T* pt, const T* delta, const Tile& tile, T scale
   }
 }
 
-}  // namespace
+// One head's operands.
+template <typename T>
+struct HeadForward {
+  Rows<const T> q, k, v;
+  Rows<T> out;
+  T* lse;  // [Tq]
+};
+template <typename T>
+struct HeadBackward {
+  Rows<const T> q, k, v, dout;
+  const T *lse, *delta;  // [Tq] each: the rows' final lse and D
+  Rows<T> dq, dk, dv;    // added into; a null data: not wanted
+};
+
+// Scratch for one thread: two score tiles, the running max and sum, two transposed [HS, T] copies
+// (kᵀ in forward; qᵀ and dOᵀ in backward) so that every GEMM is one BLAS runs on its small-matrix
+// kernels (OpenBLAS packs a q·kᵀ with a wide result: ~2x slower at these sizes), and D [Tq].
+int64_t scratch_size(const AttentionShape& shape) {
+  return 2 * kQueryBlock * kKeyBlock + 2 * kQueryBlock + 2 * shape.HS * std::max(shape.Tq, shape.Tk) + shape.Tq;
+}
 
 template <typename T>
 void attention_head_forward(const HeadForward<T>& head, const AttentionShape& shape, const AttentionDropout& dropout,
@@ -185,13 +208,68 @@ void attention_head_backward(const HeadBackward<T>& head, const AttentionShape& 
   }
 }
 
-template void attention_head_forward<float>(const HeadForward<float>&, const AttentionShape&,
-                                            const AttentionDropout&, float*);
-template void attention_head_forward<double>(const HeadForward<double>&, const AttentionShape&,
-                                             const AttentionDropout&, double*);
-template void attention_head_backward<float>(const HeadBackward<float>&, const AttentionShape&,
-                                             const AttentionDropout&, float*);
-template void attention_head_backward<double>(const HeadBackward<double>&, const AttentionShape&,
-                                              const AttentionDropout&, double*);
+// body(b, h, scratch) for every head, on num_threads() threads taking the next head.
+template <typename T, typename Body>
+void for_each_head(const AttentionHeads& heads, int64_t scratch_elements, Body&& body) {
+  std::atomic<int64_t> next{0};
+  const int64_t count = heads.B * heads.NH;
+  auto worker = [&] {
+    std::vector<T> scratch(static_cast<size_t>(scratch_elements));
+    for (int64_t bh = next++; bh < count; bh = next++) body(bh / heads.NH, bh % heads.NH, scratch.data());
+  };
+  const int64_t helpers = std::min<int64_t>(num_threads(), count) - 1;
+  std::vector<std::thread> threads;
+  for (int64_t t = 0; t < helpers; ++t) threads.emplace_back(worker);
+  worker();
+  for (std::thread& thread : threads) thread.join();
+}
+
+}  // namespace
+
+template <typename T>
+void attention_forward_heads(const AttentionHeads& heads, const AttentionShape& shape, const AttentionDropout& dropout,
+                             const T* q, const T* k, const T* v, T* out, T* lse) {
+  for_each_head<T>(heads, scratch_size(shape), [&](int64_t b, int64_t h, T* scratch) {
+    const int64_t bh = b * heads.NH + h;
+    const HeadForward<T> head{heads.q.rows(q, b, h), heads.k.rows(k, b, h), heads.v.rows(v, b, h),
+                              heads.out.rows(out, b, h), lse + bh * shape.Tq};
+    attention_head_forward(head, shape, dropout.at(static_cast<uint64_t>(bh * shape.Tq * shape.Tk)), scratch);
+  });
+}
+
+template <typename T>
+void attention_backward_heads(const AttentionHeads& heads, const AttentionShape& shape,
+                              const AttentionDropout& dropout, const T* q, const T* k, const T* v, const T* out,
+                              const T* dout, const T* lse, const T* delta, T* dq, T* dk, T* dv) {
+  const int64_t scratch = scratch_size(shape);
+  for_each_head<T>(heads, scratch, [&](int64_t b, int64_t h, T* work) {
+    const int64_t bh = b * heads.NH + h;
+    const Rows<const T> o = heads.out.rows(out, b, h), g = heads.out.rows(dout, b, h);
+    T* own_delta = work + scratch - shape.Tq;  // D = rowsum(dO ∘ O) when the caller gives none
+    if (!delta)
+      for (int64_t r = 0; r < shape.Tq; ++r)
+        own_delta[r] = lane_sum<T>(shape.HS, [&](int64_t c) { return g.row(r)[c] * o.row(r)[c]; });
+    const HeadBackward<T> head{heads.q.rows(q, b, h),
+                               heads.k.rows(k, b, h),
+                               heads.v.rows(v, b, h),
+                               g,
+                               lse + bh * shape.Tq,
+                               delta ? delta + bh * shape.Tq : own_delta,
+                               heads.q.rows(dq, b, h),
+                               heads.k.rows(dk, b, h),
+                               heads.v.rows(dv, b, h)};
+    attention_head_backward(head, shape, dropout.at(static_cast<uint64_t>(bh * shape.Tq * shape.Tk)), work);
+  });
+}
+
+#define SL_INSTANTIATE(T)                                                                                          \
+  template void attention_forward_heads<T>(const AttentionHeads&, const AttentionShape&, const AttentionDropout&, \
+                                           const T*, const T*, const T*, T*, T*);                                  \
+  template void attention_backward_heads<T>(const AttentionHeads&, const AttentionShape&, const AttentionDropout&, \
+                                            const T*, const T*, const T*, const T*, const T*, const T*, const T*,  \
+                                            T*, T*, T*);
+SL_INSTANTIATE(float)
+SL_INSTANTIATE(double)
+#undef SL_INSTANTIATE
 
 }  // namespace sl::cpu

@@ -37,9 +37,12 @@ struct Rows {
 struct AttentionDropout {
   uint64_t threshold = 0;  // dropout_threshold(p); 0 with keep_scale 1: no dropout
   uint64_t key = 0;        // the generator's seed
-  uint64_t first = 0;      // the counter of this head's element (0, 0)
+  uint64_t first = 0;      // the counter of element (0, 0)
   double keep_scale = 1;   // 1 / (1 - p)
   bool on() const { return threshold != 0; }
+  AttentionDropout at(uint64_t offset) const {  // the same draw from `offset` counters on
+    return on() ? AttentionDropout{threshold, key, first + offset, keep_scale} : *this;
+  }
 };
 
 struct AttentionShape {
@@ -48,32 +51,33 @@ struct AttentionShape {
   double scale = 1;
 };
 
-template <typename T>
-struct HeadForward {
-  Rows<const T> q, k, v;
-  Rows<T> out;
-  T* lse;  // [Tq]
+// Where head (b, h) of an operand lies: its rows start at data + offset + b·batch + h·head, ld apart.
+//   [B, NH, T, HS]                       batch NH·T·HS, head T·HS, ld HS
+//   [B, T, 3·NH·HS] (c_attn's q | k | v)  batch T·3W, head HS, ld 3W, offset 0 | W | 2W  (W = NH·HS)
+struct HeadLayout {
+  int64_t batch = 0, head = 0, ld = 0, offset = 0;
+  template <typename P>
+  Rows<P> rows(P* data, int64_t b, int64_t h) const {
+    return {data ? data + offset + b * batch + h * head : nullptr, ld};
+  }
 };
 
-template <typename T>
-struct HeadBackward {
-  Rows<const T> q, k, v, dout;
-  const T *lse, *delta;  // [Tq] each: the rows' final lse and D
-  Rows<T> dq, dk, dv;    // added into; a null data: not wanted
+// B x NH heads and each operand's layout: dq, dk, dv lie as q, k, v do, dO as out. lse and D are
+// [B, NH, Tq]. Heads run on num_threads() threads (tensor/ops.h), each wholly on one thread, in the
+// same order whatever the count: the bytes do not depend on it.
+struct AttentionHeads {
+  int64_t B = 0, NH = 0;
+  HeadLayout q, k, v, out;
 };
 
-// Scratch for one thread: two score tiles, the running max and sum, and two transposed [HS, T] copies
-// (kᵀ in forward; qᵀ and dOᵀ in backward), so that every GEMM is one BLAS runs on its small-matrix
-// kernels (OpenBLAS packs a q·kᵀ with a wide result: ~2x slower at these sizes).
-constexpr int64_t attention_scratch_size(int64_t Tq, int64_t Tk, int64_t HS) {
-  return 2 * kQueryBlock * kKeyBlock + 2 * kQueryBlock + 2 * HS * (Tq > Tk ? Tq : Tk);
-}
-
+// dropout.first is the counter of element (0, 0, 0, 0): head bh's (i, j) is first + (bh·Tq + i)·Tk + j.
 template <typename T>
-void attention_head_forward(const HeadForward<T>& head, const AttentionShape& shape, const AttentionDropout& dropout,
-                            T* scratch);
+void attention_forward_heads(const AttentionHeads& heads, const AttentionShape& shape, const AttentionDropout& dropout,
+                             const T* q, const T* k, const T* v, T* out, T* lse);
+// Adds into dq, dk, dv (null: not wanted). delta null: D = rowsum(dO ∘ O) computed here from out.
 template <typename T>
-void attention_head_backward(const HeadBackward<T>& head, const AttentionShape& shape,
-                             const AttentionDropout& dropout, T* scratch);
+void attention_backward_heads(const AttentionHeads& heads, const AttentionShape& shape,
+                              const AttentionDropout& dropout, const T* q, const T* k, const T* v, const T* out,
+                              const T* dout, const T* lse, const T* delta, T* dq, T* dk, T* dv);
 
 }  // namespace sl::cpu
