@@ -5,7 +5,7 @@
 //     context-parallel tests: within 2e-6, or 1.25x the eager f32 path's own error;
 //   * gradchecks in f64 (with and without dropout), T not a multiple of the block size;
 //   * causal masking: a change to keys and values from t on moves no output row before t, and their
-//     gradients from those rows are exactly zero;
+//     gradients from those rows are exactly zero; key blocks wholly in the future are never read;
 //   * logits ×1e3: finite, and as close to f64 as the eager f32 path;
 //   * dropout: the same mask as dropout() of the [B, NH, T, T] probabilities, regenerated in backward,
 //     and the generator advanced by B·NH·T·T; no draw in evaluation;
@@ -18,6 +18,7 @@
 #include <cstring>
 
 #include "tensor/attention.h"
+#include "tensor/cpu/flash_attention.h"
 #include "tensor/ledger.h"
 #include "tensor/ops.h"
 #include "test_util.h"
@@ -130,6 +131,18 @@ TEST(FlashAttention, TheFutureMovesNoEarlierRowAndGetsNoGradientFromIt) {
   for (const Tensor& g : {r.dk, r.dv, r.dq})
     for (double x : g.narrow(2, t, T - t).clone().to_vector()) ASSERT_EQ(x, 0.0);
   EXPECT_GT(max_abs_diff(r.dk.narrow(2, t - 1, 1), zeros({1, 2, 1, 8})), 0.0);
+}
+
+// The blocks above the diagonal are skipped, not computed and masked: keys and values from a query
+// block's end on are never read by it. With NaN there, the eager path (and a kernel that multiplied
+// masked zeros by them) is NaN everywhere; the rows of the query blocks before them stay exact.
+TEST(FlashAttention, KeyBlocksWhollyInTheFutureAreNeverRead) {
+  const int64_t T = 200, t = 2 * cpu::kQueryBlock;  // the first row of the third query block
+  Tensor q = random({1, 2, T, 8}, 1), k = random({1, 2, T, 8}, 2), v = random({1, 2, T, 8}, 3);
+  auto poisoned = [&](const Tensor& x) { return cat({x.narrow(2, 0, t), full({1, 2, T - t, 8}, NAN)}, 2); };
+  Tensor out = causal_attention(q, poisoned(k), poisoned(v));
+  EXPECT_TRUE(bitwise_equal(out.narrow(2, 0, t).clone(), causal_attention(q, k, v).narrow(2, 0, t).clone()));
+  EXPECT_TRUE(std::isnan(out.narrow(2, t, 1).clone().to_vector()[0]));  // row t reads key t
 }
 
 TEST(FlashAttention, OneTokenAttendsOnlyToItself) {
