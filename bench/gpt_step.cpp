@@ -2,11 +2,14 @@
 // AdamW step), f32, 1 thread by default: the median and the minimum over 20 steps after 5 warm-up
 // steps (on a shared, noisy machine the minimum is the least disturbed step).
 //
-//   build/bench/gpt_step [--config A|B] [--threads N] [--steps 20] [--warmup 5] [--profile]
+//   build/bench/gpt_step [--config A|B] [--seq-len T] [--threads N] [--steps 20] [--warmup 5] [--profile]
 //
+// --seq-len T runs the config's model at sequence length T (block_size T) with batch B·T0/T (at
+// least 1), the same tokens per step as the config: only attention's share grows, as T. PyTorch's
+// side: bench/gpt_torch_seq.py --config B --seq-len T.
 // A bad flag or value prints the usage, naming the flag, and exits 2.
-// Prints one JSON line per config, e.g. {"bench": "gpt_step", "config": "A", "threads": 1, "median_ms": ..., "min_ms":
-// ...}. Compare in one run with ../shared/bench/gpt_torch.py (same shapes; see README: Results).
+// Prints one JSON line per config, e.g. {"bench": "gpt_step", "config": "A", "T": 64, "batch": 16, "threads": 1,
+// "median_ms": ..., "min_ms": ...}. Compare in one run with ../shared/bench/gpt_torch.py (same shapes; see README: Results).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -69,7 +72,8 @@ static StepTimes run(const BenchConfig& bench, int steps, int warmup, bool profi
 }
 
 static const char* const kUsage =
-    "usage: gpt_step [--config A|B] [--threads N >= 1] [--steps N >= 1] [--warmup N >= 0] [--profile]\n";
+    "usage: gpt_step [--config A|B] [--seq-len T >= 1] [--threads N >= 1] [--steps N >= 1] [--warmup N >= 0] "
+    "[--profile]\n";
 
 // A bad flag or value: the message names it, then the usage; exit code 2.
 [[noreturn]] static void usage_error(const std::string& message) {
@@ -98,7 +102,7 @@ int main(int argc, char** argv) {
       {"B", nn::GPTConfig{256, 128, 6, 8, 256, 0.0}, 8},
   };
   std::string only;
-  int threads = 1, steps = 20, warmup = 5;
+  int threads = 1, steps = 20, warmup = 5, seq_len = 0;
   bool profile = false;
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
@@ -111,6 +115,8 @@ int main(int argc, char** argv) {
       bool known = false;
       for (const BenchConfig& config : configs) known = known || only == config.name;
       if (!known) usage_error("--config: expected A or B, got '" + only + "'");
+    } else if (flag == "--seq-len") {
+      seq_len = parse_int(flag, value(), 1, 65536);
     } else if (flag == "--threads") {
       threads = parse_int(flag, value(), 1, 1024);
     } else if (flag == "--steps") {
@@ -127,12 +133,18 @@ int main(int argc, char** argv) {
     }
   }
   set_num_threads(threads);
-  for (const BenchConfig& config : configs) {
+  for (BenchConfig config : configs) {
     if (!only.empty() && only != config.name) continue;
+    if (seq_len > 0) {  // the same tokens per step at another length
+      config.batch = std::max<int64_t>(1, config.batch * config.model.block_size / seq_len);
+      config.model.block_size = seq_len;
+    }
     const StepTimes times = run(config, steps, warmup, profile);
     std::printf(
-        "{\"bench\": \"gpt_step\", \"config\": \"%s\", \"threads\": %d, \"median_ms\": %.3f, \"min_ms\": %.3f}\n",
-        config.name, threads, times.median_ms, times.min_ms);
+        "{\"bench\": \"gpt_step\", \"config\": \"%s\", \"T\": %lld, \"batch\": %lld, \"threads\": %d, "
+        "\"median_ms\": %.3f, \"min_ms\": %.3f}\n",
+        config.name, static_cast<long long>(config.model.block_size), static_cast<long long>(config.batch), threads,
+        times.median_ms, times.min_ms);
     std::fflush(stdout);
   }
   return 0;

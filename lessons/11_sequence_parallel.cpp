@@ -93,8 +93,9 @@ int main() {
     std::printf(
         "  b %lld, s %lld, h %lld, a %lld.  Table 2 of the paper, fp16 with 1-byte dropout masks:\n"
         "    TP: sbh(10 + 24/t + 5as/(ht))     TP + SP: sbh(34 + 5as/h)/t\n"
-        "  In f32 with dropout 0 the masks and the attention-dropout output vanish, the rest doubles:\n"
-        "    TP: 4sbh(4 + 12/t + as/(ht))      TP + SP: 4sbh(16 + as/h)/t\n",
+        "  In f32 with dropout 0 the masks and the attention-dropout output vanish, the rest doubles, and\n"
+        "  the blockwise attention keeps the rows' lse (4asb/t bytes) in place of the softmax:\n"
+        "    TP: 4sbh(4 + 12/t) + 4asb/t      TP + SP: 4sbh·16/t + 4asb/t\n",
         (long long)b, (long long)s, (long long)h, (long long)a);
     std::printf("  %-3s %-8s %12s %12s %12s %12s %9s\n", "t", "layout", "measured", "formula", "LN stats", "gathered",
                 "fp16 paper");
@@ -115,7 +116,8 @@ int main() {
           per_layer[ctx.rank] = static_cast<double>(kept(3) - kept(1)) / 2;
         });
         const double sbh = s * b * h, sb = s * b, T = t, as_h = double(a * s) / h;
-        const double formula = sp ? 4 * sbh * (16 + as_h) / T : 4 * sbh * (4 + 12 / T + as_h / T);
+        const double lse = 4.0 * a * s * b / T;  // attention keeps no [s, s] matrix, only the rows' lse
+        const double formula = (sp ? 4 * sbh * 16 / T : 4 * sbh * (4 + 12 / T)) + lse;
         const double stats = sp ? 16 * sb / T : 16 * sb;         // LayerNorm mean, rstd: 2 floats/row, 2 LNs
         const double gathered = sp ? 8 * sbh * (1 - 1 / T) : 0;  // c_attn, c_fc keep the gathered input
         const double paper = sp ? sbh * (34 + 5 * as_h) / T : sbh * (10 + 24 / T + 5 * as_h / T);

@@ -131,10 +131,8 @@ static Tensor ring_forward_on_page(ProcessGroup& group, const SequenceShard& sha
   return from_vector(values, Shape({1, 1, Tl, HS}));
 }
 
-// Full causal attention, serial (the model's own path), on the current device.
-static Tensor full_attention(const Tensor& q, const Tensor& k, const Tensor& v) {
-  return matmul(causal_softmax(matmul(q, k, false, true), 1.0 / std::sqrt(static_cast<double>(q.size(3)))), v);
-}
+// Full causal attention, serial (the model's own core), on the current device.
+static Tensor full_attention(const Tensor& q, const Tensor& k, const Tensor& v) { return causal_attention(q, k, v); }
 
 static void ring_on_the_page() {
   section("2. the ring, written out: K/V travel, queries stay");

@@ -5,6 +5,7 @@
 
 #include "autograd/checkpoint.h"
 #include "autograd/grad_mode.h"
+#include "tensor/attention.h"
 
 namespace sl::nn {
 
@@ -89,25 +90,22 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   Tensor fused = (*c_attn)(x);  // [B, T, 3·NH·HS]
   SL_CHECK(fused.size(2) == 3 * width, "CausalSelfAttention: c_attn gives ", fused.size(2), " features, not 3 x ",
            NH, " heads x ", HS);
-  TensorList qkv = split(fused, width, 2);                                                  // 3 x [B, T, NH·HS]
-  auto heads = [&](const Tensor& t) { return t.reshape({B, T, NH, HS}).transpose(1, 2); };  // [B, NH, T, HS]
-  Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
-  Tensor y;
-  if (recompute_ == Recompute::selective)  // keep q, k, v; rerun the core in backward
-    y = checkpoint([this](const TensorList& in) { return TensorList{attention(in[0], in[1], in[2])}; }, {q, k, v})[0];
-  else
-    y = attention(q, k, v);  // [B, NH, T, HS]
-  y = y.transpose(1, 2).reshape({B, T, width});  // heads side by side again
+  Tensor y;  // [B, T, NH·HS]: the heads side by side
+  if (!core) {
+    // Blockwise causal attention (FlashAttention, tensor/ops/flash_attention.cpp) with dropout on
+    // the probabilities, reading q, k, v out of c_attn's output and writing the heads side by side:
+    // no [T, T] matrix kept, none above the diagonal computed, and no split or transposed copies.
+    auto attend = [this](const Tensor& qkv) { return causal_attention_packed(qkv, n_head, dropout_, is_training()); };
+    y = recompute_ == Recompute::selective ? checkpoint(attend, fused) : attend(fused);  // selective: keep qkv only
+  } else {
+    TensorList qkv = split(fused, width, 2);                                                  // 3 x [B, T, NH·HS]
+    auto heads = [&](const Tensor& t) { return t.reshape({B, T, NH, HS}).transpose(1, 2); };  // [B, NH, T, HS]
+    Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
+    auto attend = [this](const TensorList& in) { return TensorList{core(in[0], in[1], in[2])}; };
+    Tensor o = recompute_ == Recompute::selective ? checkpoint(attend, {q, k, v})[0] : attend({q, k, v})[0];
+    y = o.transpose(1, 2).reshape({B, T, width});  // [B, NH, T, HS] -> [B, T, NH·HS]
+  }
   return (*c_proj)(dropout(y, dropout_, is_training()));
-}
-
-Tensor CausalSelfAttention::attention(const Tensor& q, const Tensor& k, const Tensor& v) {
-  if (core) return core(q, k, v);
-  // softmax(q k^T / sqrt(HS)) with the future masked out, as one fused op: the same numbers as
-  // softmax(masked_fill(att * scale, causal_mask(T), -inf)) in a third of the passes.
-  Tensor att = causal_softmax(matmul(q, k, false, true), 1.0 / std::sqrt(static_cast<double>(head_size)));  // [B, NH, T, T]
-  att = dropout(att, dropout_, is_training());
-  return matmul(att, v);  // [B, NH, T, HS]
 }
 
 // ---- MLP and block -------------------------------------------------------------------------------------

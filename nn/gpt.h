@@ -6,6 +6,10 @@
 //
 //   attn: c_attn [3C, C] makes q, k, v; NH heads of HS = C / NH; causal softmax(q k^T / sqrt(HS)) v;
 //         c_proj [C, C].       mlp: c_fc [4C, C] -> GELU (tanh) -> c_proj [C, 4C].
+//   The attention core is blockwise (FlashAttention: causal_attention_packed, tensor/attention.h) and
+//   runs on c_attn's output as it is: query blocks against key blocks, the blocks above the diagonal
+//   skipped, no [T, T] matrix made or kept (it keeps out and the rows' lse; backward recomputes the
+//   probabilities, and the dropout mask, from them), no split into heads or transposed copies.
 //
 // Parameter names are GPT-2's (wte.weight, h.0.attn.c_attn.weight, ...), Linear weights are
 // [out, in]. Init: N(0, 0.02), c_proj weights N(0, 0.02 / sqrt(2 n_layer)) (the residual stream
@@ -30,10 +34,11 @@
 namespace sl::nn {
 
 // Activation recomputation (autograd/checkpoint.h), per block, in every layout that runs the blocks:
-//   none        every op keeps what its backward reads: about sbh(34 + 5as/h) per layer in Korthikanti
-//               et al.'s 2-byte accounting (s = T, b = B, h = C, a = NH)
-//   selective   the attention core (q kᵀ, softmax, dropout, · v) is rerun in backward: its T×T terms
-//               (5as/h) are not kept
+//   none        every op keeps what its backward reads: 34 sbh per layer in Korthikanti et al.'s 2-byte
+//               accounting (s = T, b = B, h = C, a = NH), plus the core's out and lse (2 sbh + 2 asb);
+//               their 5as/h (T²) term is gone: the blockwise core keeps no [T, T] matrix
+//   selective   the attention core is rerun in backward: only its inputs q, k, v are kept, not out and
+//               lse (linear in T: with the blockwise core there is no T² term left to save)
 //   full        each Block keeps only its input [B, T, C] and reruns its forward in backward
 enum class Recompute : uint8_t { none, selective, full };
 const char* recompute_name(Recompute recompute);       // "none", "selective", "full"
@@ -92,10 +97,11 @@ class CausalSelfAttention : public UnaryModule {
   std::shared_ptr<Linear> c_attn, c_proj;
   int64_t n_head;     // the heads this module runs
   int64_t head_size;  // HS = n_embd / config.n_head
-  AttentionCore core;  // empty: causal softmax(q kᵀ / sqrt(HS)) v in one fused op, with dropout
+  // empty: causal_attention_packed (blockwise, with dropout on the probabilities) straight on c_attn's
+  // output, without splitting it into heads
+  AttentionCore core;
 
  private:
-  Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v);  // the core, or the fused default
   double dropout_;
   Recompute recompute_;
 };

@@ -97,6 +97,11 @@ Tensor log_softmax(const Tensor& x);  // over the last dim
 // scores [..., T, T] -> softmax(masked_fill(scores * scale, causal_mask(T), -inf)) in one fused op
 // (tensor/ops/attention.cpp): what attention calls.
 Tensor causal_softmax(const Tensor& scores, double scale);
+// q, k, v [B, NH, T, HS] -> dropout(causal_softmax(q kᵀ, 1/sqrt(HS)), p) v [B, NH, T, HS], block by
+// block (FlashAttention, tensor/ops/flash_attention.cpp): never the [T, T] matrix; the dropout mask
+// is the one dropout() would draw for it, regenerated in backward. The GPT's attention core.
+Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double dropout_p = 0, bool training = true,
+                        Generator* generator = nullptr);
 // x [..., C], weight and bias [C]: (x - mean) / sqrt(var + eps) * weight + bias, over the last dim.
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
 // weight [V, C], ids (i32/i64) of any shape -> [..., C].

@@ -11,6 +11,7 @@
 // every rank's generator stays in step. Each thread has its own default generator.
 #pragma once
 #include <array>
+#include <cmath>
 #include <cstdint>
 
 #include "tensor/dtype.h"
@@ -39,6 +40,15 @@ SL_HOST_DEVICE inline std::array<uint32_t, 4> philox4x32(uint64_t counter, uint6
 // Uniform in [0, 1) with 24 random bits (every value exactly representable in float).
 SL_HOST_DEVICE inline float philox_uniform(uint64_t counter, uint64_t key) {
   return static_cast<float>(philox4x32(counter, key)[0] >> 8) * (1.0f / 16777216.0f);
+}
+
+// Dropout's keep/drop draw, shared by dropout (tensor/ops/select.cpp) and the attention that drops
+// probabilities it never stores (tensor/ops/flash_attention.cpp): element i of a draw that starts at
+// counter `first` is kept iff word 0 of philox(first + i) >= threshold, threshold = ceil(p * 2^32).
+// The threshold may be 2^32 (p within 2^-32 of 1), which keeps nothing, hence 64 bits.
+inline uint64_t dropout_threshold(double p) { return static_cast<uint64_t>(std::ceil(p * 4294967296.0)); }
+SL_HOST_DEVICE inline bool dropout_keeps(uint64_t counter, uint64_t key, uint64_t threshold) {
+  return static_cast<uint64_t>(philox4x32(counter, key)[0]) >= threshold;
 }
 
 // Standard normal by Box-Muller on two of the four words (computed in double, then rounded).

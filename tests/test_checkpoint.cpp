@@ -193,18 +193,31 @@ int64_t layer_activation_bytes(Recompute recompute, int64_t B, int64_t T, int64_
 
 // Korthikanti et al. 2022, Table 2, count bytes per layer with 2-byte activations and 1-byte dropout
 // masks (s = T, b = B, h = C, a = NH):  none sbh(34 + 5as/h), selective 34sbh, full 2sbh. In
-// elements that is 16 sbh activations + 2 sbh masks, and 2 as² b + 1 as² b mask. shardlab keeps
-// every one of those 16 sbh in f32 (4 bytes), with three differences the formula below states:
+// elements that is 16 sbh activations + 2 sbh masks, and 2 as² b + 1 as² b mask: the attention's
+// scores, probabilities and their dropout mask, all [b, a, s, s]. shardlab keeps every one of those
+// 16 sbh in f32 (4 bytes), with three differences:
 //   - its masks are f32 too (4 bytes, not 1): the mask is the dropout's scaled keep/drop factor;
 //   - it drops out once in the attention output (before c_proj), not after the MLP: 1 sbh mask, not 2;
 //   - LayerNorm keeps its mean and 1/std per row: 2 LNs x 2 floats x sb (Korthikanti leave them out).
-// So, in f32 bytes:  none 68 sbh + 16 sb + 12 as²b;  selective 68 sbh + 16 sb (the rerun core keeps
-// q, k and v, which the matmuls of `none` keep anyway);  full 4 sbh (the block's input).
+// and one that removes the 5as/h term: the attention core is blockwise (causal_attention_packed,
+// FlashAttention). It keeps c_attn's output q | k | v [b, s, 3h] (the 12 sbh bytes the formula's
+// q kᵀ and · v keep anyway), its output out [b, s, h] (the heads side by side; with dropout 0 that
+// is c_proj's own input, kept once) and the rows' log-sum-exp lse [b, a, s], and no [s, s] matrix
+// at all: the probabilities and the dropout mask are recomputed from lse and the Philox counters in
+// backward. So, in f32 bytes, with dropout on:
+//   none       68 sbh + 16 sb + (4 sbh + 4 asb)   (out and lse)
+//   selective  68 sbh + 16 sb                     (the rerun core keeps only its input q | k | v)
+//   full       4 sbh                              (the block's input)
+// Selective recomputation has nothing quadratic left to save in attention: what it drops is out and
+// lse, linear in s like every other term, for the price of a second attention forward. It was worth
+// it only while the core kept its T×T matrices.
 TEST(GPTRecompute, ActivationBytesPerLayerFollowKorthikantisTable) {
   for (auto [B, T, C, NH] : {std::array<int64_t, 4>{2, 8, 32, 2}, {3, 16, 48, 4}}) {
     SCOPED_TRACE("B " + std::to_string(B) + " T " + std::to_string(T) + " C " + std::to_string(C));
-    const int64_t sbh = T * B * C, sb = T * B, as2b = NH * T * T * B;
-    EXPECT_EQ(layer_activation_bytes(Recompute::none, B, T, C, NH), 68 * sbh + 16 * sb + 12 * as2b);
+    const int64_t sbh = T * B * C, sb = T * B, asb = NH * T * B, HS = C / NH;
+    const int64_t out_bytes = 4 * B * T * NH * HS, lse_bytes = 4 * B * NH * T;  // [B, T, NH·HS], [B, NH, T]
+    EXPECT_EQ(out_bytes + lse_bytes, 4 * sbh + 4 * asb);
+    EXPECT_EQ(layer_activation_bytes(Recompute::none, B, T, C, NH), 68 * sbh + 16 * sb + out_bytes + lse_bytes);
     EXPECT_EQ(layer_activation_bytes(Recompute::selective, B, T, C, NH), 68 * sbh + 16 * sb);
     EXPECT_EQ(layer_activation_bytes(Recompute::full, B, T, C, NH), 4 * sbh);
   }

@@ -283,8 +283,9 @@ TEST(ContextParallelRunner, EmbedsGlobalPositions) {
 }
 
 // Peak activation bytes per rank of one forward + backward of the whole GPT (T 256, 2 layers, NH 2):
-// the serial model saves a [B, NH, T, T] softmax per layer; a cp rank holds T/cp tokens and one
-// [T/cp]² score block at a time. So the peak falls with cp, and below the serial one's T×T matrices.
+// the serial model's blockwise attention keeps no [B, NH, T, T] matrix (it keeps out and lse); a cp
+// rank holds T/cp tokens and one score tile at a time. So the peak falls with cp, from a serial peak
+// that is itself below one T×T matrix per layer.
 TEST(ContextParallelRunner, PeakActivationsPerRankFallWithCp) {
   SL_SKIP_UNDER_MPI("measures every rank's peak on the shared memory ledger");
   const int64_t T = 256, B = 2;
@@ -302,10 +303,10 @@ TEST(ContextParallelRunner, PeakActivationsPerRankFallWithCp) {
     model.loss(micros[0].batch.inputs, micros[0].batch.targets).backward();
     serial_peak = ledger.peak(ctx.device) - before;
   });
-  const int64_t txt_per_layer = B * g.n_head * T * T * 4;  // one saved softmax
+  const int64_t txt_per_layer = B * g.n_head * T * T * 4;  // what one saved softmax would take
   std::printf("[memory] GPT T %lld: serial peak %.2f MiB (T x T per layer %.2f MiB)\n", static_cast<long long>(T),
               serial_peak / 1048576.0, txt_per_layer / 1048576.0);
-  EXPECT_GT(serial_peak, g.n_layer * txt_per_layer);  // the serial model does hold them
+  EXPECT_LT(serial_peak, g.n_layer * txt_per_layer);  // the eager core held one per layer, and more
   int64_t previous = serial_peak;
   for (int cp : {2, 4, 8}) {
     std::vector<int64_t> peaks(cp);

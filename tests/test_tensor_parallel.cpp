@@ -463,9 +463,11 @@ TEST_P(TensorParallelCost, CommunicationPerBlockMatchesMegatron) {
 //   tensor parallel:            sbh(10 + 24/t + 5as/(ht))
 //   tensor + sequence parallel: sbh(34 + 5as/h) / t
 // In f32 with dropout 0 the masks (2sbh + as²b bytes) and the attention-dropout output (2as²b) do
-// not exist, and every other term doubles:
-//   tensor parallel:            4 · sbh(4 + 12/t + as/(ht))
-//   tensor + sequence parallel: 4 · sbh(16 + as/h) / t
+// not exist, and every other term doubles. The softmax (2as²b/t) is not kept either: the blockwise
+// attention core (causal_attention_packed) keeps the rows' lse [b, a/t, s] instead, 4asb/t bytes
+// (its output, the heads side by side, is c_proj's input and counted there already):
+//   tensor parallel:            4 · sbh(4 + 12/t) + 4asb / t
+//   tensor + sequence parallel: 4 · sbh · 16 / t  + 4asb / t
 // What shardlab keeps besides: LayerNorm's mean and rstd (2 floats per row, 2 LayerNorms: 16sb/t'
 // bytes, t' = t under SP, else 1); and under SP the all-gathered LayerNorm outputs that c_attn and
 // c_fc save, whole (2 · 4sbh), where Megatron keeps the shard and all-gathers again in backward.
@@ -487,8 +489,8 @@ TEST_P(TensorParallelCost, ActivationMemoryPerLayerMatchesKorthikanti) {
         };
         const double per_layer = static_cast<double>(kept(4) - kept(2)) / 2;
         const double t = tp, sbh = s * b * h, sb = s * b;
-        const double korthikanti =
-            sp ? 4 * sbh * (16 + double(a * s) / h) / t : 4 * sbh * (4 + 12 / t + double(a * s) / (h * t));
+        const double lse = 4.0 * a * s * b / t;  // the attention core's, per rank
+        const double korthikanti = (sp ? 4 * sbh * 16 / t : 4 * sbh * (4 + 12 / t)) + lse;
         const double layer_norm_stats = sp ? 16 * sb / t : 16 * sb;
         const double gathered_inputs = sp ? 2 * 4 * sbh * (1 - 1 / t) : 0;  // kept whole, not as T/t rows
         EXPECT_EQ(per_layer, korthikanti + layer_norm_stats + gathered_inputs)

@@ -1,5 +1,5 @@
-// attention_block.cpp — see attention_block.h. The two GEMMs of each direction run on matmul; the
-// softmax of a score block, its backward and the merge are the row loops below.
+// attention_block.cpp — see attention_block.h. A block's forward and backward are the engine's
+// blockwise kernels (tensor/attention.h, the GPT's own attention); the merge is the row loop below.
 #include "parallel/context_parallel/attention_block.h"
 
 #include <algorithm>
@@ -7,9 +7,8 @@
 #include <limits>
 
 #include "autograd/function.h"
+#include "tensor/attention.h"
 #include "tensor/cpu/dispatch.h"
-#include "tensor/cpu/lanes.h"
-#include "tensor/functors.h"
 #include "tensor/ops.h"
 
 namespace sl::parallel {
@@ -52,48 +51,6 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, BlockMask m
   SL_CHECK(!q.device().is_cuda(), "attention_block: runs on the CPU only (q is on ", q.device().str(), ")");
 }
 
-// The row loops use the library's vectorizable pieces (tensor/cpu/lanes.h): exp_of (a polynomial
-// exp for f32), lane_max and lane_sum (16 partial results, a fixed order), for_each_index.
-
-// scores [rows, Tk] (q·k) -> probabilities in place, lse [rows]. Row r is query r % Tq of its block.
-template <typename T>
-void softmax_rows(T* s, T* lse, int64_t rows, int64_t Tq, int64_t Tk, bool causal, T scale) {
-  for (int64_t r = 0; r < rows; ++r) {
-    T* row = s + r * Tk;
-    const int64_t visible = causal ? r % Tq + 1 : Tk;
-    const T m = lane_max<T>(visible, [&](int64_t j) { return scale * row[j]; });
-    for_each_index(visible, [&](int64_t j) { row[j] = exp_of(scale * row[j] - m); });
-    const T total = lane_sum<T>(visible, [&](int64_t j) { return row[j]; });
-    const T inv = T(1) / total;
-    for_each_index(visible, [&](int64_t j) { row[j] *= inv; });
-    std::fill(row + visible, row + Tk, T(0));
-    lse[r] = m + std::log(total);
-  }
-}
-
-// scores [rows, Tk] (q·k) -> P = exp(scale·s - lse) in place, the block's share of the final softmax.
-template <typename T>
-void probabilities_rows(T* s, const T* lse, int64_t rows, int64_t Tq, int64_t Tk, bool causal, T scale) {
-  for (int64_t r = 0; r < rows; ++r) {
-    T* row = s + r * Tk;
-    const int64_t visible = causal ? r % Tq + 1 : Tk;
-    const T l = lse[r];
-    for_each_index(visible, [&](int64_t j) { row[j] = exp_of(scale * row[j] - l); });
-    std::fill(row + visible, row + Tk, T(0));
-  }
-}
-
-// dP [rows, Tk] -> dS = scale · P ∘ (dP - D) in place.
-template <typename T>
-void score_grad_rows(T* dp, const T* p, const T* delta, int64_t rows, int64_t Tk, T scale) {
-  for (int64_t r = 0; r < rows; ++r) {
-    T* d = dp + r * Tk;
-    const T* pr = p + r * Tk;
-    const T dr = delta[r];
-    for_each_index(Tk, [&](int64_t j) { d[j] = scale * pr[j] * (d[j] - dr); });
-  }
-}
-
 struct AttentionBlockFn : Function<AttentionBlockFn> {
   static TensorList forward(FunctionCtx& ctx, const Tensor& q, const Tensor& k, const Tensor& v, BlockMask mask,
                             double scale) {
@@ -123,19 +80,11 @@ struct AttentionBlockFn : Function<AttentionBlockFn> {
 BlockOutput attention_block_forward(const Tensor& q, const Tensor& k, const Tensor& v, BlockMask mask,
                                     double scale) {
   check_inputs(q, k, v, mask);
-  scale = attention_scale(q, scale);
-  const int64_t B = q.size(0), NH = q.size(1), Tq = q.size(2), Tk = k.size(2);
+  const int64_t B = q.size(0), NH = q.size(1), Tq = q.size(2);
   if (mask == BlockMask::skip)
     return {zeros(q.shape(), q.options()), full({B, NH, Tq}, -std::numeric_limits<double>::infinity(), q.options())};
-  Tensor scores = matmul(q, k, false, true);  // [B, NH, Tq, Tk]: the only score block alive
-  Tensor lse = Tensor::empty({B, NH, Tq}, q.options());
-  dispatch_floating(q.dtype(), "attention_block", [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
-      softmax_rows<T>(scores.data<T>(), lse.data<T>(), B * NH * Tq, Tq, Tk, mask == BlockMask::causal,
-                      static_cast<T>(scale));
-  });
-  return {matmul(scores, v), lse};  // [B, NH, Tq, Tk] @ [B, NH, Tk, HS]
+  AttentionOutput o = attention_forward(q, k, v, mask == BlockMask::causal, attention_scale(q, scale));
+  return {o.out, o.lse};
 }
 
 void merge_attention(const Tensor& out, const Tensor& lse, const Tensor& out_b, const Tensor& lse_b,
@@ -161,28 +110,12 @@ void merge_attention(const Tensor& out, const Tensor& lse, const Tensor& out_b, 
   });
 }
 
-Tensor attention_delta(const Tensor& dout, const Tensor& out) { return sum(mul(dout, out), 3); }
-
 void attention_block_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
                               const Tensor& lse, const Tensor& delta, BlockMask mask, double scale, const Tensor& dq,
                               const Tensor& dk, const Tensor& dv) {
   check_inputs(q, k, v, mask);
   if (mask == BlockMask::skip) return;
-  scale = attention_scale(q, scale);
-  const int64_t B = q.size(0), NH = q.size(1), Tq = q.size(2), Tk = k.size(2), rows = B * NH * Tq;
-  Tensor p = matmul(q, k, false, true);  // recomputed scores [B, NH, Tq, Tk] ...
-  Tensor dp = matmul(dout, v, false, true);  // dP = dO Vᵀ [B, NH, Tq, Tk]
-  dispatch_floating(q.dtype(), "attention_block", [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-      probabilities_rows<T>(p.data<T>(), lse.data<T>(), rows, Tq, Tk, mask == BlockMask::causal,
-                            static_cast<T>(scale));  // ... -> P with the final lse
-      score_grad_rows<T>(dp.data<T>(), p.data<T>(), delta.data<T>(), rows, Tk, static_cast<T>(scale));
-    }
-  });
-  if (dv.defined()) dv.add_(matmul(p, dout, true, false));  // Pᵀ dO: [B, NH, Tk, HS]
-  if (dq.defined()) dq.add_(matmul(dp, k));                  // dS K:  [B, NH, Tq, HS]
-  if (dk.defined()) dk.add_(matmul(dp, q, true, false));     // dSᵀ Q: [B, NH, Tk, HS]
+  attention_backward(q, k, v, dout, lse, delta, mask == BlockMask::causal, attention_scale(q, scale), dq, dk, dv);
 }
 
 BlockOutput attention_block(const Tensor& q, const Tensor& k, const Tensor& v, BlockMask mask, double scale) {

@@ -25,11 +25,13 @@
 //     dV = Pᵀ dO      dP = dO Vᵀ      dS = P ∘ (dP - D)      dQ = scale · dS K      dK = scale · dSᵀ Q
 // Summed over the key blocks, these are exactly the gradients of attention over the whole row.
 //
-// Memory: one [Tq, Tk] score block per (B, NH) at a time: never the T×T matrix of the whole sequence.
-// CPU, f32 (accumulating in f32) or f64 (for gradcheck). lse has q's dtype.
+// A block is computed by the engine's blockwise kernels (tensor/attention.h, the serial GPT's own
+// attention), in tiles of [32, 128] scores: never a [Tq, Tk] matrix, let alone the T×T of the whole
+// sequence. CPU, f32 (accumulating in f32) or f64 (for gradcheck). lse has q's dtype.
 //
 //   Lesson: lessons/12_ring_attention.cpp   Tests: tests/test_context_parallel.cpp (gradcheck, ×1e3)
 #pragma once
+#include "tensor/attention.h"
 #include "tensor/tensor.h"
 
 namespace sl::parallel {
@@ -52,8 +54,7 @@ BlockOutput attention_block_forward(const Tensor& q, const Tensor& k, const Tens
 // Merges (out_b, lse_b) [B, NH, Tb, ...] into rows [row_begin, row_begin + Tb) of (out, lse), in place.
 void merge_attention(const Tensor& out, const Tensor& lse, const Tensor& out_b, const Tensor& lse_b,
                      int64_t row_begin = 0);
-// D = rowsum(dO ∘ O): [B, NH, Tq, HS] x2 -> [B, NH, Tq].
-Tensor attention_delta(const Tensor& dout, const Tensor& out);
+// D = rowsum(dO ∘ O) is the engine's attention_delta (tensor/attention.h).
 // Adds one block's gradients into dq [B, NH, Tq, HS], dk and dv [B, NH, Tk, HS] (any of them may be
 // undefined: not wanted). lse and delta are the query rows' final ones.
 void attention_block_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,

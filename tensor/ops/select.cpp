@@ -164,14 +164,6 @@ struct WhereFn : Function<WhereFn> {
 
 // ---- dropout -------------------------------------------------------------------------------------------
 
-// p * 2^32 rounded up: word >= threshold  <=>  word >= p * 2^32 for an integer word. It may be 2^32
-// (p within 2^-32 of 1), which keeps nothing, hence 64 bits.
-uint64_t dropout_threshold(double p) { return static_cast<uint64_t>(std::ceil(p * 4294967296.0)); }
-
-SL_HOST_DEVICE inline bool dropout_keeps(uint64_t counter, uint64_t key, uint64_t threshold) {
-  return static_cast<uint64_t>(philox4x32(counter, key)[0]) >= threshold;
-}
-
 // Saves the mask as 0/1 in x's dtype; the scale is applied in both directions from the exact p.
 struct DropoutFn : Function<DropoutFn> {
   static Tensor forward(FunctionCtx& ctx, const Tensor& x, double p, Generator* generator) {

@@ -1,0 +1,57 @@
+// attention.h — the engine's attention, blockwise (FlashAttention on the CPU): the GPT's one core
+// (causal_attention in tensor/ops.h) and the block kernels context parallelism builds ring and
+// all-gather attention from (parallel/context_parallel/attention_block.h).
+//
+//   q [B, NH, Tq, HS], k, v [B, NH, Tk, HS]   ──►   out [B, NH, Tq, HS],  lse [B, NH, Tq]
+//
+//     s[i, j] = scale · q_i · k_j          causal: key j visible iff j <= i (Tq == Tk)
+//     lse[i]  = log Σ_j exp s[i, j]        out[i] = Σ_j dropout(exp(s[i, j] - lse[i])) · v_j
+//
+// Computed block by block (tensor/cpu/flash_attention.h): never the [Tq, Tk] matrix, and with
+// causal, no block above the diagonal. A forward keeps out and lse; the backward recomputes each
+// block's probabilities from the final lse (FlashAttention-2: D = rowsum(dO ∘ O), dS = P ∘ (dP - D)).
+//
+// Heads run in parallel on num_threads() threads (tensor/ops.h), each head wholly on one thread and
+// in the same order for any count: the bytes do not depend on the thread count. CPU, f32 or f64.
+//
+//   Tests: tests/test_flash_attention.cpp
+#pragma once
+#include <cstdint>
+
+#include "tensor/philox.h"
+#include "tensor/tensor.h"
+
+namespace sl {
+
+struct AttentionOutput {
+  Tensor out;  // [B, NH, Tq, HS]
+  Tensor lse;  // [B, NH, Tq], q's dtype
+};
+
+// Dropout of the probabilities without a mask tensor: element (b, h, i, j) is kept iff
+// dropout_keeps(first + ((b·NH + h)·Tq + i)·Tk + j, key, ·) (tensor/philox.h), exactly the mask
+// dropout() draws for the [B, NH, Tq, Tk] matrix from a generator at offset `first`.
+struct AttentionDropoutDraw {
+  double p = 0;  // 0: no dropout
+  uint64_t first = 0, key = 0;
+};
+
+// causal_attention (tensor/ops.h) on c_attn's output as it is: qkv [B, T, 3·W] holds q, k and v side
+// by side (head h at columns h·HS of each third, W = n_head·HS); y [B, T, W] holds the heads side by
+// side, c_proj's input. The same numbers and dropout counters as splitting qkv into [B, NH, T, HS]
+// heads, causal_attention, and joining the heads again, without the copies that takes.
+Tensor causal_attention_packed(const Tensor& qkv, int64_t n_head, double dropout_p = 0, bool training = true,
+                               Generator* generator = nullptr);
+
+// The kernels (no autograd). scale > 0.
+AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
+                                  const AttentionDropoutDraw& dropout = {});
+// Adds the gradients into dq [B, NH, Tq, HS], dk and dv [B, NH, Tk, HS] (an undefined one: not
+// wanted). lse and delta [B, NH, Tq] are the query rows' final ones (the whole row's softmax).
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
+                        const Tensor& delta, bool causal, double scale, const Tensor& dq, const Tensor& dk,
+                        const Tensor& dv, const AttentionDropoutDraw& dropout = {});
+// D = rowsum(dO ∘ O): [B, NH, Tq, HS] x2 -> [B, NH, Tq].
+Tensor attention_delta(const Tensor& dout, const Tensor& out);
+
+}  // namespace sl
