@@ -125,10 +125,15 @@ void AdamW::step() {
     // Mixed precision: the update runs on the f32 master copy, with the gradient read in f32 (a
     // per-parameter temporary when it is 16-bit), and the parameter is the master rounded.
     const Tensor& w = mixed ? buffer(i, "master") : p;
-    if (g.dtype() != DType::f32) g = g.to(DType::f32);
     auto at = [](const Tensor& x) { return static_cast<float*>(x.data_ptr()); };
     float *m = at(buffer(i, "exp_avg")), *v = at(buffer(i, "exp_avg_sq"));
     const AdamWStep s = AdamWStep::make(options, lr, t, p.dim() >= 2);
+    if (mixed && p.device().is_cuda()) {  // one kernel: the master's update and the rounded parameter
+      cuda::adamw_update_mixed(at(w), g.data_ptr(), g.dtype(), m, v, p.data_ptr(), p.dtype(), p.numel(), s,
+                               p.device().index);  // tensor/cuda/optim.cu
+      continue;
+    }
+    if (g.dtype() != DType::f32) g = g.to(DType::f32);
     if (p.device().is_cuda())
       cuda::adamw_update(at(w), at(g), m, v, p.numel(), s, p.device().index);  // tensor/cuda/optim.cu
     else

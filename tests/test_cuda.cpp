@@ -7,11 +7,13 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "nn/optim.h"
 #include "tensor/cuda_info.h"
 #include "tensor/ledger.h"
 #include "tensor/ops.h"
@@ -135,6 +137,38 @@ TEST(CudaTwoDevices, CopiesBetweenGpusAndComputesOnTheSecond) {
   ASSERT_TRUE(on_first.grad().defined());
   EXPECT_EQ(on_first.grad().device(), kGpu);
   EXPECT_EQ(on_first.grad().to(Device::cpu()).to_vector(), full({4, 6}, 2.0).to_vector());
+}
+
+// ---- mixed precision's optimizer ------------------------------------------------------------------------
+
+// AdamW with master weights on a 16-bit parameter runs as one kernel on the GPU (the f32 master's
+// update and the rounded parameter, cuda::adamw_update_mixed): the master, both moments and the
+// parameter equal the CPU's bit for bit, with 16-bit and with f32 (main_grad) gradients.
+TEST_F(CudaTensor, MixedPrecisionAdamWMatchesTheCpuBitwise) {
+  for (DType param_dtype : {DType::bf16, DType::f16})
+    for (bool f32_grads : {false, true}) {
+      SCOPED_TRACE(std::string(dtype_name(param_dtype)) + (f32_grads ? " with f32 gradients" : ""));
+      const Tensor start = randn({37, 29}).to(param_dtype);
+      auto run = [&](Device device) {
+        Tensor p = start.to(device);
+        p.set_requires_grad(true);
+        nn::AdamW adamw({p}, {.lr = 1e-2, .weight_decay = 0.1, .master_weights = true});
+        for (int step = 0; step < 3; ++step) {
+          const Tensor g = mul(start, 0.5 + step).to(f32_grads ? DType::f32 : param_dtype);
+          p.set_grad(g.to(device));
+          adamw.step();
+        }
+        std::vector<Tensor> out{p.detach().to(Device::cpu())};
+        for (const auto& [name, t] : adamw.state_dict()) out.push_back(t.to(Device::cpu()));
+        return out;
+      };
+      const std::vector<Tensor> cpu = run(Device::cpu()), gpu = run(kGpu);
+      ASSERT_EQ(cpu.size(), gpu.size());
+      for (size_t i = 0; i < cpu.size(); ++i) {
+        ASSERT_EQ(cpu[i].nbytes(), gpu[i].nbytes()) << i;
+        EXPECT_EQ(std::memcmp(cpu[i].raw_data(), gpu[i].raw_data(), static_cast<size_t>(cpu[i].nbytes())), 0) << i;
+      }
+    }
 }
 
 }  // namespace

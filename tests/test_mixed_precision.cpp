@@ -24,6 +24,7 @@
 #include "parallel/comm/launch.h"
 #include "parallel/train/factory.h"
 #include "parallel/train/trainer.h"
+#include "parallel/zero/zero_adamw.h"
 #include "parallel_test_util.h"
 #include "tensor/ledger.h"
 #include "test_util.h"
@@ -111,6 +112,8 @@ struct MpCase {
   int micro_batches = 1;
   bool sp = false;
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
+  DpStrategy dp = DpStrategy::ddp;  // zero1, zero2, fsdp (ZeRO-3, HSDP with dp_replicate)
+  bool offload = false;
   int world() const { return parallelism.world_size(); }
 };
 void PrintTo(const MpCase& c, std::ostream* out) { *out << c.name; }
@@ -122,10 +125,12 @@ TrainPlan plan_of(const MpCase& c) {
   plan.sequence_parallel = c.sp;
   plan.schedule = c.schedule;
   plan.precision = nn::MixedPrecision::parse(c.mode, c.grads);
+  plan.dp_strategy = c.dp;
+  plan.offload = c.offload;
   return plan;
 }
 
-// Runs `c` on its mesh: the whole model under DDP, or train's runner for a cut.
+// Runs `c` on its mesh: the whole model under its data-parallel strategy, or train's runner for a cut.
 std::unique_ptr<Trainer> make_trainer(RankContext& ctx, const MpCase& c, std::unique_ptr<nn::GPT>& whole) {
   const TrainPlan plan = plan_of(c);
   const nn::GPTConfig cfg = config(plan.precision.param_dtype);
@@ -177,6 +182,26 @@ std::vector<MpCase> parity_cases() {
   }
   cases.push_back({"bf16_f32grads_ddp2_micro3", {.dp_replicate = 2}, "bf16", "f32", 3});
   cases.push_back({"bf16_f32grads_pp2_tp2", {.pp = 2, .tp = 2}, "bf16", "f32", 2});
+  // The sharded strategies: ZeRO-1/2 reduce-scatter the 16-bit buckets (ZeRO-1's average in place),
+  // ZeRO-3/FSDP and HSDP gather 16-bit weights and reduce 16-bit gradients, offload steps on the host.
+  // N = 3 pads every bucket; the f32-gradient cases hold main_grad in the flat buffers.
+  const ScheduleKind f1b = ScheduleKind::one_f_one_b;
+  for (std::string mode : {"bf16", "fp16"}) {
+    cases.push_back({mode + "_zero1_dp2", {.dp_shard = 2}, mode, "", 1, false, f1b, DpStrategy::zero1});
+    cases.push_back({mode + "_zero2_dp3_micro2", {.dp_shard = 3}, mode, "", 2, false, f1b, DpStrategy::zero2});
+    cases.push_back({mode + "_fsdp3", {.dp_shard = 3}, mode, "", 1, false, f1b, DpStrategy::fsdp});
+    cases.push_back({mode + "_hsdp_2x2", {.dp_replicate = 2, .dp_shard = 2}, mode, "", 1, false, f1b, DpStrategy::fsdp});
+  }
+  cases.push_back({"bf16_zero1_dp3_micro2", {.dp_shard = 3}, "bf16", "", 2, false, f1b, DpStrategy::zero1});
+  cases.push_back({"bf16_f32grads_zero1_dp2", {.dp_shard = 2}, "bf16", "f32", 2, false, f1b, DpStrategy::zero1});
+  cases.push_back({"bf16_f32grads_fsdp2", {.dp_shard = 2}, "bf16", "f32", 1, false, f1b, DpStrategy::fsdp});
+  cases.push_back({"bf16_zero2_offload_dp2", {.dp_shard = 2}, "bf16", "", 1, false, f1b, DpStrategy::zero2, true});
+  cases.push_back({"fp16_zero1_offload_dp2", {.dp_shard = 2}, "fp16", "", 1, false, f1b, DpStrategy::zero1, true});
+  cases.push_back({"bf16_fsdp2_offload", {.dp_shard = 2}, "bf16", "", 1, false, f1b, DpStrategy::fsdp, true});
+  cases.push_back({"bf16_zero2_dp2_tp2_sp", {.dp_shard = 2, .tp = 2}, "bf16", "", 1, true, f1b, DpStrategy::zero2});
+  cases.push_back({"bf16_zero1_dp2_pp2", {.dp_shard = 2, .pp = 2}, "bf16", "", 2, false, f1b, DpStrategy::zero1});
+  cases.push_back({"bf16_fsdp2_cp2", {.dp_shard = 2, .cp = 2}, "bf16", "", 1, false, f1b, DpStrategy::fsdp});
+  cases.push_back({"fp16_fsdp2_tp2", {.dp_shard = 2, .tp = 2}, "fp16", "", 1, false, f1b, DpStrategy::fsdp});
   return cases;
 }
 INSTANTIATE_TEST_SUITE_P(Layouts, MixedPrecisionParity, testing::ValuesIn(parity_cases()),
@@ -207,17 +232,22 @@ TEST_P(MixedPrecisionOverflow, EveryRankSkipsTheStepAndTheScaleHalves) {
               parity_adamw());
         }
         const nn::StateDict before = trainer->full_state_dict();
+        // This rank's own part, bitwise (FSDP frees its gathered parameters between steps: there the
+        // whole state dict, gathered from every rank's shard, is the check).
+        const bool local = c.dp != DpStrategy::fsdp;
         std::vector<std::string> local_before;
         for (const auto& [name, p] : trainer->runner()->module().named_parameters())
-          local_before.emplace_back(static_cast<const char*>(p.raw_data()), static_cast<size_t>(p.nbytes()));
+          if (local) local_before.emplace_back(static_cast<const char*>(p.raw_data()), static_cast<size_t>(p.nbytes()));
         trainer->train_step(data, 0, kBatch, kT, parity_adamw().lr, kClip);
         EXPECT_EQ(trainer->scaler().skipped_steps(), 1) << "rank " << ctx.rank;
         EXPECT_EQ(trainer->scaler().scale(), std::ldexp(1.0, 99)) << "rank " << ctx.rank;
-        size_t i = 0;  // this rank's own part, bitwise
+        size_t i = 0;
         for (const auto& [name, p] : trainer->runner()->module().named_parameters())
-          EXPECT_TRUE(local_before[i++] == std::string(static_cast<const char*>(p.raw_data()),
-                                                       static_cast<size_t>(p.nbytes())))
-              << name << " moved on rank " << ctx.rank;
+          if (local) {
+            EXPECT_TRUE(local_before[i++] == std::string(static_cast<const char*>(p.raw_data()),
+                                                         static_cast<size_t>(p.nbytes())))
+                << name << " moved on rank " << ctx.rank;
+          }
         const nn::StateDict after = trainer->full_state_dict();
         for (const auto& [name, t] : before)
           EXPECT_EQ(std::memcmp(t.raw_data(), after.at(name).raw_data(), static_cast<size_t>(t.nbytes())), 0) << name;
@@ -230,7 +260,15 @@ INSTANTIATE_TEST_SUITE_P(Layouts, MixedPrecisionOverflow,
                                          MpCase{"pp2_gpipe", {.pp = 2}, "fp16", "", 2, false, ScheduleKind::gpipe},
                                          MpCase{"tp2_sp", {.tp = 2}, "fp16", "", 1, true},
                                          MpCase{"cp2", {.cp = 2}, "fp16"},
-                                         MpCase{"dp2_pp2_tp2", {.dp_replicate = 2, .pp = 2, .tp = 2}, "fp16", "", 2}),
+                                         MpCase{"dp2_pp2_tp2", {.dp_replicate = 2, .pp = 2, .tp = 2}, "fp16", "", 2},
+                                         MpCase{"zero1_dp2", {.dp_shard = 2}, "fp16", "", 1, false,
+                                                ScheduleKind::one_f_one_b, DpStrategy::zero1},
+                                         MpCase{"zero2_offload_dp2", {.dp_shard = 2}, "fp16", "", 1, false,
+                                                ScheduleKind::one_f_one_b, DpStrategy::zero2, true},
+                                         MpCase{"hsdp_2x2", {.dp_replicate = 2, .dp_shard = 2}, "fp16", "", 1, false,
+                                                ScheduleKind::one_f_one_b, DpStrategy::fsdp},
+                                         MpCase{"fsdp2_pp2", {.dp_shard = 2, .pp = 2}, "fp16", "", 2, false,
+                                                ScheduleKind::one_f_one_b, DpStrategy::fsdp}),
                          [](const testing::TestParamInfo<MpCase>& info) { return info.param.name; });
 
 // ZeRO's accounting, from Ψ (counted from the config's shapes) and the element sizes: DDP holds
@@ -263,13 +301,97 @@ TEST(MixedPrecisionMemory, DdpHoldsTwoPlusTwoPlusTwelveBytesPerParameter) {
   }
 }
 
-TEST(MixedPrecisionPlan, ZeroAndFsdpAreRefusedNamingWhy) {
-  TrainPlan plan = TrainPlan::data_parallel(2, 1);
+// The ZeRO paper's table (§3.1, K = 12) from Ψ and N, for the model states a rank holds between
+// steps. Ψ = 7232 divides by 2 and 4 and each FSDP unit's count is even, so no bucket is padded at
+// N = 2 and the formulas hold to the byte:
+//   ZeRO-1  weights 2Ψ    gradients 2Ψ    optimizer 12Ψ/N (f32 master + two moments)   4Ψ + 12Ψ/N
+//   ZeRO-2  weights 2Ψ    gradients 2Ψ/N  optimizer 12Ψ/N                              2Ψ + 14Ψ/N
+//   ZeRO-3  weights 2Ψ/N  gradients 2Ψ/N  optimizer 12Ψ/N                              16Ψ/N
+//   offload: the optimizer's 12Ψ/N lives on the host ("offload") with the f32 gradient the update
+//   reads there (ZeRO-2: 4Ψ/N; FSDP's CPUOffload also keeps its 2+2 bytes of shards there).
+TEST(MixedPrecisionMemory, ShardedStrategiesHoldThePapersBytes) {
+  SL_SKIP_UNLESS_WORLD(2);
+  const nn::GPTConfig c = config(DType::bf16);
+  const int64_t C = c.n_embd, L = c.n_layer, N = 2;
+  const int64_t psi = c.vocab_size * C + c.block_size * C + L * (12 * C * C + 13 * C) + 2 * C;
+  ASSERT_EQ(psi % N, 0);
+  struct Expected {
+    MpCase mp;
+    int64_t weights, grads, optimizer, offload;
+  };
+  const ScheduleKind f1b = ScheduleKind::one_f_one_b;
+  const std::vector<Expected> cases = {
+      {{"zero1", {.dp_shard = 2}, "bf16", "", 1, false, f1b, DpStrategy::zero1}, 2 * psi, 2 * psi, 12 * psi / N, 0},
+      {{"zero1_main_grad", {.dp_shard = 2}, "bf16", "f32", 1, false, f1b, DpStrategy::zero1}, 2 * psi, 4 * psi,
+       12 * psi / N, 0},
+      {{"zero2", {.dp_shard = 2}, "bf16", "", 1, false, f1b, DpStrategy::zero2}, 2 * psi, 2 * psi / N, 12 * psi / N, 0},
+      {{"zero3", {.dp_shard = 2}, "bf16", "", 1, false, f1b, DpStrategy::fsdp}, 2 * psi / N, 2 * psi / N,
+       12 * psi / N, 0},
+      {{"zero2_offload", {.dp_shard = 2}, "bf16", "", 1, false, f1b, DpStrategy::zero2, true}, 2 * psi, 2 * psi / N, 0,
+       (12 + 4) * psi / N},
+      {{"zero3_offload", {.dp_shard = 2}, "bf16", "", 1, false, f1b, DpStrategy::fsdp, true}, 0, 0, 0,
+       (2 + 2 + 12) * psi / N},
+  };
+  const nn::TokenStream data = parity_tokens();
+  for (const Expected& e : cases) {
+    launch(
+        2,
+        [&](RankContext& ctx) {
+          MemoryLedger& ledger = MemoryLedger::instance();
+          auto now = [&](MemoryCategory cat) { return ledger.current(ctx.device, cat); };
+          const int64_t w0 = now(MemoryCategory::weights), g0 = now(MemoryCategory::grads),
+                        o0 = now(MemoryCategory::optimizer), h0 = now(MemoryCategory::offload);
+          std::unique_ptr<nn::GPT> whole;
+          std::unique_ptr<Trainer> trainer = make_trainer(ctx, e.mp, whole);
+          for (int s = 0; s < 2; ++s) trainer->train_step(data, s, kBatch, kT, parity_adamw().lr, kClip);
+          EXPECT_EQ(now(MemoryCategory::weights) - w0, e.weights) << e.mp.name;
+          EXPECT_EQ(now(MemoryCategory::grads) - g0, e.grads) << e.mp.name;
+          EXPECT_EQ(now(MemoryCategory::optimizer) - o0, e.optimizer) << e.mp.name;
+          EXPECT_EQ(now(MemoryCategory::offload) - h0, e.offload) << e.mp.name;
+        },
+        quick(30000));
+  }
+}
+
+// ZeroAdamW on 16-bit parameters keeps nn::AdamW's rule (no update without an f32 master copy), and
+// ZeRO-1 with 16-bit gradients, which averages in place, refuses a second reduce before zero_grad():
+// adding a backward's sum to an average would silently weigh the two windows differently.
+TEST(MixedPrecisionZero, SixteenBitRulesAreSaidNotBroken) {
+  SL_SKIP_UNLESS_WORLD(2);
+  launch(
+      2,
+      [&](RankContext& ctx) {
+        {
+          nn::GPT model(config(DType::bf16), kSeed);
+          expect_error([&] { ZeroAdamW zero(model.parameters(), ctx.world, {.stage = 1}); },
+                       "set AdamWOptions::master_weights");
+        }
+        nn::GPT model(config(DType::bf16), kSeed);
+        ZeroAdamW zero(model.parameters(), ctx.world, {.stage = 1, .adamw = {.master_weights = true}});
+        const nn::Batch batch = parity_tokens().get_batch(0, 2, kT);
+        zero.zero_grad();
+        model.loss(batch.inputs, batch.targets).backward();
+        zero.reduce_gradients();
+        model.loss(batch.inputs, batch.targets).backward();
+        expect_error([&] { zero.reduce_gradients(); }, "a backward after it needs zero_grad() first");
+        zero.zero_grad();  // a new window reduces again
+        model.loss(batch.inputs, batch.targets).backward();
+        EXPECT_NO_THROW(zero.step());
+      },
+      quick(10000));
+}
+
+TEST(MixedPrecisionPlan, TheNaiveDataParallelIsRefusedNamingWhy) {
+  TrainPlan plan = TrainPlan::data_parallel(2);
+  plan.dp_strategy = DpStrategy::naive;
   plan.precision = nn::MixedPrecision::parse("bf16");
-  expect_error([&] { plan.validate(2); }, "--mixed-precision bf16 (grads bf16) runs with DDP");
-  plan = TrainPlan::data_parallel(2);
-  plan.precision = nn::MixedPrecision::parse("bf16");
-  EXPECT_NO_THROW(plan.validate(2));
+  expect_error([&] { plan.validate(2); }, "the naive DataParallel keeps f32");
+  for (DpStrategy dp : {DpStrategy::zero1, DpStrategy::zero2, DpStrategy::fsdp}) {
+    plan = TrainPlan::data_parallel(2, 1);
+    plan.dp_strategy = dp;
+    plan.precision = nn::MixedPrecision::parse("bf16");
+    EXPECT_NO_THROW(plan.validate(2));
+  }
 }
 
 TEST(MixedPrecisionPlan, AModelOfAnotherDtypeIsRefused) {

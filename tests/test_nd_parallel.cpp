@@ -150,7 +150,8 @@ TEST_P(NdParallelParity, MatchesSerialThroughTheTrainer) {
       [&](RankContext& ctx) {
         auto nd_runner = [&](const DeviceMesh& mesh) -> std::unique_ptr<ModelRunner> {
           if (c.zero >= 2) return make_model_runner(plan, config, kSeed, {}, mesh);  // train's
-          NdOptions options{.sequence_parallel = c.sp,
+          NdOptions options{.pipeline = {},
+                            .sequence_parallel = c.sp,
                             .cp = {.balance = c.balance == "zigzag" ? CpBalance::zigzag : CpBalance::none,
                                    .variant = c.variant == "ring" ? CpVariant::ring : CpVariant::allgather}};
           options.pipeline.schedule = parse_schedule(c.schedule);

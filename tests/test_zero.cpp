@@ -111,7 +111,7 @@ TEST(FlatParams, ParametersBecomeViewsOfOnePaddedBuffer) {
     EXPECT_EQ(b.to_vector(), std::vector<double>({5, 5}));
     flat.release();
     EXPECT_FALSE(flat.buffer().defined());
-    expect_error([&] { flat.bind(zeros({8})); }, "expected an f32 buffer of 9 elements (8 parameters padded");
+    expect_error([&] { flat.bind(zeros({8})); }, "expected a floating buffer of 9 elements (8 parameters padded");
   }
 }
 
@@ -191,16 +191,17 @@ struct ZeroCase {
   int world;
   bool offload;
   int64_t bucket_bytes = kSmallBuckets;
+  bool bf16 = false;  // mixed precision: a bf16 model, bf16 gradients, an f32 master shard
 };
 
 void PrintTo(const ZeroCase& c, std::ostream* out) {
   *out << "stage " << c.stage << ", world " << c.world << (c.offload ? ", offload" : "") << ", buckets of "
-       << c.bucket_bytes << " bytes";
+       << c.bucket_bytes << " bytes" << (c.bf16 ? ", bf16" : "");
 }
 
 std::string case_name(const testing::TestParamInfo<ZeroCase>& info) {
   return "stage" + std::to_string(info.param.stage) + "_world" + std::to_string(info.param.world) +
-         (info.param.offload ? "_offload" : "");
+         (info.param.offload ? "_offload" : "") + (info.param.bf16 ? "_bf16" : "");
 }
 
 // What one rank measured, per step.
@@ -449,7 +450,11 @@ TEST(ZeroStage2, PeakGradientMemoryIsTheShardPlusBoundedBuckets) {
 }
 
 // The peak of every category, from before the model is built through two steps, as the paper has it
-// (f32, Ψ from the shapes, N ranks, buckets of kSmallBuckets bytes, P = Ψ padded per bucket, S = P/N):
+// (f32, Ψ from the shapes, N ranks, buckets of kSmallBuckets bytes, P = Ψ padded per bucket, S = P/N).
+// Mixed precision (bf16 cases) is the same table with e = 2 bytes per weight and gradient element and
+// the optimizer's 12S (master + moments); the 16-bit gradients are read in f32 a block at a time, so
+// no f32 gradient shard appears; the f32 model that GPT draws before rounding is not ZeRO's, so the
+// peaks are taken from after the model is built:
 //   weights    4P; while the model moves into the flat buffers, at most 4P + one bucket (never 8Ψ)
 //   grads      ZeRO-1: 4P, the flat buffer, its reduce-scatter in place (no shard beside it)
 //              ZeRO-2: 4S + the buckets in flight (kBucketsInFlight launched + the one filling, each
@@ -471,9 +476,16 @@ TEST_P(ZeroPeak, EveryCategoryAsThePaper) {
         std::array<int64_t, kNumMemoryCategories> start{};
         for (int k = 0; k < kNumMemoryCategories; ++k) start[k] = ledger.current(ctx.device, MemoryCategory(k));
         ledger.reset_peak(ctx.device);
-        nn::GPT model(small_config(), kSeed);
+        nn::GPTConfig config = small_config();
+        nn::AdamWOptions adamw = adamw_options();
+        if (c.bf16) {
+          config.param_dtype = DType::bf16;
+          adamw.master_weights = true;
+        }
+        nn::GPT model(config, kSeed);
+        if (c.bf16) ledger.reset_peak(ctx.device);
         ZeroAdamW optimizer(model.parameters(), ctx.world,
-                            {.stage = c.stage, .offload = c.offload, .adamw = adamw_options(), .bucket_bytes = c.bucket_bytes});
+                            {.stage = c.stage, .offload = c.offload, .adamw = adamw, .bucket_bytes = c.bucket_bytes});
         for (int k = 0; k < kNumMemoryCategories; ++k)
           built[ctx.rank][k] = ledger.peak(ctx.device, MemoryCategory(k)) - start[k];
         ledger.reset_peak(ctx.device);
@@ -493,27 +505,29 @@ TEST_P(ZeroPeak, EveryCategoryAsThePaper) {
 
   const ModelFigures f = model_figures();
   const int64_t n = c.world;
-  const BucketFigures b = bucket_figures(f, n, c.bucket_bytes);
+  const int64_t e = c.bf16 ? 2 : 4, K = c.bf16 ? 12 : 8;  // bytes per weight/gradient; optimizer bytes
+  const BucketFigures b = bucket_figures(f, n, c.bucket_bytes * 4 / e);  // buckets close at bucket_bytes / e elements
   const int64_t P = b.padded, S = P / n;
   ASSERT_GE(P, f.psi);
-  ASSERT_LT(P, f.psi + n * f.psi / (c.bucket_bytes / 4) + n);  // at most N-1 pad elements per bucket
+  ASSERT_LT(P, f.psi + n * f.psi / (c.bucket_bytes / e) + n);  // at most N-1 pad elements per bucket
   auto at = [](const std::array<int64_t, kNumMemoryCategories>& a, MemoryCategory k) { return a[static_cast<int>(k)]; };
   for (int r = 0; r < c.world; ++r) {
     if (!ran[r]) continue;
     const std::string who = "rank " + std::to_string(r);
-    EXPECT_LE(at(built[r], MemoryCategory::weights), 4 * P + 4 * b.largest) << who << ": built, the weights + one bucket";
-    EXPECT_LT(at(built[r], MemoryCategory::weights), 2 * 4 * f.psi) << who << ": built, never two copies";
-    EXPECT_EQ(at(stepped[r], MemoryCategory::weights), 4 * P) << who;
+    EXPECT_LE(at(built[r], MemoryCategory::weights), e * P + e * b.largest) << who << ": built, the weights + one bucket";
+    EXPECT_LT(at(built[r], MemoryCategory::weights), 2 * e * f.psi) << who << ": built, never two copies";
+    EXPECT_EQ(at(stepped[r], MemoryCategory::weights), e * P) << who;
     if (c.stage == 1) {
-      EXPECT_EQ(at(stepped[r], MemoryCategory::grads), 4 * P) << who;
+      EXPECT_EQ(at(stepped[r], MemoryCategory::grads), e * P) << who;
     } else {
-      const int64_t in_flight = (ZeroAdamW::kBucketsInFlight + 1) * 4 * b.largest + 4 * f.largest;
-      EXPECT_LE(at(stepped[r], MemoryCategory::grads), 4 * S + in_flight) << who;
-      EXPECT_GE(at(stepped[r], MemoryCategory::grads), 4 * S) << who;
+      const int64_t in_flight = (ZeroAdamW::kBucketsInFlight + 1) * e * b.largest + e * f.largest;
+      EXPECT_LE(at(stepped[r], MemoryCategory::grads), e * S + in_flight) << who;
+      EXPECT_GE(at(stepped[r], MemoryCategory::grads), e * S) << who;
     }
-    EXPECT_EQ(at(stepped[r], MemoryCategory::optimizer), c.offload ? 0 : 8 * S) << who;
+    // Offload's host: the f32 master, the f32 gradient the update reads, and the moments (16S either way).
+    EXPECT_EQ(at(stepped[r], MemoryCategory::optimizer), c.offload ? 0 : K * S) << who;
     EXPECT_EQ(at(stepped[r], MemoryCategory::offload), c.offload ? 16 * S : 0) << who;
-    EXPECT_LE(at(stepped[r], MemoryCategory::comm), n == 1 ? 0 : 2 * 4 * b.largest_chunk) << who;
+    EXPECT_LE(at(stepped[r], MemoryCategory::comm), n == 1 ? 0 : 2 * e * b.largest_chunk) << who;
     std::printf("[   info   ] %s: peaks weights %lld (built %lld) grads %lld optimizer %lld offload %lld comm %lld;"
                 " 4P %lld 4S %lld largest bucket %lld\n",
                 who.c_str(), (long long)at(stepped[r], MemoryCategory::weights),
@@ -533,7 +547,15 @@ std::vector<ZeroCase> all_cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Stages, Zero, testing::ValuesIn(all_cases()), case_name);
-INSTANTIATE_TEST_SUITE_P(Stages, ZeroPeak, testing::ValuesIn(all_cases()), case_name);
+std::vector<ZeroCase> peak_cases() {
+  std::vector<ZeroCase> cases = all_cases();
+  for (bool offload : {false, true})
+    for (int stage : {1, 2})
+      for (int world : {2, 3}) cases.push_back({stage, world, offload, kSmallBuckets, /*bf16=*/true});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Stages, ZeroPeak, testing::ValuesIn(peak_cases()), case_name);
 
 // ---- the rest of the contract ---------------------------------------------------------------------------
 

@@ -18,14 +18,15 @@ void check_fsdp_cut(const ParallelismConfig& c, const PipelineOptions& options, 
 }
 
 FsdpNdRunner::FsdpNdRunner(const nn::GPTConfig& config, uint64_t seed, const DeviceMesh& mesh, const NdOptions& options)
-    : NdRunner(config, seed, mesh, (check_fsdp_cut(mesh.config(), options.pipeline, false), options)) {}
+    : NdRunner(config, seed, mesh, (check_fsdp_cut(mesh.config(), options.pipeline, false), options)),
+      grad_dtype_(options.grad_dtype) {}
 
 std::unique_ptr<DataParallelStrategy> FsdpNdRunner::own_strategy(const DeviceMesh& mesh, const nn::AdamWOptions& adamw) {
   SL_CHECK(!fsdp_, "FsdpNdRunner::own_strategy: the part is already sharded");
   SL_ASSERT(stage().parts.size() == 1);  // check_fsdp_cut: one chunk per rank
   ProcessGroupPtr replicas = mesh.size("dp_replicate") > 1 ? mesh.group("dp_replicate") : nullptr;
   fsdp_ = std::make_shared<FullyShardedGPT>(*stage().parts[0], mesh.group("dp_shard_cp"), replicas, adamw,
-                                            FsdpOptions{.gradient_divisor = mesh.size("dp_shard")});
+                                            FsdpOptions{.gradient_divisor = mesh.size("dp_shard"), .grad_dtype = grad_dtype_});
   return std::make_unique<FsdpStrategy>(fsdp_, *this, mesh, std::vector<std::string>{"dp_shard", "cp"});
 }
 

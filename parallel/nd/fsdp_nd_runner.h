@@ -58,6 +58,7 @@ class FsdpNdRunner : public NdRunner {
 
  private:
   std::shared_ptr<FullyShardedGPT> fsdp_;
+  std::optional<DType> grad_dtype_;  // NdOptions::grad_dtype
 };
 
 }  // namespace sl::parallel

@@ -32,6 +32,7 @@
 //   Tests: tests/test_nd_parallel.cpp
 #pragma once
 #include <memory>
+#include <optional>
 
 #include "parallel/comm/mesh.h"
 #include "parallel/context_parallel/context_parallel_runner.h"
@@ -44,6 +45,7 @@ struct NdOptions {
   PipelineOptions pipeline;  // schedule, virtual stages, stage layers (any pp, 1 included)
   bool sequence_parallel = false;      // SP under tp
   ContextParallelOptions cp;           // balance, variant
+  std::optional<DType> grad_dtype = std::nullopt;  // FSDP under mixed precision: FsdpOptions::grad_dtype
 };
 
 // The rules of cutting this model over tp and cp at once (each chapter's own, and SP's tokens of a cp

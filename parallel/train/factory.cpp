@@ -24,7 +24,14 @@ PipelineOptions pipeline_options(const TrainPlan& plan) {
 NdOptions nd_options(const TrainPlan& plan) {
   return {.pipeline = pipeline_options(plan),
           .sequence_parallel = plan.sequence_parallel,
-          .cp = {.balance = plan.cp_balance, .variant = plan.cp_variant}};
+          .cp = {.balance = plan.cp_balance, .variant = plan.cp_variant},
+          .grad_dtype = plan.precision.enabled() ? std::optional<DType>(plan.precision.grad_dtype) : std::nullopt};
+}
+
+// Mixed precision: AdamW updates f32 master weights (DDP and ZeRO-1/2 set it themselves).
+nn::AdamWOptions with_master_weights(nn::AdamWOptions adamw, const TrainPlan& plan) {
+  adamw.master_weights = adamw.master_weights || plan.precision.enabled();
+  return adamw;
 }
 
 }  // namespace
@@ -68,9 +75,10 @@ std::unique_ptr<DataParallelStrategy> make_strategy(const TrainPlan& plan, Model
       return std::make_unique<DdpStrategy>(runner, mesh, mesh.size("dp") > 1, adamw, plan.precision);
     case DpStrategy::zero1:
     case DpStrategy::zero2:
-      return std::make_unique<ZeroStrategy>(runner, mesh, plan.zero(), plan.offload, /*cut=*/true, adamw);
+      return std::make_unique<ZeroStrategy>(runner, mesh, plan.zero(), plan.offload, /*cut=*/true, adamw,
+                                            plan.precision);
     case DpStrategy::fsdp: {
-      std::unique_ptr<DataParallelStrategy> own = runner.own_strategy(mesh, adamw);
+      std::unique_ptr<DataParallelStrategy> own = runner.own_strategy(mesh, with_master_weights(adamw, plan));
       SL_CHECK(own != nullptr, "Trainer: ", plan.parallelism.str(), ": this runner cannot shard its part (FSDP)");
       return own;
     }
@@ -97,13 +105,17 @@ WholeModel make_whole_model(const TrainPlan& plan, nn::GPT& model, const DeviceM
     case DpStrategy::zero1:
     case DpStrategy::zero2:
       out.runner = std::make_unique<WholeModelRunner>(model, plain_loss);
-      out.strategy = std::make_unique<ZeroStrategy>(*out.runner, mesh, plan.zero(), plan.offload, /*cut=*/false, adamw);
+      out.strategy = std::make_unique<ZeroStrategy>(*out.runner, mesh, plan.zero(), plan.offload, /*cut=*/false,
+                                                      adamw, plan.precision);
       break;
     case DpStrategy::fsdp: {  // FSDP's gathers run around the model's forward: the runner's loss is FSDP's
+      std::optional<DType> grad_dtype;  // mixed precision: the gradients' dtype (the weights': the model's)
+      if (plan.precision.enabled()) grad_dtype = plan.precision.grad_dtype;
+      const nn::AdamWOptions options = with_master_weights(adamw, plan);
       auto fsdp = mesh.size("dp_replicate") > 1
-                      ? std::make_shared<FullyShardedGPT>(model, mesh, adamw)  // HSDP
-                      : std::make_shared<FullyShardedGPT>(model, mesh.group("dp_shard"), nullptr, adamw,
-                                                          FsdpOptions{.offload = plan.offload});
+                      ? std::make_shared<FullyShardedGPT>(model, mesh, options, FsdpOptions{.grad_dtype = grad_dtype})
+                      : std::make_shared<FullyShardedGPT>(model, mesh.group("dp_shard"), nullptr, options,
+                                                          FsdpOptions{.offload = plan.offload, .grad_dtype = grad_dtype});
       FullyShardedGPT* sharded = fsdp.get();
       out.runner = std::make_unique<WholeModelRunner>(
           model, [sharded](const Tensor& x, const Tensor& y) { return sharded->loss(x, y); });

@@ -12,7 +12,8 @@
 
 namespace sl::parallel {
 
-FlatLayout::FlatLayout(const std::vector<Shape>& shapes, int world, int64_t bucket_bytes) : world_size(world) {
+FlatLayout::FlatLayout(const std::vector<Shape>& shapes, int world, int64_t bucket_bytes, int64_t element_bytes)
+    : world_size(world) {
   SL_CHECK(world >= 1, "FlatLayout: world size must be at least 1 (got ", world, ")");
   SL_CHECK(bucket_bytes > 0, "FlatLayout: bucket_bytes must be positive (got ", bucket_bytes, ")");
   const int64_t n = static_cast<int64_t>(shapes.size());
@@ -23,7 +24,7 @@ FlatLayout::FlatLayout(const std::vector<Shape>& shapes, int world, int64_t buck
     std::iota(members[0].begin(), members[0].end(), size_t{0});
   } else {
     std::vector<int64_t> bytes;
-    for (const Shape& shape : shapes) bytes.push_back(shape.numel() * static_cast<int64_t>(sizeof(float)));
+    for (const Shape& shape : shapes) bytes.push_back(shape.numel() * element_bytes);
     members = reverse_order_buckets(bytes, bucket_bytes);  // DDP's rule (parallel/comm/flatten.h)
   }
   segments.resize(shapes.size());
@@ -73,8 +74,9 @@ static void check_params(const std::vector<Tensor>& params) {
   for (size_t i = 0; i < params.size(); ++i) {
     const Tensor& p = params[i];
     SL_CHECK(p.defined() && p.is_leaf(), "FlatParams: parameter ", i, " must be a defined leaf tensor");
-    SL_CHECK(p.dtype() == DType::f32, "FlatParams: parameter ", i, " is ", dtype_name(p.dtype()),
-             "; the flat buffer holds f32 parameters");
+    SL_CHECK(p.dtype() == params[0].dtype() && (p.dtype() == DType::f32 || is_16bit(p.dtype())), "FlatParams: parameter ",
+             i, " is ", dtype_name(p.dtype()), " and parameter 0 ", dtype_name(params[0].dtype()),
+             "; the flat buffer holds parameters of one dtype: f32, or bf16/f16 under mixed precision");
     SL_CHECK(p.device() == params[0].device(), "FlatParams: parameter ", i, " is on ", p.device(),
              " but parameter 0 is on ", params[0].device(), "; flatten the parameters of one device");
     SL_CHECK(seen.insert(p.impl()).second, "FlatParams: parameter ", i,
@@ -84,8 +86,9 @@ static void check_params(const std::vector<Tensor>& params) {
 
 FlatParams::FlatParams(std::vector<Tensor> params, int world_size, int64_t bucket_bytes) : params_(std::move(params)) {
   check_params(params_);
-  layout_ = FlatLayout(shapes_of(params_), world_size, bucket_bytes);
-  const TensorOptions options(DType::f32, params_[0].device());
+  const DType dtype = params_[0].dtype();
+  layout_ = FlatLayout(shapes_of(params_), world_size, bucket_bytes, static_cast<int64_t>(dtype_size(dtype)));
+  const TensorOptions options(dtype, params_[0].device());
   // Bucket by bucket: while bucket b is being filled, the weights exist once (moved or not yet
   // moved) plus bucket b. Each parameter's old storage goes as soon as its values are in.
   for (size_t b = 0; b < layout_.buckets.size(); ++b) {
@@ -94,12 +97,12 @@ FlatParams::FlatParams(std::vector<Tensor> params, int world_size, int64_t bucke
       MemoryScope scope(MemoryCategory::weights);
       buckets_.push_back(Tensor::empty({bucket.padded_numel}, options));
     }
-    float* base = buckets_[b].data<float>();
-    std::fill(base + bucket.numel, base + bucket.padded_numel, 0.0f);  // the padding
+    const size_t element = dtype_size(dtype);
+    auto* base = static_cast<std::byte*>(buckets_[b].raw_data());
+    std::memset(base + bucket.numel * element, 0, (bucket.padded_numel - bucket.numel) * element);  // the padding
     for (size_t i : bucket.segments) {
       const FlatSegment& segment = layout_.segments[i];
-      std::memcpy(base + (segment.offset - bucket.offset), params_[i].data<float>(),
-                  static_cast<size_t>(segment.numel) * sizeof(float));
+      std::memcpy(base + (segment.offset - bucket.offset) * element, params_[i].raw_data(), segment.numel * element);
       point_at(i, buckets_[b], b);
     }
   }
@@ -128,7 +131,8 @@ void FlatParams::point_at(size_t i, const Tensor& bucket_buffer, size_t b) {
 
 Tensor FlatParams::checked_flat(const Tensor& flat, const char* what) const {
   SL_CHECK(flat.defined(), what, ": the flat buffer is undefined (was it released?)");
-  SL_CHECK(flat.dtype() == DType::f32 && flat.numel() == layout_.padded_numel, what, ": expected an f32 buffer of ",
+  SL_CHECK((flat.dtype() == DType::f32 || is_16bit(flat.dtype())) && flat.numel() == layout_.padded_numel, what,
+           ": expected a floating buffer of ",
            layout_.padded_numel, " elements (", layout_.numel, " parameters padded to a multiple of ",
            layout_.world_size, ") but got ", dtype_name(flat.dtype()), " ", flat.shape());
   return flat;
@@ -164,6 +168,8 @@ Tensor FlatParams::chunk_of_bucket(const Tensor& bucket_buffer, size_t bucket, i
 
 void FlatParams::bind(const Tensor& flat) {
   Tensor checked = checked_flat(flat, "FlatParams::bind").reshape({layout_.padded_numel});
+  SL_CHECK(checked.dtype() == params_[0].dtype(), "FlatParams::bind: the buffer is ", dtype_name(checked.dtype()),
+           " but the parameters are ", dtype_name(params_[0].dtype()));
   SL_CHECK(checked.device() == params_[0].device(), "FlatParams::bind: the buffer is on ", checked.device(),
            " but the parameters are on ", params_[0].device());
   buckets_.clear();
@@ -184,6 +190,9 @@ void FlatParams::release() {
 
 void FlatParams::bind_grads(const Tensor& flat_grads) const {
   Tensor checked = checked_flat(flat_grads, "FlatParams::bind_grads").reshape({layout_.padded_numel});
+  SL_CHECK(checked.dtype() == params_[0].dtype() || checked.dtype() == DType::f32, "FlatParams::bind_grads: ",
+           dtype_name(checked.dtype()), " gradients for ", dtype_name(params_[0].dtype()),
+           " parameters (the parameters' dtype, or f32: mixed precision's main_grad)");
   for (size_t i = 0; i < params_.size(); ++i)
     params_[i].set_grad(checked.flat_view(layout_.segments[i].offset, layout_.segments[i].shape));
 }

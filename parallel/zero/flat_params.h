@@ -1,4 +1,5 @@
-// flat_params.h — a list of parameters laid out in one flat, padded, shardable f32 buffer.
+// flat_params.h — a list of parameters laid out in one flat, padded, shardable buffer (f32, or
+// bf16/f16 under mixed precision: the parameters' dtype).
 //
 //   one bucket (FSDP's unit; ZeRO with bucket_bytes = kOneBucket):
 //   params   wte [V,C]     ln.w [C]  ln.b [C]   c_fc.w [4C,C] ...
@@ -79,7 +80,9 @@ struct FlatLayout {
   FlatLayout() = default;
   // bucket_bytes == kOneBucket: one bucket in parameter order. Otherwise buckets in *reverse* parameter
   // order, each closing once it holds bucket_bytes or more (DDP's rule, parallel/data_parallel/ddp.h).
-  FlatLayout(const std::vector<Shape>& shapes, int world_size, int64_t bucket_bytes = kOneBucket);
+  // element_bytes: the size of one element, which bucket_bytes counts (4: f32; 2: mixed precision).
+  FlatLayout(const std::vector<Shape>& shapes, int world_size, int64_t bucket_bytes = kOneBucket,
+             int64_t element_bytes = 4);
 
   std::vector<FlatSegment> segments;  // indexed by parameter
   std::vector<FlatBucket> buckets;
@@ -99,7 +102,8 @@ struct FlatLayout {
 
 class FlatParams {
  public:
-  // Moves the values of `params` (distinct f32 leaf tensors on one device) into new flat buffers on
+  // Moves the values of `params` (distinct leaf tensors of one dtype,
+  // f32 or 16-bit, on one device) into new flat buffers on
   // their device, one per bucket, charged to the ledger's "weights", and re-points every parameter at
   // its view. Bucket by bucket, each parameter's old storage is freed right after it moved (once
   // nothing else holds it): the peak is the weights plus one bucket. Gradients are left alone.
@@ -122,7 +126,7 @@ class FlatParams {
   Tensor bucket_of(const Tensor& flat, size_t bucket) const;
   Tensor chunk_of(const Tensor& flat, size_t bucket, int rank) const;
 
-  // Re-points the parameters at views of `flat` ([padded_numel] f32), whose buckets become bucket(b):
+  // Re-points the parameters at views of `flat` ([padded_numel], the parameters' dtype), whose buckets become bucket(b):
   // FSDP binds a unit to its freshly all-gathered buffer before the unit's forward and backward.
   void bind(const Tensor& flat);
   // Points the parameters at an empty storage (shapes kept) and drops the buffers. The parameters must
@@ -131,7 +135,8 @@ class FlatParams {
   // parallel/zero/fsdp_unit.cpp does with Storage::release()).
   void release();
 
-  // Makes each parameter's .grad the view of `flat_grads` ([padded_numel] f32) at its segment:
+  // Makes each parameter's .grad the view of `flat_grads` ([padded_numel], the parameters' dtype or
+  // f32 for mixed precision's main_grad) at its segment:
   // backward then accumulates into flat_grads in place (AccumulateGrad adds into an existing grad).
   void bind_grads(const Tensor& flat_grads) const;
   void release_grads() const;  // every parameter's .grad := none

@@ -41,6 +41,9 @@
 //   between steps   weights 4P/N + grads 4P/N + optimizer 8P/N = 16P/N
 //   peak            weights and grads each + 4 (P_root + P_largest block): the gathered root and one
 //                   gathered block with its full gradient (the reduce-scatter output is "comm", 4 P_u/N)
+//   mixed precision (16-bit model, FsdpOptions::grad_dtype): 16-bit weight and gradient shards and
+//   an f32 master shard beside the moments: 2P/N + 2P/N + 12P/N (main_grad: 4P/N of gradients); the
+//   gathers and reduce-scatters move 2-byte elements.
 // Communication per step per rank (ring): all-gather (N-1)/N 4P in forward and again in backward,
 //   reduce-scatter (N-1)/N 4P: 3 (N-1)/N 4P = 1.5x DDP's 2 (N-1)/N 4Ψ; clipping adds one 8-byte
 //   all-reduce. HSDP adds per replica group 2 (R-1)/R 4P/S (an all-reduce of every gradient shard).

@@ -40,15 +40,24 @@ FsdpUnit::FsdpUnit(std::string name, const nn::NamedTensors& params, ProcessGrou
   SL_CHECK(!offload_ || device_.is_cpu(), "FSDP unit ", name_, ": offload needs the parameters on a CPU device (got ",
            device_, ")");
   const Device home = offload_ ? host_ : device_;
+  const DType param_dtype = flat_->buffer().dtype();
+  grad_dtype_ = options.grad_dtype.value_or(param_dtype);
+  SL_CHECK(grad_dtype_ == param_dtype || grad_dtype_ == DType::f32, "FSDP unit ", name_, ": gradients in ",
+           dtype_name(grad_dtype_), " for ", dtype_name(param_dtype), " parameters (the parameters' dtype or f32)");
   {
     MemoryScope scope(offload_ ? MemoryCategory::offload : MemoryCategory::weights);
-    weight_shard_ = zeros({S}, TensorOptions(DType::f32, home));
+    weight_shard_ = zeros({S}, TensorOptions(param_dtype, home));
     weight_shard_.copy_(flat_->shard(shard_group_->rank()));
   }
   if (offload_) MemoryLedger::instance().record_transfer(device_, host_, weight_shard_.nbytes());
+  if (is_16bit(param_dtype)) {  // the master: exactly the 16-bit weights, in f32 (nn::AdamW's "master")
+    MemoryScope scope(offload_ ? MemoryCategory::offload : MemoryCategory::optimizer);
+    master_ = zeros({S}, TensorOptions(DType::f32, home));
+    master_.copy_(weight_shard_);
+  }
   {
     MemoryScope scope(offload_ ? MemoryCategory::offload : MemoryCategory::grads);
-    grad_shard_ = zeros({S}, TensorOptions(DType::f32, home));
+    grad_shard_ = zeros({S}, TensorOptions(grad_dtype_, home));
   }
   adam_ = std::make_unique<ShardedAdamW>(layout(), shard_group_->rank(), home,
                                          offload_ ? MemoryCategory::offload : MemoryCategory::optimizer);
@@ -65,7 +74,7 @@ void FsdpUnit::unshard() {
     Tensor up;
     {
       MemoryScope scope(MemoryCategory::comm);
-      up = Tensor::empty({layout().shard_numel}, TensorOptions(DType::f32, device_));
+      up = Tensor::empty({layout().shard_numel}, weight_shard_.options().with_device(device_));
     }
     up.copy_(weight_shard_);
     MemoryLedger::instance().record_transfer(host_, device_, up.nbytes());
@@ -86,7 +95,7 @@ void FsdpUnit::pre_backward() {
   unshard();
   {
     MemoryScope scope(MemoryCategory::grads);
-    full_grads_ = zeros({layout().padded_numel}, weight_shard_.options());
+    full_grads_ = zeros({layout().padded_numel}, TensorOptions(grad_dtype_, device_));
   }
   // AccumulateGrad adds into an existing .grad in place (0 + g == g exactly), so every gradient of
   // the unit lands in full_grads_ without a copy.
@@ -133,8 +142,20 @@ void FsdpUnit::post_backward() {
 void FsdpUnit::adamw_step(const nn::AdamWOptions& options, double lr) {
   // A unit's parameters get their gradients together: all of them or (no backward reached it) none.
   const std::vector<char> has_grad(layout().segments.size(), has_grad_ ? 1 : 0);
-  adam_->step(adam_->chunks_of(weight_shard_.data<float>()), adam_->chunks_of(grad_shard_.data<float>()), has_grad,
-              options, lr);
+  if (!master_.defined()) {
+    adam_->step(adam_->chunks_of(weight_shard_.data<float>()), adam_->chunks_of(grad_shard_.data<float>()), has_grad,
+                options, lr);
+    return;
+  }
+  // Mixed precision: the master steps on the gradients (read in f32 as it goes), and the 16-bit
+  // weight shard is the master rounded.
+  SL_CHECK(options.master_weights, "FSDP unit ", name_, ": the parameters are ", dtype_name(weight_shard_.dtype()),
+           "; mixed precision updates an f32 master copy: set AdamWOptions::master_weights");
+  std::vector<const void*> grads;
+  for (const FlatBucket& bucket : layout().buckets)
+    grads.push_back(static_cast<const std::byte*>(grad_shard_.raw_data()) + bucket.shard_offset * dtype_size(grad_dtype_));
+  adam_->step(adam_->chunks_of(master_.data<float>()), grads, grad_dtype_, has_grad, options, lr);
+  weight_shard_.copy_(master_);
 }
 
 void FsdpUnit::zero_grad() {

@@ -1,6 +1,8 @@
 // fsdp_unit.h — one FSDP unit: the parameters of one wrapped module, flat, padded and sharded.
 //
 //   between steps         this rank keeps  weights [S]  grads [S]  exp_avg [S]  exp_avg_sq [S]   (16 S bytes)
+//                         mixed precision: 16-bit weights [S] and grads [S] (f32: main_grad), the
+//                         f32 master [S] beside the moments: 2S + 2S + 12S, FSDP's 16Ψ/N again
 //   unshard()             all-gather [S] x N  ->  full [P]  (P = S x N: Ψ_u padded); the params view it
 //   reshard()             full's bytes released in place (the params and autograd's saved tensors keep
 //                         naming the same Storage, so no copy of the weights survives anywhere)
@@ -18,6 +20,7 @@
 //   Used by: parallel/zero/fsdp.h       Tests: tests/test_fsdp.cpp
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +42,10 @@ struct FsdpOptions {
   // data-parallel replica: the average). FSDP over dp_shard x cp (parallel/nd) divides by dp_shard:
   // the cp ranks of one replica hold its tokens' parts of the gradient, which add.
   int gradient_divisor = 0;
+  // Mixed precision (16-bit parameters): the dtype the gradients are reduced and kept in; unset: the
+  // parameters' (the paper's 2 + 2 + 12 bytes over N), f32: main_grad. The unit keeps an f32 master
+  // shard for AdamW (the options must set master_weights).
+  std::optional<DType> grad_dtype = std::nullopt;
 };
 
 class FsdpUnit {
@@ -77,6 +84,7 @@ class FsdpUnit {
   bool has_grad() const { return has_grad_; }
   const Tensor& weight_shard() const { return weight_shard_; }
   const Tensor& grad_shard() const { return grad_shard_; }
+  const Tensor& master_shard() const { return master_; }  // mixed precision: f32 [S]; else undefined
 
   FsdpUnit(const FsdpUnit&) = delete;
   FsdpUnit& operator=(const FsdpUnit&) = delete;
@@ -95,8 +103,10 @@ class FsdpUnit {
   ProcessGroupPtr shard_group_, replicate_group_;
   bool offload_ = false;
   int gradient_divisor_ = 0;  // FsdpOptions::gradient_divisor
+  DType grad_dtype_ = DType::f32;  // FsdpOptions::grad_dtype, resolved
   Device device_, host_;                // host_: cpu:i for device index i (on a CPU build, the same)
   Tensor weight_shard_, grad_shard_;    // [S] each: what this rank owns (offload: on the host)
+  Tensor master_;                       // mixed precision: the f32 weights of the shard [S], "optimizer"
   std::unique_ptr<ShardedAdamW> adam_;  // exp_avg, exp_avg_sq [S]
   Tensor full_grads_;                   // [P], only during this unit's backward
   size_t pending_grads_ = 0;  // parameters still to accumulate in this backward

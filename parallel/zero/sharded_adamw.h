@@ -43,6 +43,10 @@ class ShardedAdamW {
   // per parameter (segment), whether a backward gave it a gradient since the last step.
   void step(const Chunks& weights, const Chunks& grads, const std::vector<char>& has_grad,
             const nn::AdamWOptions& options, double lr);
+  // Mixed precision: `weights` are the f32 master chunks, `grads` hold `grad_dtype` (bf16, f16 or
+  // f32), read in f32 a block at a time, so no f32 copy of the gradient shard is ever made.
+  void step(const Chunks& weights, const std::vector<const void*>& grads, DType grad_dtype,
+            const std::vector<char>& has_grad, const nn::AdamWOptions& options, double lr);
   // A shard [S] in one piece, as Chunks: chunk b starts at the bucket's shard_offset.
   Chunks chunks_of(float* shard) const;
 

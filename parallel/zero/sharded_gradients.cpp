@@ -26,7 +26,7 @@ void sum_over_shards(const std::vector<NamedShard>& shards, const GradientSum& s
   int64_t total = 0;
   for (const Tensor& piece : pieces) total += piece.numel();
   SL_ASSERT(!shards.empty());
-  Tensor flat = Tensor::empty({total}, TensorOptions(DType::f32, shards[0].shard.device()));
+  Tensor flat = Tensor::empty({total}, shards[0].shard.options());
   int64_t offset = 0;
   for (const Tensor& piece : pieces) {
     flat.flat_view(offset, piece.shape()).copy_(piece);

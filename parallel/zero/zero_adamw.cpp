@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "autograd/grad_mode.h"
 #include "parallel/comm/grad_norm.h"
@@ -17,9 +16,9 @@ namespace sl::parallel {
 
 namespace {
 
-Tensor zeros_in(MemoryCategory category, int64_t numel, Device device) {
+Tensor zeros_in(MemoryCategory category, int64_t numel, Device device, DType dtype = DType::f32) {
   MemoryScope scope(category);
-  return zeros({numel}, TensorOptions(DType::f32, device));
+  return zeros({numel}, TensorOptions(dtype, device));
 }
 
 int checked_size(const ProcessGroupPtr& group) {
@@ -27,10 +26,11 @@ int checked_size(const ProcessGroupPtr& group) {
   return group->size();
 }
 
-// A copy between the rank's device and its host, charged to the ledger as a transfer.
-void copy_floats(float* to, const float* from, int64_t n, Device source, Device target) {
-  std::memcpy(to, from, static_cast<size_t>(n) * sizeof(float));
-  MemoryLedger::instance().record_transfer(source, target, n * static_cast<int64_t>(sizeof(float)));
+// A copy between the rank's device and its host (converting dtypes), charged to the ledger as a
+// transfer of the device side's bytes: under mixed precision 16-bit values cross, f32 lives on the host.
+void move(const Tensor& to, const Tensor& from, Device source, Device target, const Tensor& device_side) {
+  to.copy_(from);
+  MemoryLedger::instance().record_transfer(source, target, device_side.nbytes());
 }
 
 }  // namespace
@@ -44,6 +44,12 @@ ZeroAdamW::ZeroAdamW(std::vector<Tensor> params, ProcessGroupPtr group, const Ze
            "); stage 3 shards the parameters too: parallel/zero/fsdp.h");
   nn::AdamW check_options({}, options_.adamw);  // the same validation as the serial optimizer
   device_ = flat_.bucket(0).device();
+  param_dtype_ = flat_.bucket(0).dtype();
+  grad_dtype_ = options_.grad_dtype.value_or(param_dtype_);
+  SL_CHECK(grad_dtype_ == param_dtype_ || grad_dtype_ == DType::f32, "ZeroAdamW: gradients in ",
+           dtype_name(grad_dtype_), " for ", dtype_name(param_dtype_), " parameters (the parameters' dtype or f32)");
+  SL_CHECK(!is_16bit(param_dtype_) || options_.adamw.master_weights, "ZeroAdamW: the parameters are ",
+           dtype_name(param_dtype_), "; mixed precision updates an f32 master copy: set AdamWOptions::master_weights");
   SL_CHECK(device_.is_cpu(), "ZeroAdamW: the parameters are on ", device_,
            "; the sharded AdamW update runs on CPU devices (the threads and MPI backends)");
   host_ = Device::cpu(device_.index);  // on a CPU-only build: the rank's own virtual device
@@ -56,18 +62,21 @@ ZeroAdamW::ZeroAdamW(std::vector<Tensor> params, ProcessGroupPtr group, const Ze
                                          options_.offload ? MemoryCategory::offload : MemoryCategory::optimizer);
   if (options_.offload) {
     // The master copy of my weight shard lives on the host from now on.
+    // (Mixed precision: the f32 master, exactly the 16-bit weights to start with.)
     host_weights_ = zeros_in(MemoryCategory::offload, layout.shard_numel, host_);
     host_grads_ = zeros_in(MemoryCategory::offload, layout.shard_numel, host_);
     for (size_t b = 0; b < layout.buckets.size(); ++b)
-      copy_floats(host_weights_.data<float>() + layout.buckets[b].shard_offset,
-                  flat_.chunk(b, rank).data<float>(), layout.buckets[b].chunk_numel, device_, host_);
+      move(chunks_of_shard(host_weights_)[b], flat_.chunk(b, rank), device_, host_, flat_.chunk(b, rank));
+  } else if (is_16bit(param_dtype_)) {
+    master_ = zeros_in(MemoryCategory::optimizer, layout.shard_numel, device_);  // nn::AdamW's "master", sharded
+    for (size_t b = 0; b < layout.buckets.size(); ++b) chunks_of_shard(master_)[b].copy_(flat_.chunk(b, rank));
   }
 
   for (size_t i = 0; i < flat_.params().size(); ++i)
     SL_CHECK(flat_.params()[i].requires_grad(), "ZeroAdamW: parameter ", i, " (shape ", flat_.params()[i].shape(),
              ") does not require grad");
   if (options_.stage == 2) {
-    reducer_ = std::make_shared<ZeroReducer>(flat_, group_, device_, kBucketsInFlight);
+    reducer_ = std::make_shared<ZeroReducer>(flat_, group_, device_, kBucketsInFlight, grad_dtype_);
     // The hooks hold the reducer weakly: once the optimizer is gone they do nothing.
     std::weak_ptr<ZeroReducer> weak = reducer_;
     for (size_t i = 0; i < flat_.params().size(); ++i)
@@ -105,30 +114,31 @@ void ZeroAdamW::zero_grad() {
   if (flat_grads_.defined())
     flat_grads_.zero_();
   else
-    flat_grads_ = zeros_in(MemoryCategory::grads, flat_.layout().padded_numel, device_);
+    flat_grads_ = zeros_in(MemoryCategory::grads, flat_.layout().padded_numel, device_, grad_dtype_);
   flat_.bind_grads(flat_grads_);
   std::fill(flags_->has_grad.begin(), flags_->has_grad.end(), 0);
   flags_->unreduced.store(true);
+  flags_->reduced_once = false;
 }
 
 void ZeroAdamW::collect_gradients() {
   NoGradGuard no_grad;
   const auto& params = flat_.params();
-  if (!flat_grads_.defined()) flat_grads_ = zeros_in(MemoryCategory::grads, flat_.layout().padded_numel, device_);
-  float* base = flat_grads_.data<float>();
+  if (!flat_grads_.defined())
+    flat_grads_ = zeros_in(MemoryCategory::grads, flat_.layout().padded_numel, device_, grad_dtype_);
   bool stray = false;
   for (size_t i = 0; i < params.size(); ++i) {
     const FlatSegment& segment = flat_.layout().segments[i];
-    float* slot = base + segment.offset;
+    Tensor slot = flat_grads_.flat_view(segment.offset, segment.shape);
     Tensor g = params[i].grad();
-    if (g.defined() && g.raw_data() == slot) continue;  // backward accumulated in place
+    if (g.defined() && g.raw_data() == slot.raw_data()) continue;  // backward accumulated in place
     stray = true;
     if (!g.defined()) {
-      std::memset(slot, 0, static_cast<size_t>(segment.numel) * sizeof(float));
+      slot.zero_();
     } else {
-      SL_CHECK(g.dtype() == DType::f32, "ZeroAdamW: the gradient of parameter ", i, " is ", dtype_name(g.dtype()),
-               "; expected f32");
-      std::memcpy(slot, g.data<float>(), static_cast<size_t>(segment.numel) * sizeof(float));
+      SL_CHECK(g.dtype() == grad_dtype_ || g.dtype() == param_dtype_, "ZeroAdamW: the gradient of parameter ", i,
+               " is ", dtype_name(g.dtype()), "; expected ", dtype_name(grad_dtype_));
+      slot.copy_(g);
       flags_->has_grad[i] = 1;
     }
   }
@@ -141,16 +151,25 @@ void ZeroAdamW::reduce_gradients() {
     return;
   }
   collect_gradients();
+  check_can_reduce();
   const int rank = group_->rank();
   for (size_t b = 0; b < flat_.layout().buckets.size(); ++b) {
     // In place: my chunk of the bucket receives the sum over the group of everything accumulated since
     // zero_grad(). The chunks I sent are zeroed: over the ranks the buffer still adds up to that sum,
     // so a later backward can add into it and a later reduce gives the right sum again.
-    group_->reduce_scatter(flat_.chunk_of(flat_grads_, b, rank), flat_.bucket_of(flat_grads_, b), ReduceOp::sum);
+    // (16-bit gradients: the average, once per zero_grad(); see zero_adamw.h.)
+    group_->reduce_scatter(flat_.chunk_of(flat_grads_, b, rank), flat_.bucket_of(flat_grads_, b),
+                           holds_sums() ? ReduceOp::sum : ReduceOp::avg);
     for (int other = 0; other < group_->size(); ++other)
       if (other != rank) flat_.chunk_of(flat_grads_, b, other).zero_();
   }
   flags_->unreduced.store(false);
+  flags_->reduced_once = true;
+}
+
+void ZeroAdamW::check_can_reduce() const {
+  SL_CHECK(holds_sums() || !flags_->reduced_once, "ZeroAdamW: ZeRO-1 with ", dtype_name(grad_dtype_),
+           " gradients averaged them in place at the last reduce; a backward after it needs zero_grad() first");
 }
 
 std::vector<Tensor> ZeroAdamW::my_grad_chunks() const {
@@ -164,12 +183,12 @@ std::vector<Tensor> ZeroAdamW::my_grad_chunks() const {
 }
 
 void ZeroAdamW::with_averaged_gradients(const std::function<void()>& use) {
-  if (reducer_) return use();  // stage 2's shard holds the average already
+  if (!holds_sums()) return use();  // stage 2's shard, 16-bit stage 1's chunks: the average already
   // Stage 1: my chunks hold the sum; the average is sum x 1/N exactly as a reduce-scatter(avg) makes it.
   const double n = group_->size();
-  for (const Tensor& chunk : my_grad_chunks()) scale_buffer(DType::f32, chunk.raw_data(), chunk.numel(), 1.0 / n);
+  for (const Tensor& chunk : my_grad_chunks()) scale_buffer(chunk.dtype(), chunk.raw_data(), chunk.numel(), 1.0 / n);
   use();
-  for (const Tensor& chunk : my_grad_chunks()) scale_buffer(DType::f32, chunk.raw_data(), chunk.numel(), n);
+  for (const Tensor& chunk : my_grad_chunks()) scale_buffer(chunk.dtype(), chunk.raw_data(), chunk.numel(), n);
 }
 
 Tensor ZeroAdamW::grad_shard() const {
@@ -177,11 +196,10 @@ Tensor ZeroAdamW::grad_shard() const {
            "ZeroAdamW::grad_shard: the gradients have not been reduced since the last zero_grad() or backward");
   if (reducer_) return reducer_->grad_shard();
   // Stage 1: a copy (the flat buffer keeps the sums), my chunks end to end, averaged.
-  Tensor shard = Tensor::empty({flat_.layout().shard_numel}, TensorOptions(DType::f32, device_));
+  Tensor shard = Tensor::empty({flat_.layout().shard_numel}, TensorOptions(grad_dtype_, device_));
   const std::vector<Tensor> chunks = my_grad_chunks();
-  for (size_t b = 0; b < chunks.size(); ++b)
-    shard.flat_view(flat_.layout().buckets[b].shard_offset, chunks[b].shape()).copy_(chunks[b]);
-  scale_buffer(DType::f32, shard.raw_data(), shard.numel(), 1.0 / group_->size());
+  for (size_t b = 0; b < chunks.size(); ++b) chunks_of_shard(shard)[b].copy_(chunks[b]);
+  if (holds_sums()) scale_buffer(shard.dtype(), shard.raw_data(), shard.numel(), 1.0 / group_->size());
   return shard;
 }
 
@@ -215,6 +233,11 @@ double ZeroAdamW::clip_grad_norm(double max_norm, const std::vector<nn::Placemen
   return norm;
 }
 
+bool ZeroAdamW::unscale_gradients(const nn::GradScaler& scaler) {
+  if (!reduced()) reduce_gradients();
+  return scaler.unscale(my_grad_chunks());  // stage 1 in f32: the sums, which unscale alike
+}
+
 void ZeroAdamW::gather_weights() {
   // In place: my chunk of each bucket is already my slot of the output.
   for (size_t b = 0; b < flat_.layout().buckets.size(); ++b)
@@ -230,15 +253,22 @@ void ZeroAdamW::step() {
   const std::vector<Tensor> grads = my_grad_chunks();
   if (options_.offload) {
     // Gradients down (stage 1: the sums, averaged on the host), the update on the host, the weights up.
-    for (size_t b = 0; b < layout.buckets.size(); ++b)
-      copy_floats(host_grads_.data<float>() + layout.buckets[b].shard_offset, grads[b].data<float>(),
-                  grads[b].numel(), device_, host_);
-    if (!reducer_) scale_buffer(DType::f32, host_grads_.raw_data(), host_grads_.numel(), 1.0 / group_->size());
+    const std::vector<Tensor> host_grads = chunks_of_shard(host_grads_), host_weights = chunks_of_shard(host_weights_);
+    for (size_t b = 0; b < layout.buckets.size(); ++b) move(host_grads[b], grads[b], device_, host_, grads[b]);
+    if (holds_sums()) scale_buffer(DType::f32, host_grads_.raw_data(), host_grads_.numel(), 1.0 / group_->size());
     adam_->step(adam_->chunks_of(host_weights_.data<float>()), adam_->chunks_of(host_grads_.data<float>()), has_grad,
                 options_.adamw, lr);
     for (size_t b = 0; b < layout.buckets.size(); ++b)
-      copy_floats(flat_.chunk(b, rank).data<float>(), host_weights_.data<float>() + layout.buckets[b].shard_offset,
-                  layout.buckets[b].chunk_numel, host_, device_);
+      move(flat_.chunk(b, rank), host_weights[b], host_, device_, flat_.chunk(b, rank));
+  } else if (master_.defined()) {
+    // Mixed precision: the f32 master shard steps on the averaged gradients (read in f32 as it goes),
+    // and my chunk of the 16-bit weights is the master rounded.
+    std::vector<const void*> grad_chunks;
+    for (const Tensor& chunk : grads) grad_chunks.push_back(chunk.raw_data());
+    with_averaged_gradients([&] {
+      adam_->step(adam_->chunks_of(master_.data<float>()), grad_chunks, grad_dtype_, has_grad, options_.adamw, lr);
+    });
+    for (size_t b = 0; b < layout.buckets.size(); ++b) flat_.chunk(b, rank).copy_(chunks_of_shard(master_)[b]);
   } else {
     ShardedAdamW::Chunks weight_chunks, grad_chunks;  // both in place in the flat buffers
     for (size_t b = 0; b < layout.buckets.size(); ++b) {

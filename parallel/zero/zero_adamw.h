@@ -35,6 +35,14 @@
 //     DDP                 4Ψ + 4Ψ + 8Ψ                         4Ψ
 //     stage 1             4P + 4P (flat grads) + 8S            4P: the shard is a view of the flat grads
 //     stage 2             4P + 4S (grad shard) + 8S            4S + the buckets being filled or in flight
+//   Mixed precision (16-bit parameters, f32 master shard [S] beside the moments), the paper's table:
+//     stage 1             2P + 2P (16-bit grads) + 12S   = 4Ψ + 12Ψ/N   (main_grad: 2P + 4P + 12S)
+//     stage 2             2P + 2S + 12S                  = 2Ψ + 14Ψ/N   (main_grad: 2P + 4S + 12S)
+//     16-bit stage 1 reduce-scatters the average (a sum kept in 16 bits and scaled back would round
+//     twice), so a backward after the reduce and before zero_grad() is refused. The step converts
+//     the gradient shard to f32 (a transient 4S), updates the master, and rounds it into the weights.
+//     offload: the master shard is the host's weight copy (16S on the host as in f32); the moves
+//     carry 16-bit gradients down and 16-bit weights up (2S each).
 //     Construction moves the weights into the flat buffers bucket by bucket: 4Ψ + one bucket at most.
 //     offload: the optimizer state, a master copy of the weight shard and the gradient shard live on
 //     the host (category "offload": 16S): the update runs there; per step the gradient shard moves
@@ -65,9 +73,11 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "nn/grad_scaler.h"
 #include "nn/optim.h"
 #include "nn/placement.h"
 #include "parallel/comm/mesh.h"
@@ -84,6 +94,9 @@ struct ZeroOptions {
   bool broadcast_parameters = true;  // start from rank 0's values (one broadcast at construction)
   // Gradient buckets, as DDPOptions::bucket_bytes; FlatLayout::kOneBucket: one reduce-scatter of all.
   int64_t bucket_bytes = int64_t{1} << 20;
+  // Mixed precision (16-bit parameters; adamw.master_weights must be set): the dtype gradients are
+  // accumulated and reduced in. Unset: the parameters' dtype (ZeRO's 2 bytes); f32: main_grad.
+  std::optional<DType> grad_dtype = std::nullopt;
 };
 
 class ZeroReducer;  // stage 2's gradient side (zero_reducer.h)
@@ -124,6 +137,9 @@ class ZeroAdamW {
   // weights. Stage 2 then starts a new window (its gradients live in the shard, which
   // model.zero_grad() cannot reach); stage 1, like nn::AdamW, keeps adding until zero_grad().
   void step();
+  // fp16 loss scaling: reduces the gradients if needed, divides this rank's gradient chunks by the
+  // scale in place, and says whether any of them holds an inf or NaN (the caller agrees with the world).
+  bool unscale_gradients(const nn::GradScaler& scaler);
 
   double lr;  // as nn::Optimizer::lr: a schedule may set it
   int64_t step_count() const;  // the most steps any parameter took
@@ -153,12 +169,16 @@ class ZeroAdamW {
   std::vector<Tensor> my_grad_chunks() const;
   // Runs `use` with my gradient chunks holding the average (stage 1: scaled by 1/N, and back after).
   void with_averaged_gradients(const std::function<void()>& use);
+  bool holds_sums() const { return !reducer_ && !is_16bit(grad_dtype_); }  // stage 1 in f32: my chunks hold sums
+  void check_can_reduce() const;  // 16-bit stage 1: one reduce per zero_grad()
 
   ProcessGroupPtr group_;
   ZeroOptions options_;
   FlatParams flat_;
   Device device_, host_;
+  DType param_dtype_ = DType::f32, grad_dtype_ = DType::f32;
   std::unique_ptr<ShardedAdamW> adam_;  // exp_avg, exp_avg_sq [S]: device "optimizer" or host "offload"
+  Tensor master_;  // mixed precision, not offloaded: the f32 master weights of my shard [S], "optimizer"
   Tensor flat_grads_;                   // stage 1: [P], bound to the parameters' .grad; my chunks: the shard
   Tensor host_weights_, host_grads_;    // offload: [S] each, "offload"
   std::shared_ptr<ZeroReducer> reducer_;  // stage 2
@@ -167,6 +187,7 @@ class ZeroAdamW {
   struct Stage1Flags {
     std::vector<char> has_grad;
     std::atomic<bool> unreduced{true};
+    bool reduced_once = false;  // 16-bit stage 1: the chunks hold averages since the last zero_grad()
   };
   std::shared_ptr<Stage1Flags> flags_ = std::make_shared<Stage1Flags>();
 };

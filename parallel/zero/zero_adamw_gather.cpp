@@ -11,7 +11,7 @@
 namespace sl::parallel {
 
 Tensor ZeroAdamW::gather_flat(const std::vector<Tensor>& my_chunks) {
-  Tensor out = Tensor::empty({flat_.layout().padded_numel}, TensorOptions(DType::f32, device_));
+  Tensor out = Tensor::empty({flat_.layout().padded_numel}, my_chunks.at(0).options());
   for (size_t b = 0; b < flat_.layout().buckets.size(); ++b) group_->all_gather(flat_.bucket_of(out, b), my_chunks[b]);
   return out;
 }
@@ -27,12 +27,12 @@ Tensor ZeroAdamW::gather_gradients() {
   SL_CHECK(reduced(),
            "ZeroAdamW::gather_gradients: the gradients have not been reduced since the last zero_grad() or backward");
   Tensor flat = gather_flat(my_grad_chunks());
-  if (!reducer_) scale_buffer(DType::f32, flat.raw_data(), flat.numel(), 1.0 / group_->size());  // stage 1: sums
+  if (holds_sums()) scale_buffer(flat.dtype(), flat.raw_data(), flat.numel(), 1.0 / group_->size());  // stage 1
   const FlatLayout& layout = flat_.layout();
-  Tensor out = Tensor::empty({layout.numel}, TensorOptions(DType::f32, device_));
+  Tensor out = Tensor::empty({layout.numel}, flat.options());
   int64_t at = 0;
   for (const FlatSegment& s : layout.segments) {  // parameter order
-    std::memcpy(out.data<float>() + at, flat.data<float>() + s.offset, static_cast<size_t>(s.numel) * sizeof(float));
+    out.flat_view(at, {s.numel}).copy_(flat.flat_view(s.offset, {s.numel}));
     at += s.numel;
   }
   return out;

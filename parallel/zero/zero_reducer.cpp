@@ -7,8 +7,9 @@
 
 namespace sl::parallel {
 
-ZeroReducer::ZeroReducer(const FlatParams& flat, ProcessGroupPtr group, Device device, int max_in_flight)
-    : flat_(flat), group_(std::move(group)), device_(device), max_in_flight_(max_in_flight) {
+ZeroReducer::ZeroReducer(const FlatParams& flat, ProcessGroupPtr group, Device device, int max_in_flight,
+                         DType grad_dtype)
+    : flat_(flat), group_(std::move(group)), device_(device), grad_dtype_(grad_dtype), max_in_flight_(max_in_flight) {
   const FlatLayout& layout = flat_.layout();
   bucket_of_.resize(layout.segments.size());
   for (size_t b = 0; b < layout.buckets.size(); ++b)
@@ -18,7 +19,7 @@ ZeroReducer::ZeroReducer(const FlatParams& flat, ProcessGroupPtr group, Device d
   got_gradient_.assign(layout.segments.size(), 0);
   has_grad_.assign(layout.segments.size(), 0);
   MemoryScope scope(MemoryCategory::grads);
-  grad_shard_ = zeros({layout.shard_numel}, TensorOptions(DType::f32, device_));
+  grad_shard_ = zeros({layout.shard_numel}, TensorOptions(grad_dtype_, device_));
 }
 
 void ZeroReducer::begin_pass() {
@@ -39,7 +40,7 @@ void ZeroReducer::bind_bucket(size_t bucket) {
   const FlatBucket& b = flat_.layout().buckets[bucket];
   {
     MemoryScope scope(MemoryCategory::grads);
-    buffers_[bucket] = zeros({b.padded_numel}, TensorOptions(DType::f32, device_));
+    buffers_[bucket] = zeros({b.padded_numel}, TensorOptions(grad_dtype_, device_));
   }
   for (size_t i : b.segments) {
     const FlatSegment& s = flat_.layout().segments[i];

@@ -29,7 +29,9 @@ namespace sl::parallel {
 
 class ZeroReducer {
  public:
-  ZeroReducer(const FlatParams& flat, ProcessGroupPtr group, Device device, int max_in_flight);
+  // The buckets and the shard hold `grad_dtype` (mixed precision: 16-bit, or f32 main_grad).
+  ZeroReducer(const FlatParams& flat, ProcessGroupPtr group, Device device, int max_in_flight,
+              DType grad_dtype = DType::f32);
 
   void on_gradient(size_t param);  // a parameter's post-accumulate-grad hook
   void flush();                    // launch what is left, in order, and wait for everything
@@ -57,6 +59,7 @@ class ZeroReducer {
   const FlatParams& flat_;
   ProcessGroupPtr group_;
   Device device_;
+  DType grad_dtype_;
   int max_in_flight_;
   std::vector<size_t> bucket_of_;  // parameter -> bucket
   std::vector<Tensor> buffers_;    // per bucket: defined while backward fills it

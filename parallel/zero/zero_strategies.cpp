@@ -6,10 +6,15 @@
 namespace sl::parallel {
 
 ZeroStrategy::ZeroStrategy(ModelRunner& runner, const DeviceMesh& mesh, int stage, bool offload, bool cut,
-                           const nn::AdamWOptions& adamw)
+                           const nn::AdamWOptions& adamw, const nn::MixedPrecision& precision)
     : runner_(runner), mesh_(mesh), cut_(cut) {
-  zero_ = std::make_unique<ZeroAdamW>(runner.module().parameters(), mesh.group("dp_shard"),
-                                      ZeroOptions{.stage = stage, .offload = offload, .adamw = adamw});
+  nn::AdamWOptions options = adamw;
+  options.master_weights = options.master_weights || precision.enabled();
+  std::optional<DType> grad_dtype;
+  if (precision.enabled()) grad_dtype = precision.grad_dtype;
+  zero_ = std::make_unique<ZeroAdamW>(
+      runner.module().parameters(), mesh.group("dp_shard"),
+      ZeroOptions{.stage = stage, .offload = offload, .adamw = options, .grad_dtype = grad_dtype});
   names_ = parameter_names(runner.module());
 }
 
@@ -93,6 +98,12 @@ double FsdpStrategy::clip_grad_norm(double max_norm) {
   if (!cut_) return fsdp_->clip_grad_norm(max_norm);
   SL_CHECK(max_norm > 0, "FsdpStrategy::clip_grad_norm: max_norm must be positive (got ", max_norm, ")");
   return parallel::clip_grad_norm(shard_mesh_grads(shards(), cut_->module(), shard_dims_), max_norm, *mesh_);
+}
+
+bool FsdpStrategy::unscale_gradients(const nn::GradScaler& scaler) {
+  std::vector<Tensor> grads;
+  for (const NamedShard& shard : shards()) grads.push_back(shard.shard);
+  return scaler.unscale(grads);
 }
 
 nn::StateDict FsdpStrategy::full_gradients(ModelRunner& runner) {

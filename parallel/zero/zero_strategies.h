@@ -17,6 +17,7 @@
 #pragma once
 #include <memory>
 
+#include "nn/mixed_precision.h"
 #include "parallel/comm/mesh.h"
 #include "parallel/runner/data_parallel_strategy.h"
 #include "parallel/zero/fsdp.h"
@@ -30,12 +31,15 @@ class ZeroStrategy : public DataParallelStrategy {
   // ZeRO-`stage` (1 or 2) over mesh.group("dp_shard") on runner.module()'s parameters. `cut`: the
   // runner holds a cut of the model (its gradients are gathered through it, its clip reads the
   // placements over the mesh). The runner and the mesh must outlive it.
+  // Mixed precision (`precision`): the flat buffers hold the model's 16-bit weights, the gradients
+  // precision.grad_dtype, and AdamW an f32 master shard.
   ZeroStrategy(ModelRunner& runner, const DeviceMesh& mesh, int stage, bool offload, bool cut,
-               const nn::AdamWOptions& adamw);
+               const nn::AdamWOptions& adamw, const nn::MixedPrecision& precision = {});
   void zero_grad() override { zero_->zero_grad(); }
   void finish_gradients(ModelRunner& runner) override;  // ZeRO-2: the runner's sums on the shard
   nn::StateDict full_gradients(ModelRunner& runner) override;
   double clip_grad_norm(double max_norm) override;
+  bool unscale_gradients(const nn::GradScaler& scaler) override { return zero_->unscale_gradients(scaler); }
   void step(double lr) override;
   std::vector<std::pair<std::string, const CommLedger*>> groups() const override;
   ZeroAdamW& optimizer() { return *zero_; }
@@ -63,6 +67,7 @@ class FsdpStrategy : public DataParallelStrategy {
   void finish_gradients(ModelRunner& runner) override;
   nn::StateDict full_gradients(ModelRunner& runner) override;
   double clip_grad_norm(double max_norm) override;
+  bool unscale_gradients(const nn::GradScaler& scaler) override;  // every unit's shard
   void step(double lr) override;
   nn::StateDict full_state_dict(ModelRunner& runner) override;
   std::vector<std::pair<std::string, const CommLedger*>> groups() const override;

@@ -110,5 +110,9 @@ void gemm(DType dtype, bool transpose_a, bool transpose_b, int64_t M, int64_t N,
 // AdamW's fused update of n f32 elements: nn::AdamWStep::apply (tensor/adamw_math.h) on every element,
 // the same arithmetic as the CPU's nn::adamw_update
 void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, const nn::AdamWStep& step, int device);
+// Mixed precision in one pass: the same update of the f32 master `w` with a gradient g of grad_dtype
+// (f32, bf16 or f16, read in f32), and the 16-bit parameter (param_dtype) := the new master rounded.
+void adamw_update_mixed(float* w, const void* g, DType grad_dtype, float* m, float* v, void* param, DType param_dtype,
+                        int64_t n, const nn::AdamWStep& step, int device);
 
 }  // namespace sl::cuda

@@ -61,6 +61,7 @@ void embedding_backward(const Tensor&, const Tensor&, const Tensor&, const Tenso
 void permute(const Tensor&, const std::vector<int>&, const Tensor&) { no_cuda("cuda::permute"); }
 void gemm(DType, bool, bool, int64_t, int64_t, int64_t, const void*, int64_t, const void*, int64_t, void*, int64_t, bool, int, GemmBatch) { no_cuda("cuda::gemm"); }
 void adamw_update(float*, const float*, float*, float*, int64_t, const nn::AdamWStep&, int) { no_cuda("cuda::adamw_update"); }
+void adamw_update_mixed(float*, const void*, DType, float*, float*, void*, DType, int64_t, const nn::AdamWStep&, int) { no_cuda("cuda::adamw_update_mixed"); }
 // clang-format on
 
 }  // namespace sl::cuda
