@@ -97,7 +97,7 @@ int main() {
   std::printf("  peak on %s this step: %.3f MiB (states + activations)\n", gpu.str().c_str(), mib(ledger.peak(gpu)));
   std::printf(
       "  For a 7B-parameter model that is 112 GB of states alone: more than one GPU holds.\n"
-      "  ZeRO (chapter 6) shards these 16 bytes across data-parallel ranks.\n");
+      "  ZeRO (lesson 07) shards these 16 bytes across data-parallel ranks.\n");
 
   section("5. Train: the loss on the answer digits falls");
   double first = loss.item(), last = 0;

@@ -29,7 +29,7 @@
 // attention), in tiles of [32, 128] scores: never a [Tq, Tk] matrix, let alone the T×T of the whole
 // sequence. CPU, f32 (accumulating in f32) or f64 (for gradcheck). lse has q's dtype.
 //
-//   Lesson: lessons/12_ring_attention.cpp   Tests: tests/test_context_parallel.cpp (gradcheck, ×1e3)
+//   Lesson: lessons/13_ring_attention.cpp   Tests: tests/test_context_parallel.cpp (gradcheck, ×1e3)
 #pragma once
 #include "tensor/attention.h"
 #include "tensor/tensor.h"

@@ -25,7 +25,7 @@
 //   allgather_attention.h     the all-gather variant (Llama 3's)
 //   context_parallel_runner.h the GPT on a sequence shard, in the one training step
 //
-//   Lesson: lessons/12_ring_attention.cpp
+//   Lesson: lessons/13_ring_attention.cpp
 //   Tests: tests/test_context_parallel.cpp, tests/test_context_parallel_runner.cpp
 #pragma once
 #include "parallel/context_parallel/allgather_attention.h"

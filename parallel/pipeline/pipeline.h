@@ -26,8 +26,8 @@
 //   timeline.h          what each rank did when: the bubble measured, an SVG/ASCII chart
 //   pipeline_runner.h   the stage in the one training step (parallel/runner), the tied wte
 //
-//   Lessons: lessons/07_naive_model_parallel.cpp, lessons/08_pipeline_schedules.cpp,
-//            lessons/09_zero_bubble.cpp
+//   Lessons: lessons/08_naive_model_parallel.cpp, lessons/09_pipeline_schedules.cpp,
+//            lessons/10_zero_bubble.cpp
 //   Tests: tests/test_pipeline_schedule.cpp, tests/test_pipeline.cpp
 #pragma once
 #include "parallel/pipeline/engine.h"

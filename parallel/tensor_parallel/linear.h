@@ -15,7 +15,7 @@
 //   to them (mappings.h): X and Y are [B, T/t, C] and the same bytes move.
 //
 //   This is the chapter's one implementation of the two layers: the GPT's blocks (parallel_block.h),
-//   lesson 10 and the tests all call make_column_parallel / make_row_parallel. Nothing is rebuilt:
+//   lesson 11 and the tests all call make_column_parallel / make_row_parallel. Nothing is rebuilt:
 //   the GPT's shard (nn::GPTShardSpec with tp) already holds its sliced nn::Linear weights, and
 //   column_shard / row_shard slice a serial Linear the same way for the lesson and the tests.
 //
@@ -26,7 +26,7 @@
 //   nothing else, so f there is f on the layer's input, forward and backward.) g + bias is a hook on
 //   the row layer itself: its Linear stops adding the bias, which stays a registered parameter.
 //
-//   Tests: tests/test_tensor_parallel_ops.cpp   Lesson: lessons/10_tensor_parallel.cpp
+//   Tests: tests/test_tensor_parallel_ops.cpp   Lesson: lessons/11_tensor_parallel.cpp
 #pragma once
 #include <memory>
 

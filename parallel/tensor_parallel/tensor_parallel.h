@@ -38,22 +38,22 @@
 // Memory per rank: weights per block 12C²/t + 7C/t + 6C floats (the LayerNorms and the c_proj biases
 //   are not cut), wte Vp·C/t (V padded to a multiple of t); activations per layer, Korthikanti's
 //   sbh(10 + 24/t + 5as/(ht)) without SP and sbh(34 + 5as/h)/t with it (fp16 bytes; measured in f32
-//   against the ledger in lesson 11).
+//   against the ledger in lesson 12).
 //
 // Read the files in this order:
 //   1 mappings.h                 f, g and the SP pairs as autograd Functions, forward and backward side
 //                                by side
 //   2 linear.h                   the column- and row-parallel Linear: make_column_parallel /
 //                                make_row_parallel, hooks on an nn::Linear holding its slice (the one
-//                                implementation: the GPT, lesson 10 and the tests use it)
+//                                implementation: the GPT, lesson 11 and the tests use it)
 //   3 parallel_block.h           a GPT block: attention split by whole heads, the MLP
 //   4 vocab.h                    the vocabulary cut: embedding and cross-entropy over vocabulary shards
 //   5 tp_gpt.h                   the whole GPT on a tp group: placements, SP's partial gradients, the
 //                                gathers back to the serial model's tensors
 //   6 tensor_parallel_runner.h   TensorParallelRunner: what the Trainer runs for `train --tp N [--sp]`
 //
-// Lessons: lessons/10_tensor_parallel.cpp (f and g on the page, the head split, bytes, the vocabulary
-//          cut, tp 2 == serial), lessons/11_sequence_parallel.cpp (SP: activation memory and bytes)
+// Lessons: lessons/11_tensor_parallel.cpp (f and g on the page, the head split, bytes, the vocabulary
+//          cut, tp 2 == serial), lessons/12_sequence_parallel.cpp (SP: activation memory and bytes)
 // Tests:   tests/test_tensor_parallel_ops.cpp (each piece against its serial meaning: gradchecks of
 //          the mappings, column/row == serial Linear with and without SP, vocabulary cut),
 //          tests/test_tensor_parallel.cpp (the GPT against serial: tp 2/3/4, SP, DP × TP, Trainer),

@@ -20,7 +20,7 @@
 //
 //   Memory per rank: weights L·(12C²/t + 7C/t + 6C) + (Vp/t)·C + block_size·C + 2C floats (the
 //   LayerNorms, wpe and the c_proj biases are not cut); activations per layer, measured in
-//   lessons/11_sequence_parallel.cpp against Korthikanti's sbh(10 + 24/t + 5as/(ht)) without SP and
+//   lessons/12_sequence_parallel.cpp against Korthikanti's sbh(10 + 24/t + 5as/(ht)) without SP and
 //   sbh(34 + 5as/h)/t with it.
 //
 //   Tests: tests/test_tensor_parallel.cpp

@@ -30,7 +30,7 @@
 //   sharded_gradients.h a cut model's gradient sums and clip placements, applied to gradient shards
 //   zero_strategies.h   ZeRO-1/2 and FSDP/HSDP as the Trainer's DataParallelStrategy
 //
-//   Lesson: lessons/06_zero.cpp
+//   Lesson: lessons/07_zero.cpp
 //   Tests: tests/test_zero.cpp, tests/test_fsdp.cpp, tests/test_grad_accumulation.cpp
 #pragma once
 #include "parallel/zero/flat_params.h"

@@ -1,4 +1,4 @@
-// Lesson 05 — data parallelism: DataParallel's five exchanges against DDP's one all-reduce.
+// Lesson 06 — data parallelism: DataParallel's five exchanges against DDP's one all-reduce.
 //
 // What you will learn
 //   * data parallelism: every rank holds the whole model and trains on its rows of the batch; the
@@ -17,7 +17,7 @@
 //   * no_sync(): gradient accumulation without communication until the last micro-batch
 //   * and that both give the serial run's losses, gradients and weights
 //
-// Run:    make lesson N=05        Prints: the story below, then "lesson 05: OK".
+// Run:    make lesson N=06        Prints: the story below, then "lesson 06: OK".
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -336,7 +336,7 @@ int main() {
   std::printf("  Memory held per rank (ledger): weights %s + gradients %s + AdamW %s = 16Ψ, on every rank.\n",
               kib(held[0][0]).c_str(), kib(held[0][1]).c_str(), kib(held[0][2]).c_str());
   check(formula, "every DDP rank sent exactly 2(N-1)/N x 4Ψ bytes");
-  check(memory_ok, "DDP holds 4Ψ + 4Ψ + 8Ψ = 16Ψ per rank (lesson 06 shards it)");
+  check(memory_ok, "DDP holds 4Ψ + 4Ψ + 8Ψ = 16Ψ per rank (lesson 07 shards it)");
   // ---------------------------------------------------------------------------------------------
   section("3. buckets and overlap: DDP on 2 ranks, a bigger model, 512 KiB buckets");
   auto train_big = [&](int64_t bucket_bytes, std::vector<BucketLayout>* layout) {
@@ -627,6 +627,6 @@ int main() {
                 param_diff);
     check(within, std::string(l.name) + ": every rank within rtol 1.3e-6, atol 1e-5");
   }
-  std::printf("\nparallel == serial: %s\nlesson 05: %s\n", ok ? "OK" : "FAILED", ok ? "OK" : "FAILED");
+  std::printf("\nparallel == serial: %s\nlesson 06: %s\n", ok ? "OK" : "FAILED", ok ? "OK" : "FAILED");
   return ok ? 0 : 1;
 }

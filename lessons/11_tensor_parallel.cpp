@@ -1,4 +1,4 @@
-// Lesson 10 — Megatron tensor parallelism: cut every weight matrix, not the batch.
+// Lesson 11 — Megatron tensor parallelism: cut every weight matrix, not the batch.
 //
 // What you will learn
 //   * the two cuts of a Linear Y = X·Wᵀ (W [out, in]) across t ranks:
@@ -20,9 +20,9 @@
 //     Written on the page, checked against the library and the serial loss (also at ×1e3 logits).
 //   * and that a GPT cut over tp = 2 trains exactly like the serial one.
 //
-// Run:    make lesson N=10   (about a second)
+// Run:    make lesson N=11   (about a second)
 // Prints: 1 the split MLP on the page vs the library; 2 the head split of c_attn; 3 bytes per block;
-//         4 vocab-parallel cross-entropy on the page; 5 five AdamW steps tp 2 vs serial; "lesson 10: OK".
+//         4 vocab-parallel cross-entropy on the page; 5 five AdamW steps tp 2 vs serial; "lesson 11: OK".
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -276,6 +276,6 @@ int main() {
     check(same && param_err < 1e-4, "tp 2 == serial: losses and parameters (rtol 1e-5, atol 4e-5)");
   }
 
-  std::printf("\nlesson 10: %s\n", ok ? "OK" : "FAILED");
+  std::printf("\nlesson 11: %s\n", ok ? "OK" : "FAILED");
   return ok ? 0 : 1;
 }

@@ -1,4 +1,4 @@
-// Lesson 04 — collectives: how ranks talk, what it costs, and how it fails.
+// Lesson 05 — collectives: how ranks talk, what it costs, and how it fails.
 //
 // What you will learn
 //   * SPMD: launch(n, fn) runs fn once per rank; here every rank is a thread with its own device
@@ -13,7 +13,7 @@
 //   * failure: a rank that throws stops the world (the others get sl::RemoteError naming it); a
 //     rank that never arrives is caught by the collective timeout
 //
-// Run:    make lesson N=04        Prints: the story below, then "lesson 04: OK".
+// Run:    make lesson N=05        Prints: the story below, then "lesson 05: OK".
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -330,6 +330,6 @@ int main() {
         "  long for a slow peer, so a test or a lesson sets a short one in LaunchOptions.\n");
   }
 
-  std::printf("\nlesson 04: %s\n", ok ? "OK" : "FAILED");
+  std::printf("\nlesson 05: %s\n", ok ? "OK" : "FAILED");
   return ok ? 0 : 1;
 }

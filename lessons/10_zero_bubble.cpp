@@ -1,4 +1,4 @@
-// Lesson 09 — zero-bubble pipelines (ZB-H1): split the backward, and fill 1F1B's bubble with it.
+// Lesson 10 — zero-bubble pipelines (ZB-H1): split the backward, and fill 1F1B's bubble with it.
 //
 // What you will learn
 //   * a layer's backward is two jobs: dX (the previous stage waits for it) and dW (only the optimizer
@@ -18,10 +18,10 @@
 //
 //   24 units of work each: 1F1B waits 3(p-1) = 9 units, ZB-H1 p-1 = 3.
 //
-// Run:    make lesson N=09   (about two seconds)
+// Run:    make lesson N=10   (about two seconds)
 // Prints: 1 the split on one Linear; 2 the ZB-H1 order by hand == library; 3 ideal timelines and
 //         bubbles; 4 memory per rank; 5 a measured run's bubble; 6 gradients == 1F1B's bit for bit;
-//         then "lesson 09: OK".
+//         then "lesson 10: OK".
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -226,6 +226,6 @@ int main() {
     check(bitwise, "zero-bubble gradients == 1F1B's, every parameter");
   }
 
-  std::printf("\nlesson 09: %s\n", ok ? "OK" : "FAILED");
+  std::printf("\nlesson 10: %s\n", ok ? "OK" : "FAILED");
   return ok ? 0 : 1;
 }

@@ -1,4 +1,4 @@
-// Lesson 12 — ring attention: a sequence too long for one device, cut across cp ranks.
+// Lesson 13 — ring attention: a sequence too long for one device, cut across cp ranks.
 //
 // What you will learn
 //   * the online softmax: attention over keys [A | B] from attention over A and over B alone,
@@ -11,7 +11,7 @@
 //   * error and memory against T: f32 ring vs f64 full attention, and the peak bytes per rank of
 //     the ring, the all-gather variant and one serial T×T score matrix
 //
-// Run:    make lesson N=12        Prints: the story below, then "lesson 12: OK".
+// Run:    make lesson N=13        Prints: the story below, then "lesson 13: OK".
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -242,11 +242,11 @@ static void error_and_memory() {
 }
 
 int main() {
-  std::printf("Lesson 12: ring attention\n");
+  std::printf("Lesson 13: ring attention\n");
   online_softmax_on_paper();
   ring_on_the_page();
   draw_the_ring();
   error_and_memory();
-  std::printf("\nlesson 12: %s\n", ok ? "OK" : "FAILED");
+  std::printf("\nlesson 13: %s\n", ok ? "OK" : "FAILED");
   return ok ? 0 : 1;
 }

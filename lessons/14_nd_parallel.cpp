@@ -1,4 +1,4 @@
-// Lesson 13 — N-D parallelism: every cut at once, on one mesh.
+// Lesson 14 — N-D parallelism: every cut at once, on one mesh.
 //
 // What you will learn
 //   * the mesh: world ranks laid out row-major as [pp, dp_replicate, dp_shard, cp, tp] (TP
@@ -29,9 +29,9 @@
 //                                                        c_proj biases (T/tp rows each)
 //     wte (tied)             average          yes        —                                 yes
 //
-// Run:    make lesson N=13   (about 2 s here: 17 runs of 2 steps, up to 16 thread ranks)
+// Run:    make lesson N=14   (about 2 s here: 17 runs of 2 steps, up to 16 thread ranks)
 // Prints: 1 the two meshes, rank by rank; 2 the table; 3 the rules, each "OK"; 4 the guide's
-//         sections, each layout's groups, memory and bytes, then its checks; then "lesson 13: OK".
+//         sections, each layout's groups, memory and bytes, then its checks; then "lesson 14: OK".
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -561,6 +561,6 @@ int main() {
   guide_fsdp_cp(guide);
   guide_hsdp_tp(guide);
   guide_example(guide);
-  std::printf("\nlesson 13: %s\n", ok ? "OK" : "FAILED");
+  std::printf("\nlesson 14: %s\n", ok ? "OK" : "FAILED");
   return ok ? 0 : 1;
 }

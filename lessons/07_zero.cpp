@@ -1,4 +1,4 @@
-// Lesson 06 — ZeRO: the 16 bytes per parameter, cut into N pieces.
+// Lesson 07 — ZeRO: the 16 bytes per parameter, cut into N pieces.
 //
 // What you will learn
 //   * plain data parallelism (DDP) keeps all of a model's 16 bytes per parameter on every rank:
@@ -18,11 +18,11 @@
 //   * HSDP: shard inside small groups, replicate across them
 //   * and that every one of them trains exactly like the serial model
 //
-// Run:    make lesson N=06   (about a second: 20 small trainings, one thread per rank)
+// Run:    make lesson N=07   (about a second: 20 small trainings, one thread per rank)
 // Prints: 1 the bucketed flat buffer and who owns which chunk; 2 HandZero1/HandZero2 vs the library;
 //         3 memory per rank (ledger vs formula) between steps and at the peak of backward;
 //         4 bytes per step per rank vs DDP's; 5 offload; 6 HSDP's groups and traffic;
-//         7 one "...: OK" line per layout (== serial, memory, bytes), then "lesson 06: OK".
+//         7 one "...: OK" line per layout (== serial, memory, bytes), then "lesson 07: OK".
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -589,9 +589,9 @@ int main() try {
     check(failed.empty(), key(run) + ": == serial after " + std::to_string(kSteps) +
                               " steps, held and peak bytes == formula, sent bytes == formula" + failed);
   }
-  std::printf("\nlesson 06: %s\n", ok ? "OK" : "FAILED");
+  std::printf("\nlesson 07: %s\n", ok ? "OK" : "FAILED");
   return ok ? 0 : 1;
 } catch (const std::exception& error) {
-  std::printf("lesson 06: FAILED with %s\n", error.what());
+  std::printf("lesson 07: FAILED with %s\n", error.what());
   return 1;
 }

@@ -1,4 +1,4 @@
-// Lesson 11 — sequence parallelism (Korthikanti et al. 2022): the activations tensor parallelism
+// Lesson 12 — sequence parallelism (Korthikanti et al. 2022): the activations tensor parallelism
 // forgot to cut, and the all-reduce it then needs.
 //
 // What you will learn
@@ -16,9 +16,9 @@
 //     (Megatron-LM #1446, gpt-neox #1257). Shown on the page, then as a training run with and without
 //     the fix (TensorParallelRunner::finish_gradients).
 //
-// Run:    make lesson N=11   (about a second)
+// Run:    make lesson N=12   (about a second)
 // Prints: 1 bytes, TP vs SP; 2 activation bytes per layer vs the formulas; 3 SP LayerNorm on the page;
-//         4 five steps with and without the all-reduce; "lesson 11: OK".
+//         4 five steps with and without the all-reduce; "lesson 12: OK".
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -204,6 +204,6 @@ int main() {
     }
   }
 
-  std::printf("\nlesson 11: %s\n", ok ? "OK" : "FAILED");
+  std::printf("\nlesson 12: %s\n", ok ? "OK" : "FAILED");
   return ok ? 0 : 1;
 }

@@ -1,4 +1,4 @@
-// Lesson 07 — Naive model parallelism and GPipe: cut the model into stages, then fill the pipe.
+// Lesson 08 — Naive model parallelism and GPipe: cut the model into stages, then fill the pipe.
 //
 // What you will learn
 //   * model parallelism by layers: stage r of p holds a contiguous range of blocks (wte and wpe on
@@ -12,9 +12,9 @@
 //   * the algorithm on the page: GPipe in ~40 lines of send/recv (HandGPipe below), checked bit for
 //     bit against parallel/pipeline's engine, and the pipeline against a serial GPT
 //
-// Run:    make lesson N=07   (about two seconds)
+// Run:    make lesson N=08   (about two seconds)
 // Prints: 1 the split and the weights per stage; 2 the naive timeline; 3 HandGPipe == library ==
-//         serial; 4 the chunks sweep (bubble, step time, activations); then "lesson 07: OK".
+//         serial; 4 the chunks sweep (bubble, step time, activations); then "lesson 08: OK".
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -222,7 +222,7 @@ int main() {
       }
     });
     const double formula = bubble_formula(ScheduleKind::gpipe, kStages, m, 1);
-    // The ideal: the same schedule simulated with F = 1, B = 2 and free messages (lesson 08 draws it).
+    // The ideal: the same schedule simulated with F = 1, B = 2 and free messages (lesson 09 draws it).
     const Simulation ideal = simulate(make_schedule(ScheduleKind::gpipe, kStages, m), Costs{1, 2});
     std::printf("  %-4d %-12.1f        %-8.3f / %-5.3f / %-7.3f %-18lld %d\n", m, 1e3 * timeline.span(),
                 timeline.bubble(), ideal.timeline.bubble(), formula, peak, in_flight);
@@ -241,12 +241,12 @@ int main() {
       "   formula leaves out, so at m = 8 and 16, where a forward lasts 4 and 2 ms, the measured bubble\n"
       "   lies above it; the check holds the simulated bubble to the formula, the measured one to its trend)\n");
   std::printf("  More chunks, smaller bubble; GPipe still holds all m micro-batches (B/m rows each),\n"
-              "  so its activations stay near the whole batch's. Lesson 08 removes that with 1F1B.\n");
+              "  so its activations stay near the whole batch's. Lesson 09 removes that with 1F1B.\n");
   check(ideal_exact, "simulated bubble == (p-1)/(m+p-1) for every m");
   check(measured[0] > measured[1] && measured[1] > measured[2],
         "measured bubble shrinks from m = 1 to 2 to 4 (formula 0.667, 0.500, 0.333)");
   check(memory_flat, "GPipe holds m micro-batches of B/m rows: about the whole batch's activations");
 
-  std::printf("\nlesson 07: %s\n", ok ? "OK" : "FAILED");
+  std::printf("\nlesson 08: %s\n", ok ? "OK" : "FAILED");
   return ok ? 0 : 1;
 }

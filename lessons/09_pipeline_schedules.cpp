@@ -1,4 +1,4 @@
-// Lesson 08 — 1F1B and interleaved 1F1B: the same bubble with less memory, then a smaller bubble.
+// Lesson 09 — 1F1B and interleaved 1F1B: the same bubble with less memory, then a smaller bubble.
 //
 // What you will learn
 //   * 1F1B: rank r runs min(p-r-1, m) warm-up forwards, then alternates one forward and one backward,
@@ -9,12 +9,12 @@
 //   * the schedules are data: the orders written again on the page (below) equal the library's
 //     lists, the rendezvous simulator times them (F = 1, B = 2), and the engine runs them; the
 //     drawn timelines are measured runs with a fixed cost per layer
-//   * zero-bubble (ZB-H1, splitting B into input and weight gradients) is lesson 09
+//   * zero-bubble (ZB-H1, splitting B into input and weight gradients) is lesson 10
 //
-// Run:    make lesson N=08   (about two seconds)
+// Run:    make lesson N=09   (about two seconds)
 // Prints: 1 the orders by hand == library; 2 ideal timelines and bubbles; 3 memory per rank;
 //         4 measured timelines, bubbles and messages; 5 every schedule == GPipe bit for bit;
-//         then "lesson 08: OK".
+//         then "lesson 09: OK".
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -213,6 +213,6 @@ int main() {
   }
   check(bitwise, "naive, 1F1B and interleaved gradients == GPipe's, every parameter");
 
-  std::printf("\nlesson 08: %s\n", ok ? "OK" : "FAILED");
+  std::printf("\nlesson 09: %s\n", ok ? "OK" : "FAILED");
   return ok ? 0 : 1;
 }
