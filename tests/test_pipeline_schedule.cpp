@@ -257,7 +257,9 @@ TEST(PipelineSchedule, ZeroBubbleIsOneFOneBWithWeightsHeldBackRPerRank) {
           if (a.kind != Kind::weight) fb.push_back(a);
           waiting += a.kind == Kind::backward ? 1 : a.kind == Kind::weight ? -1 : 0;
           most_waiting = std::max(most_waiting, waiting);
-          if (a.kind == Kind::weight) EXPECT_EQ(a.micro, next_w++) << "W's run in micro-batch order";
+          if (a.kind == Kind::weight) {
+            EXPECT_EQ(a.micro, next_w++) << "W's run in micro-batch order";
+          }
         }
         EXPECT_EQ(fb, compute_of(one, r)) << "p " << p << " m " << m << " rank " << r;
         EXPECT_EQ(most_waiting, std::min(r + 1, m)) << "p " << p << " m " << m << " rank " << r;

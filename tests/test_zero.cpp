@@ -529,12 +529,12 @@ TEST_P(ZeroPeak, EveryCategoryAsThePaper) {
     EXPECT_EQ(at(stepped[r], MemoryCategory::offload), c.offload ? 16 * S : 0) << who;
     EXPECT_LE(at(stepped[r], MemoryCategory::comm), n == 1 ? 0 : 2 * e * b.largest_chunk) << who;
     std::printf("[   info   ] %s: peaks weights %lld (built %lld) grads %lld optimizer %lld offload %lld comm %lld;"
-                " 4P %lld 4S %lld largest bucket %lld\n",
+                " %lldP %lld %lldS %lld largest bucket %lld\n",
                 who.c_str(), (long long)at(stepped[r], MemoryCategory::weights),
                 (long long)at(built[r], MemoryCategory::weights), (long long)at(stepped[r], MemoryCategory::grads),
                 (long long)at(stepped[r], MemoryCategory::optimizer), (long long)at(stepped[r], MemoryCategory::offload),
-                (long long)at(stepped[r], MemoryCategory::comm), (long long)(4 * P), (long long)(4 * S),
-                (long long)(4 * b.largest));
+                (long long)at(stepped[r], MemoryCategory::comm), (long long)e, (long long)(e * P), (long long)e,
+                (long long)(e * S), (long long)(e * b.largest));
   }
 }
 

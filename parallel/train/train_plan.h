@@ -51,7 +51,7 @@ struct TrainPlan {
   // 16-bit weights, gradients in precision.grad_dtype, f32 master weights in AdamW, fp16 loss
   // scaling (nn/mixed_precision.h). The models the runners build must have precision.param_dtype.
   // Runs with DDP (and AdamW alone on a cut at dp 1); ZeRO's and FSDP's flat buffers are f32.
-  nn::MixedPrecision precision;
+  nn::MixedPrecision precision{};
 
   // Data parallelism over `world` ranks: dp_replicate for DDP (zero 0), dp_shard for ZeRO/FSDP.
   static TrainPlan data_parallel(int world, int zero = 0);
