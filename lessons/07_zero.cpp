@@ -297,6 +297,73 @@ struct Sent {  // bytes one rank sent (replicas: HSDP's all-reduce across replic
   }
   bool operator==(const Sent&) const = default;
 };
+// ---- mixed precision: the paper's own accounting ----------------------------------------------------------
+
+// The same strategies on a bf16 model (nn::GPTConfig::param_dtype) with bf16 gradients and AdamW's f32
+// master weights: the ZeRO paper's K = 12 (master + two moments, 4 bytes each) beside 2-byte weights
+// and gradients. One step on each rank of N = 2; the model states rank 0 holds afterwards.
+struct MixedHeld {
+  Bytes held;
+  i64 padded = 0, shard = 0;  // P and S = P/N of the flat layout (DDP: Ψ, unsharded)
+};
+static MixedHeld mixed_precision_held(int stage, const nn::TokenStream& data, const LaunchOptions& options) {
+  MixedHeld out;
+  launch(
+      2,
+      [&](RankContext& ctx) {
+        MemoryLedger& ledger = MemoryLedger::instance();
+        auto held_now = [&] {
+          return Bytes{ledger.current(ctx.device, MemoryCategory::weights), ledger.current(ctx.device, MemoryCategory::grads),
+                       ledger.current(ctx.device, MemoryCategory::optimizer),
+                       ledger.current(ctx.device, MemoryCategory::offload)};
+        };
+        const Bytes start = held_now();
+        nn::GPTConfig config = kConfig;
+        config.param_dtype = DType::bf16;  // drawn in f32, rounded once
+        nn::GPT model(config, kSeed);
+        nn::AdamWOptions master = adamw();
+        master.master_weights = true;
+        std::unique_ptr<DistributedDataParallel> ddp;
+        std::unique_ptr<nn::AdamW> plain;
+        std::unique_ptr<ZeroAdamW> zero;
+        std::unique_ptr<FullyShardedGPT> fsdp;
+        i64 padded = model.num_parameters(), shard = padded;
+        if (stage == kDDP) {
+          ddp = std::make_unique<DistributedDataParallel>(model, ctx.world, DDPOptions{.grad_dtype = DType::bf16});
+          plain = std::make_unique<nn::AdamW>(model.parameters(), master);
+        } else if (stage == kZero3) {
+          fsdp = std::make_unique<FullyShardedGPT>(model, ctx.world, nullptr, master);
+          padded = fsdp->padded_numel(), shard = fsdp->shard_numel();
+        } else {
+          zero = std::make_unique<ZeroAdamW>(model.parameters(), ctx.world,
+                                             ZeroOptions{.stage = stage, .adamw = master, .bucket_bytes = kBucketBytes});
+          padded = zero->flat().layout().padded_numel, shard = zero->flat().layout().shard_numel;
+        }
+        if (ddp) ddp->zero_grad();
+        if (zero) zero->zero_grad();
+        const RowRange rows = data_parallel_rows(kBatch, ctx.rank, ctx.world_size);
+        nn::Batch batch = data.get_batch(0, kBatch, kBlock, rows.begin, rows.end);
+        (fsdp ? fsdp->loss(batch.inputs, batch.targets) : model.loss(batch.inputs, batch.targets)).backward();
+        if (ddp) ddp->step(*plain);
+        if (zero) zero->step();
+        if (fsdp) fsdp->step();
+        if (ctx.rank == 0) out = {held_now() - start, padded, shard};
+      },
+      options);
+  return out;
+}
+
+// The paper's 2 + 2 + 12 per stage, with this run's padding (P, S): what a rank must hold.
+static Bytes mixed_precision_formula(int stage, const MixedHeld& m) {
+  const i64 P = m.padded, S = m.shard;
+  switch (stage) {
+    case kDDP: return {2 * P, 2 * P, 12 * P, 0};     // 16Ψ
+    case kZero1: return {2 * P, 2 * P, 12 * S, 0};   // 4Ψ + 12Ψ/N
+    case kZero2: return {2 * P, 2 * S, 12 * S, 0};   // 2Ψ + 14Ψ/N
+    default: return {2 * S, 2 * S, 12 * S, 0};       // 16Ψ/N
+  }
+}
+
 // What one rank measured; bytes above what its device held before the model was built.
 struct RankResult {
   Bytes held;                                            // after the last step
@@ -565,7 +632,23 @@ int main() try {
       "  2(R-1)/R x 4P/2. Keep a shard group inside a node and only that all-reduce crosses nodes.\n",
       hsdp.held.total(), rank0(kZero3, 4).held.total(), (hsdp.sent.total() - hsdp.sent.replicas), hsdp.sent.replicas);
 
-  section("7. Checks (every rank; serial: the same model, AdamW and clipping on all 12 rows)");
+  section("7. Mixed precision: the paper's own table (bf16 weights and gradients, f32 master), N = 2");
+  std::printf(
+      "  The table above is f32: 4 + 4 + 8 bytes per parameter. The paper counts a mixed-precision run:\n"
+      "  2-byte weights and gradients, and K = 12 bytes of optimizer state (the f32 master copy the\n"
+      "  update runs on, and the two moments). The total is 16 bytes either way; what moves is where.\n"
+      "  stage      weights    grads optimizer   total | paper            = bytes\n");
+  static const char* const kMixedFormula[] = {"16Ψ     ", "4Ψ+12Ψ/N", "2Ψ+14Ψ/N", "16Ψ/N   "};
+  for (int stage = kDDP; stage <= kZero3; ++stage) {
+    const MixedHeld m = mixed_precision_held(stage, data, options);
+    const Bytes want_bytes = mixed_precision_formula(stage, m);
+    std::printf("  %-7s %10lld %8lld %9lld %7lld | %s = %7lld\n", kStageName[stage], (long long)m.held.weights,
+                (long long)m.held.grads, (long long)m.held.optimizer, (long long)m.held.total(), kMixedFormula[stage],
+                (long long)want_bytes.total());
+    check(m.held == want_bytes, std::string(kStageName[stage]) + " in bf16 holds the paper's bytes, category by category");
+  }
+
+  section("8. Checks (every rank; serial: the same model, AdamW and clipping on all 12 rows)");
   int clipped = 0;
   for (double norm : want.norms) clipped += norm > kMaxNorm;
   std::printf("  (the serial run clipped %d of its %d steps at max_norm %.1f)\n", clipped, kSteps, kMaxNorm);
