@@ -7,7 +7,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <functional>
 #include <string>
 #include <utility>
@@ -142,15 +141,19 @@ TEST(CudaTwoDevices, CopiesBetweenGpusAndComputesOnTheSecond) {
 // ---- mixed precision's optimizer ------------------------------------------------------------------------
 
 // AdamW with master weights on a 16-bit parameter runs as one kernel on the GPU (the f32 master's
-// update and the rounded parameter, cuda::adamw_update_mixed): the master, both moments and the
-// parameter equal the CPU's bit for bit, with 16-bit and with f32 (main_grad) gradients.
-TEST_F(CudaTensor, MixedPrecisionAdamWMatchesTheCpuBitwise) {
+// update and the rounded parameter, cuda::adamw_update_mixed), with 16-bit and with f32 (main_grad)
+// gradients. The parameter is exactly the master rounded to its dtype. Against the CPU the master and
+// both moments agree to a few f32 roundings, not bitwise: nvcc contracts a·b + c into one FMA where
+// GCC's vectorized loop rounds twice, each step's update reads the last step's moments, and an
+// H200 gave up to 5 ulps after 3 steps; the bound is 32 ulps (2^-18 relative). The 16-bit parameters
+// agree to one of their own ulps.
+TEST_F(CudaTensor, MixedPrecisionAdamWRunsAsOneKernelAndMatchesTheCpu) {
   for (DType param_dtype : {DType::bf16, DType::f16})
     for (bool f32_grads : {false, true}) {
       SCOPED_TRACE(std::string(dtype_name(param_dtype)) + (f32_grads ? " with f32 gradients" : ""));
       const Tensor start = randn({37, 29}).to(param_dtype);
       auto run = [&](Device device) {
-        Tensor p = start.to(device);
+        Tensor p = start.clone().to(device).detach();  // a leaf of its own (start stays as it is)
         p.set_requires_grad(true);
         nn::AdamW adamw({p}, {.lr = 1e-2, .weight_decay = 0.1, .master_weights = true});
         for (int step = 0; step < 3; ++step) {
@@ -158,15 +161,27 @@ TEST_F(CudaTensor, MixedPrecisionAdamWMatchesTheCpuBitwise) {
           p.set_grad(g.to(device));
           adamw.step();
         }
-        std::vector<Tensor> out{p.detach().to(Device::cpu())};
-        for (const auto& [name, t] : adamw.state_dict()) out.push_back(t.to(Device::cpu()));
+        nn::StateDict out = adamw.state_dict();
+        for (auto& [name, t] : out) t = t.to(Device::cpu());
+        out["param"] = p.detach().to(Device::cpu());
         return out;
       };
-      const std::vector<Tensor> cpu = run(Device::cpu()), gpu = run(kGpu);
+      const nn::StateDict cpu = run(Device::cpu()), gpu = run(kGpu);
       ASSERT_EQ(cpu.size(), gpu.size());
-      for (size_t i = 0; i < cpu.size(); ++i) {
-        ASSERT_EQ(cpu[i].nbytes(), gpu[i].nbytes()) << i;
-        EXPECT_EQ(std::memcmp(cpu[i].raw_data(), gpu[i].raw_data(), static_cast<size_t>(cpu[i].nbytes())), 0) << i;
+      const Tensor& master = gpu.at("state.0.master");
+      EXPECT_EQ(gpu.at("param").to_vector(), master.to(param_dtype).to_vector()) << "the parameter is the master rounded";
+      const double u16 = param_dtype == DType::bf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+      for (const auto& [name, want] : cpu) {
+        const std::vector<double> a = want.to_vector(), b = gpu.at(name).to_vector();
+        ASSERT_EQ(a.size(), b.size()) << name;
+        const double rel = name == "param" ? u16 : std::ldexp(1.0, -18);  // one 16-bit ulp; 32 f32 ulps
+        double worst = 0;
+        for (size_t i = 0; i < a.size(); ++i) {
+          ASSERT_LE(std::abs(a[i] - b[i]), rel * std::abs(a[i]) + 1e-30) << name << "[" << i << "]: cpu " << a[i]
+                                                                          << ", gpu " << b[i];
+          if (a[i] != 0) worst = std::max(worst, std::abs(a[i] - b[i]) / std::abs(a[i]));
+        }
+        std::printf("[   info   ] %s: largest relative difference %.3g\n", name.c_str(), worst);
       }
     }
 }
