@@ -2,6 +2,7 @@
 // bit: every 16-bit pattern widened, and narrowed floats around every rounding boundary (ties, one
 // ulp either side), NaNs with payloads (quiet and signalling, either sign), infinities, f32 and f16
 // subnormals, fp16's overflow to inf, and random floats, at lengths and offsets that leave tails.
+// Also f16 elementwise ops, which run on f32 chunks through them.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -119,6 +120,28 @@ TEST(Convert, TensorCastsUseTheSameRule) {
     ASSERT_EQ(float_bits(back_f16.data<float>()[i]), float_bits(static_cast<float>(as_f16.data<f16>()[i]))) << i;
   }
   EXPECT_TRUE(std::string(cpu::conversion_isa()).size() > 0);
+}
+
+// f16's elementwise loops run on f32 chunks (in_f32_chunks): each result is the f32 op on the widened
+// operands, rounded once, bitwise, across chunk boundaries (n = 1000 is 3 chunks and a tail), for
+// both operands walking, one of them a constant, and a unary op's forward and backward.
+TEST(Convert, F16ElementwiseOpsAreTheF32OpsRoundedOnce) {
+  Generator gen(9);
+  Tensor a = randn({1000}, {}, &gen).to(DType::f16), b = randn({1000}, {}, &gen).to(DType::f16);
+  auto same = [](const Tensor& half, const Tensor& single) {
+    EXPECT_EQ(half.dtype(), DType::f16);
+    EXPECT_EQ(half.to(DType::f64).to_vector(), single.to(DType::f16).to(DType::f64).to_vector());
+  };
+  const Tensor a32 = a.to(DType::f32), b32 = b.to(DType::f32);
+  same(add(a, b), add(a32, b32));
+  same(mul(a, 0.25), mul(a32, 0.25));
+  same(sub(a, b.narrow(0, 0, 1)), sub(a32, b32.narrow(0, 0, 1)));
+  same(sub(a.narrow(0, 0, 1), b), sub(a32.narrow(0, 0, 1), b32));
+  same(gelu(a), gelu(a32));
+  Tensor x = a.detach().set_requires_grad(), x32 = a32.detach().set_requires_grad();
+  gelu(x).backward(b);
+  gelu(x32).backward(b32);
+  same(x.grad(), x32.grad());
 }
 
 }  // namespace

@@ -26,4 +26,20 @@ void narrow(const float* in, f16* out, int64_t n);
 // Which instructions this build converts with: "avx512-bf16", "avx512", "avx2-f16c" or "scalar".
 const char* conversion_isa();
 
+// f16's scalar rule branches (NaN, overflow, subnormals: GCC reports "control flow in loop"), so an
+// elementwise loop that converts each f16 element stays scalar, where bf16's vectorises. Such a loop
+// runs on f32 chunks instead: body(a, b, out, count) on a and b (b may be null) widened, out narrowed.
+inline constexpr int64_t kChunk = 256;
+template <typename Body>
+void in_f32_chunks(const f16* a, const f16* b, f16* out, int64_t n, Body body) {
+  float a32[kChunk], b32[kChunk], out32[kChunk];
+  for (int64_t i = 0; i < n; i += kChunk) {
+    const int64_t count = n - i < kChunk ? n - i : kChunk;
+    widen(a + i, a32, count);
+    if (b) widen(b + i, b32, count);
+    body(a32, b32, out32, count);
+    narrow(out32, out + i, count);
+  }
+}
+
 }  // namespace sl::cpu
