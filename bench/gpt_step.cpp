@@ -1,15 +1,24 @@
 // gpt_step — the time of one training step of the tiny GPT (zero_grad, forward, loss, backward,
-// AdamW step), f32, 1 thread by default: the median and the minimum over 20 steps after 5 warm-up
+// AdamW step), 1 thread by default: the median and the minimum over 20 steps after 5 warm-up
 // steps (on a shared, noisy machine the minimum is the least disturbed step).
 //
 //   build/bench/gpt_step [--config A|B] [--seq-len T] [--threads N] [--steps 20] [--warmup 5] [--profile]
+//                        [--mixed-precision no|bf16|fp16] [--recompute none|selective|full] [--rounds 2]
 //
 // --seq-len T runs the config's model at sequence length T (block_size T) with batch B·T0/T (at
 // least 1), the same tokens per step as the config: only attention's share grows, as T. PyTorch's
 // side: bench/gpt_torch_seq.py --config B --seq-len T.
+// --mixed-precision and --recompute run train's step (nn/mixed_precision.h: 16-bit weights and
+// activations, f32 master weights in AdamW, fp16's loss scaling; nn/gpt.h: Recompute) against the
+// f32 step without recomputation in the same sitting, alternating them for --rounds rounds, and
+// print a "versus" line: the step's ratio to f32's, the activation peak's (the ledger's
+// activations, highest over the steps), and for recomputation its extra time against the formula's:
+// one more forward for full (the forward, loss included, timed in the step itself), the attention
+// core's forward of every layer for selective (timed alone).
 // A bad flag or value prints the usage, naming the flag, and exits 2.
-// Prints one JSON line per config, e.g. {"bench": "gpt_step", "config": "A", "T": 64, "batch": 16, "threads": 1,
-// "median_ms": ..., "min_ms": ...}. Compare in one run with ../shared/bench/gpt_torch.py (same shapes; see README: Results).
+// Prints one JSON line per config and variant, e.g. {"bench": "gpt_step", "config": "A", "T": 64, "batch": 16,
+// "threads": 1, "median_ms": ..., "min_ms": ...}. Compare in one run with ../shared/bench/gpt_torch.py (same
+// shapes; see README: Results).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -18,11 +27,17 @@
 #include <string>
 #include <vector>
 
+#include "autograd/grad_mode.h"
 #include "autograd/profiler.h"
 #include "nn/gpt.h"
+#include "nn/mixed_precision.h"
 #include "nn/optim.h"
+#include "tensor/attention.h"
+#include "tensor/cpu/convert.h"
+#include "tensor/ledger.h"
 
 using namespace sl;
+using Clock = std::chrono::steady_clock;
 
 struct BenchConfig {
   const char* name;
@@ -30,16 +45,44 @@ struct BenchConfig {
   int64_t batch;
 };
 
-struct StepTimes {
-  double median_ms, min_ms;
+// One way of running the step: its precision (train's --mixed-precision) and recomputation.
+struct Variant {
+  std::string precision_name;  // "no", "bf16", "fp16"
+  nn::Recompute recompute = nn::Recompute::none;
+  bool operator==(const Variant&) const = default;
 };
 
-static StepTimes run(const BenchConfig& bench, int steps, int warmup, bool profile) {
-  nn::GPT model(bench.model, /*seed=*/0);
-  nn::AdamW optimizer(model.parameters(), nn::AdamWOptions{});
+struct StepTimes {
+  std::vector<double> step_ms, forward_ms;  // every timed step, over all rounds
+  int64_t activation_peak = 0;              // bytes, the most any step held at once
+  double median_ms() const { return at_fraction(step_ms, 0.5); }
+  double min_ms() const { return at_fraction(step_ms, 0.0); }
+  double forward_min_ms() const { return at_fraction(forward_ms, 0.0); }
+  static double at_fraction(std::vector<double> v, double f) {
+    std::sort(v.begin(), v.end());
+    return v[static_cast<size_t>(f * static_cast<double>(v.size() - 1) + 0.5)];
+  }
+};
+
+static double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// `steps` timed steps after `warmup` of the variant, added to `times`.
+static void run(const BenchConfig& bench, const Variant& variant, int steps, int warmup, bool profile,
+                StepTimes& times) {
+  const nn::MixedPrecision precision = nn::MixedPrecision::parse(variant.precision_name);
+  nn::GPTConfig config = bench.model;
+  config.param_dtype = precision.param_dtype;
+  config.recompute = variant.recompute;
+  nn::GPT model(config, /*seed=*/0);
+  nn::AdamWOptions options;
+  options.master_weights = precision.enabled();
+  nn::AdamW optimizer(model.parameters(), options);
+  nn::GradScaler scaler(precision.loss_scale);
+  MemoryLedger& ledger = MemoryLedger::instance();
   Generator data_gen(1);
-  const int64_t B = bench.batch, T = bench.model.block_size, V = bench.model.vocab_size;
-  std::vector<double> times_ms;
+  const int64_t B = bench.batch, T = config.block_size, V = config.vocab_size;
   static const std::string optimizer_name = "AdamW.step";
   for (int step = 0; step < warmup + steps; ++step) {
     Tensor inputs, targets;
@@ -50,30 +93,59 @@ static StepTimes run(const BenchConfig& bench, int steps, int warmup, bool profi
       targets = tokens.narrow(1, 1, T);
     }
     if (profile && step == warmup) Profiler::enable();
-    auto start = std::chrono::steady_clock::now();
-    optimizer.zero_grad();
+    ledger.reset_peak(Device::cpu());
+    const int64_t held = ledger.current(Device::cpu(), MemoryCategory::activations);
+    const auto start = Clock::now();
+    nn::zero_grads(model.parameters(), precision);
     Tensor loss = model.loss(inputs, targets);
-    loss.backward();
-    {
+    const double forward_ms = ms_since(start);
+    (scaler.enabled() ? mul(loss, scaler.scale()) : loss).backward();
+    bool found_inf = false;
+    if (scaler.enabled()) {
+      std::vector<Tensor> grads;
+      for (const Tensor& p : model.parameters()) grads.push_back(p.grad());
+      found_inf = scaler.unscale(grads);
+    }
+    if (!found_inf) {
       ProfileScope scope_optimizer(optimizer_name, ProfilePhase::optimizer);
       optimizer.step();
     }
-    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    if (step >= warmup) times_ms.push_back(ms);
+    scaler.update(found_inf);
+    const double ms = ms_since(start);
+    if (step < warmup) continue;
+    times.step_ms.push_back(ms);
+    times.forward_ms.push_back(forward_ms);
+    times.activation_peak =
+        std::max(times.activation_peak, ledger.peak(Device::cpu(), MemoryCategory::activations) - held);
   }
   if (profile) {
-    std::printf("profile of config %s over %d steps (inclusive times):\n%s", bench.name, steps,
-                Profiler::report().c_str());
+    std::printf("profile of config %s (%s, recompute %s) over %d steps (inclusive times):\n%s", bench.name,
+                precision.str().c_str(), nn::recompute_name(variant.recompute), steps, Profiler::report().c_str());
     Profiler::disable();
     Profiler::reset();
   }
-  std::sort(times_ms.begin(), times_ms.end());
-  return {times_ms[times_ms.size() / 2], times_ms.front()};
+}
+
+// What selective recomputation reruns: the attention core's forward in every layer, timed alone
+// (no graph), the fastest of 5 runs.
+static double attention_core_forward_ms(const BenchConfig& bench, const Variant& variant) {
+  const DType dtype = nn::MixedPrecision::parse(variant.precision_name).param_dtype;
+  const nn::GPTConfig& c = bench.model;
+  Generator gen(2);
+  Tensor qkv = rand({bench.batch, c.block_size, 3 * c.n_embd}, {}, &gen).to(dtype);
+  NoGradGuard no_grad;
+  double best = 1e300;
+  for (int repeat = 0; repeat < 5; ++repeat) {
+    const auto start = Clock::now();
+    for (int64_t layer = 0; layer < c.n_layer; ++layer) causal_attention_packed(qkv, c.n_head);
+    best = std::min(best, ms_since(start));
+  }
+  return best;
 }
 
 static const char* const kUsage =
     "usage: gpt_step [--config A|B] [--seq-len T >= 1] [--threads N >= 1] [--steps N >= 1] [--warmup N >= 0] "
-    "[--profile]\n";
+    "[--profile] [--mixed-precision no|bf16|fp16] [--recompute none|selective|full] [--rounds N >= 1]\n";
 
 // A bad flag or value: the message names it, then the usage; exit code 2.
 [[noreturn]] static void usage_error(const std::string& message) {
@@ -96,14 +168,15 @@ static int parse_int(const std::string& flag, const std::string& value, int mini
   return static_cast<int>(parsed);
 }
 
-int main(int argc, char** argv) {
-  std::vector<BenchConfig> configs = {
-      {"A", nn::GPTConfig{256, 64, 4, 4, 128, 0.0}, 16},
-      {"B", nn::GPTConfig{256, 128, 6, 8, 256, 0.0}, 8},
-  };
+struct Options {
   std::string only;
-  int threads = 1, steps = 20, warmup = 5, seq_len = 0;
+  int threads = 1, steps = 20, warmup = 5, seq_len = 0, rounds = 2;
   bool profile = false;
+  Variant variant{"no"};
+};
+
+static Options parse_options(int argc, char** argv, const std::vector<BenchConfig>& configs) {
+  Options o;
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
     auto value = [&]() -> std::string {
@@ -111,40 +184,96 @@ int main(int argc, char** argv) {
       return argv[++i];
     };
     if (flag == "--config") {
-      only = value();
+      o.only = value();
       bool known = false;
-      for (const BenchConfig& config : configs) known = known || only == config.name;
-      if (!known) usage_error("--config: expected A or B, got '" + only + "'");
+      for (const BenchConfig& config : configs) known = known || o.only == config.name;
+      if (!known) usage_error("--config: expected A or B, got '" + o.only + "'");
     } else if (flag == "--seq-len") {
-      seq_len = parse_int(flag, value(), 1, 65536);
+      o.seq_len = parse_int(flag, value(), 1, 65536);
     } else if (flag == "--threads") {
-      threads = parse_int(flag, value(), 1, 1024);
+      o.threads = parse_int(flag, value(), 1, 1024);
     } else if (flag == "--steps") {
-      steps = parse_int(flag, value(), 1, 1000000);  // the median needs at least one timed step
+      o.steps = parse_int(flag, value(), 1, 1000000);  // the median needs at least one timed step
     } else if (flag == "--warmup") {
-      warmup = parse_int(flag, value(), 0, 1000000);
+      o.warmup = parse_int(flag, value(), 0, 1000000);
+    } else if (flag == "--rounds") {
+      o.rounds = parse_int(flag, value(), 1, 1000);
+    } else if (flag == "--mixed-precision") {
+      o.variant.precision_name = value();
+      if (o.variant.precision_name != "no" && o.variant.precision_name != "bf16" && o.variant.precision_name != "fp16")
+        usage_error("--mixed-precision: expected no, bf16 or fp16, got '" + o.variant.precision_name + "'");
+    } else if (flag == "--recompute") {
+      const std::string name = value();
+      try {
+        o.variant.recompute = nn::parse_recompute(name);
+      } catch (const std::exception&) {
+        usage_error("--recompute: expected none, selective or full, got '" + name + "'");
+      }
     } else if (flag == "--profile") {
-      profile = true;
+      o.profile = true;
     } else if (flag == "--help" || flag == "-h") {
       std::printf("%s", kUsage);
-      return 0;
+      std::exit(0);
     } else {
       usage_error("unknown flag " + flag);
     }
   }
-  set_num_threads(threads);
+  return o;
+}
+
+static void print_variant(const BenchConfig& config, const Variant& variant, const StepTimes& times, int threads) {
+  std::printf(
+      "{\"bench\": \"gpt_step\", \"config\": \"%s\", \"T\": %lld, \"batch\": %lld, \"threads\": %d, "
+      "\"mixed_precision\": \"%s\", \"recompute\": \"%s\", \"median_ms\": %.3f, \"min_ms\": %.3f, "
+      "\"forward_min_ms\": %.3f, \"activation_peak_mib\": %.2f}\n",
+      config.name, static_cast<long long>(config.model.block_size), static_cast<long long>(config.batch), threads,
+      variant.precision_name.c_str(), nn::recompute_name(variant.recompute), times.median_ms(), times.min_ms(),
+      times.forward_min_ms(), static_cast<double>(times.activation_peak) / (1 << 20));
+}
+
+// The variant against f32 (and recomputation against its own precision without it), fastest steps.
+static void print_versus(const BenchConfig& config, const Variant& variant, const StepTimes& f32,
+                         const StepTimes& kept, const StepTimes& times) {
+  std::printf("{\"bench\": \"gpt_step_versus_f32\", \"config\": \"%s\", \"mixed_precision\": \"%s\", \"recompute\": "
+              "\"%s\", \"conversions\": \"%s\", \"ratio_min\": %.3f, \"ratio_median\": %.3f, \"activation_ratio\": %.3f",
+              config.name, variant.precision_name.c_str(), nn::recompute_name(variant.recompute),
+              cpu::conversion_isa(), times.min_ms() / f32.min_ms(), times.median_ms() / f32.median_ms(),
+              static_cast<double>(times.activation_peak) / static_cast<double>(f32.activation_peak));
+  if (variant.recompute != nn::Recompute::none) {
+    // full reruns every block's forward (about the whole forward); selective only the attention core
+    const double expected = variant.recompute == nn::Recompute::full ? kept.forward_min_ms()
+                                                                     : attention_core_forward_ms(config, variant);
+    const double extra = times.min_ms() - kept.min_ms();
+    std::printf(", \"extra_ms\": %.3f, \"expected_extra_ms\": %.3f, \"extra_vs_expected\": %.3f", extra, expected,
+                extra / expected);
+  }
+  std::printf("}\n");
+}
+
+int main(int argc, char** argv) {
+  const std::vector<BenchConfig> configs = {
+      {"A", nn::GPTConfig{256, 64, 4, 4, 128, 0.0}, 16},
+      {"B", nn::GPTConfig{256, 128, 6, 8, 256, 0.0}, 8},
+  };
+  const Options o = parse_options(argc, argv, configs);
+  set_num_threads(o.threads);
+  // f32 without recomputation first, then the variant's precision without it, then the variant.
+  std::vector<Variant> variants = {Variant{"no"}};
+  for (const Variant& v : {Variant{o.variant.precision_name}, o.variant})
+    if (std::find(variants.begin(), variants.end(), v) == variants.end()) variants.push_back(v);
+  const int rounds = variants.size() == 1 ? 1 : o.rounds;
   for (BenchConfig config : configs) {
-    if (!only.empty() && only != config.name) continue;
-    if (seq_len > 0) {  // the same tokens per step at another length
-      config.batch = std::max<int64_t>(1, config.batch * config.model.block_size / seq_len);
-      config.model.block_size = seq_len;
+    if (!o.only.empty() && o.only != config.name) continue;
+    if (o.seq_len > 0) {  // the same tokens per step at another length
+      config.batch = std::max<int64_t>(1, config.batch * config.model.block_size / o.seq_len);
+      config.model.block_size = o.seq_len;
     }
-    const StepTimes times = run(config, steps, warmup, profile);
-    std::printf(
-        "{\"bench\": \"gpt_step\", \"config\": \"%s\", \"T\": %lld, \"batch\": %lld, \"threads\": %d, "
-        "\"median_ms\": %.3f, \"min_ms\": %.3f}\n",
-        config.name, static_cast<long long>(config.model.block_size), static_cast<long long>(config.batch), threads,
-        times.median_ms, times.min_ms);
+    std::vector<StepTimes> times(variants.size());
+    for (int round = 0; round < rounds; ++round)  // alternating, so a noisy stretch hits every variant
+      for (size_t v = 0; v < variants.size(); ++v) run(config, variants[v], o.steps, o.warmup, o.profile, times[v]);
+    for (size_t v = 0; v < variants.size(); ++v) print_variant(config, variants[v], times[v], o.threads);
+    if (variants.size() > 1) print_versus(config, o.variant, times.front(), times[variants.size() == 2 ? 0 : 1],
+                                          times.back());
     std::fflush(stdout);
   }
   return 0;

@@ -270,5 +270,22 @@ TEST(FlashAttention, Bf16RunsTheEagerPathCloseToF32) {
   EXPECT_TRUE(allclose(half.to(DType::f32), causal_attention(q, k, v), 3e-2, 3e-2));
 }
 
+// The packed op runs bf16 on the blockwise kernel through f32 copies: its output is the f32 op on
+// the 16-bit qkv, rounded once, and its gradient lands in bf16 close to f32's.
+TEST(FlashAttention, PackedBf16RunsTheKernelInF32) {
+  Tensor qkv = random({2, 40, 3 * 16}, 4);
+  Tensor half = qkv.to(DType::bf16).set_requires_grad();
+  Tensor y = causal_attention_packed(half, 2);
+  EXPECT_EQ(y.dtype(), DType::bf16);
+  Tensor widened = half.detach().to(DType::f32).set_requires_grad();
+  Tensor expected = causal_attention_packed(widened, 2);
+  EXPECT_EQ(y.to(DType::f64).to_vector(), expected.to(DType::bf16).to(DType::f64).to_vector());
+  Tensor dy = random({2, 40, 16}, 5);
+  y.backward(dy.to(DType::bf16));
+  expected.backward(dy.to(DType::bf16).to(DType::f32));
+  EXPECT_EQ(half.grad().dtype(), DType::bf16);
+  EXPECT_TRUE(allclose(half.grad().to(DType::f32), widened.grad(), 3e-2, 3e-2));
+}
+
 }  // namespace
 }  // namespace sl

@@ -1,4 +1,5 @@
-// linear: the fused x W^T + b against matmul + add, and its gradients against finite differences.
+// linear: the fused x W^T + b against matmul + add (16-bit: the f32 op rounded once), and its gradients
+// against finite differences.
 #include <gtest/gtest.h>
 
 #include "autograd/gradcheck.h"
@@ -16,14 +17,28 @@ TEST(Linear, MatchesMatmulPlusBias) {
   EXPECT_TRUE(allclose(linear(x, w), matmul(x.reshape({10, 7}), w, false, true).reshape({2, 5, 4}), 1e-5, 1e-6));
 }
 
-TEST(Linear, HalfPrecisionTakesTheComposedPath) {
+// bf16/f16 run the f32 kernel on widened copies and round each result once: bitwise the f32 op on
+// the 16-bit values, rounded; forward and all three gradients.
+TEST(Linear, HalfPrecisionIsTheF32OpRoundedOnce) {
   Generator gen(4);
   Tensor x = randn({3, 8}, {}, &gen), w = randn({2, 8}, {}, &gen), b = randn({2}, {}, &gen);
+  Tensor dy = randn({3, 2}, {}, &gen);
   Tensor reference = linear(x, w, b);
   for (DType dtype : {DType::bf16, DType::f16}) {
-    Tensor y = linear(x.to(dtype), w.to(dtype), b.to(dtype));
+    Tensor xh = x.to(dtype).set_requires_grad(), wh = w.to(dtype).set_requires_grad(), bh = b.to(dtype).set_requires_grad();
+    Tensor y = linear(xh, wh, bh);
     EXPECT_EQ(y.dtype(), dtype);
     EXPECT_TRUE(allclose(y.to(DType::f32), reference, 2e-2, 5e-2)) << dtype_name(dtype);
+    y.backward(dy.to(dtype));
+    Tensor xf = xh.detach().to(DType::f32).set_requires_grad(), wf = wh.detach().to(DType::f32).set_requires_grad();
+    Tensor bf = bh.detach().to(DType::f32).set_requires_grad();
+    Tensor yf = linear(xf, wf, bf);
+    yf.backward(dy.to(dtype).to(DType::f32));
+    EXPECT_EQ(y.to(DType::f64).to_vector(), yf.to(dtype).to(DType::f64).to_vector()) << dtype_name(dtype);
+    EXPECT_EQ(xh.grad().dtype(), dtype);
+    EXPECT_EQ(xh.grad().to(DType::f64).to_vector(), xf.grad().to(dtype).to(DType::f64).to_vector());
+    EXPECT_EQ(wh.grad().to(DType::f64).to_vector(), wf.grad().to(dtype).to(DType::f64).to_vector());
+    EXPECT_EQ(bh.grad().to(DType::f64).to_vector(), bf.grad().to(dtype).to(DType::f64).to_vector());
   }
 }
 

@@ -19,6 +19,7 @@
 
 #include "autograd/function.h"
 #include "tensor/cpu/broadcast.h"
+#include "tensor/cpu/convert.h"
 #include "tensor/cpu/dispatch.h"
 #include "tensor/cuda/kernels.h"
 #include "tensor/functors.h"
@@ -62,6 +63,26 @@ template <typename T, typename Op>
 [[gnu::noinline]] void row_a_constant(compute_t<T> a, const T* __restrict b, T* __restrict out, int64_t n, Op op) {
   using C = compute_t<T>;
   for_each_index(n, [&](int64_t i) { out[i] = static_cast<T>(op(a, static_cast<C>(b[i]))); });
+}
+
+// f16: the same rows on f32 chunks, so they vectorise (tensor/cpu/convert.h).
+template <typename Op>
+[[gnu::noinline]] void row_both(const f16* a, const f16* b, f16* out, int64_t n, Op op) {
+  cpu::in_f32_chunks(a, b, out, n, [&](const float* a32, const float* b32, float* out32, int64_t count) {
+    row_both(a32, b32, out32, count, op);
+  });
+}
+template <typename Op>
+[[gnu::noinline]] void row_b_constant(const f16* a, float b, f16* out, int64_t n, Op op) {
+  cpu::in_f32_chunks(a, nullptr, out, n, [&](const float* a32, const float*, float* out32, int64_t count) {
+    row_b_constant(a32, b, out32, count, op);
+  });
+}
+template <typename Op>
+[[gnu::noinline]] void row_a_constant(float a, const f16* b, f16* out, int64_t n, Op op) {
+  cpu::in_f32_chunks(b, nullptr, out, n, [&](const float* b32, const float*, float* out32, int64_t count) {
+    row_a_constant(a, b32, out32, count, op);
+  });
 }
 
 template <typename T, typename Op>

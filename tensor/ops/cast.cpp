@@ -1,7 +1,9 @@
 // cast.cpp — changing dtype, device, or just the storage: cast, to_device, clone.
 #include <cstring>
+#include <type_traits>
 
 #include "autograd/function.h"
+#include "tensor/cpu/convert.h"
 #include "tensor/cpu/dispatch.h"
 #include "tensor/cuda/kernels.h"
 #include "tensor/cuda/runtime.h"
@@ -23,7 +25,15 @@ Tensor convert(const Tensor& x, DType dtype) {
       using D = decltype(target_tag);
       const S* in = static_cast<const S*>(x.raw_data());
       D* o = out.data<D>();
-      for (int64_t i = 0, n = x.numel(); i < n; ++i) o[i] = static_cast<D>(static_cast<compute_t<S>>(in[i]));
+      const int64_t n = x.numel();
+      constexpr bool widens = std::is_same_v<D, float> && (std::is_same_v<S, bf16> || std::is_same_v<S, f16>);
+      constexpr bool narrows = std::is_same_v<S, float> && (std::is_same_v<D, bf16> || std::is_same_v<D, f16>);
+      if constexpr (widens)  // the vectorised loops, bitwise the scalar rule's results
+        cpu::widen(in, o, n);
+      else if constexpr (narrows)
+        cpu::narrow(in, o, n);
+      else
+        for (int64_t i = 0; i < n; ++i) o[i] = static_cast<D>(static_cast<compute_t<S>>(in[i]));
     });
   });
   return out;

@@ -8,8 +8,9 @@
 //
 // Dropout draws B·NH·T·T counters, as dropout() of the probabilities does, and keeps the same
 // elements; the mask is regenerated in backward from (first, key), never stored. On a GPU, and for
-// bf16/f16, the op runs that eager composition (same counters, same mask): the blockwise kernel is
-// CPU-only so far.
+// bf16/f16 in causal_attention, the op runs that eager composition (same counters, same mask): the
+// blockwise kernel is CPU-only so far. causal_attention_packed (the GPT's) runs bf16/f16 on the
+// kernel in f32, keeping the 16-bit qkv and out (and lse in f32): no [T, T] matrix in any dtype.
 #include <cmath>
 #include <type_traits>
 
@@ -160,6 +161,10 @@ struct CausalAttentionFn : Function<CausalAttentionFn> {
   }
 };
 
+// The packed op also runs bf16/f16 on the kernel: the operands widened to f32 (tensor/cpu/convert.h),
+// the outputs rounded back, as a matmul does; only the 16-bit qkv and y are kept, and lse in f32.
+Tensor kernel_operand(const Tensor& x) { return is_16bit(x.dtype()) ? x.to(DType::f32) : x; }
+
 // c_attn's output [B, T, 3W] (q | k | v, head h at columns h·HS of each third, W = NH·HS) -> y [B, T, W].
 cpu::AttentionHeads packed_layout(int64_t B, int64_t T, int64_t NH, int64_t HS) {
   const int64_t W = NH * HS;
@@ -171,23 +176,26 @@ struct PackedCausalAttentionFn : Function<PackedCausalAttentionFn> {
   static Tensor forward(FunctionCtx& ctx, const Tensor& qkv, int64_t NH, double p, Generator* generator) {
     const int64_t B = qkv.size(0), T = qkv.size(1), W = qkv.size(2) / 3;
     const CausalAttention attention(packed_layout(B, T, NH, W / NH), T, W / NH, p, generator);
-    Tensor y = Tensor::empty({B, T, W}, qkv.options()), lse = Tensor::empty({B, NH, T}, qkv.options());
-    attention.forward(qkv, qkv, qkv, y, lse);
-    ctx.save_for_backward({qkv, y, lse});
+    const Tensor qkv_k = kernel_operand(qkv);
+    Tensor y = Tensor::empty({B, T, W}, qkv_k.options()), lse = Tensor::empty({B, NH, T}, qkv_k.options());
+    attention.forward(qkv_k, qkv_k, qkv_k, y, lse);
+    y = y.to(qkv.dtype());                  // bf16/f16: rounded once; lse stays f32
+    ctx.save_for_backward({qkv, y, lse});  // the 16-bit qkv and y, not their f32 copies
     ctx.set("attention", attention);
     return y;
   }
   static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {
     const TensorList& s = ctx.saved();
-    const Tensor &qkv = s[0], &y = s[1], &lse = s[2];
-    Tensor dy = grads[0].defined() ? grads[0] : zeros_like(y);
+    const Tensor qkv = kernel_operand(s[0]), y = kernel_operand(s[1]), &lse = s[2];
+    Tensor dy = grads[0].defined() ? kernel_operand(grads[0]) : zeros_like(y);
     Tensor dqkv = zeros_like(qkv);  // dq | dk | dv, as qkv
     ctx.get<CausalAttention>("attention").backward(qkv, qkv, qkv, y, dy, lse, dqkv, dqkv, dqkv);
-    return {dqkv};
+    return {dqkv.to(s[0].dtype())};
   }
 };
 
 bool runs_blockwise(const Tensor& x) { return !x.device().is_cuda() && (x.dtype() == DType::f32 || x.dtype() == DType::f64); }
+bool packed_runs_blockwise(const Tensor& x) { return !x.device().is_cuda() && is_floating(x.dtype()); }
 
 }  // namespace
 
@@ -212,7 +220,7 @@ Tensor causal_attention_packed(const Tensor& qkv, int64_t n_head, double dropout
   SL_CHECK(dropout_p >= 0 && dropout_p < 1, "causal_attention_packed: dropout_p must be in [0, 1) but got ",
            dropout_p);
   const int64_t B = qkv.size(0), T = qkv.size(1), W = qkv.size(2) / 3;
-  if (!runs_blockwise(qkv) || T == 0) {  // split into heads, and causal_attention's own path
+  if (!packed_runs_blockwise(qkv) || T == 0) {  // split into heads, and causal_attention's own path
     TensorList parts = split(qkv, W, 2);  // 3 x [B, T, W]
     auto heads = [&](const Tensor& t) { return t.reshape({B, T, n_head, W / n_head}).transpose(1, 2); };
     Tensor y = causal_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), dropout_p, training, generator);

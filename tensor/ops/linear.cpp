@@ -9,6 +9,10 @@
 // matmul + add computes the same thing; folding the bias into the GEMM's output saves a pass over
 // y forward and a reduction op backward, and this is the layer the parallel chapters split
 // (a column-parallel Linear shards W's rows, a row-parallel one its columns).
+//
+// bf16/f16 on the CPU run the same f32 GEMMs on f32 copies of x, W and b (tensor/cpu/convert.h) and
+// round each result once: y = round(x W^T + b), where matmul + add rounded twice. Only the 16-bit x
+// and W are kept for backward.
 #include <cstring>
 
 #include "autograd/function.h"
@@ -61,6 +65,12 @@ struct LinearFn : Function<LinearFn> {
     ctx.save_for_backward({x, weight});
     Shape out_shape = x.shape();
     out_shape.back() = out;
+    if (is_16bit(x.dtype())) {  // in f32, rounded once
+      Tensor y = Tensor::empty(out_shape, x.options().with_dtype(DType::f32));
+      linear_forward<float>(x.to(DType::f32), weight.to(DType::f32),
+                            bias.defined() ? bias.to(DType::f32) : bias, y, N, in, out);
+      return y.to(x.dtype());
+    }
     Tensor y = Tensor::empty(out_shape, x.options());
     if (x.dtype() == DType::f32)
       linear_forward<float>(x, weight, bias, y, N, in, out);
@@ -71,7 +81,15 @@ struct LinearFn : Function<LinearFn> {
 
   static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {
     const Tensor &x = ctx.saved()[0], &weight = ctx.saved()[1];
-    const Tensor dy = grads[0].to(x.dtype());
+    if (!is_16bit(x.dtype())) return backward_in(ctx, grads[0].to(x.dtype()), x, weight);
+    TensorList g = backward_in(ctx, grads[0].to(DType::f32), x.to(DType::f32), weight.to(DType::f32));
+    for (Tensor& t : g)
+      if (t.defined()) t = t.to(x.dtype());  // each gradient rounded once
+    return g;
+  }
+
+  // dx, dW, db from dy, x and W of one dtype (f32 or f64).
+  static TensorList backward_in(FunctionCtx& ctx, const Tensor& dy, const Tensor& x, const Tensor& weight) {
     const int64_t in = weight.size(1), out = weight.size(0), N = rows_of(x);
     Tensor dx, dw, db;
     auto run = [&](auto tag) {
@@ -107,8 +125,10 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
            dtype_name(x.dtype()), ", weight ", dtype_name(weight.dtype()), ")");
   SL_CHECK(x.device() == weight.device() && (!bias.defined() || bias.device() == x.device()),
            "linear: tensors on different devices (x on ", x.device(), ", weight on ", weight.device(), ")");
-  // The fused kernel covers f32 and f64; half types take the composed path (which widens to f32).
-  if (x.dtype() != DType::f32 && x.dtype() != DType::f64) {
+  // The fused kernel covers f32, f64, and 16-bit types on the CPU (through f32); on a GPU those take
+  // the composed path (cuBLAS reads 16 bits itself).
+  const DType dtype = x.dtype();
+  if (!(dtype == DType::f32 || dtype == DType::f64 || (is_16bit(dtype) && x.device().is_cpu()))) {
     Tensor y = matmul(x.reshape({-1, weight.size(1)}), weight, false, true);
     if (bias.defined()) y = add(y, bias);
     Shape out_shape = x.shape();

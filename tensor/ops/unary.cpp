@@ -10,6 +10,7 @@
 //
 // Every op takes f32, f64, bf16, f16 (bf16/f16 compute in float); neg also negates i32/i64.
 #include "autograd/function.h"
+#include "tensor/cpu/convert.h"
 #include "tensor/cpu/dispatch.h"
 #include "tensor/cuda/kernels.h"
 #include "tensor/functors.h"
@@ -33,6 +34,20 @@ template <typename T, typename Derivative>
   using C = compute_t<T>;
   for_each_index(
       n, [&](int64_t i) { dx[i] = static_cast<T>(static_cast<C>(dy[i]) * derivative(static_cast<C>(saved[i]))); });
+}
+
+// f16: the same loops on f32 chunks, so they vectorise (tensor/cpu/convert.h).
+template <typename Op>
+[[gnu::noinline]] void map_loop(const f16* x, f16* y, int64_t n, Op op) {
+  cpu::in_f32_chunks(x, nullptr, y, n, [&](const float* x32, const float*, float* y32, int64_t count) {
+    map_loop(x32, y32, count, op);
+  });
+}
+template <typename Derivative>
+[[gnu::noinline]] void grad_loop(const f16* dy, const f16* saved, f16* dx, int64_t n, Derivative derivative) {
+  cpu::in_f32_chunks(dy, saved, dx, n, [&](const float* dy32, const float* saved32, float* dx32, int64_t count) {
+    grad_loop(dy32, saved32, dx32, count, derivative);
+  });
 }
 
 // y = op(x) elementwise, floating dtypes only.
