@@ -145,8 +145,9 @@ TEST(CudaTwoDevices, CopiesBetweenGpusAndComputesOnTheSecond) {
 // gradients. The parameter is exactly the master rounded to its dtype. Against the CPU the master and
 // both moments agree to a few f32 roundings, not bitwise: nvcc contracts a·b + c into one FMA where
 // GCC's vectorized loop rounds twice, each step's update reads the last step's moments, and an
-// H200 gave up to 5 ulps after 3 steps; the bound is 32 ulps (2^-18 relative). The 16-bit parameters
-// agree to one of their own ulps.
+// H200 gave up to 8 ulps after 3 steps; the bound is 32 ulps (2^-18 relative), and for a master
+// weight near 0 32 ulps of the three updates (an f16 weight at 2.5e-5 differed by 9e-10). The 16-bit
+// parameters agree to one of their own ulps.
 TEST_F(CudaTensor, MixedPrecisionAdamWRunsAsOneKernelAndMatchesTheCpu) {
   for (DType param_dtype : {DType::bf16, DType::f16})
     for (bool f32_grads : {false, true}) {
@@ -175,10 +176,13 @@ TEST_F(CudaTensor, MixedPrecisionAdamWRunsAsOneKernelAndMatchesTheCpu) {
         const std::vector<double> a = want.to_vector(), b = gpu.at(name).to_vector();
         ASSERT_EQ(a.size(), b.size()) << name;
         const double rel = name == "param" ? u16 : std::ldexp(1.0, -18);  // one 16-bit ulp; 32 f32 ulps
+        // A master weight that the steps carried near 0 has lost its leading bits to cancellation: its
+        // difference is bounded by the updates' roundings (32 ulps of lr per step), not by its own size.
+        const double near_zero = name == "state.0.master" ? std::ldexp(1.0, -18) * 1e-2 * 3 : 1e-30;
         double worst = 0;
         for (size_t i = 0; i < a.size(); ++i) {
-          ASSERT_LE(std::abs(a[i] - b[i]), rel * std::abs(a[i]) + 1e-30) << name << "[" << i << "]: cpu " << a[i]
-                                                                          << ", gpu " << b[i];
+          ASSERT_LE(std::abs(a[i] - b[i]), rel * std::abs(a[i]) + near_zero) << name << "[" << i << "]: cpu " << a[i]
+                                                                        << ", gpu " << b[i];
           if (a[i] != 0) worst = std::max(worst, std::abs(a[i] - b[i]) / std::abs(a[i]));
         }
         std::printf("[   info   ] %s: largest relative difference %.3g\n", name.c_str(), worst);
