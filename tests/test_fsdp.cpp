@@ -552,9 +552,13 @@ TEST(FsdpOffload, ShardsAndTheUpdateLiveOnTheHost) {
 //   comm  one reduce-scatter's ring scratch (two chunks of the largest unit): it lands in place in the
 //         unit's full gradients, with no [S] buffer of its own; offload's weight shard on its way up is
 //         smaller than that.
+// Mixed precision (a bf16 model, bf16 gradients, AdamW's f32 master): the same with e = 2 bytes per
+// weight and gradient element, and 12S of optimizer state (master + moments); offload's host holds
+// 2S + 2S + 12S = 16S again.
 TEST(FsdpPeak, EveryCategoryAsThePaper) {
   for (int n : {2, 3, 4})
-    for (bool offload : {false, true}) {
+    for (bool offload : {false, true})
+      for (bool bf16 : {false, true}) {
       SL_SKIP_UNLESS_WORLD(n);
       launch(
           n,
@@ -563,10 +567,16 @@ TEST(FsdpPeak, EveryCategoryAsThePaper) {
             const Device dev = ctx.device;
             std::array<int64_t, kNumMemoryCategories> start{};
             for (int k = 0; k < kNumMemoryCategories; ++k) start[k] = ledger.current(dev, MemoryCategory(k));
-            nn::GPT model(small_config(), kSeed);
+            nn::GPTConfig config = small_config();
+            nn::AdamWOptions adamw = adamw_options();
+            if (bf16) {
+              config.param_dtype = DType::bf16;
+              adamw.master_weights = true;
+            }
+            nn::GPT model(config, kSeed);
             const Expected e = expected_sizes(model, n);
             const int64_t largest_chunk = *std::max_element(e.unit_shards.begin(), e.unit_shards.end());
-            FullyShardedGPT fsdp(model, ctx.world, nullptr, adamw_options(), {.offload = offload});
+            FullyShardedGPT fsdp(model, ctx.world, nullptr, adamw, {.offload = offload});
             ledger.reset_peak(dev);
             for (int step = 0; step < 2; ++step) {
               nn::Batch batch = rank_batch(step, ctx);
@@ -576,16 +586,17 @@ TEST(FsdpPeak, EveryCategoryAsThePaper) {
               fsdp.zero_grad();
             }
             auto peak = [&](MemoryCategory k) { return ledger.peak(dev, k) - start[static_cast<int>(k)]; };
-            const std::string when = "world " + std::to_string(n) + (offload ? " offload" : "");
+            const std::string when = "world " + std::to_string(n) + (offload ? " offload" : "") + (bf16 ? " bf16" : "");
             const int64_t on_device = offload ? 0 : e.shard;
-            EXPECT_EQ(peak(MemoryCategory::weights), 4 * (on_device + e.largest_gathered)) << when;
-            EXPECT_EQ(peak(MemoryCategory::grads), 4 * (on_device + e.largest_gathered)) << when;
-            EXPECT_EQ(peak(MemoryCategory::optimizer), 8 * on_device) << when;
+            const int64_t b = bf16 ? 2 : 4, K = bf16 ? 12 : 8;  // bytes per weight/gradient; optimizer bytes
+            EXPECT_EQ(peak(MemoryCategory::weights), b * (on_device + e.largest_gathered)) << when;
+            EXPECT_EQ(peak(MemoryCategory::grads), b * (on_device + e.largest_gathered)) << when;
+            EXPECT_EQ(peak(MemoryCategory::optimizer), K * on_device) << when;
             EXPECT_EQ(peak(MemoryCategory::offload), offload ? 16 * e.shard : 0) << when;
-            EXPECT_LE(peak(MemoryCategory::comm), 2 * 4 * largest_chunk) << when;
+            EXPECT_LE(peak(MemoryCategory::comm), 2 * b * largest_chunk) << when;
             if (ctx.rank == 0)
               std::printf("[   info   ] %s: peak comm %lld, two chunks of the largest unit %lld\n", when.c_str(),
-                          (long long)peak(MemoryCategory::comm), (long long)(2 * 4 * largest_chunk));
+                          (long long)peak(MemoryCategory::comm), (long long)(2 * b * largest_chunk));
           },
           quick());
     }
