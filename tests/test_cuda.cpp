@@ -170,7 +170,8 @@ TEST_F(CudaTensor, MixedPrecisionAdamWRunsAsOneKernelAndMatchesTheCpu) {
       const nn::StateDict cpu = run(Device::cpu()), gpu = run(kGpu);
       ASSERT_EQ(cpu.size(), gpu.size());
       const Tensor& master = gpu.at("state.0.master");
-      EXPECT_EQ(gpu.at("param").to_vector(), master.to(param_dtype).to_vector()) << "the parameter is the master rounded";
+      EXPECT_EQ(gpu.at("param").to_vector(), master.to(param_dtype).to_vector())
+          << "the parameter is the master rounded";
       const double u16 = param_dtype == DType::bf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
       for (const auto& [name, want] : cpu) {
         const std::vector<double> a = want.to_vector(), b = gpu.at(name).to_vector();
@@ -181,8 +182,8 @@ TEST_F(CudaTensor, MixedPrecisionAdamWRunsAsOneKernelAndMatchesTheCpu) {
         const double near_zero = name == "state.0.master" ? std::ldexp(1.0, -18) * 1e-2 * 3 : 1e-30;
         double worst = 0;
         for (size_t i = 0; i < a.size(); ++i) {
-          ASSERT_LE(std::abs(a[i] - b[i]), rel * std::abs(a[i]) + near_zero) << name << "[" << i << "]: cpu " << a[i]
-                                                                        << ", gpu " << b[i];
+          ASSERT_LE(std::abs(a[i] - b[i]), rel * std::abs(a[i]) + near_zero)
+              << name << "[" << i << "]: cpu " << a[i] << ", gpu " << b[i];
           if (a[i] != 0) worst = std::max(worst, std::abs(a[i] - b[i]) / std::abs(a[i]));
         }
         std::printf("[   info   ] %s: largest relative difference %.3g\n", name.c_str(), worst);

@@ -11,9 +11,9 @@
 #include "nn/data.h"
 #include "nn/gpt.h"
 #include "nn/optim.h"
+#include "parallel/comm/launch.h"
 #include "parallel/data_parallel/data_parallel.h"
 #include "parallel/data_parallel/ddp.h"
-#include "parallel/comm/launch.h"
 #include "parallel/data_parallel/naive_data_parallel.h"
 #include "parallel_test_util.h"
 #include "tensor/ledger.h"
@@ -334,41 +334,53 @@ TEST_P(DDPLedger, AllReduceBytesAndMemoryMatchTheFormulas) {
 // weights 4Ψ, grads 4Ψ (the buckets, which the all-reduces average in place), AdamW's moments 8Ψ,
 // nothing offloaded. comm: building DDP broadcasts all the weights end to end through one flat copy
 // (4Ψ); the steps' all-reduces run in place and need none.
+// Mixed precision (a bf16 model, bf16 buckets, AdamW's f32 master), the paper's 2 + 2 + 12: weights 2Ψ,
+// grads 2Ψ, optimizer 12Ψ; the broadcast's flat copy 2Ψ.
 TEST_P(DDPLedger, PeakOfEveryCategoryIsThePapers) {
   const LayoutCase c = GetParam();
   SL_SKIP_UNLESS_WORLD(c.world);
   int64_t psi = 0;
   for (const Tensor& p : nn::GPT(small_config(), kSeed).parameters()) psi += p.numel();
-  launch(
-      c.world,
-      [&](RankContext& ctx) {
-        MemoryLedger& memory = MemoryLedger::instance();
-        auto peak = [&](MemoryCategory category) { return memory.peak(ctx.device, category); };
-        std::array<int64_t, kNumMemoryCategories> start{};
-        for (int k = 0; k < kNumMemoryCategories; ++k) start[k] = memory.current(ctx.device, MemoryCategory(k));
-        memory.reset_peak(ctx.device);
-        nn::GPT model(small_config(), kSeed);
-        DistributedDataParallel ddp(model, ctx.world, DDPOptions{c.bucket_bytes});
-        nn::AdamW optimizer(model.parameters(), adamw_options());
-        const int64_t built_comm = peak(MemoryCategory::comm) - start[static_cast<int>(MemoryCategory::comm)];
-        memory.reset_peak(ctx.device);
-        const RowRange rows = data_parallel_rows(kBatch, ctx.rank, ctx.world_size);
-        for (int s = 0; s < 2; ++s) {
-          ddp.zero_grad();
-          nn::Batch batch = batch_for(s, 1, 0, rows.begin, rows.end);
-          model.loss(batch.inputs, batch.targets).backward();
-          nn::clip_grad_norm(model.parameters(), 1.0);
-          ddp.step(optimizer);
-        }
-        auto above = [&](MemoryCategory k) { return peak(k) - start[static_cast<int>(k)]; };
-        EXPECT_EQ(above(MemoryCategory::weights), 4 * psi);
-        EXPECT_EQ(above(MemoryCategory::grads), 4 * psi);
-        EXPECT_EQ(above(MemoryCategory::optimizer), 8 * psi);
-        EXPECT_EQ(above(MemoryCategory::offload), 0);
-        EXPECT_EQ(above(MemoryCategory::comm), 0) << "the all-reduces average the buckets in place";
-        EXPECT_EQ(built_comm, 4 * psi) << "the broadcast's flat copy of the weights";
-      },
-      quick(10000));
+  for (bool bf16 : {false, true}) {
+    launch(
+        c.world,
+        [&](RankContext& ctx) {
+          MemoryLedger& memory = MemoryLedger::instance();
+          auto peak = [&](MemoryCategory category) { return memory.peak(ctx.device, category); };
+          std::array<int64_t, kNumMemoryCategories> start{};
+          for (int k = 0; k < kNumMemoryCategories; ++k) start[k] = memory.current(ctx.device, MemoryCategory(k));
+          memory.reset_peak(ctx.device);
+          nn::GPTConfig config = small_config();
+          nn::AdamWOptions adamw = adamw_options();
+          if (bf16) {
+            config.param_dtype = DType::bf16;
+            adamw.master_weights = true;
+          }
+          nn::GPT model(config, kSeed);
+          DistributedDataParallel ddp(model, ctx.world, DDPOptions{c.bucket_bytes});
+          nn::AdamW optimizer(model.parameters(), adamw);
+          const int64_t built_comm = peak(MemoryCategory::comm) - start[static_cast<int>(MemoryCategory::comm)];
+          memory.reset_peak(ctx.device);
+          const RowRange rows = data_parallel_rows(kBatch, ctx.rank, ctx.world_size);
+          for (int s = 0; s < 2; ++s) {
+            ddp.zero_grad();
+            nn::Batch batch = batch_for(s, 1, 0, rows.begin, rows.end);
+            model.loss(batch.inputs, batch.targets).backward();
+            nn::clip_grad_norm(model.parameters(), 1.0);
+            ddp.step(optimizer);
+          }
+          auto above = [&](MemoryCategory k) { return peak(k) - start[static_cast<int>(k)]; };
+          const int64_t e = bf16 ? 2 : 4, K = bf16 ? 12 : 8;  // bytes per weight/gradient; optimizer bytes
+          const std::string when = bf16 ? "bf16" : "f32";
+          EXPECT_EQ(above(MemoryCategory::weights), e * psi) << when;
+          EXPECT_EQ(above(MemoryCategory::grads), e * psi) << when;
+          EXPECT_EQ(above(MemoryCategory::optimizer), K * psi) << when;
+          EXPECT_EQ(above(MemoryCategory::offload), 0) << when;
+          EXPECT_EQ(above(MemoryCategory::comm), 0) << "the all-reduces average the buckets in place";
+          EXPECT_EQ(built_comm, e * psi) << "the broadcast's flat copy of the weights";
+        },
+        quick(10000));
+  }
 }
 
 std::vector<LayoutCase> ddp_cases() {

@@ -559,47 +559,48 @@ TEST(FsdpPeak, EveryCategoryAsThePaper) {
   for (int n : {2, 3, 4})
     for (bool offload : {false, true})
       for (bool bf16 : {false, true}) {
-      SL_SKIP_UNLESS_WORLD(n);
-      launch(
-          n,
-          [&](RankContext& ctx) {
-            MemoryLedger& ledger = MemoryLedger::instance();
-            const Device dev = ctx.device;
-            std::array<int64_t, kNumMemoryCategories> start{};
-            for (int k = 0; k < kNumMemoryCategories; ++k) start[k] = ledger.current(dev, MemoryCategory(k));
-            nn::GPTConfig config = small_config();
-            nn::AdamWOptions adamw = adamw_options();
-            if (bf16) {
-              config.param_dtype = DType::bf16;
-              adamw.master_weights = true;
-            }
-            nn::GPT model(config, kSeed);
-            const Expected e = expected_sizes(model, n);
-            const int64_t largest_chunk = *std::max_element(e.unit_shards.begin(), e.unit_shards.end());
-            FullyShardedGPT fsdp(model, ctx.world, nullptr, adamw, {.offload = offload});
-            ledger.reset_peak(dev);
-            for (int step = 0; step < 2; ++step) {
-              nn::Batch batch = rank_batch(step, ctx);
-              fsdp.loss(batch.inputs, batch.targets).backward();
-              fsdp.clip_grad_norm(kMaxNorm);
-              fsdp.step();
-              fsdp.zero_grad();
-            }
-            auto peak = [&](MemoryCategory k) { return ledger.peak(dev, k) - start[static_cast<int>(k)]; };
-            const std::string when = "world " + std::to_string(n) + (offload ? " offload" : "") + (bf16 ? " bf16" : "");
-            const int64_t on_device = offload ? 0 : e.shard;
-            const int64_t b = bf16 ? 2 : 4, K = bf16 ? 12 : 8;  // bytes per weight/gradient; optimizer bytes
-            EXPECT_EQ(peak(MemoryCategory::weights), b * (on_device + e.largest_gathered)) << when;
-            EXPECT_EQ(peak(MemoryCategory::grads), b * (on_device + e.largest_gathered)) << when;
-            EXPECT_EQ(peak(MemoryCategory::optimizer), K * on_device) << when;
-            EXPECT_EQ(peak(MemoryCategory::offload), offload ? 16 * e.shard : 0) << when;
-            EXPECT_LE(peak(MemoryCategory::comm), 2 * b * largest_chunk) << when;
-            if (ctx.rank == 0)
-              std::printf("[   info   ] %s: peak comm %lld, two chunks of the largest unit %lld\n", when.c_str(),
-                          (long long)peak(MemoryCategory::comm), (long long)(2 * b * largest_chunk));
-          },
-          quick());
-    }
+        SL_SKIP_UNLESS_WORLD(n);
+        launch(
+            n,
+            [&](RankContext& ctx) {
+              MemoryLedger& ledger = MemoryLedger::instance();
+              const Device dev = ctx.device;
+              std::array<int64_t, kNumMemoryCategories> start{};
+              for (int k = 0; k < kNumMemoryCategories; ++k) start[k] = ledger.current(dev, MemoryCategory(k));
+              nn::GPTConfig config = small_config();
+              nn::AdamWOptions adamw = adamw_options();
+              if (bf16) {
+                config.param_dtype = DType::bf16;
+                adamw.master_weights = true;
+              }
+              nn::GPT model(config, kSeed);
+              const Expected e = expected_sizes(model, n);
+              const int64_t largest_chunk = *std::max_element(e.unit_shards.begin(), e.unit_shards.end());
+              FullyShardedGPT fsdp(model, ctx.world, nullptr, adamw, {.offload = offload});
+              ledger.reset_peak(dev);
+              for (int step = 0; step < 2; ++step) {
+                nn::Batch batch = rank_batch(step, ctx);
+                fsdp.loss(batch.inputs, batch.targets).backward();
+                fsdp.clip_grad_norm(kMaxNorm);
+                fsdp.step();
+                fsdp.zero_grad();
+              }
+              auto peak = [&](MemoryCategory k) { return ledger.peak(dev, k) - start[static_cast<int>(k)]; };
+              const std::string when =
+                  "world " + std::to_string(n) + (offload ? " offload" : "") + (bf16 ? " bf16" : "");
+              const int64_t on_device = offload ? 0 : e.shard;
+              const int64_t b = bf16 ? 2 : 4, K = bf16 ? 12 : 8;  // bytes per weight/gradient; optimizer bytes
+              EXPECT_EQ(peak(MemoryCategory::weights), b * (on_device + e.largest_gathered)) << when;
+              EXPECT_EQ(peak(MemoryCategory::grads), b * (on_device + e.largest_gathered)) << when;
+              EXPECT_EQ(peak(MemoryCategory::optimizer), K * on_device) << when;
+              EXPECT_EQ(peak(MemoryCategory::offload), offload ? 16 * e.shard : 0) << when;
+              EXPECT_LE(peak(MemoryCategory::comm), 2 * b * largest_chunk) << when;
+              if (ctx.rank == 0)
+                std::printf("[   info   ] %s: peak comm %lld, two chunks of the largest unit %lld\n", when.c_str(),
+                            (long long)peak(MemoryCategory::comm), (long long)(2 * b * largest_chunk));
+            },
+            quick());
+      }
 }
 
 std::vector<Layout> fsdp_layouts() { return {{1, 1}, {1, 2}, {1, 3}, {1, 4}}; }

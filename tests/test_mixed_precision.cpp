@@ -104,7 +104,7 @@ void expect_close(const nn::StateDict& got, const nn::StateDict& want, double to
     }
   }
   EXPECT_LE(outside, total / 100) << outside << " of " << total << " weights differ by more than " << tol
-                                 << " (relative) on rank " << rank << " at step " << step;
+                                  << " (relative) on rank " << rank << " at step " << step;
 }
 
 struct MpCase {
@@ -141,8 +141,7 @@ std::unique_ptr<Trainer> make_trainer(RankContext& ctx, const MpCase& c, std::un
     return std::make_unique<Trainer>(*whole, ctx, plan, parity_adamw());
   }
   return std::make_unique<Trainer>(
-      ctx, plan, [&](const DeviceMesh& mesh) { return make_model_runner(plan, cfg, kSeed, {}, mesh); },
-      parity_adamw());
+      ctx, plan, [&](const DeviceMesh& mesh) { return make_model_runner(plan, cfg, kSeed, {}, mesh); }, parity_adamw());
 }
 
 class MixedPrecisionParity : public testing::TestWithParam<MpCase> {};
@@ -192,7 +191,8 @@ std::vector<MpCase> parity_cases() {
     cases.push_back({mode + "_zero1_dp2", {.dp_shard = 2}, mode, "", 1, false, f1b, DpStrategy::zero1});
     cases.push_back({mode + "_zero2_dp3_micro2", {.dp_shard = 3}, mode, "", 2, false, f1b, DpStrategy::zero2});
     cases.push_back({mode + "_fsdp3", {.dp_shard = 3}, mode, "", 1, false, f1b, DpStrategy::fsdp});
-    cases.push_back({mode + "_hsdp_2x2", {.dp_replicate = 2, .dp_shard = 2}, mode, "", 1, false, f1b, DpStrategy::fsdp});
+    cases.push_back(
+        {mode + "_hsdp_2x2", {.dp_replicate = 2, .dp_shard = 2}, mode, "", 1, false, f1b, DpStrategy::fsdp});
   }
   cases.push_back({"bf16_zero1_dp3_micro2", {.dp_shard = 3}, "bf16", "", 2, false, f1b, DpStrategy::zero1});
   cases.push_back({"bf16_f32grads_zero1_dp2", {.dp_shard = 2}, "bf16", "f32", 2, false, f1b, DpStrategy::zero1});
@@ -246,8 +246,8 @@ TEST_P(MixedPrecisionOverflow, EveryRankSkipsTheStepAndTheScaleHalves) {
         size_t i = 0;
         for (const auto& [name, p] : trainer->runner()->module().named_parameters())
           if (local) {
-            EXPECT_TRUE(local_before[i++] == std::string(static_cast<const char*>(p.raw_data()),
-                                                         static_cast<size_t>(p.nbytes())))
+            EXPECT_TRUE(local_before[i++] ==
+                        std::string(static_cast<const char*>(p.raw_data()), static_cast<size_t>(p.nbytes())))
                 << name << " moved on rank " << ctx.rank;
           }
         const nn::StateDict after = trainer->full_state_dict();
@@ -257,21 +257,34 @@ TEST_P(MixedPrecisionOverflow, EveryRankSkipsTheStepAndTheScaleHalves) {
       quick(30000));
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, MixedPrecisionOverflow,
-                         testing::Values(MpCase{"ddp2", {.dp_replicate = 2}, "fp16"},
-                                         MpCase{"pp2_gpipe", {.pp = 2}, "fp16", "", 2, false, ScheduleKind::gpipe},
-                                         MpCase{"tp2_sp", {.tp = 2}, "fp16", "", 1, true},
-                                         MpCase{"cp2", {.cp = 2}, "fp16"},
-                                         MpCase{"dp2_pp2_tp2", {.dp_replicate = 2, .pp = 2, .tp = 2}, "fp16", "", 2},
-                                         MpCase{"zero1_dp2", {.dp_shard = 2}, "fp16", "", 1, false,
-                                                ScheduleKind::one_f_one_b, DpStrategy::zero1},
-                                         MpCase{"zero2_offload_dp2", {.dp_shard = 2}, "fp16", "", 1, false,
-                                                ScheduleKind::one_f_one_b, DpStrategy::zero2, true},
-                                         MpCase{"hsdp_2x2", {.dp_replicate = 2, .dp_shard = 2}, "fp16", "", 1, false,
-                                                ScheduleKind::one_f_one_b, DpStrategy::fsdp},
-                                         MpCase{"fsdp2_pp2", {.dp_shard = 2, .pp = 2}, "fp16", "", 2, false,
-                                                ScheduleKind::one_f_one_b, DpStrategy::fsdp}),
-                         [](const testing::TestParamInfo<MpCase>& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, MixedPrecisionOverflow,
+    testing::Values(
+        MpCase{"ddp2", {.dp_replicate = 2}, "fp16"},
+        MpCase{"pp2_gpipe", {.pp = 2}, "fp16", "", 2, false, ScheduleKind::gpipe},
+        MpCase{"tp2_sp", {.tp = 2}, "fp16", "", 1, true}, MpCase{"cp2", {.cp = 2}, "fp16"},
+        MpCase{"dp2_pp2_tp2", {.dp_replicate = 2, .pp = 2, .tp = 2}, "fp16", "", 2},
+        MpCase{"zero1_dp2", {.dp_shard = 2}, "fp16", "", 1, false, ScheduleKind::one_f_one_b, DpStrategy::zero1},
+        MpCase{"zero2_offload_dp2",
+               {.dp_shard = 2},
+               "fp16",
+               "",
+               1,
+               false,
+               ScheduleKind::one_f_one_b,
+               DpStrategy::zero2,
+               true},
+        MpCase{"hsdp_2x2",
+               {.dp_replicate = 2, .dp_shard = 2},
+               "fp16",
+               "",
+               1,
+               false,
+               ScheduleKind::one_f_one_b,
+               DpStrategy::fsdp},
+        MpCase{
+            "fsdp2_pp2", {.dp_shard = 2, .pp = 2}, "fp16", "", 2, false, ScheduleKind::one_f_one_b, DpStrategy::fsdp}),
+    [](const testing::TestParamInfo<MpCase>& info) { return info.param.name; });
 
 // ZeRO's accounting, from Ψ (counted from the config's shapes) and the element sizes: DDP holds
 // weights 2Ψ, gradients 2Ψ (bf16 buckets) or 4Ψ (f32 main_grad), optimizer 12Ψ (master + two moments).
@@ -324,14 +337,26 @@ TEST(MixedPrecisionMemory, ShardedStrategiesHoldThePapersBytes) {
   const ScheduleKind f1b = ScheduleKind::one_f_one_b;
   const std::vector<Expected> cases = {
       {{"zero1", {.dp_shard = 2}, "bf16", "", 1, false, f1b, DpStrategy::zero1}, 2 * psi, 2 * psi, 12 * psi / N, 0},
-      {{"zero1_main_grad", {.dp_shard = 2}, "bf16", "f32", 1, false, f1b, DpStrategy::zero1}, 2 * psi, 4 * psi,
-       12 * psi / N, 0},
+      {{"zero1_main_grad", {.dp_shard = 2}, "bf16", "f32", 1, false, f1b, DpStrategy::zero1},
+       2 * psi,
+       4 * psi,
+       12 * psi / N,
+       0},
       {{"zero2", {.dp_shard = 2}, "bf16", "", 1, false, f1b, DpStrategy::zero2}, 2 * psi, 2 * psi / N, 12 * psi / N, 0},
-      {{"zero3", {.dp_shard = 2}, "bf16", "", 1, false, f1b, DpStrategy::fsdp}, 2 * psi / N, 2 * psi / N,
-       12 * psi / N, 0},
-      {{"zero2_offload", {.dp_shard = 2}, "bf16", "", 1, false, f1b, DpStrategy::zero2, true}, 2 * psi, 2 * psi / N, 0,
+      {{"zero3", {.dp_shard = 2}, "bf16", "", 1, false, f1b, DpStrategy::fsdp},
+       2 * psi / N,
+       2 * psi / N,
+       12 * psi / N,
+       0},
+      {{"zero2_offload", {.dp_shard = 2}, "bf16", "", 1, false, f1b, DpStrategy::zero2, true},
+       2 * psi,
+       2 * psi / N,
+       0,
        (12 + 4) * psi / N},
-      {{"zero3_offload", {.dp_shard = 2}, "bf16", "", 1, false, f1b, DpStrategy::fsdp, true}, 0, 0, 0,
+      {{"zero3_offload", {.dp_shard = 2}, "bf16", "", 1, false, f1b, DpStrategy::fsdp, true},
+       0,
+       0,
+       0,
        (2 + 2 + 12) * psi / N},
   };
   const nn::TokenStream data = parity_tokens();
@@ -409,11 +434,10 @@ TEST(MixedPrecisionLearning, Bf16TracksF32WithinTheSpreadOfAnotherSeed) {
   EXPECT_LT(f32.back(), 0.5 * f32.front()) << "the f32 run did not learn";
   for (size_t w = 0; w < f32.size(); ++w) {
     const double spread = std::max(0.02 * f32[w], std::abs(other_seed[w] - f32[w]));
-    EXPECT_LE(std::abs(bf16[w] - f32[w]), spread)
-        << "steps " << 25 * w << "-" << 25 * w + 24 << ": bf16 " << bf16[w] << ", f32 " << f32[w]
-        << ", f32 from another seed " << other_seed[w];
-    std::printf("[   info   ] steps %3zu-%3zu: f32 %.4f  bf16 %.4f  f32 (seed + 1) %.4f\n", 25 * w, 25 * w + 24,
-                f32[w], bf16[w], other_seed[w]);
+    EXPECT_LE(std::abs(bf16[w] - f32[w]), spread) << "steps " << 25 * w << "-" << 25 * w + 24 << ": bf16 " << bf16[w]
+                                                  << ", f32 " << f32[w] << ", f32 from another seed " << other_seed[w];
+    std::printf("[   info   ] steps %3zu-%3zu: f32 %.4f  bf16 %.4f  f32 (seed + 1) %.4f\n", 25 * w, 25 * w + 24, f32[w],
+                bf16[w], other_seed[w]);
   }
 }
 
@@ -466,7 +490,8 @@ TEST(MixedPrecisionPlan, AModelOfAnotherDtypeIsRefused) {
         nn::GPT model(config(DType::f32), kSeed);
         TrainPlan plan = TrainPlan::data_parallel(2);
         plan.precision = nn::MixedPrecision::parse("bf16");
-        expect_error([&] { Trainer trainer(model, ctx, plan, parity_adamw()); }, "build the model with GPTConfig::param_dtype bf16");
+        expect_error([&] { Trainer trainer(model, ctx, plan, parity_adamw()); },
+                     "build the model with GPTConfig::param_dtype bf16");
       },
       quick(10000));
 }

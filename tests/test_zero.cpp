@@ -223,8 +223,9 @@ void run_rank(RankContext& ctx, const ZeroCase& c, RankRecord& record) {
   ledger.reset_peak(ctx.device);
 
   nn::GPT model(small_config(), kSeed);
-  ZeroAdamW optimizer(model.parameters(), ctx.world,
-                      {.stage = c.stage, .offload = c.offload, .adamw = adamw_options(), .bucket_bytes = c.bucket_bytes});
+  ZeroAdamW optimizer(
+      model.parameters(), ctx.world,
+      {.stage = c.stage, .offload = c.offload, .adamw = adamw_options(), .bucket_bytes = c.bucket_bytes});
   const int64_t rows = kBatch / c.world;
   ledger.reset_peak(ctx.device);  // the peaks below are those of the steps, not of the construction
 
@@ -336,9 +337,9 @@ ModelFigures model_figures() {
 // once it holds bucket_bytes or more; each padded up to a multiple of N (its N chunks equal; the pad is
 // zeros that belong to no parameter).
 struct BucketFigures {
-  int64_t padded = 0;        // P: Σ over buckets of N⌈Ψ_b/N⌉
-  int64_t largest = 0;       // the largest bucket, padded
-  int64_t largest_chunk = 0; // its chunk: largest / N
+  int64_t padded = 0;         // P: Σ over buckets of N⌈Ψ_b/N⌉
+  int64_t largest = 0;        // the largest bucket, padded
+  int64_t largest_chunk = 0;  // its chunk: largest / N
 };
 BucketFigures bucket_figures(const ModelFigures& f, int64_t n, int64_t bucket_bytes) {
   std::vector<int64_t> buckets{0};
@@ -385,7 +386,7 @@ TEST_P(Zero, MemoryAndCommunicationMatchTheFormulas) {
       const CommStats &all_reduce = moved[0], &all_gather = moved[1], &reduce_scatter = moved[2];
       EXPECT_EQ(all_reduce.calls, 0) << when;
       EXPECT_EQ(reduce_scatter.calls, c.stage == 1 ? 1 : 0) << when;  // stage 2 reduced during backward
-      EXPECT_EQ(all_gather.calls, 2) << when;  // the norm's partial sums, then the parameters
+      EXPECT_EQ(all_gather.calls, 2) << when;                         // the norm's partial sums, then the parameters
       // The weights' all-gather plus the gradients' reduce-scatter are DDP's all-reduce, byte for byte.
       const int64_t weights_gathered = all_gather.bytes_sent - (n - 1) * 8;
       EXPECT_EQ(weights_gathered, (n - 1) * 4 * S) << when;
@@ -436,8 +437,8 @@ TEST(ZeroStage2, PeakGradientMemoryIsTheShardPlusBoundedBuckets) {
     const int64_t n = world;
     const int64_t bucket_bound = kSmallBuckets + 4 * f.largest + 4 * (n - 1);
     // 4Ψ/N, padded per bucket (fewer than 20 buckets of 4 KiB in this model's 30 KB)
-    const int64_t bound = 4 * ((f.psi + n - 1) / n) + 4 * 20 * (n - 1) +
-                          (ZeroAdamW::kBucketsInFlight + 1) * bucket_bound + 4 * f.largest;
+    const int64_t bound =
+        4 * ((f.psi + n - 1) / n) + 4 * 20 * (n - 1) + (ZeroAdamW::kBucketsInFlight + 1) * bucket_bound + 4 * f.largest;
     for (int r = 0; r < world; ++r) {
       if (peaks[r] < 0) continue;
       EXPECT_LE(peaks[r], bound) << "world " << world << " rank " << r << ": 4Ψ = " << 4 * f.psi;
@@ -505,7 +506,7 @@ TEST_P(ZeroPeak, EveryCategoryAsThePaper) {
 
   const ModelFigures f = model_figures();
   const int64_t n = c.world;
-  const int64_t e = c.bf16 ? 2 : 4, K = c.bf16 ? 12 : 8;  // bytes per weight/gradient; optimizer bytes
+  const int64_t e = c.bf16 ? 2 : 4, K = c.bf16 ? 12 : 8;                 // bytes per weight/gradient; optimizer bytes
   const BucketFigures b = bucket_figures(f, n, c.bucket_bytes * 4 / e);  // buckets close at bucket_bytes / e elements
   const int64_t P = b.padded, S = P / n;
   ASSERT_GE(P, f.psi);
@@ -514,7 +515,8 @@ TEST_P(ZeroPeak, EveryCategoryAsThePaper) {
   for (int r = 0; r < c.world; ++r) {
     if (!ran[r]) continue;
     const std::string who = "rank " + std::to_string(r);
-    EXPECT_LE(at(built[r], MemoryCategory::weights), e * P + e * b.largest) << who << ": built, the weights + one bucket";
+    EXPECT_LE(at(built[r], MemoryCategory::weights), e * P + e * b.largest)
+        << who << ": built, the weights + one bucket";
     EXPECT_LT(at(built[r], MemoryCategory::weights), 2 * e * f.psi) << who << ": built, never two copies";
     EXPECT_EQ(at(stepped[r], MemoryCategory::weights), e * P) << who;
     if (c.stage == 1) {
@@ -528,13 +530,14 @@ TEST_P(ZeroPeak, EveryCategoryAsThePaper) {
     EXPECT_EQ(at(stepped[r], MemoryCategory::optimizer), c.offload ? 0 : K * S) << who;
     EXPECT_EQ(at(stepped[r], MemoryCategory::offload), c.offload ? 16 * S : 0) << who;
     EXPECT_LE(at(stepped[r], MemoryCategory::comm), n == 1 ? 0 : 2 * e * b.largest_chunk) << who;
-    std::printf("[   info   ] %s: peaks weights %lld (built %lld) grads %lld optimizer %lld offload %lld comm %lld;"
-                " %lldP %lld %lldS %lld largest bucket %lld\n",
-                who.c_str(), (long long)at(stepped[r], MemoryCategory::weights),
-                (long long)at(built[r], MemoryCategory::weights), (long long)at(stepped[r], MemoryCategory::grads),
-                (long long)at(stepped[r], MemoryCategory::optimizer), (long long)at(stepped[r], MemoryCategory::offload),
-                (long long)at(stepped[r], MemoryCategory::comm), (long long)e, (long long)(e * P), (long long)e,
-                (long long)(e * S), (long long)(e * b.largest));
+    std::printf(
+        "[   info   ] %s: peaks weights %lld (built %lld) grads %lld optimizer %lld offload %lld comm %lld;"
+        " %lldP %lld %lldS %lld largest bucket %lld\n",
+        who.c_str(), (long long)at(stepped[r], MemoryCategory::weights),
+        (long long)at(built[r], MemoryCategory::weights), (long long)at(stepped[r], MemoryCategory::grads),
+        (long long)at(stepped[r], MemoryCategory::optimizer), (long long)at(stepped[r], MemoryCategory::offload),
+        (long long)at(stepped[r], MemoryCategory::comm), (long long)e, (long long)(e * P), (long long)e,
+        (long long)(e * S), (long long)(e * b.largest));
   }
 }
 
