@@ -33,16 +33,16 @@
 #include <utility>
 #include <vector>
 
+#include "autograd/grad_mode.h"
 #include "nn/data.h"
 #include "nn/gpt.h"
 #include "nn/optim.h"
+#include "parallel/comm/launch.h"
+#include "parallel/comm/mesh.h"
 #include "parallel/data_parallel/data_parallel.h"
 #include "parallel/data_parallel/ddp.h"
 #include "parallel/zero/fsdp.h"
-#include "parallel/comm/launch.h"
-#include "parallel/comm/mesh.h"
 #include "parallel/zero/zero_adamw.h"
-#include "autograd/grad_mode.h"
 #include "tensor/ledger.h"
 
 using namespace sl;
@@ -114,8 +114,8 @@ struct HandZero1 {
       const int64_t lo = std::max(begin, offsets[i]), hi = std::min(end, offsets[i] + params[i].numel());
       if (lo >= hi) continue;
       const nn::AdamWStep s = nn::AdamWStep::make(options, lr, t, params[i].dim() >= 2);  // no decay on biases
-      nn::adamw_update(weights.data<float>() + lo, grads.data<float>() + lo,
-                       m.data<float>() + (lo - begin), v.data<float>() + (lo - begin), hi - lo, s);
+      nn::adamw_update(weights.data<float>() + lo, grads.data<float>() + lo, m.data<float>() + (lo - begin),
+                       v.data<float>() + (lo - begin), hi - lo, s);
     }
     group->all_gather(weights, weights.flat_view(begin, {S}));  // the other half: everyone's new shard
     unpack(weights.data<float>(), offsets, params);
@@ -313,7 +313,8 @@ static MixedHeld mixed_precision_held(int stage, const nn::TokenStream& data, co
       [&](RankContext& ctx) {
         MemoryLedger& ledger = MemoryLedger::instance();
         auto held_now = [&] {
-          return Bytes{ledger.current(ctx.device, MemoryCategory::weights), ledger.current(ctx.device, MemoryCategory::grads),
+          return Bytes{ledger.current(ctx.device, MemoryCategory::weights),
+                       ledger.current(ctx.device, MemoryCategory::grads),
                        ledger.current(ctx.device, MemoryCategory::optimizer),
                        ledger.current(ctx.device, MemoryCategory::offload)};
         };
@@ -335,8 +336,9 @@ static MixedHeld mixed_precision_held(int stage, const nn::TokenStream& data, co
           fsdp = std::make_unique<FullyShardedGPT>(model, ctx.world, nullptr, master);
           padded = fsdp->padded_numel(), shard = fsdp->shard_numel();
         } else {
-          zero = std::make_unique<ZeroAdamW>(model.parameters(), ctx.world,
-                                             ZeroOptions{.stage = stage, .adamw = master, .bucket_bytes = kBucketBytes});
+          zero =
+              std::make_unique<ZeroAdamW>(model.parameters(), ctx.world,
+                                          ZeroOptions{.stage = stage, .adamw = master, .bucket_bytes = kBucketBytes});
           padded = zero->flat().layout().padded_numel, shard = zero->flat().layout().shard_numel;
         }
         if (ddp) ddp->zero_grad();
@@ -357,10 +359,14 @@ static MixedHeld mixed_precision_held(int stage, const nn::TokenStream& data, co
 static Bytes mixed_precision_formula(int stage, const MixedHeld& m) {
   const i64 P = m.padded, S = m.shard;
   switch (stage) {
-    case kDDP: return {2 * P, 2 * P, 12 * P, 0};     // 16Ψ
-    case kZero1: return {2 * P, 2 * P, 12 * S, 0};   // 4Ψ + 12Ψ/N
-    case kZero2: return {2 * P, 2 * S, 12 * S, 0};   // 2Ψ + 14Ψ/N
-    default: return {2 * S, 2 * S, 12 * S, 0};       // 16Ψ/N
+    case kDDP:
+      return {2 * P, 2 * P, 12 * P, 0};  // 16Ψ
+    case kZero1:
+      return {2 * P, 2 * P, 12 * S, 0};  // 4Ψ + 12Ψ/N
+    case kZero2:
+      return {2 * P, 2 * S, 12 * S, 0};  // 2Ψ + 14Ψ/N
+    default:
+      return {2 * S, 2 * S, 12 * S, 0};  // 16Ψ/N
   }
 }
 
@@ -567,8 +573,8 @@ int main() try {
   for (int n = 1; n <= 4; ++n)
     for (int stage = kDDP; stage <= kZero3; ++stage) {
       const RankResult& r = rank0(stage, n);
-      std::printf("  %d  %-7s %9lld %8lld %9lld | %6lld = %s %8.1f  %6lld | %12lld %5lld %6lld\n", n,
-                  kStageName[stage], r.held.weights, r.held.grads, r.held.optimizer, r.held.total(), kFormula[stage],
+      std::printf("  %d  %-7s %9lld %8lld %9lld | %6lld = %s %8.1f  %6lld | %12lld %5lld %6lld\n", n, kStageName[stage],
+                  r.held.weights, r.held.grads, r.held.optimizer, r.held.total(), kFormula[stage],
                   formula_bytes(stage, double(psi), n), held_formula({stage, n}, r).total(), r.peak_weights,
                   r.peak_grads, r.peak_total);
     }
@@ -645,7 +651,8 @@ int main() try {
     std::printf("  %-7s %10lld %8lld %9lld %7lld | %s = %7lld\n", kStageName[stage], (long long)m.held.weights,
                 (long long)m.held.grads, (long long)m.held.optimizer, (long long)m.held.total(), kMixedFormula[stage],
                 (long long)want_bytes.total());
-    check(m.held == want_bytes, std::string(kStageName[stage]) + " in bf16 holds the paper's bytes, category by category");
+    check(m.held == want_bytes,
+          std::string(kStageName[stage]) + " in bf16 holds the paper's bytes, category by category");
   }
 
   section("8. Checks (every rank; serial: the same model, AdamW and clipping on all 12 rows)");

@@ -42,9 +42,9 @@
 namespace sl::parallel {
 
 struct NdOptions {
-  PipelineOptions pipeline;  // schedule, virtual stages, stage layers (any pp, 1 included)
-  bool sequence_parallel = false;      // SP under tp
-  ContextParallelOptions cp;           // balance, variant
+  PipelineOptions pipeline;                        // schedule, virtual stages, stage layers (any pp, 1 included)
+  bool sequence_parallel = false;                  // SP under tp
+  ContextParallelOptions cp;                       // balance, variant
   std::optional<DType> grad_dtype = std::nullopt;  // FSDP under mixed precision: FsdpOptions::grad_dtype
 };
 
@@ -58,7 +58,8 @@ class NdParallelizer : public ChunkParallelizer {
   // Uses mesh.group("tp") and mesh.group("cp"); no communication. Throws as check_nd_layout does.
   NdParallelizer(const nn::GPTConfig& config, const DeviceMesh& mesh, const NdOptions& options);
 
-  std::shared_ptr<nn::GPT> build(const nn::GPTConfig& config, uint64_t seed, const nn::GPTShardSpec& spec) const override;
+  std::shared_ptr<nn::GPT> build(const nn::GPTConfig& config, uint64_t seed,
+                                 const nn::GPTShardSpec& spec) const override;
   Tensor forward(nn::GPT& part, const Tensor& input) const override;
   Tensor loss(const Tensor& logits, const nn::TokenStream::MicroBatch& micro) const override;
   Shape activation_shape(const Tensor& ids, int64_t n_embd) const override;

@@ -58,8 +58,8 @@ std::unique_ptr<ModelRunner> make_model_runner(const TrainPlan& plan, const nn::
   else if (c.pp > 1)
     runner = std::make_unique<PipelineRunner>(config, seed, mesh, pipeline_options(plan));
   else if (c.tp > 1)
-    runner = std::make_unique<TensorParallelRunner>(
-        config, seed, mesh, TensorParallelOptions{.sequence_parallel = plan.sequence_parallel});
+    runner = std::make_unique<TensorParallelRunner>(config, seed, mesh,
+                                                    TensorParallelOptions{.sequence_parallel = plan.sequence_parallel});
   else if (c.cp > 1)
     runner = std::make_unique<ContextParallelRunner>(
         config, seed, mesh, ContextParallelOptions{.balance = plan.cp_balance, .variant = plan.cp_variant});
@@ -105,17 +105,18 @@ WholeModel make_whole_model(const TrainPlan& plan, nn::GPT& model, const DeviceM
     case DpStrategy::zero1:
     case DpStrategy::zero2:
       out.runner = std::make_unique<WholeModelRunner>(model, plain_loss);
-      out.strategy = std::make_unique<ZeroStrategy>(*out.runner, mesh, plan.zero(), plan.offload, /*cut=*/false,
-                                                      adamw, plan.precision);
+      out.strategy = std::make_unique<ZeroStrategy>(*out.runner, mesh, plan.zero(), plan.offload, /*cut=*/false, adamw,
+                                                    plan.precision);
       break;
-    case DpStrategy::fsdp: {  // FSDP's gathers run around the model's forward: the runner's loss is FSDP's
+    case DpStrategy::fsdp: {            // FSDP's gathers run around the model's forward: the runner's loss is FSDP's
       std::optional<DType> grad_dtype;  // mixed precision: the gradients' dtype (the weights': the model's)
       if (plan.precision.enabled()) grad_dtype = plan.precision.grad_dtype;
       const nn::AdamWOptions options = with_master_weights(adamw, plan);
-      auto fsdp = mesh.size("dp_replicate") > 1
-                      ? std::make_shared<FullyShardedGPT>(model, mesh, options, FsdpOptions{.grad_dtype = grad_dtype})
-                      : std::make_shared<FullyShardedGPT>(model, mesh.group("dp_shard"), nullptr, options,
-                                                          FsdpOptions{.offload = plan.offload, .grad_dtype = grad_dtype});
+      auto fsdp =
+          mesh.size("dp_replicate") > 1
+              ? std::make_shared<FullyShardedGPT>(model, mesh, options, FsdpOptions{.grad_dtype = grad_dtype})
+              : std::make_shared<FullyShardedGPT>(model, mesh.group("dp_shard"), nullptr, options,
+                                                  FsdpOptions{.offload = plan.offload, .grad_dtype = grad_dtype});
       FullyShardedGPT* sharded = fsdp.get();
       out.runner = std::make_unique<WholeModelRunner>(
           model, [sharded](const Tensor& x, const Tensor& y) { return sharded->loss(x, y); });

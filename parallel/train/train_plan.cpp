@@ -105,9 +105,8 @@ void TrainPlan::validate(int world_size) const {
   const int zero = this->zero();
   if (cuts_model()) validate_cut(*this);
   SL_CHECK(micro_batches >= 1, "Trainer: --micro-batches must be >= 1 (got ", micro_batches, ")");
-  SL_CHECK(!precision.enabled() || dp_strategy != DpStrategy::naive, "Trainer: --mixed-precision ",
-           precision.str(), " runs with DDP, ZeRO-1/2/3, FSDP, HSDP and offload, over any cut; the naive ",
-           "DataParallel keeps f32");
+  SL_CHECK(!precision.enabled() || dp_strategy != DpStrategy::naive, "Trainer: --mixed-precision ", precision.str(),
+           " runs with DDP, ZeRO-1/2/3, FSDP, HSDP and offload, over any cut; the naive ", "DataParallel keeps f32");
   if (dp_strategy == DpStrategy::naive) {
     SL_CHECK(!offload, "Trainer: --naive-dp is the classic DataParallel; it cannot be combined with --offload");
     SL_CHECK(c.dp_shard == 1, "Trainer: --naive-dp replicates: dp_shard must be 1 (got ", c.dp_shard, ")");

@@ -74,8 +74,9 @@ static void check_params(const std::vector<Tensor>& params) {
   for (size_t i = 0; i < params.size(); ++i) {
     const Tensor& p = params[i];
     SL_CHECK(p.defined() && p.is_leaf(), "FlatParams: parameter ", i, " must be a defined leaf tensor");
-    SL_CHECK(p.dtype() == params[0].dtype() && (p.dtype() == DType::f32 || is_16bit(p.dtype())), "FlatParams: parameter ",
-             i, " is ", dtype_name(p.dtype()), " and parameter 0 ", dtype_name(params[0].dtype()),
+    SL_CHECK(p.dtype() == params[0].dtype() && (p.dtype() == DType::f32 || is_16bit(p.dtype())),
+             "FlatParams: parameter ", i, " is ", dtype_name(p.dtype()), " and parameter 0 ",
+             dtype_name(params[0].dtype()),
              "; the flat buffer holds parameters of one dtype: f32, or bf16/f16 under mixed precision");
     SL_CHECK(p.device() == params[0].device(), "FlatParams: parameter ", i, " is on ", p.device(),
              " but parameter 0 is on ", params[0].device(), "; flatten the parameters of one device");
@@ -123,8 +124,8 @@ const Tensor& FlatParams::buffer() const {
 
 void FlatParams::point_at(size_t i, const Tensor& bucket_buffer, size_t b) {
   // As nn::Module::to(): swap the storage under the handle, so every holder of p sees the buffer.
-  const Tensor view = bucket_buffer.flat_view(layout_.segments[i].offset - layout_.buckets[b].offset,
-                                              layout_.segments[i].shape);
+  const Tensor view =
+      bucket_buffer.flat_view(layout_.segments[i].offset - layout_.buckets[b].offset, layout_.segments[i].shape);
   params_[i].impl()->storage = view.impl()->storage;
   params_[i].impl()->storage_offset = view.impl()->storage_offset;
 }
@@ -132,9 +133,9 @@ void FlatParams::point_at(size_t i, const Tensor& bucket_buffer, size_t b) {
 Tensor FlatParams::checked_flat(const Tensor& flat, const char* what) const {
   SL_CHECK(flat.defined(), what, ": the flat buffer is undefined (was it released?)");
   SL_CHECK((flat.dtype() == DType::f32 || is_16bit(flat.dtype())) && flat.numel() == layout_.padded_numel, what,
-           ": expected a floating buffer of ",
-           layout_.padded_numel, " elements (", layout_.numel, " parameters padded to a multiple of ",
-           layout_.world_size, ") but got ", dtype_name(flat.dtype()), " ", flat.shape());
+           ": expected a floating buffer of ", layout_.padded_numel, " elements (", layout_.numel,
+           " parameters padded to a multiple of ", layout_.world_size, ") but got ", dtype_name(flat.dtype()), " ",
+           flat.shape());
   return flat;
 }
 
@@ -147,7 +148,9 @@ Tensor FlatParams::shard_of(const Tensor& flat, int rank) const {
 Tensor FlatParams::bucket_of(const Tensor& flat, size_t bucket) const {
   SL_ASSERT(bucket < layout_.buckets.size());
   const FlatBucket& b = layout_.buckets[bucket];
-  return checked_flat(flat, "FlatParams::bucket_of").reshape({layout_.padded_numel}).flat_view(b.offset, {b.padded_numel});
+  return checked_flat(flat, "FlatParams::bucket_of")
+      .reshape({layout_.padded_numel})
+      .flat_view(b.offset, {b.padded_numel});
 }
 
 Tensor FlatParams::chunk_of(const Tensor& flat, size_t bucket, int rank) const {
@@ -190,8 +193,8 @@ void FlatParams::release() {
 
 void FlatParams::bind_grads(const Tensor& flat_grads) const {
   Tensor checked = checked_flat(flat_grads, "FlatParams::bind_grads").reshape({layout_.padded_numel});
-  SL_CHECK(checked.dtype() == params_[0].dtype() || checked.dtype() == DType::f32, "FlatParams::bind_grads: ",
-           dtype_name(checked.dtype()), " gradients for ", dtype_name(params_[0].dtype()),
+  SL_CHECK(checked.dtype() == params_[0].dtype() || checked.dtype() == DType::f32,
+           "FlatParams::bind_grads: ", dtype_name(checked.dtype()), " gradients for ", dtype_name(params_[0].dtype()),
            " parameters (the parameters' dtype, or f32: mixed precision's main_grad)");
   for (size_t i = 0; i < params_.size(); ++i)
     params_[i].set_grad(checked.flat_view(layout_.segments[i].offset, layout_.segments[i].shape));

@@ -66,11 +66,11 @@ struct ShardPiece {
 
 // A run of segments reduced (and gathered) by one collective: padded to a multiple of N.
 struct FlatBucket {
-  int64_t offset = 0;        // first element in the flat buffer
-  int64_t numel = 0;         // its segments' elements
-  int64_t padded_numel = 0;  // numel rounded up to a multiple of world_size
-  int64_t chunk_numel = 0;   // padded_numel / world_size: what each rank owns of it
-  int64_t shard_offset = 0;  // where every rank's chunk of it sits inside that rank's shard
+  int64_t offset = 0;            // first element in the flat buffer
+  int64_t numel = 0;             // its segments' elements
+  int64_t padded_numel = 0;      // numel rounded up to a multiple of world_size
+  int64_t chunk_numel = 0;       // padded_numel / world_size: what each rank owns of it
+  int64_t shard_offset = 0;      // where every rank's chunk of it sits inside that rank's shard
   std::vector<size_t> segments;  // in buffer order
 };
 
@@ -126,8 +126,8 @@ class FlatParams {
   Tensor bucket_of(const Tensor& flat, size_t bucket) const;
   Tensor chunk_of(const Tensor& flat, size_t bucket, int rank) const;
 
-  // Re-points the parameters at views of `flat` ([padded_numel], the parameters' dtype), whose buckets become bucket(b):
-  // FSDP binds a unit to its freshly all-gathered buffer before the unit's forward and backward.
+  // Re-points the parameters at views of `flat` ([padded_numel], the parameters' dtype), whose buckets become
+  // bucket(b): FSDP binds a unit to its freshly all-gathered buffer before the unit's forward and backward.
   void bind(const Tensor& flat);
   // Points the parameters at an empty storage (shapes kept) and drops the buffers. The parameters must
   // not be read until the next bind(). Tensors that autograd saved still hold the old storage, so

@@ -50,9 +50,10 @@ FullyShardedGPT::FullyShardedGPT(nn::GPT& model, ProcessGroupPtr shard_group, Pr
       shard_group_(std::move(shard_group)),
       replicate_group_(std::move(replicate_group)) {
   SL_CHECK(shard_group_ != nullptr, "FullyShardedGPT: the shard group is null");
-  SL_CHECK(fsdp.gradient_divisor >= 0 && (fsdp.gradient_divisor == 0 || shard_group_->size() % fsdp.gradient_divisor == 0),
-           "FullyShardedGPT: gradient_divisor ", fsdp.gradient_divisor, " must divide the shard group's size ",
-           shard_group_->size());
+  SL_CHECK(
+      fsdp.gradient_divisor >= 0 && (fsdp.gradient_divisor == 0 || shard_group_->size() % fsdp.gradient_divisor == 0),
+      "FullyShardedGPT: gradient_divisor ", fsdp.gradient_divisor, " must divide the shard group's size ",
+      shard_group_->size());
   SL_CHECK(options.beta1 >= 0 && options.beta1 < 1 && options.beta2 >= 0 && options.beta2 < 1,
            "FullyShardedGPT: AdamW betas must be in [0, 1) (got ", options.beta1, ", ", options.beta2, ")");
   SL_CHECK(options.eps >= 0 && lr >= 0, "FullyShardedGPT: AdamW lr (", lr, ") and eps (", options.eps,

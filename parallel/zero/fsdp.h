@@ -75,8 +75,8 @@
 
 #include "nn/gpt.h"
 #include "nn/optim.h"
-#include "parallel/zero/fsdp_unit.h"
 #include "parallel/comm/mesh.h"
+#include "parallel/zero/fsdp_unit.h"
 
 namespace sl::parallel {
 

@@ -153,7 +153,8 @@ void FsdpUnit::adamw_step(const nn::AdamWOptions& options, double lr) {
            "; mixed precision updates an f32 master copy: set AdamWOptions::master_weights");
   std::vector<const void*> grads;
   for (const FlatBucket& bucket : layout().buckets)
-    grads.push_back(static_cast<const std::byte*>(grad_shard_.raw_data()) + bucket.shard_offset * dtype_size(grad_dtype_));
+    grads.push_back(static_cast<const std::byte*>(grad_shard_.raw_data()) +
+                    bucket.shard_offset * dtype_size(grad_dtype_));
   adam_->step(adam_->chunks_of(master_.data<float>()), grads, grad_dtype_, has_grad, options, lr);
   weight_shard_.copy_(master_);
 }

@@ -26,8 +26,8 @@
 
 #include "nn/module.h"
 #include "nn/optim.h"
-#include "parallel/zero/flat_params.h"
 #include "parallel/comm/process_group.h"
+#include "parallel/zero/flat_params.h"
 #include "parallel/zero/sharded_adamw.h"
 
 namespace sl::parallel {
@@ -102,15 +102,15 @@ class FsdpUnit {
   std::unique_ptr<FlatParams> flat_;  // the params view flat_->buffer(), whose bytes come and go
   ProcessGroupPtr shard_group_, replicate_group_;
   bool offload_ = false;
-  int gradient_divisor_ = 0;  // FsdpOptions::gradient_divisor
-  DType grad_dtype_ = DType::f32;  // FsdpOptions::grad_dtype, resolved
+  int gradient_divisor_ = 0;            // FsdpOptions::gradient_divisor
+  DType grad_dtype_ = DType::f32;       // FsdpOptions::grad_dtype, resolved
   Device device_, host_;                // host_: cpu:i for device index i (on a CPU build, the same)
   Tensor weight_shard_, grad_shard_;    // [S] each: what this rank owns (offload: on the host)
   Tensor master_;                       // mixed precision: the f32 weights of the shard [S], "optimizer"
   std::unique_ptr<ShardedAdamW> adam_;  // exp_avg, exp_avg_sq [S]
   Tensor full_grads_;                   // [P], only during this unit's backward
-  size_t pending_grads_ = 0;  // parameters still to accumulate in this backward
-  bool has_grad_ = false;     // a backward reached the unit since zero_grad (AdamW skips it otherwise)
+  size_t pending_grads_ = 0;            // parameters still to accumulate in this backward
+  bool has_grad_ = false;               // a backward reached the unit since zero_grad (AdamW skips it otherwise)
   State state_ = State::gathered;
 };
 

@@ -57,9 +57,9 @@ void ShardedAdamW::step(const Chunks& weights, const std::vector<const void*>& g
   float* m = exp_avg_.data<float>();
   float* v = exp_avg_sq_.data<float>();
   for (const ShardPiece& piece : pieces_) {
-    if (!has_grad[piece.segment]) continue;  // as nn::AdamW skips a parameter without a gradient
-    const int64_t at = piece.shard_offset;                              // in m and v [S]
-    const int64_t in_chunk = at - chunk_offsets_[piece.bucket];           // in its bucket's chunk
+    if (!has_grad[piece.segment]) continue;                      // as nn::AdamW skips a parameter without a gradient
+    const int64_t at = piece.shard_offset;                       // in m and v [S]
+    const int64_t in_chunk = at - chunk_offsets_[piece.bucket];  // in its bucket's chunk
     const nn::AdamWStep s = nn::AdamWStep::make(options, lr, steps_[piece.segment], piece.decay);
     const void* g = static_cast<const std::byte*>(grads[piece.bucket]) + in_chunk * dtype_size(grad_dtype);
     adamw_update_from(grad_dtype, weights[piece.bucket] + in_chunk, g, m + at, v + at, piece.numel, s);

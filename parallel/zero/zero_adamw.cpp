@@ -176,9 +176,9 @@ std::vector<Tensor> ZeroAdamW::my_grad_chunks() const {
   std::vector<Tensor> chunks;
   const FlatLayout& layout = flat_.layout();
   for (size_t b = 0; b < layout.buckets.size(); ++b)
-    chunks.push_back(reducer_ ? reducer_->grad_shard().flat_view(layout.buckets[b].shard_offset,
-                                                                 {layout.buckets[b].chunk_numel})
-                              : flat_.chunk_of(flat_grads_, b, group_->rank()));
+    chunks.push_back(
+        reducer_ ? reducer_->grad_shard().flat_view(layout.buckets[b].shard_offset, {layout.buckets[b].chunk_numel})
+                 : flat_.chunk_of(flat_grads_, b, group_->rank()));
   return chunks;
 }
 
@@ -214,8 +214,8 @@ double ZeroAdamW::clip_grad_norm(double max_norm) {
   return norm;
 }
 
-double ZeroAdamW::clip_grad_norm(double max_norm, const std::vector<nn::Placement>& placements,
-                                 const DeviceMesh& mesh, const std::string& shard_dim) {
+double ZeroAdamW::clip_grad_norm(double max_norm, const std::vector<nn::Placement>& placements, const DeviceMesh& mesh,
+                                 const std::string& shard_dim) {
   SL_CHECK(max_norm > 0, "ZeroAdamW::clip_grad_norm: max_norm must be positive (got ", max_norm, ")");
   SL_CHECK(placements.size() == flat_.params().size(), "ZeroAdamW::clip_grad_norm: ", placements.size(),
            " placements for ", flat_.params().size(), " parameters");

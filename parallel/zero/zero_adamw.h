@@ -81,8 +81,8 @@
 #include "nn/optim.h"
 #include "nn/placement.h"
 #include "parallel/comm/mesh.h"
-#include "parallel/zero/flat_params.h"
 #include "parallel/comm/process_group.h"
+#include "parallel/zero/flat_params.h"
 #include "parallel/zero/sharded_adamw.h"
 
 namespace sl::parallel {
@@ -141,7 +141,7 @@ class ZeroAdamW {
   // scale in place, and says whether any of them holds an inf or NaN (the caller agrees with the world).
   bool unscale_gradients(const nn::GradScaler& scaler);
 
-  double lr;  // as nn::Optimizer::lr: a schedule may set it
+  double lr;                   // as nn::Optimizer::lr: a schedule may set it
   int64_t step_count() const;  // the most steps any parameter took
   const ZeroOptions& options() const { return options_; }
   const FlatParams& flat() const { return flat_; }
@@ -161,7 +161,7 @@ class ZeroAdamW {
   void load_full_state_dict(const nn::StateDict& state);
 
  private:
-  Tensor gather_flat(const std::vector<Tensor>& my_chunks);  // a chunk per bucket -> [P] in the flat layout
+  Tensor gather_flat(const std::vector<Tensor>& my_chunks);        // a chunk per bucket -> [P] in the flat layout
   std::vector<Tensor> chunks_of_shard(const Tensor& shard) const;  // [S] -> its chunks, views
   void collect_gradients();  // stage 1: copies stray .grad tensors into flat_grads_
   void gather_weights();
@@ -170,7 +170,7 @@ class ZeroAdamW {
   // Runs `use` with my gradient chunks holding the average (stage 1: scaled by 1/N, and back after).
   void with_averaged_gradients(const std::function<void()>& use);
   bool holds_sums() const { return !reducer_ && !is_16bit(grad_dtype_); }  // stage 1 in f32: my chunks hold sums
-  void check_can_reduce() const;  // 16-bit stage 1: one reduce per zero_grad()
+  void check_can_reduce() const;                                           // 16-bit stage 1: one reduce per zero_grad()
 
   ProcessGroupPtr group_;
   ZeroOptions options_;
@@ -178,9 +178,9 @@ class ZeroAdamW {
   Device device_, host_;
   DType param_dtype_ = DType::f32, grad_dtype_ = DType::f32;
   std::unique_ptr<ShardedAdamW> adam_;  // exp_avg, exp_avg_sq [S]: device "optimizer" or host "offload"
-  Tensor master_;  // mixed precision, not offloaded: the f32 master weights of my shard [S], "optimizer"
-  Tensor flat_grads_;                   // stage 1: [P], bound to the parameters' .grad; my chunks: the shard
-  Tensor host_weights_, host_grads_;    // offload: [S] each, "offload"
+  Tensor master_;      // mixed precision, not offloaded: the f32 master weights of my shard [S], "optimizer"
+  Tensor flat_grads_;  // stage 1: [P], bound to the parameters' .grad; my chunks: the shard
+  Tensor host_weights_, host_grads_;      // offload: [S] each, "offload"
   std::shared_ptr<ZeroReducer> reducer_;  // stage 2
   // Stage 1, shared with the parameters' hooks: which parameters got a gradient since zero_grad(),
   // and whether a backward ran since the last reduce.

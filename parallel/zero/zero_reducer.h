@@ -22,8 +22,8 @@
 #include <memory>
 #include <vector>
 
-#include "parallel/zero/flat_params.h"
 #include "parallel/comm/process_group.h"
+#include "parallel/zero/flat_params.h"
 
 namespace sl::parallel {
 

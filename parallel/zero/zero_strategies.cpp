@@ -83,7 +83,8 @@ std::vector<NamedShard> FsdpStrategy::shards() const {
   fsdp_->finish_backward();  // every unit's shard complete
   std::vector<NamedShard> out;
   const int rank = fsdp_->shard_group()->rank();
-  for (const auto& unit : fsdp_->units()) out.push_back({unit->grad_shard(), &unit->layout(), rank, &unit->param_names()});
+  for (const auto& unit : fsdp_->units())
+    out.push_back({unit->grad_shard(), &unit->layout(), rank, &unit->param_names()});
   return out;
 }
 
