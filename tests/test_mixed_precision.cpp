@@ -14,6 +14,7 @@
 //   that misses its update (lr·1 per step) are all far outside that.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -39,8 +40,8 @@ constexpr int kSteps = 5;
 constexpr uint64_t kSeed = 11;
 constexpr double kClip = 1.0;
 
-nn::GPTConfig config(DType dtype) {
-  nn::GPTConfig c{.vocab_size = 32, .block_size = kT, .n_layer = 2, .n_head = 2, .n_embd = 16};
+nn::GPTConfig config(DType dtype, int64_t layers = 2) {
+  nn::GPTConfig c{.vocab_size = 32, .block_size = kT, .n_layer = layers, .n_head = 2, .n_embd = 16};
   c.param_dtype = dtype;
   return c;
 }
@@ -55,8 +56,8 @@ struct SerialStep {
 // The serial mixed-precision step, written out: scaled backward, unscale, clip, step. The scaling
 // is the test's own (not nn::GradScaler's), so a layout that forgets to unscale cannot agree with it:
 // 5 steps of the parity stream never overflow, so the scale stays 2^16 (fp16) or 1 (bf16).
-std::vector<SerialStep> run_serial(const nn::MixedPrecision& precision) {
-  nn::GPT model(config(precision.param_dtype), kSeed);
+std::vector<SerialStep> run_serial(const nn::MixedPrecision& precision, int64_t layers) {
+  nn::GPT model(config(precision.param_dtype, layers), kSeed);
   nn::AdamWOptions adamw = parity_adamw();
   adamw.master_weights = true;
   nn::AdamW optimizer(model.parameters(), adamw);
@@ -116,6 +117,8 @@ struct MpCase {
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
   DpStrategy dp = DpStrategy::ddp;  // zero1, zero2, fsdp (ZeRO-3, HSDP with dp_replicate)
   bool offload = false;
+  int virtual_stages = 1;  // interleaved: model chunks per stage (the GPT then has pp x this many layers)
+  int64_t layers() const { return std::max<int64_t>(2, parallelism.pp * virtual_stages); }
   int world() const { return parallelism.world_size(); }
 };
 void PrintTo(const MpCase& c, std::ostream* out) { *out << c.name; }
@@ -129,13 +132,14 @@ TrainPlan plan_of(const MpCase& c) {
   plan.precision = nn::MixedPrecision::parse(c.mode, c.grads);
   plan.dp_strategy = c.dp;
   plan.offload = c.offload;
+  plan.virtual_stages = c.virtual_stages;
   return plan;
 }
 
 // Runs `c` on its mesh: the whole model under its data-parallel strategy, or train's runner for a cut.
 std::unique_ptr<Trainer> make_trainer(RankContext& ctx, const MpCase& c, std::unique_ptr<nn::GPT>& whole) {
   const TrainPlan plan = plan_of(c);
-  const nn::GPTConfig cfg = config(plan.precision.param_dtype);
+  const nn::GPTConfig cfg = config(plan.precision.param_dtype, c.layers());
   if (!plan.cuts_model()) {
     whole = std::make_unique<nn::GPT>(cfg, kSeed);
     return std::make_unique<Trainer>(*whole, ctx, plan, parity_adamw());
@@ -150,7 +154,7 @@ TEST_P(MixedPrecisionParity, MatchesTheSerialMixedPrecisionRun) {
   const MpCase c = GetParam();
   SL_SKIP_UNLESS_WORLD(c.world());
   const nn::MixedPrecision precision = nn::MixedPrecision::parse(c.mode, c.grads);
-  const std::vector<SerialStep> serial = run_serial(precision);
+  const std::vector<SerialStep> serial = run_serial(precision, c.layers());
   const double tol = 4 * unit_roundoff(precision.param_dtype);
   const nn::TokenStream data = parity_tokens();
   launch(
@@ -204,6 +208,21 @@ std::vector<MpCase> parity_cases() {
   cases.push_back({"bf16_zero1_dp2_pp2", {.dp_shard = 2, .pp = 2}, "bf16", "", 2, false, f1b, DpStrategy::zero1});
   cases.push_back({"bf16_fsdp2_cp2", {.dp_shard = 2, .cp = 2}, "bf16", "", 1, false, f1b, DpStrategy::fsdp});
   cases.push_back({"fp16_fsdp2_tp2", {.dp_shard = 2, .tp = 2}, "fp16", "", 1, false, f1b, DpStrategy::fsdp});
+  // The schedules not above: naive and GPipe, and interleaved 1F1B (2 chunks per stage, 4 layers).
+  cases.push_back({"bf16_pp2_naive", {.pp = 2}, "bf16", "", 2, false, ScheduleKind::naive});
+  cases.push_back({"fp16_pp2_gpipe", {.pp = 2}, "fp16", "", 2, false, ScheduleKind::gpipe});
+  cases.push_back(
+      {"bf16_pp2_interleaved", {.pp = 2}, "bf16", "", 2, false, ScheduleKind::interleaved, DpStrategy::ddp, false, 2});
+  cases.push_back({"fp16_zero1_dp2_pp2_interleaved",
+                   {.dp_shard = 2, .pp = 2},
+                   "fp16",
+                   "",
+                   2,
+                   false,
+                   ScheduleKind::interleaved,
+                   DpStrategy::zero1,
+                   false,
+                   2});  // (DDP refuses interleaved)
   return cases;
 }
 INSTANTIATE_TEST_SUITE_P(Layouts, MixedPrecisionParity, testing::ValuesIn(parity_cases()),
