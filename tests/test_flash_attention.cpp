@@ -263,7 +263,8 @@ TEST(FlashAttention, RejectsBadInputsNamingShapes) {
   expect_error([&] { causal_attention(q, q, q, 1.0); }, "dropout_p must be in [0, 1)");
 }
 
-TEST(FlashAttention, Bf16RunsTheEagerPathCloseToF32) {
+// The 16-bit kernel in depth: test_flash_attention_16bit.cpp.
+TEST(FlashAttention, Bf16IsCloseToF32) {
   Tensor q = random({1, 2, 20, 8}, 1), k = random({1, 2, 20, 8}, 2), v = random({1, 2, 20, 8}, 3);
   Tensor half = causal_attention(q.to(DType::bf16), k.to(DType::bf16), v.to(DType::bf16));
   EXPECT_EQ(half.dtype(), DType::bf16);
