@@ -92,6 +92,7 @@ struct Case {
   int64_t T;
   double p;
 };
+void PrintTo(const Case& c, std::ostream* os) { *os << dtype_name(c.dtype) << " T " << c.T << " p " << c.p; }
 std::string case_name(const testing::TestParamInfo<Case>& info) {
   return std::string(dtype_name(info.param.dtype)) + "_T" + std::to_string(info.param.T) +
          (info.param.p > 0 ? "_dropout" : "");
