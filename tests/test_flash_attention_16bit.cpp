@@ -5,8 +5,8 @@
 //     and without dropout (the same Philox mask as dropout() of the probabilities), bf16 and f16;
 //   * against the eager 16-bit composition (q kᵀ, causal_softmax, dropout, · v, each op rounding its
 //     output): at most as far from f64, and within a few roundings of it;
-//   * causal_attention_packed (the GPT's form) against split heads, bitwise;
 //   * what forward keeps: out in 16 bits, lse in f32, no T×T matrix; the same bytes for any thread count.
+//   (causal_attention_packed in 16 bits, bitwise the split heads: test_flash_attention.cpp.)
 //   Kernel: tensor/cpu/flash_attention.cpp (forward_heads_16bit)   f32 tests: test_flash_attention.cpp
 #include <gtest/gtest.h>
 
@@ -142,32 +142,6 @@ TEST(FlashAttention16, DropoutAdvancesTheGeneratorAsTheEagerMaskDoes) {
   Generator gen(3);
   causal_attention(q, q, q, 0.2, true, &gen);
   EXPECT_EQ(gen.offset(), static_cast<uint64_t>(2 * 2 * 40 * 40));
-}
-
-// The GPT's form on c_attn's bf16 output: the same kernel on strided rows, so the same bytes as
-// splitting the heads out, with and without dropout.
-TEST(FlashAttention16, PackedIsBitwiseTheSplitHeads) {
-  const int64_t B = 2, T = 45, NH = 3, HS = 8, W = NH * HS;
-  for (DType dtype : {DType::bf16, DType::f16})
-    for (double p : {0.0, 0.25}) {
-      SCOPED_TRACE(std::string(dtype_name(dtype)) + " p " + std::to_string(p));
-      Tensor qkv = random({B, T, 3 * W}, 1, dtype), dy = random({B, T, W}, 2, dtype);
-      auto split_heads = [&](const Tensor& x, Generator* gen) {
-        TensorList thirds = split(x, W, 2);
-        auto heads = [&](const Tensor& t) { return t.reshape({B, T, NH, HS}).transpose(1, 2); };
-        return causal_attention(heads(thirds[0]), heads(thirds[1]), heads(thirds[2]), p, true, gen)
-            .transpose(1, 2)
-            .reshape({B, T, W});
-      };
-      Generator split_gen(4), packed_gen(4);
-      Tensor a = qkv.detach().clone().set_requires_grad(), b = qkv.detach().clone().set_requires_grad();
-      Tensor y_split = split_heads(a, &split_gen), y_packed = causal_attention_packed(b, NH, p, true, &packed_gen);
-      y_split.backward(dy);
-      y_packed.backward(dy);
-      EXPECT_EQ(y_packed.dtype(), dtype);
-      EXPECT_TRUE(bitwise_equal(y_packed, y_split));
-      EXPECT_TRUE(bitwise_equal(b.grad(), a.grad()));
-    }
 }
 
 TEST(FlashAttention16, TheSameBytesForAnyThreadCount) {
