@@ -35,8 +35,9 @@ namespace sl::nn {
 
 // Activation recomputation (autograd/checkpoint.h), per block, in every layout that runs the blocks:
 //   none        every op keeps what its backward reads: 34 sbh per layer in Korthikanti et al.'s 2-byte
-//               accounting (s = T, b = B, h = C, a = NH), plus the core's out and lse (2 sbh + 2 asb);
-//               their 5as/h (T²) term is gone: the blockwise core keeps no [T, T] matrix
+//               accounting (s = T, b = B, h = C, a = NH), plus the core's out and lse (2 sbh + 4 asb:
+//               lse stays f32); their 5as/h (T²) term is gone: the blockwise core keeps no [T, T]
+//               matrix, in f32, bf16 and fp16 alike
 //   selective   the attention core is rerun in backward: only its inputs q, k, v are kept, not out and
 //               lse (linear in T: with the blockwise core there is no T² term left to save)
 //   full        each Block keeps only its input [B, T, C] and reruns its forward in backward

@@ -12,9 +12,11 @@
 // block's probabilities from the final lse (FlashAttention-2: D = rowsum(dO ∘ O), dS = P ∘ (dP - D)).
 //
 // Heads run in parallel on num_threads() threads (tensor/ops.h), each head wholly on one thread and
-// in the same order for any count: the bytes do not depend on the thread count. CPU, f32 or f64.
+// in the same order for any count: the bytes do not depend on the thread count. CPU, f32 or f64;
+// causal_attention and causal_attention_packed also bf16 and f16 (mixed precision: computed in f32,
+// out and the gradients rounded once to 16 bits, lse kept in f32).
 //
-//   Tests: tests/test_flash_attention.cpp
+//   Tests: tests/test_flash_attention.cpp, tests/test_flash_attention_16bit.cpp
 #pragma once
 #include <cstdint>
 

@@ -179,9 +179,11 @@ TEST(GPTRecompute, UnknownModesAreRefusedNamingTheAllowedOnes) {
 
 // The activation bytes one layer keeps from its forward to its backward: the difference between
 // an (L+1)-layer and an L-layer model's held activations after forward.
-int64_t layer_activation_bytes(Recompute recompute, int64_t B, int64_t T, int64_t C, int64_t NH) {
+int64_t layer_activation_bytes(Recompute recompute, int64_t B, int64_t T, int64_t C, int64_t NH,
+                               DType dtype = DType::f32) {
   auto held = [&](int64_t layers) {
     GPTConfig config{64, T, layers, NH, C, 0.1, recompute};
+    config.param_dtype = dtype;
     GPT model(config, 1);
     Tensor tokens = token_rows(B, T + 1, 64);
     const int64_t before = MemoryLedger::instance().current(Device::cpu(0), MemoryCategory::activations);
@@ -211,6 +213,10 @@ int64_t layer_activation_bytes(Recompute recompute, int64_t B, int64_t T, int64_
 // Selective recomputation has nothing quadratic left to save in attention: what it drops is out and
 // lse, linear in s like every other term, for the price of a second attention forward. It was worth
 // it only while the core kept its T×T matrices.
+// In bf16 (mixed precision) every activation and mask is 2 bytes, LayerNorm's mean and 1/std stay
+// f32 (16 sb), and the blockwise core keeps out in bf16 (2 sbh) and lse in f32 (4 asb):
+//   none       34 sbh + 16 sb + (2 sbh + 4 asb)   selective  34 sbh + 16 sb   full  2 sbh
+// 34 sbh is the paper's own: one 2-byte mask weighs what its two 1-byte masks do. No as²b term.
 TEST(GPTRecompute, ActivationBytesPerLayerFollowKorthikantisTable) {
   for (auto [B, T, C, NH] : {std::array<int64_t, 4>{2, 8, 32, 2}, {3, 16, 48, 4}}) {
     SCOPED_TRACE("B " + std::to_string(B) + " T " + std::to_string(T) + " C " + std::to_string(C));
@@ -220,6 +226,9 @@ TEST(GPTRecompute, ActivationBytesPerLayerFollowKorthikantisTable) {
     EXPECT_EQ(layer_activation_bytes(Recompute::none, B, T, C, NH), 68 * sbh + 16 * sb + out_bytes + lse_bytes);
     EXPECT_EQ(layer_activation_bytes(Recompute::selective, B, T, C, NH), 68 * sbh + 16 * sb);
     EXPECT_EQ(layer_activation_bytes(Recompute::full, B, T, C, NH), 4 * sbh);
+    EXPECT_EQ(layer_activation_bytes(Recompute::none, B, T, C, NH, DType::bf16), 34 * sbh + 16 * sb + 2 * sbh + 4 * asb);
+    EXPECT_EQ(layer_activation_bytes(Recompute::selective, B, T, C, NH, DType::bf16), 34 * sbh + 16 * sb);
+    EXPECT_EQ(layer_activation_bytes(Recompute::full, B, T, C, NH, DType::bf16), 2 * sbh);
   }
 }
 

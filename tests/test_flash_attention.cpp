@@ -10,7 +10,7 @@
 //   * dropout: the same mask as dropout() of the [B, NH, T, T] probabilities, regenerated in backward,
 //     and the generator advanced by B·NH·T·T; no draw in evaluation;
 //   * the same bytes for 1, 2 and 3 threads; the bytes kept for backward (out and lse: no T×T);
-//   * causal_attention_packed (the GPT's form, on c_attn's output) against split heads.
+//   * causal_attention_packed (the GPT's form, on c_attn's output) against split heads (f32, bf16, f16).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -229,28 +229,37 @@ TEST(FlashAttention, KeepsOutAndLseNeverATxTMatrix) {
 }
 
 // The GPT's form: straight on c_attn's output [B, T, 3W], heads side by side out. The same numbers as
-// splitting into [B, NH, T, HS] heads, causal_attention, and joining them, with and without dropout.
+// splitting into [B, NH, T, HS] heads, causal_attention, and joining them, with and without dropout;
+// in bf16 and f16 the same bytes (both widen a head to contiguous f32 rows before any arithmetic).
 TEST(FlashAttention, PackedIsTheSplitHeadsAttentionWithoutTheCopies) {
   const int64_t B = 2, T = 45, NH = 3, HS = 8, W = NH * HS;
-  Tensor qkv = random({B, T, 3 * W}, 1), dy = random({B, T, W}, 2);
-  for (double p : {0.0, 0.25}) {
-    SCOPED_TRACE("p " + std::to_string(p));
-    auto split_heads = [&](const Tensor& x, Generator* gen) {
-      TensorList parts = split(x, W, 2);
-      auto heads = [&](const Tensor& t) { return t.reshape({B, T, NH, HS}).transpose(1, 2); };
-      return causal_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), p, true, gen)
-          .transpose(1, 2)
-          .reshape({B, T, W});
-    };
-    Generator split_gen(4), packed_gen(4);
-    Tensor a = qkv.detach().clone().set_requires_grad(), b = qkv.detach().clone().set_requires_grad();
-    Tensor y_split = split_heads(a, &split_gen), y_packed = causal_attention_packed(b, NH, p, true, &packed_gen);
-    y_split.backward(dy);
-    y_packed.backward(dy);
-    EXPECT_LE(max_abs_diff(y_packed, y_split), 1e-6);
-    EXPECT_LE(max_abs_diff(b.grad(), a.grad()), 1e-5);
-    EXPECT_EQ(packed_gen.offset(), split_gen.offset());
-  }
+  Tensor qkv = random({B, T, 3 * W}, 1);
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16})
+    for (double p : {0.0, 0.25}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " p " + std::to_string(p));
+      auto split_heads = [&](const Tensor& x, Generator* gen) {
+        TensorList parts = split(x, W, 2);
+        auto heads = [&](const Tensor& t) { return t.reshape({B, T, NH, HS}).transpose(1, 2); };
+        return causal_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), p, true, gen)
+            .transpose(1, 2)
+            .reshape({B, T, W});
+      };
+      Generator split_gen(4), packed_gen(4);
+      Tensor a = qkv.to(dtype).detach().clone().set_requires_grad(), b = a.detach().clone().set_requires_grad();
+      Tensor y_split = split_heads(a, &split_gen), y_packed = causal_attention_packed(b, NH, p, true, &packed_gen);
+      const Tensor dy = random({B, T, W}, 2, dtype);
+      y_split.backward(dy);
+      y_packed.backward(dy);
+      EXPECT_EQ(y_packed.dtype(), dtype);
+      if (dtype == DType::f32) {
+        EXPECT_LE(max_abs_diff(y_packed, y_split), 1e-6);
+        EXPECT_LE(max_abs_diff(b.grad(), a.grad()), 1e-5);
+      } else {
+        EXPECT_TRUE(bitwise_equal(y_packed, y_split));
+        EXPECT_TRUE(bitwise_equal(b.grad(), a.grad()));
+      }
+      EXPECT_EQ(packed_gen.offset(), split_gen.offset());
+    }
   Tensor q64 = random({1, 7, 3 * 2 * 3}, 3, DType::f64).set_requires_grad();
   expect_gradcheck([](const TensorList& in) { return causal_attention_packed(in[0], 2); }, {q64}, q64.numel());
   expect_error([&] { causal_attention_packed(qkv, 5); }, "qkv must be [B, T, 3 x n_head x HS], got [2, 45, 72]");
@@ -263,7 +272,8 @@ TEST(FlashAttention, RejectsBadInputsNamingShapes) {
   expect_error([&] { causal_attention(q, q, q, 1.0); }, "dropout_p must be in [0, 1)");
 }
 
-TEST(FlashAttention, Bf16RunsTheEagerPathCloseToF32) {
+// The 16-bit kernel in depth: test_flash_attention_16bit.cpp.
+TEST(FlashAttention, Bf16IsCloseToF32) {
   Tensor q = random({1, 2, 20, 8}, 1), k = random({1, 2, 20, 8}, 2), v = random({1, 2, 20, 8}, 3);
   Tensor half = causal_attention(q.to(DType::bf16), k.to(DType::bf16), v.to(DType::bf16));
   EXPECT_EQ(half.dtype(), DType::bf16);

@@ -1,6 +1,7 @@
 // flash_attention.cpp — see flash_attention.h. The GEMMs of a block run on cpu::gemm (one
 // single-threaded BLAS call each); the softmax of a score block and its backward are the row loops
 // below, on the library's vectorizable pieces (tensor/cpu/lanes.h: exp_of, lane_max, lane_sum).
+// bf16 and f16 heads are widened to f32 per head and run the f32 loops (forward_heads_16bit).
 #include "tensor/cpu/flash_attention.h"
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <cmath>
 #include <limits>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "tensor/cpu/gemm.h"
@@ -224,52 +226,132 @@ void for_each_head(const AttentionHeads& heads, int64_t scratch_elements, Body&&
   for (std::thread& thread : threads) thread.join();
 }
 
+// D = rowsum(dO ∘ O) of one head's rows, in C (f32 for 16-bit rows).
+template <typename C, typename T>
+void head_delta(const Rows<const T>& dout, const Rows<const T>& out, int64_t Tq, int64_t HS, C* delta) {
+  for (int64_t r = 0; r < Tq; ++r)
+    delta[r] = lane_sum<C>(HS, [&](int64_t c) { return static_cast<C>(dout.row(r)[c]) * static_cast<C>(out.row(r)[c]); });
+}
+
+// The 16-bit heads: a head's rows widened to f32 rows [n, HS] (ld HS), and f32 results rounded once
+// into 16-bit rows (added to what they hold when `add`: the backward adds into dq, dk, dv).
+template <typename S>
+Rows<const float> widen(const Rows<const S>& x, int64_t n, int64_t HS, float* wide) {
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t d = 0; d < HS; ++d) wide[r * HS + d] = static_cast<float>(x.row(r)[d]);
+  return {wide, HS};
+}
+template <typename S>
+void round_into(const float* wide, int64_t n, int64_t HS, const Rows<S>& x, bool add) {
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t d = 0; d < HS; ++d) {
+      S& e = x.row(r)[d];
+      e = S(add ? static_cast<float>(e) + wide[r * HS + d] : wide[r * HS + d]);
+    }
+}
+
+// f32 rows [Tq or Tk, HS] per widened operand, after the kernel's own scratch.
+int64_t wide_rows(const AttentionShape& shape) { return std::max(shape.Tq, shape.Tk) * shape.HS; }
+
+template <typename S>
+void forward_heads_16bit(const AttentionHeads& heads, const AttentionShape& shape, const AttentionDropout& dropout,
+                         const S* q, const S* k, const S* v, S* out, float* lse) {
+  const int64_t base = scratch_size(shape), n = wide_rows(shape), HS = shape.HS;
+  for_each_head<float>(heads, base + 4 * n, [&](int64_t b, int64_t h, float* work) {
+    const int64_t bh = b * heads.NH + h;
+    float* wide = work + base;  // q | k | v | out, f32
+    const HeadForward<float> head{widen(heads.q.rows(q, b, h), shape.Tq, HS, wide),
+                                  widen(heads.k.rows(k, b, h), shape.Tk, HS, wide + n),
+                                  widen(heads.v.rows(v, b, h), shape.Tk, HS, wide + 2 * n),
+                                  {wide + 3 * n, HS}, lse + bh * shape.Tq};
+    attention_head_forward(head, shape, dropout.at(static_cast<uint64_t>(bh * shape.Tq * shape.Tk)), work);
+    round_into(wide + 3 * n, shape.Tq, HS, heads.out.rows(out, b, h), false);
+  });
+}
+
+template <typename S>
+void backward_heads_16bit(const AttentionHeads& heads, const AttentionShape& shape, const AttentionDropout& dropout,
+                          const S* q, const S* k, const S* v, const S* out, const S* dout, const float* lse,
+                          const float* delta, S* dq, S* dk, S* dv) {
+  const int64_t base = scratch_size(shape), n = wide_rows(shape), HS = shape.HS;
+  for_each_head<float>(heads, base + 7 * n, [&](int64_t b, int64_t h, float* work) {
+    const int64_t bh = b * heads.NH + h;
+    float* wide = work + base;  // q | k | v | dO | dq | dk | dv, f32
+    const Rows<const S> g = heads.out.rows(dout, b, h);
+    float* own_delta = work + base - shape.Tq;
+    if (!delta) head_delta(g, heads.out.rows(out, b, h), shape.Tq, HS, own_delta);
+    std::fill(wide + 4 * n, wide + 7 * n, 0.0f);
+    const HeadBackward<float> head{widen(heads.q.rows(q, b, h), shape.Tq, HS, wide),
+                                   widen(heads.k.rows(k, b, h), shape.Tk, HS, wide + n),
+                                   widen(heads.v.rows(v, b, h), shape.Tk, HS, wide + 2 * n),
+                                   widen(g, shape.Tq, HS, wide + 3 * n),
+                                   lse + bh * shape.Tq,
+                                   delta ? delta + bh * shape.Tq : own_delta,
+                                   {dq ? wide + 4 * n : nullptr, HS},
+                                   {dk ? wide + 5 * n : nullptr, HS},
+                                   {dv ? wide + 6 * n : nullptr, HS}};
+    attention_head_backward(head, shape, dropout.at(static_cast<uint64_t>(bh * shape.Tq * shape.Tk)), work);
+    if (dq) round_into(wide + 4 * n, shape.Tq, HS, heads.q.rows(dq, b, h), true);
+    if (dk) round_into(wide + 5 * n, shape.Tk, HS, heads.k.rows(dk, b, h), true);
+    if (dv) round_into(wide + 6 * n, shape.Tk, HS, heads.v.rows(dv, b, h), true);
+  });
+}
+
 }  // namespace
 
 template <typename T>
 void attention_forward_heads(const AttentionHeads& heads, const AttentionShape& shape, const AttentionDropout& dropout,
-                             const T* q, const T* k, const T* v, T* out, T* lse) {
-  for_each_head<T>(heads, scratch_size(shape), [&](int64_t b, int64_t h, T* scratch) {
-    const int64_t bh = b * heads.NH + h;
-    const HeadForward<T> head{heads.q.rows(q, b, h), heads.k.rows(k, b, h), heads.v.rows(v, b, h),
-                              heads.out.rows(out, b, h), lse + bh * shape.Tq};
-    attention_head_forward(head, shape, dropout.at(static_cast<uint64_t>(bh * shape.Tq * shape.Tk)), scratch);
-  });
+                             const T* q, const T* k, const T* v, T* out, compute_t<T>* lse) {
+  if constexpr (!std::is_same_v<T, compute_t<T>>) {  // bf16, f16
+    forward_heads_16bit(heads, shape, dropout, q, k, v, out, lse);
+  } else {
+    for_each_head<T>(heads, scratch_size(shape), [&](int64_t b, int64_t h, T* scratch) {
+      const int64_t bh = b * heads.NH + h;
+      const HeadForward<T> head{heads.q.rows(q, b, h), heads.k.rows(k, b, h), heads.v.rows(v, b, h),
+                                heads.out.rows(out, b, h), lse + bh * shape.Tq};
+      attention_head_forward(head, shape, dropout.at(static_cast<uint64_t>(bh * shape.Tq * shape.Tk)), scratch);
+    });
+  }
 }
 
 template <typename T>
 void attention_backward_heads(const AttentionHeads& heads, const AttentionShape& shape,
                               const AttentionDropout& dropout, const T* q, const T* k, const T* v, const T* out,
-                              const T* dout, const T* lse, const T* delta, T* dq, T* dk, T* dv) {
-  const int64_t scratch = scratch_size(shape);
-  for_each_head<T>(heads, scratch, [&](int64_t b, int64_t h, T* work) {
-    const int64_t bh = b * heads.NH + h;
-    const Rows<const T> o = heads.out.rows(out, b, h), g = heads.out.rows(dout, b, h);
-    T* own_delta = work + scratch - shape.Tq;  // D = rowsum(dO ∘ O) when the caller gives none
-    if (!delta)
-      for (int64_t r = 0; r < shape.Tq; ++r)
-        own_delta[r] = lane_sum<T>(shape.HS, [&](int64_t c) { return g.row(r)[c] * o.row(r)[c]; });
-    const HeadBackward<T> head{heads.q.rows(q, b, h),
-                               heads.k.rows(k, b, h),
-                               heads.v.rows(v, b, h),
-                               g,
-                               lse + bh * shape.Tq,
-                               delta ? delta + bh * shape.Tq : own_delta,
-                               heads.q.rows(dq, b, h),
-                               heads.k.rows(dk, b, h),
-                               heads.v.rows(dv, b, h)};
-    attention_head_backward(head, shape, dropout.at(static_cast<uint64_t>(bh * shape.Tq * shape.Tk)), work);
-  });
+                              const T* dout, const compute_t<T>* lse, const compute_t<T>* delta, T* dq, T* dk,
+                              T* dv) {
+  if constexpr (!std::is_same_v<T, compute_t<T>>) {  // bf16, f16
+    backward_heads_16bit(heads, shape, dropout, q, k, v, out, dout, lse, delta, dq, dk, dv);
+  } else {
+    const int64_t scratch = scratch_size(shape);
+    for_each_head<T>(heads, scratch, [&](int64_t b, int64_t h, T* work) {
+      const int64_t bh = b * heads.NH + h;
+      const Rows<const T> g = heads.out.rows(dout, b, h);
+      T* own_delta = work + scratch - shape.Tq;  // D = rowsum(dO ∘ O) when the caller gives none
+      if (!delta) head_delta(g, heads.out.rows(out, b, h), shape.Tq, shape.HS, own_delta);
+      const HeadBackward<T> head{heads.q.rows(q, b, h),
+                                 heads.k.rows(k, b, h),
+                                 heads.v.rows(v, b, h),
+                                 g,
+                                 lse + bh * shape.Tq,
+                                 delta ? delta + bh * shape.Tq : own_delta,
+                                 heads.q.rows(dq, b, h),
+                                 heads.k.rows(dk, b, h),
+                                 heads.v.rows(dv, b, h)};
+      attention_head_backward(head, shape, dropout.at(static_cast<uint64_t>(bh * shape.Tq * shape.Tk)), work);
+    });
+  }
 }
 
 #define SL_INSTANTIATE(T)                                                                                          \
   template void attention_forward_heads<T>(const AttentionHeads&, const AttentionShape&, const AttentionDropout&, \
-                                           const T*, const T*, const T*, T*, T*);                                  \
+                                           const T*, const T*, const T*, T*, compute_t<T>*);                       \
   template void attention_backward_heads<T>(const AttentionHeads&, const AttentionShape&, const AttentionDropout&, \
-                                            const T*, const T*, const T*, const T*, const T*, const T*, const T*,  \
-                                            T*, T*, T*);
+                                            const T*, const T*, const T*, const T*, const T*, const compute_t<T>*, \
+                                            const compute_t<T>*, T*, T*, T*);
 SL_INSTANTIATE(float)
 SL_INSTANTIATE(double)
+SL_INSTANTIATE(bf16)
+SL_INSTANTIATE(f16)
 #undef SL_INSTANTIATE
 
 }  // namespace sl::cpu

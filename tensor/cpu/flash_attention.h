@@ -18,8 +18,14 @@
 // Dropout keeps element (i, j) of the head iff dropout_keeps(first + i·Tk + j) (tensor/philox.h): the
 // counters of the [Tq, Tk] matrix the eager path would draw, so forward and backward regenerate the
 // same mask without storing it. f32 (accumulating in f32) and f64.
+//
+// bf16 and f16 (mixed precision) run the f32 kernel: each head's q, k, v (dO in backward) widened to
+// f32 rows in the thread's scratch, its out (dq, dk, dv) rounded once to 16 bits at the end, lse and
+// D kept in f32 (compute_t<T>). Scratch per thread is bounded by a head, never [B, NH, T, HS].
 #pragma once
 #include <cstdint>
+
+#include "tensor/dtype.h"
 
 namespace sl::cpu {
 
@@ -71,13 +77,15 @@ struct AttentionHeads {
 };
 
 // dropout.first is the counter of element (0, 0, 0, 0): head bh's (i, j) is first + (bh·Tq + i)·Tk + j.
+// T: float, double, bf16 or f16; lse (and delta) in compute_t<T> (f32 for the 16-bit types).
 template <typename T>
 void attention_forward_heads(const AttentionHeads& heads, const AttentionShape& shape, const AttentionDropout& dropout,
-                             const T* q, const T* k, const T* v, T* out, T* lse);
+                             const T* q, const T* k, const T* v, T* out, compute_t<T>* lse);
 // Adds into dq, dk, dv (null: not wanted). delta null: D = rowsum(dO ∘ O) computed here from out.
 template <typename T>
 void attention_backward_heads(const AttentionHeads& heads, const AttentionShape& shape,
                               const AttentionDropout& dropout, const T* q, const T* k, const T* v, const T* out,
-                              const T* dout, const T* lse, const T* delta, T* dq, T* dk, T* dv);
+                              const T* dout, const compute_t<T>* lse, const compute_t<T>* delta, T* dq, T* dk,
+                              T* dv);
 
 }  // namespace sl::cpu

@@ -5,12 +5,13 @@
 //
 //   saves q, k, v, out [B, NH, T, HS] and lse [B, NH, T]: 16·B·NH·T·HS + 4·B·NH·T bytes in f32, where
 //   the eager path (q kᵀ, causal_softmax, dropout, · v) keeps three [B, NH, T, T] matrices.
+//   bf16/f16 (mixed precision): q, k, v and out in 16 bits, lse in f32: 8·B·NH·T·HS + 4·B·NH·T bytes.
+//   The kernel computes in f32 and rounds out (and dq, dk, dv) once to 16 bits: the mixed-precision
+//   rule of every op, where the eager composition rounds the scores and probabilities too.
 //
 // Dropout draws B·NH·T·T counters, as dropout() of the probabilities does, and keeps the same
-// elements; the mask is regenerated in backward from (first, key), never stored. On a GPU, and for
-// bf16/f16 in causal_attention, the op runs that eager composition (same counters, same mask): the
-// blockwise kernel is CPU-only so far. causal_attention_packed (the GPT's) runs bf16/f16 on the
-// kernel in f32, keeping the 16-bit qkv and out (and lse in f32): no [T, T] matrix in any dtype.
+// elements; the mask is regenerated in backward from (first, key), never stored. On a GPU the op runs
+// that eager composition (same counters, same mask): the blockwise kernel is CPU-only so far.
 #include <cmath>
 #include <type_traits>
 
@@ -43,7 +44,7 @@ void check_kernel_inputs(const Tensor& q, const Tensor& k, const Tensor& v, bool
            ")");
 }
 
-// f(T{}) for the kernel's types, float and double (the callers have checked the dtype).
+// f(T{}) for the tensor-level kernels' types, float and double (the callers have checked the dtype).
 template <typename F>
 void with_kernel_type(DType dtype, F&& f) {
   dispatch_floating(dtype, "attention", [&](auto tag) {
@@ -68,6 +69,9 @@ template <typename T>
 T* data_or_null(const Tensor& t) {
   return t.defined() ? t.data<T>() : nullptr;
 }
+
+// The dtype of lse: the kernel's compute type (f32 for bf16 and f16, f64 for gradcheck).
+DType lse_dtype(DType dtype) { return dtype == DType::f64 ? DType::f64 : DType::f32; }
 
 }  // namespace
 
@@ -120,21 +124,21 @@ struct CausalAttention {
     Generator& gen = generator ? *generator : default_generator();
     dropout = {p, gen.advance(static_cast<uint64_t>(heads.B * heads.NH * T * T)), gen.seed()};
   }
-  // q, k, v (all three may be one packed tensor) -> out, lse.
+  // q, k, v (all three may be one packed tensor; f32, f64, bf16 or f16) -> out, lse (lse_dtype).
   void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse) const {
-    with_kernel_type(q.dtype(), [&](auto tag) {
+    dispatch_floating(q.dtype(), "causal_attention", [&](auto tag) {
       using T = decltype(tag);
       cpu::attention_forward_heads<T>(heads, shape, kernel_dropout(dropout), q.data<T>(), k.data<T>(), v.data<T>(),
-                                      out.data<T>(), lse.data<T>());
+                                      out.data<T>(), lse.data<compute_t<T>>());
     });
   }
   // Adds into dq, dk, dv (zeros; one tensor when packed). D = rowsum(dO ∘ O) is taken per head.
   void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
                 const Tensor& lse, const Tensor& dq, const Tensor& dk, const Tensor& dv) const {
-    with_kernel_type(q.dtype(), [&](auto tag) {
+    dispatch_floating(q.dtype(), "causal_attention", [&](auto tag) {
       using T = decltype(tag);
       cpu::attention_backward_heads<T>(heads, shape, kernel_dropout(dropout), q.data<T>(), k.data<T>(), v.data<T>(),
-                                       out.data<T>(), dout.data<T>(), lse.data<T>(), nullptr, dq.data<T>(),
+                                       out.data<T>(), dout.data<T>(), lse.data<compute_t<T>>(), nullptr, dq.data<T>(),
                                        dk.data<T>(), dv.data<T>());
     });
   }
@@ -145,7 +149,8 @@ struct CausalAttentionFn : Function<CausalAttentionFn> {
   static Tensor forward(FunctionCtx& ctx, const Tensor& q, const Tensor& k, const Tensor& v, double p,
                         Generator* generator) {
     const CausalAttention attention(split_layout(q, k), q.size(2), q.size(3), p, generator);
-    Tensor out = Tensor::empty(q.shape(), q.options()), lse = Tensor::empty({q.size(0), q.size(1), q.size(2)}, q.options());
+    Tensor out = Tensor::empty(q.shape(), q.options());
+    Tensor lse = Tensor::empty({q.size(0), q.size(1), q.size(2)}, q.options().with_dtype(lse_dtype(q.dtype())));
     attention.forward(q, k, v, out, lse);
     ctx.save_for_backward({q, k, v, out, lse});
     ctx.set("attention", attention);
@@ -161,10 +166,6 @@ struct CausalAttentionFn : Function<CausalAttentionFn> {
   }
 };
 
-// The packed op also runs bf16/f16 on the kernel: the operands widened to f32 (tensor/cpu/convert.h),
-// the outputs rounded back, as a matmul does; only the 16-bit qkv and y are kept, and lse in f32.
-Tensor kernel_operand(const Tensor& x) { return is_16bit(x.dtype()) ? x.to(DType::f32) : x; }
-
 // c_attn's output [B, T, 3W] (q | k | v, head h at columns h·HS of each third, W = NH·HS) -> y [B, T, W].
 cpu::AttentionHeads packed_layout(int64_t B, int64_t T, int64_t NH, int64_t HS) {
   const int64_t W = NH * HS;
@@ -176,26 +177,24 @@ struct PackedCausalAttentionFn : Function<PackedCausalAttentionFn> {
   static Tensor forward(FunctionCtx& ctx, const Tensor& qkv, int64_t NH, double p, Generator* generator) {
     const int64_t B = qkv.size(0), T = qkv.size(1), W = qkv.size(2) / 3;
     const CausalAttention attention(packed_layout(B, T, NH, W / NH), T, W / NH, p, generator);
-    const Tensor qkv_k = kernel_operand(qkv);
-    Tensor y = Tensor::empty({B, T, W}, qkv_k.options()), lse = Tensor::empty({B, NH, T}, qkv_k.options());
-    attention.forward(qkv_k, qkv_k, qkv_k, y, lse);
-    y = y.to(qkv.dtype());                  // bf16/f16: rounded once; lse stays f32
-    ctx.save_for_backward({qkv, y, lse});  // the 16-bit qkv and y, not their f32 copies
+    Tensor y = Tensor::empty({B, T, W}, qkv.options());
+    Tensor lse = Tensor::empty({B, NH, T}, qkv.options().with_dtype(lse_dtype(qkv.dtype())));
+    attention.forward(qkv, qkv, qkv, y, lse);
+    ctx.save_for_backward({qkv, y, lse});
     ctx.set("attention", attention);
     return y;
   }
   static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {
     const TensorList& s = ctx.saved();
-    const Tensor qkv = kernel_operand(s[0]), y = kernel_operand(s[1]), &lse = s[2];
-    Tensor dy = grads[0].defined() ? kernel_operand(grads[0]) : zeros_like(y);
+    const Tensor &qkv = s[0], &y = s[1], &lse = s[2];
+    Tensor dy = grads[0].defined() ? grads[0] : zeros_like(y);
     Tensor dqkv = zeros_like(qkv);  // dq | dk | dv, as qkv
     ctx.get<CausalAttention>("attention").backward(qkv, qkv, qkv, y, dy, lse, dqkv, dqkv, dqkv);
-    return {dqkv.to(s[0].dtype())};
+    return {dqkv};
   }
 };
 
-bool runs_blockwise(const Tensor& x) { return !x.device().is_cuda() && (x.dtype() == DType::f32 || x.dtype() == DType::f64); }
-bool packed_runs_blockwise(const Tensor& x) { return !x.device().is_cuda() && is_floating(x.dtype()); }
+bool runs_blockwise(const Tensor& x) { return !x.device().is_cuda() && is_floating(x.dtype()); }
 
 }  // namespace
 
@@ -205,7 +204,7 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, doubl
   SL_CHECK(dropout_p >= 0 && dropout_p < 1, "causal_attention: dropout_p must be in [0, 1) but got ", dropout_p);
   const double p = training ? dropout_p : 0.0;
   if (!runs_blockwise(q)) {
-    // The eager composition, where the blockwise kernel does not run yet (the same dropout counters).
+    // The eager composition on a GPU, where the blockwise kernel does not run yet (the same dropout counters).
     Tensor att = causal_softmax(matmul(q, k, false, true), 1.0 / std::sqrt(static_cast<double>(q.size(3))));
     return matmul(dropout(att, p, p > 0, generator), v);
   }
@@ -220,7 +219,7 @@ Tensor causal_attention_packed(const Tensor& qkv, int64_t n_head, double dropout
   SL_CHECK(dropout_p >= 0 && dropout_p < 1, "causal_attention_packed: dropout_p must be in [0, 1) but got ",
            dropout_p);
   const int64_t B = qkv.size(0), T = qkv.size(1), W = qkv.size(2) / 3;
-  if (!packed_runs_blockwise(qkv) || T == 0) {  // split into heads, and causal_attention's own path
+  if (!runs_blockwise(qkv) || T == 0) {  // split into heads, and causal_attention's own path
     TensorList parts = split(qkv, W, 2);  // 3 x [B, T, W]
     auto heads = [&](const Tensor& t) { return t.reshape({B, T, n_head, W / n_head}).transpose(1, 2); };
     Tensor y = causal_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), dropout_p, training, generator);
