@@ -120,6 +120,26 @@ TEST_P(Failures, ARankThatSkipsACollectiveAndReturnsIsNoticedAtOnce) {
   }
 }
 
+// Without debug mode, a broadcast whose tensors differ in size still fails at once, naming both sizes:
+// the size travels down the chain ahead of the segments. (Before, a rank with a smaller tensor took
+// fewer segments and returned, and the root waited for a taker of the rest until the timeout.)
+TEST_P(Failures, ABroadcastOfAnotherSizeIsNamedAtOnceNotATimeout) {
+  const int n = GetParam();
+  std::vector<Outcome> outcomes;
+  LaunchOptions options;
+  options.timeout = std::chrono::milliseconds(20000);
+  const auto start = Clock::now();
+  const std::string message = run_and_record(n, options, outcomes, [&](RankContext& ctx) {
+    Tensor t = zeros({ctx.rank == n - 1 ? 1 << 18 : 3 << 18});  // 1 MiB on the last rank, 3 MiB elsewhere
+    ctx.world->broadcast(t, 0);
+  });
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(5)) << message;
+  EXPECT_EQ(outcomes[n - 1].type, "other") << outcomes[n - 1].message;
+  EXPECT_NE(outcomes[n - 1].message.find("the root's tensor has 3145728 bytes but this rank's 1048576"),
+            std::string::npos)
+      << outcomes[n - 1].message;
+}
+
 TEST_P(Failures, ARankCallingAnotherOpAtTheSameSequenceNumberIsAMismatch) {
   const int n = GetParam();
   std::vector<Outcome> outcomes;

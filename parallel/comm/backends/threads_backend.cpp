@@ -22,7 +22,7 @@ namespace sl::parallel {
 
 using Clock = std::chrono::steady_clock;
 
-// Tags: bit 63 = collective, bits 56..62 = the op, 16..55 = sequence number, 0..15 = step.
+// Tags: bit 63 collective, 56..62 the op, 16..55 sequence, 0..15 step (0xffff: a broadcast's size, sent first).
 // Point-to-point tags are the user's (>= 0, < 2^31). Exchanges (fingerprints, split) use op 0x7f.
 static uint64_t collective_tag(CommOp op, uint64_t sequence, uint64_t step) {
   return (1ull << 63) | (static_cast<uint64_t>(op) << 56) | ((sequence & ((1ull << 40) - 1)) << 16) | (step & 0xffff);
@@ -211,14 +211,25 @@ void ThreadsProcessGroup::run_broadcast(const Tensor& tensor, int root, uint64_t
   const int64_t total = tensor.nbytes();
   const int64_t segment = std::max<int64_t>(int64_t{1} << 20, (total + 255) / 256);
   const int64_t segments = std::max<int64_t>(1, (total + segment - 1) / segment);
-  auto* base = static_cast<std::byte*>(tensor.raw_data());
   WaitContext why{"broadcast", sequence, world_rank()};
   Clock::time_point deadline = Clock::now() + options().timeout;
   ThreadWorld::Envelope out;
   bool sending = false;
   try {
+    // The size first, uncounted: another size fails at once (not as the root's timeout), naming both.
+    int64_t announced = total;
+    const uint64_t size_tag = collective_tag(CommOp::broadcast, sequence, 0xffff);
+    if (position > 0) {
+      ThreadWorld::Envelope* in = world_->take(world_rank(), left(), context_, size_tag, why, deadline);
+      std::memcpy(&announced, in->data, sizeof(announced));
+      world_->release(world_rank(), in);
+      SL_CHECK(announced == total, "broadcast #", sequence, " on rank ", world_rank(), ": the root's tensor has ",
+               announced, " bytes but this rank's ", total, " (same shapes on every rank?)");
+    }
+    if (position < n - 1) world_->post(right(), &(out = {context_, size_tag, world_rank(), &announced, 8}));
+    sending = position < n - 1;
     for (int64_t s = 0; s < segments; ++s) {
-      std::byte* seg = base + s * segment;
+      std::byte* seg = static_cast<std::byte*>(tensor.raw_data()) + s * segment;
       int64_t seg_bytes = std::min(segment, total - s * segment);
       uint64_t tag = collective_tag(CommOp::broadcast, sequence, static_cast<uint64_t>(s));
       if (position > 0) {
@@ -231,8 +242,7 @@ void ThreadsProcessGroup::run_broadcast(const Tensor& tensor, int root, uint64_t
       }
       if (position < n - 1) {
         if (sending) world_->wait_consumed(right(), &out, why, deadline);
-        out = ThreadWorld::Envelope{context_, tag, world_rank(), seg, seg_bytes};
-        world_->post(right(), &out);
+        world_->post(right(), &(out = {context_, tag, world_rank(), seg, seg_bytes}));
         sending = true;
         account(CommOp::broadcast, seg_bytes, 0);
       }
