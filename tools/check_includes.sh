@@ -16,6 +16,8 @@
 #        ^
 #   parallel/train/       the Trainer and the plan -> runner + strategy factory
 #        ^
+#   parallel/planner/     the cost model and the planner (it models the chapters; it runs none of them)
+#        ^
 #   tools/ lessons/ bench/ tests/
 #
 # Prints each include that breaks a rule and exits 1 if there is one. CI runs it (.ci/run).
@@ -42,17 +44,18 @@ check nn -- parallel/ tools/ lessons/ bench/ tests/
 check parallel -- tools/ lessons/ bench/ tests/
 chapter_dirs=()
 for chapter in "${chapters[@]}"; do chapter_dirs+=("parallel/$chapter/"); done
-check parallel/comm -- parallel/runner/ "${chapter_dirs[@]}" parallel/nd/ parallel/train/
-check parallel/runner -- "${chapter_dirs[@]}" parallel/nd/ parallel/train/
+check parallel/comm -- parallel/runner/ "${chapter_dirs[@]}" parallel/nd/ parallel/train/ parallel/planner/
+check parallel/runner -- "${chapter_dirs[@]}" parallel/nd/ parallel/train/ parallel/planner/
 for chapter in "${chapters[@]}"; do  # a chapter includes no sibling, nor nd/ or train/
   others=()
   for other in "${chapters[@]}"; do [ "$other" != "$chapter" ] && others+=("parallel/$other/"); done
-  check "parallel/$chapter" -- "${others[@]}" parallel/nd/ parallel/train/
+  check "parallel/$chapter" -- "${others[@]}" parallel/nd/ parallel/train/ parallel/planner/
 done
-check parallel/nd -- parallel/train/
+check parallel/nd -- parallel/train/ parallel/planner/
+check parallel/train -- parallel/planner/
 
 if [ "$bad" -ne 0 ]; then
-  echo "check_includes: the includes above break the layers (comm <- runner <- chapters <- nd <- train <- tools/lessons/bench/tests; no chapter includes a sibling)"
+  echo "check_includes: the includes above break the layers (comm <- runner <- chapters <- nd <- train <- planner <- tools/lessons/bench/tests; no chapter includes a sibling)"
   exit 1
 fi
-echo "check_includes: every include points down (tensor/autograd <- nn <- comm <- runner <- chapters <- nd <- train <- tools/lessons/bench/tests)"
+echo "check_includes: every include points down (tensor/autograd <- nn <- comm <- runner <- chapters <- nd <- train <- planner <- tools/lessons/bench/tests)"

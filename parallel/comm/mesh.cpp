@@ -31,6 +31,41 @@ std::string known_names() {
   return out;
 }
 
+// Coordinates on the grid of `degrees` (outermost first): tp innermost, it changes fastest with the rank.
+std::array<int, DeviceMesh::kDims> grid_coordinates(const std::array<int, DeviceMesh::kDims>& degrees, int rank) {
+  std::array<int, DeviceMesh::kDims> coords{};
+  for (int d = DeviceMesh::kDims - 1; d >= 0; --d) {
+    coords[d] = rank % degrees[d];
+    rank /= degrees[d];
+  }
+  return coords;
+}
+
+// The ranks that agree with `rank` on every dimension outside `mask`, ascending.
+std::vector<int> grid_members(const std::array<int, DeviceMesh::kDims>& degrees, unsigned mask, int rank) {
+  int world = 1;
+  for (int d : degrees) world *= d;
+  const auto anchor = grid_coordinates(degrees, rank);
+  std::vector<int> members;
+  for (int other = 0; other < world; ++other) {
+    const auto coords = grid_coordinates(degrees, other);
+    bool same_elsewhere = true;
+    for (int d = 0; d < DeviceMesh::kDims; ++d)
+      if (!(mask & (1u << d)) && coords[d] != anchor[d]) same_elsewhere = false;
+    if (same_elsewhere) members.push_back(other);
+  }
+  return members;
+}
+
+unsigned mask_for(std::string_view name) {
+  for (int d = 0; d < DeviceMesh::kDims; ++d)
+    if (name == DeviceMesh::kDimNames[d]) return 1u << d;
+  for (size_t p = 0; p < DeviceMesh::kProductNames.size(); ++p)
+    if (name == DeviceMesh::kProductNames[p]) return kProductMasks[p];
+  SL_CHECK(false, "DeviceMesh: unknown dimension '", name, "' (known: ", known_names(), ")");
+  return 0;
+}
+
 std::string braces(const std::vector<int>& ranks) {
   std::string out = "{";
   for (size_t i = 0; i < ranks.size(); ++i) out += (i ? "," : "") + std::to_string(ranks[i]);
@@ -122,14 +157,7 @@ void DeviceMesh::check_ranks_agree() const {
 
 // ---- names, coordinates, members -------------------------------------------------------------------
 
-DeviceMesh::Mask DeviceMesh::mask_of(std::string_view name) const {
-  for (int d = 0; d < kDims; ++d)
-    if (name == kDimNames[d]) return 1u << d;
-  for (size_t p = 0; p < kProductNames.size(); ++p)
-    if (name == kProductNames[p]) return kProductMasks[p];
-  SL_CHECK(false, "DeviceMesh: unknown dimension '", name, "' (known: ", known_names(), ")");
-  return 0;
-}
+DeviceMesh::Mask DeviceMesh::mask_of(std::string_view name) const { return mask_for(name); }
 
 DeviceMesh::Mask DeviceMesh::mask_of_names(const std::vector<std::string_view>& names) const {
   SL_CHECK(!names.empty(), "DeviceMesh: group() needs at least one dimension name (known: ", known_names(), ")");
@@ -139,12 +167,7 @@ DeviceMesh::Mask DeviceMesh::mask_of_names(const std::vector<std::string_view>& 
 }
 
 std::array<int, DeviceMesh::kDims> DeviceMesh::coordinates_of(int rank) const {
-  std::array<int, kDims> coords{};
-  for (int d = kDims - 1; d >= 0; --d) {  // tp innermost: it changes fastest with the rank
-    coords[d] = rank % degrees_[d];
-    rank /= degrees_[d];
-  }
-  return coords;
+  return grid_coordinates(degrees_, rank);
 }
 
 int DeviceMesh::coordinate(std::string_view name) const {
@@ -164,16 +187,17 @@ int DeviceMesh::size(std::string_view name) const {
 }
 
 std::vector<int> DeviceMesh::members_of(Mask mask, int rank) const {
-  const auto anchor = coordinates_of(rank);
-  std::vector<int> members;
-  for (int other = 0; other < world_size(); ++other) {
-    const auto coords = coordinates_of(other);
-    bool same_elsewhere = true;
-    for (int d = 0; d < kDims; ++d)
-      if (!(mask & (1u << d)) && coords[d] != anchor[d]) same_elsewhere = false;
-    if (same_elsewhere) members.push_back(other);
-  }
-  return members;
+  return grid_members(degrees_, mask, rank);
+}
+
+std::vector<int> DeviceMesh::group_members(const ParallelismConfig& config, const std::vector<std::string>& names,
+                                           int rank) {
+  const int world = config.world_size();
+  SL_CHECK(rank >= 0 && rank < world, "DeviceMesh::group_members: rank ", rank, " is outside ", config.str());
+  SL_CHECK(!names.empty(), "DeviceMesh: group_members() needs at least one dimension name (known: ", known_names(), ")");
+  Mask mask = 0;
+  for (const auto& name : names) mask |= mask_for(name);
+  return grid_members(config.degrees(), mask, rank);
 }
 
 std::vector<std::vector<int>> DeviceMesh::partition_of(Mask mask) const {

@@ -99,6 +99,10 @@ class DeviceMesh {
   std::vector<int> members(std::string_view name) const;
   // Every group of that kind, each as its world ranks: the partition of the world it induces.
   std::vector<std::vector<int>> partition(std::string_view name) const;
+  // members() without a mesh or any communication: `rank`'s group over `names` (dimensions or
+  // products, united) in a mesh of `config`. The planner's question: who would talk to whom.
+  static std::vector<int> group_members(const ParallelismConfig& config, const std::vector<std::string>& names,
+                                        int rank);
 
   // The grid with this rank marked, then the groups of every dimension and product of size > 1.
   std::string str() const;

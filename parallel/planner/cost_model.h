@@ -1,0 +1,56 @@
+// cost_model.h — what one rank of a layout holds and sends in one optimizer step, worked out from the
+// model's shapes and the chapters' rules, without running anything. The planner (planner.h) builds its
+// step times and its ranking on these two functions; tests/test_planner_ledger.cpp holds them to the
+// ledgers of real runs of shardlab's own layouts (bytes exactly, model states exactly, activations
+// within 5%), and tests/test_planner.cpp to the papers' figures at scale.
+//
+//   inputs   model   nn::GPTConfig (n_layer, n_embd, n_head, vocab_size, block_size, param_dtype, recompute)
+//            plan    a TrainPlan: the mesh's degrees, the data-parallel strategy (ZeRO stage), offload,
+//                    micro-batches, the pipeline schedule and virtual stages, SP, the CP balance, precision
+//            batch   the global batch in rows (train's --batch-size) and the sequence length T
+//            rank    a world rank of the mesh [pp, dp_replicate, dp_shard, cp, tp] (stages differ)
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "nn/gpt.h"
+#include "parallel/comm/process_group.h"
+#include "parallel/train/train_plan.h"
+
+namespace sl::parallel::planner {
+
+struct BatchShape {
+  int64_t batch_size = 0;  // global rows per optimizer step (over every dp rank and micro-batch)
+  int64_t seq_len = 0;     // T, tokens per row
+};
+
+// Bytes a rank holds on its device, in the memory ledger's categories (tensor/ledger.h). weights,
+// grads and optimizer: between steps (after optimizer.step, before the next zero_grad), what the
+// ledger's "current" shows; activations: the peak of one step's forward and backward above that.
+// Offloaded state lives on the host (host_offload), not on the device.
+struct MemoryEstimate {
+  int64_t weights = 0, grads = 0, optimizer = 0, activations = 0;
+  int64_t host_offload = 0;
+  int64_t model_states() const { return weights + grads + optimizer; }
+  int64_t total() const { return weights + grads + optimizer + activations; }
+};
+MemoryEstimate estimate_memory(const nn::GPTConfig& model, const TrainPlan& plan, const BatchShape& batch, int rank);
+
+// What a rank sends and receives in one optimizer step, per (group, op), as its group's CommLedger
+// counts it. Group names are the trainer's (Trainer::ledgers()): the strategy's groups, then "pp",
+// "cp", "tp", then the runner's own.
+struct GroupTraffic {
+  std::string group;
+  CommOp op = CommOp::all_reduce;
+  int64_t calls = 0;
+  int64_t bytes_sent = 0, bytes_received = 0;
+  // The bytes of one call's whole tensor and the group's size: what a time model needs (a ring
+  // all-reduce of S bytes over n ranks takes 2(n-1) steps of S/n).
+  int64_t bytes_per_call = 0;
+  int group_size = 1;
+};
+std::vector<GroupTraffic> estimate_traffic(const nn::GPTConfig& model, const TrainPlan& plan, const BatchShape& batch,
+                                           int rank);
+
+}  // namespace sl::parallel::planner
