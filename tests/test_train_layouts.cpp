@@ -145,6 +145,30 @@ TEST_P(TrainLayouts, RecomputingChangesNoByte) {
   expect_recompute_changes_no_byte(base_args(*corpus_) + " " + GetParam().args);
 }
 
+// Simulated links (--links, parallel/comm/topology.h) only delay messages: the same losses and the
+// same saved bytes as without them, while every rank's report shows the time they charged.
+TEST_P(TrainLayouts, SimulatedLinksChangeNoByte) {
+  const std::string args = base_args(*corpus_) + " " + GetParam().args + " --seed 9";
+  std::vector<std::string> saved;
+  std::vector<std::vector<double>> losses;
+  for (const std::string links : {"", " --links 'intra=10GB/s,2us;inter=1GB/s,20us;gpus-per-node=2'"}) {
+    const std::string file = temp_path(GetParam().name + "_links.safetensors"), log = temp_path("links.jsonl");
+    CliRun run = run_train(args + links + " --save " + file + " --log-jsonl " + log);
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    if (!links.empty()) {
+      EXPECT_NE(run.output.find("simulated links: 2 ranks per node"), std::string::npos) << run.output;
+      EXPECT_NE(run.output.find("charged by the simulated links"), std::string::npos) << run.output;
+    }
+    saved.push_back(read_file(file));
+    losses.push_back(logged_losses(log));
+    std::remove(file.c_str());
+    std::remove(log.c_str());
+  }
+  ASSERT_FALSE(saved[0].empty());
+  EXPECT_TRUE(saved[0] == saved[1]) << GetParam().args << ": --links changed the saved bytes";
+  EXPECT_EQ(losses[0], losses[1]) << GetParam().args << ": --links changed the losses";
+}
+
 // The interleaved schedule needs 2 chunks per stage: 4 layers, so outside the 2-layer suite above.
 TEST(TrainRecompute, TheInterleavedScheduleRecomputesEachChunkPerMicroBatch) {
   const std::string corpus = write_corpus("recompute_corpus.txt");

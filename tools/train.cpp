@@ -305,10 +305,15 @@ std::vector<double> train_parallel(Run& r, nn::StateDict& weights) {
   if (o.micro_batches > 1)
     std::printf("gradient accumulation: %lld micro-batches of %lld rows per rank and step\n",
                 (long long)o.micro_batches, (long long)(o.batch_size / o.data_parallel() / o.micro_batches));
+  if (o.topology.enabled())
+    std::printf("simulated links: %d ranks per node, intra-node %s, inter-node %s (each message waits for its link)\n",
+                o.topology.gpus_per_node, o.topology.intra.str().c_str(), o.topology.inter.str().c_str());
   set_num_threads(1);  // one GEMM thread per rank: the ranks are the parallelism
   std::vector<double> losses;
   std::vector<parallel::RankReport> reports(world);
   std::vector<char> reported(world, 0);
+  parallel::LaunchOptions launch_options;
+  launch_options.topology = o.topology;
   parallel::launch(world, [&](parallel::RankContext& ctx) {
     // The same initial weights on every rank: the seed's, or --init-from's file, which the sharded
     // layouts (ZeRO-1/2's flat buffer, FSDP's units) then cut into this rank's shard.
@@ -340,7 +345,7 @@ std::vector<double> train_parallel(Run& r, nn::StateDict& weights) {
       losses = mine;
       weights = full;
     }
-  });
+  }, launch_options);
   for (int rank = 0; rank < world; ++rank)
     if (reported[rank]) r.reports.push_back(reports[rank]);  // under mpirun: this process's rank only
   std::printf("\n%s", parallel::run_report_table(r.reports, o.steps).c_str());

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "nn/mixed_precision.h"
+#include "parallel/comm/topology.h"
 
 namespace sl {
 
@@ -33,6 +34,8 @@ struct Options {
   // The chapters that cut the model (alone or together, with data parallelism over --dp ranks).
   int64_t pp = 1, virtual_stages = 1, tp = 1, cp = 1;
   std::string schedule = "1f1b", stage_layers, cp_balance = "zigzag", cp_variant = "ring", trace;
+  // Simulated links on the threads backend (parallel/comm/topology.h): --links SPEC or --topology FILE.
+  parallel::Topology topology;
   bool sp = false;
   int64_t data_parallel() const { return dp_replicate > 0 ? dp_replicate * dp_shard : dp; }
   int64_t world() const { return data_parallel() * pp * tp * cp; }
@@ -94,6 +97,11 @@ inline const char* const kUsage = R"(usage: train [flags]
   --min-accuracy P          addition: exit 1 when the final held-out accuracy is below P percent
   --report-json PATH        per rank: mesh coordinates, memory by category, bytes and calls per group
                             and op, compute/communication/idle time (README: "The run report")
+  --links SPEC              simulate a cluster's links on the thread ranks: every message waits
+                            latency + bytes/bandwidth of its link, e.g.
+                            'intra=300GB/s,1us;inter=25GB/s,5us;gpus-per-node=4' (ranks fill nodes in order)
+  --topology FILE.json      the same from a file: {"gpus_per_node": 4, "intra": {"bandwidth": "300GB/s",
+                            "latency": "1us"}, "inter": {...}}
   --help
 )";
 
@@ -250,6 +258,20 @@ inline void add_layout_flags(FlagTable& flags, Options& o) {
     o.trace = v;
   };
   flags["--dp-shard"] = integer(o.dp_shard, 1, 1024);
+  flags["--links"] = [&](const std::string& v) {
+    try {
+      o.topology = parallel::Topology::parse_links(v);
+    } catch (const Error& e) {
+      throw UsageError{e.what()};
+    }
+  };
+  flags["--topology"] = [&](const std::string& v) {
+    try {
+      o.topology = parallel::Topology::load(v);
+    } catch (const Error& e) {
+      throw UsageError{e.what()};
+    }
+  };
 }
 
 // What the task and the model need of each other.

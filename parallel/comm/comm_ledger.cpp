@@ -46,6 +46,7 @@ CommStats CommLedger::total() const {
     sum.calls += s.calls;
     sum.bytes_sent += s.bytes_sent;
     sum.bytes_received += s.bytes_received;
+    sum.link_s += s.link_s;
   }
   return sum;
 }
@@ -59,6 +60,11 @@ void CommLedger::record_bytes(CommOp op, int64_t bytes_sent, int64_t bytes_recei
   std::lock_guard lock(mutex_);
   stats_[static_cast<int>(op)].bytes_sent += bytes_sent;
   stats_[static_cast<int>(op)].bytes_received += bytes_received;
+}
+
+void CommLedger::record_link(CommOp op, double seconds) {
+  std::lock_guard lock(mutex_);
+  stats_[static_cast<int>(op)].link_s += seconds;
 }
 
 void CommLedger::reset() {
@@ -106,10 +112,15 @@ std::string CommLedger::report() const {
     const auto op = static_cast<CommOp>(i);
     CommStats s = (*this)[op];
     if (s.calls == 0) continue;
-    std::snprintf(line, sizeof line, "%-15s %6lld calls   sent %10.3f MiB   received %10.3f MiB%s\n",
+    std::snprintf(line, sizeof line, "%-15s %6lld calls   sent %10.3f MiB   received %10.3f MiB%s",
                   comm_op_name(op), static_cast<long long>(s.calls), s.bytes_sent / 1048576.0,
                   s.bytes_received / 1048576.0, modelled ? model_of(op) : "");
     out << line;
+    if (s.link_s > 0) {
+      std::snprintf(line, sizeof line, "   links %.3f ms", s.link_s * 1e3);
+      out << line;
+    }
+    out << "\n";
   }
   return out.str();
 }

@@ -81,7 +81,7 @@ int mpirun_rank() {
 // turn wait on this rank. So the world is aborted first (every wait, the worker's included, ends at
 // once with RemoteError), and only then does the context, with the group, go.
 static void launch_threads(int world_size, const RankFunction& fn, const LaunchOptions& options) {
-  auto world = std::make_shared<ThreadWorld>(world_size, options.timeout);
+  auto world = std::make_shared<ThreadWorld>(world_size, options.timeout, options.topology);
   GroupOptions group_options{options.timeout, options.debug_collectives};
   std::vector<std::exception_ptr> errors(world_size);
   std::vector<std::thread> threads;
@@ -125,6 +125,9 @@ void launch(int world_size, const RankFunction& fn, const LaunchOptions& options
            options.timeout.count(), " ms)");
   Backend backend = options.backend;
   if (backend == Backend::automatic) backend = under_mpirun() ? Backend::mpi : Backend::threads;
+  SL_CHECK(!options.topology.enabled() || backend == Backend::threads, "launch: simulated links (",
+           options.topology.str(), ") are a threads-backend feature; the ", backend_name(backend),
+           " backend's links are real");
   switch (backend) {
     case Backend::threads:
       launch_threads(world_size, fn, options);

@@ -22,6 +22,7 @@
 
 #include "parallel/comm/errors.h"
 #include "parallel/comm/process_group.h"
+#include "parallel/comm/topology.h"
 
 namespace sl::parallel {
 
@@ -34,6 +35,9 @@ struct LaunchOptions {
   std::chrono::milliseconds timeout = default_timeout();
   // Compare each collective's fingerprint across ranks. Default: SL_DEBUG_COLLECTIVES=1.
   bool debug_collectives = debug_from_environment();
+  // Threads backend only: charge every message the links of this cluster (topology.h); each group's
+  // ledger counts the charged time (CommLedger::link_seconds). Off by default.
+  Topology topology{};
 
   static std::chrono::milliseconds default_timeout();
   static bool debug_from_environment();

@@ -51,6 +51,9 @@ struct CommStats {
   int64_t calls = 0;
   int64_t bytes_sent = 0;
   int64_t bytes_received = 0;
+  // Simulated links only (topology.h): the time the links charged for the messages this rank
+  // received (a ring step's receive overlaps its send, so a step is charged once). 0 otherwise.
+  double link_s = 0;
 };
 
 // Thread-safe: a rank's async worker and its main thread may both count into it.
@@ -60,6 +63,8 @@ class CommLedger {
   CommStats total() const;  // summed over ops
   void record_call(CommOp op);
   void record_bytes(CommOp op, int64_t bytes_sent, int64_t bytes_received);
+  void record_link(CommOp op, double seconds);  // simulated links: a received message's charge
+  double link_seconds() const { return total().link_s; }
   void reset();
   std::string report() const;  // one line per op that was called: "all_reduce  3 calls  sent 1.5 MiB ..."
 
@@ -199,6 +204,9 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // How many bytes this rank sent and received in the current call (backends call this).
   void account(CommOp op, int64_t bytes_sent, int64_t bytes_received) {
     ledger_.record_bytes(op, bytes_sent, bytes_received);
+  }
+  void account_link(CommOp op, double seconds) {
+    if (seconds > 0) ledger_.record_link(op, seconds);
   }
 
   void shutdown_worker();  // backends' destructors call it before their state goes

@@ -51,7 +51,7 @@ double scaled(const std::string& text, const std::string& what, const std::strin
 
 double parse_bandwidth(const std::string& text, const std::string& what) {
   auto [value, unit] = number_and_unit(text, what);
-  if (unit.size() > 6 && unit.substr(unit.size() - 6) == "bit/s") return scaled(text, what, "bit/s", 1.0 / 8);
+  if (unit.size() >= 5 && unit.substr(unit.size() - 5) == "bit/s") return scaled(text, what, "bit/s", 1.0 / 8);
   return scaled(text, what, "B/s", 1);
 }
 
@@ -72,9 +72,9 @@ double Link::seconds(int64_t bytes) const {
   return latency_s + (bytes_per_s > 0 ? static_cast<double>(bytes) / bytes_per_s : 0.0);
 }
 
-static std::string number(double v) {
+static std::string number(double v, int digits = 6) {
   std::ostringstream out;
-  out.precision(12);
+  out.precision(digits);
   out << v;
   return out.str();
 }
@@ -178,7 +178,7 @@ Topology Topology::load(const std::string& path) {
 
 std::string Topology::str() const {
   if (!enabled()) return "off";
-  auto link_spec = [](const Link& l) { return number(l.bytes_per_s) + "B/s," + number(l.latency_s) + "s"; };
+  auto link_spec = [](const Link& l) { return number(l.bytes_per_s, 17) + "B/s," + number(l.latency_s, 17) + "s"; };
   return "intra=" + link_spec(intra) + ";inter=" + link_spec(inter) + ";gpus-per-node=" + std::to_string(gpus_per_node);
 }
 

@@ -146,6 +146,7 @@ class ScheduleRun {
   // Posts the batch of send/recv actions that starts at list_[i]; returns the index after it.
   size_t exchange(size_t i, double t0) {
     const size_t first = i;
+    const double link0 = pp_.ledger().link_seconds();  // simulated links: this batch's charge, for the trace
     std::vector<ProcessGroup::P2POp> ops;
     std::vector<Key> sent_grads;    // entries to drop once their gradient has gone
     std::vector<Key> sent_outputs;  // outputs whose bytes can go once sent
@@ -190,7 +191,7 @@ class ScheduleRun {
     // Were anything to read them, it would throw ("released"), not read garbage.
     if (options_.free_sent_outputs)
       for (const Key& key : sent_outputs) held_.at(key).output.impl_ptr()->storage->release();
-    result_.events.push_back({TimelineEvent::Kind::comm, -1, -1, t0, seconds()});
+    result_.events.push_back({TimelineEvent::Kind::comm, -1, -1, t0, seconds(), pp_.ledger().link_seconds() - link0});
     return i;
   }
 

@@ -131,9 +131,9 @@ std::string chrome_trace_json(const Timeline& t) {
       std::string name = e.kind == Kind::comm ? "send/recv" : letter + std::to_string(e.micro);
       std::snprintf(buf, sizeof buf,
                     ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%zu,\"ts\":%.3f,\"dur\":%.3f,"
-                    "\"args\":{\"micro\":%d,\"chunk\":%d}}",
+                    "\"args\":{\"micro\":%d,\"chunk\":%d,\"link_us\":%.3f}}",
                     name.c_str(), e.kind == Kind::comm ? "comm" : "compute", r, e.start * 1e6, (e.end - e.start) * 1e6,
-                    e.micro, e.chunk);
+                    e.micro, e.chunk, e.link_s * 1e6);
       out += buf;
     }
   }
@@ -152,20 +152,21 @@ void write_trace(const Timeline& t, const std::string& path) {
 }
 
 Timeline gather_timeline(const std::vector<TimelineEvent>& mine, ProcessGroup& group, int micro_batches) {
-  // Each event is 5 doubles (kind, micro, chunk, start, end); the lists are padded to the longest.
+  constexpr int kFields = 6;
+  // Each event is 6 doubles (kind, micro, chunk, start, end, link_s); the lists are padded to the longest.
   const int n = group.size();
   Tensor count = full({1}, static_cast<double>(mine.size()), TensorOptions(DType::f64));
   Tensor counts = Tensor::empty({n}, TensorOptions(DType::f64));
   group.all_gather(counts, count);
   const std::vector<double> sizes = counts.values<double>();
   const int64_t longest = static_cast<int64_t>(*std::max_element(sizes.begin(), sizes.end()));
-  Tensor packed = zeros({std::max<int64_t>(longest, 1) * 5}, TensorOptions(DType::f64));
+  Tensor packed = zeros({std::max<int64_t>(longest, 1) * kFields}, TensorOptions(DType::f64));
   double* p = packed.data<double>();
   for (size_t i = 0; i < mine.size(); ++i) {
     const auto& e = mine[i];
-    double row[5] = {static_cast<double>(e.kind), static_cast<double>(e.micro), static_cast<double>(e.chunk), e.start,
-                     e.end};
-    std::copy(row, row + 5, p + 5 * i);
+    double row[kFields] = {static_cast<double>(e.kind), static_cast<double>(e.micro), static_cast<double>(e.chunk),
+                           e.start, e.end, e.link_s};
+    std::copy(row, row + kFields, p + kFields * i);
   }
   Tensor all = Tensor::empty({n * packed.numel()}, TensorOptions(DType::f64));
   group.all_gather(all, packed);
@@ -175,9 +176,9 @@ Timeline gather_timeline(const std::vector<TimelineEvent>& mine, ProcessGroup& g
   t.ranks.resize(n);
   for (int r = 0; r < n; ++r)
     for (int64_t i = 0; i < static_cast<int64_t>(sizes[r]); ++i) {
-      const double* row = a + r * packed.numel() + 5 * i;
+      const double* row = a + r * packed.numel() + kFields * i;
       t.ranks[r].push_back({static_cast<Kind>(static_cast<int>(row[0])), static_cast<int>(row[1]),
-                            static_cast<int>(row[2]), row[3], row[4]});
+                            static_cast<int>(row[2]), row[3], row[4], row[5]});
     }
   return t;
 }

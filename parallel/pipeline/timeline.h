@@ -12,7 +12,8 @@
 //   (p-1)/(m+p-1) (interleaved: (p-1)/(v·m+p-1)) by the lessons and bench/pipeline.cpp.
 //
 //   Writers: ascii_gantt (terminal), write_svg (a picture), write_chrome_trace (JSON that opens in
-//   Perfetto or chrome://tracing); write_trace picks by the file's extension (.svg, .json).
+//   Perfetto or chrome://tracing; a comm event's args carry link_us, the simulated links' charge
+//   inside it); write_trace picks by the file's extension (.svg, .json).
 //
 //   Tests: tests/test_pipeline_timeline.cpp
 #pragma once
@@ -28,6 +29,7 @@ struct TimelineEvent {
   Kind kind = Kind::forward;
   int micro = -1, chunk = -1;  // compute only
   double start = 0, end = 0;   // seconds from the step's start
+  double link_s = 0;           // comm: what simulated links (--links) charged the messages received here
 };
 
 struct Timeline {

@@ -28,6 +28,7 @@ RankReport collect_rank_report(int rank, const std::array<int, DeviceMesh::kDims
       if (stats.calls > 0) report.traffic.push_back({group, comm_op_name(op), stats});
     }
     report.communication_s += ledger->wait_seconds();
+    report.link_s += ledger->link_seconds();
   }
   report.wall_s = wall_s;
   report.compute_s = std::max(0.0, step_s - step_blocked_s);
@@ -65,6 +66,11 @@ std::string run_report_table(const std::vector<RankReport>& ranks, int64_t steps
     std::snprintf(line, sizeof line, "  time     compute %.0f%%, communication %.0f%%, idle %.0f%% of %.3f s\n",
                   100 * r.compute_s / wall, 100 * r.communication_s / wall, 100 * r.idle_s / wall, r.wall_s);
     out += line;
+    if (r.link_s > 0) {
+      std::snprintf(line, sizeof line, "  links    %.3f s charged by the simulated links (%.3f ms per step)\n", r.link_s,
+                    1e3 * r.link_s / static_cast<double>(std::max<int64_t>(1, steps)));
+      out += line;
+    }
     if (!r.pipeline.stage.empty()) {
       std::snprintf(line, sizeof line,
                     "  pipeline %s, %s: at most %d micro-batches held, bubble %.2f of the last step (formula %.2f)\n",
@@ -102,9 +108,10 @@ std::string run_report_json(const std::string& plan, const ParallelismConfig& pa
                                        {"op", t.op},
                                        {"calls", t.stats.calls},
                                        {"bytes_sent", t.stats.bytes_sent},
-                                       {"bytes_received", t.stats.bytes_received}});
+                                       {"bytes_received", t.stats.bytes_received},
+                                       {"link_s", t.stats.link_s}});
     rank["time_s"] = {{"wall", r.wall_s}, {"compute", r.compute_s}, {"communication", r.communication_s},
-                      {"idle", r.idle_s}};
+                      {"idle", r.idle_s}, {"links", r.link_s}};
     if (!r.pipeline.stage.empty())
       rank["pipeline"] = {{"stage", r.pipeline.stage},
                           {"schedule", r.pipeline.schedule},

@@ -9,6 +9,8 @@
 //                    setup included (the mesh, the initial broadcast)
 //     compute        inside train_step and not blocked: forward, backward, the optimizer
 //     idle           the rest: setup's own work, logging, held-out evaluation
+//     links          with simulated links (--links, --topology): what the links charged this rank's
+//                    received messages, a part of communication (CommStats::link_s per group and op)
 //   compute + communication + idle = wall. Under data parallelism "communication" also holds the
 //   time a rank waits for a slower peer; a pipeline's bubble would show there too.
 #pragma once
@@ -37,6 +39,9 @@ struct RankReport {
   };
   std::vector<Traffic> traffic;  // every (group, op) that was called, groups in the given order
   double wall_s = 0, compute_s = 0, communication_s = 0, idle_s = 0;
+  // Simulated links (train --links): the time they charged the messages this rank received, summed
+  // over its groups. It is a part of communication_s (the rank waited for those messages), not of compute.
+  double link_s = 0;
   // A pipeline stage's own figures, from its last step (absent from the JSON when `stage` is empty).
   struct Pipeline {
     std::string stage;              // "stage 1/2: h.1"

@@ -1,6 +1,7 @@
 // thread_world.cpp — the mailboxes rank threads post to, and how every wait on them ends.
 #include <algorithm>
 #include <chrono>
+#include <thread>
 
 #include "parallel/comm/errors.h"
 #include "parallel/comm/backends/threads_backend.h"
@@ -9,9 +10,14 @@ namespace sl::parallel {
 
 using Clock = std::chrono::steady_clock;
 
-ThreadWorld::ThreadWorld(int size, std::chrono::milliseconds timeout)
-    : size_(size), timeout_(timeout), finished_(size, 0) {
+ThreadWorld::ThreadWorld(int size, std::chrono::milliseconds timeout, Topology topology)
+    : size_(size), timeout_(timeout), topology_(std::move(topology)), finished_(size, 0) {
   for (int r = 0; r < size; ++r) mailboxes_.push_back(std::make_unique<Mailbox>());
+}
+
+// A taken message still on the simulated wire: wait for it to arrive (without links: return at once).
+static void wait_for_arrival(const ThreadWorld::Envelope* e) {
+  if (e->link_s > 0) std::this_thread::sleep_until(e->arrives);
 }
 
 static long long elapsed_ms(Clock::time_point start) {
@@ -43,6 +49,11 @@ void ThreadWorld::check_waitable(int peer, const WaitContext& why, Clock::time_p
 
 void ThreadWorld::post(int dst, Envelope* envelope) {
   Mailbox& box = *mailboxes_[dst];
+  if (topology_.enabled()) {
+    envelope->link_s = topology_.link(envelope->src, dst).seconds(envelope->bytes);
+    envelope->arrives = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(envelope->link_s));
+  }
   {
     std::lock_guard lock(box.mutex);
     envelope->state = Envelope::posted;
@@ -68,6 +79,8 @@ ThreadWorld::Envelope* ThreadWorld::take(int me, int src, uint64_t context, uint
       if (e->tag == tag) {
         box.envelopes.erase(it);
         e->state = Envelope::taken;
+        lock.unlock();
+        wait_for_arrival(e);
         return e;
       }
       bool both_collective = (e->tag & kCollectiveBit) && (tag & kCollectiveBit);
@@ -83,13 +96,15 @@ ThreadWorld::Envelope* ThreadWorld::take(int me, int src, uint64_t context, uint
 }
 
 // With the mailbox locked: the message after the first `skip` from src in context, taken; or nullptr.
+// arrived_by: leave a message that would still be on the simulated wire then (max(): take any).
 static ThreadWorld::Envelope* take_locked(std::vector<ThreadWorld::Envelope*>& envelopes, int src, uint64_t context,
-                                          size_t skip) {
+                                          size_t skip, Clock::time_point arrived_by = Clock::time_point::max()) {
   size_t seen = 0;
   for (auto it = envelopes.begin(); it != envelopes.end(); ++it) {
     ThreadWorld::Envelope* e = *it;
     if (e->src != src || e->context != context || (e->tag & kCollectiveBit)) continue;
     if (seen++ < skip) continue;  // an earlier receive's message
+    if (e->arrives > arrived_by) return nullptr;
     envelopes.erase(it);
     e->state = ThreadWorld::Envelope::taken;
     return e;
@@ -100,7 +115,7 @@ static ThreadWorld::Envelope* take_locked(std::vector<ThreadWorld::Envelope*>& e
 ThreadWorld::Envelope* ThreadWorld::try_take_message(int me, int src, uint64_t context, size_t skip) {
   Mailbox& box = *mailboxes_[me];
   std::lock_guard lock(box.mutex);
-  return take_locked(box.envelopes, src, context, skip);
+  return take_locked(box.envelopes, src, context, skip, Clock::now());
 }
 
 ThreadWorld::Envelope* ThreadWorld::take_message(int me, int src, uint64_t context, size_t skip, const WaitContext& why,
@@ -108,7 +123,11 @@ ThreadWorld::Envelope* ThreadWorld::take_message(int me, int src, uint64_t conte
   Mailbox& box = *mailboxes_[me];
   std::unique_lock lock(box.mutex);
   while (true) {
-    if (Envelope* e = take_locked(box.envelopes, src, context, skip)) return e;
+    if (Envelope* e = take_locked(box.envelopes, src, context, skip)) {
+      lock.unlock();
+      wait_for_arrival(e);
+      return e;
+    }
     check_waitable(src, why, deadline);
     box.changed.wait_until(lock, std::min(deadline, Clock::now() + std::chrono::milliseconds(200)));
   }

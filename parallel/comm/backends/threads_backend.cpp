@@ -74,6 +74,7 @@ void ThreadsProcessGroup::ring_step(const Step& step) {
                                std::to_string(got) + " bytes where " + std::to_string(step.recv_bytes) +
                                " were expected (do all ranks pass the same shapes?)");
     }
+    if (step.counted) account_link(step.account_as, in->link_s);
     if (step.recv_lhs == nullptr) {
       if (step.recv_bytes > 0) std::memcpy(step.recv_dst, in->data, step.recv_bytes);
     } else {
@@ -237,6 +238,7 @@ void ThreadsProcessGroup::run_broadcast(const Tensor& tensor, int root, uint64_t
         SL_CHECK(in->bytes == seg_bytes, "broadcast #", sequence, " on rank ", world_rank(), ": rank ", left(),
                  " sent ", in->bytes, " bytes where ", seg_bytes, " were expected (same shapes on every rank?)");
         if (seg_bytes > 0) std::memcpy(seg, in->data, seg_bytes);
+        account_link(CommOp::broadcast, in->link_s);
         world_->release(world_rank(), in);
         account(CommOp::broadcast, 0, seg_bytes);
       }
@@ -268,7 +270,11 @@ void ThreadsProcessGroup::run_barrier(uint64_t sequence) {
       world_->post(right(), &token);
       world_->wait_consumed(right(), &token, why, deadline);
     };
-    auto wait_for_token = [&] { world_->release(world_rank(), world_->take(world_rank(), left(), context_, tag, why, deadline)); };
+    auto wait_for_token = [&] {
+      ThreadWorld::Envelope* in = world_->take(world_rank(), left(), context_, tag, why, deadline);
+      account_link(CommOp::barrier, in->link_s);
+      world_->release(world_rank(), in);
+    };
     if (rank() == 0) {
       pass_on();
       wait_for_token();

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "parallel/comm/process_group.h"
+#include "parallel/comm/topology.h"
 
 namespace sl::parallel {
 
@@ -52,9 +53,16 @@ class ThreadWorld {
     int64_t bytes = 0;
     enum State : uint8_t { posted, taken, consumed, withdrawn } state = posted;
     int user_tag = -1;  // send/recv: the tag the sender gave (checked against the recv's in debug mode)
+    // Simulated links (topology.h), stamped by post(): the link's charge for these bytes, and the
+    // time the message would arrive. A receiver reads it no earlier than that.
+    double link_s = 0;
+    std::chrono::steady_clock::time_point arrives{};
   };
 
-  ThreadWorld(int size, std::chrono::milliseconds timeout);
+  // `topology`: charge every message latency + bytes / bandwidth of the link between the ranks'
+  // nodes (off by default: messages are free, and nothing else changes either way).
+  ThreadWorld(int size, std::chrono::milliseconds timeout, Topology topology = {});
+  const Topology& topology() const { return topology_; }
   int size() const { return size_; }
 
   // Sender side: post into dst's mailbox, later wait until the receiver consumed it.
@@ -63,7 +71,8 @@ class ThreadWorld {
   bool wait_consumed(int dst, Envelope* envelope, const WaitContext& why, std::chrono::steady_clock::time_point deadline,
                      std::chrono::steady_clock::time_point return_at = std::chrono::steady_clock::time_point::max());
   // Receiver side: wait for the first envelope from src matching (context, tag), mark it taken;
-  // read its bytes; then release() marks it consumed.
+  // read its bytes; then release() marks it consumed. With simulated links both takes return no
+  // earlier than the message's arrival (the try_ form does not take a message still on the wire).
   Envelope* take(int me, int src, uint64_t context, uint64_t tag, const WaitContext& why,
                  std::chrono::steady_clock::time_point deadline);
   // Point to point: wait until src has posted more than `skip` messages (not collective steps) in
@@ -98,6 +107,7 @@ class ThreadWorld {
 
   int size_;
   std::chrono::milliseconds timeout_;
+  Topology topology_;
   std::vector<std::unique_ptr<Mailbox>> mailboxes_;
   mutable std::mutex state_mutex_;
   int failed_rank_ = -1;

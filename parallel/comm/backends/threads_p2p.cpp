@@ -116,7 +116,7 @@ class ThreadsRecvWork : public Work {
  public:
   ThreadsRecvWork(std::shared_ptr<ThreadWorld> world, std::shared_ptr<PendingReceives> pending, Tensor tensor,
                   int me, int src, size_t group_src, uint64_t context, bool check_tag, WaitContext why,
-                  std::chrono::milliseconds timeout, std::function<void(int64_t)> on_done)
+                  std::chrono::milliseconds timeout, std::function<void(int64_t, double)> on_done)
       : world_(std::move(world)),
         pending_(std::move(pending)),
         tensor_(std::move(tensor)),
@@ -173,6 +173,7 @@ class ThreadsRecvWork : public Work {
     pending_->remove(group_src_, this);  // taken: the next receive from src_ is now the oldest
     const int64_t got = in->bytes;
     const int sent_tag = in->user_tag;
+    const double link_s = in->link_s;
     const bool tag_ok = !check_tag_ || sent_tag == static_cast<int>(why_.sequence);
     if (tag_ok && got == tensor_.nbytes() && got > 0) std::memcpy(tensor_.raw_data(), in->data, got);
     world_->release(me_, in);
@@ -181,7 +182,7 @@ class ThreadsRecvWork : public Work {
     SL_CHECK(got == tensor_.nbytes(), "recv (tag ", why_.sequence, ") on rank ", me_, ": rank ", src_, " sent ", got,
              " bytes but the receiving tensor ", tensor_.shape(), " ", dtype_name(tensor_.dtype()), " holds ",
              tensor_.nbytes());
-    on_done_(got);
+    on_done_(got, link_s);
   }
 
   std::shared_ptr<ThreadWorld> world_;
@@ -193,7 +194,7 @@ class ThreadsRecvWork : public Work {
   bool check_tag_;
   WaitContext why_;
   std::chrono::milliseconds timeout_;
-  std::function<void(int64_t)> on_done_;
+  std::function<void(int64_t, double)> on_done_;  // bytes, the simulated link's charge
   bool completed_ = false;
   std::exception_ptr error_;
 };
@@ -228,8 +229,9 @@ WorkPtr ThreadsProcessGroup::run_irecv(const Tensor& tensor, int src, int tag) {
   return std::make_shared<ThreadsRecvWork>(
       world_, pending_receives_, tensor, world_rank(), global_rank(src), static_cast<size_t>(src), context_,
       options().debug_collectives, WaitContext{"recv", static_cast<uint64_t>(tag), world_rank()}, options().timeout,
-      [self = std::static_pointer_cast<ThreadsProcessGroup>(self)](int64_t bytes) {
+      [self = std::static_pointer_cast<ThreadsProcessGroup>(self)](int64_t bytes, double link_s) {
         self->account(CommOp::recv, 0, bytes);
+        self->account_link(CommOp::recv, link_s);
       });
 }
 
