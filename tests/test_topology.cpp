@@ -37,6 +37,11 @@ TEST(Topology, ReadsTheSpecAndItsUnits) {
   EXPECT_EQ(t.link(1, 2), t.intra);
   EXPECT_EQ(t.link(3, 4), t.inter);
   EXPECT_TRUE(t.crosses_nodes({2, 6}));
+  Topology placed = Topology::parse_links("inter=1GB/s,1us;gpus-per-node=2;placement=0,1,0,1");
+  EXPECT_EQ(placed.placement, (std::vector<int>{0, 1, 0, 1}));
+  EXPECT_TRUE(placed.crosses_nodes({0, 1}));
+  EXPECT_FALSE(placed.crosses_nodes({1, 3}));
+  EXPECT_EQ(Topology::parse_links(placed.str()), placed);
   EXPECT_FALSE(t.crosses_nodes({0, 1, 2, 3}));
   // A ring step lasts as long as its slowest hop: 0 -> 4 crosses nodes.
   EXPECT_DOUBLE_EQ(t.ring_step_seconds({0, 1, 2, 3}, 3000), 1e-6 + 3000 / 300e9);
@@ -78,6 +83,9 @@ TEST(Topology, BadInputIsNamed) {
   options.backend = Backend::mpi;
   options.topology = Topology::parse_links("inter=1GB/s,1us;gpus-per-node=1");
   expect_error_naming([&] { launch(2, [](RankContext&) {}, options); }, "threads-backend");
+  options.backend = Backend::threads;
+  options.topology = Topology::parse_links("inter=1GB/s,1us;gpus-per-node=1;placement=0,1,1");
+  expect_error_naming([&] { launch(2, [](RankContext&) {}, options); }, "3 ranks' nodes but the world has 2");
 }
 
 // Two nodes of 2 ranks: intra 1 GB/s and 10 us, inter 100 MB/s and 200 us (slow enough that the

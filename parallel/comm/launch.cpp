@@ -128,6 +128,7 @@ void launch(int world_size, const RankFunction& fn, const LaunchOptions& options
   SL_CHECK(!options.topology.enabled() || backend == Backend::threads, "launch: simulated links (",
            options.topology.str(), ") are a threads-backend feature; the ", backend_name(backend),
            " backend's links are real");
+  options.topology.check_world(world_size);
   switch (backend) {
     case Backend::threads:
       launch_threads(world_size, fn, options);

@@ -83,6 +83,17 @@ std::string Link::str() const {
   return number(bytes_per_s / 1e9) + " GB/s, " + number(latency_s * 1e6) + " us";
 }
 
+int Topology::node_of(int world_rank) const {
+  if (!enabled()) return 0;
+  if (!placement.empty()) return placement.at(static_cast<size_t>(world_rank));
+  return world_rank / gpus_per_node;
+}
+
+void Topology::check_world(int world_size) const {
+  SL_CHECK(placement.empty() || static_cast<int>(placement.size()) == world_size, "links: the placement names ",
+           placement.size(), " ranks' nodes but the world has ", world_size, " ranks");
+}
+
 const Link& Topology::link(int a, int b) const { return node_of(a) == node_of(b) ? intra : inter; }
 
 bool Topology::crosses_nodes(const std::vector<int>& members) const {
@@ -117,6 +128,14 @@ Topology Topology::parse_links(const std::string& spec) {
       t.intra = parse_link(value, "--links intra");
     } else if (key == "inter") {
       t.inter = parse_link(value, "--links inter");
+    } else if (key == "placement") {
+      std::stringstream nodes(value);
+      for (std::string node; std::getline(nodes, node, ',');) {
+        auto [n, unit] = number_and_unit(node, "--links placement");
+        SL_CHECK(unit.empty() && n == std::floor(n) && n < 1e6, "--links: placement wants node numbers like 0,1,0,1, got '",
+                 value, "'");
+        t.placement.push_back(static_cast<int>(n));
+      }
     } else if (key == "gpus-per-node") {
       auto [n, unit] = number_and_unit(value, "--links gpus-per-node");
       SL_CHECK(unit.empty() && n >= 1 && n == std::floor(n) && n < 1e6, "--links: gpus-per-node must be a whole number >= 1, got '",
@@ -124,7 +143,7 @@ Topology Topology::parse_links(const std::string& spec) {
       t.gpus_per_node = static_cast<int>(n);
       have_gpus = true;
     } else {
-      throw Error("--links: unknown key '" + key + "' in '" + spec + "' (keys: intra, inter, gpus-per-node)");
+      throw Error("--links: unknown key '" + key + "' in '" + spec + "' (keys: intra, inter, gpus-per-node, placement)");
     }
   }
   SL_CHECK(have_gpus, "--links '", spec, "' must say gpus-per-node=N (which ranks share a node)");
@@ -165,6 +184,14 @@ Topology Topology::from_json_text(const std::string& text, const std::string& wh
   t.gpus_per_node = j.at("gpus_per_node").get<int>();
   if (j.contains("intra")) t.intra = json_link(j.at("intra"), where + ": intra");
   if (j.contains("inter")) t.inter = json_link(j.at("inter"), where + ": inter");
+  if (j.contains("placement")) {
+    SL_CHECK(j.at("placement").is_array(), where, ": placement must be a list of node numbers, one per rank");
+    for (const auto& node : j.at("placement")) {
+      SL_CHECK(node.is_number_integer() && node.get<int64_t>() >= 0 && node.get<int64_t>() < 1000000, where,
+               ": placement must hold node numbers >= 0, got ", node.dump());
+      t.placement.push_back(node.get<int>());
+    }
+  }
   return t;
 }
 
@@ -179,7 +206,10 @@ Topology Topology::load(const std::string& path) {
 std::string Topology::str() const {
   if (!enabled()) return "off";
   auto link_spec = [](const Link& l) { return number(l.bytes_per_s, 17) + "B/s," + number(l.latency_s, 17) + "s"; };
-  return "intra=" + link_spec(intra) + ";inter=" + link_spec(inter) + ";gpus-per-node=" + std::to_string(gpus_per_node);
+  std::string out =
+      "intra=" + link_spec(intra) + ";inter=" + link_spec(inter) + ";gpus-per-node=" + std::to_string(gpus_per_node);
+  for (size_t r = 0; r < placement.size(); ++r) out += (r ? "," : ";placement=") + std::to_string(placement[r]);
+  return out;
 }
 
 }  // namespace sl::parallel

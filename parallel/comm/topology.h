@@ -23,6 +23,8 @@
 //
 //   Written as a spec string (train --links, plan --links):
 //       intra=300GB/s,1us;inter=25GB/s,5us;gpus-per-node=4
+//   An explicit placement (placement=0,1,0,1: rank r sits on node placement[r]) replaces the order,
+//   to show what a bad one costs (lesson 15 puts a tp pair on two nodes).
 //   or a JSON file (train --topology, plan --cluster; keys other than these are the planner's):
 //       {"gpus_per_node": 4, "intra": {"bandwidth": "300GB/s", "latency": "1us"},
 //                            "inter": {"bandwidth": "25GB/s",  "latency": "5us"}}
@@ -45,9 +47,12 @@ struct Link {
 struct Topology {
   int gpus_per_node = 0;  // 0: links off (every message is free, as without a topology)
   Link intra, inter;
+  std::vector<int> placement;  // empty: rank r on node r / gpus_per_node; else node placement[r]
 
   bool enabled() const { return gpus_per_node > 0; }
-  int node_of(int world_rank) const { return enabled() ? world_rank / gpus_per_node : 0; }
+  int node_of(int world_rank) const;
+  // Throws sl::Error unless a placement, if any, names a node for each of `world_size` ranks.
+  void check_world(int world_size) const;
   const Link& link(int world_rank_a, int world_rank_b) const;
   // One ring step over `members` (world ranks in ring order), every hop carrying `bytes`: its slowest hop.
   double ring_step_seconds(const std::vector<int>& members, int64_t bytes) const;
