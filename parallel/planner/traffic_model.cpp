@@ -113,7 +113,8 @@ std::vector<GroupTraffic> Book::finish(const std::vector<std::pair<std::string, 
       if (name.empty())
         for (const std::string& d : dim_names(mask)) name += (name.empty() ? "" : "+") + d;
       t.group = name.empty() ? "self" : name;
-      t.members = DeviceMesh::group_members(plan_.parallelism, dim_names(mask), rank_);
+      // A group of size 1 ("dp" of the serial layout): this rank alone.
+      t.members = mask == 0 ? std::vector<int>{rank_} : DeviceMesh::group_members(plan_.parallelism, dim_names(mask), rank_);
     } else {
       t.group = key.first;
     }
