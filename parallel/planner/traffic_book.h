@@ -1,0 +1,77 @@
+// traffic_book.h — the cost model's tally of one step's traffic (traffic_model.cpp), keyed by group:
+// a mesh group by its set of dims (those of size 1 dropped, as DeviceMesh shares one handle among
+// sets that differ only by them), or a group of its own ("loss", "pp_tied_wte"). finish() names
+// each group once, by the first name the trainer gives it, and lists its world ranks.
+#pragma once
+#include <array>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "parallel/planner/cost_model.h"
+#include "parallel/planner/rank_part.h"
+
+namespace sl::parallel::planner {
+
+constexpr int64_t kBucketBytes = int64_t{1} << 20;  // DDPOptions and ZeroOptions' bucket_bytes
+// Bits of a set of mesh dims, in grid order.
+enum Dim : unsigned { kPp = 1, kDpRep = 2, kDpShard = 4, kCp = 8, kTp = 16 };
+
+// What a step moves, per group and op; bytes are one call's, times calls.
+class Book {
+ public:
+  Book(const TrainPlan& plan, int rank) : plan_(plan), rank_(rank), coords_(mesh_coordinates(plan.parallelism, rank)) {
+    const auto degrees = plan.parallelism.degrees();
+    for (int d = 0; d < 5; ++d)
+      if (degrees[d] > 1) nontrivial_ |= 1u << d;
+  }
+  int size(unsigned mask) const {
+    int n = 1;
+    const auto degrees = plan_.parallelism.degrees();
+    for (int d = 0; d < 5; ++d)
+      if (mask & (1u << d)) n *= degrees[d];
+    return n;
+  }
+  int rank_in(unsigned mask) const {  // row-major over the set's dims
+    int r = 0;
+    const auto degrees = plan_.parallelism.degrees();
+    for (int d = 0; d < 5; ++d)
+      if (mask & (1u << d)) r = r * degrees[d] + coords_[d];
+    return r;
+  }
+  void all_reduce(unsigned mask, int64_t count, int64_t es, int64_t calls = 1) {
+    add(key(mask), CommOp::all_reduce, calls, ring_all_reduce(count, es, size(mask), rank_in(mask)));
+  }
+  void all_gather(unsigned mask, int64_t input_bytes, int64_t calls = 1) {
+    add(key(mask), CommOp::all_gather, calls, ring_all_gather(input_bytes, size(mask)));
+  }
+  void reduce_scatter(unsigned mask, int64_t output_bytes, int64_t calls = 1) {
+    add(key(mask), CommOp::reduce_scatter, calls, ring_reduce_scatter(output_bytes, size(mask)));
+  }
+  void p2p(unsigned mask, int64_t bytes, int64_t sends, int64_t receives) {
+    add(key(mask), CommOp::send, sends, {bytes, 0});
+    add(key(mask), CommOp::recv, receives, {0, bytes});
+  }
+  void own_all_reduce(const std::string& name, int n, int r, int64_t count, int64_t es) {
+    add(name, CommOp::all_reduce, 1, ring_all_reduce(count, es, n, r));
+  }
+  std::vector<GroupTraffic> finish(const std::vector<std::pair<std::string, unsigned>>& names) const;
+
+ private:
+  std::string key(unsigned mask) const { return "#" + std::to_string(mask & nontrivial_); }
+  void add(const std::string& group, CommOp op, int64_t calls, RingBytes bytes) {
+    GroupTraffic& t = entries_[{group, static_cast<int>(op)}];
+    t.op = op;
+    t.calls += calls;
+    t.bytes_sent += calls * bytes.sent;  // bytes: one call's
+    t.bytes_received += calls * bytes.received;
+  }
+  const TrainPlan& plan_;
+  int rank_;
+  std::array<int, 5> coords_;
+  unsigned nontrivial_ = 0;
+  std::map<std::pair<std::string, int>, GroupTraffic> entries_;
+};
+
+}  // namespace sl::parallel::planner
