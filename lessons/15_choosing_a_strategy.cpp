@@ -1,0 +1,249 @@
+// Lesson 15 — choosing a strategy: the rules of thumb in milliseconds, on a cluster simulated on a laptop.
+//
+// What you will learn
+//   * a cluster in three numbers per link: the alpha-beta model, latency + bytes / bandwidth, between
+//     ranks on one node (NVLink-class) or on two (InfiniBand- or PCIe-class). The threads backend
+//     charges every message its link (train --links, parallel/comm/topology.h); compute stays real.
+//   * scaling a GPU cluster down to a CPU: a CPU core computes ~1000x slower than a GPU, so the links
+//     are slowed by the same factor, measured here (this machine's FLOP/s against the GPU's). What
+//     decides a strategy is the ratio of compute to communication, and that ratio is kept.
+//   * the seeds' DP against DDP, with and without NVLink (2 TITAN RTX: DP 110 s, DDP 101 s, DDP
+//     without NVLink 131 s), reproduced in direction and explained in bytes:
+//         naive DP sends 8Ψ per step (replicate + gather), not overlapped; DDP 2(n-1)/n·4Ψ = 4Ψ, overlapped
+//   * TP inside a node against TP across two nodes, measured (the same layout, another placement)
+//   * the seeds' case 2 with links: PP, ZeRO-3 and TP on two nodes are close when the link between
+//     them is fast; when it is slow PP wins, because it sends one activation per micro-batch where TP
+//     sends 4 per layer and ZeRO-3 the whole model three times
+//   * lesson 14's rules of thumb, checked again in milliseconds instead of bytes
+//
+// Run:    make lesson N=15   (about 20 s: 15 short runs on up to 4 thread ranks)
+// Prints: each section's measured step times beside the bytes that explain them, the checks, and
+//         "lesson 15: OK".
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nn/data.h"
+#include "nn/gpt.h"
+#include "nn/optim.h"
+#include "parallel/comm/launch.h"
+#include "parallel/comm/topology.h"
+#include "parallel/train/factory.h"
+#include "parallel/train/trainer.h"
+
+using namespace sl;
+using namespace sl::parallel;
+
+static bool ok = true;
+static void check(bool condition, const std::string& what) {
+  std::printf("  check: %s: %s\n", what.c_str(), condition ? "OK" : "FAILED");
+  ok = ok && condition;
+}
+static void section(const char* title) { std::printf("\n--- %s\n", title); }
+
+// ---- the model, the data and one measured run ------------------------------------------------------------
+// B·T large against C, as in real LLMs (B·T in the thousands per rank, C in the thousands): TP's
+// activations then outweigh DP's gradients, which is what makes placement matter.
+static const nn::GPTConfig kConfig{.vocab_size = 64, .block_size = 32, .n_layer = 4, .n_head = 4, .n_embd = 64};
+constexpr int64_t kBatch = 16, kT = 32;
+constexpr int kSteps = 4;  // the first step warms up; the time is the mean of the other three
+constexpr uint64_t kSeed = 5;
+static nn::AdamWOptions adamw() { return {.lr = 1e-3, .eps = 1e-6, .weight_decay = 0.1}; }
+
+static nn::TokenStream tokens() {
+  nn::TokenStream s;
+  s.vocab_size = kConfig.vocab_size;
+  for (int i = 0; i < 20000; ++i) s.tokens.push_back((i * 7 + i / 5 + (i * i) % 13) % kConfig.vocab_size);
+  return s;
+}
+
+static TrainPlan plan_of(ParallelismConfig par, DpStrategy strategy = DpStrategy::ddp, int micro = 1) {
+  TrainPlan plan;
+  plan.parallelism = par;
+  plan.dp_strategy = strategy;
+  plan.micro_batches = micro;
+  return plan;
+}
+
+struct Measured {
+  double step_ms = 0;    // rank 0's mean wall time per step
+  double links_ms = 0;   // what the links charged rank 0 per step, summed over its groups
+  double sent_kib = 0;   // bytes rank 0 sent per step, over every group
+};
+
+static Measured run_once(const TrainPlan& plan, const Topology& topology) {
+  const int world = plan.parallelism.world_size();
+  plan.validate(world);
+  if (plan.cuts_model()) check_model_runner(plan, kConfig);
+  static const nn::TokenStream data = tokens();
+  LaunchOptions options;
+  options.topology = topology;
+  Measured m;
+  launch(world, [&](RankContext& ctx) {
+    std::unique_ptr<nn::GPT> replica;
+    std::unique_ptr<Trainer> trainer;
+    if (plan.cuts_model())
+      trainer = std::make_unique<Trainer>(
+          ctx, plan, [&](const DeviceMesh& mesh) { return make_model_runner(plan, kConfig, kSeed, {}, mesh); }, adamw());
+    else
+      replica = std::make_unique<nn::GPT>(kConfig, kSeed),
+      trainer = std::make_unique<Trainer>(*replica, ctx, plan, adamw());
+    trainer->train_step(data, 0, kBatch, kT, adamw().lr, 0.0);  // warm-up: allocations, first touches
+    auto totals = [&] {
+      CommStats sum;
+      for (const auto& [name, group] : trainer->ledgers()) {
+        const CommStats s = group->total();
+        sum.bytes_sent += s.bytes_sent;
+        sum.link_s += s.link_s;
+      }
+      return sum;
+    };
+    const CommStats before = totals();
+    const auto start = std::chrono::steady_clock::now();
+    for (int s = 1; s < kSteps; ++s) trainer->train_step(data, s, kBatch, kT, adamw().lr, 0.0);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (ctx.rank != 0) return;
+    const CommStats after = totals();
+    m.step_ms = 1e3 * seconds / (kSteps - 1);
+    m.links_ms = 1e3 * (after.link_s - before.link_s) / (kSteps - 1);
+    m.sent_kib = (after.bytes_sent - before.bytes_sent) / 1024.0 / (kSteps - 1);
+  }, options);
+  return m;
+}
+
+// The faster of two runs: 2 cores shared by up to 4 rank threads (and whatever else runs) make any
+// one run's compute noisy; the links' charges, which are sleeps, are not.
+static Measured run(const TrainPlan& plan, const Topology& topology) {
+  const Measured a = run_once(plan, topology), b = run_once(plan, topology);
+  return a.step_ms <= b.step_ms ? a : b;
+}
+
+static void print_row(const char* name, const Measured& m) {
+  std::printf("  %-38s %8.1f ms per step   links %7.1f ms   rank 0 sends %8.1f KiB\n", name, m.step_ms, m.links_ms,
+              m.sent_kib);
+}
+
+// ---- scaling a GPU's links to this CPU ---------------------------------------------------------------------
+// The serial step's FLOPs, 6 per parameter and token (2 forward, 4 backward) plus attention's, over
+// its measured time: this machine's achieved FLOP/s. A link keeps its GPU-world ratio to compute when
+// scaled by (this CPU's achieved FLOP/s) / (the GPU's achieved FLOP/s), the GPU's taken as 40% of its
+// peak (a typical model FLOPs utilisation in training).
+constexpr double kGpuUtilisation = 0.4;
+static double cpu_flops() {
+  const double params = static_cast<double>(nn::GPT(kConfig, kSeed).num_parameters());
+  const double tokens_per_step = static_cast<double>(kBatch * kT);
+  const double attention = 12.0 * kConfig.n_layer * kT * kConfig.n_embd;  // QK^T and AV, forward and backward
+  const double flops = (6.0 * params + attention) * tokens_per_step;
+  const Measured serial = run(plan_of({}), {});
+  return flops / (serial.step_ms * 1e-3);
+}
+
+static Link scaled(double gpu_bytes_per_s, double latency_s, double scale) {
+  return {gpu_bytes_per_s * scale, latency_s / scale};
+}
+
+// ---- 2. DP against DDP, with and without NVLink --------------------------------------------------------
+static void dp_against_ddp(double scale) {
+  section("2. the seeds' benchmark: DP against DDP, with and without NVLink (2 GPUs in one box)");
+  // TITAN RTX: 16.3 TFLOP/s f32. NV2 NVLink: 2 links of 25 GB/s each way. Without it
+  // (NCCL_P2P_DISABLE=1) every byte goes through the host over PCIe 3.0 x16: about 10 GB/s.
+  Topology nvlink{.gpus_per_node = 2, .intra = scaled(50e9, 2e-6, scale)};
+  Topology no_nvlink{.gpus_per_node = 2, .intra = scaled(10e9, 10e-6, scale)};
+  std::printf("  scaled by %.2e: NVLink %.1f MB/s, PCIe through the host %.1f MB/s on this machine\n", scale,
+              nvlink.intra.bytes_per_s / 1e6, no_nvlink.intra.bytes_per_s / 1e6);
+  const ParallelismConfig two{.dp_replicate = 2};
+  const Measured dp = run(plan_of(two, DpStrategy::naive), nvlink), ddp = run(plan_of(two), nvlink),
+                 ddp_slow = run(plan_of(two), no_nvlink);
+  print_row("DP (naive), NVLink", dp);
+  print_row("DDP, NVLink", ddp);
+  print_row("DDP, no NVLink", ddp_slow);
+  const double psi = static_cast<double>(nn::GPT(kConfig, kSeed).num_parameters());
+  std::printf(
+      "  Ψ = %.0f: DP's rank 0 sends the model out and gathers the gradients, 8Ψ = %.0f KiB a step on the\n"
+      "  critical path; DDP all-reduces 2(n-1)/n·4Ψ = %.0f KiB, overlapped with backward. The seeds measured\n"
+      "  DP 110 s, DDP 101 s, DDP without NVLink 131 s: DP is ~10%% slower than DDP, and faster than DDP\n"
+      "  over a link 5x slower, because DP's extra bytes cost less than DDP's bytes on the slow link.\n",
+      psi, 8 * psi / 1024, 4 * psi / 1024);
+  check(ddp.step_ms < dp.step_ms, "with NVLink DDP is faster than DP (the seeds: 101 s < 110 s)");
+  check(dp.step_ms < ddp_slow.step_ms, "DP with NVLink is faster than DDP without (the seeds: 110 s < 131 s)");
+}
+
+// ---- 3. TP inside a node, or across two ----------------------------------------------------------------------
+// dp 2 x tp 2 on 2 nodes of 2. The mesh puts tp innermost: ranks {0,1} and {2,3} are tp pairs. The
+// default placement (ranks fill nodes in order) keeps each pair on one node and sends DP's gradients
+// between the nodes; placement=0,1,0,1 does the opposite.
+static void tp_inside_or_across(double scale) {
+  section("3. TP inside a node against TP across two nodes (dp 2 x tp 2, 2 nodes of 2, NVLink and InfiniBand)");
+  Topology inside{.gpus_per_node = 2, .intra = scaled(300e9, 1e-6, scale), .inter = scaled(25e9, 5e-6, scale)};
+  Topology across = inside;
+  across.placement = {0, 1, 0, 1};
+  const TrainPlan plan = plan_of({.dp_replicate = 2, .tp = 2});
+  const Measured a = run(plan, inside), b = run(plan, across);
+  print_row("tp pairs inside a node, dp across", a);
+  print_row("tp pairs across nodes, dp inside", b);
+  const double btc = kBatch / 2.0 * kT * kConfig.n_embd * 4;  // one rank's activations [B/dp, T, C], f32
+  std::printf(
+      "  TP all-reduces [B/dp, T, C] = %.0f KiB 4 times per layer (2 forward, 2 backward), on the critical path:\n"
+      "  %d of them per step. DP all-reduces the gradients once, overlapped with backward.\n",
+      btc / 1024, 4 * static_cast<int>(kConfig.n_layer));
+  check(a.step_ms < b.step_ms, "TP inside the node is faster than TP across nodes (" + std::to_string(a.step_ms) +
+                                   " < " + std::to_string(b.step_ms) + " ms)");
+}
+
+// ---- 4. the seeds' case 2 on two nodes ------------------------------------------------------------------------
+// One GPU per node, so every byte crosses the inter-node link: PP 2 (4 micro-batches, 1F1B), ZeRO-3
+// over 2, TP 2. The seeds: "With very fast inter-node connectivity all three should be mostly on
+// par; without, PP will be faster than TP or ZeRO."
+static void pp_zero_tp(double scale) {
+  section("4. the seeds' case 2: PP, ZeRO-3 and TP over 2 nodes, on a fast and on a slow link");
+  const std::vector<std::pair<const char*, TrainPlan>> layouts = {
+      {"PP 2 (1F1B, 4 micro-batches)", plan_of({.pp = 2}, DpStrategy::ddp, 4)},
+      {"ZeRO-3 over 2", plan_of({.dp_shard = 2}, DpStrategy::fsdp)},
+      {"TP 2", plan_of({.tp = 2})}};
+  std::vector<double> fast_ms, slow_ms;
+  for (const auto& [label, link] : {std::pair{"NVSwitch-class, 300 GB/s", 300e9}, std::pair{"Ethernet-class, 1.25 GB/s", 1.25e9}}) {
+    Topology t{.gpus_per_node = 1, .inter = scaled(link, 5e-6, scale)};
+    std::printf("  between the nodes: %s (%.1f MB/s here)\n", label, t.inter.bytes_per_s / 1e6);
+    for (const auto& [name, plan] : layouts) {
+      const Measured m = run(plan, t);
+      print_row(name, m);
+      (link > 1e10 ? fast_ms : slow_ms).push_back(m.step_ms);
+    }
+  }
+  auto spread = [](const std::vector<double>& ms) {
+    return *std::max_element(ms.begin(), ms.end()) / *std::min_element(ms.begin(), ms.end());
+  };
+  check(slow_ms[0] < slow_ms[1] && slow_ms[0] < slow_ms[2], "on the slow link PP is the fastest of the three");
+  check(spread(fast_ms) < spread(slow_ms), "a fast link brings the three closer: the slowest takes " +
+                                               std::to_string(spread(fast_ms)) + "x the fastest's time, against " +
+                                               std::to_string(spread(slow_ms)) + "x on the slow link");
+  // Why not on par: TP's messages each pay the link's latency, and this model computes little between them.
+  const Topology fast{.gpus_per_node = 1, .inter = scaled(300e9, 5e-6, scale)};
+  const int tp_messages = 4 * static_cast<int>(kConfig.n_layer) * 2;  // 4 all-reduces per layer, 2 ring steps each
+  std::printf(
+      "  Not on par here, though: TP 2 sends at least %d messages a step (4 all-reduces per layer of 2 ring steps),\n"
+      "  each paying the scaled latency of %.2f ms: %.1f ms before a byte moves. A real layer (C in the thousands)\n"
+      "  computes for milliseconds between two messages; this one (C = %lld) for well under one. On par needs\n"
+      "  compute per message >> latency, which is the seeds' premise.\n",
+      tp_messages, fast.inter.latency_s * 1e3, tp_messages * fast.inter.latency_s * 1e3, (long long)kConfig.n_embd);
+}
+
+int main() {
+  std::printf("Lesson 15: choosing a strategy, in milliseconds on simulated links\n");
+  section("1. this machine against a GPU: the scale for the links");
+  const double flops = cpu_flops();
+  const double scale = flops / (kGpuUtilisation * 16.3e12);
+  std::printf(
+      "  the serial step computes at %.2f GFLOP/s; a TITAN RTX at 40%% of its 16.3 TFLOP/s (f32): links scale by %.2e\n"
+      "  (bandwidths times it, latencies divided by it)\n",
+      flops / 1e9, scale);
+  dp_against_ddp(scale);
+  tp_inside_or_across(scale);
+  pp_zero_tp(scale);
+  std::printf("\nlesson 15: %s\n", ok ? "OK" : "FAILED");
+  return ok ? 0 : 1;
+}
