@@ -45,10 +45,8 @@ struct GroupTraffic {
   CommOp op = CommOp::all_reduce;
   int64_t calls = 0;
   int64_t bytes_sent = 0, bytes_received = 0;
-  // The bytes of one call's whole tensor and the group's size: what a time model needs (a ring
-  // all-reduce of S bytes over n ranks takes 2(n-1) steps of S/n).
-  int64_t bytes_per_call = 0;
-  int group_size = 1;
+  // The group's world ranks in ring order (DeviceMesh::group_members): which links its rings cross.
+  std::vector<int> members;
 };
 std::vector<GroupTraffic> estimate_traffic(const nn::GPTConfig& model, const TrainPlan& plan, const BatchShape& batch,
                                            int rank);
