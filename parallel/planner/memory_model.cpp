@@ -1,0 +1,158 @@
+// memory_model.cpp — estimate_memory (cost_model.h): the bytes one rank holds, in the memory ledger's
+// categories, from the model's shapes and the layout's rules.
+//
+//   model states between steps (Ψ this rank's part, P it padded per bucket/unit to a multiple of N,
+//   S = P/N; w, g the weights' and gradients' element bytes; mixed precision adds an f32 master):
+//     DDP, a cut at dp 1   weights wΨ     grads gΨ (buckets or .grad)  optimizer 8Ψ (+4Ψ master)
+//     naive                rank 0 as DDP; a worker keeps its weights only (its gradients go to rank 0)
+//     ZeRO-1               weights wP     grads gP (the flat buffer)   optimizer 8S (+4S)
+//     ZeRO-2               weights wP     grads gS (the shard)         optimizer 8S (+4S)
+//     FSDP / HSDP          weights wS     grads gS                     optimizer 8S (+4S), per unit
+//     offload              the optimizer (ZeRO) or every shard (FSDP) on the host: 16S in f32
+//                          (moments, master weights, f32 gradient shard); FSDP adds its w+g shards' bytes
+//
+//   activations: what one step holds above those at its peak (the start of the last backward): per
+//   layer and micro-batch in flight the tensors backward reads, Korthikanti et al.'s accounting in
+//   elements of w bytes for b rows of T/cp tokens (sbh = b·T/cp·C):
+//     LayerNorm inputs 2 sbh, c_attn and c_fc inputs 2 sbh (SP: gathered, whole), q k v 3 sbh/t,
+//     the core's out sbh/t and lse (f32, a·s·b/t), c_fc's output and GELU's 8 sbh/t
+//     recompute full: the block's input only (sbh); selective: the core's out and lse are not kept
+//   plus the head's logits [b, T/cp, Vp/t] (f32 copies for the loss) and the first backward's
+//   gradients of the widest buffers; micro-batches in flight: 1 without a pipeline, the schedule's
+//   warm-up depth p - stage for 1F1B (every micro-batch for GPipe).
+#include <algorithm>
+
+#include "parallel/planner/cost_model.h"
+#include "parallel/planner/rank_part.h"
+#include "parallel/train/factory.h"
+#include "tensor/error.h"
+
+namespace sl::parallel::planner {
+
+namespace {
+
+constexpr int64_t kBucketBytes = int64_t{1} << 20;
+
+struct States {
+  int64_t weights = 0, grads = 0, optimizer = 0, host = 0;
+};
+
+States ddp_states(const RankPart& part, int64_t w, int64_t g, int64_t master) {
+  const int64_t psi = part.numel();
+  return {w * psi, g * psi, (8 + master) * psi, 0};
+}
+
+States zero_states(const RankPart& part, const TrainPlan& plan, int64_t w, int64_t g, int64_t master) {
+  const int N = plan.parallelism.dp_shard;
+  std::vector<size_t> all(part.params.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  int64_t padded = 0, shard = 0;
+  for (const FlatBucketShape& b : flat_buckets(part, all, N, kBucketBytes, w, false)) {
+    padded += b.padded;
+    shard += b.chunk;
+  }
+  States s{w * padded, plan.dp_strategy == DpStrategy::zero1 ? g * padded : g * shard, (8 + master) * shard, 0};
+  if (plan.offload) {
+    s.host = 16 * shard;  // exp_avg, exp_avg_sq, the f32 master weights and gradient shard
+    s.optimizer = 0;
+  }
+  return s;
+}
+
+States fsdp_states(const RankPart& part, const TrainPlan& plan, int64_t w, int64_t g, int64_t master) {
+  const ParallelismConfig& c = plan.parallelism;
+  const int N = c.dp_shard * (plan.cuts_model() ? c.cp : 1);
+  int64_t shard = 0;
+  for (const UnitShape& unit : part.units) shard += (unit.numel + N - 1) / N;
+  States s{w * shard, g * shard, (8 + master) * shard, 0};
+  if (plan.offload) s = {0, 0, 0, (w + g + 8 + master) * shard};
+  return s;
+}
+
+// Micro-batches whose activations a stage holds at once (the schedules' warm-up depth).
+int64_t micro_batches_in_flight(const TrainPlan& plan, int stage) {
+  const int p = plan.parallelism.pp, m = plan.micro_batches;
+  if (p == 1) return 1;
+  switch (plan.schedule) {
+    case ScheduleKind::naive: return 1;
+    case ScheduleKind::gpipe: return m;
+    case ScheduleKind::interleaved:
+      return std::min<int64_t>(static_cast<int64_t>(m) * plan.virtual_stages,
+                               (p - stage - 1) * 2 + static_cast<int64_t>(plan.virtual_stages - 1) * p + 1);
+    default: return std::min(m, p - stage);
+  }
+}
+
+int64_t activation_bytes(const nn::GPTConfig& model, const TrainPlan& plan, const BatchShape& batch,
+                         const RankPart& part, int stage) {
+  const ParallelismConfig& c = plan.parallelism;
+  const int64_t t = c.tp, w = bytes_of(plan.precision.param_dtype);
+  const int64_t b = batch.batch_size / (c.dp_replicate * c.dp_shard) / plan.micro_batches;
+  const int64_t s = batch.seq_len / c.cp, C = model.n_embd, a = model.n_head;
+  const int64_t sbh = b * s * C;
+  const bool sp = plan.sequence_parallel && t > 1;
+  int64_t layer = 0;  // bytes one layer keeps for one micro-batch
+  switch (model.recompute) {
+    case nn::Recompute::full: layer = (sp ? sbh / t : sbh) * w; break;
+    case nn::Recompute::selective:
+      layer = (2 * (sp ? sbh / t : sbh) + 2 * sbh + 3 * sbh / t + 8 * sbh / t) * w;
+      break;
+    case nn::Recompute::none:
+      layer = (2 * (sp ? sbh / t : sbh) + 2 * sbh + 3 * sbh / t + sbh / t + 8 * sbh / t) * w + 4 * a * s * b / t;
+      break;
+  }
+  const int64_t in_flight = micro_batches_in_flight(plan, stage);
+  int64_t bytes = in_flight * layer * static_cast<int64_t>(part.layers.size());
+  if (part.last_stage) {
+    const int64_t vocab_rows = (model.vocab_size + t - 1) / t;
+    bytes += 3 * b * s * vocab_rows * 4;  // logits, their f32 softmax and gradient in the loss
+  }
+  return bytes;
+}
+
+}  // namespace
+
+void check_layout(const nn::GPTConfig& model, const TrainPlan& plan, const BatchShape& batch, int rank) {
+  const ParallelismConfig& c = plan.parallelism;
+  const int world = c.world_size();
+  plan.validate(world);
+  model.validate();
+  check_model_runner(plan, model);
+  SL_CHECK(rank >= 0 && rank < world, "cost model: rank ", rank, " is not in the world of ", world, " (",
+           c.str(), ")");
+  const int64_t dp = static_cast<int64_t>(c.dp_replicate) * c.dp_shard;
+  SL_CHECK(batch.batch_size > 0 && batch.batch_size % (dp * plan.micro_batches) == 0, "cost model: the batch of ",
+           batch.batch_size, " rows does not split into ", plan.micro_batches, " micro-batches x dp ", dp);
+  SL_CHECK(batch.seq_len > 0 && batch.seq_len <= model.block_size && batch.seq_len % c.cp == 0, "cost model: T ",
+           batch.seq_len, " must be in [1, block_size ", model.block_size, "] and divisible by cp ", c.cp);
+  SL_CHECK(!plan.sequence_parallel || (batch.seq_len / c.cp) % c.tp == 0, "cost model: sequence parallel needs T/cp (",
+           batch.seq_len / c.cp, ") divisible by tp (", c.tp, ")");
+}
+
+MemoryEstimate estimate_memory(const nn::GPTConfig& model, const TrainPlan& plan, const BatchShape& batch, int rank) {
+  check_layout(model, plan, batch, rank);
+  const RankPart part = rank_part(model, plan, rank);
+  const int64_t w = bytes_of(plan.precision.param_dtype);
+  const int64_t g = plan.precision.enabled() ? bytes_of(plan.precision.grad_dtype) : w;
+  const int64_t master = plan.precision.enabled() ? 4 : 0;
+  States s;
+  switch (plan.dp_strategy) {
+    case DpStrategy::ddp: s = ddp_states(part, w, g, master); break;
+    case DpStrategy::naive:
+      s = ddp_states(part, w, g, master);
+      if (rank != 0) s.grads = s.optimizer = 0;  // a worker's gradients go to rank 0, which steps
+      break;
+    case DpStrategy::zero1:
+    case DpStrategy::zero2: s = zero_states(part, plan, w, g, master); break;
+    case DpStrategy::fsdp: s = fsdp_states(part, plan, w, g, master); break;
+  }
+  MemoryEstimate out;
+  out.weights = s.weights;
+  out.grads = s.grads;
+  out.optimizer = s.optimizer;
+  out.host_offload = s.host;
+  out.activations = activation_bytes(model, plan, batch, part, mesh_coordinates(plan.parallelism, rank)[0]);
+  return out;
+}
+
+}  // namespace sl::parallel::planner

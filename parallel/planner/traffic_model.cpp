@@ -1,0 +1,373 @@
+// traffic_model.cpp — estimate_traffic (cost_model.h): what one rank sends and receives in one
+// optimizer step, per (group, op), as its CommLedger counts it on the threads backend's rings.
+//
+//   every step        "loss"   all-reduce of the global target count and of the loss (f64 each);
+//                              fp16 loss scaling: one more for the overflow flag
+//   data parallel     DDP      one all-reduce per bucket (in the gradients' dtype), once a step
+//                    ZeRO-1/2  one reduce-scatter per bucket (ZeRO-2: per backward), one all-gather
+//                              per bucket of the updated weights; clip: all-gather of one f64
+//                    FSDP      per micro-batch: each unit gathered in forward and in backward and its
+//                              gradients reduce-scattered; HSDP: each shard all-reduced over replicas
+//   the cuts          pp       a send and a receive of [b, T/cp(/t under SP), C] per chunk boundary
+//                              per micro-batch, forward and backward; the tied wte summed on {0, p-1}
+//                     tp       per layer f/g all-reduces of [b, T, C] (SP: all-gathers and reduce-
+//                              scatters of [b, T/t, C]), embedding g, head f, 3 CE all-reduces of b·T
+//                     cp       ring: K/V passed cp-1 times forward and backward, dK/dV cp times;
+//                              all-gather variant: 2 all-gathers forward, 2 reduce-scatters backward
+//   Gradient sums (SP's partial LayerNorms, cp's whole part, the tied wte) run once a step after
+//   backward: f32 all-reduces of the .grad (parallel/comm/flatten.h) or of a shard's pieces.
+//   Clipping (train's default --grad-clip 1.0) all-gathers one f64 over the dims that cut the model.
+//
+// Groups are the mesh's (several names may share one group: "dp" at dp_shard 1 is "dp_replicate");
+// each group is reported once, under the first name the trainer gives it; a group the trainer does
+// not name (clipping over pp and tp at once) is reported as "pp+tp".
+#include <algorithm>
+#include <map>
+
+#include "parallel/comm/mesh.h"
+#include "parallel/planner/cost_model.h"
+#include "parallel/planner/rank_part.h"
+#include "parallel/train/factory.h"
+#include "tensor/error.h"
+
+namespace sl::parallel::planner {
+
+namespace {
+
+constexpr int64_t kBucketBytes = int64_t{1} << 20;  // DDPOptions and ZeroOptions' bucket_bytes
+enum Dim : unsigned { kPp = 1, kDpRep = 2, kDpShard = 4, kCp = 8, kTp = 16 };
+
+// What a step moves, keyed by group: a mesh group by its set of dims (those of size 1 dropped), or
+// a group of its own ("loss", "pp_tied_wte").
+class Book {
+ public:
+  Book(const TrainPlan& plan, int rank) : plan_(plan), rank_(rank), coords_(mesh_coordinates(plan.parallelism, rank)) {
+    const auto degrees = plan.parallelism.degrees();
+    for (int d = 0; d < 5; ++d)
+      if (degrees[d] > 1) nontrivial_ |= 1u << d;
+  }
+  int size(unsigned mask) const {
+    int n = 1;
+    const auto degrees = plan_.parallelism.degrees();
+    for (int d = 0; d < 5; ++d)
+      if (mask & (1u << d)) n *= degrees[d];
+    return n;
+  }
+  int rank_in(unsigned mask) const {  // row-major over the set's dims
+    int r = 0;
+    const auto degrees = plan_.parallelism.degrees();
+    for (int d = 0; d < 5; ++d)
+      if (mask & (1u << d)) r = r * degrees[d] + coords_[d];
+    return r;
+  }
+  void all_reduce(unsigned mask, int64_t count, int64_t es, int64_t calls = 1) {
+    add(key(mask), CommOp::all_reduce, calls, ring_all_reduce(count, es, size(mask), rank_in(mask)));
+  }
+  void all_gather(unsigned mask, int64_t input_bytes, int64_t calls = 1) {
+    add(key(mask), CommOp::all_gather, calls, ring_all_gather(input_bytes, size(mask)));
+  }
+  void reduce_scatter(unsigned mask, int64_t output_bytes, int64_t calls = 1) {
+    add(key(mask), CommOp::reduce_scatter, calls, ring_reduce_scatter(output_bytes, size(mask)));
+  }
+  void p2p(unsigned mask, int64_t bytes, int64_t sends, int64_t receives) {
+    add(key(mask), CommOp::send, sends, {bytes, 0});
+    add(key(mask), CommOp::recv, receives, {0, bytes});
+  }
+  void own_all_reduce(const std::string& name, int n, int r, int64_t count, int64_t es) {
+    add(name, CommOp::all_reduce, 1, ring_all_reduce(count, es, n, r));
+  }
+  std::vector<GroupTraffic> finish(const std::vector<std::pair<std::string, unsigned>>& names) const;
+
+ private:
+  std::string key(unsigned mask) const { return "#" + std::to_string(mask & nontrivial_); }
+  void add(const std::string& group, CommOp op, int64_t calls, RingBytes bytes) {
+    GroupTraffic& t = entries_[{group, static_cast<int>(op)}];
+    t.op = op;
+    t.calls += calls;
+    t.bytes_sent += calls * bytes.sent;  // bytes: one call's
+    t.bytes_received += calls * bytes.received;
+  }
+  const TrainPlan& plan_;
+  int rank_;
+  std::array<int, 5> coords_;
+  unsigned nontrivial_ = 0;
+  std::map<std::pair<std::string, int>, GroupTraffic> entries_;
+};
+
+std::vector<std::string> dim_names(unsigned mask) {
+  std::vector<std::string> out;
+  for (int d = 0; d < 5; ++d)
+    if (mask & (1u << d)) out.emplace_back(DeviceMesh::kDimNames[d]);
+  return out;
+}
+
+std::vector<GroupTraffic> Book::finish(const std::vector<std::pair<std::string, unsigned>>& names) const {
+  std::vector<GroupTraffic> out;
+  for (const auto& [key, entry] : entries_) {
+    GroupTraffic t = entry;
+    if (key.first[0] == '#') {
+      const unsigned mask = static_cast<unsigned>(std::stoul(key.first.substr(1)));
+      std::string name;
+      for (const auto& [trainer_name, trainer_mask] : names)
+        if (name.empty() && (trainer_mask & nontrivial_) == mask) name = trainer_name;
+      if (name.empty())
+        for (const std::string& d : dim_names(mask)) name += (name.empty() ? "" : "+") + d;
+      t.group = name.empty() ? "self" : name;
+      t.members = DeviceMesh::group_members(plan_.parallelism, dim_names(mask), rank_);
+    } else {
+      t.group = key.first;
+    }
+    out.push_back(t);
+  }
+  return out;
+}
+
+struct Step {
+  const nn::GPTConfig& model;
+  const TrainPlan& plan;
+  const RankPart& part;
+  Book& book;
+  int64_t micro_rows, tokens;  // rows per micro-batch, tokens of a row on this rank (T / cp)
+  int M;
+  int64_t pes, ges;            // parameter and gradient element bytes
+};
+
+// A bucketed all-reduce / reduce-scatter / all-gather layout over this part's parameters.
+std::vector<size_t> all_params(const RankPart& part) {
+  std::vector<size_t> out(part.params.size());
+  for (size_t i = 0; i < out.size(); ++i) out[i] = i;
+  return out;
+}
+
+unsigned cutting_mask(const TrainPlan& plan, unsigned split_over) {
+  const ParallelismConfig& c = plan.parallelism;
+  unsigned mask = 0;
+  if (c.pp > 1) mask |= kPp;
+  if (c.tp > 1) mask |= kTp;
+  if (split_over & kDpShard && c.dp_shard > 1) mask |= kDpShard;
+  if (split_over & kCp && c.cp > 1) mask |= kCp;
+  return mask;
+}
+
+// The gradient sums a cut adds once a step (ModelRunner::gradient_sums): SP's partials over tp, the
+// whole part over cp, the tied wte over {first, last} stage. `elements` says what one sum moves.
+void gradient_sums(Step& s, bool skip_cp, const std::function<int64_t(const std::vector<bool>&)>& elements,
+                   int64_t es) {
+  const ParallelismConfig& c = s.plan.parallelism;
+  const size_t n = s.part.params.size();
+  if (c.tp > 1 && s.plan.sequence_parallel) {
+    std::vector<bool> wanted(n);
+    for (size_t i = 0; i < n; ++i) wanted[i] = s.part.params[i].tp_partial;
+    s.book.all_reduce(kTp, elements(wanted), es);
+  }
+  if (c.cp > 1 && !skip_cp) s.book.all_reduce(kCp, elements(std::vector<bool>(n, true)), es);
+  if (c.pp > 1 && (s.part.first_stage || s.part.last_stage)) {
+    std::vector<bool> wanted(n);
+    for (size_t i = 0; i < n; ++i) wanted[i] = s.part.params[i].name == "wte.weight";
+    s.book.own_all_reduce("pp_tied_wte", 2, s.part.first_stage ? 0 : 1, elements(wanted), es);
+  }
+}
+
+int64_t numel_of(const RankPart& part, const std::vector<bool>& wanted) {
+  int64_t total = 0;
+  for (size_t i = 0; i < part.params.size(); ++i)
+    if (wanted[i]) total += part.params[i].numel;
+  return total;
+}
+
+void ddp_traffic(Step& s, bool replicate) {
+  if (replicate) {
+    std::vector<int64_t> bytes;
+    for (const ParamShape& p : s.part.params) bytes.push_back(p.numel * s.ges);
+    for (const auto& bucket : reverse_buckets(bytes, kBucketBytes)) {
+      int64_t numel = 0;
+      for (size_t i : bucket) numel += s.part.params[i].numel;
+      s.book.all_reduce(kDpRep | kDpShard, numel, s.ges);
+    }
+  }
+  gradient_sums(s, false, [&](const std::vector<bool>& w) { return numel_of(s.part, w); }, 4);
+  if (const unsigned cut = cutting_mask(s.plan, 0)) s.book.all_gather(cut, 8);
+}
+
+void zero_traffic(Step& s) {
+  const int N = s.plan.parallelism.dp_shard;
+  const auto buckets = flat_buckets(s.part, all_params(s.part), N, kBucketBytes, s.pes, false);
+  const int64_t reduces = s.plan.dp_strategy == DpStrategy::zero2 ? s.M : 1;
+  for (const FlatBucketShape& b : buckets) {
+    s.book.reduce_scatter(kDpShard, b.chunk * s.ges, reduces);
+    s.book.all_gather(kDpShard, b.chunk * s.pes);
+  }
+  if (s.plan.dp_strategy == DpStrategy::zero2) {
+    const int r = s.book.rank_in(kDpShard);
+    gradient_sums(s, false, [&](const std::vector<bool>& w) { return shard_elements_of(s.part, buckets, r, w); },
+                  s.ges);
+  } else {
+    gradient_sums(s, false, [&](const std::vector<bool>& w) { return numel_of(s.part, w); }, 4);
+  }
+  const bool cut = s.plan.cuts_model();
+  if (!cut) s.book.all_gather(kDpShard, 8);
+  else if (const unsigned mask = cutting_mask(s.plan, kDpShard)) s.book.all_gather(mask, 8);
+}
+
+void fsdp_traffic(Step& s) {
+  const ParallelismConfig& c = s.plan.parallelism;
+  const bool cut = s.plan.cuts_model();
+  const unsigned shard = cut ? (kDpShard | kCp) : kDpShard;
+  const int N = s.book.size(shard);
+  std::vector<FlatBucketShape> all;
+  for (const UnitShape& unit : s.part.units) {
+    const FlatBucketShape b = flat_buckets(s.part, unit.params, N, kBucketBytes, s.pes, true)[0];
+    all.push_back(b);
+    s.book.all_gather(shard, b.chunk * s.pes, 2 * s.M);  // forward and backward, every micro-batch
+    s.book.reduce_scatter(shard, b.chunk * s.ges, s.M);
+    if (c.dp_replicate > 1) s.book.all_reduce(kDpRep, b.chunk, s.ges, s.M);
+  }
+  if (!cut) {
+    s.book.all_gather(shard, 8);
+    return;
+  }
+  const int r = s.book.rank_in(shard);
+  gradient_sums(s, true, [&](const std::vector<bool>& w) { return shard_elements_of(s.part, all, r, w); }, s.ges);
+  if (const unsigned mask = cutting_mask(s.plan, kDpShard | kCp)) s.book.all_gather(mask, 8);
+}
+
+// The cuts' activations: pipeline p2p, tp's mappings and vocab-parallel loss, cp's K/V.
+void cut_traffic(Step& s) {
+  const ParallelismConfig& c = s.plan.parallelism;
+  const int64_t C = s.model.n_embd, t = c.tp, b = s.micro_rows, Tl = s.tokens;
+  const int64_t X = b * Tl * C;  // [b, T/cp, C]
+  const bool sp = s.plan.sequence_parallel && t > 1;
+  const int64_t layers = static_cast<int64_t>(s.part.layers.size());
+  const int reruns = s.model.recompute == nn::Recompute::none ? 0 : 1;  // forward again in backward
+  if (c.pp > 1) {
+    const int chunks = c.pp * s.part.chunks;
+    const int stage = s.book.rank_in(kPp);
+    int64_t boundaries_in = 0, boundaries_out = 0;
+    for (int local = 0; local < s.part.chunks; ++local) {
+      const int chunk = local * c.pp + stage;
+      boundaries_in += chunk > 0;
+      boundaries_out += chunk < chunks - 1;
+    }
+    const int64_t act = (sp ? X / t : X) * s.pes;
+    s.book.p2p(kPp, act, s.M * (boundaries_out + boundaries_in), s.M * (boundaries_in + boundaries_out));
+  }
+  if (t > 1) {
+    const int64_t per_layer_fwd = 2 * (1 + reruns), per_layer_bwd = 2;
+    if (!sp) {
+      int64_t calls = layers * (per_layer_fwd + per_layer_bwd);
+      if (s.part.first_stage) calls += 1;  // the embedding's g
+      if (s.part.last_stage) calls += 1;   // the head's f (backward)
+      s.book.all_reduce(kTp, X, s.pes, calls * s.M);
+    } else {
+      int64_t gathers = layers * (per_layer_fwd + per_layer_bwd), scatters = gathers;
+      if (s.part.first_stage) {
+        s.book.all_reduce(kTp, X, s.pes, s.M);  // the vocab-parallel embedding's g, before the scatter
+        gathers += 1;                           // the scatter's backward
+      }
+      if (s.part.last_stage) gathers += 1, scatters += 1;  // the head's gather and its backward
+      s.book.all_gather(kTp, X / t * s.pes, gathers * s.M);
+      s.book.reduce_scatter(kTp, X / t * s.pes, scatters * s.M);
+    }
+    if (s.part.last_stage) s.book.all_reduce(kTp, b * Tl, 4, 3 * s.M);  // max, target logit, Σ exp (f32)
+  }
+  if (c.cp > 1) {
+    const int64_t kv = X / t * s.pes;  // K or V of this rank's heads: [b, NH/t, T/cp, HS]
+    const int64_t forwards = 1 + reruns;
+    if (s.plan.cp_variant == CpVariant::ring) {
+      const int64_t passes = layers * ((c.cp - 1) * (forwards + 1) + c.cp);
+      s.book.p2p(kCp, kv, 2 * passes * s.M, 2 * passes * s.M);
+    } else {
+      s.book.all_gather(kCp, kv, 2 * forwards * layers * s.M);
+      s.book.reduce_scatter(kCp, kv, 2 * layers * s.M);
+    }
+  }
+}
+
+// The trainer's names in its order (Trainer::named_ledgers): the strategy's groups, then pp, cp, tp.
+std::vector<std::pair<std::string, unsigned>> trainer_names(const TrainPlan& plan) {
+  std::vector<std::pair<std::string, unsigned>> names;
+  const ParallelismConfig& c = plan.parallelism;
+  switch (plan.dp_strategy) {
+    case DpStrategy::ddp:
+      if (!plan.cuts_model() || c.dp_replicate * c.dp_shard > 1) names.push_back({"dp", kDpRep | kDpShard});
+      break;
+    case DpStrategy::zero1:
+    case DpStrategy::zero2:
+      names.push_back({"dp_shard", kDpShard});
+      break;
+    case DpStrategy::fsdp:
+      if (plan.cuts_model()) names.push_back({c.cp > 1 ? "dp_shard_cp" : "dp_shard", kDpShard | kCp});
+      else names.push_back({"dp_shard", kDpShard});
+      if (c.dp_replicate > 1) names.push_back({"dp_replicate", kDpRep});
+      break;
+    case DpStrategy::naive:
+      break;
+  }
+  if (c.pp > 1) names.push_back({"pp", kPp});
+  if (c.cp > 1) names.push_back({"cp", kCp});
+  if (c.tp > 1) names.push_back({"tp", kTp});
+  return names;
+}
+
+
+// Naive DP (parallel/data_parallel/naive_data_parallel.h): rank 0 scatters the inputs (i64), gathers
+// the logits [R, T, V], scatters their gradient with the loss (+1 float), gathers 4Ψ of gradients;
+// the weights go down a broadcast chain (every rank but the last forwards 4Ψ). No loss all-reduce:
+// its step is the strategy's own.
+std::vector<GroupTraffic> naive_traffic(const nn::GPTConfig& model, const TrainPlan& plan, const BatchShape& batch,
+                                        int rank) {
+  const int n = plan.parallelism.world_size();
+  const RankPart part = rank_part(model, plan, rank);
+  const int64_t R = batch.batch_size / n, T = batch.seq_len, V = model.vocab_size, psi = part.numel();
+  const bool root = rank == 0;
+  std::vector<int> everyone(n);
+  for (int r = 0; r < n; ++r) everyone[r] = r;
+  std::vector<GroupTraffic> out;
+  auto p2p = [&](const char* exchange, bool root_sends, int64_t bytes) {
+    const int64_t peers = root ? n - 1 : 1;
+    const bool sends = root == root_sends;
+    out.push_back({std::string("naive:") + exchange, sends ? CommOp::send : CommOp::recv, peers,
+                   sends ? peers * bytes : 0, sends ? 0 : peers * bytes, everyone});
+  };
+  p2p("scatter_batch", true, R * T * 8);
+  out.push_back({"naive:replicate_model", CommOp::broadcast, 1, rank < n - 1 ? 4 * psi : 0, rank > 0 ? 4 * psi : 0,
+                 everyone});
+  p2p("gather_outputs", false, R * T * V * 4);
+  p2p("scatter_loss_grad", true, (R * T * V + 1) * 4);
+  p2p("gather_grads", false, 4 * psi);
+  if (n == 1) out.erase(std::remove_if(out.begin(), out.end(), [](const GroupTraffic& t) { return t.op != CommOp::broadcast; }), out.end());
+  return out;
+}
+
+}  // namespace
+
+void check_layout(const nn::GPTConfig& model, const TrainPlan& plan, const BatchShape& batch, int rank);
+
+std::vector<GroupTraffic> estimate_traffic(const nn::GPTConfig& model, const TrainPlan& plan, const BatchShape& batch,
+                                           int rank) {
+  check_layout(model, plan, batch, rank);
+  const ParallelismConfig& c = plan.parallelism;
+  const RankPart part = rank_part(model, plan, rank);
+  Book book(plan, rank);
+  const int dp = c.dp_replicate * c.dp_shard;
+  const int64_t pes = bytes_of(plan.precision.param_dtype);
+  const int64_t ges = plan.precision.enabled() ? bytes_of(plan.precision.grad_dtype) : pes;
+  Step s{model, plan, part, book, batch.batch_size / dp / plan.micro_batches, batch.seq_len / c.cp,
+         plan.micro_batches, pes, ges};
+  if (plan.dp_strategy == DpStrategy::naive) return naive_traffic(model, plan, batch, rank);
+  const int world = c.world_size();
+  const int loss_calls = plan.precision.loss_scale.enabled ? 3 : 2;
+  book.own_all_reduce("loss", world, rank, 1, 8);
+  for (int k = 1; k < loss_calls; ++k) book.own_all_reduce("loss", world, rank, 1, 8);
+  switch (plan.dp_strategy) {
+    case DpStrategy::ddp: ddp_traffic(s, !plan.cuts_model() || dp > 1); break;
+    case DpStrategy::zero1:
+    case DpStrategy::zero2: zero_traffic(s); break;
+    case DpStrategy::fsdp: fsdp_traffic(s); break;
+    case DpStrategy::naive: break;
+  }
+  cut_traffic(s);
+  return book.finish(trainer_names(plan));
+}
+
+}  // namespace sl::parallel::planner
