@@ -1,0 +1,50 @@
+// planner.h — the planner chapter: which layout should train this model on this cluster, and why.
+//
+//   The chapters each teach one way to cut a model; their closing pages say "which strategy when" in
+//   sentences (the model fits: DDP or ZeRO; a layer does not fit: TP; fast links inside a node: TP
+//   there; slow links between nodes: PP across them; long sequences: CP). The planner turns those
+//   sentences into numbers: for every layout a cluster can run, what one rank holds, what each group
+//   sends, and how long a step takes, without running anything, then it ranks them.
+//
+//   model + batch ──▶ enumerate (pp, dp_replicate, dp_shard, cp, tp, ZeRO stage, schedule, m)
+//                         │ drop the impossible (TrainPlan::validate, heads % tp, layers % pp, T % cp, batch)
+//                         ▼
+//                     estimate_memory  (cost_model.h: weights, grads, optimizer, activations per rank)
+//                     estimate_traffic (cost_model.h: per group and op, calls and bytes, members)
+//                         │
+//                         ▼
+//                     step time = stage time × (1 + bubble) + exposed data-parallel communication
+//                       stage time = FLOPs / (FLOP/s) + TP + exposed CP + pipeline sends
+//                       a ring all-reduce of S bytes over n ranks: 2(n-1) × (latency + S/n / bandwidth)
+//                       of its slowest hop; all-gather, reduce-scatter: n-1 steps
+//                         │
+//                         ▼
+//                     rank the layouts that fit (memory ≤ GPU memory) by step time; say why the
+//                     first one won, with the numbers of the ones it beat
+//
+//   The papers' closed forms sit beside it (formulas.h) so the tests can hold the planner to the
+//   published numbers: ZeRO's model states per rank (2 + 2 + 12 bytes per parameter, sharded by
+//   stage), Narayanan et al.'s parameters 12lh²(1 + 13/(12h) + (V+s)/(12lh)) and FLOPs
+//   96Bslh²(1 + s/(6h) + V/(16lh)) with the training time 8TP/(nX) (GPT-3 on 1024 A100s: ~34 days),
+//   Korthikanti et al.'s activations sbh(34 + 5as/h) and its TP/SP/recompute variants, and the
+//   bubbles (p-1)/m, (p-1)/(v·m) and ZB-H1's (p-1)/(3m).
+//
+//   Read in this order:
+//     presets.h     the models by name: GPT-2 sizes, ZeRO's 7.5B, Megatron's 175B/530B/1T, Llama-like
+//     formulas.h    the papers' formulas, and a schedule's bubble from its action lists
+//     cluster.h     nodes, GPUs, memory, FLOP/s and links (comm/topology.h)
+//     cost_model.h  memory and traffic of one rank of a layout, from the chapters' rules
+//     step_time.h   one layout's step: compute, collectives on links, overlap, bubble (its assumptions)
+//     search.h      every layout, checked and ranked
+//     report.h      the table, the JSON and the recommendation in words
+//
+//   Tool: build/bin/plan (tools/plan.cpp)   Tests: tests/test_planner.cpp (the papers),
+//   tests/test_planner_ledger.cpp (shardlab's own ledgers)
+#pragma once
+#include "parallel/planner/cluster.h"
+#include "parallel/planner/cost_model.h"
+#include "parallel/planner/formulas.h"
+#include "parallel/planner/presets.h"
+#include "parallel/planner/report.h"
+#include "parallel/planner/search.h"
+#include "parallel/planner/step_time.h"

@@ -1,0 +1,166 @@
+// step_time.cpp — see step_time.h.
+#include "parallel/planner/step_time.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "parallel/planner/formulas.h"
+
+namespace sl::parallel::planner {
+
+double traffic_seconds(const GroupTraffic& t, const Topology& topology) {
+  const int n = static_cast<int>(t.members.size());
+  if (n <= 1 || t.calls == 0) return 0;
+  const double calls = static_cast<double>(t.calls);
+  // One ring step of `chunk` bytes (a rank's share of a call), its slowest hop.
+  auto step = [&](double chunk) { return topology.ring_step_seconds(t.members, std::llround(chunk)); };
+  switch (t.op) {
+    case CommOp::all_reduce:  // a rank sends 2(n-1)/n · S: 2(n-1) chunks of S/n
+      return calls * 2 * (n - 1) * step(t.bytes_sent / (calls * 2 * (n - 1)));
+    case CommOp::all_gather:
+    case CommOp::reduce_scatter:
+    case CommOp::broadcast:  // a chain, pipelined in n-1 pieces
+      return calls * (n - 1) * step(std::max(t.bytes_sent, t.bytes_received) / (calls * (n - 1)));
+    case CommOp::send:
+      return calls * step(t.bytes_sent / calls);
+    case CommOp::recv:
+      return calls * step(t.bytes_received / calls);
+    default:  // barrier: latency only
+      return calls * 2 * (n - 1) * step(0);
+  }
+}
+
+StageFlops stage_flops(const Workload& work, const TrainPlan& plan, int stage) {
+  const nn::GPTConfig& m = work.model;
+  const ParallelismConfig& c = plan.parallelism;
+  const double rows = static_cast<double>(work.batch.batch_size) / (c.dp_replicate * c.dp_shard);
+  const double s = static_cast<double>(work.batch.seq_len), h = static_cast<double>(m.n_embd);
+  const double cut = static_cast<double>(c.tp) * c.cp;  // each rank computes 1/(tp·cp) of every matmul
+  const double layers = static_cast<double>(m.n_layer) / c.pp;
+  // One forward over this rank's rows, per layer: matmuls 24sh², causal attention 2s²h.
+  const double matmul = rows * layers * 24 * s * h * h / cut;
+  const double attention = rows * layers * 2 * s * s * h / cut;
+  const double logits = stage == c.pp - 1 ? rows * 2 * s * h * static_cast<double>(m.vocab_size) / cut : 0;
+  const double rerun = m.recompute == nn::Recompute::full        ? matmul + attention
+                       : m.recompute == nn::Recompute::selective ? attention
+                                                                 : 0;
+  StageFlops f;
+  f.backward = 2 * (matmul + attention + logits) + rerun;  // the rerun runs inside the backward
+  f.total = matmul + attention + logits + f.backward;
+  f.attention = 3 * attention + (m.recompute == nn::Recompute::none ? 0 : attention);
+  return f;
+}
+
+std::pair<double, bool> pipeline_bubble(const TrainPlan& plan, BubbleCache* cache) {
+  const int p = plan.parallelism.pp, m = plan.micro_batches, v = plan.virtual_stages;
+  if (p == 1) return {0.0, false};
+  const auto key = std::make_tuple(static_cast<int>(plan.schedule), p, m, v);
+  if (cache && cache->known.count(key)) return cache->known.at(key);
+  const bool simulate = cheap_to_simulate(p, m, v);
+  const std::pair<double, bool> bubble{
+      simulate ? simulated_bubble(plan.schedule, p, m, v) : bubble_over_ideal(plan.schedule, p, m, v), simulate};
+  if (cache) cache->known[key] = bubble;
+  return bubble;
+}
+
+namespace {
+
+// The ranks whose pp stage differs: the first, one in the middle and the last (balanced stages:
+// every middle stage is alike). Rank of stage s with every other coordinate 0: s · world / pp.
+std::vector<int> representative_ranks(const ParallelismConfig& c) {
+  const int per_stage = c.world_size() / c.pp;
+  std::vector<int> stages{0};
+  if (c.pp > 2) stages.push_back(1);
+  if (c.pp > 1) stages.push_back(c.pp - 1);
+  for (int& s : stages) s *= per_stage;
+  return stages;
+}
+
+bool is_data_parallel(const std::string& group) { return group.rfind("dp", 0) == 0; }
+
+// The groups' times and what is left of them after overlap, for one rank.
+struct RankTime {
+  std::vector<GroupTime> groups;
+  double stage_s = 0, after_s = 0, comm_s = 0;  // stage_s: compute + per-micro-batch comm
+};
+
+RankTime rank_time(const Workload& work, const Cluster& cluster, const TrainPlan& plan, int rank) {
+  const StageFlops flops = stage_flops(work, plan, rank / (plan.parallelism.world_size() / plan.parallelism.pp));
+  const double compute = flops.total / cluster.flops, backward = flops.backward / cluster.flops;
+  const int zero = plan.zero();
+  RankTime out;
+  out.stage_s = compute;
+  double overlappable = 0, window = 0, send = 0, recv = 0, cp_ring = 0;
+  for (const GroupTraffic& t : estimate_traffic(work.model, plan, work.batch, rank)) {
+    GroupTime g{t, traffic_seconds(t, cluster.topology), 0, ""};
+    out.comm_s += g.seconds;
+    if (is_data_parallel(t.group)) {
+      const bool fsdp = zero == 3;
+      const bool hides = fsdp || zero == 0 || (zero == 2 && t.op == CommOp::reduce_scatter) || t.group == "dp_replicate";
+      if (hides) {
+        g.hides_behind = fsdp ? "forward+backward" : "last backward";
+        window = fsdp ? compute : backward / plan.micro_batches;
+        overlappable += g.seconds;
+      } else {
+        out.after_s += g.exposed = g.seconds;
+      }
+    } else if (t.group == "pp" && (t.op == CommOp::send || t.op == CommOp::recv)) {
+      (t.op == CommOp::send ? send : recv) += g.seconds;
+    } else if (t.group == "cp" && plan.cp_variant == CpVariant::ring) {
+      g.hides_behind = "attention";
+      cp_ring += g.seconds;
+    } else if (t.group == "tp" || t.group == "cp") {
+      out.stage_s += g.exposed = g.seconds;
+    } else {  // the tied wte's all-reduce, naive DP's exchanges: after the last backward
+      out.after_s += g.exposed = g.seconds;
+    }
+    out.groups.push_back(g);
+  }
+  // What hides is exposed in proportion to its share of the overflow.
+  const double dp_left = std::max(0.0, overlappable - window);
+  const double cp_left = std::max(0.0, cp_ring - flops.attention / cluster.flops);
+  for (GroupTime& g : out.groups) {
+    if (g.hides_behind == "attention") g.exposed = cp_ring > 0 ? g.seconds * cp_left / cp_ring : 0;
+    else if (!g.hides_behind.empty()) g.exposed = overlappable > 0 ? g.seconds * dp_left / overlappable : 0;
+    else if (g.traffic.group == "pp" && g.traffic.op == CommOp::send) g.exposed = g.seconds;
+    else if (g.traffic.group == "pp") g.exposed = std::max(0.0, recv - send) * (recv > 0 ? g.seconds / recv : 0);
+  }
+  out.stage_s += cp_left + std::max(send, recv);
+  out.after_s += dp_left;
+  return out;
+}
+
+}  // namespace
+
+LayoutEstimate estimate_layout(const Workload& work, const Cluster& cluster, const TrainPlan& plan,
+                               BubbleCache* cache) {
+  LayoutEstimate e;
+  e.plan = plan;
+  std::tie(e.bubble, e.bubble_simulated) = pipeline_bubble(plan, cache);
+  const int per_stage = plan.parallelism.world_size() / plan.parallelism.pp;
+  bool first = true;
+  for (int rank : representative_ranks(plan.parallelism)) {
+    const MemoryEstimate memory = estimate_memory(work.model, plan, work.batch, rank);
+    if (first || memory.total() > e.memory.total()) {
+      e.memory = memory;
+      e.most_loaded_rank = rank;
+    }
+    RankTime t = rank_time(work, cluster, plan, rank);
+    const double step = t.stage_s * (1 + e.bubble) + t.after_s;
+    if (first || step > e.step_time_s) {
+      e.step_time_s = step;
+      e.slowest_rank = rank;
+      e.flops = stage_flops(work, plan, rank / per_stage).total;
+      e.compute_s = e.flops / cluster.flops;
+      e.bubble_s = t.stage_s * e.bubble;
+      e.comm_s = t.comm_s;
+      e.exposed_comm_s = step - e.compute_s - e.bubble_s;
+      e.groups = std::move(t.groups);
+    }
+    first = false;
+  }
+  e.fits = static_cast<double>(e.memory.total()) <= cluster.gpu_memory_bytes;
+  return e;
+}
+
+}  // namespace sl::parallel::planner
