@@ -1,0 +1,201 @@
+// planner — the planner's predicted step time against the step time measured on simulated links, for
+// layouts of 1 to 8 thread ranks (issue 23: within 20% on a quiet machine).
+//
+//   build/bench/planner [--steps 3] [--repeats 2] [--links SPEC] [--layouts ddp2,tp2,...]
+//
+// The cluster is this machine seen through simulated links (parallel/comm/topology.h): 2 nodes of 4
+// ranks (default 'intra=400MB/s,100us;inter=100MB/s,400us;gpus-per-node=4'), slow enough that a
+// step's communication weighs like compute's. The planner's FLOP/s is measured, not assumed: one
+// serial step's FLOPs (planner::stage_flops) over its time on one core. Each rank is a thread with
+// one GEMM thread, so W ranks on C cores compute at C/W of that each when W > C: the planner is told
+// so (its cluster's FLOP/s = measured · min(1, C/W)).
+//
+// Measured: rank 0's mean wall time per step over `steps` steps after one warm-up step, the fastest
+// of `repeats` runs (neighbours' load only ever adds time). Predicted: planner::estimate_layout's
+// step_time_s for the same plan, model and batch.
+//
+// One JSON line per layout: {"bench": "planner", "layout", "world", "measured_ms", "predicted_ms",
+// "ratio" (predicted / measured), "compute_ms", "comm_ms", "exposed_comm_ms", "bubble", "links_ms"
+// (what the links charged rank 0 per step)}, then a summary line {"within_20_percent", "layouts"}.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "nn/data.h"
+#include "nn/gpt.h"
+#include "nn/optim.h"
+#include "parallel/comm/launch.h"
+#include "parallel/planner/planner.h"
+#include "parallel/train/factory.h"
+#include "parallel/train/trainer.h"
+#include "tensor/ops.h"
+
+using namespace sl;
+using namespace sl::parallel;
+
+static const nn::GPTConfig kConfig{.vocab_size = 64, .block_size = 32, .n_layer = 4, .n_head = 4, .n_embd = 64};
+constexpr int64_t kBatch = 16, kT = 32;
+constexpr uint64_t kSeed = 3;
+static nn::AdamWOptions adamw() { return {.lr = 1e-3, .eps = 1e-6, .weight_decay = 0.1}; }
+
+struct Layout {
+  std::string name;
+  TrainPlan plan;
+};
+
+static TrainPlan make_plan(ParallelismConfig par, DpStrategy dp = DpStrategy::ddp, int micro = 1) {
+  TrainPlan plan;
+  plan.parallelism = par;
+  plan.dp_strategy = dp;
+  plan.micro_batches = micro;
+  return plan;
+}
+
+static std::vector<Layout> all_layouts() {
+  using D = DpStrategy;
+  std::vector<Layout> l = {
+      {"ddp2", make_plan({.dp_replicate = 2})},
+      {"ddp4", make_plan({.dp_replicate = 4})},
+      {"ddp8", make_plan({.dp_replicate = 8})},
+      {"naive2", make_plan({.dp_replicate = 2}, D::naive)},
+      {"zero1_dp2", make_plan({.dp_shard = 2}, D::zero1)},
+      {"zero1_dp4", make_plan({.dp_shard = 4}, D::zero1)},
+      {"zero2_dp2", make_plan({.dp_shard = 2}, D::zero2)},
+      {"zero2_dp8", make_plan({.dp_shard = 8}, D::zero2)},
+      {"fsdp2", make_plan({.dp_shard = 2}, D::fsdp)},
+      {"fsdp4", make_plan({.dp_shard = 4}, D::fsdp)},
+      {"hsdp2x2", make_plan({.dp_replicate = 2, .dp_shard = 2}, D::fsdp)},
+      {"hsdp2x4", make_plan({.dp_replicate = 2, .dp_shard = 4}, D::fsdp)},
+      {"pp2_1f1b_m4", make_plan({.pp = 2}, D::ddp, 4)},
+      {"pp4_1f1b_m4", make_plan({.pp = 4}, D::ddp, 4)},
+      {"pp2_gpipe_m4", make_plan({.pp = 2}, D::ddp, 4)},
+      {"pp2_interleaved_m4", make_plan({.pp = 2}, D::ddp, 4)},
+      {"pp2_zero_bubble_m4", make_plan({.pp = 2}, D::ddp, 4)},
+      {"tp2", make_plan({.tp = 2})},
+      {"tp4", make_plan({.tp = 4})},
+      {"tp2_sp", make_plan({.tp = 2})},
+      {"cp2", make_plan({.cp = 2})},
+      {"cp4", make_plan({.cp = 4})},
+      {"dp2_tp2", make_plan({.dp_replicate = 2, .tp = 2})},
+      {"pp2_tp2_m2", make_plan({.pp = 2, .tp = 2}, D::ddp, 2)},
+      {"dp2_pp2_tp2_m2", make_plan({.dp_replicate = 2, .pp = 2, .tp = 2}, D::ddp, 2)},
+      {"fsdp2_tp2", make_plan({.dp_shard = 2, .tp = 2}, D::fsdp)},
+      {"hsdp2x2_tp2", make_plan({.dp_replicate = 2, .dp_shard = 2, .tp = 2}, D::fsdp)},
+      {"dp2_cp2", make_plan({.dp_replicate = 2, .cp = 2})},
+      {"fsdp2_cp2_tp2", make_plan({.dp_shard = 2, .cp = 2, .tp = 2}, D::fsdp)},
+  };
+  for (Layout& x : l) {
+    if (x.name.find("gpipe") != std::string::npos) x.plan.schedule = ScheduleKind::gpipe;
+    if (x.name.find("zero_bubble") != std::string::npos) x.plan.schedule = ScheduleKind::zero_bubble;
+    if (x.name.find("interleaved") != std::string::npos)
+      x.plan.schedule = ScheduleKind::interleaved, x.plan.virtual_stages = 2;
+    if (x.name.find("_sp") != std::string::npos) x.plan.sequence_parallel = true;
+  }
+  return l;
+}
+
+static nn::TokenStream tokens() {
+  nn::TokenStream s;
+  s.vocab_size = kConfig.vocab_size;
+  for (int i = 0; i < 20000; ++i) s.tokens.push_back((i * 7 + i / 5 + (i * i) % 13) % kConfig.vocab_size);
+  return s;
+}
+
+struct Measured {
+  double step_ms = 0, links_ms = 0;
+};
+
+static Measured measure_once(const TrainPlan& plan, const Topology& topology, int steps) {
+  static const nn::TokenStream data = tokens();
+  const int world = plan.parallelism.world_size();
+  LaunchOptions options;
+  options.topology = topology;
+  Measured m;
+  launch(world, [&](RankContext& ctx) {
+    std::unique_ptr<nn::GPT> replica;
+    std::unique_ptr<Trainer> trainer;
+    if (plan.cuts_model())
+      trainer = std::make_unique<Trainer>(
+          ctx, plan, [&](const DeviceMesh& mesh) { return make_model_runner(plan, kConfig, kSeed, {}, mesh); }, adamw());
+    else
+      replica = std::make_unique<nn::GPT>(kConfig, kSeed),
+      trainer = std::make_unique<Trainer>(*replica, ctx, plan, adamw());
+    trainer->train_step(data, 0, kBatch, kT, adamw().lr, 1.0);
+    double links0 = 0;
+    for (const auto& [name, group] : trainer->ledgers()) links0 += group->link_seconds();
+    const auto start = std::chrono::steady_clock::now();
+    for (int s = 1; s <= steps; ++s) trainer->train_step(data, s, kBatch, kT, adamw().lr, 1.0);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (ctx.rank != 0) return;
+    double links = 0;
+    for (const auto& [name, group] : trainer->ledgers()) links += group->link_seconds();
+    m = {1e3 * seconds / steps, 1e3 * (links - links0) / steps};
+  }, options);
+  return m;
+}
+
+static Measured measure(const TrainPlan& plan, const Topology& topology, int steps, int repeats) {
+  Measured best{1e300, 0};
+  for (int r = 0; r < repeats; ++r) {
+    Measured m = measure_once(plan, topology, steps);
+    if (m.step_ms < best.step_ms) best = m;
+  }
+  return best;
+}
+
+int main(int argc, char** argv) {
+  int steps = 3, repeats = 2;
+  std::string links = "intra=400MB/s,100us;inter=100MB/s,400us;gpus-per-node=4", only;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--steps")) steps = std::max(1, std::atoi(argv[i + 1]));
+    else if (!std::strcmp(argv[i], "--repeats")) repeats = std::max(1, std::atoi(argv[i + 1]));
+    else if (!std::strcmp(argv[i], "--links")) links = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--layouts")) only = "," + std::string(argv[i + 1]) + ",";
+    else {
+      std::fprintf(stderr, "usage: planner [--steps N] [--repeats N] [--links SPEC] [--layouts a,b,...]\n");
+      return 2;
+    }
+  }
+  set_num_threads(1);  // one GEMM thread per rank: the ranks are the parallelism
+  const Topology topology = Topology::parse_links(links);
+  const int cores = std::max(1u, std::thread::hardware_concurrency());
+  planner::Workload work{kConfig, {kBatch, kT}};
+  // This machine's FLOP/s on one core: a serial step's FLOPs over its measured time.
+  const double serial_flops = planner::stage_flops(work, make_plan({}), 0).total;
+  const double serial_ms = measure(make_plan({}), {}, steps, repeats).step_ms;
+  const double core_flops = serial_flops / (serial_ms * 1e-3);
+  std::printf("{\"bench\": \"planner\", \"calibration\": {\"serial_ms\": %.3f, \"gflops_per_core\": %.3f, \"cores\": %d, "
+              "\"links\": \"%s\"}}\n",
+              serial_ms, core_flops / 1e9, cores, links.c_str());
+  int within = 0, count = 0;
+  for (const Layout& layout : all_layouts()) {
+    if (!only.empty() && only.find("," + layout.name + ",") == std::string::npos) continue;
+    const int world = layout.plan.parallelism.world_size();
+    planner::Cluster cluster;
+    cluster.topology = topology;
+    cluster.nodes = std::max(1, (world + topology.gpus_per_node - 1) / topology.gpus_per_node);
+    cluster.gpu_memory_bytes = 1e12;
+    cluster.flops = core_flops * std::min(1.0, static_cast<double>(cores) / world);
+    planner::check_layout(work, layout.plan, world);
+    const planner::LayoutEstimate predicted = planner::estimate_layout(work, cluster, layout.plan);
+    const Measured measured = measure(layout.plan, topology, steps, repeats);
+    const double predicted_ms = 1e3 * predicted.step_time_s, ratio = predicted_ms / measured.step_ms;
+    ++count;
+    if (std::abs(ratio - 1) <= 0.2) ++within;
+    std::printf("{\"bench\": \"planner\", \"layout\": \"%s\", \"world\": %d, \"measured_ms\": %.3f, \"predicted_ms\": %.3f, "
+                "\"ratio\": %.3f, \"compute_ms\": %.3f, \"comm_ms\": %.3f, \"exposed_comm_ms\": %.3f, \"bubble\": %.3f, "
+                "\"links_ms\": %.3f}\n",
+                layout.name.c_str(), world, measured.step_ms, predicted_ms, ratio, 1e3 * predicted.compute_s,
+                1e3 * predicted.comm_s, 1e3 * predicted.exposed_comm_s, predicted.bubble, measured.links_ms);
+    std::fflush(stdout);
+  }
+  std::printf("{\"bench\": \"planner\", \"within_20_percent\": %d, \"layouts\": %d}\n", within, count);
+  return 0;
+}
