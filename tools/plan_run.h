@@ -104,11 +104,11 @@ inline PlanRequest resolve_plan(const PlanOptions& o) {
 // One layout: its row, where its time goes per group, as text.
 inline std::string layout_text(const planner::LayoutEstimate& e) {
   std::string out = planner::layout_table({e});
-  out += "\ngroup          op              calls         bytes sent     seconds     exposed  hides behind\n";
+  out += "\ngroup          op              calls   bytes (sent|recv)     seconds     exposed  hides behind\n";
   char line[256];
   for (const planner::GroupTime& g : e.groups) {
     std::snprintf(line, sizeof line, "%-14s %-14s %6lld %18lld %11.6f %11.6f  %s\n", g.traffic.group.c_str(),
-                  parallel::comm_op_name(g.traffic.op), (long long)g.traffic.calls, (long long)g.traffic.bytes_sent,
+                  parallel::comm_op_name(g.traffic.op), (long long)g.traffic.calls, (long long)std::max(g.traffic.bytes_sent, g.traffic.bytes_received),
                   g.seconds, g.exposed, g.hides_behind.empty() ? "-" : g.hides_behind.c_str());
     out += line;
   }

@@ -112,7 +112,7 @@ std::string against(const LayoutEstimate& best, const std::optional<LayoutEstima
     return "no layout with another " + what + " fits: the best, " + name + ", needs " +
            format("%.1f GB of %.0f GB", gb(other->memory.total()), cluster.gpu_memory_bytes / 1e9);
   return "the best with another " + what + ", " + name + ", takes " +
-         format("%.3f s (%+.0f%%)", other->step_time_s, 100 * (other->step_time_s / best.step_time_s - 1));
+         format("%.3f s (%+.1f%%)", other->step_time_s, 100 * (other->step_time_s / best.step_time_s - 1));
 }
 
 std::string placement(const Cluster& cluster, const ParallelismConfig& c, const char* dim) {

@@ -23,6 +23,8 @@
 
 namespace sl::parallel::planner {
 
+// Throws sl::Error naming the value unless 1 <= T <= block_size and the batch has rows.
+void check_workload(const Workload& work);
 // Throws sl::Error naming the value when `plan` cannot train `work` on `world` ranks: the plan's
 // own rules, heads % tp, layers % (pp·v), T % cp, T <= block_size, batch % (dp · micro-batches).
 void check_layout(const Workload& work, const TrainPlan& plan, int world);

@@ -78,6 +78,16 @@ std::vector<int> representative_ranks(const ParallelismConfig& c) {
 
 bool is_data_parallel(const std::string& group) { return group.rfind("dp", 0) == 0; }
 
+// The runner's own groups come without members: the tied wte's pair is the first and the last
+// stage's rank at this rank's other coordinates; the loss's all-reduce spans the world.
+std::vector<int> own_group_members(const GroupTraffic& t, const ParallelismConfig& c, int rank) {
+  const int per_stage = c.world_size() / c.pp, other = rank % per_stage;
+  if (t.group == "pp_tied_wte") return {other, (c.pp - 1) * per_stage + other};
+  std::vector<int> world(c.world_size());
+  for (int r = 0; r < c.world_size(); ++r) world[r] = r;
+  return world;
+}
+
 // The groups' times and what is left of them after overlap, for one rank.
 struct RankTime {
   std::vector<GroupTime> groups;
@@ -91,7 +101,8 @@ RankTime rank_time(const Workload& work, const Cluster& cluster, const TrainPlan
   RankTime out;
   out.stage_s = compute;
   double overlappable = 0, window = 0, send = 0, recv = 0, cp_ring = 0;
-  for (const GroupTraffic& t : estimate_traffic(work.model, plan, work.batch, rank)) {
+  for (GroupTraffic t : estimate_traffic(work.model, plan, work.batch, rank)) {
+    if (t.members.empty()) t.members = own_group_members(t, plan.parallelism, rank);
     GroupTime g{t, traffic_seconds(t, cluster.topology), 0, ""};
     out.comm_s += g.seconds;
     if (is_data_parallel(t.group)) {
