@@ -5,10 +5,11 @@
 //
 // The cluster is this machine seen through simulated links (parallel/comm/topology.h): 2 nodes of 4
 // ranks (default 'intra=400MB/s,100us;inter=100MB/s,400us;gpus-per-node=4'), slow enough that a
-// step's communication weighs like compute's. The planner's FLOP/s is measured, not assumed: one
-// serial step's FLOPs (planner::stage_flops) over its time on one core. Each rank is a thread with
-// one GEMM thread, so W ranks on C cores compute at C/W of that each when W > C: the planner is told
-// so (its cluster's FLOP/s = measured · min(1, C/W)).
+// step's communication weighs like compute's. The planner's FLOP/s is measured, not assumed. Each
+// rank is a thread with one GEMM thread, and W ranks share this machine's cores, so a "GPU" of a
+// world of W computes at what W rank threads get: per W in {1, 2, 4, 8}, DDP over W ranks without
+// links (its communication is a few memcpys) gives it, a rank's FLOPs (planner::stage_flops) over
+// the measured step. One figure per world size, the same for every layout of that size.
 //
 // Measured: rank 0's mean wall time per step over `steps` steps after one warm-up step, the fastest
 // of `repeats` runs (neighbours' load only ever adds time). Predicted: planner::estimate_layout's
@@ -22,6 +23,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -167,13 +169,16 @@ int main(int argc, char** argv) {
   const Topology topology = Topology::parse_links(links);
   const int cores = std::max(1u, std::thread::hardware_concurrency());
   planner::Workload work{kConfig, {kBatch, kT}};
-  // This machine's FLOP/s on one core: a serial step's FLOPs over its measured time.
-  const double serial_flops = planner::stage_flops(work, make_plan({}), 0).total;
-  const double serial_ms = measure(make_plan({}), {}, steps, repeats).step_ms;
-  const double core_flops = serial_flops / (serial_ms * 1e-3);
-  std::printf("{\"bench\": \"planner\", \"calibration\": {\"serial_ms\": %.3f, \"gflops_per_core\": %.3f, \"cores\": %d, "
-              "\"links\": \"%s\"}}\n",
-              serial_ms, core_flops / 1e9, cores, links.c_str());
+  // A rank's FLOP/s when W ranks share the machine: DDP over W without links.
+  std::map<int, double> rank_flops;
+  for (int w : {1, 2, 4, 8}) {
+    const TrainPlan ddp = make_plan({.dp_replicate = w});
+    const double ms = measure(ddp, {}, steps, repeats).step_ms;
+    rank_flops[w] = planner::stage_flops(work, ddp, 0).total / (ms * 1e-3);
+    std::printf("{\"bench\": \"planner\", \"calibration\": {\"world\": %d, \"ddp_ms_without_links\": %.3f, "
+                "\"gflops_per_rank\": %.3f, \"cores\": %d, \"links\": \"%s\"}}\n",
+                w, ms, rank_flops[w] / 1e9, cores, links.c_str());
+  }
   int within = 0, count = 0;
   for (const Layout& layout : all_layouts()) {
     if (!only.empty() && only.find("," + layout.name + ",") == std::string::npos) continue;
@@ -182,7 +187,7 @@ int main(int argc, char** argv) {
     cluster.topology = topology;
     cluster.nodes = std::max(1, (world + topology.gpus_per_node - 1) / topology.gpus_per_node);
     cluster.gpu_memory_bytes = 1e12;
-    cluster.flops = core_flops * std::min(1.0, static_cast<double>(cores) / world);
+    cluster.flops = rank_flops.at(world);
     planner::check_layout(work, layout.plan, world);
     const planner::LayoutEstimate predicted = planner::estimate_layout(work, cluster, layout.plan);
     const Measured measured = measure(layout.plan, topology, steps, repeats);

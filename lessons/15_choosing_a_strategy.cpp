@@ -1,6 +1,14 @@
 // Lesson 15 — choosing a strategy: the rules of thumb in milliseconds, on a cluster simulated on a laptop.
 //
 // What you will learn
+//   * the seeds' decision guide as the planner's rules (parallel/planner/planner.h, build/bin/plan):
+//     for each of the seeds' scenarios the planner ranks every layout the cluster can run, from
+//     memory, bytes and links, and the lesson checks that its winner agrees with the seeds' advice:
+//        the model fits on one GPU                  -> DDP (or ZeRO)
+//        it does not                                -> ZeRO, PP or TP
+//        its largest layer does not                 -> TP (or ZeRO-3)
+//        slow links between nodes                   -> PP across them, TP inside a node
+//        long sequences                             -> CP
 //   * a cluster in three numbers per link: the alpha-beta model, latency + bytes / bandwidth, between
 //     ranks on one node (NVLink-class) or on two (InfiniBand- or PCIe-class). The threads backend
 //     charges every message its link (train --links, parallel/comm/topology.h); compute stays real.
@@ -23,8 +31,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "nn/data.h"
@@ -32,6 +42,7 @@
 #include "nn/optim.h"
 #include "parallel/comm/launch.h"
 #include "parallel/comm/topology.h"
+#include "parallel/planner/planner.h"
 #include "parallel/train/factory.h"
 #include "parallel/train/trainer.h"
 
@@ -70,6 +81,7 @@ static TrainPlan plan_of(ParallelismConfig par, DpStrategy strategy = DpStrategy
 }
 
 struct Measured {
+  double predicted_ms = 0;  // the planner's step time for the same plan on the same links
   double step_ms = 0;    // rank 0's mean wall time per step
   double links_ms = 0;   // what the links charged rank 0 per step, summed over its groups
   double sent_kib = 0;   // bytes rank 0 sent per step, over every group
@@ -117,14 +129,29 @@ static Measured run_once(const TrainPlan& plan, const Topology& topology) {
 
 // The faster of two runs: 2 cores shared by up to 4 rank threads (and whatever else runs) make any
 // one run's compute noisy; the links' charges, which are sleeps, are not.
+// This machine's FLOP/s on one core (section 2 measures it); W rank threads share its cores.
+static double machine_flops = 0;
+
+static double predicted_ms(const TrainPlan& plan, const Topology& topology) {
+  const int world = plan.parallelism.world_size(), cores = std::max(1u, std::thread::hardware_concurrency());
+  planner::Cluster c;
+  c.topology = topology.enabled() ? topology : Topology{.gpus_per_node = 1};
+  c.nodes = std::max(1, (world + c.topology.gpus_per_node - 1) / c.topology.gpus_per_node);
+  c.gpu_memory_bytes = 1e12;
+  c.flops = machine_flops * std::min(1.0, static_cast<double>(cores) / world);
+  return 1e3 * planner::estimate_layout({kConfig, {kBatch, kT}}, c, plan).step_time_s;
+}
+
 static Measured run(const TrainPlan& plan, const Topology& topology) {
-  const Measured a = run_once(plan, topology), b = run_once(plan, topology);
-  return a.step_ms <= b.step_ms ? a : b;
+  Measured a = run_once(plan, topology), b = run_once(plan, topology);
+  Measured& best = a.step_ms <= b.step_ms ? a : b;
+  if (machine_flops > 0) best.predicted_ms = predicted_ms(plan, topology);
+  return best;
 }
 
 static void print_row(const char* name, const Measured& m) {
-  std::printf("  %-38s %8.1f ms per step   links %7.1f ms   rank 0 sends %8.1f KiB\n", name, m.step_ms, m.links_ms,
-              m.sent_kib);
+  std::printf("  %-36s %7.1f ms per step (planner: %6.1f)   links %6.1f ms   rank 0 sends %7.1f KiB\n", name,
+              m.step_ms, m.predicted_ms, m.links_ms, m.sent_kib);
 }
 
 // ---- scaling a GPU's links to this CPU ---------------------------------------------------------------------
@@ -146,9 +173,9 @@ static Link scaled(double gpu_bytes_per_s, double latency_s, double scale) {
   return {gpu_bytes_per_s * scale, latency_s / scale};
 }
 
-// ---- 2. DP against DDP, with and without NVLink --------------------------------------------------------
+// ---- 3. DP against DDP, with and without NVLink --------------------------------------------------------
 static void dp_against_ddp(double scale) {
-  section("2. the seeds' benchmark: DP against DDP, with and without NVLink (2 GPUs in one box)");
+  section("3. the seeds' benchmark: DP against DDP, with and without NVLink (2 GPUs in one box)");
   // TITAN RTX: 16.3 TFLOP/s f32. NV2 NVLink: 2 links of 25 GB/s each way. Without it
   // (NCCL_P2P_DISABLE=1) every byte goes through the host over PCIe 3.0 x16: about 10 GB/s.
   Topology nvlink{.gpus_per_node = 2, .intra = scaled(50e9, 2e-6, scale)};
@@ -172,12 +199,12 @@ static void dp_against_ddp(double scale) {
   check(dp.step_ms < ddp_slow.step_ms, "DP with NVLink is faster than DDP without (the seeds: 110 s < 131 s)");
 }
 
-// ---- 3. TP inside a node, or across two ----------------------------------------------------------------------
+// ---- 4. TP inside a node, or across two ----------------------------------------------------------------------
 // dp 2 x tp 2 on 2 nodes of 2. The mesh puts tp innermost: ranks {0,1} and {2,3} are tp pairs. The
 // default placement (ranks fill nodes in order) keeps each pair on one node and sends DP's gradients
 // between the nodes; placement=0,1,0,1 does the opposite.
 static void tp_inside_or_across(double scale) {
-  section("3. TP inside a node against TP across two nodes (dp 2 x tp 2, 2 nodes of 2, NVLink and InfiniBand)");
+  section("4. TP inside a node against TP across two nodes (dp 2 x tp 2, 2 nodes of 2, NVLink and InfiniBand)");
   Topology inside{.gpus_per_node = 2, .intra = scaled(300e9, 1e-6, scale), .inter = scaled(25e9, 5e-6, scale)};
   Topology across = inside;
   across.placement = {0, 1, 0, 1};
@@ -190,21 +217,23 @@ static void tp_inside_or_across(double scale) {
       "  TP all-reduces [B/dp, T, C] = %.0f KiB 4 times per layer (2 forward, 2 backward), on the critical path:\n"
       "  %d of them per step. DP all-reduces the gradients once, overlapped with backward.\n",
       btc / 1024, 4 * static_cast<int>(kConfig.n_layer));
+  check(a.predicted_ms < b.predicted_ms, "the planner predicts it too (" + std::to_string(a.predicted_ms) + " < " +
+                                             std::to_string(b.predicted_ms) + " ms)");
   check(a.step_ms < b.step_ms, "TP inside the node is faster than TP across nodes (" + std::to_string(a.step_ms) +
                                    " < " + std::to_string(b.step_ms) + " ms)");
 }
 
-// ---- 4. the seeds' case 2 on two nodes ------------------------------------------------------------------------
+// ---- 5. the seeds' case 2 on two nodes ------------------------------------------------------------------------
 // One GPU per node, so every byte crosses the inter-node link: PP 2 (4 micro-batches, 1F1B), ZeRO-3
 // over 2, TP 2. The seeds: "With very fast inter-node connectivity all three should be mostly on
 // par; without, PP will be faster than TP or ZeRO."
 static void pp_zero_tp(double scale) {
-  section("4. the seeds' case 2: PP, ZeRO-3 and TP over 2 nodes, on a fast and on a slow link");
+  section("5. the seeds' case 2: PP, ZeRO-3 and TP over 2 nodes, on a fast and on a slow link");
   const std::vector<std::pair<const char*, TrainPlan>> layouts = {
       {"PP 2 (1F1B, 4 micro-batches)", plan_of({.pp = 2}, DpStrategy::ddp, 4)},
       {"ZeRO-3 over 2", plan_of({.dp_shard = 2}, DpStrategy::fsdp)},
       {"TP 2", plan_of({.tp = 2})}};
-  std::vector<double> fast_ms, slow_ms;
+  std::vector<double> fast_ms, slow_ms, slow_predicted;
   for (const auto& [label, link] : {std::pair{"NVSwitch-class, 300 GB/s", 300e9}, std::pair{"Ethernet-class, 1.25 GB/s", 1.25e9}}) {
     Topology t{.gpus_per_node = 1, .inter = scaled(link, 5e-6, scale)};
     std::printf("  between the nodes: %s (%.1f MB/s here)\n", label, t.inter.bytes_per_s / 1e6);
@@ -212,12 +241,15 @@ static void pp_zero_tp(double scale) {
       const Measured m = run(plan, t);
       print_row(name, m);
       (link > 1e10 ? fast_ms : slow_ms).push_back(m.step_ms);
+      if (link < 1e10) slow_predicted.push_back(m.predicted_ms);
     }
   }
   auto spread = [](const std::vector<double>& ms) {
     return *std::max_element(ms.begin(), ms.end()) / *std::min_element(ms.begin(), ms.end());
   };
   check(slow_ms[0] < slow_ms[1] && slow_ms[0] < slow_ms[2], "on the slow link PP is the fastest of the three");
+  check(slow_predicted[0] < slow_predicted[1] && slow_predicted[0] < slow_predicted[2],
+        "the planner ranks them so too (PP " + std::to_string(slow_predicted[0]) + " ms)");
   check(spread(fast_ms) < spread(slow_ms), "a fast link brings the three closer: the slowest takes " +
                                                std::to_string(spread(fast_ms)) + "x the fastest's time, against " +
                                                std::to_string(spread(slow_ms)) + "x on the slow link");
@@ -232,10 +264,109 @@ static void pp_zero_tp(double scale) {
       tp_messages, fast.inter.latency_s * 1e3, tp_messages * fast.inter.latency_s * 1e3, (long long)kConfig.n_embd);
 }
 
+// ---- 1. the seeds' guide, as the planner's ranking -------------------------------------------------------------
+
+static planner::Cluster cluster(int nodes, double gpu_gb, double tflops, const std::string& links) {
+  planner::Cluster c;
+  c.nodes = nodes;
+  c.topology = Topology::parse_links(links);
+  c.gpu_memory_bytes = gpu_gb * 1e9;
+  c.flops = tflops * 1e12;
+  return c;
+}
+
+static nn::GPTConfig shape(int64_t layers, int64_t width, int64_t heads, int64_t vocab, int64_t block) {
+  nn::GPTConfig c{.vocab_size = vocab, .block_size = block, .n_layer = layers, .n_head = heads, .n_embd = width};
+  return c;
+}
+
+// Ranks every layout, prints the first three and the planner's reasons; returns the ranking.
+static planner::Ranking rank_layouts(const char* scenario, const nn::GPTConfig& model, int64_t batch, int64_t seq,
+                                  const planner::Cluster& c, bool bf16) {
+  planner::Workload work{model, {batch, seq}};
+  planner::SearchOptions options;
+  if (bf16) options.precision = nn::MixedPrecision::parse("bf16");
+  work.model.param_dtype = options.precision.param_dtype;
+  planner::Ranking r = planner::search(work, c, options);
+  std::printf("\n  %s\n  %s; %lld layouts considered, %lld impossible, %d fit\n", scenario, c.str().c_str(),
+              (long long)r.considered, (long long)r.impossible, r.fitting());
+  std::vector<planner::LayoutEstimate> top(r.layouts.begin(), r.layouts.begin() + std::min<size_t>(3, r.layouts.size()));
+  std::printf("%s", planner::layout_table(top).c_str());
+  std::printf("%s", planner::recommendation(r, work, c).c_str());
+  return r;
+}
+
+static bool any_fitting(const planner::Ranking& r, const std::function<bool(const TrainPlan&)>& which) {
+  return std::any_of(r.layouts.begin(), r.layouts.end(), [&](const planner::LayoutEstimate& e) { return e.fits && which(e.plan); });
+}
+static bool uncut(const TrainPlan& p) { return !p.cuts_model(); }
+
+static void the_guide_as_rankings() {
+  section("1. the seeds' decision guide, as the planner's ranking");
+  const std::string nvlink = "intra=300GB/s,1us;inter=25GB/s,5us;gpus-per-node=8";
+  // 8 GPUs of 24 GB in one box (the seeds' TITAN RTX class), 16 TFLOP/s each.
+  const planner::Cluster box = cluster(1, 24, 16, "intra=50GB/s,2us;inter=12.5GB/s,10us;gpus-per-node=8");
+  planner::Ranking fits = rank_layouts("case 1: GPT-2 (124M) fits on one GPU", planner::preset_config("gpt2"), 64, 1024, box, false);
+  const TrainPlan& w1 = fits.layouts.front().plan;
+  check(fits.layouts.front().fits && uncut(w1), "case 1: the winner is data parallel (" + w1.name() + "), as the seeds say: DDP or ZeRO");
+
+  planner::Ranking big = rank_layouts("case 2: GPT-2 XL (1.56B: 16 bytes a parameter = 25 GB) does not fit on one GPU",
+                                   planner::preset_config("gpt2-xl"), 64, 1024, box, false);
+  const TrainPlan& w2 = big.layouts.front().plan;
+  check(big.layouts.front().fits && (w2.zero() > 0 || w2.cuts_model()) &&
+            !any_fitting(big, [](const TrainPlan& p) { return uncut(p) && p.zero() == 0; }),
+        "case 2: plain DDP fits nowhere; the winner (" + w2.name() + ") uses ZeRO, PP or TP, as the seeds say");
+
+  // One layer of h = 20480 holds 16 x 12h² = 80.5 GB of model state: more than a GPU.
+  const planner::Cluster node = cluster(1, 80, 312, nvlink);
+  planner::Ranking wide = rank_layouts("case 3: the largest layer does not fit (h 20480: one layer's model state is 80.5 GB)",
+                                    shape(4, 20480, 128, 51200, 2048), 8, 2048, node, true);
+  const TrainPlan& w3 = wide.layouts.front().plan;
+  check(wide.layouts.front().fits && !any_fitting(wide, [](const TrainPlan& p) { return p.parallelism.tp == 1 && p.zero() == 0; }),
+        "case 3: without ZeRO nothing fits unless TP cuts the layer (the seeds: PP alone cannot); the winner: " + w3.name());
+  check(w3.parallelism.tp <= node.gpus_per_node(), "case 3: TP stays inside the node (tp " +
+                                                      std::to_string(w3.parallelism.tp) + " <= 8 GPUs per node)");
+
+  // The ZeRO paper's 7.5B over 4 nodes of 8 GPUs of 40 GB: fast and slow links between the nodes.
+  std::vector<double> zero_only_penalty;
+  std::vector<TrainPlan> winners;
+  for (const auto& [what, inter] : {std::pair{"InfiniBand, 25 GB/s", "25GB/s,5us"}, std::pair{"Ethernet, 1.25 GB/s", "1.25GB/s,20us"}}) {
+    const planner::Cluster four = cluster(4, 40, 312, "intra=300GB/s,1us;gpus-per-node=8;inter=" + std::string(inter));
+    planner::Ranking r = rank_layouts((std::string("case 4: ZeRO's 7.5B on 4 nodes of 8, between them ") + what).c_str(),
+                                   planner::preset_config("zero-7.5b"), 128, 1024, four, true);
+    const planner::LayoutEstimate& best = r.layouts.front();
+    auto zero_only = std::find_if(r.layouts.begin(), r.layouts.end(), [](const planner::LayoutEstimate& e) {
+      return e.fits && !e.plan.cuts_model();
+    });
+    zero_only_penalty.push_back(zero_only == r.layouts.end() ? 1e9 : zero_only->step_time_s / best.step_time_s);
+    if (zero_only != r.layouts.end())
+      std::printf("  the best layout that does not cut the model: %s, %.3f s (%.2fx the winner's)\n",
+                  zero_only->plan.name().c_str(), zero_only->step_time_s, zero_only_penalty.back());
+    winners.push_back(best.plan);
+    check(best.plan.parallelism.tp <= four.gpus_per_node(), std::string("case 4 (") + what + "): TP inside a node (tp " +
+                                                                std::to_string(best.plan.parallelism.tp) + ")");
+  }
+  check(zero_only_penalty[0] < 1.5, "case 4: with fast links between the nodes, data parallelism alone (ZeRO) is close to the "
+                                    "best (the seeds: ZeRO, or PP + TP + DP)");
+  check(zero_only_penalty[1] > 2 * zero_only_penalty[0] && winners[1].parallelism.pp > 1,
+        "case 4: with slow links it is not: the winner pipelines across the nodes (pp " +
+            std::to_string(winners[1].parallelism.pp) + ") with TP inside them (the seeds: DP + PP + TP + ZeRO)");
+
+  // 8B-class at 64k tokens a sequence: the activations are what does not fit.
+  const planner::Cluster two = cluster(2, 80, 312, nvlink);
+  planner::Ranking longseq = rank_layouts("case 5: an 8B model on sequences of 65536 tokens",
+                                       shape(36, 4096, 32, 128256, 65536), 16, 65536, two, true);
+  const TrainPlan& w5 = longseq.layouts.front().plan;
+  check(w5.parallelism.cp > 1, "case 5: long sequences: the winner (" + w5.name() + ") cuts the sequence, CP " +
+                                   std::to_string(w5.parallelism.cp));
+}
+
 int main() {
   std::printf("Lesson 15: choosing a strategy, in milliseconds on simulated links\n");
-  section("1. this machine against a GPU: the scale for the links");
+  the_guide_as_rankings();
+  section("2. this machine against a GPU: the scale for the links");
   const double flops = cpu_flops();
+  machine_flops = flops;
   const double scale = flops / (kGpuUtilisation * 16.3e12);
   std::printf(
       "  the serial step computes at %.2f GFLOP/s; a TITAN RTX at 40%% of its 16.3 TFLOP/s (f32): links scale by %.2e\n"

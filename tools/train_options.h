@@ -216,6 +216,21 @@ inline void add_run_flags(FlagTable& flags, Options& o, int64_t& seed) {
     }
     if (o.adam_eps <= 0) throw positive;
   };
+  // Simulated links are the run's, not the layout's (the planner reads train's layout flags).
+  flags["--links"] = [&](const std::string& v) {
+    try {
+      o.topology = parallel::Topology::parse_links(v);
+    } catch (const Error& e) {
+      throw UsageError{e.what()};
+    }
+  };
+  flags["--topology"] = [&](const std::string& v) {
+    try {
+      o.topology = parallel::Topology::load(v);
+    } catch (const Error& e) {
+      throw UsageError{e.what()};
+    }
+  };
 }
 
 // The layout flags: data parallelism, ZeRO, the cuts and their chapters' options.
@@ -258,20 +273,6 @@ inline void add_layout_flags(FlagTable& flags, Options& o) {
     o.trace = v;
   };
   flags["--dp-shard"] = integer(o.dp_shard, 1, 1024);
-  flags["--links"] = [&](const std::string& v) {
-    try {
-      o.topology = parallel::Topology::parse_links(v);
-    } catch (const Error& e) {
-      throw UsageError{e.what()};
-    }
-  };
-  flags["--topology"] = [&](const std::string& v) {
-    try {
-      o.topology = parallel::Topology::load(v);
-    } catch (const Error& e) {
-      throw UsageError{e.what()};
-    }
-  };
 }
 
 // What the task and the model need of each other.

@@ -100,40 +100,52 @@ RankTime rank_time(const Workload& work, const Cluster& cluster, const TrainPlan
   const int zero = plan.zero();
   RankTime out;
   out.stage_s = compute;
-  double overlappable = 0, window = 0, send = 0, recv = 0, cp_ring = 0;
+  double overlappable = 0, window = backward / plan.micro_batches, send = 0, recv = 0, cp_send = 0, cp_recv = 0;
   for (GroupTraffic t : estimate_traffic(work.model, plan, work.batch, rank)) {
     if (t.members.empty()) t.members = own_group_members(t, plan.parallelism, rank);
     GroupTime g{t, traffic_seconds(t, cluster.topology), 0, ""};
     out.comm_s += g.seconds;
+    const bool p2p = t.op == CommOp::send || t.op == CommOp::recv;
     if (is_data_parallel(t.group)) {
-      const bool fsdp = zero == 3;
-      const bool hides = fsdp || zero == 0 || (zero == 2 && t.op == CommOp::reduce_scatter) || t.group == "dp_replicate";
-      if (hides) {
-        g.hides_behind = fsdp ? "forward+backward" : "last backward";
-        window = fsdp ? compute : backward / plan.micro_batches;
-        overlappable += g.seconds;
+      // shardlab overlaps DDP's all-reduce and ZeRO-2's reduce-scatter with backward: each bucket
+      // goes async from the gradient hooks as it fills, during the last micro-batch's backward
+      // (the others accumulate locally). The last bucket fills when backward ends: it cannot hide.
+      // Everything else waits: ZeRO-1's reduce-scatter, every all-gather, FSDP's gathers (it does
+      // not prefetch: each unit gathers when it is needed) and HSDP's replica all-reduce.
+      const bool bucketed = (zero == 0 && t.op == CommOp::all_reduce) || (zero == 2 && t.op == CommOp::reduce_scatter);
+      if (bucketed && t.calls > 0) {
+        g.hides_behind = "last backward";
+        const double last_bucket = g.seconds / static_cast<double>(t.calls);
+        overlappable += g.seconds - last_bucket;
+        out.after_s += last_bucket;
       } else {
         out.after_s += g.exposed = g.seconds;
       }
-    } else if (t.group == "pp" && (t.op == CommOp::send || t.op == CommOp::recv)) {
+    } else if (t.group == "pp" && p2p) {
       (t.op == CommOp::send ? send : recv) += g.seconds;
-    } else if (t.group == "cp" && plan.cp_variant == CpVariant::ring) {
+    } else if (t.group == "cp" && p2p) {  // ring attention: K/V in flight while a block computes
       g.hides_behind = "attention";
-      cp_ring += g.seconds;
+      (t.op == CommOp::send ? cp_send : cp_recv) += g.seconds;
     } else if (t.group == "tp" || t.group == "cp") {
       out.stage_s += g.exposed = g.seconds;
-    } else {  // the tied wte's all-reduce, naive DP's exchanges: after the last backward
+    } else {  // the tied wte's all-reduce, naive DP's exchanges, the loss: after the last backward
       out.after_s += g.exposed = g.seconds;
     }
     out.groups.push_back(g);
   }
-  // What hides is exposed in proportion to its share of the overflow.
+  // A pair sends and receives at once: the longer direction is the time. What hides is exposed in
+  // proportion to its share of the overflow.
+  const double cp_ring = std::max(cp_send, cp_recv);
   const double dp_left = std::max(0.0, overlappable - window);
   const double cp_left = std::max(0.0, cp_ring - flops.attention / cluster.flops);
   for (GroupTime& g : out.groups) {
-    if (g.hides_behind == "attention") g.exposed = cp_ring > 0 ? g.seconds * cp_left / cp_ring : 0;
-    else if (!g.hides_behind.empty()) g.exposed = overlappable > 0 ? g.seconds * dp_left / overlappable : 0;
-    else if (g.traffic.group == "pp" && g.traffic.op == CommOp::send) g.exposed = g.seconds;
+    const bool sends = g.traffic.op == CommOp::send;
+    if (g.hides_behind == "attention")
+      g.exposed = (sends ? cp_send >= cp_recv : cp_recv > cp_send) && cp_ring > 0 ? g.seconds * cp_left / cp_ring : 0;
+    else if (!g.hides_behind.empty())
+      g.exposed = g.seconds / static_cast<double>(g.traffic.calls) +
+                  (overlappable > 0 ? (g.seconds - g.seconds / static_cast<double>(g.traffic.calls)) * dp_left / overlappable : 0);
+    else if (g.traffic.group == "pp" && sends) g.exposed = g.seconds;
     else if (g.traffic.group == "pp") g.exposed = std::max(0.0, recv - send) * (recv > 0 ? g.seconds / recv : 0);
   }
   out.stage_s += cp_left + std::max(send, recv);

@@ -14,13 +14,15 @@
 //                 reduce-scatter    n-1 steps of S/n per call
 //                 send / recv       one message per call; a stage sends and receives at once
 //                                   (batch_isend_irecv), so the pair costs the larger of the two
-//   overlap     DDP's bucketed all-reduce (dp, dp_replicate) and ZeRO-2's reduce-scatter hide behind
-//               the last micro-batch's backward (earlier ones run under no_sync); FSDP's gathers and
-//               reduce-scatters are prefetched under the whole forward and backward; ring attention's
-//               K/V pass hides behind the attention core's compute (the all-gather variant does not);
-//               what is left is exposed. TP and SP collectives, pipeline sends and receives, ZeRO-1's
-//               reduce-scatter + all-gather, ZeRO-2's all-gather and the tied wte's all-reduce sit on
-//               the critical path.
+//   overlap     as shardlab's chapters do it. DDP's bucketed all-reduce and ZeRO-2's bucketed
+//               reduce-scatter go async from the gradient hooks during the last micro-batch's backward
+//               (earlier ones accumulate locally) and hide behind it, except the last bucket, which
+//               fills when backward ends. Ring attention's K/V pass hides behind the attention core.
+//               Everything else is on the critical path: TP and SP collectives, pipeline sends and
+//               receives (a pair's two directions at once: the longer counts), ZeRO-1's reduce-scatter,
+//               every all-gather, FSDP's gathers and reduce-scatters (shardlab's FSDP gathers a unit
+//               when it is needed, without prefetching: PyTorch's prefetches the next unit and would
+//               hide most of them), HSDP's replica all-reduce, the tied wte's all-reduce, the loss.
 //   pipeline    stage time = compute + TP + exposed CP + p2p; bubble = stage time × bubble over ideal
 //               (formulas.h, simulated from the action lists when cheap); the data-parallel
 //               exposure and the tied-wte all-reduce come after.

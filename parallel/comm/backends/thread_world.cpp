@@ -12,7 +12,10 @@ using Clock = std::chrono::steady_clock;
 
 ThreadWorld::ThreadWorld(int size, std::chrono::milliseconds timeout, Topology topology)
     : size_(size), timeout_(timeout), topology_(std::move(topology)), finished_(size, 0) {
-  for (int r = 0; r < size; ++r) mailboxes_.push_back(std::make_unique<Mailbox>());
+  for (int r = 0; r < size; ++r) {
+    mailboxes_.push_back(std::make_unique<Mailbox>());
+    mailboxes_.back()->wire_free.assign(topology_.enabled() ? size : 0, Clock::time_point{});
+  }
 }
 
 // A taken message still on the simulated wire: wait for it to arrive (without links: return at once).
@@ -49,13 +52,19 @@ void ThreadWorld::check_waitable(int peer, const WaitContext& why, Clock::time_p
 
 void ThreadWorld::post(int dst, Envelope* envelope) {
   Mailbox& box = *mailboxes_[dst];
-  if (topology_.enabled()) {
-    envelope->link_s = topology_.link(envelope->src, dst).seconds(envelope->bytes);
-    envelope->arrives = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(envelope->link_s));
-  }
   {
     std::lock_guard lock(box.mutex);
+    if (topology_.enabled()) {
+      // latency + bytes / bandwidth, the bytes after those of the pair's earlier messages.
+      const Link& link = topology_.link(envelope->src, dst);
+      auto seconds = [](double s) { return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)); };
+      const double wire_s = link.seconds(envelope->bytes) - link.latency_s;
+      Clock::time_point& free = box.wire_free[static_cast<size_t>(envelope->src)];
+      const Clock::time_point start = std::max(Clock::now(), free);
+      free = start + seconds(wire_s);
+      envelope->link_s = link.seconds(envelope->bytes);
+      envelope->arrives = start + seconds(envelope->link_s);
+    }
     envelope->state = Envelope::posted;
     box.envelopes.push_back(envelope);
   }

@@ -54,7 +54,8 @@ class ThreadWorld {
     enum State : uint8_t { posted, taken, consumed, withdrawn } state = posted;
     int user_tag = -1;  // send/recv: the tag the sender gave (checked against the recv's in debug mode)
     // Simulated links (topology.h), stamped by post(): the link's charge for these bytes, and the
-    // time the message would arrive. A receiver reads it no earlier than that.
+    // time the message would arrive (after the pair's earlier messages have crossed the wire). A
+    // receiver reads it no earlier than that.
     double link_s = 0;
     std::chrono::steady_clock::time_point arrives{};
   };
@@ -100,6 +101,9 @@ class ThreadWorld {
     std::mutex mutex;
     std::condition_variable changed;
     std::vector<Envelope*> envelopes;  // in posting order
+    // Simulated links: when the wire from each source to this rank is free again. A pair's
+    // messages cross it one after another (their latencies overlap, their bytes do not).
+    std::vector<std::chrono::steady_clock::time_point> wire_free;
   };
   // Throws if the wait for `peer` can never end; called with `box` locked.
   void check_waitable(int peer, const WaitContext& why, std::chrono::steady_clock::time_point deadline);
