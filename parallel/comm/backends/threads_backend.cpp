@@ -275,18 +275,12 @@ void ThreadsProcessGroup::run_barrier(uint64_t sequence) {
       account_link(CommOp::barrier, in->link_s);
       world_->release(world_rank(), in);
     };
-    if (rank() == 0) {
-      pass_on();
-      wait_for_token();
-    } else {
-      wait_for_token();
-      pass_on();
-    }
+    if (rank() == 0) pass_on(), wait_for_token();  // rank 0 starts the lap, everyone else joins it
+    else wait_for_token(), pass_on();
   }
 }
 
 // ---- sub-groups ----------------------------------------------------------------------------------
-
 std::shared_ptr<ProcessGroup> ThreadsProcessGroup::make_subgroup(const std::vector<int>& members,
                                                                  uint64_t child_index) {
   auto me = std::find(members.begin(), members.end(), rank());
