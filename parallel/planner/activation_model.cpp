@@ -53,24 +53,31 @@ Shapes shapes_of(const nn::GPTConfig& model, const TrainPlan& plan, const BatchS
 int64_t stream_bytes(const Shapes& x) { return (x.sp ? x.r / x.t : x.r) * x.C * x.w; }
 
 // What one layer keeps for one micro-batch (its output included, its input not).
-int64_t layer_bytes(const Shapes& x, nn::Recompute recompute) {
+int64_t layer_bytes(const Shapes& x, const TrainPlan& plan, nn::Recompute recompute) {
   if (recompute == nn::Recompute::full) return stream_bytes(x);
   const int64_t ln_rows = x.sp ? x.r / x.t : x.r;
-  const int64_t ln_regions = ln_rows * (4 * x.C * x.w + 16);  // ln_1, h, ln_2, output; two LayerNorms' stats
-  const int64_t gathered = x.sp ? 2 * x.r * x.C * x.w : 0;   // SP: c_attn's and c_fc's whole inputs
-  int64_t sliced = x.r * 12 * x.C / x.t * x.w;               // q|k|v, out, c_fc, GELU
+  // SP: a LayerNorm's output shard is freed once gathered; c_attn and c_fc keep the gathered rows whole
+  const int64_t ln_regions = ln_rows * ((x.sp ? 2 : 4) * x.C * x.w + 16);  // (ln_1, ln_2,) h, output; stats
+  const int64_t gathered = x.sp ? 2 * x.r * x.C * x.w : 0;
+  int64_t sliced = x.r * 12 * x.C / x.t * x.w;  // q|k|v, out, c_fc, GELU
   int64_t lse = x.r * x.a / x.t * 4;
   if (recompute == nn::Recompute::selective) {
     sliced -= x.r * x.C / x.t * x.w;
     lse = 0;
   }
+  // CP's core takes q, k, v as heads (contiguous copies, c_attn's output freed) and gives out as heads
+  // (copied back for c_proj): the ring keeps q, k, v, out and c_proj's copy, one r·C/t more; all-gather
+  // keeps q and the gathered K/V (comm) instead of k and v, one r·C/t less, plus 2·cp·r·C/t gathered
+  const int64_t head_rows = x.r * x.C / x.t * x.w;
+  if (plan.parallelism.cp > 1)
+    sliced += plan.cp_variant == CpVariant::allgather ? 2 * plan.parallelism.cp * head_rows - head_rows : head_rows;
   return ln_regions + gathered + sliced + lse;
 }
 
 // The head's saved tensors for one micro-batch: ln_f's output and stats, the logits (and the
 // vocab-parallel loss's row stats).
 int64_t head_bytes(const Shapes& x) {
-  const int64_t ln = x.r * x.C * x.w + x.r * 8;
+  const int64_t ln = x.r * x.C * x.w + (x.sp ? x.r / x.t : x.r) * 8;  // SP: stats of the shard, output gathered
   return ln + x.r * x.Vl * x.w + (x.t > 1 ? 3 * x.r * 4 : 0);
 }
 
@@ -139,15 +146,20 @@ int64_t activation_peak(const nn::GPTConfig& model, const TrainPlan& plan, const
   const Shapes x = shapes_of(model, plan, batch);
   const int stage = mesh_coordinates(plan.parallelism, rank)[0];
   const int64_t layers_per_unit = static_cast<int64_t>(part.layers.size()) / part.chunks;
-  const int64_t unit = layers_per_unit * layer_bytes(x, model.recompute);
+  const int64_t unit = layers_per_unit * layer_bytes(x, plan, model.recompute);
   const int64_t tail = stream_bytes(x) + head_bytes(x);
   const int64_t dp = static_cast<int64_t>(plan.parallelism.dp_replicate) * plan.parallelism.dp_shard;
   const int64_t tokens = 2 * batch.batch_size / dp * batch.seq_len * 8 + batch.seq_len * 8 + 8;
   const int64_t w = x.w;
   const int64_t g = plan.precision.enabled() ? bytes_of(plan.precision.grad_dtype) : w;
   const bool frees_grads = plan.cuts_model() && dp == 1 && plan.dp_strategy == DpStrategy::ddp;
-  const int64_t freed = frees_grads ? held_grads : 0;
-  const int64_t common = tokens + zero2_flat;
+  int64_t common = tokens + zero2_flat;
+  int64_t freed = frees_grads ? held_grads : 0;
+  if (plan.dp_strategy == DpStrategy::naive) {  // the logits a worker sends and the gradient it gets back;
+    const int64_t logits = x.r * x.Vl * x.w;     // rank 0 gathers every rank's, and their gradients
+    common += rank == 0 ? (2 * dp + 1) * logits : 2 * logits;
+    if (rank == 0) freed = held_grads / 2;  // its gradients, set to none, half made again at the peak
+  }
 
   auto held = [&](const InFlight& f, int64_t units, bool in_backward_tail) {
     const int64_t tails = std::min(units, f.model_tails);
