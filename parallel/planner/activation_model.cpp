@@ -96,7 +96,7 @@ struct InFlight {
   int64_t units = 1;        // chunk-micro-batches holding activations at the first backward
   int64_t model_tails = 0;  // of which end the model (they keep ln_f's input and the head)
   bool backward_on_tail = false;
-  int64_t steady_units = 0; // in flight at a later backward (0: none later)
+  int64_t steady_units = 0;  // in flight at a later backward (0: none later)
 };
 
 InFlight in_flight(const TrainPlan& plan, const RankPart& part, int stage) {
@@ -118,7 +118,11 @@ InFlight in_flight(const TrainPlan& plan, const RankPart& part, int stage) {
     f.backward_on_tail = true;
   }
   // a later backward: one unit fewer, unless a forward came in between (1F1B's steady state)
-  if (m > 1) f.steady_units = plan.schedule == ScheduleKind::gpipe ? m - 1 : p == 1 ? 1 : m * v > f.units ? f.units : f.units - 1;
+  if (m > 1)
+    f.steady_units = plan.schedule == ScheduleKind::gpipe ? m - 1
+                     : p == 1                             ? 1
+                     : m * v > f.units                    ? f.units
+                                                          : f.units - 1;
   return f;
 }
 
@@ -156,27 +160,25 @@ int64_t activation_peak(const nn::GPTConfig& model, const TrainPlan& plan, const
   int64_t common = tokens + zero2_flat;
   int64_t freed = frees_grads ? held_grads : 0;
   if (plan.dp_strategy == DpStrategy::naive) {  // the logits a worker sends and the gradient it gets back;
-    const int64_t logits = x.r * x.Vl * x.w;     // rank 0 gathers every rank's, and their gradients
+    const int64_t logits = x.r * x.Vl * x.w;    // rank 0 gathers every rank's, and their gradients
     common += rank == 0 ? (2 * dp + 1) * logits : 2 * logits;
     if (rank == 0) freed = held_grads / 2;  // its gradients, set to none, half made again at the peak
   }
 
-  auto held = [&](const InFlight& f, int64_t units, bool in_backward_tail) {
-    const int64_t tails = std::min(units, f.model_tails);
-    int64_t bytes = units * unit + tails * tail;
+  auto held = [&](const InFlight& f, int64_t units) {
+    int64_t bytes = units * unit + std::min(units, f.model_tails) * tail;
     if (!part.last_stage && units > 0) bytes += stream_bytes(x);  // the output it sent
-    (void)in_backward_tail;
     return bytes;
   };
   const InFlight f = in_flight(plan, part, stage);
   int64_t peak = 0;
   auto moments = [&](int64_t units, int64_t grads_missing) {
-    const int64_t kept = held(f, units, f.backward_on_tail);
+    const int64_t kept = held(f, units);
     if (f.backward_on_tail) peak = std::max(peak, kept + loss_backward_bytes(x) + common - grads_missing);
     // the block moment: the backward unit's tail (ln_f's input, the head) is gone
     const int64_t block_kept = kept - (f.backward_on_tail ? tail : 0);
-    peak = std::max(peak, block_kept + block_backward_bytes(x) + fsdp_gathered(plan, part, w, g) + common -
-                              grads_missing);
+    peak =
+        std::max(peak, block_kept + block_backward_bytes(x) + fsdp_gathered(plan, part, w, g) + common - grads_missing);
   };
   moments(f.units, freed);
   if (f.steady_units > 0) moments(f.steady_units, 0);
