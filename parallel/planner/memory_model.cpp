@@ -22,6 +22,7 @@
 //   warm-up depth p - stage for 1F1B (every micro-batch for GPipe).
 #include <algorithm>
 
+#include "parallel/planner/activation_model.h"
 #include "parallel/planner/cost_model.h"
 #include "parallel/planner/rank_part.h"
 #include "parallel/train/factory.h"
@@ -35,6 +36,7 @@ constexpr int64_t kBucketBytes = int64_t{1} << 20;
 
 struct States {
   int64_t weights = 0, grads = 0, optimizer = 0, host = 0;
+  int64_t zero2_flat = 0;  // ZeRO-2's flat gradient buffer g·P, alive through backward
 };
 
 States ddp_states(const RankPart& part, int64_t w, int64_t g, int64_t master) {
@@ -52,6 +54,7 @@ States zero_states(const RankPart& part, const TrainPlan& plan, int64_t w, int64
     shard += b.chunk;
   }
   States s{w * padded, plan.dp_strategy == DpStrategy::zero1 ? g * padded : g * shard, (8 + master) * shard, 0};
+  if (plan.dp_strategy == DpStrategy::zero2) s.zero2_flat = g * padded;
   if (plan.offload) {
     s.host = 16 * shard;  // exp_avg, exp_avg_sq, the f32 master weights and gradient shard
     s.optimizer = 0;
@@ -67,47 +70,6 @@ States fsdp_states(const RankPart& part, const TrainPlan& plan, int64_t w, int64
   States s{w * shard, g * shard, (8 + master) * shard, 0};
   if (plan.offload) s = {0, 0, 0, (w + g + 8 + master) * shard};
   return s;
-}
-
-// Micro-batches whose activations a stage holds at once (the schedules' warm-up depth).
-int64_t micro_batches_in_flight(const TrainPlan& plan, int stage) {
-  const int p = plan.parallelism.pp, m = plan.micro_batches;
-  if (p == 1) return 1;
-  switch (plan.schedule) {
-    case ScheduleKind::naive: return 1;
-    case ScheduleKind::gpipe: return m;
-    case ScheduleKind::interleaved:
-      return std::min<int64_t>(static_cast<int64_t>(m) * plan.virtual_stages,
-                               (p - stage - 1) * 2 + static_cast<int64_t>(plan.virtual_stages - 1) * p + 1);
-    default: return std::min(m, p - stage);
-  }
-}
-
-int64_t activation_bytes(const nn::GPTConfig& model, const TrainPlan& plan, const BatchShape& batch,
-                         const RankPart& part, int stage) {
-  const ParallelismConfig& c = plan.parallelism;
-  const int64_t t = c.tp, w = bytes_of(plan.precision.param_dtype);
-  const int64_t b = batch.batch_size / (c.dp_replicate * c.dp_shard) / plan.micro_batches;
-  const int64_t s = batch.seq_len / c.cp, C = model.n_embd, a = model.n_head;
-  const int64_t sbh = b * s * C;
-  const bool sp = plan.sequence_parallel && t > 1;
-  int64_t layer = 0;  // bytes one layer keeps for one micro-batch
-  switch (model.recompute) {
-    case nn::Recompute::full: layer = (sp ? sbh / t : sbh) * w; break;
-    case nn::Recompute::selective:
-      layer = (2 * (sp ? sbh / t : sbh) + 2 * sbh + 3 * sbh / t + 8 * sbh / t) * w;
-      break;
-    case nn::Recompute::none:
-      layer = (2 * (sp ? sbh / t : sbh) + 2 * sbh + 3 * sbh / t + sbh / t + 8 * sbh / t) * w + 4 * a * s * b / t;
-      break;
-  }
-  const int64_t in_flight = micro_batches_in_flight(plan, stage);
-  int64_t bytes = in_flight * layer * static_cast<int64_t>(part.layers.size());
-  if (part.last_stage) {
-    const int64_t vocab_rows = (model.vocab_size + t - 1) / t;
-    bytes += 3 * b * s * vocab_rows * 4;  // logits, their f32 softmax and gradient in the loss
-  }
-  return bytes;
 }
 
 }  // namespace
@@ -151,7 +113,7 @@ MemoryEstimate estimate_memory(const nn::GPTConfig& model, const TrainPlan& plan
   out.grads = s.grads;
   out.optimizer = s.optimizer;
   out.host_offload = s.host;
-  out.activations = activation_bytes(model, plan, batch, part, mesh_coordinates(plan.parallelism, rank)[0]);
+  out.activations = activation_peak(model, plan, batch, part, rank, s.grads, s.zero2_flat);
   return out;
 }
 
