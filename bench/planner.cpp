@@ -11,6 +11,11 @@
 // links (its communication is a few memcpys) gives it, a rank's FLOPs (planner::stage_flops) over
 // the measured step. One figure per world size, the same for every layout of that size.
 //
+// A message also costs the rank threads themselves: the receiver wakes from its sleep, takes the
+// envelope, copies, releases the sender (tens of microseconds on 2 busy cores, against a GPU's
+// microseconds of launch). The bench measures it, a ring step of 8 floats between 2 ranks under 1 us
+// links, and adds it to both links' latency in the planner's cluster.
+//
 // Measured: rank 0's mean wall time per step over `steps` steps after one warm-up step, the fastest
 // of `repeats` runs (neighbours' load only ever adds time). Predicted: planner::estimate_layout's
 // step_time_s for the same plan, model and batch.
@@ -38,6 +43,7 @@
 #include "parallel/train/factory.h"
 #include "parallel/train/trainer.h"
 #include "tensor/ops.h"
+#include "tensor/tensor.h"
 
 using namespace sl;
 using namespace sl::parallel;
@@ -143,6 +149,22 @@ static Measured measure_once(const TrainPlan& plan, const Topology& topology, in
   return m;
 }
 
+static double message_overhead_s() {
+  LaunchOptions options;
+  options.topology = Topology::parse_links("intra=1000GB/s,1us;gpus-per-node=2");
+  constexpr int kWarmup = 50, kCalls = 400;
+  double per_step = 0;
+  launch(2, [&](RankContext& ctx) {
+    Tensor x = full({8}, 1.0);
+    for (int i = 0; i < kWarmup; ++i) ctx.world->all_reduce(x);
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < kCalls; ++i) ctx.world->all_reduce(x);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (ctx.rank == 0) per_step = s / (2.0 * kCalls);  // an all-reduce over 2 ranks: 2 ring steps
+  }, options);
+  return std::max(0.0, per_step - 1e-6);
+}
+
 static Measured measure(const TrainPlan& plan, const Topology& topology, int steps, int repeats) {
   Measured best{1e300, 0};
   for (int r = 0; r < repeats; ++r) {
@@ -169,6 +191,11 @@ int main(int argc, char** argv) {
   const Topology topology = Topology::parse_links(links);
   const int cores = std::max(1u, std::thread::hardware_concurrency());
   planner::Workload work{kConfig, {kBatch, kT}};
+  const double overhead = message_overhead_s();
+  Topology priced = topology;  // what the planner is told: the links plus the threads' own cost
+  priced.intra.latency_s += overhead;
+  priced.inter.latency_s += overhead;
+  std::printf("{\"bench\": \"planner\", \"calibration\": {\"message_overhead_us\": %.2f}}\n", overhead * 1e6);
   // A rank's FLOP/s when W ranks share the machine: DDP over W without links.
   std::map<int, double> rank_flops;
   for (int w : {1, 2, 4, 8}) {
@@ -184,7 +211,7 @@ int main(int argc, char** argv) {
     if (!only.empty() && only.find("," + layout.name + ",") == std::string::npos) continue;
     const int world = layout.plan.parallelism.world_size();
     planner::Cluster cluster;
-    cluster.topology = topology;
+    cluster.topology = priced;
     cluster.nodes = std::max(1, (world + topology.gpus_per_node - 1) / topology.gpus_per_node);
     cluster.gpu_memory_bytes = 1e12;
     cluster.flops = rank_flops.at(world);
