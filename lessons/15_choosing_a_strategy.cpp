@@ -203,7 +203,7 @@ static void dp_against_ddp(double scale) {
 // dp 2 x tp 2 on 2 nodes of 2. The mesh puts tp innermost: ranks {0,1} and {2,3} are tp pairs. The
 // default placement (ranks fill nodes in order) keeps each pair on one node and sends DP's gradients
 // between the nodes; placement=0,1,0,1 does the opposite.
-static void tp_inside_or_across(double scale) {
+static std::pair<Measured, Measured> tp_inside_or_across(double scale) {
   section("4. TP inside a node against TP across two nodes (dp 2 x tp 2, 2 nodes of 2, NVLink and InfiniBand)");
   Topology inside{.gpus_per_node = 2, .intra = scaled(300e9, 1e-6, scale), .inter = scaled(25e9, 5e-6, scale)};
   Topology across = inside;
@@ -221,13 +221,14 @@ static void tp_inside_or_across(double scale) {
                                              std::to_string(b.predicted_ms) + " ms)");
   check(a.step_ms < b.step_ms, "TP inside the node is faster than TP across nodes (" + std::to_string(a.step_ms) +
                                    " < " + std::to_string(b.step_ms) + " ms)");
+  return {a, b};
 }
 
 // ---- 5. the seeds' case 2 on two nodes ------------------------------------------------------------------------
 // One GPU per node, so every byte crosses the inter-node link: PP 2 (4 micro-batches, 1F1B), ZeRO-3
 // over 2, TP 2. The seeds: "With very fast inter-node connectivity all three should be mostly on
 // par; without, PP will be faster than TP or ZeRO."
-static void pp_zero_tp(double scale) {
+static std::vector<double> pp_zero_tp(double scale) {  // the slow link's PP, ZeRO-3, TP ms
   section("5. the seeds' case 2: PP, ZeRO-3 and TP over 2 nodes, on a fast and on a slow link");
   const std::vector<std::pair<const char*, TrainPlan>> layouts = {
       {"PP 2 (1F1B, 4 micro-batches)", plan_of({.pp = 2}, DpStrategy::ddp, 4)},
@@ -262,6 +263,7 @@ static void pp_zero_tp(double scale) {
       "  computes for milliseconds between two messages; this one (C = %lld) for well under one. On par needs\n"
       "  compute per message >> latency, which is the seeds' premise.\n",
       tp_messages, fast.inter.latency_s * 1e3, tp_messages * fast.inter.latency_s * 1e3, (long long)kConfig.n_embd);
+  return slow_ms;
 }
 
 // ---- 1. the seeds' guide, as the planner's ranking -------------------------------------------------------------
@@ -373,8 +375,16 @@ int main() {
       "  (bandwidths times it, latencies divided by it)\n",
       flops / 1e9, scale);
   dp_against_ddp(scale);
-  tp_inside_or_across(scale);
-  pp_zero_tp(scale);
+  const auto [inside, across] = tp_inside_or_across(scale);
+  const std::vector<double> slow = pp_zero_tp(scale);
+  section("6. lesson 14's rules of thumb, in milliseconds instead of bytes");
+  std::printf(
+      "  TP inside a node:              %6.1f ms a step, against %.1f ms with the tp pairs across nodes (section 4)\n"
+      "  DP replicas across nodes:      the same two runs: replicas across and TP inside is the %.1f ms one\n"
+      "  PP across slow links:          PP %.1f ms, ZeRO-3 %.1f ms, TP %.1f ms over Ethernet-class links (section 5)\n"
+      "  ZeRO / FSDP when memory binds: a question of bytes, not time: case 2 above (plain DDP fits nowhere)\n"
+      "  CP for long sequences:         bytes again: case 5 above (the activations of 65536 tokens)\n",
+      inside.step_ms, across.step_ms, inside.step_ms, slow[0], slow[1], slow[2]);
   std::printf("\nlesson 15: %s\n", ok ? "OK" : "FAILED");
   return ok ? 0 : 1;
 }
