@@ -1,0 +1,67 @@
+// state_pieces.h — a rank's part of the training state, each part named by where it sits in the
+// serial model's tensors. What a distributed checkpoint saves and loads (parallel/checkpoint/).
+//
+//   Every layout keeps the same state cut differently: DDP whole on every replica, TP a slice of
+//   each weight (a box of its shape), ZeRO and FSDP a range of a flat buffer (a run of elements of
+//   one or more weights, or of a TP slice of them), a pipeline stage some layers. One description
+//   covers them all: a region of a global tensor is a box of its shape, and within the box's
+//   row-major elements a range [flat_begin, flat_end).
+//
+//     global h.0.mlp.c_fc.weight [4C, C]        tp rank 1 of 2 holds the box rows [2C, 4C), all columns;
+//     ┌───────────────┐                           ZeRO's shard holds elements [a, b) of that box
+//     │     tp 0      │                           (its row-major order), wherever the flat buffer cut it
+//     ├───────────────┤ <- box offsets {2C, 0}, lengths {2C, C}
+//     │   tp 1 [a,b)  │
+//     └───────────────┘
+//
+//   A local tensor that is several boxes (c_attn's q, k and v rows of a tp rank's heads) is several
+//   pieces. A piece's `data` is a contiguous 1-D view of the live state (the parameter, the flat
+//   buffer, the optimizer's buffer): saving reads it, loading writes it, so a load changes the
+//   training state in place. Replicas (DDP's, CP's, the TP-replicated LayerNorms, a pipeline's tied wte
+//   copy) hold regions another rank saves: `owner` is false on all but one of them.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace sl::parallel {
+
+// Which state: the weights, or one of AdamW's buffers for them (f32 master weights under mixed precision).
+enum class StateKind : uint8_t { weight, exp_avg, exp_avg_sq, master };
+// The global name of a kind's tensor for a parameter: "h.0.ln_1.weight", "exp_avg.h.0.ln_1.weight", ...
+std::string state_tensor_name(StateKind kind, const std::string& parameter);
+
+struct Region {
+  std::vector<int64_t> offsets, lengths;  // the box, in the global shape
+  int64_t flat_begin = 0, flat_end = 0;   // the range, in the box's row-major elements
+  int64_t numel() const { return flat_end - flat_begin; }
+  int64_t box_numel() const;
+  bool operator==(const Region&) const = default;
+};
+
+struct StatePiece {
+  std::string tensor;                 // the global name (state_tensor_name)
+  std::vector<int64_t> global_shape;  // the serial model's shape
+  Region region;
+  Tensor data;                        // [region.numel()], contiguous, a view of the live state
+  bool owner = true;                  // false: a replica; another rank saves this region
+};
+
+// The regions of a box that a flat range [begin, end) of `local` elements covers, when the local
+// tensor is `boxes` stacked in order (each box's elements row-major, box after box): one Region per
+// box it touches, with where each starts counted from `begin` (the offset into a view of [begin, end)).
+struct LocalRun {
+  size_t box = 0;
+  Region region;
+  int64_t local_offset = 0;
+};
+std::vector<LocalRun> runs_of(const std::vector<Region>& boxes, int64_t begin, int64_t end);
+
+// Copies the elements that `dst` and `src` share (both regions of the same global tensor, both
+// element types `element_bytes` wide) from src_data (src.numel() elements) into dst_data
+// (dst.numel() elements). Returns how many it copied. Row by row: O(rows of the overlap).
+int64_t copy_overlap(const Region& dst, void* dst_data, const Region& src, const void* src_data, int64_t element_bytes);
+
+}  // namespace sl::parallel
