@@ -53,6 +53,12 @@ class GradScaler {
   int64_t skipped_steps() const { return skipped_; }
   int64_t clean_steps() const { return clean_; }  // since the last change of scale
   const GradScalerOptions& options() const { return options_; }
+  // A resumed run's scaler: the scale and the counters the checkpoint kept.
+  void restore(double scale, int64_t clean_steps, int64_t skipped_steps) {
+    scale_ = scale;
+    clean_ = clean_steps;
+    skipped_ = skipped_steps;
+  }
 
  private:
   GradScalerOptions options_;

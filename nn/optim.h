@@ -33,6 +33,9 @@ class Optimizer {
 
   const std::vector<Tensor>& params() const { return params_; }
   ParamState& state(size_t i) { return state_.at(i); }
+  const ParamState& state(size_t i) const { return state_.at(i); }
+  // Parameter i's buffer `name`, made (zeros) if it does not exist yet: a checkpoint loads into it.
+  Tensor& ensure_buffer(size_t i, const std::string& name) { return buffer(i, name); }
   double lr = 0;
 
   // "state.{i}.{buffer}" and "state.{i}.step" (an i64 scalar): everything needed to resume.

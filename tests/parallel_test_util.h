@@ -10,12 +10,15 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 
 #include "nn/data.h"
 #include "nn/gpt.h"
 #include "nn/optim.h"
 #include "parallel/comm/launch.h"
+#include "parallel/train/factory.h"
+#include "parallel/train/trainer.h"
 
 #define SL_SKIP_UNLESS_WORLD(n)                                                                  \
   do {                                                                                           \
@@ -60,6 +63,19 @@ inline nn::TokenStream parity_tokens(int count = 600) {
   s.vocab_size = 32;
   for (int i = 0; i < count; ++i) s.tokens.push_back((i * 7 + i / 5 + (i * i) % 11) % 32);
   return s;
+}
+
+// A Trainer for any plan: the whole GPT (built into `whole`, which must outlive the Trainer) or the
+// plan's cut of it (parallel/train/factory.h), from `seed`.
+inline std::unique_ptr<Trainer> make_plan_trainer(RankContext& ctx, const TrainPlan& plan, const nn::GPTConfig& config,
+                                                  uint64_t seed, const nn::AdamWOptions& adamw,
+                                                  std::unique_ptr<nn::GPT>& whole) {
+  if (!plan.cuts_model()) {
+    whole = std::make_unique<nn::GPT>(config, seed);
+    return std::make_unique<Trainer>(*whole, ctx, plan, adamw);
+  }
+  return std::make_unique<Trainer>(
+      ctx, plan, [&, seed](const DeviceMesh& mesh) { return make_model_runner(plan, config, seed, {}, mesh); }, adamw);
 }
 
 }  // namespace sl::parallel

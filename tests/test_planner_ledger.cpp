@@ -59,14 +59,7 @@ const nn::TokenStream& tokens() {
 }
 
 std::unique_ptr<Trainer> make_trainer(RankContext& ctx, const LedgerCase& c, std::unique_ptr<nn::GPT>& whole) {
-  const nn::GPTConfig config = config_of(c);
-  if (!c.plan.cuts_model()) {
-    whole = std::make_unique<nn::GPT>(config, kSeed);
-    return std::make_unique<Trainer>(*whole, ctx, c.plan, parity_adamw());
-  }
-  return std::make_unique<Trainer>(
-      ctx, c.plan, [&](const DeviceMesh& mesh) { return make_model_runner(c.plan, config, kSeed, {}, mesh); },
-      parity_adamw());
+  return make_plan_trainer(ctx, c.plan, config_of(c), kSeed, parity_adamw(), whole);
 }
 
 using Counts = std::map<std::pair<std::string, CommOp>, CommStats>;

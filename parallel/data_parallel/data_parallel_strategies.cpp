@@ -55,6 +55,26 @@ void DdpStrategy::step(double lr) {
     adamw_->step();
 }
 
+// AdamW's step count: every parameter's (they step together); 0 before the first step.
+static int64_t steps_of(const nn::AdamW* adamw) {
+  if (!adamw || adamw->params().empty()) return 0;
+  int64_t steps = adamw->state(0).step;
+  for (size_t i = 0; i < adamw->params().size(); ++i)
+    SL_CHECK(adamw->state(i).step == steps, "AdamW: parameter ", i, " took ", adamw->state(i).step,
+             " steps and parameter 0 ", steps, ": a checkpoint keeps one step count for all");
+  return steps;
+}
+static void set_steps_of(nn::AdamW* adamw, int64_t steps) {
+  if (!adamw) return;
+  for (size_t i = 0; i < adamw->params().size(); ++i) adamw->state(i).step = steps;
+}
+
+std::vector<LocalStateRun> DdpStrategy::local_state(ModelRunner& runner) {
+  return whole_parameter_runs(runner.module(), adamw_.get(), {"dp", "cp"});
+}
+int64_t DdpStrategy::optimizer_steps() const { return steps_of(adamw_.get()); }
+void DdpStrategy::set_optimizer_steps(int64_t steps) { set_steps_of(adamw_.get(), steps); }
+
 std::vector<std::pair<std::string, const CommLedger*>> DdpStrategy::groups() const {
   if (!ddp_) return {};
   return {{"dp", &mesh_.group("dp")->ledger()}};
@@ -67,7 +87,7 @@ std::optional<double> NaiveStrategy::run_step(const nn::TokenStream& data, int64
                                               int64_t block_size) {
   if (!naive_) {
     naive_ = std::make_unique<NaiveDataParallel>(model_, world_, batch_rows, block_size);
-    if (root()) adamw_ = std::make_unique<nn::AdamW>(model_.parameters(), adamw_options_);
+    if (root() && !adamw_) adamw_ = std::make_unique<nn::AdamW>(model_.parameters(), adamw_options_);  // a resume made it
   }
   if (root()) adamw_->zero_grad();
   return naive_->forward_backward(root() ? data.get_batch(step, batch_rows, block_size) : nn::Batch{});
@@ -99,6 +119,14 @@ nn::StateDict NaiveStrategy::full_state_dict(ModelRunner& runner) {
   if (naive_) naive_->replicate();  // only rank 0 stepped
   return model_.state_dict();
 }
+
+std::vector<LocalStateRun> NaiveStrategy::local_state(ModelRunner& runner) {
+  (void)runner;
+  if (root() && !adamw_) adamw_ = std::make_unique<nn::AdamW>(model_.parameters(), adamw_options_);
+  return whole_parameter_runs(model_, root() ? adamw_.get() : nullptr, {"dp"});
+}
+int64_t NaiveStrategy::optimizer_steps() const { return steps_of(adamw_.get()); }
+void NaiveStrategy::set_optimizer_steps(int64_t steps) { set_steps_of(adamw_.get(), steps); }
 
 std::vector<std::pair<std::string, const CommLedger*>> NaiveStrategy::groups() const {
   std::vector<std::pair<std::string, const CommLedger*>> all;

@@ -39,6 +39,10 @@ class DdpStrategy : public DataParallelStrategy {
   bool unscale_gradients(const nn::GradScaler& scaler) override;
   double clip_grad_norm(double max_norm) override;  // replicas: the norm moves no bytes over dp
   void step(double lr) override;
+  // Every parameter whole, with AdamW's state: replicas over dp and cp (cp ranks hold the same weights).
+  std::vector<LocalStateRun> local_state(ModelRunner& runner) override;
+  int64_t optimizer_steps() const override;
+  void set_optimizer_steps(int64_t steps) override;
   std::vector<std::pair<std::string, const CommLedger*>> groups() const override;
 
  private:
@@ -62,6 +66,10 @@ class NaiveStrategy : public DataParallelStrategy {
   double clip_grad_norm(double max_norm) override;
   void step(double lr) override;
   nn::StateDict full_state_dict(ModelRunner& runner) override;                     // replicates rank 0's weights first
+  // Rank 0's weights and AdamW state (the others' weights are replicas of the last exchange).
+  std::vector<LocalStateRun> local_state(ModelRunner& runner) override;
+  int64_t optimizer_steps() const override;
+  void set_optimizer_steps(int64_t steps) override;
   std::vector<std::pair<std::string, const CommLedger*>> groups() const override;  // "naive:<exchange>"
 
  private:

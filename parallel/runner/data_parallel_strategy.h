@@ -31,6 +31,7 @@
 #include "nn/grad_scaler.h"
 #include "parallel/comm/process_group.h"
 #include "parallel/runner/model_runner.h"
+#include "parallel/runner/state_pieces.h"
 
 namespace sl::parallel {
 
@@ -63,6 +64,14 @@ class DataParallelStrategy {
   virtual void step(double lr) = 0;
   // Collective: the whole model under serial names on every rank.
   virtual nn::StateDict full_state_dict(ModelRunner& runner) { return runner.full_state_dict(); }
+  // Distributed checkpoints (parallel/checkpoint, train/checkpointing.h): the training state this
+  // rank holds, as runs of its parameters' elements (state_pieces.h), each a view of the live state
+  // so that a load writes it in place. AdamW's moments exist after this call even before the first
+  // step (zeros), so a fresh run can load into them.
+  virtual std::vector<LocalStateRun> local_state(ModelRunner& runner) = 0;
+  // AdamW's step count (its bias correction): the same for every parameter, which all step together.
+  virtual int64_t optimizer_steps() const = 0;
+  virtual void set_optimizer_steps(int64_t steps) = 0;
   // The groups the strategy talks on, named by what they span ("dp", "dp_shard", "dp_replicate").
   virtual std::vector<std::pair<std::string, const CommLedger*>> groups() const = 0;
 

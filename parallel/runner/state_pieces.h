@@ -24,6 +24,8 @@
 #include <string>
 #include <vector>
 
+#include "nn/module.h"
+#include "nn/optim.h"
 #include "tensor/tensor.h"
 
 namespace sl::parallel {
@@ -48,6 +50,25 @@ struct StatePiece {
   Tensor data;                        // [region.numel()], contiguous, a view of the live state
   bool owner = true;                  // false: a replica; another rank saves this region
 };
+
+// How a data-parallel strategy holds a run of one parameter's state: elements [begin, end) of the
+// parameter as this rank's module() holds it (a TP slice is its local tensor; a ZeRO/FSDP shard a
+// range of it), for each kind the strategy keeps, a contiguous view of exactly those elements.
+// The trainer turns runs into StatePieces with the runner's regions (train/checkpointing.h).
+struct LocalStateRun {
+  std::string parameter;  // module()'s name (the serial one)
+  int64_t begin = 0, end = 0;
+  std::vector<std::pair<StateKind, Tensor>> data;  // [end - begin] each
+  // Mesh dims ("dp", "dp_shard", "dp_replicate", "cp") whose other ranks hold this same run: only
+  // the rank at coordinate 0 of each saves it.
+  std::vector<std::string> replicated_over;
+  bool copy = false;  // a second home of state saved elsewhere (offload's host weights): loaded, never saved
+};
+
+// Runs of a module's parameters held whole, with nn::AdamW's state for them (null: weights only):
+// DDP's replicas, a cut at dp 1, naive DP. Makes the moments (zeros) if AdamW has none yet.
+std::vector<LocalStateRun> whole_parameter_runs(nn::Module& module, nn::AdamW* adamw,
+                                                const std::vector<std::string>& replicated_over);
 
 // The regions of a box that a flat range [begin, end) of `local` elements covers, when the local
 // tensor is `boxes` stacked in order (each box's elements row-major, box after box): one Region per

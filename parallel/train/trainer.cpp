@@ -183,6 +183,8 @@ double Trainer::Impl::step(const nn::TokenStream& data, int64_t step, int64_t ba
 
 const DeviceMesh& Trainer::mesh() const { return *impl_->mesh; }
 ModelRunner* Trainer::runner() const { return impl_->runner.get(); }
+DataParallelStrategy& Trainer::strategy() const { return *impl_->strategy; }
+nn::GradScaler& Trainer::scaler() { return impl_->scaler; }
 nn::StateDict Trainer::full_state_dict() { return impl_->strategy->full_state_dict(*impl_->runner); }
 
 void Trainer::keep_gradients() { impl_->keep_gradients = true; }

@@ -32,6 +32,7 @@
 #include "nn/optim.h"
 #include "parallel/comm/launch.h"
 #include "parallel/comm/mesh.h"
+#include "parallel/runner/data_parallel_strategy.h"
 #include "parallel/runner/model_runner.h"
 #include "parallel/train/train_plan.h"
 
@@ -61,6 +62,8 @@ class Trainer {
   // This rank's part of the model and how it runs (naive DP: the whole model, whose passes its
   // strategy runs): a chapter's runner can be asked for more (the pipeline's timeline for --trace).
   ModelRunner* runner() const;
+  // How the replicas agree (the optimizer's state lives there: a checkpoint reads and writes it).
+  DataParallelStrategy& strategy() const;
 
   // For tests: from the next train_step on, keep the gradient each step updates with (averaged over
   // the ranks, before clipping), whole on every rank, so it can be compared with a serial run's
@@ -73,6 +76,7 @@ class Trainer {
   double last_grad_norm() const;
   // fp16 loss scaling (plan.precision.loss_scale): the scale, the steps skipped on an overflow.
   const nn::GradScaler& scaler() const;
+  nn::GradScaler& scaler();  // a resumed run restores it (nn::GradScaler::restore)
 
   CommStats communication() const;  // this rank's calls and bytes in the technique's groups
   std::string communication_report() const;

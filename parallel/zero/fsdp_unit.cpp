@@ -188,4 +188,28 @@ void FsdpUnit::gather(const Tensor& shard, nn::StateDict& out) const {
   }
 }
 
+std::vector<LocalStateRun> FsdpUnit::shard_state(const std::vector<std::string>& replicated_over) {
+  std::vector<LocalStateRun> runs;
+  for (const ShardPiece& piece : adam_->pieces()) {
+    const int64_t at = piece.shard_offset, n = piece.numel;
+    LocalStateRun run{param_names_.at(piece.segment), piece.segment_offset, piece.segment_offset + n, {}, replicated_over};
+    run.data.push_back({StateKind::weight, weight_shard_.flat_view(at, {n})});
+    run.data.push_back({StateKind::exp_avg, adam_->exp_avg().flat_view(at, {n})});
+    run.data.push_back({StateKind::exp_avg_sq, adam_->exp_avg_sq().flat_view(at, {n})});
+    if (master_.defined()) run.data.push_back({StateKind::master, master_.flat_view(at, {n})});
+    runs.push_back(std::move(run));
+  }
+  return runs;
+}
+
+int64_t FsdpUnit::step_count() const {
+  int64_t most = 0;
+  for (size_t i = 0; i < param_names_.size(); ++i) most = std::max(most, adam_->step_of(i));
+  return most;
+}
+
+void FsdpUnit::set_step_count(int64_t steps) {
+  for (size_t i = 0; i < param_names_.size(); ++i) adam_->set_step(i, steps);
+}
+
 }  // namespace sl::parallel

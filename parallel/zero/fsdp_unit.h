@@ -27,6 +27,7 @@
 #include "nn/module.h"
 #include "nn/optim.h"
 #include "parallel/comm/process_group.h"
+#include "parallel/runner/state_pieces.h"
 #include "parallel/zero/flat_params.h"
 #include "parallel/zero/sharded_adamw.h"
 
@@ -73,6 +74,11 @@ class FsdpUnit {
   // full and unpadded on every rank of the shard group: collective. Empty before the first step.
   void gather_optimizer_state(nn::StateDict& out) const;
 
+  // Distributed checkpoints: my shard as runs of the unit's parameters, views of the weights, AdamW's
+  // moments and the f32 master (mixed precision), wherever they live (the host when offloading).
+  std::vector<LocalStateRun> shard_state(const std::vector<std::string>& replicated_over);
+  int64_t step_count() const;         // AdamW's, the most any parameter took
+  void set_step_count(int64_t steps);  // every parameter's
   // Full (unpadded) copies on every rank of the shard group, by parameter name: collective.
   void gather_weights(nn::StateDict& out) const { gather(weight_shard_, out); }
   void gather_grads(nn::StateDict& out) const { gather(grad_shard_, out); }

@@ -82,6 +82,7 @@
 #include "nn/placement.h"
 #include "parallel/comm/mesh.h"
 #include "parallel/comm/process_group.h"
+#include "parallel/runner/state_pieces.h"
 #include "parallel/zero/flat_params.h"
 #include "parallel/zero/sharded_adamw.h"
 
@@ -159,6 +160,12 @@ class ZeroAdamW {
   nn::StateDict full_state_dict();
   // Takes this rank's shard out of a full state dict (no communication).
   void load_full_state_dict(const nn::StateDict& state);
+  // Distributed checkpoints: my shard's AdamW state as runs of the parameters `names` (the flat
+  // layout's segments), views of the moments, the f32 master (mixed precision; offloaded: the host
+  // weights) and, offloaded in f32, the host's copy of my weight chunk (a copy: loaded, not saved).
+  std::vector<LocalStateRun> shard_state(const std::vector<std::string>& names,
+                                         const std::vector<std::string>& replicated_over);
+  void set_step_count(int64_t steps);  // every parameter's
 
  private:
   Tensor gather_flat(const std::vector<Tensor>& my_chunks);        // a chunk per bucket -> [P] in the flat layout

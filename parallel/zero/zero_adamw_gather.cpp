@@ -94,4 +94,29 @@ void ZeroAdamW::load_full_state_dict(const nn::StateDict& state) {
   }
 }
 
+std::vector<LocalStateRun> ZeroAdamW::shard_state(const std::vector<std::string>& names,
+                                                  const std::vector<std::string>& replicated_over) {
+  std::vector<LocalStateRun> runs;
+  const bool host_master = options_.offload && is_16bit(param_dtype_);
+  for (const ShardPiece& piece : adam_->pieces()) {
+    const int64_t at = piece.shard_offset, n = piece.numel;
+    LocalStateRun run{names.at(piece.segment), piece.segment_offset, piece.segment_offset + n, {}, replicated_over};
+    run.data.push_back({StateKind::exp_avg, adam_->exp_avg().flat_view(at, {n})});
+    run.data.push_back({StateKind::exp_avg_sq, adam_->exp_avg_sq().flat_view(at, {n})});
+    if (master_.defined()) run.data.push_back({StateKind::master, master_.flat_view(at, {n})});
+    if (host_master) run.data.push_back({StateKind::master, host_weights_.flat_view(at, {n})});
+    runs.push_back(run);
+    if (options_.offload && !host_master) {  // the host's f32 weights: the flat buffer's, again
+      LocalStateRun copy{run.parameter, run.begin, run.end, {{StateKind::weight, host_weights_.flat_view(at, {n})}},
+                         replicated_over, /*copy=*/true};
+      runs.push_back(copy);
+    }
+  }
+  return runs;
+}
+
+void ZeroAdamW::set_step_count(int64_t steps) {
+  for (size_t i = 0; i < flat_.params().size(); ++i) adam_->set_step(i, steps);
+}
+
 }  // namespace sl::parallel

@@ -18,6 +18,12 @@ ZeroStrategy::ZeroStrategy(ModelRunner& runner, const DeviceMesh& mesh, int stag
   names_ = parameter_names(runner.module());
 }
 
+std::vector<LocalStateRun> ZeroStrategy::local_state(ModelRunner& runner) {
+  std::vector<LocalStateRun> runs = whole_parameter_runs(runner.module(), nullptr, {"dp", "cp"});
+  for (LocalStateRun& run : zero_->shard_state(names_, {"dp_replicate", "cp"})) runs.push_back(std::move(run));
+  return runs;
+}
+
 void ZeroStrategy::finish_gradients(ModelRunner& runner) {
   if (zero_->options().stage == 1) return runner.finish_gradients();  // .grad views the flat buffer
   const std::vector<GradientSum> sums = runner.gradient_sums();
@@ -113,6 +119,24 @@ nn::StateDict FsdpStrategy::full_gradients(ModelRunner& runner) {
 
 nn::StateDict FsdpStrategy::full_state_dict(ModelRunner& runner) {
   return cut_ ? runner.full_state_dict() : fsdp_->full_state_dict();
+}
+
+std::vector<LocalStateRun> FsdpStrategy::local_state(ModelRunner& runner) {
+  (void)runner;
+  std::vector<LocalStateRun> runs;
+  for (const auto& unit : fsdp_->units())
+    for (LocalStateRun& run : unit->shard_state({"dp_replicate"})) runs.push_back(std::move(run));
+  return runs;
+}
+
+int64_t FsdpStrategy::optimizer_steps() const {
+  int64_t most = 0;
+  for (const auto& unit : fsdp_->units()) most = std::max(most, unit->step_count());
+  return most;
+}
+
+void FsdpStrategy::set_optimizer_steps(int64_t steps) {
+  for (const auto& unit : fsdp_->units()) unit->set_step_count(steps);
 }
 
 void FsdpStrategy::step(double lr) {

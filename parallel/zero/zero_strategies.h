@@ -41,6 +41,11 @@ class ZeroStrategy : public DataParallelStrategy {
   double clip_grad_norm(double max_norm) override;
   bool unscale_gradients(const nn::GradScaler& scaler) override { return zero_->unscale_gradients(scaler); }
   void step(double lr) override;
+  // The weights whole (every rank holds them: replicas over dp and cp), AdamW's state as my shard of
+  // it (replicas over cp and dp_replicate).
+  std::vector<LocalStateRun> local_state(ModelRunner& runner) override;
+  int64_t optimizer_steps() const override { return zero_->step_count(); }
+  void set_optimizer_steps(int64_t steps) override { zero_->set_step_count(steps); }
   std::vector<std::pair<std::string, const CommLedger*>> groups() const override;
   ZeroAdamW& optimizer() { return *zero_; }
 
@@ -70,6 +75,10 @@ class FsdpStrategy : public DataParallelStrategy {
   bool unscale_gradients(const nn::GradScaler& scaler) override;  // every unit's shard
   void step(double lr) override;
   nn::StateDict full_state_dict(ModelRunner& runner) override;
+  // Every unit's shard: weights, AdamW's state, the f32 master (replicas over dp_replicate: HSDP).
+  std::vector<LocalStateRun> local_state(ModelRunner& runner) override;
+  int64_t optimizer_steps() const override;
+  void set_optimizer_steps(int64_t steps) override;
   std::vector<std::pair<std::string, const CommLedger*>> groups() const override;
 
  private:
