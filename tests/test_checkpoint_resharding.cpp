@@ -121,16 +121,18 @@ TrainPlan plan_of(ParallelismConfig par, int zero = 0, int micro = 1) {
 // `weights`: the layout's own gather of its weights (Trainer::full_state_dict), to hold the store's to.
 std::vector<double> run(const TrainPlan& plan, uint64_t seed, int64_t first, int64_t steps, const Store* from,
                         Store* into, nn::StateDict* weights = nullptr) {
+  nn::GPTConfig model = config();
+  model.param_dtype = plan.precision.param_dtype;
   std::vector<double> losses(static_cast<size_t>(steps));
   launch(plan.parallelism.world_size(), [&](RankContext& ctx) {
     std::unique_ptr<nn::GPT> whole;
-    std::unique_ptr<Trainer> trainer = make_plan_trainer(ctx, plan, config(), seed, parity_adamw(), whole);
-    if (from) load(*trainer, config(), *from);
+    std::unique_ptr<Trainer> trainer = make_plan_trainer(ctx, plan, model, seed, parity_adamw(), whole);
+    if (from) load(*trainer, model, *from);
     for (int64_t s = 0; s < steps; ++s) {
       const double loss = trainer->train_step(tokens(), first + s, kRows, 8, parity_adamw().lr, 1.0);
       if (ctx.rank == 0) losses[static_cast<size_t>(s)] = loss;
     }
-    if (into) save(*trainer, config(), *into);
+    if (into) save(*trainer, model, *into);
     if (weights) {
       nn::StateDict full = trainer->full_state_dict();  // collective
       if (ctx.rank == 0) *weights = full;
@@ -212,6 +214,35 @@ TEST(CheckpointResharding, EveryTensorRoundTripsExactlyThroughEveryLayout) {
       EXPECT_TRUE(got.at(name) == bytes) << chain()[i - 1].name << " -> " << chain()[i].name << ": " << name
                                          << " changed on the way";
     EXPECT_EQ(stores.back()->run_state.at("optimizer_steps"), 2) << chain()[i].name;
+    previous = stores.back().get();
+  }
+}
+
+// Mixed precision: the 16-bit weights, the f32 moments and the f32 master weights, through
+// layouts that keep the master in different places (ZeRO's shard, FSDP's units, AdamW's buffers,
+// offload's host shard).
+TEST(CheckpointResharding, MixedPrecisionStateRoundTripsWithItsMasterWeights) {
+  auto bf16 = [](TrainPlan p) {
+    p.precision = nn::MixedPrecision::parse("bf16");
+    return p;
+  };
+  const std::vector<Hop> hops = {{"bf16_zero2_dp2", bf16(plan_of({.dp_shard = 2}, 2))},
+                                 {"bf16_hsdp2x2", bf16(plan_of({.dp_replicate = 2, .dp_shard = 2}, 3))},
+                                 {"bf16_tp2_pp2", bf16(plan_of({.pp = 2, .tp = 2}, 0, 2))},
+                                 {"bf16_zero1_offload_dp2", bf16(offload(plan_of({.dp_shard = 2}, 1)))},
+                                 {"bf16_ddp2", bf16(plan_of({.dp_replicate = 2}))}};
+  Store first;
+  run(hops[0].plan, kSeed, 0, 2, nullptr, &first);
+  const auto expected = assemble(first);
+  ASSERT_TRUE(expected.count("master.h.1.mlp.c_fc.weight"));
+  EXPECT_EQ(first.tensors.at("h.1.mlp.c_fc.weight").dtype, DType::bf16);
+  EXPECT_EQ(first.tensors.at("master.h.1.mlp.c_fc.weight").dtype, DType::f32);
+  const Store* previous = &first;
+  std::vector<std::unique_ptr<Store>> stores;
+  for (size_t i = 1; i < hops.size(); ++i) {
+    stores.push_back(std::make_unique<Store>());
+    run(hops[i].plan, kSeed + 50 + i, 0, 0, previous, stores.back().get());
+    EXPECT_TRUE(assemble(*stores.back()) == expected) << hops[i - 1].name << " -> " << hops[i].name;
     previous = stores.back().get();
   }
 }
