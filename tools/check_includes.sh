@@ -10,7 +10,7 @@
 #   parallel/runner/      the runner interface: ModelRunner, DataParallelStrategy, the one micro-batch loop
 #        ^
 #   parallel/data_parallel/  parallel/zero/  parallel/pipeline/  parallel/tensor_parallel/
-#   parallel/context_parallel/            (the sibling chapters: each includes only itself and the above)
+#   parallel/context_parallel/ parallel/checkpoint/  (the sibling chapters: each includes only itself and the above)
 #        ^
 #   parallel/nd/          the compositions (several chapters at once)
 #        ^
@@ -25,7 +25,7 @@
 set -uo pipefail
 cd "${SL_INCLUDE_ROOT:-$(dirname "$0")/..}"
 
-chapters=(data_parallel zero pipeline tensor_parallel context_parallel)
+chapters=(data_parallel zero pipeline tensor_parallel context_parallel checkpoint)
 bad=0
 # check DIRS -- FORBIDDEN_PREFIXES...: no file under DIRS includes a header under a forbidden prefix.
 check() {
