@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "autograd/profiler.h"
@@ -34,6 +35,8 @@
 #include "parallel/pipeline/pipeline_runner.h"
 #include "parallel/train/factory.h"
 #include "parallel/train/trainer.h"
+#include "parallel/train/checkpointing.h"
+#include "tools/train_checkpoint.h"
 #include "tools/train_files.h"
 #include "tools/train_options.h"
 #include "tools/train_report.h"
@@ -74,6 +77,8 @@ struct Run {
   std::vector<parallel::RankReport> reports;  // --report-json: one per rank this process ran
   std::string plan_name = "serial";
   parallel::ParallelismConfig parallelism;
+  std::optional<train_checkpoint::Resume> resume;  // --resume: where the run continues from
+  int64_t first_step = 0;
 };
 
 std::string format_percent(double fraction) {
@@ -136,11 +141,17 @@ void prepare(Run& r) {
                                 : nn::TokenStream::from_bin_file(o.data, o.vocab_size);
   }
   r.precision = nn::MixedPrecision::parse(o.mixed_precision, o.grad_reduce_dtype, o.loss_scale);
-  r.config = nn::GPTConfig{o.task == "bin" ? o.vocab_size : 256, r.o.block_size, o.n_layer, o.n_head, o.n_embd, 0.0,
+  r.config = nn::GPTConfig{o.task == "bin" ? o.vocab_size : 256, r.o.block_size, o.n_layer, o.n_head, o.n_embd, o.dropout,
                            nn::parse_recompute(o.recompute), r.precision.param_dtype};
   // Read once here; each rank copies the whole file into its replica, and a sharded layout then
   // keeps its rank's shard of it (ZeRO's flat buffer, FSDP's units).
   if (!o.init_from.empty()) r.initial = nn::load_safetensors(o.init_from);
+  if (!o.resume.empty()) {  // verified, and the model checked, before any step
+    r.resume = train_checkpoint::open(r.o, r.config);
+    r.first_step = r.resume->next_step;
+    std::printf("resuming from %s at step %lld (saved under %s)\n", r.resume->dir.c_str(), (long long)r.first_step,
+                r.resume->layout.c_str());
+  }
   // Opened (and an old log truncated) only once every input has been read.
   if (!o.log_jsonl.empty() && r.writer) r.log.open("--log-jsonl", o.log_jsonl);
   r.terminal = isatty(fileno(stdout));
@@ -156,15 +167,17 @@ double accuracy(Run& r, nn::GPT& model) {
 
 // The loop every layout shares: schedule, timing, log lines, progress. `step_fn(step, lr)` runs one
 // optimizer step and returns its loss; `eval` (may be empty) gives held-out accuracy.
+// `after_step(done)` runs on every rank after each step (a checkpoint when one is due).
 std::vector<double> loop(Run& r, bool report, const std::function<double(int64_t, double)>& step_fn,
-                         const std::function<double()>& eval) {
+                         const std::function<double()>& eval, const std::function<void(int64_t)>& after_step = {}) {
   const Options& o = r.o;
   std::vector<double> losses;
-  for (int64_t step = 0; step < o.steps; ++step) {
+  for (int64_t step = r.first_step; step < o.steps; ++step) {
     auto start = std::chrono::steady_clock::now();
     double lr = nn::cosine_lr(step, o.steps, o.warmup_steps, o.lr, o.min_lr);
     double loss = step_fn(step, lr);
     losses.push_back(loss);
+    if (after_step) after_step(step + 1);
     if (!report) continue;
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     double tokens_per_s = static_cast<double>(o.batch_size * o.block_size) / (ms / 1000.0);
@@ -193,6 +206,26 @@ std::vector<double> train_serial(Run& r, nn::GPT& model, bool report) {
   const Options& o = r.o;
   nn::AdamW optimizer(model.parameters(), adamw_options(o));
   nn::GradScaler scaler(r.precision.loss_scale);
+  // Checkpoints are the reported run's (not --compare-serial's reference).
+  std::function<void(int64_t)> after_step;
+  if (report) {
+    if (r.resume) {
+      std::vector<parallel::StatePiece> pieces = parallel::whole_state_pieces(model, optimizer);
+      parallel::checkpoint::Reader(r.resume->dir).load(pieces, {.verify = false});  // verified in prepare()
+      parallel::restore_serial_run_state(optimizer, scaler, r.resume->run_state.at("trainer"));
+    }
+    after_step = [&](int64_t done) {
+      if (!train_checkpoint::due(o, done)) return;
+      const nlohmann::json state =
+          train_checkpoint::run_state(o, r.config, done, parallel::serial_run_state(optimizer, scaler));
+      parallel::launch(1, [&](parallel::RankContext& ctx) {  // the save is collective: a world of one
+        const std::string dir = parallel::checkpoint::save_step(o.checkpoint_dir, done, *ctx.world,
+                                                                parallel::whole_state_pieces(model, optimizer), state,
+                                                                "serial", static_cast<int>(o.keep_last));
+        std::printf("checkpoint: saved %s\n", dir.c_str());
+      });
+    };
+  }
   static const std::string optimizer_op = "AdamW.step", clip_op = "clip_grad_norm";
   double step_seconds = 0;
   auto step_fn = [&](int64_t step, double lr) {
@@ -236,7 +269,7 @@ std::vector<double> train_serial(Run& r, nn::GPT& model, bool report) {
   std::function<double()> eval;
   if (r.addition) eval = [&] { return accuracy(r, model); };
   const auto run_start = std::chrono::steady_clock::now();
-  std::vector<double> losses = loop(r, report, step_fn, eval);
+  std::vector<double> losses = loop(r, report, step_fn, eval, after_step);
   if (report) {
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
     r.reports = {parallel::collect_rank_report(0, {}, {}, current_device(), wall, step_seconds, 0.0)};
@@ -328,10 +361,24 @@ std::vector<double> train_parallel(Run& r, nn::StateDict& weights) {
         replica ? std::make_unique<parallel::Trainer>(*replica, ctx, plan, adamw_options(o))
                 : std::make_unique<parallel::Trainer>(ctx, plan, make_runner, adamw_options(o));
     parallel::Trainer& trainer = *made;
+    if (r.resume) {  // each rank reads the saved pieces that overlap its own
+      std::vector<parallel::StatePiece> pieces = parallel::state_pieces(trainer, r.config);
+      parallel::checkpoint::Reader(r.resume->dir).load(pieces, {.verify = false});  // verified in prepare()
+      parallel::restore_trainer_run_state(trainer, r.resume->run_state.at("trainer"));
+    }
     auto step_fn = [&](int64_t step, double lr) {
       return trainer.train_step(r.stream, step, o.batch_size, o.block_size, lr, o.grad_clip);
     };
-    std::vector<double> mine = loop(r, ctx.rank == 0, step_fn, {});
+    auto after_step = [&](int64_t done) {
+      if (!train_checkpoint::due(o, done)) return;
+      const nlohmann::json state =
+          train_checkpoint::run_state(o, r.config, done, parallel::trainer_run_state(trainer));  // collective
+      const std::string dir = parallel::checkpoint::save_step(
+          o.checkpoint_dir, done, *ctx.world, parallel::state_pieces(trainer, r.config), state,
+          plan.name() + " (" + plan.parallelism.str() + ")", static_cast<int>(o.keep_last));
+      if (ctx.rank == 0) std::printf("checkpoint: saved %s\n", dir.c_str());
+    };
+    std::vector<double> mine = loop(r, ctx.rank == 0, step_fn, {}, after_step);
     if (!o.trace.empty()) write_pipeline_trace(trainer, ctx, o.trace);
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     reports[ctx.rank] = parallel::collect_rank_report(ctx.rank, trainer.mesh().coordinates(), trainer.ledgers(),
@@ -399,7 +446,8 @@ int train(const Options& options) {
                 (long long)o.steps, Profiler::report().c_str());
     Profiler::disable();
   }
-  if (o.steps > 0) std::printf("trained %lld steps in %.1f s\n", (long long)o.steps, seconds);
+  if (o.steps > r.first_step)
+    std::printf("trained %lld steps in %.1f s\n", (long long)(o.steps - r.first_step), seconds);
   std::string serial_accuracy;  // --compare-serial on addition: the serial model's, beside the layout's
   if (o.compare_serial) {
     std::unique_ptr<nn::GPT> serial = initial_model(r);

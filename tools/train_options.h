@@ -18,6 +18,10 @@ namespace sl {
 
 struct Options {
   std::string task = "addition", data, device = "cpu", init_from, save, log_jsonl, report_json;
+  // Distributed checkpoints (parallel/checkpoint): ROOT/step-N every --save-every steps and at the end.
+  std::string checkpoint_dir, resume;
+  int64_t save_every = 0, keep_last = 0;
+  double dropout = 0.0;
   std::string recompute = "none";  // activation recomputation (nn::Recompute)
   // Mixed precision (nn/mixed_precision.h); empty: the mode's defaults.
   std::string mixed_precision = "no", grad_reduce_dtype, loss_scale;
@@ -95,6 +99,13 @@ inline const char* const kUsage = R"(usage: train [flags]
   --cp-variant ring|allgather   pass K/V around a ring, or gather them all (default ring)
   --compare-serial          also train the serial model and report the largest difference
   --min-accuracy P          addition: exit 1 when the final held-out accuracy is below P percent
+  --checkpoint-dir DIR      save a distributed checkpoint DIR/step-N (every rank its own shards, then
+                            metadata.json) at the end of the run, and every --save-every N steps;
+                            --keep-last K keeps only the newest K (build/bin/checkpoint reads them)
+  --resume DIR              continue from the newest complete checkpoint in DIR (or DIR itself), under
+                            any layout: weights, AdamW's state, the step, the data's position, the loss
+                            scale and (same world size) the ranks' random generators
+  --dropout P               dropout probability in attention and the MLP (default 0)
   --report-json PATH        per rank: mesh coordinates, memory by category, bytes and calls per group
                             and op, compute/communication/idle time (README: "The run report")
   --links SPEC              simulate a cluster's links on the thread ranks: every message waits
@@ -184,6 +195,14 @@ inline void add_run_flags(FlagTable& flags, Options& o, int64_t& seed) {
   flags["--loss-scale"] = text(o.loss_scale);
   flags["--save"] = text(o.save);
   flags["--log-jsonl"] = text(o.log_jsonl);
+  flags["--checkpoint-dir"] = text(o.checkpoint_dir);
+  flags["--resume"] = text(o.resume);
+  flags["--save-every"] = integer(o.save_every, 1);
+  flags["--keep-last"] = integer(o.keep_last, 1, 1 << 20);
+  flags["--dropout"] = [&](const std::string& v) {
+    real(o.dropout, 0)(v);
+    if (o.dropout >= 1) throw UsageError{"expected a probability in [0, 1), got '" + v + "'"};
+  };
   flags["--report-json"] = text(o.report_json);
   flags["--micro-batches"] = integer(o.micro_batches, 1, 1 << 20);
   flags["--vocab-size"] = integer(o.vocab_size, 1, 65536);  // bin tokens are uint16
@@ -292,6 +311,11 @@ inline void check_run_flags(const Options& o) {
   } catch (const Error& e) {
     throw UsageError{e.what()};
   }
+  if ((o.save_every > 0 || o.keep_last > 0) && o.checkpoint_dir.empty())
+    throw UsageError{"--save-every and --keep-last write checkpoints: add --checkpoint-dir DIR"};
+  if (!o.resume.empty() && o.compare_serial)
+    throw UsageError{"--resume continues a run from its checkpoint; --compare-serial would start the serial one "
+                     "from the seed: compare the logs of two runs instead"};
 }
 
 // Layout flags that cannot go together, refused before any data is read.

@@ -2,6 +2,7 @@
 #include "parallel/train/checkpointing.h"
 
 #include <algorithm>
+#include <functional>
 #include <utility>
 
 #include "tensor/error.h"
@@ -120,6 +121,35 @@ std::vector<StatePiece> state_pieces(Trainer& trainer, const nn::GPTConfig& conf
   return pieces;
 }
 
+namespace {
+
+nlohmann::json run_state_json(int64_t optimizer_steps, const nn::GradScaler& scaler, const std::vector<int64_t>& rng) {
+  nlohmann::json state{{"optimizer_steps", optimizer_steps},
+                       {"scaler", {{"scale", scaler.scale()}, {"clean_steps", scaler.clean_steps()},
+                                   {"skipped_steps", scaler.skipped_steps()}}},
+                       {"rng", nlohmann::json::array()}};
+  for (size_t r = 0; 2 * r + 1 < rng.size(); ++r) state["rng"].push_back({{"seed", rng[2 * r]}, {"offset", rng[2 * r + 1]}});
+  return state;
+}
+
+// The step count and the scaler; then the generator of `rank` if the state has `ranks` of them.
+bool restore_run_state(const nlohmann::json& state, const std::function<void(int64_t)>& set_steps,
+                       nn::GradScaler& scaler, int rank, int ranks) {
+  SL_CHECK(state.is_object() && state.contains("optimizer_steps") && state.contains("scaler") && state.contains("rng"),
+           "checkpoint: the run state lacks optimizer_steps, scaler or rng: ", state.dump().substr(0, 200));
+  set_steps(state.at("optimizer_steps").get<int64_t>());
+  const auto& s = state.at("scaler");
+  scaler.restore(s.at("scale").get<double>(), s.at("clean_steps").get<int64_t>(), s.at("skipped_steps").get<int64_t>());
+  const auto& rng = state.at("rng");
+  if (!rng.is_array() || static_cast<int>(rng.size()) != ranks) return false;
+  const auto& mine = rng.at(static_cast<size_t>(rank));
+  default_generator() = Generator(mine.at("seed").get<uint64_t>());
+  default_generator().set_offset(mine.at("offset").get<uint64_t>());
+  return true;
+}
+
+}  // namespace
+
 nlohmann::json trainer_run_state(Trainer& trainer) {
   ProcessGroup& world = *trainer.mesh().world();
   const Generator& mine = default_generator();
@@ -129,30 +159,43 @@ nlohmann::json trainer_run_state(Trainer& trainer) {
   // AdamW's count: the most any rank holds (naive DP's workers hold no optimizer).
   Tensor steps = from_vector({static_cast<double>(trainer.strategy().optimizer_steps())}, Shape({1}), DType::i64);
   world.all_reduce(steps, ReduceOp::max);
-  const nn::GradScaler& scaler = std::as_const(trainer).scaler();
-  nlohmann::json state{{"optimizer_steps", static_cast<int64_t>(steps.item())},
-                       {"scaler", {{"scale", scaler.scale()}, {"clean_steps", scaler.clean_steps()},
-                                   {"skipped_steps", scaler.skipped_steps()}}},
-                       {"rng", nlohmann::json::array()}};
   const int64_t* v = all.data<int64_t>();
-  for (int r = 0; r < world.size(); ++r) state["rng"].push_back({{"seed", v[2 * r]}, {"offset", v[2 * r + 1]}});
-  return state;
+  return run_state_json(static_cast<int64_t>(steps.item()), std::as_const(trainer).scaler(),
+                        std::vector<int64_t>(v, v + all.numel()));
 }
 
 bool restore_trainer_run_state(Trainer& trainer, const nlohmann::json& state) {
-  SL_CHECK(state.is_object() && state.contains("optimizer_steps") && state.contains("scaler") && state.contains("rng"),
-           "checkpoint: the run state lacks optimizer_steps, scaler or rng: ", state.dump().substr(0, 200));
-  trainer.strategy().set_optimizer_steps(state.at("optimizer_steps").get<int64_t>());
-  const auto& scaler = state.at("scaler");
-  trainer.scaler().restore(scaler.at("scale").get<double>(), scaler.at("clean_steps").get<int64_t>(),
-                           scaler.at("skipped_steps").get<int64_t>());
-  const auto& rng = state.at("rng");
   const ProcessGroup& world = *trainer.mesh().world();
-  if (!rng.is_array() || static_cast<int>(rng.size()) != world.size()) return false;
-  const auto& mine = rng.at(static_cast<size_t>(world.rank()));
-  default_generator() = Generator(mine.at("seed").get<uint64_t>());
-  default_generator().set_offset(mine.at("offset").get<uint64_t>());
-  return true;
+  return restore_run_state(
+      state, [&](int64_t steps) { trainer.strategy().set_optimizer_steps(steps); }, trainer.scaler(), world.rank(),
+      world.size());
+}
+
+std::vector<StatePiece> whole_state_pieces(nn::Module& model, nn::AdamW& optimizer) {
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const auto& [name, p] : model.named_parameters()) shapes[name] = p.shape();
+  std::vector<StatePiece> pieces;
+  for (const LocalStateRun& run : whole_parameter_runs(model, &optimizer, {})) {
+    const std::vector<int64_t>& global = shapes.at(run.parameter);
+    for (const auto& [kind, data] : run.data)
+      pieces.push_back({state_tensor_name(kind, run.parameter), global, whole_box(global), data, true});
+  }
+  return pieces;
+}
+
+nlohmann::json serial_run_state(const nn::AdamW& optimizer, const nn::GradScaler& scaler) {
+  int64_t steps = optimizer.params().empty() ? 0 : optimizer.state(0).step;
+  const Generator& g = default_generator();
+  return run_state_json(steps, scaler, {static_cast<int64_t>(g.seed()), static_cast<int64_t>(g.offset())});
+}
+
+void restore_serial_run_state(nn::AdamW& optimizer, nn::GradScaler& scaler, const nlohmann::json& state) {
+  restore_run_state(
+      state,
+      [&](int64_t steps) {
+        for (size_t i = 0; i < optimizer.params().size(); ++i) optimizer.state(i).step = steps;
+      },
+      scaler, 0, 1);
 }
 
 }  // namespace sl::parallel

@@ -47,6 +47,12 @@ std::map<std::string, ParameterPlace> parameter_places(nn::Module& module, const
 // This rank's training state as pieces of global tensors (views of the live state).
 std::vector<StatePiece> state_pieces(Trainer& trainer, const nn::GPTConfig& config);
 
+// The serial run's state (one nn::GPT, one nn::AdamW): every parameter whole, this rank saves all.
+std::vector<StatePiece> whole_state_pieces(nn::Module& model, nn::AdamW& optimizer);
+// The serial run's run state, as trainer_run_state's (one rank), and its restore.
+nlohmann::json serial_run_state(const nn::AdamW& optimizer, const nn::GradScaler& scaler);
+void restore_serial_run_state(nn::AdamW& optimizer, nn::GradScaler& scaler, const nlohmann::json& state);
+
 // What else a resume needs, the same JSON on every rank (collective over the mesh's world):
 // {"optimizer_steps": AdamW's step count, "scaler": {"scale", "clean_steps", "skipped_steps"},
 //  "rng": [{"seed", "offset"} per world rank: each rank thread's generator, which dropout draws from]}.
