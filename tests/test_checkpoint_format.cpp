@@ -254,5 +254,125 @@ TEST_F(CheckpointDirTest, LoadRefusesAnotherShapeDtypeOrAMissingTensorNamingBoth
   expect_error([] { Reader("/nonexistent/sl_checkpoint"); }, "no metadata.json");
 }
 
+// ---- corruption: flipped bytes, a missing shard, hostile metadata.json ---------------------------
+
+TEST_F(CheckpointDirTest, AFlippedByteInAnyShardIsNamedByVerifyAndByLoad) {
+  save_model(dir_, Cut::rows, 3, 5);
+  const Reader clean(dir_);
+  for (const auto& [file, record] : clean.metadata().files) {
+    const std::string original = read_file_bytes(path(file));
+    // A byte of the length, of the header, and of the data (first, middle, last).
+    for (size_t at : {size_t{3}, size_t{20}, size_t{original.size() - 40}, original.size() / 2 + 5, original.size() - 1}) {
+      std::string bad = original;
+      bad[at] = static_cast<char>(bad[at] ^ 0x10);
+      write_file_bytes(path(file), bad);
+      const Reader reader(dir_);
+      const std::string verify_error = message_of([&] { reader.verify(); });
+      EXPECT_NE(verify_error.find(file + " (holding "), std::string::npos) << at << ": " << verify_error;
+      EXPECT_NE(verify_error.find("(holding " + clean.metadata().tensors_in(file) + ")"), std::string::npos)
+          << verify_error;
+      const std::string load_error = message_of([&] { load_model(dir_, Cut::flat, 2, 5); });
+      EXPECT_NE(load_error.find(file + " (holding "), std::string::npos) << at << ": " << load_error;
+      EXPECT_NE(load_error.find("SHA-256 mismatch"), std::string::npos) << at << ": " << load_error;
+    }
+    write_file_bytes(path(file), original);
+  }
+  EXPECT_NO_THROW(Reader(dir_).verify());
+}
+
+TEST_F(CheckpointDirTest, AMissingOrTruncatedShardIsNamed) {
+  save_model(dir_, Cut::flat, 2, 1);
+  const std::string shard = path("shard-00001.safetensors"), bytes = read_file_bytes(shard);
+  write_file_bytes(shard, bytes.substr(0, bytes.size() - 4));
+  expect_error([&] { Reader(dir_).verify(); }, "shard-00001.safetensors (holding b, exp_avg.w, h.0.bf, ids, scalar, w): "
+                                               "the file is " + std::to_string(bytes.size() - 4) + " bytes but metadata.json says " +
+                                               std::to_string(bytes.size()));
+  expect_error([&] { load_model(dir_, Cut::rows, 1, 1, {.verify = false}); }, "truncated or replaced");
+  std::remove(shard.c_str());
+  expect_error([&] { Reader(dir_).verify(); }, "shard-00001.safetensors (holding b, exp_avg.w");
+  expect_error([&] { load_model(dir_, Cut::rows, 2, 1); }, "shard-00001.safetensors (holding b, exp_avg.w, h.0.bf, ids, scalar, w): the file is missing");
+  expect_error([&] { load_model(dir_, Cut::rows, 2, 1, {.verify = false}); }, "the file is missing");
+}
+
+struct MetadataCase {
+  std::string name;
+  std::function<void(nlohmann::json&)> edit;
+  std::string expected;  // a substring of the error
+};
+
+class CheckpointMetadata : public CheckpointDirTest, public ::testing::WithParamInterface<MetadataCase> {};
+
+TEST_P(CheckpointMetadata, IsRefusedNamingWhatIsWrong) {
+  save_model(dir_, Cut::cols, 2, 1);
+  nlohmann::json document = nlohmann::json::parse(read_file_bytes(path("metadata.json")));
+  GetParam().edit(document);
+  write_file_bytes(path("metadata.json"), document.is_string() ? document.get<std::string>() : document.dump());
+  expect_error([&] { Reader reader(dir_); }, GetParam().expected);
+  EXPECT_FALSE(newest_complete(dir_).has_value());
+}
+
+nlohmann::json& first_piece(nlohmann::json& d) { return d["tensors"]["w"]["pieces"][0]; }
+std::string nested(int depth) { return std::string(depth, '[') + std::string(depth, ']'); }
+
+INSTANTIATE_TEST_SUITE_P(
+    Hostile, CheckpointMetadata,
+    ::testing::Values(
+        MetadataCase{"bad_json", [](nlohmann::json& d) { d = d.dump().substr(0, 100); }, "metadata.json: not valid JSON"},
+        MetadataCase{"not_an_object", [](nlohmann::json& d) { d = "[1, 2]"; }, "the document must be a JSON object, got array"},
+        MetadataCase{"deep_nesting", [](nlohmann::json& d) { d = "{\"run_state\": " + nested(100000) + "}"; },
+                     "JSON nested deeper than 64 levels"},
+        MetadataCase{"wrong_format", [](nlohmann::json& d) { d["format"] = "zip"; }, "\"format\" is not"},
+        MetadataCase{"newer_version", [](nlohmann::json& d) { d["version"] = 2; }, "format version 2, but this reader reads version 1"},
+        MetadataCase{"version_string", [](nlohmann::json& d) { d["version"] = "1"; }, "\"version\" must be an integer"},
+        MetadataCase{"world_zero", [](nlohmann::json& d) { d["world_size"] = 0; }, "\"world_size\" 0 is not in [1,"},
+        MetadataCase{"shape_string", [](nlohmann::json& d) { d["tensors"]["w"]["shape"] = "6x10"; },
+                     "tensor 'w': \"shape\" must be an array of integers"},
+        MetadataCase{"shape_float", [](nlohmann::json& d) { d["tensors"]["w"]["shape"][0] = 6.5; }, "\"shape\" entry must be an integer"},
+        MetadataCase{"huge_shape", [](nlohmann::json& d) { d["tensors"]["w"]["shape"] = {int64_t{1} << 40, int64_t{1} << 40}; },
+                     "tensor 'w': shape [1099511627776, 1099511627776] overflows int64"},
+        MetadataCase{"huge_number", [](nlohmann::json& d) { d["tensors"]["w"]["shape"][0] = 1e300; }, "\"shape\" entry must be an integer"},
+        MetadataCase{"uint64_max", [](nlohmann::json& d) { d["tensors"]["w"]["pieces"][0]["flat_end"] = UINT64_MAX; },
+                     "\"flat_end\" must be an integer in int64, got 18446744073709551615"},
+        MetadataCase{"negative_offset", [](nlohmann::json& d) { first_piece(d)["offsets"][0] = -1; }, "tensor 'w' [6, 10]: piece 0"},
+        MetadataCase{"negative_bytes", [](nlohmann::json& d) { d["files"]["shard-00000.safetensors"]["bytes"] = -5; },
+                     "\"bytes\" must not be negative, got -5"},
+        MetadataCase{"small_file", [](nlohmann::json& d) { d["files"]["shard-00000.safetensors"]["bytes"] = 10; },
+                     "file 'shard-00000.safetensors' is listed as 10 bytes, too small"},
+        MetadataCase{"bad_sha", [](nlohmann::json& d) { d["files"]["shard-00000.safetensors"]["sha256"] = "abc"; },
+                     "\"sha256\" is not 64 lowercase hex digits"},
+        MetadataCase{"path_traversal", [](nlohmann::json& d) { d["files"]["../../etc/passwd"] = d["files"]["shard-00000.safetensors"]; },
+                     "file '../../etc/passwd': not a shard name"},
+        MetadataCase{"unlisted_file", [](nlohmann::json& d) { first_piece(d)["file"] = "shard-00007.safetensors"; },
+                     "names file 'shard-00007.safetensors', which \"files\" does not list"},
+        MetadataCase{"duplicate_key", [](nlohmann::json& d) { d["tensors"]["w"]["pieces"][1]["key"] = first_piece(d)["key"];
+                                                    d["tensors"]["w"]["pieces"][1]["file"] = first_piece(d)["file"]; },
+                     "is used twice"},
+        MetadataCase{"unknown_dtype", [](nlohmann::json& d) { d["tensors"]["w"]["dtype"] = "F8"; }, "tensor 'w': unknown dtype 'F8'"},
+        MetadataCase{"missing_pieces", [](nlohmann::json& d) { d["tensors"]["w"].erase("pieces"); }, "tensor 'w': missing \"pieces\""},
+        MetadataCase{"gap", [](nlohmann::json& d) { d["tensors"]["w"]["pieces"].erase(1); }, "tensor 'w' [6, 10]: gap"},
+        MetadataCase{"overlap", [](nlohmann::json& d) { first_piece(d)["flat_end"] = first_piece(d)["flat_end"].get<int>() + 1; },
+                     "tensor 'w' [6, 10]: overlap: piece 0"},
+        MetadataCase{"run_state_array", [](nlohmann::json& d) { d["run_state"] = {1, 2}; }, "\"run_state\" must be a JSON object"},
+        MetadataCase{"missing_run_state", [](nlohmann::json& d) { d.erase("run_state"); }, "missing \"run_state\""}),
+    [](const auto& info) { return info.param.name; });
+
+TEST_F(CheckpointDirTest, AShardWhoseHeaderDisagreesWithMetadataIsNamed) {
+  save_model(dir_, Cut::flat, 1, 1);
+  nlohmann::json document = nlohmann::json::parse(read_file_bytes(path("metadata.json")));
+  document["tensors"]["w"]["pieces"][0]["key"] = "b@0";  // b's bytes for w: the wrong size
+  document["tensors"]["b"]["pieces"][0]["key"] = "w@0";
+  write_file_bytes(path("metadata.json"), document.dump());
+  {
+    nlohmann::json unknown = document;
+    unknown["tensors"]["b"]["pieces"][0]["key"] = "w@7";
+    write_file_bytes(path("metadata.json"), unknown.dump());
+    expect_error([&] { Reader(dir_).verify(); }, "shard-00000.safetensors (holding b, exp_avg.w, h.0.bf, ids, scalar, w): "
+                                                 "holds no tensor 'w@7'");
+    write_file_bytes(path("metadata.json"), document.dump());
+  }
+  expect_error([&] { Reader(dir_).verify(); }, "tensor 'b': key 'w@0' is F32 [60] but metadata.json says F32 [10]");
+  expect_error([&] { load_model(dir_, Cut::flat, 1, 1, {.verify = false}); }, "tensor 'w': key 'b@0' is F32 [10]");
+}
+
 }  // namespace
 }  // namespace sl::parallel::checkpoint
