@@ -75,9 +75,11 @@ const ShardReader& Reader::shard(const std::string& file, const LoadOptions& opt
   if (!reader) {
     const std::string at = concat(where_, file, " (holding ", metadata_.tensors_in(file), "): ");
     SL_CHECK(exists(dir_ + "/" + file), at, "the file is missing");
+    uint64_t size = 0;  // checked first: a truncated file then says so, rather than what it cut off
+    File::open_read(dir_ + "/" + file, at, size);
+    SL_CHECK(size == metadata_.files.at(file).bytes, at, "the file is ", size, " bytes but metadata.json says ",
+             metadata_.files.at(file).bytes, " (truncated or replaced)");
     reader = std::make_unique<ShardReader>(dir_ + "/" + file, at);
-    SL_CHECK(reader->size() == metadata_.files.at(file).bytes, at, "the file is ", reader->size(),
-             " bytes but metadata.json says ", metadata_.files.at(file).bytes, " (truncated or replaced)");
   }
   return *reader;
 }

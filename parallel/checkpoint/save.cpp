@@ -86,8 +86,9 @@ void write_metadata(const std::string& dir, const std::vector<std::string>& repo
   Metadata metadata;
   metadata.layout = layout;
   metadata.world_size = static_cast<int64_t>(reports.size());
-  SL_CHECK(run_state.is_object(), where, "run_state must be a JSON object, got ", run_state.type_name());
-  metadata.run_state = run_state;
+  SL_CHECK(run_state.is_object() || run_state.is_null(), where, "run_state must be a JSON object, got ",
+           run_state.type_name());
+  if (!run_state.is_null()) metadata.run_state = run_state;
   std::map<std::string, int> first_rank;  // who first described each tensor
   for (size_t rank = 0; rank < reports.size(); ++rank) {
     const json report = json::parse(reports[rank]);
