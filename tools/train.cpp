@@ -303,12 +303,30 @@ parallel::RankReport::Pipeline pipeline_report(const parallel::PipelineRunner& r
                                              schedule.virtual_stages)};
 }
 
-// Data parallel: every rank a thread (or an mpirun process) with its rows of each batch. Rank 0
-// logs; at the end rank 0's full weights are returned in `weights` (under mpirun: in rank 0's process
-// only), and the memory and traffic printed.
-std::vector<double> train_parallel(Run& r, nn::StateDict& weights) {
+// --resume: each rank reads the saved pieces that overlap its own, then AdamW's step count, the
+// scaler and its generator.
+void resume_trainer(parallel::Trainer& trainer, const Run& r) {
+  std::vector<parallel::StatePiece> pieces = parallel::state_pieces(trainer, r.config);
+  parallel::checkpoint::Reader(r.resume->dir).load(pieces, {.verify = false});  // verified in prepare()
+  parallel::restore_trainer_run_state(trainer, r.resume->run_state.at("trainer"));
+}
+
+// After `done` steps, a checkpoint when one is due: collective over the world.
+void checkpoint_trainer(parallel::Trainer& trainer, parallel::RankContext& ctx, const Run& r,
+                        const parallel::TrainPlan& plan, int64_t done) {
   const Options& o = r.o;
-  const int world = static_cast<int>(o.world());
+  if (!train_checkpoint::due(o, done)) return;
+  const nlohmann::json state = train_checkpoint::run_state(o, r.config, done, parallel::trainer_run_state(trainer));
+  const std::string dir = parallel::checkpoint::save_step(o.checkpoint_dir, done, *ctx.world,
+                                                          parallel::state_pieces(trainer, r.config), state,
+                                                          plan.name() + " (" + plan.parallelism.str() + ")",
+                                                          static_cast<int>(o.keep_last));
+  if (ctx.rank == 0) std::printf("checkpoint: saved %s\n", dir.c_str());
+}
+
+// The layout the flags describe, typed.
+parallel::TrainPlan plan_of(const Run& r) {
+  const Options& o = r.o;
   parallel::TrainPlan plan = parallel::TrainPlan::data_parallel(static_cast<int>(o.data_parallel()),
                                                                 static_cast<int>(o.zero));
   if (o.dp_replicate > 0) {  // HSDP: FSDP within the shards, whatever --zero says (options refuse 1 and 2)
@@ -328,6 +346,16 @@ std::vector<double> train_parallel(Run& r, nn::StateDict& weights) {
   plan.cp_balance = parallel::parse_cp_balance(o.cp_balance);
   plan.cp_variant = parallel::parse_cp_variant(o.cp_variant);
   plan.precision = r.precision;
+  return plan;
+}
+
+// Data parallel: every rank a thread (or an mpirun process) with its rows of each batch. Rank 0
+// logs; at the end rank 0's full weights are returned in `weights` (under mpirun: in rank 0's process
+// only), and the memory and traffic printed.
+std::vector<double> train_parallel(Run& r, nn::StateDict& weights) {
+  const Options& o = r.o;
+  const int world = static_cast<int>(o.world());
+  const parallel::TrainPlan plan = plan_of(r);
   plan.validate(world);  // before the ranks start: a bad combination is a one-line error
   parallel::check_model_runner(plan, r.config);  // the chapter's own rules (layers, heads, sequence)
   r.plan_name = plan.name();
@@ -361,23 +389,11 @@ std::vector<double> train_parallel(Run& r, nn::StateDict& weights) {
         replica ? std::make_unique<parallel::Trainer>(*replica, ctx, plan, adamw_options(o))
                 : std::make_unique<parallel::Trainer>(ctx, plan, make_runner, adamw_options(o));
     parallel::Trainer& trainer = *made;
-    if (r.resume) {  // each rank reads the saved pieces that overlap its own
-      std::vector<parallel::StatePiece> pieces = parallel::state_pieces(trainer, r.config);
-      parallel::checkpoint::Reader(r.resume->dir).load(pieces, {.verify = false});  // verified in prepare()
-      parallel::restore_trainer_run_state(trainer, r.resume->run_state.at("trainer"));
-    }
+    if (r.resume) resume_trainer(trainer, r);
     auto step_fn = [&](int64_t step, double lr) {
       return trainer.train_step(r.stream, step, o.batch_size, o.block_size, lr, o.grad_clip);
     };
-    auto after_step = [&](int64_t done) {
-      if (!train_checkpoint::due(o, done)) return;
-      const nlohmann::json state =
-          train_checkpoint::run_state(o, r.config, done, parallel::trainer_run_state(trainer));  // collective
-      const std::string dir = parallel::checkpoint::save_step(
-          o.checkpoint_dir, done, *ctx.world, parallel::state_pieces(trainer, r.config), state,
-          plan.name() + " (" + plan.parallelism.str() + ")", static_cast<int>(o.keep_last));
-      if (ctx.rank == 0) std::printf("checkpoint: saved %s\n", dir.c_str());
-    };
+    auto after_step = [&](int64_t done) { checkpoint_trainer(trainer, ctx, r, plan, done); };
     std::vector<double> mine = loop(r, ctx.rank == 0, step_fn, {}, after_step);
     if (!o.trace.empty()) write_pipeline_trace(trainer, ctx, o.trace);
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
