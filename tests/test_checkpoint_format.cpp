@@ -181,6 +181,8 @@ std::string reshard_name(const ::testing::TestParamInfo<Reshard>& info) {
          std::to_string(p.load_world);
 }
 
+void PrintTo(const Reshard& p, std::ostream* out) { *out << reshard_name({p, 0}); }
+
 class CheckpointReshard : public CheckpointDirTest, public ::testing::WithParamInterface<Reshard> {};
 
 TEST_P(CheckpointReshard, LoadsEveryByteUnderTheOtherCut) {
@@ -302,6 +304,8 @@ struct MetadataCase {
   std::string expected;  // a substring of the error
 };
 
+void PrintTo(const MetadataCase& c, std::ostream* out) { *out << c.name; }
+
 class CheckpointMetadata : public CheckpointDirTest, public ::testing::WithParamInterface<MetadataCase> {};
 
 TEST_P(CheckpointMetadata, IsRefusedNamingWhatIsWrong) {
@@ -388,6 +392,8 @@ std::string kill_name(const ::testing::TestParamInfo<KillPoint>& info) {
     if (c == '.') c = '_';
   return name;
 }
+
+void PrintTo(const KillPoint& p, std::ostream* out) { *out << p.point << " on rank " << p.rank; }
 
 // Throws at `point` on `rank` while `save` runs; returns the error.
 std::string fail_at(const KillPoint& kill, const std::function<void()>& save) {
