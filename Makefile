@@ -7,6 +7,7 @@
 #   make bench      the benchmarks (JSON lines)
 #   make deps       check for (and, as root, install) Eigen, GoogleTest, nlohmann-json, OpenBLAS, OpenMPI
 #   make format     clang-format every source;  make compdb  compile_commands.json for editors
+#   make fuzz       the libFuzzer targets in fuzz/ (clang), each run for FUZZ_SECONDS (30) from its seeds
 #   make clean
 #
 # Options:
@@ -149,7 +150,7 @@ ifeq ($(MAKELEVEL),0)
   endif
 endif
 
-.PHONY: all run test lessons lesson bench deps format compdb clean programs
+.PHONY: all run test lessons lesson bench deps format compdb clean programs fuzz
 # Keep the objects of lessons, benchmarks and tools (make would delete them as intermediate files).
 .SECONDARY:
 .DEFAULT_GOAL := all
@@ -236,7 +237,51 @@ compdb:
 	bear --output compile_commands.json -- $(MAKE) programs BUILD=build-compdb
 	rm -rf build-compdb
 
+# ---- fuzzing ----------------------------------------------------------------------------------------
+# The checkpoint readers against hostile files: fuzz/fuzz_safetensors.cpp (a shard) and
+# fuzz/fuzz_metadata.cpp (metadata.json), built with clang's libFuzzer, AddressSanitizer and UBSan from
+# only the sources they need (not the library), into build-fuzz/. Each runs FUZZ_SECONDS from its seeds
+# (fuzz/corpus/<target>/, copied: what it finds goes to build-fuzz/corpus-<target>/); a crash, a leak,
+# undefined behaviour or an exception other than sl::Error fails the target and leaves the input in
+# build-fuzz/ (crash-*, leak-*), which the fuzzer then reruns alone.
+FUZZ_CXX     ?= clang++
+FUZZ_SECONDS ?= 30
+FUZZ_BUILD   := build-fuzz
+FUZZ_FLAGS   := -std=c++20 -O1 -g -I. -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+FUZZ_TARGETS := safetensors metadata
+FUZZ_SRCS    := tensor/dtype.cpp tensor/error.cpp tensor/shape.cpp nn/safetensors_header.cpp parallel/runner/state_pieces.cpp \
+                $(addprefix parallel/checkpoint/,file_io.cpp metadata.cpp regions.cpp sha256.cpp shard_reader.cpp)
+FUZZ_OBJS    := $(FUZZ_SRCS:%.cpp=$(FUZZ_BUILD)/%.o)
+
+fuzz:
+	@command -v $(FUZZ_CXX) >/dev/null 2>&1 || { echo "make fuzz: $(FUZZ_CXX) not found; install clang and libFuzzer: apt-get install clang libclang-rt-14-dev"; exit 1; }
+	@mkdir -p $(FUZZ_BUILD) && printf 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { return 0; }\n' > $(FUZZ_BUILD)/probe.cpp
+	@$(FUZZ_CXX) -fsanitize=fuzzer $(FUZZ_BUILD)/probe.cpp -o $(FUZZ_BUILD)/probe 2>/dev/null || { echo "make fuzz: $(FUZZ_CXX) cannot link libFuzzer (-fsanitize=fuzzer); install it: apt-get install libclang-rt-14-dev (or the libclang-rt-N-dev of your clang)"; exit 1; }
+	@$(MAKE) --no-print-directory $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
+	@set -e; for target in $(FUZZ_TARGETS); do \
+	  mkdir -p $(FUZZ_BUILD)/corpus-$$target; \
+	  echo "=== fuzz_$$target: $(FUZZ_SECONDS) s from $$(ls fuzz/corpus/$$target | wc -l) seeds"; \
+	  status=0; ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	    $(FUZZ_BUILD)/fuzz_$$target -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -rss_limit_mb=2048 -timeout=10 \
+	      -print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus-$$target fuzz/corpus/$$target \
+	      > $(FUZZ_BUILD)/fuzz_$$target.log 2>&1 || status=$$?; \
+	  grep -E '^(INFO: seed corpus|#[0-9]+ +DONE|stat::number_of_executed_units|stat::peak_rss|Done|SUMMARY|==[0-9]+==ERROR)' \
+	    $(FUZZ_BUILD)/fuzz_$$target.log || true; \
+	  test $$status -eq 0 || { tail -n 40 $(FUZZ_BUILD)/fuzz_$$target.log; \
+	    echo "make fuzz: fuzz_$$target failed (log: $(FUZZ_BUILD)/fuzz_$$target.log; the input: $(FUZZ_BUILD)/crash-* or leak-*)"; exit 1; }; \
+	done; echo "make fuzz: no crash, leak or undefined behaviour in $(words $(FUZZ_TARGETS)) targets x $(FUZZ_SECONDS) s"
+
+$(FUZZ_BUILD)/%.o: %.cpp
+	@mkdir -p $(dir $@)
+	$(FUZZ_CXX) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
+
+$(FUZZ_BUILD)/fuzz_%: $(FUZZ_BUILD)/fuzz/fuzz_%.o $(FUZZ_OBJS)
+	$(FUZZ_CXX) $(FUZZ_FLAGS) -fsanitize=fuzzer $^ -o $@
+
 clean:
 	rm -rf build build-*
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+ifneq ($(filter fuzz $(FUZZ_BUILD)/%,$(MAKECMDGOALS)),)
+  -include $(shell find $(FUZZ_BUILD) -name '*.d' 2>/dev/null)
+endif

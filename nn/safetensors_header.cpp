@@ -15,6 +15,8 @@ namespace {
 using json = nlohmann::json;
 using detail::concat;
 
+constexpr int kMaxHeaderDepth = 64;  // deeper nesting is an attack: brief() would recurse that deep
+
 // rank is the reference writer's dtype order: tensors are written widest (highest rank) first.
 struct DTypeInfo {
   DType dtype;
@@ -124,8 +126,11 @@ void check_no_overlap(const std::vector<TensorRecord>& tensors, const std::strin
 
 Header parse_header(const std::string& text, uint64_t file_size, const std::string& where) {
   json parsed;
-  try {
-    parsed = json::parse(text);
+  try {  // a header is 3 levels deep; a deeper one is refused as it is read (printing one recurses)
+    parsed = json::parse(text, [&](int depth, json::parse_event_t, json&) {
+      SL_CHECK(depth <= kMaxHeaderDepth, where, "the header nests JSON deeper than ", kMaxHeaderDepth, " levels");
+      return true;
+    });
   } catch (const json::exception& e) {
     throw Error(concat(where, "the header is not valid JSON (", e.what(), ")"));
   }

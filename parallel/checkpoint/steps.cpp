@@ -38,6 +38,13 @@ bool is_complete(const std::string& dir) {
   }
 }
 
+// A checkpoint deleted so that no moment leaves it looking complete: metadata.json first.
+void remove_checkpoint(const std::string& dir, const std::string& where) {
+  remove_file(dir + "/" + kMetadataName);
+  sync_directory(dir, where);
+  remove_tree(dir);
+}
+
 }  // namespace
 
 std::string step_directory_name(int64_t step) {
@@ -62,7 +69,7 @@ std::string save_step(const std::string& root, int64_t step, ProcessGroup& world
     if (exists(final_dir)) {  // saved again: swap atomically, then drop the old one
       exchange_paths(partial, final_dir, where);
       sync_directory(root, where);
-      remove_tree(partial);
+      remove_checkpoint(partial, where);
     } else {
       rename_path(partial, final_dir, where);
     }
@@ -96,7 +103,7 @@ void keep_last(const std::string& root, int keep) {
   const std::string where = concat("checkpoint::keep_last '", root, "': ");
   SL_CHECK(keep >= 1, where, "keep ", keep, " must be at least 1");
   const auto steps = complete_steps(root);
-  for (size_t i = static_cast<size_t>(keep); i < steps.size(); ++i) remove_tree(steps[i].second);
+  for (size_t i = static_cast<size_t>(keep); i < steps.size(); ++i) remove_checkpoint(steps[i].second, where);
   for (const std::string& name : list_directory(root, where)) {  // stale temporaries of crashed saves
     const size_t suffix = name.size() - std::min(name.size(), std::string(kPartialSuffix).size());
     if (name.compare(suffix, std::string::npos, kPartialSuffix) == 0 && step_of(name.substr(0, suffix)) >= 0)
