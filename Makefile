@@ -254,6 +254,7 @@ FUZZ_SRCS    := tensor/dtype.cpp tensor/error.cpp tensor/shape.cpp nn/safetensor
 FUZZ_OBJS    := $(FUZZ_SRCS:%.cpp=$(FUZZ_BUILD)/%.o)
 
 fuzz:
+	@bash tools/deps.sh fuzz
 	@command -v $(FUZZ_CXX) >/dev/null 2>&1 || { echo "make fuzz: $(FUZZ_CXX) not found; install clang and libFuzzer: apt-get install clang libclang-rt-14-dev"; exit 1; }
 	@mkdir -p $(FUZZ_BUILD) && printf 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { return 0; }\n' > $(FUZZ_BUILD)/probe.cpp
 	@$(FUZZ_CXX) -fsanitize=fuzzer $(FUZZ_BUILD)/probe.cpp -o $(FUZZ_BUILD)/probe 2>/dev/null || { echo "make fuzz: $(FUZZ_CXX) cannot link libFuzzer (-fsanitize=fuzzer); install it: apt-get install libclang-rt-14-dev (or the libclang-rt-N-dev of your clang)"; exit 1; }

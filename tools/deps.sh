@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # deps.sh — finds what shardlab builds against; installs what is missing (as root) or says how.
 #
-#   Eigen 3.4 (headers), GoogleTest, nlohmann-json, OpenBLAS (GEMM), OpenMPI (the MPI backend)
+#   Eigen 3.4 (headers), GoogleTest, nlohmann-json, OpenBLAS (GEMM), OpenMPI (the MPI backend);
+#   `deps.sh fuzz` also clang and its libFuzzer runtime (make fuzz)
 set -euo pipefail
 
 missing=()
@@ -16,6 +17,10 @@ need libopenblas-dev    /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h
 need libopenblas-dev    /usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so
 need libopenmpi-dev     /usr/include/x86_64-linux-gnu/openmpi/mpi.h
 need openmpi-bin        /usr/bin/mpirun
+if [ "${1:-}" = fuzz ]; then
+  need clang              /usr/bin/clang++
+  need libclang-rt-14-dev /usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a
+fi
 
 if [ ${#missing[@]} -gt 0 ]; then
   packages=$(printf '%s\n' "${missing[@]}" | sort -u | tr '\n' ' ')
