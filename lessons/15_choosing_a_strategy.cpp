@@ -129,13 +129,22 @@ static Measured run_once(const TrainPlan& plan, const Topology& topology) {
 
 // The faster of two runs: 2 cores shared by up to 4 rank threads (and whatever else runs) make any
 // one run's compute noisy; the links' charges, which are sleeps, are not.
+// A cluster's links: ranks fill nodes of gpus_per_node in order.
+static Topology links(int gpus_per_node, Link intra, Link inter = {}) {
+  Topology t;
+  t.gpus_per_node = gpus_per_node;
+  t.intra = intra;
+  t.inter = inter;
+  return t;
+}
+
 // This machine's FLOP/s on one core (section 2 measures it); W rank threads share its cores.
 static double machine_flops = 0;
 
 static double predicted_ms(const TrainPlan& plan, const Topology& topology) {
   const int world = plan.parallelism.world_size(), cores = std::max(1u, std::thread::hardware_concurrency());
   planner::Cluster c;
-  c.topology = topology.enabled() ? topology : Topology{.gpus_per_node = 1};
+  c.topology = topology.enabled() ? topology : links(1, {});
   c.nodes = std::max(1, (world + c.topology.gpus_per_node - 1) / c.topology.gpus_per_node);
   c.gpu_memory_bytes = 1e12;
   c.flops = machine_flops * std::min(1.0, static_cast<double>(cores) / world);
@@ -178,8 +187,8 @@ static void dp_against_ddp(double scale) {
   section("3. the seeds' benchmark: DP against DDP, with and without NVLink (2 GPUs in one box)");
   // TITAN RTX: 16.3 TFLOP/s f32. NV2 NVLink: 2 links of 25 GB/s each way. Without it
   // (NCCL_P2P_DISABLE=1) every byte goes through the host over PCIe 3.0 x16: about 10 GB/s.
-  Topology nvlink{.gpus_per_node = 2, .intra = scaled(50e9, 2e-6, scale)};
-  Topology no_nvlink{.gpus_per_node = 2, .intra = scaled(10e9, 10e-6, scale)};
+  Topology nvlink = links(2, scaled(50e9, 2e-6, scale));
+  Topology no_nvlink = links(2, scaled(10e9, 10e-6, scale));
   std::printf("  scaled by %.2e: NVLink %.1f MB/s, PCIe through the host %.1f MB/s on this machine\n", scale,
               nvlink.intra.bytes_per_s / 1e6, no_nvlink.intra.bytes_per_s / 1e6);
   const ParallelismConfig two{.dp_replicate = 2};
@@ -205,7 +214,7 @@ static void dp_against_ddp(double scale) {
 // between the nodes; placement=0,1,0,1 does the opposite.
 static std::pair<Measured, Measured> tp_inside_or_across(double scale) {
   section("4. TP inside a node against TP across two nodes (dp 2 x tp 2, 2 nodes of 2, NVLink and InfiniBand)");
-  Topology inside{.gpus_per_node = 2, .intra = scaled(300e9, 1e-6, scale), .inter = scaled(25e9, 5e-6, scale)};
+  Topology inside = links(2, scaled(300e9, 1e-6, scale), scaled(25e9, 5e-6, scale));
   Topology across = inside;
   across.placement = {0, 1, 0, 1};
   const TrainPlan plan = plan_of({.dp_replicate = 2, .tp = 2});
@@ -236,7 +245,7 @@ static std::vector<double> pp_zero_tp(double scale) {  // the slow link's PP, Ze
       {"TP 2", plan_of({.tp = 2})}};
   std::vector<double> fast_ms, slow_ms, slow_predicted;
   for (const auto& [label, link] : {std::pair{"NVSwitch-class, 300 GB/s", 300e9}, std::pair{"Ethernet-class, 1.25 GB/s", 1.25e9}}) {
-    Topology t{.gpus_per_node = 1, .inter = scaled(link, 5e-6, scale)};
+    Topology t = links(1, {}, scaled(link, 5e-6, scale));
     std::printf("  between the nodes: %s (%.1f MB/s here)\n", label, t.inter.bytes_per_s / 1e6);
     for (const auto& [name, plan] : layouts) {
       const Measured m = run(plan, t);
@@ -255,7 +264,7 @@ static std::vector<double> pp_zero_tp(double scale) {  // the slow link's PP, Ze
                                                std::to_string(spread(fast_ms)) + "x the fastest's time, against " +
                                                std::to_string(spread(slow_ms)) + "x on the slow link");
   // Why not on par: TP's messages each pay the link's latency, and this model computes little between them.
-  const Topology fast{.gpus_per_node = 1, .inter = scaled(300e9, 5e-6, scale)};
+  const Topology fast = links(1, {}, scaled(300e9, 5e-6, scale));
   const int tp_messages = 4 * static_cast<int>(kConfig.n_layer) * 2;  // 4 all-reduces per layer, 2 ring steps each
   std::printf(
       "  Not on par here, though: TP 2 sends at least %d messages a step (4 all-reduces per layer of 2 ring steps),\n"
