@@ -186,6 +186,7 @@ const std::vector<Hop>& chain() {
        }()},
       {"fsdp2_offload", offload(plan_of({.dp_shard = 2}, 3))},
       {"ddp2_pp2_zero_bubble", with(plan_of({.dp_replicate = 2, .pp = 2}, 0, 2), ScheduleKind::zero_bubble)},
+      {"fsdp2_pp2_tp2", plan_of({.dp_shard = 2, .pp = 2, .tp = 2}, 3, 2)},
   };
   return hops;
 }
@@ -266,7 +267,8 @@ INSTANTIATE_TEST_SUITE_P(Pairs, CheckpointResume,
                          testing::Values(std::pair{chain()[0], chain()[1]}, std::pair{chain()[1], chain()[2]},
                                          std::pair{chain()[4], chain()[3]}, std::pair{chain()[5], chain()[8]},
                                          std::pair{chain()[6], chain()[7]}, std::pair{chain()[9], chain()[10]},
-                                         std::pair{chain()[11], chain()[12]}, std::pair{chain()[12], chain()[4]}),
+                                         std::pair{chain()[11], chain()[12]}, std::pair{chain()[12], chain()[4]},
+                                         std::pair{chain()[13], chain()[0]}, std::pair{chain()[3], chain()[13]}),
                          [](const auto& info) { return info.param.first.name + "_to_" + info.param.second.name; });
 
 // Resume under the same layout: the same bytes as never stopping, losses and every tensor.
