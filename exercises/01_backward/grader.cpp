@@ -4,6 +4,7 @@
 // (autograd/gradcheck.h) compares the Function's backward with finite differences in f64.
 // With -DSL_SOLUTION the library's sl::gelu stands in for the student's functions.
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -56,12 +57,17 @@ static bool close(const std::vector<double>& a, const std::vector<double>& b, do
   return true;
 }
 
+static std::string show(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.6g", v);
+  return text;
+}
+
 static std::string first_difference(const Tensor& x, const std::vector<double>& got, const std::vector<double>& want) {
   const std::vector<double> xs = x.to_vector();
   for (size_t i = 0; i < got.size(); ++i)
     if (!(std::abs(got[i] - want[i]) <= 1e-9 * (1 + std::abs(want[i]))))
-      return "at x = " + std::to_string(xs[i]) + " you give " + std::to_string(got[i]) + ", expected " +
-             std::to_string(want[i]);
+      return "at x = " + show(xs[i]) + ": you give " + show(got[i]) + ", expected " + show(want[i]);
   return "";
 }
 

@@ -59,7 +59,7 @@ static Outcome run(int n, bool reduce_scatter, bool integers) {
               std::vector<int64_t>(n)};
   LaunchOptions options;
   options.backend = Backend::threads;
-  options.timeout = std::chrono::seconds(10);  // a deadlock ends as a TimeoutError, well inside `timeout 60`
+  options.timeout = std::chrono::seconds(4);  // a deadlock ends as a TimeoutError: 9 checks x 4 s < `timeout 60`
   try {
     launch(n, [&](RankContext& ctx) {
       const int r = ctx.rank;
@@ -83,7 +83,7 @@ static Outcome run(int n, bool reduce_scatter, bool integers) {
       out.want[r] = reference.to_vector();
     }, options);
   } catch (const TimeoutError& e) {
-    throw exercises::CheckFailed(std::string("a rank waited 10 s for a message that never came (a deadlock?): every rank must "
+    throw exercises::CheckFailed(std::string("a rank waited 4 s for a message that never came (a deadlock?): every rank must "
                                              "isend before it recv's, and the tags of a step must match. ") + e.what());
   } catch (const RemoteError& e) {
     throw exercises::CheckFailed(std::string("a rank failed: ") + e.what());
