@@ -4,6 +4,7 @@
 #   make run        the main job: the GPT learns addition over dp 2 x pp 2 x tp 2, against serial (TRAIN_ARGS=...)
 #   make test       build and run the whole GoogleTest suite
 #   make lessons    every lesson in order;  make lesson N=01  one of them
+#   make exercises  the exercises and their status;  make exercise N=01 [SOLUTION=1]  grade one
 #   make bench      the benchmarks (JSON lines)
 #   make deps       check for (and, as root, install) Eigen, GoogleTest, nlohmann-json, OpenBLAS, OpenMPI
 #   make format     clang-format every source;  make compdb  compile_commands.json for editors
@@ -150,7 +151,7 @@ ifeq ($(MAKELEVEL),0)
   endif
 endif
 
-.PHONY: all run test lessons lesson bench deps format compdb clean programs fuzz
+.PHONY: all run test lessons lesson exercise exercises bench deps format compdb clean programs fuzz
 # Keep the objects of lessons, benchmarks and tools (make would delete them as intermediate files).
 .SECONDARY:
 .DEFAULT_GOAL := all
@@ -217,6 +218,31 @@ lesson: deps
 	@lesson="$(filter $(BUILD)/lessons/$(N)_%,$(LESSONS))"; \
 	  test -n "$$lesson" || { echo "no lesson $(N) (have: $(notdir $(LESSONS)))"; exit 2; }; \
 	  $(SAN_ENV) $$lesson
+
+# ---- exercises (exercises/README.md) ---------------------------------------------------------------
+# make exercise N=01: exercises/01_*/student.cpp + grader.cpp against the library, into
+# $(BUILD)/exercises/, graded under `timeout 60` (a hang fails too). SOLUTION=1 compiles with -DSL_SOLUTION:
+# the grader calls the library's own implementation instead (into $(BUILD)/exercises-solution/).
+# make exercises: each one's difficulty, lesson and status (exercises/status.sh).
+EXERCISES := $(sort $(patsubst exercises/%/grader.cpp,%,$(wildcard exercises/*/grader.cpp)))
+EX_BUILD  := $(BUILD)/exercises$(if $(SOLUTION),-solution)
+EX_FLAGS  := $(if $(SOLUTION),-DSL_SOLUTION) -Wno-unused-parameter  # the TODO bodies use no parameter
+
+$(EX_BUILD)/%.o: exercises/%.cpp $(FLAGS_FILE)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) $(EX_FLAGS) -c $< -o $@
+
+$(EX_BUILD)/%/grader: $(EX_BUILD)/%/student.o $(EX_BUILD)/%/grader.o $(LIB)
+	$(CXX) $(LDFLAGS) $(filter %.o,$^) $(LINK_LIB) $(LDLIBS) -o $@
+
+exercise: deps
+	@test -n "$(N)" || { echo "usage: make exercise N=01 [SOLUTION=1]"; exit 2; }
+	@ex="$(filter $(N)_%,$(EXERCISES))"; \
+	  test -n "$$ex" || { echo "no exercise $(N) (have: $(EXERCISES))"; exit 2; }; \
+	  $(MAKE) --no-print-directory $(EX_BUILD)/$$ex/grader && timeout 60 $(EX_BUILD)/$$ex/grader
+
+exercises:
+	@bash exercises/status.sh $(EXERCISES)
 
 # Benchmarks run with OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE unset: this machine sets them to a slower
 # kernel for old OpenBLAS builds, and ../shared/bench/README.md measures PyTorch without them too.
