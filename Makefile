@@ -151,7 +151,7 @@ ifeq ($(MAKELEVEL),0)
   endif
 endif
 
-.PHONY: all run test lessons lesson exercise exercises bench deps format compdb clean programs fuzz
+.PHONY: all run test lessons lesson exercise exercise-graders exercises bench deps format compdb clean programs fuzz
 # Keep the objects of lessons, benchmarks and tools (make would delete them as intermediate files).
 .SECONDARY:
 .DEFAULT_GOAL := all
@@ -234,6 +234,9 @@ $(EX_BUILD)/%.o: exercises/%.cpp $(FLAGS_FILE)
 
 $(EX_BUILD)/%/grader: $(EX_BUILD)/%/student.o $(EX_BUILD)/%/grader.o $(LIB)
 	$(CXX) $(LDFLAGS) $(filter %.o,$^) $(LINK_LIB) $(LDLIBS) -o $@
+
+# Every grader of this kind (template or SOLUTION=1) at once, so that -j2 builds two at a time (CI).
+exercise-graders: $(patsubst %,$(EX_BUILD)/%/grader,$(EXERCISES))
 
 exercise: deps
 	@test -n "$(N)" || { echo "usage: make exercise N=01 [SOLUTION=1]"; exit 2; }

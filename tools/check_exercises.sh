@@ -5,10 +5,14 @@
 #   1. grade the template as shipped: it must fail (exit non-zero) and say "not implemented yet",
 #      within the make recipe's `timeout 60` (exit 124 is a hang; a crash is a signal's exit code);
 #   2. grade with SOLUTION=1 (the library's own implementation wired into the same grader): exit 0.
-# Always make -j1: the graders are small and CI shares its cores.
+# The graders are built first with -j2 (both kinds), then graded one at a time.
 set -u
 cd "$(dirname "$0")/.."
 mkdir -p build
+# Build every grader both ways first, two compilers at a time; a grader that does not build shows
+# below as "no score".
+make --no-print-directory -j2 exercise-graders >build/check_exercises_build.log 2>&1 || true
+make --no-print-directory -j2 exercise-graders SOLUTION=1 >build/check_exercises_build_solution.log 2>&1 || true
 failures=0 count=0
 summary=""
 for grader in exercises/*/grader.cpp; do
