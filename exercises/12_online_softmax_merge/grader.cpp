@@ -3,13 +3,14 @@
 // The reference is a serial softmax attention written here (f64 loops, max trick) over ALL the keys;
 // the student's blocks are random splits of those keys. With -DSL_SOLUTION the library's
 // attention_block_forward and merge_attention (parallel/context_parallel/attention_block.h) stand in.
+#include "exercises/grader.h"
+
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string>
 #include <vector>
 
-#include "exercises/grader.h"
 #include "parallel/context_parallel/attention_block.h"
 #include "tensor/ops.h"
 
@@ -132,8 +133,10 @@ struct Problem {
 };
 static Problem problem(int64_t T, uint64_t seed, double logit_scale = 1) {
   Generator g(seed);
-  Problem p{mul(randn({2, 2, T, 4}, DType::f64, &g), logit_scale), randn({2, 2, T, 4}, DType::f64, &g),
-            randn({2, 2, T, 4}, DType::f64, &g), {}};
+  Problem p{mul(randn({2, 2, T, 4}, DType::f64, &g), logit_scale),
+            randn({2, 2, T, 4}, DType::f64, &g),
+            randn({2, 2, T, 4}, DType::f64, &g),
+            {}};
   for (int64_t t = 0; t < T; ++t) p.pos.push_back(t);
   return p;
 }
@@ -192,16 +195,20 @@ static void expect_merged(const BlockOutput& merged, const BlockOutput& a, const
   const std::vector<double> out = merged.out.to_vector(), lse = merged.lse.to_vector();
   const std::vector<double> la = a.lse.to_vector(), lb = b.lse.to_vector();
   expect(!any_nan(out) && !any_nan(lse),
-         what + ": nan in the merge. If a block has lse = -inf in some row (it saw no key), lse_a - max is "
-                "-inf - -inf = nan: when one side is -inf, the merge is the other side");
+         what +
+             ": nan in the merge. If a block has lse = -inf in some row (it saw no key), lse_a - max is "
+             "-inf - -inf = nan: when one side is -inf, the merge is the other side");
   expect(!any_inf(lse, true) && !any_inf(out, false),
-         what + ": inf in the merge: log(exp(lse_a) + exp(lse_b)) overflows once lse > 709. Subtract the max: "
-                "m + log(exp(lse_a - m) + exp(lse_b - m))");
+         what +
+             ": inf in the merge: log(exp(lse_a) + exp(lse_b)) overflows once lse > 709. Subtract the max: "
+             "m + log(exp(lse_a - m) + exp(lse_b - m))");
   if (!close(lse, want.lse, 1e-9)) {
     std::vector<double> summed(la.size()), maxed(la.size());
     for (size_t r = 0; r < la.size(); ++r) summed[r] = la[r] + lb[r], maxed[r] = std::max(la[r], lb[r]);
-    if (close(lse, summed, 1e-9)) expect(false, what + ": lse = lse_a + lse_b: log-sum-exps add as log(e^lse_a + e^lse_b)");
-    if (close(lse, maxed, 1e-9)) expect(false, what + ": lse = max(lse_a, lse_b): add log(e^(lse_a-m) + e^(lse_b-m)) to the max");
+    if (close(lse, summed, 1e-9))
+      expect(false, what + ": lse = lse_a + lse_b: log-sum-exps add as log(e^lse_a + e^lse_b)");
+    if (close(lse, maxed, 1e-9))
+      expect(false, what + ": lse = max(lse_a, lse_b): add log(e^(lse_a-m) + e^(lse_b-m)) to the max");
     expect(false, what + ": the merged lse is not the lse over all keys (first value " + std::to_string(lse[0]) +
                       ", expected " + std::to_string(want.lse[0]) + ")");
   }
@@ -209,16 +216,19 @@ static void expect_merged(const BlockOutput& merged, const BlockOutput& a, const
     const std::vector<double> oa = a.out.to_vector(), ob = b.out.to_vector();
     std::vector<double> half(oa.size());
     for (size_t i = 0; i < oa.size(); ++i) half[i] = 0.5 * (oa[i] + ob[i]);
-    if (close(out, half, 1e-9)) expect(false, what + ": out is the plain average of the blocks: weight each by e^(lse_block - lse)");
-    expect(false, what + ": lse is right but out is not the attention over all keys: out = e^(lse_a - lse)·out_a + "
-                         "e^(lse_b - lse)·out_b (did you swap the weights, or use the old lse?)");
+    if (close(out, half, 1e-9))
+      expect(false, what + ": out is the plain average of the blocks: weight each by e^(lse_block - lse)");
+    expect(false, what +
+                      ": lse is right but out is not the attention over all keys: out = e^(lse_a - lse)·out_a + "
+                      "e^(lse_b - lse)·out_b (did you swap the weights, or use the old lse?)");
   }
 }
 
 // A block's (out, lse) from the reference, so the merge checks do not depend on attend_block.
 static BlockOutput block_of(const Tensor& q, const KeyBlock& keys, const std::vector<int64_t>& pos_q, bool causal) {
   const Reference r = reference(q, keys.k, keys.v, pos_q, keys.pos, causal);
-  return {from_vector(r.out, q.shape(), DType::f64), from_vector(r.lse, Shape({q.size(0), q.size(1), q.size(2)}), DType::f64)};
+  return {from_vector(r.out, q.shape(), DType::f64),
+          from_vector(r.lse, Shape({q.size(0), q.size(1), q.size(2)}), DType::f64)};
 }
 
 // Splits the keys at random, computes each block and merges them (a then b, or b then a).
@@ -288,8 +298,9 @@ int main() {
     expect_merged(impl::merge_blocks(masked, real), masked, real, want, "merge(masked, real)");
     const BlockOutput both = impl::merge_blocks(masked, masked);
     const std::vector<double> lse = both.lse.to_vector(), out = both.out.to_vector();
-    expect(!any_nan(lse) && !any_nan(out), "merge(masked, masked): nan; two rows that saw no key merge into a row that "
-                                           "saw no key (out 0, lse -inf): -inf - -inf is nan, test for it first");
+    expect(!any_nan(lse) && !any_nan(out),
+           "merge(masked, masked): nan; two rows that saw no key merge into a row that "
+           "saw no key (out 0, lse -inf): -inf - -inf is nan, test for it first");
     for (double l : lse) expect(l == -kInf, "merge(masked, masked): lse should stay -inf, got " + std::to_string(l));
   });
   grader.check("merge_blocks returns new tensors and leaves its inputs alone", [] {
