@@ -5,13 +5,14 @@
 // gradients (x, A_i, B_i) are held to an independent serial MLP  y = GeLU(x·Aᵀ)·Bᵀ  (sliced), and the
 // ledger's all-reduces forward and backward to the ring's 2(tp-1)/tp · B·T·C·4 bytes.
 // With -DSL_SOLUTION the library's mappings (parallel/tensor_parallel/mappings.h) stand in.
+#include "exercises/grader.h"
+
 #include <chrono>
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "autograd/grad_mode.h"
-#include "exercises/grader.h"
 #include "parallel/comm/launch.h"
 #include "parallel/tensor_parallel/mappings.h"
 #include "tensor/ops.h"
@@ -68,7 +69,8 @@ static void run_ranks(int tp, Body body) {
     launch(tp, body, options);
   } catch (const TimeoutError& e) {
     throw exercises::CheckFailed(std::string("a rank waited 4 s for the others (a deadlock?): every rank must call the "
-                                             "same all-reduces in the same order. ") + e.what());
+                                             "same all-reduces in the same order. ") +
+                                 e.what());
   } catch (const RemoteError& e) {
     throw exercises::CheckFailed(std::string("a rank failed: ") + e.what());
   }
@@ -152,8 +154,9 @@ static std::string diagnose_dx(int tp, int rank, const std::vector<MlpResult>& g
   if (close(got[rank].dx, scaled(want, tp)))
     return who + "is tp times the serial one: only f's backward all-reduces; g's backward is the identity";
   if (close(summed, want))
-    return who + "is only this rank's branch's part (the parts add up to the serial dL/dx): f's backward is missing "
-                 "its all-reduce";
+    return who +
+           "is only this rank's branch's part (the parts add up to the serial dL/dx): f's backward is missing "
+           "its all-reduce";
   return who + "differs from the serial MLP's";
 }
 
@@ -166,16 +169,20 @@ static void expect_mlp_matches_serial(int tp) {
     if (!close(mine.y, serial.y)) {
       const std::string who = at(tp, r) + ": the MLP's output ";
       expect(!close(mine.y, scaled(serial.y, 1.0 / tp)), who + "is 1/tp of the serial one: g must sum, not average");
-      expect(!close(mine.y, scaled(serial.y, tp)),
-             who + "is tp times the serial one: is f's forward summing x (f is the identity forward; f and g swapped?)");
-      expect(false, who + "differs from the serial one: g's forward must return the sum of the ranks' partial sums "
-                          "(an identity g leaves each rank its own part; f and g swapped?)");
+      expect(
+          !close(mine.y, scaled(serial.y, tp)),
+          who + "is tp times the serial one: is f's forward summing x (f is the identity forward; f and g swapped?)");
+      expect(false, who +
+                        "differs from the serial one: g's forward must return the sum of the ranks' partial sums "
+                        "(an identity g leaves each rank its own part; f and g swapped?)");
     }
     if (!close(mine.dx, serial.dx)) expect(false, diagnose_dx(tp, r, got, serial.dx));
     const Values dA = slice(serial.dA, in.A.shape(), 0, r, tp), dB = slice(serial.dB, in.B.shape(), 1, r, tp);
     const std::string who = at(tp, r) + ": the gradient of ";
-    expect(!close(mine.dB, scaled(dB, tp)), who + "B_i is tp times the serial slice: g's backward is the identity (no all-reduce)");
-    expect(!close(mine.dB, scaled(dB, 1.0 / tp)), who + "B_i is 1/tp of the serial slice: g's backward must not average");
+    expect(!close(mine.dB, scaled(dB, tp)),
+           who + "B_i is tp times the serial slice: g's backward is the identity (no all-reduce)");
+    expect(!close(mine.dB, scaled(dB, 1.0 / tp)),
+           who + "B_i is 1/tp of the serial slice: g's backward must not average");
     expect(close(mine.dB, dB), who + "B_i (columns of B) differs from the serial dB's slice: check g's backward");
     expect(close(mine.dA, dA), who + "A_i (rows of A) differs from the serial dA's slice: check g's backward");
   }
@@ -189,11 +196,13 @@ static void expect_one_all_reduce_each_way(int tp) {
     const std::string who = at(tp, r) + ": ";
     expect(mine.forward_all_reduce.calls == 1 && mine.forward_calls == 1,
            who + std::to_string(mine.forward_calls) + " collectives in forward (" +
-               std::to_string(mine.forward_all_reduce.calls) + " all-reduces); expected exactly 1, g's. "
+               std::to_string(mine.forward_all_reduce.calls) +
+               " all-reduces); expected exactly 1, g's. "
                "f's forward communicates nothing");
     expect(mine.backward_all_reduce.calls == 1 && mine.backward_calls == 1,
            who + std::to_string(mine.backward_calls) + " collectives in backward (" +
-               std::to_string(mine.backward_all_reduce.calls) + " all-reduces); expected exactly 1, f's. "
+               std::to_string(mine.backward_all_reduce.calls) +
+               " all-reduces); expected exactly 1, f's. "
                "g's backward communicates nothing");
     expect(mine.forward_all_reduce.bytes_sent == bytes && mine.backward_all_reduce.bytes_sent == bytes,
            who + "the all-reduces sent " + std::to_string(mine.forward_all_reduce.bytes_sent) + " bytes forward and " +
@@ -235,7 +244,8 @@ int main() {
       });
       const Values want = scaled(x.to_vector(), tp * (tp + 1) / 2.0);
       for (int r = 0; r < tp; ++r) {
-        expect(!close(got[r], scaled(want, 1.0 / tp)), at(tp, r) + ": g's forward averaged: it must sum (ReduceOp::sum)");
+        expect(!close(got[r], scaled(want, 1.0 / tp)),
+               at(tp, r) + ": g's forward averaged: it must sum (ReduceOp::sum)");
         expect(!close(got[r], scaled(x.to_vector(), r + 1.0)),
                at(tp, r) + ": g's forward returned this rank's own tensor: g all-reduces forward (f and g swapped?)");
         expect(close(got[r], want), at(tp, r) + ": g's forward is not the sum of the ranks' tensors");
@@ -243,8 +253,9 @@ int main() {
     }
   });
   for (int tp : {2, 3})
-    grader.check("column->row MLP, tp " + std::to_string(tp) + ": output, dX, dA_i, dB_i equal the serial MLP's (sliced)",
-                 [tp] { expect_mlp_matches_serial(tp); });
+    grader.check(
+        "column->row MLP, tp " + std::to_string(tp) + ": output, dX, dA_i, dB_i equal the serial MLP's (sliced)",
+        [tp] { expect_mlp_matches_serial(tp); });
   for (int tp : {2, 3})
     grader.check("ledger, tp " + std::to_string(tp) + ": one all-reduce of B·T·C·4 bytes forward (g), one backward (f)",
                  [tp] { expect_one_all_reduce_each_way(tp); });

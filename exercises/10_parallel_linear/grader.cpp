@@ -6,13 +6,14 @@
 // of x to the serial gradients' slices, all from an independent serial Linear run by the library's autograd.
 // With -DSL_SOLUTION the library's column_shard / row_shard (parallel/tensor_parallel/linear.h) and its
 // f and g (mappings.h) stand in, through a small adapter.
+#include "exercises/grader.h"
+
 #include <chrono>
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "autograd/grad_mode.h"
-#include "exercises/grader.h"
 #include "parallel/comm/launch.h"
 #include "parallel/tensor_parallel/linear.h"
 #include "parallel/tensor_parallel/mappings.h"
@@ -97,7 +98,8 @@ static void run_ranks(int tp, Body body) {
     launch(tp, body, options);
   } catch (const TimeoutError& e) {
     throw exercises::CheckFailed(std::string("a rank waited 4 s for the others (a deadlock?): every rank must call "
-                                             "f and g in the same order. ") + e.what());
+                                             "f and g in the same order. ") +
+                                 e.what());
   } catch (const RemoteError& e) {
     throw exercises::CheckFailed(std::string("a rank failed: ") + e.what());
   }
@@ -119,7 +121,8 @@ static void expect_shards(bool column) {
   for (int tp : {2, 3, 4}) {
     std::vector<exercise10::Shard> shards(tp);
     run_ranks(tp, [&](RankContext& ctx) {
-      shards[ctx.rank] = column ? impl::column_shard(*serial_linear(), ctx.world) : impl::row_shard(*serial_linear(), ctx.world);
+      shards[ctx.rank] =
+          column ? impl::column_shard(*serial_linear(), ctx.world) : impl::row_shard(*serial_linear(), ctx.world);
     });
     const Shape weight_shape = column ? Shape({kOut / tp, kIn}) : Shape({kOut, kIn / tp});
     const Shape bias_shape = column ? Shape({kOut / tp}) : Shape({kOut});
@@ -127,24 +130,33 @@ static void expect_shards(bool column) {
       const exercise10::Shard& s = shards[r];
       const std::string who = std::string(name) + ", " + at(tp, r) + ": ";
       expect(s.weight.defined() && s.bias.defined(), who + "the weight or the bias is undefined");
-      expect(s.weight.shape() != Shape({kOut, kIn / tp}) || !column,
-             who + "the weight is [out, in/tp]: that is the row-parallel cut; column parallel takes ROWS of W (outputs)");
-      expect(s.weight.shape() != Shape({kOut / tp, kIn}) || column,
-             who + "the weight is [out/tp, in]: that is the column-parallel cut; row parallel takes COLUMNS of W (inputs)");
-      expect(s.weight.shape() == weight_shape, who + "the weight is " + s.weight.shape().str() + ", expected " + weight_shape.str());
-      expect(s.bias.shape() == bias_shape,
-             who + "the bias is " + s.bias.shape().str() + ", expected " + bias_shape.str() +
-                 (column ? ": the bias of out/tp outputs is the same slice as the rows" : ": row parallel keeps the whole bias"));
+      expect(
+          s.weight.shape() != Shape({kOut, kIn / tp}) || !column,
+          who + "the weight is [out, in/tp]: that is the row-parallel cut; column parallel takes ROWS of W (outputs)");
+      expect(
+          s.weight.shape() != Shape({kOut / tp, kIn}) || column,
+          who +
+              "the weight is [out/tp, in]: that is the column-parallel cut; row parallel takes COLUMNS of W (inputs)");
+      expect(s.weight.shape() == weight_shape,
+             who + "the weight is " + s.weight.shape().str() + ", expected " + weight_shape.str());
+      expect(s.bias.shape() == bias_shape, who + "the bias is " + s.bias.shape().str() + ", expected " +
+                                               bias_shape.str() +
+                                               (column ? ": the bias of out/tp outputs is the same slice as the rows"
+                                                       : ": row parallel keeps the whole bias"));
       const int owner = whose_slice(serial->weight, dim, tp, s.weight.to_vector());
       expect(owner == r || owner < 0, who + "the weight holds rank " + std::to_string(owner) +
-                                          "'s slice: the offset is rank·size/tp (off by " + std::to_string(owner - r) + ")");
-      expect(owner == r, who + "the weight is not slice " + std::to_string(r) + " of W along dim " + std::to_string(dim));
+                                          "'s slice: the offset is rank·size/tp (off by " + std::to_string(owner - r) +
+                                          ")");
+      expect(owner == r,
+             who + "the weight is not slice " + std::to_string(r) + " of W along dim " + std::to_string(dim));
       const Values bias_want = column ? slice(serial->bias, 0, r, tp) : serial->bias.to_vector();
-      expect(close(s.bias.to_vector(), bias_want, 0), who + "the bias holds the wrong values" +
-                                                          (column ? ": take the same rows as the weight" : ": take the whole bias"));
+      expect(close(s.bias.to_vector(), bias_want, 0),
+             who + "the bias holds the wrong values" +
+                 (column ? ": take the same rows as the weight" : ": take the whole bias"));
       expect(s.weight.is_leaf() && s.weight.requires_grad() && s.bias.is_leaf() && s.bias.requires_grad(),
-             who + "the shard must be new leaves that require grad (detach() the slice, then set_requires_grad()): "
-                   "a view in the serial layer's graph would send the rank's gradient to the serial layer");
+             who +
+                 "the shard must be new leaves that require grad (detach() the slice, then set_requires_grad()): "
+                 "a view in the serial layer's graph would send the rank's gradient to the serial layer");
     }
   }
 }
@@ -180,11 +192,13 @@ static std::vector<RankRun> run_parallel(const Reference& ref, int tp, bool colu
   run_ranks(tp, [&](RankContext& ctx) {
     const int r = ctx.rank;
     const auto serial = serial_linear();
-    const exercise10::Shard shard = column ? impl::column_shard(*serial, ctx.world) : impl::row_shard(*serial, ctx.world);
+    const exercise10::Shard shard =
+        column ? impl::column_shard(*serial, ctx.world) : impl::row_shard(*serial, ctx.world);
     // x and w on the rank's device (cpu:rank), where its layer lives
     Tensor x = (column ? ref.x.clone() : ref.x.narrow(2, r * kIn / tp, kIn / tp)).to(ctx.device);
     x.set_requires_grad();
-    Tensor y = column ? impl::column_parallel_forward(x, shard, ctx.world) : impl::row_parallel_forward(x, shard, ctx.world);
+    Tensor y =
+        column ? impl::column_parallel_forward(x, shard, ctx.world) : impl::row_parallel_forward(x, shard, ctx.world);
     const Tensor w = (column ? ref.w.narrow(2, r * kOut / tp, kOut / tp) : ref.w).to(ctx.device);
     if (y.shape() != w.shape())
       throw exercises::CheckFailed(at(tp, r) + ": the output is " + y.shape().str() + ", expected " + w.shape().str() +
@@ -206,7 +220,8 @@ static void expect_column_outputs(int tp) {
     for (int j = 0; j < tp; ++j)
       expect(j == r || !close(runs[r].y, slice(ref.y, 2, j, tp)),
              who + "is rank " + std::to_string(j) + "'s columns of the serial output: check column_shard's offset");
-    expect(close(runs[r].y, slice(ref.y, 2, r, tp)), who + "differs from columns [r·out/tp, (r+1)·out/tp) of the serial output");
+    expect(close(runs[r].y, slice(ref.y, 2, r, tp)),
+           who + "differs from columns [r·out/tp, (r+1)·out/tp) of the serial output");
   }
 }
 
@@ -235,8 +250,9 @@ static void expect_column_gradients(int tp) {
     expect(close(runs[r].db, slice(ref.db, 0, r, tp)), who + "b_r differs from the slice of the serial db");
     expect(!runs[r].dx.empty(), who + "x is missing: x must reach the Linear through f, inside the graph");
     expect(close(runs[r].dx, ref.dx.to_vector()) || !close(summed, ref.dx.to_vector()),
-           who + "x is only this rank's part (the parts add up to the serial dx): pass x through f (copy_to_tp), "
-                 "whose backward sums the ranks' parts");
+           who +
+               "x is only this rank's part (the parts add up to the serial dx): pass x through f (copy_to_tp), "
+               "whose backward sums the ranks' parts");
     expect(close(runs[r].dx, ref.dx.to_vector()), who + "x differs from the serial dx");
   }
 }
@@ -247,15 +263,18 @@ static void expect_row_gradients(int tp) {
   for (int r = 0; r < tp; ++r) {
     const std::string who = at(tp, r) + ": the row-parallel gradient of ";
     expect(close(runs[r].dW, slice(ref.dW, 1, r, tp)), who + "W_r differs from columns r of the serial dW");
-    expect(close(runs[r].db, ref.db.to_vector()), who + "b differs from the serial db: the bias is added once, after g");
+    expect(close(runs[r].db, ref.db.to_vector()),
+           who + "b differs from the serial db: the bias is added once, after g");
     expect(close(runs[r].dx, slice(ref.dx, 2, r, tp)), who + "x_r differs from the rank's slice of the serial dx");
   }
 }
 
 int main() {
   exercises::Grader grader("10_parallel_linear");
-  grader.check("column_shard (tp 2, 3, 4): rows r of W [out/tp, in] and of b, as new leaves", [] { expect_shards(true); });
-  grader.check("row_shard (tp 2, 3, 4): columns r of W [out, in/tp] and the whole b, as new leaves", [] { expect_shards(false); });
+  grader.check("column_shard (tp 2, 3, 4): rows r of W [out/tp, in] and of b, as new leaves",
+               [] { expect_shards(true); });
+  grader.check("row_shard (tp 2, 3, 4): columns r of W [out, in/tp] and the whole b, as new leaves",
+               [] { expect_shards(false); });
   grader.check("column_parallel_forward (tp 2, 3): the rank's columns of the serial output", [] {
     for (int tp : {2, 3}) expect_column_outputs(tp);
   });

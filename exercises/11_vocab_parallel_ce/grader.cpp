@@ -5,12 +5,13 @@
 // held to the serial sl::cross_entropy on the full logits (the library's autograd), also at logits ×1e3
 // and with targets on every slice boundary; the ledger to 3 all-reduces of N floats: 3·2(tp-1)/tp·N·4 bytes.
 // With -DSL_SOLUTION the library's vocab_parallel_cross_entropy (parallel/tensor_parallel/vocab.h) stands in.
+#include "exercises/grader.h"
+
 #include <chrono>
 #include <cmath>
 #include <string>
 #include <vector>
 
-#include "exercises/grader.h"
 #include "parallel/comm/launch.h"
 #include "parallel/tensor_parallel/vocab.h"
 #include "tensor/ops.h"
@@ -92,24 +93,29 @@ static std::vector<RankRun> run_parallel(const Problem& p, int tp) {
   options.backend = Backend::threads;
   options.timeout = std::chrono::seconds(4);
   try {
-    launch(tp, [&](RankContext& ctx) {
-      const int64_t Vs = kV / tp, start = ctx.rank * Vs;
-      Tensor mine = p.logits.narrow(1, start, Vs).to(ctx.device).set_requires_grad();  // [N, Vs]
-      CommLedger& ledger = ctx.world->ledger();
-      ledger.reset();
-      Tensor loss = impl::vocab_parallel_cross_entropy(mine, targets_tensor(p.targets).to(ctx.device), start, ctx.world);
-      RankRun& run = runs[ctx.rank];
-      run.all_reduces = ledger[CommOp::all_reduce].calls;
-      run.all_reduce_bytes = ledger[CommOp::all_reduce].bytes_sent;
-      run.other_calls = ledger.total().calls - run.all_reduces;
-      expect(loss.defined() && loss.numel() == 1, at(tp, ctx.rank) + ": the loss must be one number (the mean)");
-      loss.backward();
-      run.loss = loss.item();
-      run.grad = mine.grad().defined() ? mine.grad().to_vector() : Values();
-    }, options);
+    launch(
+        tp,
+        [&](RankContext& ctx) {
+          const int64_t Vs = kV / tp, start = ctx.rank * Vs;
+          Tensor mine = p.logits.narrow(1, start, Vs).to(ctx.device).set_requires_grad();  // [N, Vs]
+          CommLedger& ledger = ctx.world->ledger();
+          ledger.reset();
+          Tensor loss =
+              impl::vocab_parallel_cross_entropy(mine, targets_tensor(p.targets).to(ctx.device), start, ctx.world);
+          RankRun& run = runs[ctx.rank];
+          run.all_reduces = ledger[CommOp::all_reduce].calls;
+          run.all_reduce_bytes = ledger[CommOp::all_reduce].bytes_sent;
+          run.other_calls = ledger.total().calls - run.all_reduces;
+          expect(loss.defined() && loss.numel() == 1, at(tp, ctx.rank) + ": the loss must be one number (the mean)");
+          loss.backward();
+          run.loss = loss.item();
+          run.grad = mine.grad().defined() ? mine.grad().to_vector() : Values();
+        },
+        options);
   } catch (const TimeoutError& e) {
     throw exercises::CheckFailed(std::string("a rank waited 4 s for the others (a deadlock?): every rank must call the "
-                                             "same three all-reduces, even a rank that owns no target. ") + e.what());
+                                             "same three all-reduces, even a rank that owns no target. ") +
+                                 e.what());
   } catch (const RemoteError& e) {
     throw exercises::CheckFailed(std::string("a rank failed: ") + e.what());
   }
@@ -134,16 +140,21 @@ static double local_only_loss(const Problem& p, int tp, int rank) {
 
 static void expect_loss(const Problem& p, int tp, const Serial& serial, const std::vector<RankRun>& runs) {
   for (int r = 0; r < tp; ++r) {
-    const std::string who = at(tp, r) + ": the loss " + std::to_string(runs[r].loss) + " (serial " +
-                            std::to_string(serial.loss) + ") ";
-    expect(std::isfinite(runs[r].loss), who + "is not finite: subtract the global max before exp (exp overflows f32 "
-                                              "beyond 88), and add it back: loss = log S + m - x_t");
-    expect(!close({runs[r].loss}, {serial.loss * kN}), who + "is N times the serial one: the loss is the MEAN over N rows");
+    const std::string who =
+        at(tp, r) + ": the loss " + std::to_string(runs[r].loss) + " (serial " + std::to_string(serial.loss) + ") ";
+    expect(std::isfinite(runs[r].loss), who +
+                                            "is not finite: subtract the global max before exp (exp overflows f32 "
+                                            "beyond 88), and add it back: loss = log S + m - x_t");
+    expect(!close({runs[r].loss}, {serial.loss * kN}),
+           who + "is N times the serial one: the loss is the MEAN over N rows");
     expect(!close({runs[r].loss}, {local_only_loss(p, tp, r)}),
-           who + "is the loss over this rank's columns only: all-reduce the max (max), the target logit and the sum "
-                 "of exponentials (sum)");
-    expect(close({runs[r].loss}, {serial.loss}), who + "differs from the serial cross-entropy on the full logits: is every "
-                                                          "target's logit counted once, by its owner (start <= t < start + Vs)?");
+           who +
+               "is the loss over this rank's columns only: all-reduce the max (max), the target logit and the sum "
+               "of exponentials (sum)");
+    expect(close({runs[r].loss}, {serial.loss}),
+           who +
+               "differs from the serial cross-entropy on the full logits: is every "
+               "target's logit counted once, by its owner (start <= t < start + Vs)?");
   }
 }
 
@@ -174,12 +185,10 @@ int main() {
   const Problem plain = random_problem(2.0);
   const Serial plain_serial = serial_loss(plain);
   for (int tp : {2, 4}) {
-    grader.check("loss, tp " + std::to_string(tp) + ": equals the serial cross-entropy on the full logits", [&, tp] {
-      expect_loss(plain, tp, plain_serial, run_parallel(plain, tp));
-    });
-    grader.check("gradient, tp " + std::to_string(tp) + ": each rank's columns of the serial dL/dlogits", [&, tp] {
-      expect_gradient(tp, plain_serial, run_parallel(plain, tp));
-    });
+    grader.check("loss, tp " + std::to_string(tp) + ": equals the serial cross-entropy on the full logits",
+                 [&, tp] { expect_loss(plain, tp, plain_serial, run_parallel(plain, tp)); });
+    grader.check("gradient, tp " + std::to_string(tp) + ": each rank's columns of the serial dL/dlogits",
+                 [&, tp] { expect_gradient(tp, plain_serial, run_parallel(plain, tp)); });
   }
   grader.check("logits x1e3, tp 2: finite and equal to the serial loss and gradient (the max subtracted)", [] {
     const Problem big = random_problem(2000.0);
@@ -187,8 +196,9 @@ int main() {
     const std::vector<RankRun> runs = run_parallel(big, 2);
     for (const RankRun& run : runs)
       for (double g : run.grad)
-        expect(std::isfinite(g), "a NaN or inf in the gradient at logits x1e3: subtract the global max m before exp (exp overflows f32 "
-                 "beyond 88): p = exp(x - m) / S");
+        expect(std::isfinite(g),
+               "a NaN or inf in the gradient at logits x1e3: subtract the global max m before exp (exp overflows f32 "
+               "beyond 88): p = exp(x - m) / S");
     expect_loss(big, 2, serial, runs);
     expect_gradient(2, serial, runs);
   });
@@ -200,8 +210,9 @@ int main() {
     const std::vector<RankRun> runs = run_parallel(edges, 4);
     for (int r = 0; r < 4; ++r)
       expect(close({runs[r].loss}, {serial.loss}),
-             at(4, r) + ": the loss is wrong when targets sit on the first or last id of a slice (it is right for "
-                        "others?): a rank owns t when start <= t < start + Vs, nothing off by one");
+             at(4, r) +
+                 ": the loss is wrong when targets sit on the first or last id of a slice (it is right for "
+                 "others?): a rank owns t when start <= t < start + Vs, nothing off by one");
     expect_gradient(4, serial, runs);
   });
   grader.check("ledger, tp 2 and 4: exactly 3 all-reduces of N floats, 3·2(tp-1)/tp·N·4 bytes", [&] {
