@@ -36,6 +36,7 @@
 //         sections, each layout's groups, memory and bytes, then its checks; then "lesson 14: OK".
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <map>
 #include <memory>
