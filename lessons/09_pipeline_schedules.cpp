@@ -12,6 +12,8 @@
 //   * zero-bubble (ZB-H1, splitting B into input and weight gradients) is lesson 10
 //
 // Run:    make lesson N=09   (about two seconds)
+// Try:    build/lessons/09_pipeline_schedules --p 2 --m 8 --v 4 --svg /tmp/svg_09   (timelines as .svg)
+//         build/lessons/09_pipeline_schedules --m 16     (the bubble shrinks);  --break-warmup (fails)
 // Prints: 1 the orders by hand == library; 2 ideal timelines and bubbles; 3 memory per rank;
 //         4 measured timelines, bubbles and messages; 5 every schedule == GPipe bit for bit;
 //         then "lesson 09: OK".
@@ -27,23 +29,33 @@
 #include "parallel/pipeline/pipeline_runner.h"
 #include "parallel/pipeline/simulate.h"
 #include "tensor/ledger.h"
+#include "lesson_args.h"
 
 using namespace sl;
 using namespace sl::parallel;
 using i64 = long long;
 
-static const nn::GPTConfig kConfig{32, 8, 8, 2, 16, 0.0};  // 8 layers: 4 stages x 2 chunks of 1
-constexpr uint64_t kSeed = 4;
-constexpr int kP = 4, kM = 8;
-constexpr double kSleep = 1e-3;  // synthetic cost per layer per row
+// What a student may change: p stages, m micro-batches, v chunks per rank (interleaved), the
+// synthetic cost per layer per row of the measured runs, the seed. The model has p·v layers, one per
+// chunk (defaults: 8 layers = 4 stages x 2 chunks of 1).
+struct Config {
+  int p = 4, m = 8, v = 2;
+  double sleep = 1e-3;  // synthetic cost per layer per row (seconds)
+  uint64_t seed = 4;
+  bool break_warmup = false;  // the on-page 1F1B gives every rank p-1 warm-up forwards
+  std::string svg_dir;
+  nn::GPTConfig model() const { return nn::GPTConfig{32, 8, p * v, 2, 16, 0.0}; }
+};
 
 static void section(const char* title) { std::printf("\n== %s\n", title); }
 
 // ---- the orders on the page ---------------------------------------------------------------------------
 // 1F1B on rank r of p with m micro-batches: "F0 F1 B0 F2 B1 …" (micro-batch ids).
-static std::vector<std::string> one_f_one_b(int p, int r, int m) {
+static std::vector<std::string> one_f_one_b(int p, int r, int m, bool break_warmup) {
   std::vector<std::string> order;
-  const int warmup = std::min(p - r - 1, m);
+  // The last stage starts its first backward at once; rank r is p-r-1 forwards ahead of it. (Broken:
+  // every rank warms up as if it were rank 0, so later ranks hold micro-batches they need not.)
+  const int warmup = std::min(break_warmup ? p - 1 : p - r - 1, m);
   // Warmup: fill the pipe down to the last stage.
   for (int i = 0; i < warmup; ++i) order.push_back("F" + std::to_string(i));
   // Steady state: one forward, then the oldest backward (whose gradient has just come back).
@@ -86,17 +98,20 @@ static std::vector<std::string> library_order(const Schedule& s, int r) {
 
 struct Measured {
   Timeline timeline;
-  std::vector<int> in_flight = std::vector<int>(kP);
-  std::vector<i64> peak = std::vector<i64>(kP);
+  std::vector<int> in_flight;
+  std::vector<i64> peak;
   i64 sends = 0;                       // p2p sends of the step, all ranks
   std::vector<nn::StateDict> grads = std::vector<nn::StateDict>(1);
 };
 
-static Measured run(ScheduleKind kind, int v, double sleep) {
+static Measured run(const Config& cfg, ScheduleKind kind, int v, double sleep) {
+  const int kP = cfg.p, kM = cfg.m;
   nn::TokenStream data;
   data.vocab_size = 32;
   for (int i = 0; i < 2000; ++i) data.tokens.push_back((i * 5 + i / 3 + (i * i) % 7) % 32);
   Measured out;
+  out.in_flight.assign(kP, 0);
+  out.peak.assign(kP, 0);
   std::vector<i64> sends(kP);
   launch(kP, [&](RankContext& ctx) {
     DeviceMesh mesh(ctx.world, ParallelismConfig{.pp = kP});
@@ -104,7 +119,7 @@ static Measured run(ScheduleKind kind, int v, double sleep) {
     options.schedule = kind;
     options.virtual_stages = v;
     options.engine.sleep_per_layer_row_seconds = sleep;
-    PipelineRunner runner(kConfig, kSeed, mesh, options);
+    PipelineRunner runner(cfg.model(), cfg.seed, mesh, options);
     auto micros = data.micro_batches(0, 2 * kM, 8, kM);
     double count = 0;
     for (const auto& mb : micros) count += static_cast<double>(mb.counted);
@@ -128,68 +143,95 @@ static Measured run(ScheduleKind kind, int v, double sleep) {
   return out;
 }
 
-int main() {
+// A check that prints its line and remembers a failure.
+struct Checker {
   bool ok = true;
-  auto check = [&](bool condition, const std::string& what) {
+  void operator()(bool condition, const std::string& what) {
     std::printf("  check: %-72s %s\n", what.c_str(), condition ? "ok" : "FAILED");
     ok = ok && condition;
-  };
-
-  section("1. The orders, written again above, against the library's lists");
-  {
-    bool same_1f1b = true, same_interleaved = true;
-    for (int p = 1; p <= 6; ++p)
-      for (int m = 1; m <= 12; ++m)
-        for (int r = 0; r < p; ++r)
-          same_1f1b = same_1f1b && one_f_one_b(p, r, m) == library_order(make_schedule(ScheduleKind::one_f_one_b, p, m), r);
-    for (int p : {2, 3, 4})
-      for (int v : {2, 3})
-        for (int m : {p, 2 * p, 3 * p})
-          for (int r = 0; r < p; ++r)
-            same_interleaved = same_interleaved &&
-                               interleaved(p, r, m, v) == library_order(make_schedule(ScheduleKind::interleaved, p, m, v), r);
-    std::printf("%s", make_schedule(ScheduleKind::one_f_one_b, kP, kM).str().c_str());
-    check(same_1f1b, "1F1B by hand == make_schedule, p <= 6, m <= 12, every rank");
-    check(same_interleaved, "interleaved by hand == make_schedule, p 2-4, v 2-3, m = p, 2p, 3p");
   }
+};
 
-  section("2. Ideal timelines (simulated: F = 1, B = 2, free messages), p = 4, m = 8");
+static std::string joined(const std::vector<std::string>& order) {
+  std::string out;
+  for (const std::string& item : order) out += item + " ";
+  return out;
+}
+
+static void orders_by_hand(const Config& cfg, Checker& check) {
+  section("1. The orders, written again above, against the library's lists");
+  bool same_1f1b = true, same_interleaved = true;
+  for (int p = 1; p <= 6; ++p)
+    for (int m = 1; m <= 12; ++m)
+      for (int r = 0; r < p; ++r)
+        same_1f1b = same_1f1b && one_f_one_b(p, r, m, cfg.break_warmup) ==
+                                     library_order(make_schedule(ScheduleKind::one_f_one_b, p, m), r);
+  for (int p : {2, 3, 4})
+    for (int v : {2, 3})
+      for (int m : {p, 2 * p, 3 * p})
+        for (int r = 0; r < p; ++r)
+          same_interleaved = same_interleaved &&
+                             interleaved(p, r, m, v) == library_order(make_schedule(ScheduleKind::interleaved, p, m, v), r);
+  const Schedule chosen = make_schedule(ScheduleKind::one_f_one_b, cfg.p, cfg.m);
+  std::printf("%s", chosen.str().c_str());
+  if (cfg.break_warmup) {  // show the last rank, where the broken warm-up differs most
+    const int r = cfg.p - 1;
+    std::printf("  --break-warmup, rank %d:\n    by hand: %s\n    library: %s\n", r,
+                joined(one_f_one_b(cfg.p, r, cfg.m, true)).c_str(), joined(library_order(chosen, r)).c_str());
+  }
+  check(same_1f1b, "1F1B by hand == make_schedule, p <= 6, m <= 12, every rank");
+  check(same_interleaved, "interleaved by hand == make_schedule, p 2-4, v 2-3, m = p, 2p, 3p");
+}
+
+static void ideal_timelines(const Config& cfg, Checker& check) {
+  std::printf("\n== 2. Ideal timelines (simulated: F = 1, B = 2, free messages), p = %d, m = %d\n", cfg.p, cfg.m);
   bool exact = true;
-  for (auto [kind, v] : {std::pair{ScheduleKind::gpipe, 1}, {ScheduleKind::one_f_one_b, 1}, {ScheduleKind::interleaved, 2}}) {
-    const Schedule s = make_schedule(kind, kP, kM, v);
-    check_schedule_config(kind, kP, kM, v);
+  for (auto [kind, v] : {std::pair{ScheduleKind::gpipe, 1}, {ScheduleKind::one_f_one_b, 1}, {ScheduleKind::interleaved, cfg.v}}) {
+    const Schedule s = make_schedule(kind, cfg.p, cfg.m, v);
+    check_schedule_config(kind, cfg.p, cfg.m, v);
     const Simulation sim = simulate(s, Costs{1.0 / v, 2.0 / v});  // a chunk is 1/v of a stage
-    const double formula = bubble_formula(kind, kP, kM, v);
-    std::printf("  %s%s: bubble %.4f, formula %.4f\n%s", schedule_name(kind), v > 1 ? " v=2" : "", sim.timeline.bubble(),
-                formula, ascii_gantt(sim.timeline, 66).c_str());
+    const double formula = bubble_formula(kind, cfg.p, cfg.m, v);
+    std::printf("  %s%s: bubble %.4f, formula %.4f\n%s", schedule_name(kind), v > 1 ? (" v=" + std::to_string(v)).c_str() : "",
+                sim.timeline.bubble(), formula, ascii_gantt(sim.timeline, 66).c_str());
+    if (!cfg.svg_dir.empty())
+      lesson::write_picture(cfg.svg_dir, std::string("ideal_") + schedule_name(kind) + ".svg", svg(sim.timeline));
     exact = exact && !sim.deadlocked && std::abs(sim.timeline.bubble() - formula) < 1e-12;
   }
   check(exact, "simulated bubble == (p-1)/(m+p-1), interleaved (p-1)/(v·m+p-1)");
+}
 
-  section("3. Memory: what each rank holds at its peak (measured, p = 4, m = 8)");
-  const Measured gpipe = run(ScheduleKind::gpipe, 1, 0), ofob = run(ScheduleKind::one_f_one_b, 1, 0);
+// Section 3; returns GPipe's run, whose gradients section 5 compares against.
+static Measured memory_per_rank(const Config& cfg, Checker& check) {
+  std::printf("\n== 3. Memory: what each rank holds at its peak (measured, p = %d, m = %d)\n", cfg.p, cfg.m);
+  const Measured gpipe = run(cfg, ScheduleKind::gpipe, 1, 0), ofob = run(cfg, ScheduleKind::one_f_one_b, 1, 0);
   bool counts = true, smaller = true;
   std::printf("  %-5s %-26s %-26s %s\n", "rank", "GPipe: in flight / bytes", "1F1B: in flight / bytes", "min(p-r, m)");
-  for (int r = 0; r < kP; ++r) {
+  for (int r = 0; r < cfg.p; ++r) {
     std::printf("  %-5d %2d / %-21lld %2d / %-21lld %d\n", r, gpipe.in_flight[r], gpipe.peak[r], ofob.in_flight[r],
-                ofob.peak[r], std::min(kP - r, kM));
-    counts = counts && gpipe.in_flight[r] == kM && ofob.in_flight[r] == std::min(kP - r, kM);
-    smaller = smaller && ofob.peak[r] < gpipe.peak[r];
+                ofob.peak[r], std::min(cfg.p - r, cfg.m));
+    counts = counts && gpipe.in_flight[r] == cfg.m && ofob.in_flight[r] == std::min(cfg.p - r, cfg.m);
+    // Where min(p-r, m) = m (m <= p-r) 1F1B holds as much as GPipe: only "not more" can be asked there.
+    smaller = smaller && (cfg.m <= cfg.p - r ? ofob.peak[r] <= gpipe.peak[r] : ofob.peak[r] < gpipe.peak[r]);
   }
   std::printf("  The same bubble, but the first stage holds p micro-batches, the last one only one.\n");
   check(counts, "in flight: GPipe m on every rank, 1F1B min(p-r, m)");
-  check(smaller, "1F1B's activation peak < GPipe's on every rank (ledger)");
+  check(smaller, "1F1B's activation peak < GPipe's on every rank where p-r < m (ledger)");
+  return gpipe;
+}
 
+static void measured_runs(const Config& cfg, Checker& check) {
   section("4. Measured runs (fixed cost per layer): bubble against the formula, and the messages");
   bool overlapped = true, messages = true;
-  for (auto [kind, v] : {std::pair{ScheduleKind::one_f_one_b, 1}, {ScheduleKind::interleaved, 2}}) {
-    const Measured m = run(kind, v, kSleep);
-    const double formula = bubble_formula(kind, kP, kM, v);
-    const i64 expected_sends = 2LL * kM * (kP * v - 1);  // an activation and a gradient per chunk boundary
+  for (auto [kind, v] : {std::pair{ScheduleKind::one_f_one_b, 1}, {ScheduleKind::interleaved, cfg.v}}) {
+    const Measured m = run(cfg, kind, v, cfg.sleep);
+    const double formula = bubble_formula(kind, cfg.p, cfg.m, v);
+    const i64 expected_sends = 2LL * cfg.m * (cfg.p * v - 1);  // an activation and a gradient per chunk boundary
     std::printf("  %s%s: step %.0f ms, bubble %.3f (formula %.3f), %lld sends (2·m·(p·v-1) = %lld)\n%s",
-                schedule_name(kind), v > 1 ? " v=2" : "", 1e3 * m.timeline.span(), m.timeline.bubble(), formula, m.sends,
-                expected_sends, ascii_gantt(m.timeline, 66).c_str());
-    overlapped = overlapped && m.timeline.bubble() < bubble_formula(ScheduleKind::naive, kP, kM, 1);
+                schedule_name(kind), v > 1 ? (" v=" + std::to_string(v)).c_str() : "", 1e3 * m.timeline.span(),
+                m.timeline.bubble(), formula, m.sends, expected_sends, ascii_gantt(m.timeline, 66).c_str());
+    if (!cfg.svg_dir.empty())
+      lesson::write_picture(cfg.svg_dir, std::string("measured_") + schedule_name(kind) + ".svg", svg(m.timeline));
+    overlapped = overlapped && m.timeline.bubble() < bubble_formula(ScheduleKind::naive, cfg.p, cfg.m, 1);
     messages = messages && m.sends == expected_sends;
   }
   std::printf("  Interleaving trades messages ((p·v-1)/(p-1) times as many) for a bubble about v times smaller.\n");
@@ -204,15 +246,41 @@ int main() {
       "   the formulas exactly, here the check is only that the stages overlap)\n");
   check(overlapped, "measured bubble < the naive schedule's (p-1)/p: the stages overlap");
   check(messages, "sends per step = 2·m·(p·v - 1)");
+}
 
+static void same_gradients(const Config& cfg, const Measured& gpipe, Checker& check) {
   section("5. Only the order changes: every schedule's gradients equal GPipe's, bit for bit");
   bool bitwise = !gpipe.grads[0].empty();  // no gradients to compare must fail, not pass
-  for (auto [kind, v] : {std::pair{ScheduleKind::one_f_one_b, 1}, {ScheduleKind::interleaved, 2}, {ScheduleKind::naive, 1}}) {
-    const Measured m = run(kind, v, 0);
+  for (auto [kind, v] : {std::pair{ScheduleKind::one_f_one_b, 1}, {ScheduleKind::interleaved, cfg.v}, {ScheduleKind::naive, 1}}) {
+    const Measured m = run(cfg, kind, v, 0);
     for (const auto& [name, g] : gpipe.grads[0]) bitwise = bitwise && m.grads[0].at(name).values<float>() == g.values<float>();
   }
   check(bitwise, "naive, 1F1B and interleaved gradients == GPipe's, every parameter");
+}
 
-  std::printf("\nlesson 09: %s\n", ok ? "OK" : "FAILED");
-  return ok ? 0 : 1;
+int main(int argc, char** argv) {
+  lesson::Args args(argc, argv, "09_pipeline_schedules", "1F1B and interleaved 1F1B against GPipe");
+  Config cfg;
+  cfg.p = static_cast<int>(args.integer("p", 4, "pipeline stages", 2, 6));
+  cfg.m = static_cast<int>(args.integer("m", 8, "micro-batches per step (a multiple of p, for interleaving)", 2, 24));
+  cfg.v = static_cast<int>(args.integer("v", 2, "chunks per rank in interleaved 1F1B (the model has p·v layers)", 2, 4));
+  cfg.sleep = 1e-3 * args.real("sleep-ms", 1.0, "synthetic cost per layer per row in the measured runs (ms)", 0.2, 3.0);
+  cfg.seed = static_cast<uint64_t>(args.integer("seed", 4, "the model's seed", 0, 1000000));
+  cfg.break_warmup = args.breaks("warmup", "the on-page 1F1B gives every rank p-1 warm-up forwards, not p-r-1");
+  cfg.svg_dir = args.svg();
+  args.done();
+  if (cfg.m % cfg.p != 0) {
+    std::fprintf(stderr, "09_pipeline_schedules: --m %d is not a multiple of --p %d (interleaving needs it)\n", cfg.m, cfg.p);
+    return 2;
+  }
+  std::printf("lesson 09 with p = %d, m = %d, v = %d, sleep %.2f ms per layer row, seed %llu%s\n", cfg.p, cfg.m, cfg.v,
+              1e3 * cfg.sleep, static_cast<unsigned long long>(cfg.seed), cfg.break_warmup ? ", BROKEN warm-up" : "");
+  Checker check;
+  orders_by_hand(cfg, check);
+  ideal_timelines(cfg, check);
+  const Measured gpipe = memory_per_rank(cfg, check);
+  measured_runs(cfg, check);
+  same_gradients(cfg, gpipe, check);
+  std::printf("\nlesson 09: %s\n", check.ok ? "OK" : "FAILED");
+  return check.ok ? 0 : 1;
 }

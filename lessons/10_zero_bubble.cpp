@@ -19,6 +19,8 @@
 //   24 units of work each: 1F1B waits 3(p-1) = 9 units, ZB-H1 p-1 = 3.
 //
 // Run:    make lesson N=10   (about two seconds)
+// Try:    build/lessons/10_zero_bubble --p 6 --m 12 --svg /tmp/svg_10   (timelines as .svg)
+//         build/lessons/10_zero_bubble --m 24    (both bubbles shrink);  --break-waiting (fails)
 // Prints: 1 the split on one Linear; 2 the ZB-H1 order by hand == library; 3 ideal timelines and
 //         bubbles; 4 memory per rank; 5 a measured run's bubble; 6 gradients == 1F1B's bit for bit;
 //         then "lesson 10: OK".
@@ -36,28 +38,36 @@
 #include "parallel/pipeline/simulate.h"
 #include "tensor/ledger.h"
 #include "tensor/ops.h"
+#include "lesson_args.h"
 
 using namespace sl;
 using namespace sl::parallel;
 using i64 = long long;
 
-static const nn::GPTConfig kConfig{32, 8, 4, 2, 16, 0.0};  // 4 layers: one per stage
-constexpr uint64_t kSeed = 9;
-constexpr int kP = 4, kM = 8;
-constexpr double kSleep = 4e-3;  // synthetic cost per layer per row (F, B and W alike): 8 ms a pass
+// What a student may change: p stages (the model has p layers, one per stage), m micro-batches, the
+// synthetic cost per layer per row of the measured run (F, B and W alike; 4 ms: 8 ms a pass), the seed.
+struct Config {
+  int p = 4, m = 8;
+  double sleep = 4e-3;
+  uint64_t seed = 9;
+  bool break_waiting = false;  // the on-page ZB-H1 lets rank r keep p-1-r W's waiting, not r
+  std::string svg_dir;
+  nn::GPTConfig model() const { return nn::GPTConfig{32, 8, p, 2, 16, 0.0}; }
+};
 
 static void section(const char* title) { std::printf("\n== %s\n", title); }
 
 // ---- the order on the page ------------------------------------------------------------------------
 // ZB-H1 on rank r: 1F1B's warm-up and F,B pairs; after each B, a W if more than r are waiting; the
 // waiting W's at the end.
-static std::vector<std::string> zb_h1(int p, int r, int m) {
+static std::vector<std::string> zb_h1(int p, int r, int m, bool break_waiting) {
   std::vector<std::string> order;
   const int warmup = std::min(p - r - 1, m);
   int b = 0, w = 0;
   auto backward = [&] {
     order.push_back("B" + std::to_string(b++));
-    if (b - w > r) order.push_back("W" + std::to_string(w++));  // rank r keeps r W's for the cool-down
+    // (Broken: the count reversed, so the first stage, which nobody waits for, defers the most.)
+    if (b - w > (break_waiting ? p - 1 - r : r)) order.push_back("W" + std::to_string(w++));  // rank r keeps r W's for the cool-down
   };
   for (int i = 0; i < warmup; ++i) order.push_back("F" + std::to_string(i));
   for (int i = warmup; i < m; ++i) {
@@ -78,21 +88,23 @@ static std::vector<std::string> library_order(const Schedule& s, int r) {
 
 struct Measured {
   Timeline timeline;
-  std::vector<i64> peak = std::vector<i64>(kP);
+  std::vector<i64> peak;
   nn::StateDict grads;
 };
 
-static Measured run(ScheduleKind kind, double sleep) {
+static Measured run(const Config& cfg, ScheduleKind kind, double sleep) {
+  const int kP = cfg.p, kM = cfg.m;
   nn::TokenStream data;
   data.vocab_size = 32;
   for (int i = 0; i < 2000; ++i) data.tokens.push_back((i * 5 + i / 3 + (i * i) % 7) % 32);
   Measured out;
+  out.peak.assign(kP, 0);
   launch(kP, [&](RankContext& ctx) {
     DeviceMesh mesh(ctx.world, ParallelismConfig{.pp = kP});
     PipelineOptions options;
     options.schedule = kind;
     options.engine.sleep_per_layer_row_seconds = sleep;
-    PipelineRunner runner(kConfig, kSeed, mesh, options);
+    PipelineRunner runner(cfg.model(), cfg.seed, mesh, options);
     auto micros = data.micro_batches(0, 2 * kM, 8, kM);
     double count = 0;
     for (const auto& mb : micros) count += static_cast<double>(mb.counted);
@@ -112,13 +124,22 @@ static Measured run(ScheduleKind kind, double sleep) {
   return out;
 }
 
-int main() {
+// A check that prints its line and remembers a failure.
+struct Checker {
   bool ok = true;
-  auto check = [&](bool condition, const std::string& what) {
+  void operator()(bool condition, const std::string& what) {
     std::printf("  check: %-74s %s\n", what.c_str(), condition ? "ok" : "FAILED");
     ok = ok && condition;
-  };
+  }
+};
 
+static std::string joined(const std::vector<std::string>& order) {
+  std::string out;
+  for (const std::string& item : order) out += item + " ";
+  return out;
+}
+
+static void split_one_linear(Checker& check) {
   section("1. One Linear, y [N, out] = x [N, in] · Wᵀ + b: dX now (B), dW and db later (W)");
   {
     const int N = 4, in = 3, out = 5;
@@ -156,76 +177,111 @@ int main() {
           "B then W == the fused backward, bit for bit");
   }
 
+}
+
+static void order_by_hand(const Config& cfg, Checker& check) {
   section("2. The ZB-H1 order, written again above, against the library's lists");
-  {
-    bool same = true;
-    for (int p = 1; p <= 6; ++p)
-      for (int m = 1; m <= 12; ++m)
-        for (int r = 0; r < p; ++r) same = same && zb_h1(p, r, m) == library_order(make_schedule(ScheduleKind::zero_bubble, p, m), r);
-    std::printf("%s", make_schedule(ScheduleKind::zero_bubble, kP, kM).str().c_str());
-    check(same, "ZB-H1 by hand == make_schedule, p <= 6, m <= 12, every rank");
-  }
+  bool same = true;
+  for (int p = 1; p <= 6; ++p)
+    for (int m = 1; m <= 12; ++m)
+      for (int r = 0; r < p; ++r)
+        same = same && zb_h1(p, r, m, cfg.break_waiting) == library_order(make_schedule(ScheduleKind::zero_bubble, p, m), r);
+  const Schedule chosen = make_schedule(ScheduleKind::zero_bubble, cfg.p, cfg.m);
+  std::printf("%s", chosen.str().c_str());
+  if (cfg.break_waiting)  // rank 0 should keep none waiting; broken, it keeps p-1
+    std::printf("  --break-waiting, rank 0:\n    by hand: %s\n    library: %s\n", joined(zb_h1(cfg.p, 0, cfg.m, true)).c_str(),
+                joined(library_order(chosen, 0)).c_str());
+  check(same, "ZB-H1 by hand == make_schedule, p <= 6, m <= 12, every rank");
+}
 
-  section("3. Ideal timelines (simulated: F = B = W = 1, free messages), p = 4, m = 8");
-  {
-    const Simulation one = simulate(make_schedule(ScheduleKind::one_f_one_b, kP, kM), Costs{1, 2, 1});
-    const Simulation zb = simulate(make_schedule(ScheduleKind::zero_bubble, kP, kM), Costs{1, 2, 1});
-    const double f_one = bubble_formula(ScheduleKind::one_f_one_b, kP, kM, 1);
-    const double f_zb = bubble_formula(ScheduleKind::zero_bubble, kP, kM, 1);
-    std::printf("  1f1b: bubble %.4f, formula (p-1)/(m+p-1) = %.4f, span %.0f\n%s", one.timeline.bubble(), f_one,
-                one.timeline.span(), ascii_gantt(one.timeline, 66).c_str());
-    std::printf("  zero-bubble: bubble %.4f, formula (p-1)/(3m+p-1) = %.4f ≈ (p-1)/(3m) = %.4f, span %.0f\n%s",
-                zb.timeline.bubble(), f_zb, (kP - 1) / (3.0 * kM), zb.timeline.span(), ascii_gantt(zb.timeline, 66).c_str());
-    check(std::abs(one.timeline.bubble() - f_one) < 1e-12 && std::abs(zb.timeline.bubble() - f_zb) < 1e-12,
-          "simulated bubbles == 1F1B's and ZB-H1's formulas");
-    check(std::abs((zb.timeline.span() - 3 * kM) * 3 - (one.timeline.span() - 3 * kM)) < 1e-12,
-          "ZB-H1 idles p-1 units where 1F1B idles 3(p-1): a third");
+static void ideal_timelines(const Config& cfg, Checker& check) {
+  const int kP = cfg.p, kM = cfg.m;
+  std::printf("\n== 3. Ideal timelines (simulated: F = B = W = 1, free messages), p = %d, m = %d\n", kP, kM);
+  const Simulation one = simulate(make_schedule(ScheduleKind::one_f_one_b, kP, kM), Costs{1, 2, 1});
+  const Simulation zb = simulate(make_schedule(ScheduleKind::zero_bubble, kP, kM), Costs{1, 2, 1});
+  const double f_one = bubble_formula(ScheduleKind::one_f_one_b, kP, kM, 1);
+  const double f_zb = bubble_formula(ScheduleKind::zero_bubble, kP, kM, 1);
+  std::printf("  1f1b: bubble %.4f, formula (p-1)/(m+p-1) = %.4f, span %.0f\n%s", one.timeline.bubble(), f_one,
+              one.timeline.span(), ascii_gantt(one.timeline, 66).c_str());
+  std::printf("  zero-bubble: bubble %.4f, formula (p-1)/(3m+p-1) = %.4f ≈ (p-1)/(3m) = %.4f, span %.0f\n%s",
+              zb.timeline.bubble(), f_zb, (kP - 1) / (3.0 * kM), zb.timeline.span(), ascii_gantt(zb.timeline, 66).c_str());
+  if (!cfg.svg_dir.empty()) {
+    lesson::write_picture(cfg.svg_dir, "ideal_1f1b.svg", svg(one.timeline));
+    lesson::write_picture(cfg.svg_dir, "ideal_zero_bubble.svg", svg(zb.timeline));
   }
+  check(std::abs(one.timeline.bubble() - f_one) < 1e-12 && std::abs(zb.timeline.bubble() - f_zb) < 1e-12,
+        "simulated bubbles == 1F1B's and ZB-H1's formulas");
+  check(std::abs((zb.timeline.span() - 3 * kM) * 3 - (one.timeline.span() - 3 * kM)) < 1e-12,
+        "ZB-H1 idles p-1 units where 1F1B idles 3(p-1): a third");
+}
 
-  section("4. Memory: activations each rank holds at its peak (measured on the ledger, p = 4, m = 8)");
-  const Measured one = run(ScheduleKind::one_f_one_b, 0), zb = run(ScheduleKind::zero_bubble, 0);
-  {
-    const auto held = peak_in_flight(make_schedule(ScheduleKind::zero_bubble, kP, kM));
-    i64 max_one = 0, max_zb = 0;
-    std::printf("  %-5s %-14s %-14s %s\n", "rank", "1F1B bytes", "ZB-H1 bytes", "ZB-H1 micro-batches F..W");
-    for (int r = 0; r < kP; ++r) {
-      std::printf("  %-5d %-14lld %-14lld %d (p-r = %d between F and B, the rest between B and W)\n", r, one.peak[r],
-                  zb.peak[r], held[r], kP - r);
-      max_one = std::max(max_one, one.peak[r]);
-      max_zb = std::max(max_zb, zb.peak[r]);
-    }
-    std::printf("  Later ranks hold more than in 1F1B (their waiting W's), but less than rank 0, which waits for none.\n");
-    check(max_zb <= max_one, "ZB-H1's peak over the ranks <= 1F1B's (" + std::to_string(max_zb) + " <= " +
-                                 std::to_string(max_one) + " bytes)");
+static void memory_per_rank(const Config& cfg, const Measured& one, const Measured& zb, Checker& check) {
+  const int kP = cfg.p, kM = cfg.m;
+  std::printf("\n== 4. Memory: activations each rank holds at its peak (measured on the ledger, p = %d, m = %d)\n", kP, kM);
+  const auto held = peak_in_flight(make_schedule(ScheduleKind::zero_bubble, kP, kM));
+  i64 max_one = 0, max_zb = 0;
+  std::printf("  %-5s %-14s %-14s %s\n", "rank", "1F1B bytes", "ZB-H1 bytes", "ZB-H1 micro-batches F..W");
+  for (int r = 0; r < kP; ++r) {
+    std::printf("  %-5d %-14lld %-14lld %d (p-r = %d between F and B, the rest between B and W)\n", r, one.peak[r],
+                zb.peak[r], held[r], kP - r);
+    max_one = std::max(max_one, one.peak[r]);
+    max_zb = std::max(max_zb, zb.peak[r]);
   }
+  std::printf("  Later ranks hold more than in 1F1B (their waiting W's), but less than rank 0, which waits for none.\n");
+  check(max_zb <= max_one, "ZB-H1's peak over the ranks <= 1F1B's (" + std::to_string(max_zb) + " <= " +
+                               std::to_string(max_one) + " bytes)");
+}
 
+static void measured_run(const Config& cfg, Checker& check) {
   section("5. A measured run (fixed cost per layer: F, B and W each sleep alike)");
-  {
-    const Measured m = run(ScheduleKind::zero_bubble, kSleep);
-    const double formula = bubble_formula(ScheduleKind::zero_bubble, kP, kM, 1);
-    std::printf("  zero-bubble: step %.0f ms, bubble %.3f (formula %.3f; 1F1B's %.3f)\n%s", 1e3 * m.timeline.span(),
-                m.timeline.bubble(), formula, bubble_formula(ScheduleKind::one_f_one_b, kP, kM, 1),
-                ascii_gantt(m.timeline, 66).c_str());
-    // Not held to the formula: every message costs a thread wake-up, which the formula (free messages)
-    // leaves out, and on a loaded 2-core machine a wake-up can wait milliseconds for a core. With 8 ms
-    // passes the measured bubble has come out from 0.02 above the formula on a quiet machine to 0.13
-    // above it on a busy one, nearly 1F1B's. Section 3 checks ZB-H1's bubble exactly (simulated);
-    // the measured one is checked only to overlap the stages, which holds under load.
-    std::printf(
-        "  (measured on a shared machine: each message waits for its thread to be scheduled, which the\n"
-        "   formula leaves out, so the measured bubble lies above it, by more the busier the machine;\n"
-        "   section 3 checks the formula exactly, here the check is only that the stages overlap)\n");
-    check(m.timeline.bubble() < bubble_formula(ScheduleKind::naive, kP, kM, 1),
-          "measured bubble < the naive schedule's (p-1)/p: the stages overlap");
+  const Measured m = run(cfg, ScheduleKind::zero_bubble, cfg.sleep);
+  const double formula = bubble_formula(ScheduleKind::zero_bubble, cfg.p, cfg.m, 1);
+  std::printf("  zero-bubble: step %.0f ms, bubble %.3f (formula %.3f; 1F1B's %.3f)\n%s", 1e3 * m.timeline.span(),
+              m.timeline.bubble(), formula, bubble_formula(ScheduleKind::one_f_one_b, cfg.p, cfg.m, 1),
+              ascii_gantt(m.timeline, 66).c_str());
+  if (!cfg.svg_dir.empty()) lesson::write_picture(cfg.svg_dir, "measured_zero_bubble.svg", svg(m.timeline));
+  // Not held to the formula: every message costs a thread wake-up, which the formula (free messages)
+  // leaves out, and on a loaded 2-core machine a wake-up can wait milliseconds for a core. With 8 ms
+  // passes the measured bubble has come out from 0.02 above the formula on a quiet machine to 0.13
+  // above it on a busy one, nearly 1F1B's. Section 3 checks ZB-H1's bubble exactly (simulated);
+  // the measured one is checked only to overlap the stages, which holds under load.
+  std::printf(
+      "  (measured on a shared machine: each message waits for its thread to be scheduled, which the\n"
+      "   formula leaves out, so the measured bubble lies above it, by more the busier the machine;\n"
+      "   section 3 checks the formula exactly, here the check is only that the stages overlap)\n");
+  check(m.timeline.bubble() < bubble_formula(ScheduleKind::naive, cfg.p, cfg.m, 1),
+        "measured bubble < the naive schedule's (p-1)/p: the stages overlap");
+}
+
+int main(int argc, char** argv) {
+  lesson::Args args(argc, argv, "10_zero_bubble", "zero-bubble pipelines (ZB-H1): split the backward into B and W");
+  Config cfg;
+  cfg.p = static_cast<int>(args.integer("p", 4, "pipeline stages (the model has p layers)", 2, 6));
+  cfg.m = static_cast<int>(args.integer("m", 8, "micro-batches per step, at least p (the formulas hold from m = p)", 2, 24));
+  cfg.sleep = 1e-3 * args.real("sleep-ms", 4.0, "synthetic cost per layer per row in the measured run (ms)", 1.0, 8.0);
+  cfg.seed = static_cast<uint64_t>(args.integer("seed", 9, "the model's seed", 0, 1000000));
+  cfg.break_waiting = args.breaks("waiting", "the on-page ZB-H1 lets rank r keep p-1-r W's waiting, not r");
+  cfg.svg_dir = args.svg();
+  args.done();
+  if (cfg.m < cfg.p) {  // with fewer micro-batches than stages the pipe never fills: no steady state
+    std::fprintf(stderr, "10_zero_bubble: --m %d is below --p %d; the bubble formulas need m >= p\n", cfg.m, cfg.p);
+    return 2;
   }
+  std::printf("lesson 10 with p = %d, m = %d, sleep %.2f ms per layer row, seed %llu%s\n", cfg.p, cfg.m, 1e3 * cfg.sleep,
+              static_cast<unsigned long long>(cfg.seed), cfg.break_waiting ? ", BROKEN waiting W's" : "");
+  Checker check;
+  split_one_linear(check);
+  order_by_hand(cfg, check);
+  ideal_timelines(cfg, check);
+  const Measured one = run(cfg, ScheduleKind::one_f_one_b, 0), zb = run(cfg, ScheduleKind::zero_bubble, 0);
+  memory_per_rank(cfg, one, zb, check);
+  measured_run(cfg, check);
 
   section("6. Only the order changes: ZB-H1's gradients equal 1F1B's, bit for bit");
-  {
-    bool bitwise = !one.grads.empty();
-    for (const auto& [name, g] : one.grads) bitwise = bitwise && zb.grads.at(name).values<float>() == g.values<float>();
-    check(bitwise, "zero-bubble gradients == 1F1B's, every parameter");
-  }
+  bool bitwise = !one.grads.empty();
+  for (const auto& [name, g] : one.grads) bitwise = bitwise && zb.grads.at(name).values<float>() == g.values<float>();
+  check(bitwise, "zero-bubble gradients == 1F1B's, every parameter");
 
-  std::printf("\nlesson 10: %s\n", ok ? "OK" : "FAILED");
-  return ok ? 0 : 1;
+  std::printf("\nlesson 10: %s\n", check.ok ? "OK" : "FAILED");
+  return check.ok ? 0 : 1;
 }

@@ -30,13 +30,17 @@
 //     wte (tied)             average          yes        —                                 yes
 //
 // Run:    make lesson N=14   (about 2 s here: 17 runs of 2 steps, up to 16 thread ranks)
+// Try:    build/lessons/14_nd_parallel --batch 32 --T 8 --steps 3 --svg /tmp/svg_14   (the meshes drawn)
+//         build/lessons/14_nd_parallel --mesh pp2,cp2,tp4;  --break-order (the page lays ranks out pp-fastest)
 // Prints: 1 the two meshes, rank by rank; 2 the table; 3 the rules, each "OK"; 4 the guide's
 //         sections, each layout's groups, memory and bytes, then its checks; then "lesson 14: OK".
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +53,8 @@
 #include "parallel/train/factory.h"
 #include "parallel/train/trainer.h"
 #include "tensor/ledger.h"
+#include "lesson_args.h"
+#include "lesson_svg.h"
 
 using namespace sl;
 using namespace sl::parallel;
@@ -59,27 +65,44 @@ static std::string num(double v, int digits = 1) {
   std::snprintf(buf, sizeof buf, "%.*f", digits, v);
   return buf;
 }
-static bool ok = true;
+static bool ok = true;  // the lesson's verdict: every check() and'ed in
 static void check(bool condition, const std::string& what) {
   std::printf("  check: %s: %s\n", what.c_str(), condition ? "OK" : "FAILED");
   ok = ok && condition;
 }
 
+// What a student may change (main reads the flags): the batch B (rows, split over dp), the context T
+// (the model's block_size), the AdamW steps, the seed; the mesh order mistake; where pictures go.
+struct Run {
+  const nn::TokenStream& data;
+  nn::GPTConfig model;
+  int64_t batch = 16, T = 16;
+  int steps = 2;
+  uint64_t seed = 13;
+  bool column_major = false;  // the mistake: the page's coordinates vary pp fastest, not tp
+  std::string svg_dir;
+};
+
 // ---- 1. the mesh on the page ------------------------------------------------------------------------
 // Degrees and coordinates in grid order: pp, dp_replicate, dp_shard, cp, tp (outermost first).
 using Coords = std::array<int, 5>;
-static Coords coords_of(int rank, const Coords& degrees) {
+static Coords coords_of(int rank, const Coords& degrees, bool column_major = false) {
   Coords c{};
+  if (column_major) {  // the mistake: pp varies fastest, so tp pairs land world/tp apart
+    for (int d = 0; d <= 4; ++d) c[d] = rank % degrees[d], rank /= degrees[d];
+    return c;
+  }
   for (int d = 4; d >= 0; --d) c[d] = rank % degrees[d], rank /= degrees[d];  // row-major: the last varies fastest
   return c;
 }
 // The groups of the set `dims`: ranks that agree on every coordinate outside it, each ascending.
-static std::vector<std::vector<int>> groups_on_page(const std::vector<int>& dims, const Coords& degrees) {
+static std::vector<std::vector<int>> groups_on_page(const std::vector<int>& dims, const Coords& degrees,
+                                                    bool column_major = false) {
   int world = 1;
   for (int d : degrees) world *= d;
   std::map<std::vector<int>, std::vector<int>> by_rest;
   for (int r = 0; r < world; ++r) {
-    Coords c = coords_of(r, degrees);
+    Coords c = coords_of(r, degrees, column_major);
     for (int d : dims) c[d] = -1;  // forget the coordinates the group varies
     by_rest[{c.begin(), c.end()}].push_back(r);
   }
@@ -94,7 +117,28 @@ static std::string braces(const std::vector<int>& ranks) {
   return s + "}";
 }
 
-static void draw_mesh(const ParallelismConfig& config) {
+// The mesh as a picture: one row of boxes per dimension (tp, cp, dp_shard, dp_replicate, pp), one box
+// per rank, coloured by which of that dimension's groups (DeviceMesh::partition) holds the rank.
+static void picture_mesh(const Run& run, const ParallelismConfig& config,
+                         const std::map<std::string, std::vector<std::vector<int>>>& partitions) {
+  const char* colours[] = {"#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#eeca3b", "#b279a2", "#ff9da6"};
+  const int world = config.world_size();
+  const double w = 44, h = 26, left = 110;
+  lesson::Canvas canvas(left + w * world + 20, 40 + (h + 8) * partitions.size() + 10);
+  canvas.text(10, 20, "world " + std::to_string(world) + " = " + config.str() + " (colour = group)", 12);
+  double y = 34;
+  for (const auto& [name, groups] : partitions) {
+    canvas.text(left - 8, y + h / 2 + 4, name, 11, "end");
+    for (size_t g = 0; g < groups.size(); ++g)
+      for (int rank : groups[g]) canvas.box(left + w * rank, y, w - 4, h, colours[g % 8], std::to_string(rank));
+    y += h + 8;
+  }
+  std::string file = "mesh";
+  for (int d : config.degrees()) file += "_" + std::to_string(d);
+  lesson::write_picture(run.svg_dir, file + ".svg", canvas.str());
+}
+
+static void draw_mesh(const ParallelismConfig& config, const Run& run) {
   const Coords degrees = config.degrees();
   const int world = config.world_size();
   std::printf("world %d = %s, grid [pp %d, dp_replicate %d, dp_shard %d, cp %d, tp %d]\n", world, config.str().c_str(),
@@ -103,6 +147,7 @@ static void draw_mesh(const ParallelismConfig& config) {
   const std::vector<std::pair<std::string, std::vector<int>>> names = {
       {"pp", {0}}, {"dp_replicate", {1}}, {"cp", {3}}, {"tp", {4}}, {"dp_cp", {1, 2, 3}}};
   std::map<std::string, std::vector<std::vector<int>>> library;  // from DeviceMesh, on rank 0
+  std::map<std::string, std::vector<std::vector<int>>> drawn;    // the dimensions of more than one rank
   std::vector<std::string> lines(world);
   launch(world, [&](RankContext& ctx) {
     DeviceMesh mesh(ctx.world, config);  // collective: every rank builds the same mesh
@@ -117,26 +162,29 @@ static void draw_mesh(const ParallelismConfig& config) {
         line += std::string("  ") + (dim == std::string("dp_replicate") ? "dp" : dim) + " with " + braces(peers);
       }
     lines[ctx.rank] = line;
-    if (ctx.rank == 0)
-      for (const auto& [name, dims] : names) library[name] = mesh.partition(name);
+    if (ctx.rank != 0) return;
+    for (const auto& [name, dims] : names) library[name] = mesh.partition(name);
+    for (const char* dim : {"tp", "cp", "dp_shard", "dp_replicate", "pp"})
+      if (mesh.size(dim) > 1) drawn[dim] = mesh.partition(dim);
   });
   for (const std::string& line : lines) std::printf("%s\n", line.c_str());
   for (const auto& [name, dims] : names) {
-    std::vector<std::vector<int>> want = groups_on_page(dims, degrees), got = library[name];
+    std::vector<std::vector<int>> want = groups_on_page(dims, degrees, run.column_major), got = library[name];
     std::sort(got.begin(), got.end());
-    std::string shown;
+    std::string shown, library_shown;
     for (const auto& g : want) shown += " " + braces(g);
+    for (const auto& g : got) library_shown += " " + braces(g);
+    if (got != want) std::printf("  --break-order: the page's %s groups%s, DeviceMesh's%s\n", name.c_str(), shown.c_str(), library_shown.c_str());
     check(got == want, name + " groups" + shown + " == DeviceMesh::partition");
   }
+  if (!run.svg_dir.empty()) picture_mesh(run, config, drawn);
 }
 
 // ---- 2. the tour ------------------------------------------------------------------------------------
 // B·T per rank must exceed ~3C for TP's activation all-reduces to outweigh DP's gradient one, as in
 // real LLMs (B·T in the thousands, C in the thousands): 16 rows of 16 tokens, C 16.
+// (Run's defaults; --batch and --T change them, and the rules of section 3 hold over their ranges.)
 static const nn::GPTConfig kConfig{.vocab_size = 32, .block_size = 16, .n_layer = 4, .n_head = 4, .n_embd = 16};
-constexpr int64_t kBatch = 16, kT = 16;
-constexpr int kSteps = 2;
-constexpr uint64_t kSeed = 13;
 static nn::AdamWOptions adamw() { return {.lr = 1e-2, .eps = 1e-6, .weight_decay = 0.1}; }
 
 static nn::TokenStream tokens() {
@@ -169,6 +217,7 @@ struct Row {
   std::map<std::string, double> sent;   // KiB sent per rank and step, mean over ranks: dp, pp, cp, tp
   std::map<std::string, double> calls;  // calls per rank and step, mean over ranks
   double bubble = 0;
+  int64_t batch = 0;                    // the global batch's rows
   // Section 4 keeps the data-parallel groups apart and looks between steps:
   std::map<std::string, double> group_sent;  // as `sent`, by the group's own name: dp_shard, dp_replicate, ...
   std::array<double, 4> held{};              // KiB per category after the last step, max over ranks
@@ -185,8 +234,7 @@ struct RankRecord {  // what one rank counted
   int dp_rank = 0, tp_first = 0;             // tp_first: the lowest rank of its tp group
 };
 
-static void train_rank(RankContext& ctx, const TrainPlan& plan, const nn::TokenStream& data, RankRecord& record,
-                       Row& row) {
+static void train_rank(RankContext& ctx, const TrainPlan& plan, const Run& run, RankRecord& record, Row& row) {
   MemoryLedger& ledger = MemoryLedger::instance();
   std::array<int64_t, 4> before_build{};
   for (int c = 0; c < 4; ++c) before_build[c] = ledger.current(ctx.device, kCats[c]);
@@ -194,9 +242,9 @@ static void train_rank(RankContext& ctx, const TrainPlan& plan, const nn::TokenS
   std::unique_ptr<Trainer> trainer;
   if (plan.cuts_model())
     trainer = std::make_unique<Trainer>(
-        ctx, plan, [&](const DeviceMesh& mesh) { return make_model_runner(plan, kConfig, kSeed, {}, mesh); }, adamw());
+        ctx, plan, [&](const DeviceMesh& mesh) { return make_model_runner(plan, run.model, run.seed, {}, mesh); }, adamw());
   else
-    replica = std::make_unique<nn::GPT>(kConfig, kSeed),
+    replica = std::make_unique<nn::GPT>(run.model, run.seed),
     trainer = std::make_unique<Trainer>(*replica, ctx, plan, adamw());
   auto totals = [&] {  // bytes so far per group
     std::map<std::string, CommStats> t;
@@ -206,8 +254,8 @@ static void train_rank(RankContext& ctx, const TrainPlan& plan, const nn::TokenS
   };
   auto before = totals();         // setup's broadcast left out: the steps only
   ledger.reset_peak(ctx.device);  // and the peaks of training, not of building (FSDP's whole replica)
-  for (int s = 0; s < kSteps; ++s) {
-    double loss = trainer->train_step(data, s, kBatch, kT, adamw().lr, 0.0);
+  for (int s = 0; s < run.steps; ++s) {
+    double loss = trainer->train_step(run.data, s, run.batch, run.T, adamw().lr, 0.0);
     if (ctx.rank == 0) row.losses[s] = loss;
   }
   for (auto& [name, s] : totals())
@@ -226,25 +274,26 @@ static void train_rank(RankContext& ctx, const TrainPlan& plan, const nn::TokenS
       row.rank0_groups.push_back({name, mesh.members(name)});
 }
 
-static Row measure(const Layout& l, int world, const nn::TokenStream& data) {
+static Row measure(const Layout& l, int world, const Run& run) {
   Row row;
   row.name = l.name;
   row.config = l.plan.parallelism;
-  row.losses.assign(kSteps, 0.0);
+  row.batch = run.batch;
+  row.losses.assign(run.steps, 0.0);
   const TrainPlan& plan = l.plan;
   plan.validate(world);
-  if (plan.cuts_model()) check_model_runner(plan, kConfig);
+  if (plan.cuts_model()) check_model_runner(plan, run.model);
   std::vector<RankRecord> records(world);
-  launch(world, [&](RankContext& ctx) { train_rank(ctx, plan, data, records[ctx.rank], row); });
+  launch(world, [&](RankContext& ctx) { train_rank(ctx, plan, run, records[ctx.rank], row); });
   for (const RankRecord& r : records) {
     for (int c = 0; c < 5; ++c) row.kib[c] = std::max(row.kib[c], r.peak[c] / 1024.0);
     for (int c = 0; c < 4; ++c) row.held[c] = std::max(row.held[c], r.held[c] / 1024.0);
     row.model_state = std::max(row.model_state, (r.held[0] + r.held[1] + r.held[2]) / 1024.0);
     for (const auto& [name, s] : r.traffic) {
       const std::string merged = name.rfind("dp", 0) == 0 ? "dp" : name;  // DDP's dp, ZeRO's dp_shard, HSDP's both
-      row.sent[merged] += s.bytes_sent / 1024.0 / kSteps / world;
-      row.calls[merged] += static_cast<double>(s.calls) / kSteps / world;
-      row.group_sent[name] += s.bytes_sent / 1024.0 / kSteps / world;
+      row.sent[merged] += s.bytes_sent / 1024.0 / run.steps / world;
+      row.calls[merged] += static_cast<double>(s.calls) / run.steps / world;
+      row.group_sent[name] += s.bytes_sent / 1024.0 / run.steps / world;
     }
     row.tp_groups_share_dp_rank &= r.dp_rank == records[r.tp_first].dp_rank;  // the same rows of the batch
   }
@@ -254,18 +303,18 @@ static Row measure(const Layout& l, int world, const nn::TokenStream& data) {
   return row;
 }
 
-static Row serial_row(const nn::TokenStream& data) {  // an independent nn::GPT + nn::AdamW
+static Row serial_row(const Run& run) {  // an independent nn::GPT + nn::AdamW
   Row row;
   row.name = "serial";
   MemoryLedger& ledger = MemoryLedger::instance();
   const Device dev = current_device();
   {
-    nn::GPT model(kConfig, kSeed);
+    nn::GPT model(run.model, run.seed);
     nn::AdamW optimizer(model.parameters(), adamw());
     ledger.reset_peak(dev);
-    for (int s = 0; s < kSteps; ++s) {
+    for (int s = 0; s < run.steps; ++s) {
       optimizer.zero_grad();
-      nn::Batch batch = data.get_batch(s, kBatch, kT);
+      nn::Batch batch = run.data.get_batch(s, run.batch, run.T);
       Tensor loss = model.loss(batch.inputs, batch.targets);
       loss.backward();
       row.losses.push_back(loss.item());
@@ -278,9 +327,9 @@ static Row serial_row(const nn::TokenStream& data) {  // an independent nn::GPT 
 }
 static void check_losses(const Row& r, const Row& serial) {
   bool same = true;
-  for (int s = 0; s < kSteps; ++s)
+  for (size_t s = 0; s < serial.losses.size(); ++s)
     same = same && std::abs(r.losses[s] - serial.losses[s]) <= 4e-5 + 1e-5 * std::abs(serial.losses[s]);
-  check(same, r.name + ": both steps' losses == serial (rtol 1e-5, atol 4e-5)");
+  check(same, r.name + ": every step's loss == serial (rtol 1e-5, atol 4e-5)");
 }
 
 // ---- 4. the Accelerate guide, section by section ------------------------------------------------------
@@ -295,9 +344,9 @@ struct ParamCount {
     return static_cast<double>(sliced + (padded - vocab) * kConfig.n_embd) / tp + replicated;
   }
 };
-static ParamCount count_parameters() {
+static ParamCount count_parameters(const Run& run) {
   ParamCount count;
-  for (const auto& [name, p] : nn::GPT(kConfig, kSeed).named_parameters()) {
+  for (const auto& [name, p] : nn::GPT(run.model, run.seed).named_parameters()) {
     auto has = [&](const char* part) { return name.find(part) != std::string::npos; };
     const bool sliced = has("c_attn") || has("c_fc") || has("c_proj.weight") || name.rfind("wte", 0) == 0;
     (sliced ? count.sliced : count.replicated) += p.numel();
@@ -331,7 +380,7 @@ static void check_sent(const Row& r, const std::string& group, double want, cons
 
 static void show(const Row& r, const Row& serial) {
   std::printf("\n%s = %s (world %d, %d rows per data-parallel rank)\n", r.name.c_str(), r.config.str().c_str(),
-              r.config.world_size(), static_cast<int>(kBatch / r.dp));
+              r.config.world_size(), static_cast<int>(r.batch / r.dp));
   std::string line;
   for (const auto& [name, ranks] : r.rank0_groups) line += "  " + name + " " + braces(ranks);
   std::printf("  mesh, rank 0's groups:%s\n", line.c_str());
@@ -353,7 +402,7 @@ static void bytes_not_time(const char* claim) {
 }
 
 struct Guide {
-  const nn::TokenStream& data;
+  const Run& run;
   const Row& serial;
   const Row& fsdp8;  // section 2's FSDP over all 8 ranks
   ParamCount psi;
@@ -366,7 +415,7 @@ static void guide_hsdp(const Guide& g) {
       "\n4.1 HSDP (dp_replicate R, dp_shard S): FSDP inside a node, whole replicas across nodes. With nodes\n"
       "of 4 ranks: S = 4 shards, R = 2 replicas. Within a replica FSDP all-gathers and reduce-scatters as\n"
       "ever; across replicas each rank all-reduces its gradient shard, once per step.\n");
-  Row hsdp = measure(layout("hsdp 2x4", {.dp_replicate = R, .dp_shard = S}, 3), R * S, g.data);
+  Row hsdp = measure(layout("hsdp 2x4", {.dp_replicate = R, .dp_shard = S}, 3), R * S, g.run);
   show(hsdp, g.serial);
   check_state(hsdp, psi / S, "8Ψ/S", 8);
   check_state(hsdp, psi / S, "16Ψ/S");
@@ -394,8 +443,8 @@ static void guide_fsdp_tp(const Guide& g) {
       "TP leaves on a rank. Ψ = %.0f parameters: %lld sliced by TP, %lld replicated (LayerNorms, wpe, c_proj\n"
       "biases); a tp rank of %d holds Ψ_tp = Ψ_sliced/%d + Ψ_replicated = %.0f = %.3f Ψ, not Ψ/%d.\n",
       psi, static_cast<long long>(g.psi.sliced), static_cast<long long>(g.psi.replicated), T, T, part, part / psi, T);
-  Row alone = measure(layout("fsdp4", {.dp_shard = S}, 3), S, g.data);
-  Row both = measure(layout("fsdp4 x tp2", {.dp_shard = S, .tp = T}, 3), S * T, g.data);
+  Row alone = measure(layout("fsdp4", {.dp_shard = S}, 3), S, g.run);
+  Row both = measure(layout("fsdp4 x tp2", {.dp_shard = S, .tp = T}, 3), S * T, g.run);
   show(alone, g.serial);
   show(both, g.serial);
   check_state(both, part / S, "16·Ψ_tp/S");
@@ -409,8 +458,8 @@ static void guide_fsdp_tp(const Guide& g) {
   std::printf(
       "A tp group computes on one batch: its ranks share a dp rank, so dp = world/tp. At %d rows per\n"
       "data-parallel rank, world 8 trains on %d x dp rows: fsdp8 %d x %d, fsdp4 x tp2 %d x %d.\n",
-      static_cast<int>(kBatch / both.dp), static_cast<int>(kBatch / both.dp), static_cast<int>(kBatch / both.dp),
-      g.fsdp8.dp, static_cast<int>(kBatch / both.dp), both.dp);
+      static_cast<int>(both.batch / both.dp), static_cast<int>(both.batch / both.dp),
+      static_cast<int>(both.batch / both.dp), g.fsdp8.dp, static_cast<int>(both.batch / both.dp), both.dp);
   check(both.tp_groups_share_dp_rank, "fsdp4 x tp2: every tp group's ranks (DeviceMesh::members) have one dp_rank()");
   check(both.dp == S && g.fsdp8.dp == both.dp * T, "dp = world/tp = " + std::to_string(both.dp) + " vs fsdp8's " +
                                                        std::to_string(g.fsdp8.dp) + ": the global batch shrinks by tp");
@@ -423,8 +472,8 @@ static void guide_fsdp_cp(const Guide& g) {
   std::printf(
       "\n4.3 FSDP + CP (dp_shard S, cp C): the cp ranks hold the same weights (each its part of the sequence),\n"
       "so FSDP shards over all S·C of them: the group dp_shard_cp. Against the same mesh under DDP:\n");
-  Row ddp = measure(layout("ddp2 x cp2", {.dp_replicate = S, .cp = C}), S * C, g.data);
-  Row both = measure(layout("fsdp2 x cp2", {.dp_shard = S, .cp = C}, 3), S * C, g.data);
+  Row ddp = measure(layout("ddp2 x cp2", {.dp_replicate = S, .cp = C}), S * C, g.run);
+  Row both = measure(layout("fsdp2 x cp2", {.dp_shard = S, .cp = C}, 3), S * C, g.run);
   show(ddp, g.serial);
   show(both, g.serial);
   check_state(both, psi / (S * C), "16Ψ/(S·cp)");
@@ -444,7 +493,7 @@ static void guide_hsdp_tp(const Guide& g) {
   std::printf(
       "\n4.4 HSDP + TP (dp_replicate R, dp_shard S, tp T): replicas across groups of nodes, FSDP within a\n"
       "group, TP within a node; world 8 = 2 x 2 x 2, the smallest such mesh.\n");
-  Row three = measure(layout("hsdp 2x2 x tp2", {.dp_replicate = R, .dp_shard = S, .tp = T}, 3), R * S * T, g.data);
+  Row three = measure(layout("hsdp 2x2 x tp2", {.dp_replicate = R, .dp_shard = S, .tp = T}, 3), R * S * T, g.run);
   show(three, g.serial);
   check_state(three, part / S, "16·Ψ_tp/S");
   check_sent(three, "dp_shard", 3 * ring_kib(part, S), "3·(S-1)/S·4·Ψ_tp");
@@ -458,11 +507,11 @@ static void guide_example(const Guide& g) {
   std::printf(
       "\n4.5 the guide's first example, ParallelismConfig(dp_shard_size=2, dp_replicate_size=2, cp_size=2,\n"
       "tp_size=2), on world 16. Rank 0's groups by section 1's rule, against DeviceMesh's:\n");
-  Row all = measure(layout("guide example", par, 3), par.world_size(), g.data);
+  Row all = measure(layout("guide example", par, 3), par.world_size(), g.run);
   const std::vector<std::pair<std::string, std::vector<int>>> dims = {
       {"tp", {4}}, {"cp", {3}}, {"dp_shard", {2}}, {"dp_shard_cp", {2, 3}}, {"dp_replicate", {1}}};
   for (const auto& [name, set] : dims) {
-    const std::vector<int> want = groups_on_page(set, par.degrees()).front();  // the group holding rank 0
+    const std::vector<int> want = groups_on_page(set, par.degrees(), g.run.column_major).front();  // the group holding rank 0
     const auto& got = all.rank0_groups;
     check(std::find(got.begin(), got.end(), std::pair{name, want}) != got.end(),
           "rank 0's " + name + " group " + braces(want) + " == DeviceMesh::members");
@@ -473,14 +522,17 @@ static void guide_example(const Guide& g) {
   check_sent(all, "dp_replicate", 2 * ring_kib(part / N, par.dp_replicate), "2·(R-1)/R·4·Ψ_tp/N");
 }
 
-int main() {
+static void the_mesh(const Run& run, const std::optional<ParallelismConfig>& extra) {
   section("1. the mesh: which rank talks to which, over which dimension");
-  draw_mesh({.dp_replicate = 2, .pp = 2, .tp = 2});
-  draw_mesh({.pp = 2, .cp = 2, .tp = 2});
+  draw_mesh({.dp_replicate = 2, .pp = 2, .tp = 2}, run);
+  draw_mesh({.pp = 2, .cp = 2, .tp = 2}, run);
+  if (extra) draw_mesh(*extra, run);
   std::printf("  tp pairs are neighbours (one node, the fastest links); pp pairs are 4 apart (across nodes)\n");
+}
 
-  section("2. a tour of layouts of world 8 (GPT: 4 layers, C 16, 4 heads; 16 rows x 16 tokens; 2 AdamW steps)");
-  const nn::TokenStream data = tokens();
+static std::vector<Row> tour(const Run& run) {
+  std::printf("\n--- 2. a tour of layouts of world 8 (GPT: 4 layers, C 16, 4 heads; %lld rows x %lld tokens; %d AdamW steps)\n",
+              (long long)run.batch, (long long)run.T, run.steps);
   const std::vector<Layout> layouts = {
       layout("dp8 (DDP)", {.dp_replicate = 8}),
       layout("dp8 ZeRO-1", {.dp_shard = 8}, 1),
@@ -492,11 +544,11 @@ int main() {
       layout("dp2 x tp2 x cp2", {.dp_replicate = 2, .cp = 2, .tp = 2}),
       layout("pp2 x tp2+SP x cp2", {.pp = 2, .cp = 2, .tp = 2}, 0, 2, true),
   };
-  std::vector<Row> rows = {serial_row(data)};
-  for (const Layout& l : layouts) rows.push_back(measure(l, 8, data));
+  std::vector<Row> rows = {serial_row(run)};
+  for (const Layout& l : layouts) rows.push_back(measure(l, 8, run));
   std::printf("%-24s %8s | %-34s | %-27s |\n", "", "", "peak KiB per rank (max over ranks)",
               "KiB sent per rank and step");
-  std::printf("%-24s %8s | %6s %6s %6s %6s %6s | %6s %6s %6s %6s | %6s\n", "layout", "loss 2", "weight", "grads",
+  std::printf("%-24s %8s | %6s %6s %6s %6s %6s | %6s %6s %6s %6s | %6s\n", "layout", ("loss " + std::to_string(run.steps)).c_str(), "weight", "grads",
               "optim", "activ", "total", "dp", "pp", "tp", "cp", "bubble");
   auto cell = [](const Row& r, const char* g) { return r.sent.count(g) ? r.sent.at(g) : 0.0; };
   for (const Row& r : rows)
@@ -509,8 +561,18 @@ int main() {
       "   group, which Trainer::ledgers() does not list)\n");
   const Row& serial = rows[0];
   for (size_t i = 1; i < rows.size(); ++i) check_losses(rows[i], serial);
+  if (!run.svg_dir.empty()) {
+    lesson::BarChart chart("peak KiB per rank (max over ranks), world 8", "KiB");
+    for (const Row& r : rows) chart.bar(r.name, r.kib[4]);
+    lesson::write_picture(run.svg_dir, "tour_peak_memory.svg", chart.svg());
+  }
+  return rows;
+}
 
+static void rules_of_thumb(const std::vector<Row>& rows) {
   section("3. rules of thumb, checked against the table");
+  auto cell = [](const Row& r, const char* g) { return r.sent.count(g) ? r.sent.at(g) : 0.0; };
+  const Row& serial = rows[0];
   auto row = [&](const std::string& name) -> const Row& {
     return *std::find_if(rows.begin(), rows.end(), [&](const Row& r) { return r.name == name; });
   };
@@ -553,9 +615,68 @@ int main() {
       "price of passing K/V around the ring.\n");
   check(row("dp2 x tp2 x cp2").kib[3] < row("dp2 x tp4").kib[3],
         "dp2 x tp2 x cp2 holds fewer activations than dp2 x tp4 (same rows per rank)");
+}
 
+// --mesh "pp2,cp2,tp2": degrees by name (pp, dp or dp_replicate, dp_shard, cp, tp), world at most 16.
+static std::optional<ParallelismConfig> parse_mesh(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  ParallelismConfig config;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    const size_t digits = item.find_first_of("0123456789");
+    const std::string name = item.substr(0, digits);
+    const int degree = digits == std::string::npos ? 0 : std::atoi(item.c_str() + digits);
+    int* field = name == "pp" ? &config.pp : name == "dp" || name == "dp_replicate" ? &config.dp_replicate
+                 : name == "dp_shard" ? &config.dp_shard : name == "cp" ? &config.cp : name == "tp" ? &config.tp : nullptr;
+    if (!field || degree < 1) throw Error("--mesh: '" + item + "' is not <pp|dp|dp_shard|cp|tp><degree>");
+    *field = degree;
+    start = comma + 1;
+  }
+  if (config.world_size() > 16) throw Error("--mesh " + text + ": world " + std::to_string(config.world_size()) + " > 16");
+  return config;
+}
+
+int main(int argc, char** argv) {
+  lesson::Args args(argc, argv, "14_nd_parallel", "N-D parallelism: every cut at once, on one mesh");
+  const nn::TokenStream data = tokens();
+  Run run{data, kConfig};
+  run.batch = args.integer("batch", 16, "B, the global batch's rows (a multiple of 8: dp 8, and dp 2 x 4 micro-batches; B·T <= 256)", 8, 32);
+  run.T = args.integer("T", 16, "T, the context and the model's block_size (a multiple of 8: cp 2 zigzag x tp 2 SP)", 8, 32);
+  run.steps = static_cast<int>(args.integer("steps", 2, "AdamW steps per layout", 1, 4));
+  run.seed = static_cast<uint64_t>(args.integer("seed", 13, "the model's seed", 0, 1000000));
+  const std::string mesh_text = args.text("mesh", "", "one more mesh for section 1 to lay out and check, e.g. pp2,cp2,tp4");
+  run.column_major = args.breaks("order", "the page lays ranks out with pp varying fastest, not tp");
+  run.svg_dir = args.svg();
+  args.done();
+  std::optional<ParallelismConfig> extra;
+  try {
+    extra = parse_mesh(mesh_text);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "14_nd_parallel: %s\n", e.what());
+    return 2;
+  }
+  // Above 256 tokens a step, this small model's stage-boundary activations (B·T·C) outweigh its
+  // gradients (Ψ), and section 3's rule "pp sends less than dp" stops holding: the rules are for
+  // models whose Ψ dwarfs B·T·C.
+  if (run.batch % 8 != 0 || run.T % 8 != 0 || run.batch * run.T > 256) {
+    std::fprintf(stderr, "14_nd_parallel: --batch and --T must be multiples of 8 with B·T <= 256 (here pp's activations\n"
+                         "  would outweigh dp's gradients, and section 3's rules are for models where they do not)\n");
+    return 2;
+  }
+  run.model.block_size = run.T;
+  std::printf("lesson 14 with B = %lld, T = %lld, %d steps, seed %llu%s%s\n", (long long)run.batch, (long long)run.T,
+              run.steps, static_cast<unsigned long long>(run.seed), mesh_text.empty() ? "" : (", mesh " + mesh_text).c_str(),
+              run.column_major ? ", BROKEN: the page's mesh is column-major" : "");
+  the_mesh(run, extra);
+  const std::vector<Row> rows = tour(run);
+  rules_of_thumb(rows);
+  auto row = [&](const std::string& name) -> const Row& {
+    return *std::find_if(rows.begin(), rows.end(), [&](const Row& r) { return r.name == name; });
+  };
   section("4. the Accelerate guide, section by section (FSDP and HSDP over every cut)");
-  const Guide guide{data, serial, row("fsdp8 (ZeRO-3)"), count_parameters()};
+  const Guide guide{run, rows[0], row("fsdp8 (ZeRO-3)"), count_parameters(run)};
   guide_hsdp(guide);
   guide_fsdp_tp(guide);
   guide_fsdp_cp(guide);

@@ -25,6 +25,8 @@
 //   * lesson 14's rules of thumb, checked again in milliseconds instead of bytes
 //
 // Run:    make lesson N=15   (about 20 s: 15 short runs on up to 4 thread ranks)
+// Try:    build/lessons/15_choosing_a_strategy --slow-link-gbs 0.5 --svg /tmp/svg_15   (step times drawn)
+//         build/lessons/15_choosing_a_strategy --gpu-tflops 30;  --break-unscaled (GPU links on a CPU)
 // Prints: each section's measured step times beside the bytes that explain them, the checks, and
 //         "lesson 15: OK".
 #include <algorithm>
@@ -45,6 +47,8 @@
 #include "parallel/planner/planner.h"
 #include "parallel/train/factory.h"
 #include "parallel/train/trainer.h"
+#include "lesson_args.h"
+#include "lesson_svg.h"
 
 using namespace sl;
 using namespace sl::parallel;
@@ -158,7 +162,9 @@ static Measured run(const TrainPlan& plan, const Topology& topology) {
   return best;
 }
 
-static void print_row(const char* name, const Measured& m) {
+// Every measured row also becomes a bar of the step-time picture, the planner's prediction its mark.
+static void print_row(const char* name, const Measured& m, lesson::BarChart& chart) {
+  chart.bar(name, m.step_ms, m.predicted_ms);
   std::printf("  %-36s %7.1f ms per step (planner: %6.1f)   links %6.1f ms   rank 0 sends %7.1f KiB\n", name,
               m.step_ms, m.predicted_ms, m.links_ms, m.sent_kib);
 }
@@ -168,7 +174,14 @@ static void print_row(const char* name, const Measured& m) {
 // its measured time: this machine's achieved FLOP/s. A link keeps its GPU-world ratio to compute when
 // scaled by (this CPU's achieved FLOP/s) / (the GPU's achieved FLOP/s), the GPU's taken as 40% of its
 // peak (a typical model FLOPs utilisation in training).
-constexpr double kGpuUtilisation = 0.4;
+// What a student may change: the GPU the links are scaled against (its f32 peak and the share of
+// it a training run achieves), the slow inter-node link of section 5, and the scaling mistake.
+struct Config {
+  double gpu_tflops = 16.3, utilisation = 0.4;  // TITAN RTX f32 peak; a typical model FLOPs utilisation
+  double slow_link_gbs = 1.25;                  // Ethernet-class, GB/s
+  bool unscaled = false;  // the mistake: GPU-world links on a CPU that computes ~1000x slower
+  std::string svg_dir;
+};
 static double cpu_flops() {
   const double params = static_cast<double>(nn::GPT(kConfig, kSeed).num_parameters());
   const double tokens_per_step = static_cast<double>(kBatch * kT);
@@ -183,7 +196,7 @@ static Link scaled(double gpu_bytes_per_s, double latency_s, double scale) {
 }
 
 // ---- 3. DP against DDP, with and without NVLink --------------------------------------------------------
-static void dp_against_ddp(double scale) {
+static void dp_against_ddp(double scale, lesson::BarChart& chart) {
   section("3. the seeds' benchmark: DP against DDP, with and without NVLink (2 GPUs in one box)");
   // TITAN RTX: 16.3 TFLOP/s f32. NV2 NVLink: 2 links of 25 GB/s each way. Without it
   // (NCCL_P2P_DISABLE=1) every byte goes through the host over PCIe 3.0 x16: about 10 GB/s.
@@ -194,9 +207,9 @@ static void dp_against_ddp(double scale) {
   const ParallelismConfig two{.dp_replicate = 2};
   const Measured dp = run(plan_of(two, DpStrategy::naive), nvlink), ddp = run(plan_of(two), nvlink),
                  ddp_slow = run(plan_of(two), no_nvlink);
-  print_row("DP (naive), NVLink", dp);
-  print_row("DDP, NVLink", ddp);
-  print_row("DDP, no NVLink", ddp_slow);
+  print_row("DP (naive), NVLink", dp, chart);
+  print_row("DDP, NVLink", ddp, chart);
+  print_row("DDP, no NVLink", ddp_slow, chart);
   const double psi = static_cast<double>(nn::GPT(kConfig, kSeed).num_parameters());
   std::printf(
       "  Ψ = %.0f: DP's rank 0 sends the model out and gathers the gradients, 8Ψ = %.0f KiB a step on the\n"
@@ -212,15 +225,15 @@ static void dp_against_ddp(double scale) {
 // dp 2 x tp 2 on 2 nodes of 2. The mesh puts tp innermost: ranks {0,1} and {2,3} are tp pairs. The
 // default placement (ranks fill nodes in order) keeps each pair on one node and sends DP's gradients
 // between the nodes; placement=0,1,0,1 does the opposite.
-static std::pair<Measured, Measured> tp_inside_or_across(double scale) {
+static std::pair<Measured, Measured> tp_inside_or_across(double scale, lesson::BarChart& chart) {
   section("4. TP inside a node against TP across two nodes (dp 2 x tp 2, 2 nodes of 2, NVLink and InfiniBand)");
   Topology inside = links(2, scaled(300e9, 1e-6, scale), scaled(25e9, 5e-6, scale));
   Topology across = inside;
   across.placement = {0, 1, 0, 1};
   const TrainPlan plan = plan_of({.dp_replicate = 2, .tp = 2});
   const Measured a = run(plan, inside), b = run(plan, across);
-  print_row("tp pairs inside a node, dp across", a);
-  print_row("tp pairs across nodes, dp inside", b);
+  print_row("tp pairs inside a node, dp across", a, chart);
+  print_row("tp pairs across nodes, dp inside", b, chart);
   const double btc = kBatch / 2.0 * kT * kConfig.n_embd * 4;  // one rank's activations [B/dp, T, C], f32
   std::printf(
       "  TP all-reduces [B/dp, T, C] = %.0f KiB 4 times per layer (2 forward, 2 backward), on the critical path:\n"
@@ -237,19 +250,21 @@ static std::pair<Measured, Measured> tp_inside_or_across(double scale) {
 // One GPU per node, so every byte crosses the inter-node link: PP 2 (4 micro-batches, 1F1B), ZeRO-3
 // over 2, TP 2. The seeds: "With very fast inter-node connectivity all three should be mostly on
 // par; without, PP will be faster than TP or ZeRO."
-static std::vector<double> pp_zero_tp(double scale) {  // the slow link's PP, ZeRO-3, TP ms
+static std::vector<double> pp_zero_tp(double scale, double slow_bytes_per_s, lesson::BarChart& chart) {  // slow link's ms
   section("5. the seeds' case 2: PP, ZeRO-3 and TP over 2 nodes, on a fast and on a slow link");
   const std::vector<std::pair<const char*, TrainPlan>> layouts = {
       {"PP 2 (1F1B, 4 micro-batches)", plan_of({.pp = 2}, DpStrategy::ddp, 4)},
       {"ZeRO-3 over 2", plan_of({.dp_shard = 2}, DpStrategy::fsdp)},
       {"TP 2", plan_of({.tp = 2})}};
   std::vector<double> fast_ms, slow_ms, slow_predicted;
-  for (const auto& [label, link] : {std::pair{"NVSwitch-class, 300 GB/s", 300e9}, std::pair{"Ethernet-class, 1.25 GB/s", 1.25e9}}) {
+  char slow_label[64];
+  std::snprintf(slow_label, sizeof slow_label, "Ethernet-class, %g GB/s", slow_bytes_per_s / 1e9);
+  for (const auto& [label, link] : {std::pair<const char*, double>{"NVSwitch-class, 300 GB/s", 300e9}, {slow_label, slow_bytes_per_s}}) {
     Topology t = links(1, {}, scaled(link, 5e-6, scale));
     std::printf("  between the nodes: %s (%.1f MB/s here)\n", label, t.inter.bytes_per_s / 1e6);
     for (const auto& [name, plan] : layouts) {
       const Measured m = run(plan, t);
-      print_row(name, m);
+      print_row((std::string(name) + (link > 1e10 ? ", fast" : ", slow")).c_str(), m, chart);
       (link > 1e10 ? fast_ms : slow_ms).push_back(m.step_ms);
       if (link < 1e10) slow_predicted.push_back(m.predicted_ms);
     }
@@ -372,20 +387,37 @@ static void the_guide_as_rankings() {
                                    std::to_string(w5.parallelism.cp));
 }
 
-int main() {
+int main(int argc, char** argv) {
+  lesson::Args args(argc, argv, "15_choosing_a_strategy", "choosing a strategy, in milliseconds on simulated links");
+  Config cfg;
+  cfg.gpu_tflops = args.real("gpu-tflops", 16.3, "the GPU's f32 peak the links are scaled against (TFLOP/s)", 10, 25);
+  cfg.utilisation = args.real("utilisation", 0.4, "the share of that peak a training run achieves", 0.3, 0.5);
+  cfg.slow_link_gbs = args.real("slow-link-gbs", 1.25, "section 5's slow link between the nodes (GB/s; slower links take the run past 20 s)", 0.6, 3);
+  cfg.unscaled = args.breaks("unscaled", "keep the GPU-world links on this CPU: forget to slow them by the compute ratio");
+  cfg.svg_dir = args.svg();
+  args.done();
   std::printf("Lesson 15: choosing a strategy, in milliseconds on simulated links\n");
+  std::printf("with a %.1f TFLOP/s GPU at %.0f%%, a %.2f GB/s slow link%s\n", cfg.gpu_tflops, 100 * cfg.utilisation,
+              cfg.slow_link_gbs, cfg.unscaled ? ", BROKEN: links left at GPU speed" : "");
   the_guide_as_rankings();
   section("2. this machine against a GPU: the scale for the links");
   const double flops = cpu_flops();
   machine_flops = flops;
-  const double scale = flops / (kGpuUtilisation * 16.3e12);
+  // The links keep their GPU-world ratio to compute: scaled by this CPU's FLOP/s over the GPU's.
+  const double right_scale = flops / (cfg.utilisation * cfg.gpu_tflops * 1e12);
+  const double scale = cfg.unscaled ? 1.0 : right_scale;
   std::printf(
-      "  the serial step computes at %.2f GFLOP/s; a TITAN RTX at 40%% of its 16.3 TFLOP/s (f32): links scale by %.2e\n"
+      "  the serial step computes at %.2f GFLOP/s; a GPU at %.0f%% of its %.1f TFLOP/s (f32): links scale by %.2e\n"
       "  (bandwidths times it, latencies divided by it)\n",
-      flops / 1e9, scale);
-  dp_against_ddp(scale);
-  const auto [inside, across] = tp_inside_or_across(scale);
-  const std::vector<double> slow = pp_zero_tp(scale);
+      flops / 1e9, 100 * cfg.utilisation, cfg.gpu_tflops, right_scale);
+  if (cfg.unscaled)
+    std::printf("  --break-unscaled: the links run at scale 1, %.0fx too fast for this CPU's compute: every message is free\n",
+                1 / right_scale);
+  lesson::BarChart chart("ms per step, measured (red: the planner's prediction)", "ms");
+  dp_against_ddp(scale, chart);
+  const auto [inside, across] = tp_inside_or_across(scale, chart);
+  const std::vector<double> slow = pp_zero_tp(scale, cfg.slow_link_gbs * 1e9, chart);
+  lesson::write_picture(cfg.svg_dir, "step_times.svg", chart.svg());
   section("6. lesson 14's rules of thumb, in milliseconds instead of bytes");
   std::printf(
       "  TP inside a node:              %6.1f ms a step, against %.1f ms with the tp pairs across nodes (section 4)\n"
