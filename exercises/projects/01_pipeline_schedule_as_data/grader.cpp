@@ -72,7 +72,8 @@ static void expect_well_formed(const Schedule& s, int p, int m) {
     for (int mb = 0; mb < m; ++mb) {
       const Action f{Kind::forward, mb, c}, b{Kind::backward, mb, c}, w{Kind::weight, mb, c};
       auto at_of = [&](const Action& a) { return seen.count({static_cast<int>(a.kind), mb, c}) ? seen[{static_cast<int>(a.kind), mb, c}] : -1; };
-      expect(at_of(f) >= 0 && at_of(b) >= 0, at + f.str() + " or " + b.str() + " never runs");
+      expect(at_of(f) >= 0, at + f.str() + " never runs");
+      expect(at_of(b) >= 0, at + b.str() + " never runs");
       expect(at_of(f) < at_of(b), at + b.str() + " runs before " + f.str() + " on rank " + std::to_string(c % p));
       if (s.split_backward()) {
         expect(at_of(w) > at_of(b), at + w.str() + " is missing or runs before " + b.str());
