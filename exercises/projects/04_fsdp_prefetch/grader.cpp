@@ -125,7 +125,8 @@ static Pass run(int n, Driver driver) {
   return pass;
 }
 
-// Two lanes over the pass's time: a unit's digit where its gather is in flight / its block computes.
+// Two lanes over the pass's time: a unit's digit from its gather's issue to the wait's end (a
+// prefetched gather may have arrived long before it is waited for) / while its block computes.
 static void draw(const Pass& pass, const char* title) {
   constexpr int kWidth = 64;
   double end = 0;
@@ -141,7 +142,7 @@ static void draw(const Pass& pass, const char* title) {
     for (int c = static_cast<int>(a / end * (kWidth - 1)); c <= static_cast<int>(b / end * (kWidth - 1)); ++c)
       lane[c] = static_cast<char>('0' + unit);
   };
-  for (int u = 0; u < kLayers; ++u) {
+  for (int u = kLayers - 1; u >= 0; --u) {  // an earlier unit drawn over a later one's overlapping wait
     paint(comm, UnitEvent::Kind::gather_issued, UnitEvent::Kind::gather_done, u);
     paint(compute, UnitEvent::Kind::compute_begin, UnitEvent::Kind::compute_end, u);
   }
