@@ -5,9 +5,11 @@
 //     also for a tensor with fewer elements than ranks; randn within f32 rounding;
 //   * no call of the group's collectives (the ledger counts them): point-to-point only;
 //   * bytes sent per rank (the world group's ledger) printed beside the ring's 2(n-1)/n · S;
-//   * simulated links (parallel/comm/topology.h): every rank on its own node, 1 ms latency, a small
-//     message: the links' charge per rank (CommLedger::link_seconds) and the wall time, beside the
-//     ring's. Required without SL_SOLUTION: fewer latency-bound seconds than the ring at world 8.
+//   * simulated links (parallel/comm/topology.h): every rank on its own node, 5 ms latency, a small
+//     message: the wall time (the slowest rank's; the links really delay each message) and the links'
+//     charge per rank (CommLedger::link_seconds, a sum over the messages a rank received, not the
+//     critical path), beside the ring's. Required without SL_SOLUTION: at world 8 a wall time at
+//     most 3/4 of the ring's (2(n-1) = 14 latencies; a tree or halving-doubling needs about 6).
 // With -DSL_SOLUTION the baseline is the library's ring (ProcessGroup::all_reduce): then the bytes and
 // times are the ring's own and the "beats the ring" check is reported, not required (README.md).
 #include <algorithm>
@@ -143,25 +145,26 @@ int main() {
       for (int64_t numel : {5, 1001}) expect_sums(n, run(n, numel, true), 0);
   });
   grader.check("world 6, randn: within f32 rounding of the ring", [] { expect_sums(6, run(6, kNumel, false), 1e-5); });
-  grader.check("simulated links, 1 ms latency, 64 floats: fewer latency-bound seconds than the ring at world 8", [] {
-    const Topology links = Topology::parse_links("inter=100GB/s,1ms;gpus-per-node=1");  // every hop: 1 ms
+  grader.check("simulated links, 5 ms latency, 64 floats: at world 8 at most 3/4 of the ring's wall time", [] {
+    const Topology links = Topology::parse_links("inter=100GB/s,5ms;gpus-per-node=1");  // every hop: 5 ms
     double yours_at_8 = 0, ring_at_8 = 0;
     for (int n : {4, 6, 8}) {
       const Outcome out = run(n, 64, true, links);
       expect_sums(n, out, 0);
-      std::printf("        world %d: links' charge per rank (max) yours %.1f ms, the ring's %.1f ms (2(n-1)·α = %d ms); "
-                  "wall yours %.1f ms, the ring's %.1f ms\n",
-                  n, 1e3 * max_of(out.student.link_s), 1e3 * max_of(out.ring.link_s), 2 * (n - 1),
-                  1e3 * max_of(out.student.wall_s), 1e3 * max_of(out.ring.wall_s));
-      if (n == 8) yours_at_8 = max_of(out.student.link_s), ring_at_8 = max_of(out.ring.link_s);
+      std::printf("        world %d: wall yours %.1f ms, the ring's %.1f ms (2(n-1)·α = %d ms); links' charge per rank "
+                  "(max) yours %.1f ms, the ring's %.1f ms\n",
+                  n, 1e3 * max_of(out.student.wall_s), 1e3 * max_of(out.ring.wall_s), 2 * (n - 1) * 5,
+                  1e3 * max_of(out.student.link_s), 1e3 * max_of(out.ring.link_s));
+      if (n == 8) yours_at_8 = max_of(out.student.wall_s), ring_at_8 = max_of(out.ring.wall_s);
     }
 #ifdef SL_SOLUTION
     std::printf("        (SOLUTION: the baseline is the ring itself, so this is reported, not required)\n");
     (void)yours_at_8, (void)ring_at_8;
 #else
-    expect(yours_at_8 < ring_at_8, "at world 8 your algorithm waits " + std::to_string(1e3 * yours_at_8) +
-                                       " ms of latency per rank, the ring " + std::to_string(1e3 * ring_at_8) +
-                                       " ms: a tree or halving-doubling needs about 2·log2(n) = 6 steps, not 2(n-1) = 14");
+    expect(yours_at_8 <= 0.75 * ring_at_8,
+           "at world 8 yours took " + std::to_string(1e3 * yours_at_8) + " ms, the ring " + std::to_string(1e3 * ring_at_8) +
+               " ms: a chain of messages pays one latency per hop; a tree or halving-doubling has about 2·log2(n) = 6 "
+               "steps on its longest path, not 2(n-1) = 14");
 #endif
   });
   return grader.finish();
