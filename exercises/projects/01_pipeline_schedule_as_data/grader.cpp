@@ -11,13 +11,14 @@
 // Then the real engine (run_schedule, parallel/pipeline/engine.h, which takes any Schedule) runs it at
 // p = 3, m = 6 on a small GPT: loss and every gradient equal to an independent serial nn::GPT's.
 // With -DSL_SOLUTION the baseline is the library's 1F1B (make_schedule), as data.
+#include "exercises/grader.h"
+
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <string>
 #include <vector>
 
-#include "exercises/grader.h"
 #include "nn/data.h"
 #include "nn/gpt.h"
 #include "parallel/comm/launch.h"
@@ -63,7 +64,8 @@ static void expect_well_formed(const Schedule& s, int p, int m) {
       const Action& a = s.ranks[r][i];
       if (!a.is_compute()) continue;
       expect(a.chunk >= 0 && a.chunk < s.chunks() && chunk_rank(a.chunk, p) == r && a.micro >= 0 && a.micro < m,
-             at + "rank " + std::to_string(r) + " runs " + a.str() + ": chunk c lives on rank c % p, micro-batches are 0..m-1");
+             at + "rank " + std::to_string(r) + " runs " + a.str() +
+                 ": chunk c lives on rank c % p, micro-batches are 0..m-1");
       const auto key = std::make_tuple(static_cast<int>(a.kind), a.micro, a.chunk);
       expect(!seen.count(key), at + "rank " + std::to_string(r) + " runs " + a.str() + " twice");
       seen[key] = static_cast<int>(i);
@@ -71,14 +73,17 @@ static void expect_well_formed(const Schedule& s, int p, int m) {
   for (int c = 0; c < s.chunks(); ++c)
     for (int mb = 0; mb < m; ++mb) {
       const Action f{Kind::forward, mb, c}, b{Kind::backward, mb, c}, w{Kind::weight, mb, c};
-      auto at_of = [&](const Action& a) { return seen.count({static_cast<int>(a.kind), mb, c}) ? seen[{static_cast<int>(a.kind), mb, c}] : -1; };
+      auto at_of = [&](const Action& a) {
+        return seen.count({static_cast<int>(a.kind), mb, c}) ? seen[{static_cast<int>(a.kind), mb, c}] : -1;
+      };
       expect(at_of(f) >= 0, at + f.str() + " never runs");
       expect(at_of(b) >= 0, at + b.str() + " never runs");
       expect(at_of(f) < at_of(b), at + b.str() + " runs before " + f.str() + " on rank " + std::to_string(c % p));
       if (s.split_backward()) {
         expect(at_of(w) > at_of(b), at + w.str() + " is missing or runs before " + b.str());
       } else {
-        expect(at_of(w) < 0, at + w.str() + " runs, but only ScheduleKind::zero_bubble splits the backward into B and W");
+        expect(at_of(w) < 0,
+               at + w.str() + " runs, but only ScheduleKind::zero_bubble splits the backward into B and W");
       }
     }
 }
@@ -98,11 +103,12 @@ static void grade_config(int p, int m, bool draw) {
   expect(!sim.deadlocked, config_name(p, m) + ": the schedule deadlocks: " + sim.stuck);
   const Schedule base = make_schedule(ScheduleKind::one_f_one_b, p, m);
   const double yours = sim.timeline.bubble(), one_f_one_b = simulate(base).timeline.bubble();
-  std::printf("        %s: bubble %.3f (1F1B %.3f; formulas: 1F1B (p-1)/(m+p-1) = %.3f, yours as %s, v %d: %.3f); "
-              "peak in flight per rank %s (1F1B %s)\n",
-              config_name(p, m).c_str(), yours, one_f_one_b, bubble_formula(ScheduleKind::one_f_one_b, p, m, 1),
-              schedule_name(s.kind), s.virtual_stages, bubble_formula(s.kind, p, m, s.virtual_stages),
-              join(peak_in_flight(s)).c_str(), join(peak_in_flight(base)).c_str());
+  std::printf(
+      "        %s: bubble %.3f (1F1B %.3f; formulas: 1F1B (p-1)/(m+p-1) = %.3f, yours as %s, v %d: %.3f); "
+      "peak in flight per rank %s (1F1B %s)\n",
+      config_name(p, m).c_str(), yours, one_f_one_b, bubble_formula(ScheduleKind::one_f_one_b, p, m, 1),
+      schedule_name(s.kind), s.virtual_stages, bubble_formula(s.kind, p, m, s.virtual_stages),
+      join(peak_in_flight(s)).c_str(), join(peak_in_flight(base)).c_str());
   if (draw) std::printf("%s", ascii_gantt(sim.timeline, 72).c_str());
   expect(yours <= one_f_one_b + 1e-9, config_name(p, m) + ": the simulated bubble " + std::to_string(yours) +
                                           " is larger than 1F1B's " + std::to_string(one_f_one_b) +
@@ -150,18 +156,21 @@ static Step pipelined_step(const Schedule& s, const nn::GPTConfig& config, doubl
   LaunchOptions options;
   options.backend = Backend::threads;
   options.timeout = std::chrono::seconds(10);
-  launch(p, [&](RankContext& ctx) {
-    Stage stage = make_stage(config, kSeed, ctx.rank, p, s.virtual_stages);
-    StageModule module(stage);
-    const auto micros = step_micros(s.micro_batches);  // on this rank's device
-    std::vector<double> weights, loss_factor;
-    for (const auto& micro : micros) {
-      weights.push_back(micro_batch_weight(static_cast<double>(micro.counted), C, 1));
-      loss_factor.push_back(static_cast<double>(micro.counted) / C);
-    }
-    loss[ctx.rank] = run_schedule(s, stage, *ctx.world, micros, weights, loss_factor, {}).loss_share;
-    for (const auto& [name, param] : module.named_parameters()) grads[ctx.rank][name] = param.grad().clone();
-  }, options);
+  launch(
+      p,
+      [&](RankContext& ctx) {
+        Stage stage = make_stage(config, kSeed, ctx.rank, p, s.virtual_stages);
+        StageModule module(stage);
+        const auto micros = step_micros(s.micro_batches);  // on this rank's device
+        std::vector<double> weights, loss_factor;
+        for (const auto& micro : micros) {
+          weights.push_back(micro_batch_weight(static_cast<double>(micro.counted), C, 1));
+          loss_factor.push_back(static_cast<double>(micro.counted) / C);
+        }
+        loss[ctx.rank] = run_schedule(s, stage, *ctx.world, micros, weights, loss_factor, {}).loss_share;
+        for (const auto& [name, param] : module.named_parameters()) grads[ctx.rank][name] = param.grad().clone();
+      },
+      options);
   Step out;
   for (int r = 0; r < p; ++r) {
     out.loss += loss[r];
@@ -195,7 +204,8 @@ int main() {
   grader.check("the engine runs it (p 3, m 6): loss and gradients equal to a serial GPT's", [] {
     const Schedule s = impl::my_schedule(3, 6);
     // n_layer 3·v + 1: never divisible by the chunk count
-    const nn::GPTConfig config{.vocab_size = 32, .block_size = 8, .n_layer = 3 * s.virtual_stages + 1, .n_head = 2, .n_embd = 16};
+    const nn::GPTConfig config{
+        .vocab_size = 32, .block_size = 8, .n_layer = 3 * s.virtual_stages + 1, .n_head = 2, .n_embd = 16};
     const auto micros = step_micros(6);
     double C = 0;
     for (const auto& micro : micros) C += static_cast<double>(micro.counted);

@@ -12,13 +12,14 @@
 //     most 3/4 of the ring's (2(n-1) = 14 latencies; a tree or halving-doubling needs about 6).
 // With -DSL_SOLUTION the baseline is the library's ring (ProcessGroup::all_reduce): then the bytes and
 // times are the ring's own and the "beats the ring" check is reported, not required (README.md).
+#include "exercises/grader.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <string>
 #include <vector>
 
-#include "exercises/grader.h"
 #include "parallel/comm/launch.h"
 #include "parallel/comm/topology.h"
 #include "tensor/ops.h"
@@ -91,14 +92,18 @@ static Outcome run(int n, int64_t numel, bool integers, const Topology& links = 
   options.timeout = std::chrono::seconds(4);  // a deadlock ends as a TimeoutError, well inside `timeout 120`
   options.topology = links;
   try {
-    launch(n, [&](RankContext& ctx) {
-      const Tensor mine = input_of(ctx.rank, numel, integers), theirs = mine.clone();
-      measure(ctx, out.student, mine, [&](const Tensor& t) { impl::my_all_reduce(*ctx.world, t); });
-      measure(ctx, out.ring, theirs, [&](const Tensor& t) { ctx.world->all_reduce(t); });
-    }, options);
+    launch(
+        n,
+        [&](RankContext& ctx) {
+          const Tensor mine = input_of(ctx.rank, numel, integers), theirs = mine.clone();
+          measure(ctx, out.student, mine, [&](const Tensor& t) { impl::my_all_reduce(*ctx.world, t); });
+          measure(ctx, out.ring, theirs, [&](const Tensor& t) { ctx.world->all_reduce(t); });
+        },
+        options);
   } catch (const TimeoutError& e) {
     throw exercises::CheckFailed(std::string("a rank waited 4 s for a message that never came (a deadlock, or a tag "
-                                             "that differs between sender and receiver?): ") + e.what());
+                                             "that differs between sender and receiver?): ") +
+                                 e.what());
   } catch (const RemoteError& e) {
     throw exercises::CheckFailed(std::string("a rank failed: ") + e.what());
   }
@@ -137,8 +142,8 @@ int main() {
       expect_sums(n, out, 0);
       const int64_t S = kNumel * 4, ring_formula = 2 * (n - 1) * S / n;
       std::printf("        bytes sent per rank (max): yours %lld, the ring's %lld (2(n-1)/n·S = %lld)\n",
-                  static_cast<long long>(max_of(out.student.bytes_sent)), static_cast<long long>(max_of(out.ring.bytes_sent)),
-                  static_cast<long long>(ring_formula));
+                  static_cast<long long>(max_of(out.student.bytes_sent)),
+                  static_cast<long long>(max_of(out.ring.bytes_sent)), static_cast<long long>(ring_formula));
     });
   grader.check("worlds 3, 6, 8: fewer elements than ranks (numel 5), and an odd numel (1001)", [] {
     for (int n : {3, 6, 8})
@@ -151,10 +156,11 @@ int main() {
     for (int n : {4, 6, 8}) {
       const Outcome out = run(n, 64, true, links);
       expect_sums(n, out, 0);
-      std::printf("        world %d: wall yours %.1f ms, the ring's %.1f ms (2(n-1)·α = %d ms); links' charge per rank "
-                  "(max) yours %.1f ms, the ring's %.1f ms\n",
-                  n, 1e3 * max_of(out.student.wall_s), 1e3 * max_of(out.ring.wall_s), 2 * (n - 1) * 5,
-                  1e3 * max_of(out.student.link_s), 1e3 * max_of(out.ring.link_s));
+      std::printf(
+          "        world %d: wall yours %.1f ms, the ring's %.1f ms (2(n-1)·α = %d ms); links' charge per rank "
+          "(max) yours %.1f ms, the ring's %.1f ms\n",
+          n, 1e3 * max_of(out.student.wall_s), 1e3 * max_of(out.ring.wall_s), 2 * (n - 1) * 5,
+          1e3 * max_of(out.student.link_s), 1e3 * max_of(out.ring.link_s));
       if (n == 8) yours_at_8 = max_of(out.student.wall_s), ring_at_8 = max_of(out.ring.wall_s);
     }
 #ifdef SL_SOLUTION

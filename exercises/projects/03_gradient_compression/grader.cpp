@@ -12,12 +12,13 @@
 //     required without SL_SOLUTION: keep = 0.1 sends less than the uncompressed ring.
 // The loss curves are printed side by side. With -DSL_SOLUTION the baseline is plain DDP (an
 // all-reduce(avg) per gradient, keep ignored): then the bytes check is reported, not required.
+#include "exercises/grader.h"
+
 #include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
-#include "exercises/grader.h"
 #include "exercises/projects/03_gradient_compression/compression.h"
 #include "nn/data.h"
 #include "nn/gpt.h"
@@ -61,10 +62,10 @@ static nn::TokenStream tokens() {
 }
 
 struct Training {
-  std::vector<double> losses;                 // per step, the global batch's mean loss
-  std::vector<std::vector<double>> weights;   // [n] every rank's parameters, flattened, after the last step
-  std::vector<int64_t> bytes_per_step;        // [n] bytes rank r sent per step (the last step's)
-  int64_t gradient_bytes = 0;                 // S: every gradient, f32
+  std::vector<double> losses;                // per step, the global batch's mean loss
+  std::vector<std::vector<double>> weights;  // [n] every rank's parameters, flattened, after the last step
+  std::vector<int64_t> bytes_per_step;       // [n] bytes rank r sent per step (the last step's)
+  int64_t gradient_bytes = 0;                // S: every gradient, f32
 };
 
 static std::vector<double> flatten(const nn::Module& model) {
@@ -104,30 +105,33 @@ static Training data_parallel(int n, double keep, int steps) {
   LaunchOptions options;
   options.backend = Backend::threads;
   options.timeout = std::chrono::seconds(10);
-  launch(n, [&](RankContext& ctx) {
-    nn::GPT model(kConfig, kSeed);  // the same seed on every rank: the same start
-    nn::AdamW adamw(model.parameters(), kAdamW);
-    impl::CompressedAverager averager(*ctx.world, keep);
-    const RowRange rows = data_parallel_rows(kRows, ctx.rank, n);
-    for (int step = 0; step < steps; ++step) {
-      adamw.zero_grad();
-      const nn::Batch batch = data.get_batch(0, kRows, kBlock, rows.begin, rows.end);
-      Tensor loss = model.loss(batch.inputs, batch.targets);
-      loss.backward();
-      std::vector<Tensor> grads;
-      for (const Tensor& p : model.parameters()) grads.push_back(p.grad());
-      ctx.world->ledger().reset();
-      averager.average(grads);
-      run.bytes_per_step[ctx.rank] = ctx.world->ledger().total().bytes_sent;
-      adamw.step();
-      Tensor mean_loss = full({1}, loss.item());
-      ctx.world->all_reduce(mean_loss, ReduceOp::avg);  // for the report only, after the ledger was read
-      if (ctx.rank == 0) run.losses[step] = mean_loss.item();
-    }
-    run.weights[ctx.rank] = flatten(model);
-    if (ctx.rank == 0)
-      for (const Tensor& p : model.parameters()) run.gradient_bytes += p.numel() * 4;
-  }, options);
+  launch(
+      n,
+      [&](RankContext& ctx) {
+        nn::GPT model(kConfig, kSeed);  // the same seed on every rank: the same start
+        nn::AdamW adamw(model.parameters(), kAdamW);
+        impl::CompressedAverager averager(*ctx.world, keep);
+        const RowRange rows = data_parallel_rows(kRows, ctx.rank, n);
+        for (int step = 0; step < steps; ++step) {
+          adamw.zero_grad();
+          const nn::Batch batch = data.get_batch(0, kRows, kBlock, rows.begin, rows.end);
+          Tensor loss = model.loss(batch.inputs, batch.targets);
+          loss.backward();
+          std::vector<Tensor> grads;
+          for (const Tensor& p : model.parameters()) grads.push_back(p.grad());
+          ctx.world->ledger().reset();
+          averager.average(grads);
+          run.bytes_per_step[ctx.rank] = ctx.world->ledger().total().bytes_sent;
+          adamw.step();
+          Tensor mean_loss = full({1}, loss.item());
+          ctx.world->all_reduce(mean_loss, ReduceOp::avg);  // for the report only, after the ledger was read
+          if (ctx.rank == 0) run.losses[step] = mean_loss.item();
+        }
+        run.weights[ctx.rank] = flatten(model);
+        if (ctx.rank == 0)
+          for (const Tensor& p : model.parameters()) run.gradient_bytes += p.numel() * 4;
+      },
+      options);
   return run;
 }
 
@@ -151,23 +155,26 @@ static double error_feedback_gap(int n, int steps) {
   LaunchOptions options;
   options.backend = Backend::threads;
   options.timeout = std::chrono::seconds(10);
-  launch(n, [&](RankContext& ctx) {
-    impl::CompressedAverager averager(*ctx.world, 0.1);
-    std::vector<double> arrived(100, 0.0);
-    for (int step = 0; step < steps; ++step) {
-      Tensor g = mul(from_vector(given, Shape({10, 10})), static_cast<double>(ctx.rank + 1));
-      averager.average({g});
-      const auto got = g.to_vector();
-      for (int i = 0; i < 100; ++i) arrived[i] += got[i];
-    }
-    double diff = 0, norm = 0;
-    for (int i = 0; i < 100; ++i) {
-      const double want = steps * given[i] * (n + 1) / 2.0;  // the average of (r+1)·G over r
-      diff += (arrived[i] - want) * (arrived[i] - want);
-      norm += want * want;
-    }
-    if (ctx.rank == 0) gap = std::sqrt(diff / norm);
-  }, options);
+  launch(
+      n,
+      [&](RankContext& ctx) {
+        impl::CompressedAverager averager(*ctx.world, 0.1);
+        std::vector<double> arrived(100, 0.0);
+        for (int step = 0; step < steps; ++step) {
+          Tensor g = mul(from_vector(given, Shape({10, 10})), static_cast<double>(ctx.rank + 1));
+          averager.average({g});
+          const auto got = g.to_vector();
+          for (int i = 0; i < 100; ++i) arrived[i] += got[i];
+        }
+        double diff = 0, norm = 0;
+        for (int i = 0; i < 100; ++i) {
+          const double want = steps * given[i] * (n + 1) / 2.0;  // the average of (r+1)·G over r
+          diff += (arrived[i] - want) * (arrived[i] - want);
+          norm += want * want;
+        }
+        if (ctx.rank == 0) gap = std::sqrt(diff / norm);
+      },
+      options);
   return gap;
 }
 
@@ -176,9 +183,11 @@ static bool close(double got, double want) { return std::abs(got - want) <= 4e-5
 static void print_bytes(int n, double keep, const Training& run) {
   const int64_t S = run.gradient_bytes, ring = 2 * (n - 1) * S / n;
   const int64_t most = *std::max_element(run.bytes_per_step.begin(), run.bytes_per_step.end());
-  std::printf("        world %d, keep %.2f: %lld bytes per rank per step, uncompressed ring 2(n-1)/n·S = %lld "
-              "(S = %lld): %.1f%%\n", n, keep, static_cast<long long>(most), static_cast<long long>(ring),
-              static_cast<long long>(S), 100.0 * static_cast<double>(most) / static_cast<double>(ring));
+  std::printf(
+      "        world %d, keep %.2f: %lld bytes per rank per step, uncompressed ring 2(n-1)/n·S = %lld "
+      "(S = %lld): %.1f%%\n",
+      n, keep, static_cast<long long>(most), static_cast<long long>(ring), static_cast<long long>(S),
+      100.0 * static_cast<double>(most) / static_cast<double>(ring));
 }
 
 int main() {
@@ -186,20 +195,21 @@ int main() {
   constexpr int kExactSteps = 8, kSteps = 40;
   const Training reference = serial(kSteps), reference_short = serial(kExactSteps);
   for (int n : {2, 4})
-    grader.check("keep = 1, world " + std::to_string(n) + ": equal to the uncompressed serial run, replicas identical", [&, n] {
-      const Training run = data_parallel(n, 1.0, kExactSteps);
-      print_bytes(n, 1.0, run);
-      expect_replicas_identical(run, "keep = 1");
-      for (int s = 0; s < kExactSteps; ++s)
-        expect(close(run.losses[s], reference_short.losses[s]),
-               "step " + std::to_string(s) + ": loss " + std::to_string(run.losses[s]) + ", uncompressed " +
-                   std::to_string(reference_short.losses[s]) + ": with keep = 1 nothing may be dropped or scaled");
-      for (size_t i = 0; i < reference_short.weights[0].size(); ++i)
-        expect(close(run.weights[0][i], reference_short.weights[0][i]),
-               "after " + std::to_string(kExactSteps) + " steps weight " + std::to_string(i) + " is " +
-                   std::to_string(run.weights[0][i]) + ", uncompressed " + std::to_string(reference_short.weights[0][i]) +
-                   " (an average divides the sum by n)");
-    });
+    grader.check(
+        "keep = 1, world " + std::to_string(n) + ": equal to the uncompressed serial run, replicas identical", [&, n] {
+          const Training run = data_parallel(n, 1.0, kExactSteps);
+          print_bytes(n, 1.0, run);
+          expect_replicas_identical(run, "keep = 1");
+          for (int s = 0; s < kExactSteps; ++s)
+            expect(close(run.losses[s], reference_short.losses[s]),
+                   "step " + std::to_string(s) + ": loss " + std::to_string(run.losses[s]) + ", uncompressed " +
+                       std::to_string(reference_short.losses[s]) + ": with keep = 1 nothing may be dropped or scaled");
+          for (size_t i = 0; i < reference_short.weights[0].size(); ++i)
+            expect(close(run.weights[0][i], reference_short.weights[0][i]),
+                   "after " + std::to_string(kExactSteps) + " steps weight " + std::to_string(i) + " is " +
+                       std::to_string(run.weights[0][i]) + ", uncompressed " +
+                       std::to_string(reference_short.weights[0][i]) + " (an average divides the sum by n)");
+        });
   Training compressed;
   grader.check("keep = 0.1, world 4: replicas identical, the loss falls", [&] {
     compressed = data_parallel(4, 0.1, kSteps);
@@ -215,8 +225,11 @@ int main() {
   });
   grader.check("error feedback: a constant gradient at keep = 0.1 arrives in full over 60 steps (world 2)", [] {
     const double gap = error_feedback_gap(2, 60);
-    std::printf("        ‖Σ arrived − 60 · average‖ / ‖60 · average‖ = %.3f (without error feedback top-k leaves ~0.85)\n", gap);
-    expect(gap < 0.5, "after 60 steps of the same gradient only part of it arrived (relative gap " + std::to_string(gap) +
+    std::printf(
+        "        ‖Σ arrived − 60 · average‖ / ‖60 · average‖ = %.3f (without error feedback top-k leaves ~0.85)\n",
+        gap);
+    expect(gap < 0.5, "after 60 steps of the same gradient only part of it arrived (relative gap " +
+                          std::to_string(gap) +
                           "): keep what was not sent (e ← e + g − sent) and add it to the next step's gradient");
   });
   grader.check("keep = 0.1, world 4: fewer bytes than the uncompressed ring", [&] {
@@ -225,7 +238,8 @@ int main() {
     const int64_t ring = 2 * 3 * compressed.gradient_bytes / 4;
     const int64_t most = *std::max_element(compressed.bytes_per_step.begin(), compressed.bytes_per_step.end());
 #ifdef SL_SOLUTION
-    std::printf("        (SOLUTION: the baseline is plain DDP, which sends the ring's bytes: reported, not required)\n");
+    std::printf(
+        "        (SOLUTION: the baseline is plain DDP, which sends the ring's bytes: reported, not required)\n");
     (void)ring, (void)most;
 #else
     expect(most < ring, "keep = 0.1 sent " + std::to_string(most) + " bytes per rank per step, the uncompressed ring " +

@@ -8,9 +8,8 @@
 // Indices fit exactly in f32 up to 2^24 elements. The grader counts your bytes in the group's ledger.
 //
 // Grade it:  make project N=03        (README.md: what is checked and the rubric)
-#include "exercises/projects/03_gradient_compression/compression.h"
-
 #include "exercises/grader.h"
+#include "exercises/projects/03_gradient_compression/compression.h"
 #include "tensor/ops.h"
 
 namespace project03 {

@@ -12,6 +12,8 @@
 // The two lanes (gathers in flight, computes) are drawn for your pass and the grader's no-prefetch
 // pass, with their wall times. With -DSL_SOLUTION the baseline is FSDP without prefetch: then the
 // overlap check is reported, not required (README.md).
+#include "exercises/grader.h"
+
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -19,7 +21,6 @@
 #include <vector>
 
 #include "autograd/grad_mode.h"
-#include "exercises/grader.h"
 #include "exercises/projects/04_fsdp_prefetch/sharded_block.h"
 #include "nn/gpt.h"
 #include "parallel/comm/launch.h"
@@ -71,13 +72,13 @@ static Tensor ids() {  // [2, 8]
 }
 
 struct Pass {
-  std::vector<double> logits;         // rank 0's
-  std::vector<int64_t> bytes, calls;  // [N] all-gather bytes sent and calls
-  std::vector<int64_t> peak_weights;  // [N] the most gathered weight bytes at once
-  std::vector<int> left_gathered;     // [N] units still gathered after the pass
-  std::vector<UnitEvent> log;         // rank 0's unit log
+  std::vector<double> logits;               // rank 0's
+  std::vector<int64_t> bytes, calls;        // [N] all-gather bytes sent and calls
+  std::vector<int64_t> peak_weights;        // [N] the most gathered weight bytes at once
+  std::vector<int> left_gathered;           // [N] units still gathered after the pass
+  std::vector<UnitEvent> log;               // rank 0's unit log
   int64_t unit_bytes = 0, shard_bytes = 0;  // P · 4 and S · 4 of one unit
-  double wall_s = 0;                  // rank 0's
+  double wall_s = 0;                        // rank 0's
 };
 
 using Driver = Tensor (*)(const std::vector<ShardedBlock*>&, const Tensor&);
@@ -88,40 +89,43 @@ static Pass run(int n, Driver driver) {
   options.backend = Backend::threads;
   options.timeout = std::chrono::seconds(10);
   options.topology = Topology::parse_links("inter=1GB/s,2ms;gpus-per-node=1");
-  launch(n, [&](RankContext& ctx) {
-    NoGradGuard no_grad;
-    nn::GPT model(kConfig, kSeed);
-    UnitLog log;
-    std::vector<std::unique_ptr<ShardedBlock>> owned;
-    std::vector<ShardedBlock*> units;
-    for (int l = 0; l < kLayers; ++l) {
-      owned.push_back(std::make_unique<ShardedBlock>(l, model.block(l), ctx.world, log, /*compute_seconds=*/2e-3));
-      units.push_back(owned.back().get());
-    }
-    const Tensor x = model.embed(ids());
-    MemoryLedger& memory = MemoryLedger::instance();
-    const int64_t before = memory.current(ctx.device, MemoryCategory::weights);
-    memory.reset_peak(ctx.device);
-    ctx.world->barrier();
-    ctx.world->ledger().reset();
-    log.restart();
-    const auto start = std::chrono::steady_clock::now();
-    const Tensor y = driver(units, x);
-    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const int r = ctx.rank;
-    pass.bytes[r] = ctx.world->ledger()[CommOp::all_gather].bytes_sent;
-    pass.calls[r] = ctx.world->ledger()[CommOp::all_gather].calls;
-    pass.peak_weights[r] = memory.peak(ctx.device, MemoryCategory::weights) - before;
-    for (ShardedBlock* unit : units) pass.left_gathered[r] += unit->gathered();
-    const Tensor logits = model.head(y);
-    if (r == 0) {
-      pass.logits = logits.to_vector();
-      pass.log = log.events();
-      pass.wall_s = wall;
-      pass.unit_bytes = units[0]->padded_numel() * 4;
-      pass.shard_bytes = pass.unit_bytes / n;
-    }
-  }, options);
+  launch(
+      n,
+      [&](RankContext& ctx) {
+        NoGradGuard no_grad;
+        nn::GPT model(kConfig, kSeed);
+        UnitLog log;
+        std::vector<std::unique_ptr<ShardedBlock>> owned;
+        std::vector<ShardedBlock*> units;
+        for (int l = 0; l < kLayers; ++l) {
+          owned.push_back(std::make_unique<ShardedBlock>(l, model.block(l), ctx.world, log, /*compute_seconds=*/2e-3));
+          units.push_back(owned.back().get());
+        }
+        const Tensor x = model.embed(ids());
+        MemoryLedger& memory = MemoryLedger::instance();
+        const int64_t before = memory.current(ctx.device, MemoryCategory::weights);
+        memory.reset_peak(ctx.device);
+        ctx.world->barrier();
+        ctx.world->ledger().reset();
+        log.restart();
+        const auto start = std::chrono::steady_clock::now();
+        const Tensor y = driver(units, x);
+        const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        const int r = ctx.rank;
+        pass.bytes[r] = ctx.world->ledger()[CommOp::all_gather].bytes_sent;
+        pass.calls[r] = ctx.world->ledger()[CommOp::all_gather].calls;
+        pass.peak_weights[r] = memory.peak(ctx.device, MemoryCategory::weights) - before;
+        for (ShardedBlock* unit : units) pass.left_gathered[r] += unit->gathered();
+        const Tensor logits = model.head(y);
+        if (r == 0) {
+          pass.logits = logits.to_vector();
+          pass.log = log.events();
+          pass.wall_s = wall;
+          pass.unit_bytes = units[0]->padded_numel() * 4;
+          pass.shard_bytes = pass.unit_bytes / n;
+        }
+      },
+      options);
   return pass;
 }
 
@@ -146,8 +150,8 @@ static void draw(const Pass& pass, const char* title) {
     paint(comm, UnitEvent::Kind::gather_issued, UnitEvent::Kind::gather_done, u);
     paint(compute, UnitEvent::Kind::compute_begin, UnitEvent::Kind::compute_end, u);
   }
-  std::printf("        %s (rank 0, %.1f ms)\n          gather  |%s|\n          compute |%s|\n", title, 1e3 * pass.wall_s,
-              comm.c_str(), compute.c_str());
+  std::printf("        %s (rank 0, %.1f ms)\n          gather  |%s|\n          compute |%s|\n", title,
+              1e3 * pass.wall_s, comm.c_str(), compute.c_str());
 }
 
 static std::string rank_of(int n, int r) { return "world " + std::to_string(n) + ", rank " + std::to_string(r); }
@@ -161,25 +165,29 @@ static void grade_world(int n) {
   draw(pass, "yours");
   for (size_t i = 0; i < want.size(); ++i)
     expect(pass.logits.size() == want.size() && std::abs(pass.logits[i] - want[i]) <= 1e-5 * (1 + std::abs(want[i])),
-           "world " + std::to_string(n) + ": logit " + std::to_string(i) + " differs from the serial GPT's: every unit "
-           "once, in order, each on the previous unit's output");
+           "world " + std::to_string(n) + ": logit " + std::to_string(i) +
+               " differs from the serial GPT's: every unit "
+               "once, in order, each on the previous unit's output");
   const int64_t bytes = kLayers * (n - 1) * pass.shard_bytes;
   for (int r = 0; r < n; ++r) {
     expect(pass.calls[r] == kLayers && pass.bytes[r] == bytes,
-           rank_of(n, r) + ": " + std::to_string(pass.calls[r]) + " all-gathers sending " + std::to_string(pass.bytes[r]) +
-               " bytes; without prefetch " + std::to_string(kLayers) + " sending " + std::to_string(bytes) +
-               ": prefetching moves a gather earlier, it never adds one");
-    expect(pass.peak_weights[r] <= 2 * pass.unit_bytes,
-           rank_of(n, r) + ": " + std::to_string(pass.peak_weights[r]) + " bytes of gathered weights at once, more than two "
-           "units (" + std::to_string(2 * pass.unit_bytes) + "): reshard each unit right after its compute, and "
-           "prefetch one unit ahead, not all");
+           rank_of(n, r) + ": " + std::to_string(pass.calls[r]) + " all-gathers sending " +
+               std::to_string(pass.bytes[r]) + " bytes; without prefetch " + std::to_string(kLayers) + " sending " +
+               std::to_string(bytes) + ": prefetching moves a gather earlier, it never adds one");
+    expect(pass.peak_weights[r] <= 2 * pass.unit_bytes, rank_of(n, r) + ": " + std::to_string(pass.peak_weights[r]) +
+                                                            " bytes of gathered weights at once, more than two "
+                                                            "units (" +
+                                                            std::to_string(2 * pass.unit_bytes) +
+                                                            "): reshard each unit right after its compute, and "
+                                                            "prefetch one unit ahead, not all");
     expect(pass.left_gathered[r] == 0, rank_of(n, r) + ": " + std::to_string(pass.left_gathered[r]) +
                                            " units still gathered after the pass: reshard every unit");
   }
-  std::printf("        all-gather bytes per rank %lld (unchanged: %lld), peak gathered weights %lld bytes (two units: %lld)\n",
-              static_cast<long long>(pass.bytes[0]), static_cast<long long>(plain.bytes[0]),
-              static_cast<long long>(*std::max_element(pass.peak_weights.begin(), pass.peak_weights.end())),
-              static_cast<long long>(2 * pass.unit_bytes));
+  std::printf(
+      "        all-gather bytes per rank %lld (unchanged: %lld), peak gathered weights %lld bytes (two units: %lld)\n",
+      static_cast<long long>(pass.bytes[0]), static_cast<long long>(plain.bytes[0]),
+      static_cast<long long>(*std::max_element(pass.peak_weights.begin(), pass.peak_weights.end())),
+      static_cast<long long>(2 * pass.unit_bytes));
 }
 
 // Unit i+1's gather issued before unit i's compute begins, on rank 0's log.
@@ -206,8 +214,9 @@ static void grade_overlap() {
 int main() {
   exercises::Grader grader("04_fsdp_prefetch");
   for (int n : {2, 4})
-    grader.check("world " + std::to_string(n) + ": logits = serial, bytes unchanged, at most two units gathered, all resharded",
-                 [n] { grade_world(n); });
+    grader.check(
+        "world " + std::to_string(n) + ": logits = serial, bytes unchanged, at most two units gathered, all resharded",
+        [n] { grade_world(n); });
   grader.check("overlap: unit i+1's all-gather issued before unit i's compute", [] { grade_overlap(); });
   return grader.finish();
 }

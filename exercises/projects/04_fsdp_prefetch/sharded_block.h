@@ -53,10 +53,10 @@ class ShardedBlock {
   ShardedBlock(int index, sl::nn::Block& block, sl::parallel::ProcessGroupPtr group, UnitLog& log,
                double compute_seconds = 0);
 
-  sl::parallel::WorkPtr start_gather();                // refused if gathered or in flight
+  sl::parallel::WorkPtr start_gather();  // refused if gathered or in flight
   void finish_gather(const sl::parallel::WorkPtr& work);
-  sl::Tensor forward(const sl::Tensor& x);             // refused unless gathered
-  void reshard();                                      // no-op when sharded
+  sl::Tensor forward(const sl::Tensor& x);  // refused unless gathered
+  void reshard();                           // no-op when sharded
 
   int index() const { return index_; }
   bool gathered() const { return state_ == State::gathered; }
