@@ -247,6 +247,38 @@ exercise: deps
 exercises:
 	@bash exercises/status.sh $(EXERCISES)
 
+# ---- projects (exercises/projects/) ------------------------------------------------------------------
+# make project N=01: every .cpp of exercises/projects/01_*/ (the student's files + grader.cpp) against
+# the library, into $(BUILD)/projects/, graded under `timeout 120` (the projects train and simulate more
+# than an exercise). SOLUTION=1: -DSL_SOLUTION, the grader runs a baseline wired in from the library
+# (into $(BUILD)/projects-solution/). make projects: each one with the chapter it extends.
+PROJECTS := $(sort $(patsubst exercises/projects/%/grader.cpp,%,$(wildcard exercises/projects/*/grader.cpp)))
+PR_BUILD := $(BUILD)/projects$(if $(SOLUTION),-solution)
+
+$(PR_BUILD)/%.o: exercises/projects/%.cpp $(FLAGS_FILE)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) $(EX_FLAGS) -c $< -o $@
+
+# One link rule per project: all of its folder's objects.
+define PROJECT_LINK
+$(PR_BUILD)/$(1)/grader: $(patsubst exercises/projects/%.cpp,$(PR_BUILD)/%.o,$(wildcard exercises/projects/$(1)/*.cpp)) $(LIB)
+	$$(CXX) $$(LDFLAGS) $$(filter %.o,$$^) $$(LINK_LIB) $$(LDLIBS) -o $$@
+endef
+$(foreach pr,$(PROJECTS),$(eval $(call PROJECT_LINK,$(pr))))
+
+.PHONY: project projects
+project: deps
+	@test -n "$(N)" || { echo "usage: make project N=01 [SOLUTION=1]"; exit 2; }
+	@pr="$(filter $(N)_%,$(PROJECTS))"; \
+	  test -n "$$pr" || { echo "no project $(N) (have: $(PROJECTS))"; exit 2; }; \
+	  $(MAKE) --no-print-directory $(PR_BUILD)/$$pr/grader && timeout 120 $(PR_BUILD)/$$pr/grader
+
+projects:
+	@printf '%-30s %s\n' project extends; \
+	  for pr in $(PROJECTS); do \
+	    printf '%-30s %s\n' "$$pr" "$$(sed -n 's/^- \*\*Extends:\*\* *//p' exercises/projects/$$pr/README.md | head -1)"; \
+	  done
+
 # Benchmarks run with OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE unset: this machine sets them to a slower
 # kernel for old OpenBLAS builds, and ../shared/bench/README.md measures PyTorch without them too.
 bench: deps

@@ -1,0 +1,177 @@
+// exercises/projects/02_allreduce_algorithm/grader.cpp — grades my_all_reduce (project.cpp).
+//
+// Worlds 2 to 8 (powers of two and not), thread ranks (parallel/comm/launch.h):
+//   * exact against the group's own all_reduce on integers (exact in f32 in any order of addition),
+//     also for a tensor with fewer elements than ranks; randn within f32 rounding;
+//   * no call of the group's collectives (the ledger counts them): point-to-point only;
+//   * bytes sent per rank (the world group's ledger) printed beside the ring's 2(n-1)/n · S;
+//   * simulated links (parallel/comm/topology.h): every rank on its own node, 5 ms latency, a small
+//     message: the wall time (the slowest rank's; the links really delay each message) and the links'
+//     charge per rank (CommLedger::link_seconds, a sum over the messages a rank received, not the
+//     critical path), beside the ring's. Required without SL_SOLUTION: at world 8 a wall time at
+//     most 3/4 of the ring's (2(n-1) = 14 latencies; a tree or halving-doubling needs about 6).
+// With -DSL_SOLUTION the baseline is the library's ring (ProcessGroup::all_reduce): then the bytes and
+// times are the ring's own and the "beats the ring" check is reported, not required (README.md).
+#include "exercises/grader.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "parallel/comm/launch.h"
+#include "parallel/comm/topology.h"
+#include "tensor/ops.h"
+
+using namespace sl;
+using namespace sl::parallel;
+using exercises::expect;
+
+namespace project02 {
+void my_all_reduce(ProcessGroup& group, const Tensor& tensor);
+}
+
+#ifdef SL_SOLUTION
+namespace solution {
+void my_all_reduce(ProcessGroup& group, const Tensor& tensor) { group.all_reduce(tensor); }  // the ring
+}  // namespace solution
+namespace impl = solution;
+#else
+namespace impl = project02;
+#endif
+
+// What one algorithm did on every rank.
+struct Measured {
+  std::vector<std::vector<double>> result;  // [n] the tensor after the call
+  std::vector<int64_t> bytes_sent;          // [n] from the world group's ledger
+  std::vector<int64_t> collective_calls;    // [n] calls of the group's own collectives
+  std::vector<double> link_s;               // [n] simulated links' charge (0 without a topology)
+  std::vector<double> wall_s;               // [n] from entering the call to leaving it
+};
+
+struct Outcome {
+  Measured student, ring;
+};
+
+static Tensor input_of(int rank, int64_t numel, bool integers) {
+  if (!integers) {
+    manual_seed(300 + rank);
+    return randn({numel});
+  }
+  std::vector<double> values;
+  for (int64_t i = 0; i < numel; ++i) values.push_back((rank + 1) * 1000 + i);
+  return from_vector(values, Shape({numel}));
+}
+
+// One timed call on every rank: barrier, reset the ledger, run, read the ledger.
+template <typename Call>
+static void measure(RankContext& ctx, Measured& m, const Tensor& tensor, Call call) {
+  const int r = ctx.rank;
+  ctx.world->barrier();
+  ctx.world->ledger().reset();
+  const auto start = std::chrono::steady_clock::now();
+  call(tensor);
+  m.wall_s[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const CommLedger& ledger = ctx.world->ledger();
+  m.bytes_sent[r] = ledger.total().bytes_sent;
+  m.link_s[r] = ledger.link_seconds();
+  m.collective_calls[r] = ledger[CommOp::all_reduce].calls + ledger[CommOp::reduce_scatter].calls +
+                          ledger[CommOp::all_gather].calls + ledger[CommOp::broadcast].calls;
+  m.result[r] = tensor.to_vector();
+}
+
+static Outcome run(int n, int64_t numel, bool integers, const Topology& links = {}) {
+  auto blank = [n] {
+    return Measured{std::vector<std::vector<double>>(n), std::vector<int64_t>(n), std::vector<int64_t>(n),
+                    std::vector<double>(n), std::vector<double>(n)};
+  };
+  Outcome out{blank(), blank()};
+  LaunchOptions options;
+  options.backend = Backend::threads;
+  options.timeout = std::chrono::seconds(4);  // a deadlock ends as a TimeoutError, well inside `timeout 120`
+  options.topology = links;
+  try {
+    launch(
+        n,
+        [&](RankContext& ctx) {
+          const Tensor mine = input_of(ctx.rank, numel, integers), theirs = mine.clone();
+          measure(ctx, out.student, mine, [&](const Tensor& t) { impl::my_all_reduce(*ctx.world, t); });
+          measure(ctx, out.ring, theirs, [&](const Tensor& t) { ctx.world->all_reduce(t); });
+        },
+        options);
+  } catch (const TimeoutError& e) {
+    throw exercises::CheckFailed(std::string("a rank waited 4 s for a message that never came (a deadlock, or a tag "
+                                             "that differs between sender and receiver?): ") +
+                                 e.what());
+  } catch (const RemoteError& e) {
+    throw exercises::CheckFailed(std::string("a rank failed: ") + e.what());
+  }
+  return out;
+}
+
+static std::string where(int n, int r) { return "world " + std::to_string(n) + ", rank " + std::to_string(r); }
+
+// Every rank's result against the ring's: exact (tol 0) or within rounding.
+static void expect_sums(int n, const Outcome& out, double tol) {
+  for (int r = 0; r < n; ++r) {
+    const auto &got = out.student.result[r], &want = out.ring.result[r];
+    expect(got.size() == want.size(), where(n, r) + ": the tensor changed size");
+    for (size_t i = 0; i < got.size(); ++i) {
+      expect(std::abs(got[i] - want[i]) <= tol * (1 + std::abs(want[i])),
+             where(n, r) + ", element " + std::to_string(i) + ": " + std::to_string(got[i]) + ", the sum is " +
+                 std::to_string(want[i]) + (got[i] == want[i] / n ? " (you divided by n: this all-reduce sums)" : "") +
+                 (got[i] == 0 ? " (still zero: a slice never arrived?)" : ""));
+    }
+#ifndef SL_SOLUTION
+    expect(out.student.collective_calls[r] == 0,
+           where(n, r) + " called the group's own collectives: write it from isend/irecv");
+#endif
+  }
+}
+
+static double max_of(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
+static int64_t max_of(const std::vector<int64_t>& v) { return *std::max_element(v.begin(), v.end()); }
+
+int main() {
+  exercises::Grader grader("02_allreduce_algorithm");
+  constexpr int64_t kNumel = 840;  // divisible by every n <= 8: S = 3360 bytes
+  for (int n = 2; n <= 8; ++n)
+    grader.check("world " + std::to_string(n) + ": exact sums of integers (numel 840)", [n] {
+      const Outcome out = run(n, kNumel, /*integers=*/true);
+      expect_sums(n, out, 0);
+      const int64_t S = kNumel * 4, ring_formula = 2 * (n - 1) * S / n;
+      std::printf("        bytes sent per rank (max): yours %lld, the ring's %lld (2(n-1)/n·S = %lld)\n",
+                  static_cast<long long>(max_of(out.student.bytes_sent)),
+                  static_cast<long long>(max_of(out.ring.bytes_sent)), static_cast<long long>(ring_formula));
+    });
+  grader.check("worlds 3, 6, 8: fewer elements than ranks (numel 5), and an odd numel (1001)", [] {
+    for (int n : {3, 6, 8})
+      for (int64_t numel : {5, 1001}) expect_sums(n, run(n, numel, true), 0);
+  });
+  grader.check("world 6, randn: within f32 rounding of the ring", [] { expect_sums(6, run(6, kNumel, false), 1e-5); });
+  grader.check("simulated links, 5 ms latency, 64 floats: at world 8 at most 3/4 of the ring's wall time", [] {
+    const Topology links = Topology::parse_links("inter=100GB/s,5ms;gpus-per-node=1");  // every hop: 5 ms
+    double yours_at_8 = 0, ring_at_8 = 0;
+    for (int n : {4, 6, 8}) {
+      const Outcome out = run(n, 64, true, links);
+      expect_sums(n, out, 0);
+      std::printf(
+          "        world %d: wall yours %.1f ms, the ring's %.1f ms (2(n-1)·α = %d ms); links' charge per rank "
+          "(max) yours %.1f ms, the ring's %.1f ms\n",
+          n, 1e3 * max_of(out.student.wall_s), 1e3 * max_of(out.ring.wall_s), 2 * (n - 1) * 5,
+          1e3 * max_of(out.student.link_s), 1e3 * max_of(out.ring.link_s));
+      if (n == 8) yours_at_8 = max_of(out.student.wall_s), ring_at_8 = max_of(out.ring.wall_s);
+    }
+#ifdef SL_SOLUTION
+    std::printf("        (SOLUTION: the baseline is the ring itself, so this is reported, not required)\n");
+    (void)yours_at_8, (void)ring_at_8;
+#else
+    expect(yours_at_8 <= 0.75 * ring_at_8,
+           "at world 8 yours took " + std::to_string(1e3 * yours_at_8) + " ms, the ring " + std::to_string(1e3 * ring_at_8) +
+               " ms: a chain of messages pays one latency per hop; a tree or halving-doubling has about 2·log2(n) = 6 "
+               "steps on its longest path, not 2(n-1) = 14");
+#endif
+  });
+  return grader.finish();
+}
