@@ -641,7 +641,7 @@ static std::optional<ParallelismConfig> parse_mesh(const std::string& text) {
 int main(int argc, char** argv) {
   lesson::Args args(argc, argv, "14_nd_parallel", "N-D parallelism: every cut at once, on one mesh");
   const nn::TokenStream data = tokens();
-  Run run{data, kConfig};
+  Run run{.data = data, .model = kConfig, .svg_dir = {}};
   run.batch = args.integer("batch", 16, "B, the global batch's rows (a multiple of 8: dp 8, and dp 2 x 4 micro-batches; B·T <= 256)", 8, 32);
   run.T = args.integer("T", 16, "T, the context and the model's block_size (a multiple of 8: cp 2 zigzag x tp 2 SP)", 8, 32);
   run.steps = static_cast<int>(args.integer("steps", 2, "AdamW steps per layout", 1, 4));

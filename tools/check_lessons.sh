@@ -9,8 +9,10 @@
 # Run after `make lessons` (which builds them and runs each with its defaults).
 set -u
 cd "$(dirname "$0")/.."
-lessons=$(ls build/lessons/[0-9][0-9]_* 2>/dev/null | grep -v '\.o$' | grep -v '\.d$' | sort)
-test -n "$lessons" || { echo "check_lessons: no lessons built (run make lessons first)"; exit 1; }
+lessons=$(for source in lessons/[0-9][0-9]_*.cpp; do echo "build/lessons/$(basename "$source" .cpp)"; done)
+for lesson in $lessons; do
+  test -x "$lesson" || { echo "check_lessons: $lesson is not built (run make lessons first)"; exit 1; }
+done
 failures=0 breaks=0 pictures=0
 fail() { echo "  FAIL $1"; failures=$((failures + 1)); }
 for lesson in $lessons; do
