@@ -68,6 +68,10 @@ static std::string diagnose(int p, int m, int r, const std::vector<Action>& got,
   for (const Action& a : got)
     if ((a.kind != Kind::forward && a.kind != Kind::backward) || a.chunk != r)
       return who + "the list holds " + a.str() + ": only F and B actions, each with chunk = rank (" + std::to_string(r) + ")" + lists;
+  for (const Action& a : got)
+    if (a.micro < 0 || a.micro >= m)
+      return who + "the list runs " + a.str().substr(0, a.str().find('.')) + ", but the micro-batches are 0.." + std::to_string(m - 1) +
+             ": with m < p-r-1 the warm-up is capped at m (min(p-r-1, m))" + lists;
   std::vector<int> forwards = micro_order(got, Kind::forward), backwards = micro_order(got, Kind::backward);
   for (int i = 0; i < m; ++i) {
     const auto f = std::count(forwards.begin(), forwards.end(), i), b = std::count(backwards.begin(), backwards.end(), i);
@@ -75,13 +79,15 @@ static std::string diagnose(int p, int m, int r, const std::vector<Action>& got,
       return who + "micro-batch " + std::to_string(i) + " runs " + std::to_string(f) + " forward(s) and " + std::to_string(b) +
              " backward(s), not one of each: every micro-batch 0..m-1 goes down and up once" + lists;
   }
-  const int warmup = forwards_before_first_backward(got), expected = std::min(p - r - 1, m);
-  if (warmup != expected) {
-    std::string why = "the warm-up is min(p-r-1, m) = " + std::to_string(expected) + " forwards";
-    if (warmup == p - r - 1) why += ": cap it at m, there are only " + std::to_string(m) + " micro-batches";
-    else if (warmup == std::min(p - r, m)) why += ": one too many (the last stage, r = p-1, warms up with none)";
-    else if (warmup == m) why += ": all forwards first is GPipe, not 1F1B";
-    return who + std::to_string(warmup) + " forwards run before the first backward; " + why + lists;
+  // Before the first backward: the warm-up, then (when any is left) the first steady pair's forward.
+  const int before = forwards_before_first_backward(got), expected = forwards_before_first_backward(want);
+  if (before != expected) {
+    std::string why = "1F1B runs " + std::to_string(expected) + " (the warm-up min(p-r-1, m) = " + std::to_string(std::min(p - r - 1, m)) +
+                      (expected > std::min(p - r - 1, m) ? ", then the first steady pair's forward)" : ")");
+    if (before == expected + 1) why += ": one warm-up forward too many (the last stage, r = p-1, warms up with none)";
+    else if (before == expected - 1) why += ": one warm-up forward too few";
+    else if (before == m) why += ": all forwards first is GPipe, not 1F1B";
+    return who + std::to_string(before) + " forwards run before the first backward, " + why + lists;
   }
   if (!std::is_sorted(backwards.begin(), backwards.end()))
     return who + "the backwards are not in micro-batch order 0, 1, 2, ...: 1F1B runs the oldest backward first (the gradient that came back first)" + lists;
