@@ -65,6 +65,13 @@ static Coordinates coordinates_in_layout(const ParallelismConfig& config, const 
   return coords;
 }
 
+// The same coordinates listed in the layout's position order (a student's array in the wrong order).
+static Coordinates in_positions(const Coordinates& by_dimension, const Layout& layout) {
+  Coordinates out{};
+  for (size_t i = 0; i < 5; ++i) out[i] = by_dimension[static_cast<size_t>(layout[i])];
+  return out;
+}
+
 #ifdef SL_SOLUTION
 namespace solution {
 Coordinates mesh_coordinates(const ParallelismConfig& config, int rank) { return coordinates_in_layout(config, kRowMajor, rank); }
@@ -93,7 +100,7 @@ static void expect_coordinates(const ParallelismConfig& config, int rank, const 
   std::string why = "coordinates " + spell(got) + ", the mesh says " + spell(want);
   if (got == coordinates_in_layout(config, kColumnMajor, rank))
     why += ": that is column-major (pp innermost); the grid is row-major, tp innermost: t = rank % T first";
-  else if (got == coordinates_in_layout(config, kFieldOrder, rank))
+  else if (got == coordinates_in_layout(config, kFieldOrder, rank) || got == in_positions(coordinates_in_layout(config, kFieldOrder, rank), kFieldOrder))
     why += ": that lays the grid out in ParallelismConfig's field order (dp_replicate, dp_shard, pp, ...); use config.degrees()";
   else
     why += ": peel them off innermost first, coordinate = rank % degree, then rank /= degree";
@@ -105,7 +112,18 @@ static void expect_group(const ParallelismConfig& config, const std::string& nam
   if (got == want) return;
   std::string why = "the " + name + " group is " + spell(got) + ", the mesh's is " + spell(want);
   const std::vector<int> dims = dims_of(name);
-  if (got == members_in_layout(config, kColumnMajor, dims, rank))
+  std::string other_dimension;  // a single dimension whose group this is
+  for (int d = 0; d < 5 && other_dimension.empty(); ++d)
+    if (dims != std::vector<int>{d} && got == members_in_layout(config, kRowMajor, {d}, rank))
+      other_dimension = DeviceMesh::kDimNames[static_cast<size_t>(d)];
+  bool coordinates_right = false;  // then a column-major group is a coincidence, the dimension is wrong
+  try {
+    coordinates_right = impl::mesh_coordinates(config, rank) == coordinates_in_layout(config, kRowMajor, rank);
+  } catch (const exercises::NotImplemented&) {
+  }
+  if (!other_dimension.empty() && coordinates_right)
+    why += ": that is the " + other_dimension + " group: a stride of the wrong dimension";
+  else if (got == members_in_layout(config, kColumnMajor, dims, rank))
     why += ": that is the column-major group (pp innermost); the grid is row-major with tp innermost";
   else if (got == members_in_layout(config, kFieldOrder, dims, rank))
     why += ": that is the group in ParallelismConfig's field order; the grid's order is config.degrees()";
@@ -113,12 +131,10 @@ static void expect_group(const ParallelismConfig& config, const std::string& nam
     why += ": it must hold the rank itself";
   else if (got.size() == want.size() && !std::is_sorted(got.begin(), got.end()))
     why += ": list the members ascending (the group rank order)";
-  else
-    for (int d = 0; d < 5; ++d)
-      if (dims != std::vector<int>{d} && got == members_in_layout(config, kRowMajor, {d}, rank)) {
-        why += ": that is the " + std::string(DeviceMesh::kDimNames[static_cast<size_t>(d)]) + " group: a stride of the wrong dimension";
-        break;
-      }
+  else if (!coordinates_right)
+    why += ": mesh_coordinates is wrong for this rank too: fix it first, the groups follow from the coordinates";
+  else if (!other_dimension.empty())
+    why += ": that is the " + other_dimension + " group: a stride of the wrong dimension";
   expect(false, where(config, rank) + ": " + why);
 }
 
