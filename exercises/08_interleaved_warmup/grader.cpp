@@ -108,8 +108,9 @@ static void expect_kth_action(int k, int p, int v, int r, bool forward) {
   const Kind kind = forward ? Kind::forward : Kind::backward;
   const int want_local = (want.chunk - r) / p;
   if (got.kind != kind) why += ": return a " + std::string(forward ? "forward (Kind::forward)" : "backward (Kind::backward)");
-  else if (got.micro == want.micro && got.chunk == want_local && want_local != want.chunk)
-    why += ": that is the local chunk; the action needs the global one, local c of rank r is c·p + r";
+  else if (got.micro == want.micro && want_local != want.chunk && (got.chunk == want_local || got.chunk == r * v + want_local))
+    why += ": that is the local chunk (or r·v + c, chunks in contiguous blocks); ranks take the chunks round-robin "
+           "(rank r holds r, r+p, ...): local chunk c of rank r is the global chunk c·p + r";
   else if (!forward && got.micro == want.micro && got.chunk == library_kth_action(k, p, v, r, true).chunk)
     why += ": backwards walk the chunks in reverse (local chunk v-1-c), the last chunk's gradient comes first";
   else if (got.chunk == want.chunk && got.micro == k % (p * v))
