@@ -26,6 +26,7 @@
 // your list to the simulator.
 //
 // Grade it:  make exercise N=07
+#include <algorithm>
 #include <vector>
 
 #include "exercises/grader.h"

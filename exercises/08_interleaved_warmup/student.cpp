@@ -28,6 +28,7 @@
 // Return only F and B actions: the grader adds the messages and hands your list to the simulator.
 //
 // Grade it:  make exercise N=08
+#include <algorithm>
 #include <vector>
 
 #include "exercises/grader.h"

@@ -26,6 +26,7 @@
 // Do not call DeviceMesh here: the grader compares you with it.
 //
 // Grade it:  make exercise N=14
+#include <algorithm>
 #include <array>
 #include <string>
 #include <vector>
