@@ -1,0 +1,211 @@
+// exercises/14_mesh_groups/grader.cpp — grades the mesh's coordinates and groups (student.cpp).
+//
+// Lesson 14's world 8 first; then a real DeviceMesh on thread ranks (parallel/comm/launch.h) for worlds
+// 8, 12 and 16; then every mesh of worlds 1 to 16 (every way to write the world as pp x dp_replicate x
+// dp_shard x cp x tp) against DeviceMesh::group_members, which needs no ranks. A wrong answer is
+// compared with the layouts students mix up: column-major, the config's field order, another
+// dimension's stride. With -DSL_SOLUTION the library's DeviceMesh stands in.
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "exercises/grader.h"
+#include "parallel/comm/launch.h"
+#include "parallel/comm/mesh.h"
+
+using namespace sl::parallel;
+using exercises::expect;
+using Coordinates = std::array<int, 5>;
+
+namespace exercise14 {
+Coordinates mesh_coordinates(const ParallelismConfig& config, int rank);
+std::vector<int> mesh_group(const ParallelismConfig& config, const std::string& name, int rank);
+}  // namespace exercise14
+
+// The dimensions (indices into kDimNames) a name covers: itself, or a product's parts (mesh.h).
+static std::vector<int> dims_of(const std::string& name) {
+  if (name == "dp") return {1, 2};
+  if (name == "dp_shard_cp") return {2, 3};
+  if (name == "dp_cp") return {1, 2, 3};
+  for (int d = 0; d < 5; ++d)
+    if (name == DeviceMesh::kDimNames[static_cast<size_t>(d)]) return {d};
+  return {};
+}
+
+// A layout: layout[i] = the dimension at grid position i, outermost first. The library's is
+// {0, 1, 2, 3, 4}; the mistakes below permute it. The library's group_members over a config whose
+// degrees are permuted the same way gives the groups that layout would make.
+using Layout = std::array<int, 5>;
+constexpr Layout kRowMajor = {0, 1, 2, 3, 4}, kColumnMajor = {4, 3, 2, 1, 0}, kFieldOrder = {1, 2, 0, 3, 4};
+
+static std::vector<int> members_in_layout(const ParallelismConfig& config, const Layout& layout, const std::vector<int>& dims,
+                                          int rank) {
+  const Coordinates degrees = config.degrees();
+  Coordinates permuted{};
+  std::vector<std::string> names;
+  for (int position = 0; position < 5; ++position) {
+    permuted[static_cast<size_t>(position)] = degrees[static_cast<size_t>(layout[static_cast<size_t>(position)])];
+    for (int d : dims)
+      if (layout[static_cast<size_t>(position)] == d) names.emplace_back(DeviceMesh::kDimNames[static_cast<size_t>(position)]);
+  }
+  const ParallelismConfig as_laid_out{permuted[1], permuted[2], permuted[0], permuted[3], permuted[4]};
+  return DeviceMesh::group_members(as_laid_out, names, rank);
+}
+
+// A coordinate is the rank's index in its group along that one dimension (coordinate == group rank).
+static Coordinates coordinates_in_layout(const ParallelismConfig& config, const Layout& layout, int rank) {
+  Coordinates coords{};
+  for (int d = 0; d < 5; ++d) {
+    const std::vector<int> group = members_in_layout(config, layout, {d}, rank);
+    for (size_t i = 0; i < group.size(); ++i)
+      if (group[i] == rank) coords[static_cast<size_t>(d)] = static_cast<int>(i);
+  }
+  return coords;
+}
+
+// The same coordinates listed in the layout's position order (a student's array in the wrong order).
+static Coordinates in_positions(const Coordinates& by_dimension, const Layout& layout) {
+  Coordinates out{};
+  for (size_t i = 0; i < 5; ++i) out[i] = by_dimension[static_cast<size_t>(layout[i])];
+  return out;
+}
+
+#ifdef SL_SOLUTION
+namespace solution {
+Coordinates mesh_coordinates(const ParallelismConfig& config, int rank) { return coordinates_in_layout(config, kRowMajor, rank); }
+std::vector<int> mesh_group(const ParallelismConfig& config, const std::string& name, int rank) {
+  return DeviceMesh::group_members(config, {name}, rank);
+}
+}  // namespace solution
+namespace impl = solution;
+#else
+namespace impl = exercise14;
+#endif
+
+static std::string spell(const std::vector<int>& values) {
+  std::string out = "{";
+  for (size_t i = 0; i < values.size(); ++i) out += (i ? "," : "") + std::to_string(values[i]);
+  return out + "}";
+}
+static std::string spell(const Coordinates& c) { return spell(std::vector<int>(c.begin(), c.end())); }
+static std::string where(const ParallelismConfig& config, int rank) {
+  return "mesh [pp, dp_replicate, dp_shard, cp, tp] = " + spell(config.degrees()) + ", rank " + std::to_string(rank);
+}
+
+static void expect_coordinates(const ParallelismConfig& config, int rank, const Coordinates& want) {
+  const Coordinates got = impl::mesh_coordinates(config, rank);
+  if (got == want) return;
+  std::string why = "coordinates " + spell(got) + ", the mesh says " + spell(want);
+  if (got == coordinates_in_layout(config, kColumnMajor, rank))
+    why += ": that is column-major (pp innermost); the grid is row-major, tp innermost: t = rank % T first";
+  else if (got == coordinates_in_layout(config, kFieldOrder, rank) || got == in_positions(coordinates_in_layout(config, kFieldOrder, rank), kFieldOrder))
+    why += ": that lays the grid out in ParallelismConfig's field order (dp_replicate, dp_shard, pp, ...); use config.degrees()";
+  else
+    why += ": peel them off innermost first, coordinate = rank % degree, then rank /= degree";
+  expect(false, where(config, rank) + ": " + why);
+}
+
+static void expect_group(const ParallelismConfig& config, const std::string& name, int rank) {
+  const std::vector<int> got = impl::mesh_group(config, name, rank), want = DeviceMesh::group_members(config, {name}, rank);
+  if (got == want) return;
+  std::string why = "the " + name + " group is " + spell(got) + ", the mesh's is " + spell(want);
+  const std::vector<int> dims = dims_of(name);
+  std::string other_dimension;  // a single dimension whose group this is
+  for (int d = 0; d < 5 && other_dimension.empty(); ++d)
+    if (dims != std::vector<int>{d} && got == members_in_layout(config, kRowMajor, {d}, rank))
+      other_dimension = DeviceMesh::kDimNames[static_cast<size_t>(d)];
+  bool coordinates_right = false;  // then a column-major group is a coincidence, the dimension is wrong
+  try {
+    coordinates_right = impl::mesh_coordinates(config, rank) == coordinates_in_layout(config, kRowMajor, rank);
+  } catch (const exercises::NotImplemented&) {
+  }
+  if (!other_dimension.empty() && coordinates_right)
+    why += ": that is the " + other_dimension + " group: a stride of the wrong dimension";
+  else if (got == members_in_layout(config, kColumnMajor, dims, rank))
+    why += ": that is the column-major group (pp innermost); the grid is row-major with tp innermost";
+  else if (got == members_in_layout(config, kFieldOrder, dims, rank))
+    why += ": that is the group in ParallelismConfig's field order; the grid's order is config.degrees()";
+  else if (std::find(got.begin(), got.end(), rank) == got.end())
+    why += ": it must hold the rank itself";
+  else if (got.size() == want.size() && !std::is_sorted(got.begin(), got.end()))
+    why += ": list the members ascending (the group rank order)";
+  else if (!coordinates_right)
+    why += ": mesh_coordinates is wrong for this rank too: fix it first, the groups follow from the coordinates";
+  else if (!other_dimension.empty())
+    why += ": that is the " + other_dimension + " group: a stride of the wrong dimension";
+  expect(false, where(config, rank) + ": " + why);
+}
+
+// Every config of worlds 1..16: each degree >= 1, product <= 16.
+static std::vector<ParallelismConfig> every_mesh() {
+  std::vector<ParallelismConfig> meshes;
+  for (int pp = 1; pp <= 16; ++pp)
+    for (int r = 1; pp * r <= 16; ++r)
+      for (int s = 1; pp * r * s <= 16; ++s)
+        for (int c = 1; pp * r * s * c <= 16; ++c)
+          for (int t = 1; pp * r * s * c * t <= 16; ++t) meshes.push_back(ParallelismConfig{r, s, pp, c, t});
+  return meshes;
+}
+
+// Each rank of a real DeviceMesh (thread ranks) reports its coordinates; the student's must match.
+static void expect_like_device_mesh(const ParallelismConfig& config) {
+  const int world = config.world_size();
+  std::vector<Coordinates> mesh_says(static_cast<size_t>(world));
+  LaunchOptions options;
+  options.backend = Backend::threads;
+  options.timeout = std::chrono::seconds(4);
+  launch(world, [&](RankContext& ctx) {
+    const DeviceMesh mesh(ctx.world, config);
+    mesh_says[static_cast<size_t>(ctx.rank)] = mesh.coordinates();
+  }, options);
+  for (int rank = 0; rank < world; ++rank) expect_coordinates(config, rank, mesh_says[static_cast<size_t>(rank)]);
+}
+
+int main() {
+  exercises::Grader grader("14_mesh_groups");
+  const ParallelismConfig lesson{2, 1, 2, 1, 2};  // world 8 = pp 2 x dp_replicate 2 x tp 2
+  grader.check("lesson 14's world 8 = pp 2 x dp 2 x tp 2: coordinates, tp {0,1}, dp {0,2}, pp {0,4} groups", [&] {
+    for (int rank = 0; rank < 8; ++rank) {
+      expect_coordinates(lesson, rank, {rank / 4, rank / 2 % 2, 0, 0, rank % 2});
+      for (const char* name : {"tp", "dp_replicate", "pp", "dp"}) expect_group(lesson, name, rank);
+    }
+  });
+  grader.check("coordinates equal a real DeviceMesh's on thread ranks (worlds 8, 12, 16)", [] {
+    expect_like_device_mesh(ParallelismConfig{1, 2, 2, 1, 2});
+    expect_like_device_mesh(ParallelismConfig{1, 3, 2, 1, 2});
+    expect_like_device_mesh(ParallelismConfig{2, 2, 1, 2, 2});  // Accelerate's dp_shard 2 x dp_replicate 2 x cp 2 x tp 2
+  });
+  const std::vector<ParallelismConfig> meshes = every_mesh();
+  grader.check("coordinates of every rank of every mesh of worlds 1 to 16", [&] {
+    for (const ParallelismConfig& config : meshes)
+      for (int rank = 0; rank < config.world_size(); ++rank) expect_coordinates(config, rank, coordinates_in_layout(config, kRowMajor, rank));
+  });
+  grader.check("groups along pp, dp_replicate, dp_shard, cp, tp: every rank of every mesh of worlds 1 to 16", [&] {
+    for (const ParallelismConfig& config : meshes)
+      for (int rank = 0; rank < config.world_size(); ++rank)
+        for (std::string_view name : DeviceMesh::kDimNames) expect_group(config, std::string(name), rank);
+  });
+  grader.check("the named products dp, dp_shard_cp, dp_cp: every rank of every mesh of worlds 1 to 16", [&] {
+    for (const ParallelismConfig& config : meshes)
+      for (int rank = 0; rank < config.world_size(); ++rank)
+        for (std::string_view name : DeviceMesh::kProductNames) expect_group(config, std::string(name), rank);
+  });
+  grader.check("a size-1 dimension's group is the rank alone; an unknown name throws sl::Error", [] {
+    const ParallelismConfig tp_only{1, 1, 1, 1, 4};
+    for (int rank = 0; rank < 4; ++rank)
+      for (const char* name : {"pp", "dp_replicate", "dp_shard", "cp", "dp", "dp_cp"})
+        expect(impl::mesh_group(tp_only, name, rank) == std::vector<int>{rank},
+               where(tp_only, rank) + ": the " + name + " group is " + spell(impl::mesh_group(tp_only, name, rank)) +
+                   ", but that dimension has size 1: the group is the rank alone");
+    bool threw = false;
+    try {
+      impl::mesh_group(tp_only, "ep", 0);
+    } catch (const sl::Error&) {
+      threw = true;
+    }
+    expect(threw, "mesh_group(config, \"ep\", 0) returned a group: an unknown name must throw sl::Error (SL_CHECK), naming the known ones");
+  });
+  return grader.finish();
+}

@@ -1,0 +1,52 @@
+// exercises/14_mesh_groups/student.cpp — where a rank sits on the device mesh, and who shares its groups.
+//
+// The world is one 5-D grid, outermost first [pp, dp_replicate, dp_shard, cp, tp] (torchtitan's
+// layout: TP innermost, so a TP group is consecutive ranks on one node), laid out row-major:
+//
+//   rank = (((pp·R + r)·S + s)·C + c)·T + t        R, S, C, T: the degrees of dp_replicate, dp_shard, cp, tp
+//
+//   world 8 = pp 2 x dp_replicate 2 x tp 2                    tp 0  tp 1
+//                                              pp 0  dp 0      0     1      tp groups {0,1} {2,3} {4,5} {6,7}
+//                                                    dp 1      2     3      dp groups {0,2} {1,3} {4,6} {5,7}
+//                                              pp 1  dp 0      4     5      pp groups {0,4} {1,5} {2,6} {3,7}
+//                                                    dp 1      6     7
+//
+// A group over a set of dimensions holds the ranks that agree with `rank` on every OTHER coordinate,
+// in ascending order (that order is the rank inside the group). Named products unite dimensions:
+//   "dp"           = dp_replicate x dp_shard         (all of data parallelism)
+//   "dp_shard_cp"  = dp_shard x cp                   (what FSDP shards over when CP is on)
+//   "dp_cp"        = dp_replicate x dp_shard x cp    (where gradients are averaged)
+// A dimension of size 1 varies nothing: its group is the rank alone.
+//
+// The tools (parallel/comm/mesh.h):
+//   config.degrees()             std::array<int, 5>{pp, dp_replicate, dp_shard, cp, tp}: GRID order
+//   config.world_size()          the product of the degrees
+//   DeviceMesh::kDimNames        {"pp", "dp_replicate", "dp_shard", "cp", "tp"}, the same order
+// ParallelismConfig's fields are declared dp_replicate, dp_shard, pp, cp, tp: not the grid's order.
+// Do not call DeviceMesh here: the grader compares you with it.
+//
+// Grade it:  make exercise N=14
+#include <algorithm>
+#include <array>
+#include <string>
+#include <vector>
+
+#include "exercises/grader.h"
+#include "parallel/comm/mesh.h"
+
+namespace exercise14 {
+
+// Rank `rank`'s coordinates in grid order {pp, dp_replicate, dp_shard, cp, tp}.
+std::array<int, 5> mesh_coordinates(const sl::parallel::ParallelismConfig& config, int rank) {
+  // TODO: peel the coordinates off from the innermost dimension (tp) outwards.
+  throw exercises::NotImplemented("mesh_coordinates");
+}
+
+// The world ranks in `rank`'s group along `name` (a dimension of kDimNames, or "dp", "dp_shard_cp",
+// "dp_cp"), ascending. Throw sl::Error (SL_CHECK from tensor/error.h) for any other name.
+std::vector<int> mesh_group(const sl::parallel::ParallelismConfig& config, const std::string& name, int rank) {
+  // TODO: the dimensions the name covers; then every rank whose coordinates agree on all the others.
+  throw exercises::NotImplemented("mesh_group");
+}
+
+}  // namespace exercise14
