@@ -124,8 +124,9 @@ static void picture_mesh(const Run& run, const ParallelismConfig& config,
   const char* colours[] = {"#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#eeca3b", "#b279a2", "#ff9da6"};
   const int world = config.world_size();
   const double w = 44, h = 26, left = 110;
-  lesson::Canvas canvas(left + w * world + 20, 40 + (h + 8) * partitions.size() + 10);
-  canvas.text(10, 20, "world " + std::to_string(world) + " = " + config.str() + " (colour = group)", 12);
+  const std::string title = "world " + std::to_string(world) + " = " + config.str() + " (colour = group)";
+  lesson::Canvas canvas(std::max(left + w * world + 20, 7.5 * title.size() + 20), 40 + (h + 8) * partitions.size() + 10);
+  canvas.text(10, 20, title, 12);
   double y = 34;
   for (const auto& [name, groups] : partitions) {
     canvas.text(left - 8, y + h / 2 + 4, name, 11, "end");
