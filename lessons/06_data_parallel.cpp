@@ -467,6 +467,7 @@ int main(int argc, char** argv) {
   // by the library, one by the hand-written class. Same buckets, same ring: the same bits.
   std::vector<char> bitwise(n, 1);
   std::vector<int> hand_buckets(n);
+  std::vector<double> gradient_ratio(n, 1.0);  // |hand gradient| / |library gradient|, first step, per rank
   launch(n, [&](RankContext& ctx) {
     nn::GPT library_model(kSmall, /*seed=*/ctx.rank), hand_model(kSmall, /*seed=*/ctx.rank);
     DistributedDataParallel library(library_model, ctx.world, DDPOptions{4096});
@@ -482,7 +483,15 @@ int main(int argc, char** argv) {
       library_model.loss(batch.inputs, batch.targets).backward();
       hand_adamw.zero_grad();
       hand_model.loss(batch.inputs, batch.targets).backward();
-      bool same = same_bits(flat_values(library_model.parameters(), true), flat_values(hand_model.parameters(), true));
+      const std::vector<float> library_grads = flat_values(library_model.parameters(), true);
+      const std::vector<float> hand_grads = flat_values(hand_model.parameters(), true);
+      bool same = same_bits(library_grads, hand_grads);
+      if (step == 0) {
+        double hand_norm = 0, library_norm = 0;
+        for (size_t i = 0; i < hand_grads.size(); ++i)
+          hand_norm += hand_grads[i] * hand_grads[i], library_norm += library_grads[i] * library_grads[i];
+        gradient_ratio[ctx.rank] = std::sqrt(hand_norm / library_norm);
+      }
       library.step(library_adamw);
       hand_adamw.step();
       same = same &&
@@ -498,6 +507,8 @@ int main(int argc, char** argv) {
       std::all_of(bitwise.begin(), bitwise.end(), [](char b) { return b != 0; })
           ? "the same bits as parallel/ddp's"
           : "NOT the same bits as parallel/ddp's");
+  if (std::abs(gradient_ratio[0] - 1.0) > 1e-6)
+    std::printf("  rank 0's hand gradient is %.3f x the library's (N = %d: a sum, not an average)\n", gradient_ratio[0], n);
   check(std::all_of(bitwise.begin(), bitwise.end(), [](char b) { return b != 0; }),
         "DDPByHand == parallel/ddp, bitwise (gradients and weights)");
 
