@@ -10,11 +10,14 @@
 //   * on a machine with a GPU: the same ops on cuda:0, checked against the CPU
 //
 // Run:    make lesson N=01        Prints: the story below, then "lesson 01: OK".
+// Try:    build/lessons/01_tensors --seed 7 --shard-row 2 --ledger-n 512
+//         build/lessons/01_tensors --break-shard-offset   (a shard generated from the wrong offset)
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
 
+#include "lesson_args.h"
 #include "tensor/cuda_info.h"
 #include "tensor/ops.h"
 
@@ -22,7 +25,15 @@ using namespace sl;
 
 static void section(const char* title) { std::printf("\n--- %s\n", title); }
 
-int main() {
+int main(int argc, char** argv) {
+  lesson::Args args(argc, argv, "01_tensors", "tensors: shapes, dtypes, devices, memory, shardable randomness");
+  const int64_t ledger_n = args.integer("ledger-n", 1024, "the [N, N] f32 weight put on cpu:1 for the ledger", 1, 4096);
+  const uint64_t seed = args.integer("seed", 2024, "Philox seed of the random tensor", 0, 1000000000);
+  const int64_t shard_row = args.integer("shard-row", 4, "first of the 4 rows (of 8) a rank generates alone (from 1, so the broken offset 0 differs)", 1, 4);
+  const bool wrong_offset = args.breaks("shard-offset", "generate the rank's rows from row 0, not from its own offset");
+  args.done();
+  std::printf("values: ledger-n %lld, seed %llu, shard-row %lld%s\n", (long long)ledger_n, (unsigned long long)seed,
+              (long long)shard_row, wrong_offset ? ", BROKEN: shard offset" : "");
   bool ok = true;
   auto check = [&](bool condition, const char* what) {
     std::printf("  check: %-58s %s\n", what, condition ? "ok" : "FAILED");
@@ -76,26 +87,32 @@ int main() {
   {
     DeviceGuard on_gpu1(Device::cpu(1));
     MemoryScope weights_scope(MemoryCategory::weights);
-    Tensor w = zeros({1024, 1024});  // 4 MiB of f32
+    Tensor w = zeros({ledger_n, ledger_n});  // 4 N^2 bytes of f32 (4 MiB at N = 1024)
     {
       MemoryScope optimizer_scope(MemoryCategory::optimizer);
       Tensor adam_m = zeros_like(w), adam_v = zeros_like(w);  // Adam keeps two more copies
       std::cout << ledger.report(Device::cpu(1));
     }
-    check(ledger.current(Device::cpu(1), MemoryCategory::weights) == 4 * 1024 * 1024, "weights: 4 bytes x 1M");
-    check(ledger.peak(Device::cpu(1), MemoryCategory::optimizer) == 8 * 1024 * 1024,
-          "Adam state peaked at 8 bytes x 1M");
+    check(ledger.current(Device::cpu(1), MemoryCategory::weights) == 4 * ledger_n * ledger_n, "weights: 4 bytes x N^2");
+    check(ledger.peak(Device::cpu(1), MemoryCategory::optimizer) == 8 * ledger_n * ledger_n,
+          "Adam state peaked at 8 bytes x N^2");
   }
   check(ledger.current(Device::cpu(1)) == 0, "everything on cpu:1 was freed");
 
   section("7. Randomness you can shard (Philox)");
   // Element i of a random tensor is philox(seed, offset + i): no hidden state between numbers.
-  Generator whole_gen(2024);
+  Generator whole_gen(seed);
   Tensor whole = randn({8, 6}, {}, &whole_gen);
-  Generator rank_gen(2024);  // a rank that owns rows 4..7 only
-  Tensor my_rows = randn_region({8, 6}, {4, 0}, {4, 6}, {}, &rank_gen);
-  std::cout << "rows 4..7 generated alone: " << my_rows.narrow(0, 0, 1) << " ...\n";
-  check(std::memcmp(my_rows.raw_data(), whole.narrow(0, 4, 4).raw_data(), my_rows.nbytes()) == 0,
+  Generator rank_gen(seed);  // a rank that owns rows shard_row..shard_row+3 only
+  // The mistake (--break-shard-offset): start the region at row 0, so the rank draws rows 0..3 instead.
+  const int64_t generated_from = wrong_offset ? 0 : shard_row;
+  Tensor my_rows = randn_region({8, 6}, {generated_from, 0}, {4, 6}, {}, &rank_gen);
+  std::printf("  rows %lld..%lld generated alone (from offset row %lld): ", (long long)shard_row, (long long)shard_row + 3,
+              (long long)generated_from);
+  std::cout << my_rows.narrow(0, 0, 1) << " ...\n";
+  const double first_error = std::abs(my_rows.narrow(0, 0, 1).to_vector()[0] - whole.narrow(0, shard_row, 1).to_vector()[0]);
+  if (first_error > 0) std::printf("  the shard's first number is off by %g from the full tensor's\n", first_error);
+  check(std::memcmp(my_rows.raw_data(), whole.narrow(0, shard_row, 4).raw_data(), my_rows.nbytes()) == 0,
         "a shard generated alone == the same rows of the full tensor");
 
   section("8. GPUs");

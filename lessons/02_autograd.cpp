@@ -10,12 +10,15 @@
 //     start communicating from it, while backward is still running
 //
 // Run:    make lesson N=02        Prints: the story below, then "lesson 02: OK".
+// Try:    build/lessons/02_autograd --steps 300 --lr 0.05 --slope -2 --intercept 4
+//         build/lessons/02_autograd --break-zero-grad   (gradients pile up across steps)
 #include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <set>
 
 #include "autograd/function.h"
+#include "lesson_args.h"
 #include "autograd/gradcheck.h"
 #include "tensor/ops.h"
 
@@ -42,7 +45,30 @@ struct CopyToParallelRegion : Function<CopyToParallelRegion> {
   }
 };
 
-int main() {
+// Section 7's knobs: the line to fit and how gradient descent fits it.
+struct FitConfig {
+  int64_t steps;
+  double lr, slope, intercept;
+  uint64_t seed;
+  bool keep_gradients;  // --break-zero-grad: never reset .grad between steps
+};
+
+int main(int argc, char** argv) {
+  lesson::Args args(argc, argv, "02_autograd", "autograd: the tape, backward, gradcheck, Functions, hooks");
+  FitConfig fit;
+  fit.steps = args.integer("steps", 100, "gradient-descent steps of the y = slope x + intercept fit", 100, 2000);
+  fit.lr = args.real("lr", 0.1, "learning rate of the fit", 0.05, 0.5);
+  fit.slope = args.real("slope", 3.0, "slope of the line to recover (|slope| >= 0.5)", -10, 10);
+  fit.intercept = args.real("intercept", -1.0, "intercept of the line to recover", -10, 10);
+  fit.seed = args.integer("seed", 0, "seed of the 64 inputs", 0, 1000000);
+  fit.keep_gradients = args.breaks("zero-grad", "forget to zero the gradients between steps");
+  args.done();
+  if (std::abs(fit.slope) < 0.5) {  // a flat line starts near zero loss: "fell by 10^4" would not mean much
+    std::fprintf(stderr, "02_autograd: --slope must be at least 0.5 away from 0\n");
+    return 2;
+  }
+  std::printf("values: steps %lld, lr %g, slope %g, intercept %g, seed %llu%s\n", (long long)fit.steps, fit.lr,
+              fit.slope, fit.intercept, (unsigned long long)fit.seed, fit.keep_gradients ? ", BROKEN: zero-grad" : "");
   bool ok = true;
   auto check = [&](bool condition, const char* what) {
     std::printf("  check: %-58s %s\n", what, condition ? "ok" : "FAILED");
@@ -100,31 +126,36 @@ int main() {
               ready_order[1].c_str());
   check(ready_order == std::vector<std::string>({"layer2", "layer1"}), "the last layer's gradient is ready first");
 
-  section("7. Putting it together: fit y = 3x - 1 by gradient descent");
-  Generator gen(0);
+  section("7. Putting it together: fit y = slope x + intercept by gradient descent");
+  Generator gen(fit.seed);
   Tensor inputs = randn({64, 1}, {}, &gen);
-  Tensor targets = sub(mul(inputs, 3.0), 1.0);
+  Tensor targets = add(mul(inputs, fit.slope), fit.intercept);
   Tensor weight = zeros({1, 1}, TensorOptions().with_requires_grad());
   Tensor offset = zeros({1}, TensorOptions().with_requires_grad());
   double first_loss = 0, last_loss = 0;
-  for (int step = 0; step < 100; ++step) {
+  const int64_t last_step = fit.steps - 1;
+  for (int64_t step = 0; step < fit.steps; ++step) {
     Tensor prediction = add(matmul(inputs, weight, false, true), offset);
     Tensor mse = mean(pow(sub(prediction, targets), 2.0));
     mse.backward();
     {
       NoGradGuard no_grad;  // the update itself is not part of the model
-      weight.add_(weight.grad(), -0.1);
-      offset.add_(offset.grad(), -0.1);
+      weight.add_(weight.grad(), -fit.lr);
+      offset.add_(offset.grad(), -fit.lr);
     }
-    weight.set_grad(Tensor());
-    offset.set_grad(Tensor());
+    if (!fit.keep_gradients) {  // the mistake: without this, step k descends along the sum of k gradients
+      weight.set_grad(Tensor());
+      offset.set_grad(Tensor());
+    }
     if (step == 0) first_loss = mse.item();
     last_loss = mse.item();
-    if (step % 25 == 0 || step == 99)
-      std::printf("  step %3d  loss %.6f  w %.4f  b %.4f\n", step, mse.item(), weight.item(), offset.item());
+    if (step % 25 == 0 || step == last_step)
+      std::printf("  step %3lld  loss %.6f  w %.4f  b %.4f\n", (long long)step, mse.item(), weight.item(), offset.item());
   }
   check(last_loss < 1e-4 * first_loss, "loss fell by more than 10^4");
-  check(std::abs(weight.item() - 3.0) < 1e-2 && std::abs(offset.item() + 1.0) < 1e-2, "recovered w = 3, b = -1");
+  std::printf("  recovered w %.4f (want %g), b %.4f (want %g)\n", weight.item(), fit.slope, offset.item(), fit.intercept);
+  check(std::abs(weight.item() - fit.slope) < 1e-2 && std::abs(offset.item() - fit.intercept) < 1e-2,
+        "recovered w = slope, b = intercept");
 
   std::printf("\nlesson 02: %s\n", ok ? "OK" : "FAILED");
   return ok ? 0 : 1;

@@ -13,11 +13,15 @@
 //   * every later chapter (ZeRO, pipelines, tensor parallelism) exists to shrink one of these terms
 //
 // Run:    make lesson N=03        Prints: the story below, then "lesson 03: OK".
+// Try:    build/lessons/03_training --batch 64 --micro-batches 8 --svg /tmp/svg_03
+//         build/lessons/03_training --break-mean-of-means   (micro-batches weighted 1/M, not by their targets)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <vector>
 
+#include "lesson_args.h"
+#include "lesson_svg.h"
 #include "nn/addition.h"
 #include "nn/data.h"
 #include "nn/gpt.h"
@@ -28,7 +32,21 @@ using namespace sl;
 static void section(const char* title) { std::printf("\n--- %s\n", title); }
 static double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
-int main() {
+int main(int argc, char** argv) {
+  lesson::Args args(argc, argv, "03_training", "a GPT training step and where its memory goes");
+  const int64_t B = args.integer("batch", 32, "rows per batch B (a multiple of --micro-batches)", 4, 64);
+  const int64_t M = args.integer("micro-batches", 4, "gradient-accumulation micro-batches M", 2, 16);
+  const int64_t train_steps = args.integer("steps", 150, "training steps of section 5", 100, 300);
+  const uint64_t seed = args.integer("seed", 1, "seed of the model's weights", 0, 1000000);
+  const bool mean_of_means = args.breaks("mean-of-means", "weight each micro-batch's loss by 1/M, not by its counted targets");
+  const std::string svg_dir = args.svg();
+  args.done();
+  if (B % M != 0) {
+    std::fprintf(stderr, "03_training: --batch %lld is not a multiple of --micro-batches %lld\n", (long long)B, (long long)M);
+    return 2;
+  }
+  std::printf("values: batch %lld, micro-batches %lld, steps %lld, seed %llu%s\n", (long long)B, (long long)M,
+              (long long)train_steps, (unsigned long long)seed, mean_of_means ? ", BROKEN: mean-of-means" : "");
   bool ok = true;
   auto check = [&](bool condition, const char* what) {
     std::printf("  check: %-62s %s\n", what, condition ? "ok" : "FAILED");
@@ -42,7 +60,7 @@ int main() {
 
   section("1. The model: GPT-2 in miniature");
   nn::GPTConfig config{256, 32, 2, 4, 128, 0.0};
-  nn::GPT model(config, /*seed=*/1);
+  nn::GPT model(config, seed);
   const int64_t psi = model.num_parameters();  // Ψ, the parameter count
   std::printf("  %lld layers, n_embd %lld, %lld heads: Ψ = %lld parameters\n", (long long)config.n_layer,
               (long long)config.n_embd, (long long)config.n_head, (long long)psi);
@@ -53,7 +71,7 @@ int main() {
   section("2. Forward: activations are kept for backward");
   nn::AdditionTask task;
   nn::TokenStream stream = task.train_stream(20000, 1);
-  const int64_t B = 32, T = config.block_size;
+  const int64_t T = config.block_size;
   nn::AdamW optimizer(model.parameters());
   nn::Batch batch = stream.get_batch(0, B, T);
   Tensor loss = model.loss(batch.inputs, batch.targets);
@@ -94,6 +112,12 @@ int main() {
   std::printf("  weights + grads + optimizer = %.3f MiB = %.0f bytes per parameter\n", mib(states),
               static_cast<double>(states) / psi);
   check(states == 16 * psi, "model states: 16 bytes per parameter");
+  lesson::BarChart memory_chart("model states on " + gpu.str() + " (mark: 4, 4, 8 bytes x Ψ)", "MiB");
+  memory_chart.bar("weights", mib(bytes(MemoryCategory::weights)), mib(4 * psi));
+  memory_chart.bar("grads", mib(bytes(MemoryCategory::grads)), mib(4 * psi));
+  memory_chart.bar("AdamW m, v", mib(bytes(MemoryCategory::optimizer)), mib(8 * psi));
+  memory_chart.bar("activations (B=" + std::to_string(B) + ")", mib(saved), -1, "#f58518");
+  lesson::write_picture(svg_dir, "03_model_states.svg", memory_chart.svg());
   std::printf("  peak on %s this step: %.3f MiB (states + activations)\n", gpu.str().c_str(), mib(ledger.peak(gpu)));
   std::printf(
       "  For a 7B-parameter model that is 112 GB of states alone: more than one GPU holds.\n"
@@ -101,8 +125,8 @@ int main() {
 
   section("5. Train: the loss on the answer digits falls");
   double first = loss.item(), last = 0;
-  for (int64_t step = 1; step <= 150; ++step) {
-    optimizer.lr = nn::cosine_lr(step, 150, 20, 3e-3, 3e-4);
+  for (int64_t step = 1; step <= train_steps; ++step) {
+    optimizer.lr = nn::cosine_lr(step, train_steps, 20, 3e-3, 3e-4);
     nn::Batch next = stream.get_batch(step, B, T);
     optimizer.zero_grad();
     Tensor l = model.loss(next.inputs, next.targets);
@@ -110,16 +134,15 @@ int main() {
     nn::clip_grad_norm(model.parameters(), 1.0);
     optimizer.step();
     last = l.item();
-    if (step % 50 == 0) std::printf("  step %3lld  loss %.4f\n", (long long)step, last);
+    if (step % 50 == 0 || step == train_steps) std::printf("  step %3lld  loss %.4f\n", (long long)step, last);
   }
-  check(last < first / 2, "150 steps at least halve the loss");
+  check(last < first / 2, "the training steps at least halve the loss");
   std::printf("  (make run trains longer and measures held-out accuracy)\n");
 
-  section("6. Gradient accumulation: the same gradient, a quarter of the activations");
+  section("6. Gradient accumulation: the same gradient, 1/M of the activations");
   {
-    // Two copies of one model; the same batch in one backward, and in M = 4 backwards.
+    // Two copies of one model; the same batch in one backward, and in M backwards.
     nn::GPT whole(config, 7), accumulated(config, 7);
-    const int64_t M = 4;
     nn::Batch full_batch = stream.get_batch(500, B, T);
     ledger.reset_peak(gpu);
     const int64_t base = bytes(MemoryCategory::activations);
@@ -133,7 +156,10 @@ int main() {
     ledger.reset_peak(gpu);
     for (const auto& m : micros) {
       Tensor part = accumulated.loss(m.batch.inputs, m.batch.targets);
-      mul(part, static_cast<double>(m.counted) / static_cast<double>(counted)).backward();  // .grad adds up
+      // The mistake (--break-mean-of-means): 1/M treats every micro-batch as if it counted as many targets.
+      const double share = mean_of_means ? 1.0 / static_cast<double>(M)
+                                         : static_cast<double>(m.counted) / static_cast<double>(counted);
+      mul(part, share).backward();  // .grad adds up
     }
     const int64_t peak_micro = ledger.peak(gpu, MemoryCategory::activations) - base;
     double largest = 0;
@@ -145,7 +171,8 @@ int main() {
     std::printf("  activation peak: one backward over %lld rows %.3f MiB, %lld micro-batches of %lld rows %.3f MiB\n",
                 (long long)B, mib(peak_whole), (long long)M, (long long)(B / M), mib(peak_micro));
     std::printf("  largest gradient difference: %.2e (the sums run in another order)\n", largest);
-    check(peak_micro < 0.3 * peak_whole, "M = 4 micro-batches hold about a quarter of the activations");
+    // 1/M of the rows at a time, plus some slack for what does not scale with rows (the 1.2).
+    check(peak_micro < 1.2 * peak_whole / static_cast<double>(M), "M micro-batches hold about 1/M of the activations");
     check(largest < 1e-6, "accumulated gradients equal the whole batch's");
     std::printf("  train --micro-batches M does this (serial or with any layout: parallel/train/trainer.h)\n");
   }

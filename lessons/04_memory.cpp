@@ -18,6 +18,8 @@
 // Prints: 1 model states per recipe; 2 the formats, by hand vs the library; 3 loss scaling, by hand
 //         vs nn::GradScaler; 4 recomputation's memory and time; 5 bytes per layer vs Korthikanti;
 //         then "lesson 04: OK".
+// Try:    build/lessons/04_memory --n-layer 3 --n-embd 64 --batch 8 --svg /tmp/svg_04
+//         build/lessons/04_memory --break-no-unscale   (loss scaling without dividing the scale back out)
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -27,6 +29,8 @@
 #include <string>
 #include <vector>
 
+#include "lesson_args.h"
+#include "lesson_svg.h"
 #include "nn/addition.h"
 #include "nn/gpt.h"
 #include "nn/grad_scaler.h"
@@ -188,7 +192,22 @@ static int64_t layer_bytes(nn::GPTConfig config, nn::Recompute recompute, bool e
   return held(2) - held(1);
 }
 
-int main() {
+int main(int argc, char** argv) {
+  lesson::Args args(argc, argv, "04_memory", "one device: mixed precision, loss scaling, recomputation");
+  const int64_t n_layer = args.integer("n-layer", 2, "layers of the GPT in sections 1 and 3", 1, 4);
+  const int64_t n_embd = args.integer("n-embd", 128, "n_embd C of the GPT (a multiple of NH = 4)", 32, 192);
+  const int64_t batch_rows = args.integer("batch", 16, "rows B of the batch in sections 1 and 3", 4, 32);
+  const int64_t growth_interval = args.integer("growth-interval", 3, "clean steps before the loss scale doubles", 1, 6);
+  const bool no_unscale = args.breaks("no-unscale", "scale the loss by 2^16 and never divide the gradient back");
+  const std::string svg_dir = args.svg();
+  args.done();
+  if (n_embd % 4 != 0) {
+    std::fprintf(stderr, "04_memory: --n-embd %lld is not a multiple of the 4 heads\n", (long long)n_embd);
+    return 2;
+  }
+  std::printf("values: n-layer %lld, n-embd %lld, batch %lld, growth-interval %lld%s\n", (long long)n_layer,
+              (long long)n_embd, (long long)batch_rows, (long long)growth_interval,
+              no_unscale ? ", BROKEN: no-unscale" : "");
   bool ok = true;
   auto check = [&](bool condition, const std::string& what) {
     std::printf("  check: %-72s %s\n", what.c_str(), condition ? "ok" : "FAILED");
@@ -198,8 +217,8 @@ int main() {
   DeviceGuard on(gpu);
   nn::AdditionTask task;
   const nn::TokenStream stream = task.train_stream(20000, 1);
-  const nn::GPTConfig config{.vocab_size = 256, .block_size = 32, .n_layer = 2, .n_head = 4, .n_embd = 128};
-  const nn::Batch batch = stream.get_batch(0, 16, 32);
+  const nn::GPTConfig config{.vocab_size = 256, .block_size = 32, .n_layer = n_layer, .n_head = 4, .n_embd = n_embd};
+  const nn::Batch batch = stream.get_batch(0, batch_rows, 32);
 
   section("1. Model states: what mixed precision keeps, per parameter");
   {
@@ -218,6 +237,7 @@ int main() {
                               {"bf16, f32 (Megatron main_grad)", DType::bf16, DType::f32, 2, 4, 12},
                               {"fp16, f32 (fp16's only way)", DType::f16, DType::f32, 2, 4, 12}};
     std::vector<int64_t> activations;  // per recipe, kept by one forward
+    lesson::BarChart states_chart("model states per recipe, Ψ = " + std::to_string(psi) + " (mark: the formula)", "KiB");
     for (const Recipe& r : recipes) {
       const States s = train_step_states(config, r.param, r.grad, batch);
       const double per = static_cast<double>(psi);
@@ -227,7 +247,10 @@ int main() {
       check(s.weights == r.w * psi && s.grads == r.g * psi && s.optimizer == r.o * psi,
             std::string(r.name) + ": ledger == formula");
       activations.push_back(s.activations);
+      states_chart.bar(r.name, kib(s.weights + s.grads + s.optimizer), kib((r.w + r.g + r.o) * psi));
+      states_chart.bar(std::string("  its activations"), kib(s.activations), -1, "#f58518");
     }
+    lesson::write_picture(svg_dir, "04_model_states.svg", states_chart.svg());
     const double ratio = static_cast<double>(activations[1]) / activations[0];  // bf16 / f32
     std::printf(
         "  The 16 bytes stay 16: 16-bit weights and gradients save 4Ψ, the f32 master copy costs 4Ψ back\n"
@@ -301,13 +324,15 @@ int main() {
   {
     const float g = 1e-8f, scale = 65536.0f;  // a gradient of 1e-8, and GradScaler's first scale 2^16
     const float scaled = fp16_value(fp16_by_hand(g * scale));
+    // The mistake (--break-no-unscale): the optimizer gets the scaled gradient, 2^16 times too large.
+    const float unscaled = no_unscale ? scaled : scaled / scale;
     std::printf("  fp16(%g) = %g: flushed.   fp16(%g x 2^16) = %.6g, unscaled in f32: %.6g\n", g,
-                fp16_value(fp16_by_hand(g)), g, scaled, scaled / scale);
-    check(fp16_value(fp16_by_hand(g)) == 0 && std::abs(scaled / scale - g) < 1e-3 * g,
+                fp16_value(fp16_by_hand(g)), g, scaled, unscaled);
+    check(fp16_value(fp16_by_hand(g)) == 0 && std::abs(unscaled - g) < 1e-3 * g,
           "scaled by 2^16, a 1e-8 gradient survives fp16 within 0.1%");
     // The rule, by hand and by nn::GradScaler, over a run of found-inf flags (growth after 3 clean steps).
-    HandScaler hand{.interval = 3};
-    nn::GradScaler library({.growth_interval = 3});
+    HandScaler hand{.interval = growth_interval};
+    nn::GradScaler library({.growth_interval = growth_interval});
     const bool overflows[] = {false, false, false, true, false, false, false, false, true, true, false, false, false};
     std::printf("  step  found inf  hand: steps? scale     nn::GradScaler: scale  skipped\n");
     bool same = true;

@@ -14,6 +14,8 @@
 //     rank that never arrives is caught by the collective timeout
 //
 // Run:    make lesson N=05        Prints: the story below, then "lesson 05: OK".
+// Try:    build/lessons/05_collectives --world 8 --elements 13440 --mib 4 --svg /tmp/svg_05
+//         build/lessons/05_collectives --break-chunk-index   (the ring adds into the wrong chunk)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -23,6 +25,8 @@
 #include <thread>
 #include <vector>
 
+#include "lesson_args.h"
+#include "lesson_svg.h"
 #include "parallel/comm/launch.h"
 #include "tensor/ops.h"
 
@@ -52,11 +56,13 @@ static std::string show(const Tensor& t) {
 //   all-gather step k:     send chunk r+1-k (at k=0 the finished one), receive chunk r-k, copy it.
 static int rs_send(int r, int k, int n) { return mod(r - k, n); }
 static int rs_recv(int r, int k, int n) { return mod(r - k - 1, n); }
+// The mistake (--break-chunk-index): add the incoming partial sum into chunk r-k, the one just sent.
+static int rs_recv_off_by_one(int r, int k, int n) { return mod(r - k, n); }
 static int ag_send(int r, int k, int n) { return mod(r + 1 - k, n); }
 static int ag_recv(int r, int k, int n) { return mod(r - k, n); }
 
 // A sum all-reduce of `data` (numel divisible by n) from point-to-point messages only.
-static void ring_all_reduce(ProcessGroup& group, const Tensor& data) {
+static void ring_all_reduce(ProcessGroup& group, const Tensor& data, bool off_by_one) {
   const int n = group.size(), r = group.rank(), right = (r + 1) % n, left = (r + n - 1) % n;
   const int64_t chunk = data.numel() / n;
   auto piece = [&](int c) { return data.flat_view(c * chunk, Shape({chunk})); };  // a view: same bytes
@@ -65,7 +71,7 @@ static void ring_all_reduce(ProcessGroup& group, const Tensor& data) {
     // isend first: a send waits until the receiver took it, and everyone sends before receiving.
     WorkPtr sending = group.isend(piece(rs_send(r, k, n)), right, /*tag=*/k);
     group.recv(incoming, left, k);
-    piece(rs_recv(r, k, n)).add_(incoming);  // mine + theirs: the order the library adds in too
+    piece(off_by_one ? rs_recv_off_by_one(r, k, n) : rs_recv(r, k, n)).add_(incoming);  // mine + theirs: the order the library adds in too
     sending->wait();
   }
   for (int k = 0; k < n - 1; ++k) {
@@ -75,7 +81,44 @@ static void ring_all_reduce(ProcessGroup& group, const Tensor& data) {
   }
 }
 
-int main() {
+// The ring for n ranks as a grid: a column per step, a box per rank with the chunk it sends right and
+// the one it receives (blue: reduce-scatter adds, green: all-gather copies).
+static std::string ring_steps_picture(int n) {
+  const double w = 92, h = 26, left = 70, top = 40;
+  lesson::Canvas canvas(left + 2 * (n - 1) * w + 20, top + n * h + 20);
+  canvas.text(10, 20, "ring all-reduce, n = " + std::to_string(n) + ": rank r sends right, receives from r-1", 13);
+  for (int r = 0; r < n; ++r) canvas.text(10, top + r * h + h / 2 + 4, "rank " + std::to_string(r), 11);
+  for (int k = 0; k < 2 * (n - 1); ++k) {
+    const bool reducing = k < n - 1;
+    const int step = reducing ? k : k - (n - 1);
+    canvas.text(left + k * w + w / 2, top - 6, (reducing ? "rs " : "ag ") + std::to_string(step), 11, "middle");
+    for (int r = 0; r < n; ++r) {
+      const int sent = reducing ? rs_send(r, step, n) : ag_send(r, step, n);
+      const int got = reducing ? rs_recv(r, step, n) : ag_recv(r, step, n);
+      canvas.box(left + k * w, top + r * h, w - 4, h - 4, reducing ? "#9ecae9" : "#a1d99b",
+                 "c" + std::to_string(sent) + "> " + (reducing ? "+c" : "=c") + std::to_string(got));
+    }
+  }
+  return canvas.str();
+}
+
+int main(int argc, char** argv) {
+  lesson::Args args(argc, argv, "05_collectives", "collectives: the ring all-reduce, its cost, and failure");
+  const int world = args.integer("world", 4, "largest ring of section 3 (it runs n = 2..world)", 2, 8);
+  const int64_t numel = args.integer("elements", 12 * 1024, "f32 elements all-reduced in section 3 (divisible by 2..world)", 64, 1 << 20);
+  const int64_t bandwidth_mib = args.integer("mib", 16, "MiB all-reduced in the bandwidth section", 1, 64);
+  const int64_t timeout_ms = args.integer("timeout-ms", 200, "collective timeout of section 6 (rank 2 sleeps 600 ms)", 50, 400);
+  const bool off_by_one = args.breaks("chunk-index", "the hand ring adds the incoming chunk into chunk r-k, not r-k-1");
+  const std::string svg_dir = args.svg();
+  args.done();
+  for (int n = 2; n <= world; ++n)
+    if (numel % n != 0) {
+      std::fprintf(stderr, "05_collectives: --elements %lld is not divisible by n = %d (try 13440 for --world 8)\n",
+                   (long long)numel, n);
+      return 2;
+    }
+  std::printf("values: world %d, elements %lld, mib %lld, timeout-ms %lld%s\n", world, (long long)numel,
+              (long long)bandwidth_mib, (long long)timeout_ms, off_by_one ? ", BROKEN: chunk-index" : "");
   bool ok = true;
   auto check = [&](bool condition, const std::string& what) {
     std::printf("  check: %-70s %s\n", what.c_str(), condition ? "ok" : "FAILED");
@@ -127,15 +170,18 @@ int main() {
   std::printf(
       "  After reduce-scatter rank r holds the finished chunk r+1 (c1 c2 c3 c0); all-gather passes\n"
       "  the finished chunks round until every rank has all of them.\n");
+  lesson::write_picture(svg_dir, "05_ring_steps.svg", ring_steps_picture(world));
 
   section("3. Hand-written ring == library all_reduce, and the bytes each rank moved");
-  const int64_t numel = 12 * 1024, S = numel * 4;  // f32; numel divisible by 2, 3 and 4
+  const int64_t S = numel * 4;  // f32; numel divisible by every n of the loop
   std::printf("  S = %lld bytes (f32). Per rank, from ctx.world->ledger():\n", (long long)S);
   std::printf("  %-3s %-22s %-22s %s\n", "n", "by hand: send / recv", "all_reduce: sent/recv", "2(n-1)/n x S");
   bool exact_equal = true, random_equal = true, bytes_as_formula = true;
-  for (int n : {2, 3, 4}) {
+  lesson::BarChart traffic("bytes each rank sent in one all-reduce of S = " + std::to_string(S) + " (mark: 2(n-1)/n x S)", "KiB");
+  for (int n = 2; n <= world; ++n) {
     std::vector<CommStats> by_hand_sent(n), by_hand_received(n), library(n);
     std::vector<char> equal(2 * n);
+    std::vector<double> largest_gap(n, 0.0);  // per rank: the largest |by hand - library| over the integers
     launch(n, [&](RankContext& ctx) {
       const int r = ctx.rank;
       manual_seed(r);
@@ -145,18 +191,23 @@ int main() {
       for (int d = 0; d < 2; ++d) {
         Tensor by_hand = data[d].clone(), reduced = data[d].clone();
         ctx.world->ledger().reset();
-        ring_all_reduce(*ctx.world, by_hand);
+        ring_all_reduce(*ctx.world, by_hand, off_by_one);
         by_hand_sent[r] = ctx.world->ledger()[CommOp::send];
         by_hand_received[r] = ctx.world->ledger()[CommOp::recv];
         ctx.world->all_reduce(reduced);
         library[r] = ctx.world->ledger()[CommOp::all_reduce];
         equal[2 * r + d] = std::memcmp(by_hand.raw_data(), reduced.raw_data(), S) == 0;
+        if (d == 0) largest_gap[r] = std::sqrt(sl::max(pow(sub(by_hand, reduced), 2.0)).item());
       }
     });
     const int64_t formula = 2 * (n - 1) * S / n;
     std::printf("  %-3d %9lld / %-10lld %9lld / %-10lld %lld\n", n, (long long)by_hand_sent[0].bytes_sent,
                 (long long)by_hand_received[0].bytes_received, (long long)library[0].bytes_sent,
                 (long long)library[0].bytes_received, (long long)formula);
+    if (largest_gap[0] > 0)
+      std::printf("      n = %d: rank 0's hand ring is off the library's by up to %g (a partial sum in the wrong chunk)\n", n,
+                  largest_gap[0]);
+    traffic.bar("n = " + std::to_string(n), library[0].bytes_sent / 1024.0, formula / 1024.0);
     for (int r = 0; r < n; ++r) {
       exact_equal = exact_equal && equal[2 * r];
       random_equal = random_equal && equal[2 * r + 1];
@@ -165,6 +216,7 @@ int main() {
                          library[r].bytes_received == formula;
     }
   }
+  lesson::write_picture(svg_dir, "05_ring_bytes.svg", traffic.svg());
   check(exact_equal, "hand-written ring == library all_reduce: integer values, bitwise");
   check(random_equal, "... and randn values, bitwise (both add in the same ring order)");
   check(bytes_as_formula, "every rank sent and received 2(n-1)/n x S, by hand and in the library");
@@ -216,9 +268,9 @@ int main() {
     std::printf("  (ZeRO-2 keeps the reduce_scatter half for gradients; FSDP all_gathers weights when needed.)\n");
   }
 
-  section("5. Bandwidth: a 16 MiB all_reduce");
+  std::printf("\n--- 5. Bandwidth: a %lld MiB all_reduce\n", (long long)bandwidth_mib);
   {
-    const int64_t bytes = 16 << 20, iterations = 5;
+    const int64_t bytes = bandwidth_mib << 20, iterations = 5;
     std::vector<char> source(bytes, 1), destination(bytes, 0);
     std::vector<double> copy_ms(5);
     for (double& ms : copy_ms) {
@@ -226,8 +278,8 @@ int main() {
       std::memcpy(destination.data(), source.data(), bytes);
       ms = ms_since(start);
     }
-    std::printf("  memcpy of 16 MiB on one thread: %.2f ms = %.2f GB/s (the hardware's yardstick here)\n",
-                median(copy_ms), bytes / median(copy_ms) / 1e6);
+    std::printf("  memcpy of %lld MiB on one thread: %.2f ms = %.2f GB/s (the hardware's yardstick here)\n",
+                (long long)bandwidth_mib, median(copy_ms), bytes / median(copy_ms) / 1e6);
     for (int n : {2, 4}) {
       std::vector<std::vector<double>> times(n);
       launch(n, [&](RankContext& ctx) {
@@ -277,7 +329,7 @@ int main() {
 
     // A rank that neither fails nor arrives (stuck, or it skipped the call) is found by the timeout.
     LaunchOptions quick;
-    quick.timeout = std::chrono::milliseconds(200);
+    quick.timeout = std::chrono::milliseconds(timeout_ms);
     std::vector<double> caught_at(n, 0);
     std::vector<std::string> kind(n);
     double woke_at = 0;  // when rank 2 is done with its sleep
@@ -310,7 +362,7 @@ int main() {
     }
     for (int r : {0, 1})
       std::printf("  rank %d, after %.0f ms: %s: %s\n", r, caught_at[r], kind[r].c_str(), caught[r].c_str());
-    check(timed_out, "a rank that skips a collective: the others time out (200 ms here)");
+    check(timed_out, "a rank that skips a collective: the others time out (" + std::to_string(timeout_ms) + " ms here)");
     std::printf("  rank 2 woke up after %.0f ms and returned\n", woke_at);
     // Against rank 2's own wake-up, not a fixed 550 ms: on a loaded machine any thread may be late
     // by a scheduler's slice, but the waiting ranks still raise long before rank 2's 600 ms are up.

@@ -18,6 +18,8 @@
 //   * and that both give the serial run's losses, gradients and weights
 //
 // Run:    make lesson N=06        Prints: the story below, then "lesson 06: OK".
+// Try:    build/lessons/06_data_parallel --world 2 --bucket-kib 256 --gbit 0.5 --svg /tmp/svg_06
+//         build/lessons/06_data_parallel --break-no-average   (DDPByHand sums the gradients, never divides by N)
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -30,6 +32,8 @@
 #include <vector>
 
 #include "autograd/grad_mode.h"
+#include "lesson_args.h"
+#include "lesson_svg.h"
 #include "nn/data.h"
 #include "nn/gpt.h"
 #include "nn/optim.h"
@@ -97,8 +101,13 @@ static nn::AdamWOptions adamw() {
 // counts as delivered. Only that wait is modeled: the arithmetic and the bits are the real ones.
 class DDPByHand {
  public:
-  DDPByHand(nn::Module& model, ProcessGroupPtr group, int64_t bucket_bytes, double link_bytes_per_s = 0)
-      : group_(std::move(group)), params_(model.parameters()), link_bytes_per_s_(link_bytes_per_s) {
+  // sum_not_average: the mistake of --break-no-average, the all-reduced sum left undivided (N x the gradient).
+  DDPByHand(nn::Module& model, ProcessGroupPtr group, int64_t bucket_bytes, double link_bytes_per_s = 0,
+            bool sum_not_average = false)
+      : group_(std::move(group)),
+        params_(model.parameters()),
+        link_bytes_per_s_(link_bytes_per_s),
+        sum_not_average_(sum_not_average) {
     NoGradGuard no_grad;
     for (const Tensor& p : params_) group_->broadcast(p, 0);  // 1. every replica starts from rank 0's
     const int n = static_cast<int>(params_.size());
@@ -161,7 +170,7 @@ class DDPByHand {
     const double inverse_n = 1.0 / group_->size();  // avg = sum x (1/N), as the library's ReduceOp::avg
     for (size_t k = 0; k < buckets_.size(); ++k) {
       timeline_.buckets[k].finished = buckets_[k].delivered.get();
-      buckets_[k].buffer.mul_(inverse_n);
+      if (!sum_not_average_) buckets_[k].buffer.mul_(inverse_n);
     }
     for (size_t i = 0; i < params_.size(); ++i)
       params_[i].set_grad(buckets_[bucket_of_[i]].buffer.flat_view(offset_of_[i], params_[i].shape()).clone());
@@ -172,6 +181,7 @@ class DDPByHand {
   ProcessGroupPtr group_;
   std::vector<Tensor> params_;
   double link_bytes_per_s_;
+  bool sum_not_average_;
   std::vector<int> bucket_of_;
   std::vector<int64_t> offset_of_;
   std::vector<Bucket> buckets_;
@@ -253,7 +263,48 @@ static std::pair<double, bool> compare(const std::vector<float>& got, const std:
   return {worst, within};
 }
 
-int main() {
+// The same timeline as draw(), as a picture: per rank a bar of backward (computing, then waiting) and
+// one bar per bucket's all-reduce, launched -> delivered.
+static std::string timeline_picture(const std::vector<RankTimeline>& ranks, const std::string& title) {
+  Clock::time_point t0 = ranks[0].called, t1 = ranks[0].backward.synchronized;
+  for (const RankTimeline& r : ranks) t0 = std::min(t0, r.called), t1 = std::max(t1, r.backward.synchronized);
+  const double width = 640, left = 130, row = 16, total = std::max(ms_between(t0, t1), 1e-3);
+  auto x = [&](Clock::time_point t) { return left + ms_between(t0, t) / total * width; };
+  size_t rows = 0;
+  for (const RankTimeline& r : ranks) rows += 1 + r.backward.buckets.size();
+  lesson::Canvas canvas(left + width + 20, 50 + rows * row);
+  canvas.text(10, 18, title + " (" + std::to_string(static_cast<int>(total)) + " ms)", 13);
+  double y = 30;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const BackwardTimeline& b = ranks[r].backward;
+    canvas.text(10, y + 11, "rank " + std::to_string(r) + " backward", 11);
+    canvas.box(x(ranks[r].called), y, std::max(1.0, x(b.last_gradient) - x(ranks[r].called)), row - 3, "#4c78a8");
+    canvas.box(x(b.last_gradient), y, std::max(1.0, x(b.synchronized) - x(b.last_gradient)), row - 3, "#dddddd");
+    y += row;
+    for (const BucketEvent& e : b.buckets) {
+      canvas.text(20, y + 11, "bucket " + std::to_string(e.bucket), 11);
+      canvas.box(x(e.launched), y, std::max(1.0, x(e.finished) - x(e.launched)), row - 3, "#f58518");
+      y += row;
+    }
+  }
+  return canvas.str();
+}
+
+int main(int argc, char** argv) {
+  lesson::Args args(argc, argv, "06_data_parallel", "DataParallel's five exchanges against DDP's one all-reduce");
+  const int n = args.integer("world", 4, "data-parallel ranks N of sections 1, 2, 4 and 6 (divides the 8 rows)", 2, 8);
+  const int64_t bucket_kib = args.integer("bucket-kib", 512, "DDP bucket size of sections 3 and 4's slow link", 64, 2048);
+  const double gbit = args.real("gbit", 1.0, "speed of section 4's modeled link, Gbit/s", 0.5, 2.0);
+  const bool sum_not_average = args.breaks("no-average", "DDPByHand all-reduces the sum and never divides by N");
+  const std::string svg_dir = args.svg();
+  args.done();
+  if (kBatch % n != 0) {
+    std::fprintf(stderr, "06_data_parallel: --world %d does not divide the batch's %lld rows (use 2, 4 or 8)\n", n,
+                 static_cast<long long>(kBatch));
+    return 2;
+  }
+  std::printf("values: world %d, bucket-kib %lld, gbit %g%s\n", n, static_cast<long long>(bucket_kib), gbit,
+              sum_not_average ? ", BROKEN: no-average" : "");
   bool ok = true;
   auto check = [&](bool condition, const std::string& what) {
     std::printf("  check: %-72s %s\n", what.c_str(), condition ? "ok" : "FAILED");
@@ -269,8 +320,7 @@ int main() {
               static_cast<long long>(kBatch), static_cast<long long>(T));
 
   // ---------------------------------------------------------------------------------------------
-  section("1. naive DataParallel, 4 ranks: the five exchanges of one step, from the ledgers");
-  const int n = 4;
+  std::printf("\n--- 1. naive DataParallel, %d ranks: the five exchanges of one step, from the ledgers\n", n);
   std::vector<std::array<CommStats, kNumExchanges>> naive(n);
   launch(n, [&](RankContext& ctx) {
     nn::GPT model(kSmall, /*seed=*/ctx.rank);  // only rank 0's weights matter: they are replicated
@@ -295,7 +345,7 @@ int main() {
   check(naive[0][4].bytes_received == (n - 1) * 4 * psi, "rank 0 received (N-1) x 4Ψ bytes of gradients");
 
   // ---------------------------------------------------------------------------------------------
-  section("2. DDP, 4 ranks: one exchange, the gradient all-reduce");
+  std::printf("\n--- 2. DDP, %d ranks: one exchange, the gradient all-reduce\n", n);
   std::vector<CommStats> ddp_stats(n);
   std::vector<std::array<int64_t, 3>> held(n);
   launch(n, [&](RankContext& ctx) {
@@ -338,7 +388,8 @@ int main() {
   check(formula, "every DDP rank sent exactly 2(N-1)/N x 4Ψ bytes");
   check(memory_ok, "DDP holds 4Ψ + 4Ψ + 8Ψ = 16Ψ per rank (lesson 07 shards it)");
   // ---------------------------------------------------------------------------------------------
-  section("3. buckets and overlap: DDP on 2 ranks, a bigger model, 512 KiB buckets");
+  std::printf("\n--- 3. buckets and overlap: DDP on 2 ranks, a bigger model, %lld KiB buckets\n",
+              static_cast<long long>(bucket_kib));
   auto train_big = [&](int64_t bucket_bytes, std::vector<BucketLayout>* layout) {
     std::vector<RankTimeline> timelines(2);
     launch(2, [&](RankContext& ctx) {
@@ -363,7 +414,7 @@ int main() {
   };
   const int64_t big_psi = nn::GPT(kBig).num_parameters();
   std::vector<BucketLayout> layout;
-  std::vector<RankTimeline> bucketed = train_big(512 << 10, &layout);
+  std::vector<RankTimeline> bucketed = train_big(bucket_kib << 10, &layout);
   std::printf("  Ψ = %lld (4Ψ = %s). Buckets fill in reverse parameter order, the order backward makes them:\n",
               static_cast<long long>(big_psi), kib(4 * big_psi).c_str());
   for (size_t b = 0; b < layout.size(); ++b)
@@ -416,10 +467,11 @@ int main() {
   // by the library, one by the hand-written class. Same buckets, same ring: the same bits.
   std::vector<char> bitwise(n, 1);
   std::vector<int> hand_buckets(n);
+  std::vector<double> gradient_ratio(n, 1.0);  // |hand gradient| / |library gradient|, first step, per rank
   launch(n, [&](RankContext& ctx) {
     nn::GPT library_model(kSmall, /*seed=*/ctx.rank), hand_model(kSmall, /*seed=*/ctx.rank);
     DistributedDataParallel library(library_model, ctx.world, DDPOptions{4096});
-    DDPByHand hand(hand_model, ctx.world, 4096);
+    DDPByHand hand(hand_model, ctx.world, 4096, 0, sum_not_average);
     nn::AdamW library_adamw(library_model.parameters(), adamw()), hand_adamw(hand_model.parameters(), adamw());
     RowRange rows = data_parallel_rows(kBatch, ctx.rank, ctx.world_size);
     auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
@@ -431,7 +483,15 @@ int main() {
       library_model.loss(batch.inputs, batch.targets).backward();
       hand_adamw.zero_grad();
       hand_model.loss(batch.inputs, batch.targets).backward();
-      bool same = same_bits(flat_values(library_model.parameters(), true), flat_values(hand_model.parameters(), true));
+      const std::vector<float> library_grads = flat_values(library_model.parameters(), true);
+      const std::vector<float> hand_grads = flat_values(hand_model.parameters(), true);
+      bool same = same_bits(library_grads, hand_grads);
+      if (step == 0) {
+        double hand_norm = 0, library_norm = 0;
+        for (size_t i = 0; i < hand_grads.size(); ++i)
+          hand_norm += hand_grads[i] * hand_grads[i], library_norm += library_grads[i] * library_grads[i];
+        gradient_ratio[ctx.rank] = std::sqrt(hand_norm / library_norm);
+      }
       library.step(library_adamw);
       hand_adamw.step();
       same = same &&
@@ -441,18 +501,20 @@ int main() {
     hand_buckets[ctx.rank] = static_cast<int>(hand.timeline().buckets.size());
   });
   std::printf(
-      "  4 ranks, 4 KiB buckets (%d of them), 3 AdamW steps: the averaged gradients and the weights\n"
+      "  %d ranks, 4 KiB buckets (%d of them), 3 AdamW steps: the averaged gradients and the weights\n"
       "  after each step are %s on every rank.\n",
-      hand_buckets[0],
+      n, hand_buckets[0],
       std::all_of(bitwise.begin(), bitwise.end(), [](char b) { return b != 0; })
           ? "the same bits as parallel/ddp's"
           : "NOT the same bits as parallel/ddp's");
+  if (std::abs(gradient_ratio[0] - 1.0) > 1e-6)
+    std::printf("  rank 0's hand gradient is %.3f x the library's (N = %d: a sum, not an average)\n", gradient_ratio[0], n);
   check(std::all_of(bitwise.begin(), bitwise.end(), [](char b) { return b != 0; }),
         "DDPByHand == parallel/ddp, bitwise (gradients and weights)");
 
   // With a modeled link each bucket takes as long as 1 Gbit/s would, so the all-reduces are as
   // long as backward itself, and what overlap buys shows up in the bars.
-  const double link = 1.25e8;  // bytes per second: 1 Gbit/s
+  const double link = gbit * 1.25e8;  // bytes per second: 1 Gbit/s is 1.25e8
   auto train_by_hand = [&](int64_t bucket_bytes) {
     std::vector<RankTimeline> timelines(2);
     launch(2, [&](RankContext& ctx) {
@@ -472,15 +534,18 @@ int main() {
     return timelines;
   };
   std::printf(
-      "  Over a modeled 1 Gbit/s link (the bytes move through the real all-reduce, DDPByHand holds each\n"
-      "  result back until such a link would have delivered it), 512 KiB buckets:\n");
-  std::vector<RankTimeline> slow_bucketed = train_by_hand(512 << 10);
+      "  Over a modeled %g Gbit/s link (the bytes move through the real all-reduce, DDPByHand holds each\n"
+      "  result back until such a link would have delivered it), %lld KiB buckets:\n",
+      gbit, static_cast<long long>(bucket_kib));
+  std::vector<RankTimeline> slow_bucketed = train_by_hand(bucket_kib << 10);
   draw(slow_bucketed);
   overlap_summary(slow_bucketed);
   std::printf("  and everything in one bucket, which can only start when backward has finished:\n");
   std::vector<RankTimeline> slow_single = train_by_hand(DDPOptions::kOneBucket);
   draw(slow_single);
   overlap_summary(slow_single);
+  lesson::write_picture(svg_dir, "06_ddp_buckets_slow_link.svg", timeline_picture(slow_bucketed, "DDPByHand, buckets, slow link"));
+  lesson::write_picture(svg_dir, "06_ddp_one_bucket_slow_link.svg", timeline_picture(slow_single, "DDPByHand, one bucket, slow link"));
   // How much of the link's busy time fell inside backward's compute, per rank: bucket k occupies the
   // link for its wire time, ending when it is delivered.
   auto hidden_ms = [&](const RankTimeline& r) {

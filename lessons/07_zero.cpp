@@ -23,6 +23,8 @@
 //         3 memory per rank (ledger vs formula) between steps and at the peak of backward;
 //         4 bytes per step per rank vs DDP's; 5 offload; 6 HSDP's groups and traffic;
 //         7 one "...: OK" line per layout (== serial, memory, bytes), then "lesson 07: OK".
+// Try:    build/lessons/07_zero --hand-world 4 --hand-steps 5 --hand-bucket-bytes 1024 --svg /tmp/svg_07
+//         build/lessons/07_zero --break-no-average   (HandZero reduce-scatters the sum, not the average)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -34,6 +36,8 @@
 #include <vector>
 
 #include "autograd/grad_mode.h"
+#include "lesson_args.h"
+#include "lesson_svg.h"
 #include "nn/data.h"
 #include "nn/gpt.h"
 #include "nn/optim.h"
@@ -88,6 +92,7 @@ struct HandZero1 {
   std::vector<Tensor> params;
   ProcessGroupPtr group;
   nn::AdamWOptions options;
+  ReduceOp reduce = ReduceOp::avg;  // --break-no-average sets sum: every shard's gradient N times too large
   std::vector<int64_t> offsets;  // parameter i starts at offsets[i] in the flat buffer
   int64_t S = 0, t = 0;
   Tensor weights, grads, m, v;  // [N S], [N S], [S], [S]
@@ -108,7 +113,7 @@ struct HandZero1 {
     pack(params, offsets, weights.data<float>());
     const int64_t begin = group->rank() * S, end = begin + S;
     // (N-1)/N 4Ψ: half an all-reduce. In place: my S elements of grads receive their average.
-    group->reduce_scatter(grads.flat_view(begin, {S}), grads, ReduceOp::avg);
+    group->reduce_scatter(grads.flat_view(begin, {S}), grads, reduce);
     ++t;
     for (size_t i = 0; i < params.size(); ++i) {  // the part of each parameter inside [begin, end)
       const int64_t lo = std::max(begin, offsets[i]), hi = std::min(end, offsets[i] + params[i].numel());
@@ -135,6 +140,7 @@ struct HandZero2 {
   std::vector<Tensor> params;
   ProcessGroupPtr group;
   nn::AdamWOptions options;
+  ReduceOp reduce = ReduceOp::avg;  // --break-no-average sets sum
   std::vector<Bucket> buckets;
   std::vector<int> bucket_of;
   std::vector<int64_t> offsets;
@@ -168,7 +174,7 @@ struct HandZero2 {
       params[p].set_grad(Tensor());  // freed: the reduce-scatter's job holds `full` until it is done
     }
     Tensor mine = full.flat_view(group->rank() * b.chunk, {b.chunk});  // in place: my chunk of the bucket
-    in_flight.push_back({group->reduce_scatter_async(mine, full, ReduceOp::avg), {mine, b.shard_offset}});
+    in_flight.push_back({group->reduce_scatter_async(mine, full, reduce), {mine, b.shard_offset}});
   }
   void zero_grad() {
     // Every rank's backward fires the hooks in the same order, so the reduce-scatters match up.
@@ -200,20 +206,30 @@ struct HandZero2 {
   }
 };
 
-// Trains a hand-written ZeRO and the library's side by side (two models from one seed) for kSteps
-// steps on this rank's rows, and tells whether their weights are equal bit for bit.
-static bool hand_matches_library(RankContext& ctx, int stage, const nn::TokenStream& data) {
+// Section 2's knobs: how long and with which buckets the hand-written ZeRO trains beside the library's.
+struct HandConfig {
+  int steps = kSteps;
+  int64_t bucket_bytes = kBucketBytes;
+  ReduceOp reduce = ReduceOp::avg;  // sum: the mistake of --break-no-average
+};
+
+// Trains a hand-written ZeRO and the library's side by side (two models from one seed) for
+// config.steps steps on this rank's rows; returns the largest |hand - library| weight (0: bit for bit).
+static double hand_against_library(RankContext& ctx, int stage, const nn::TokenStream& data, const HandConfig& config) {
   nn::GPT hand_model(kConfig, kSeed), library_model(kConfig, kSeed);
   std::unique_ptr<HandZero1> zero1;
   std::unique_ptr<HandZero2> zero2;  // (its hooks capture it: it must not move)
   if (stage == 1) zero1 = std::make_unique<HandZero1>(hand_model.parameters(), ctx.world, adamw());
-  if (stage == 2) zero2 = std::make_unique<HandZero2>(hand_model.parameters(), ctx.world, adamw(), kBucketBytes);
+  if (stage == 2)
+    zero2 = std::make_unique<HandZero2>(hand_model.parameters(), ctx.world, adamw(), config.bucket_bytes);
+  if (zero1) zero1->reduce = config.reduce;
+  if (zero2) zero2->reduce = config.reduce;
   ZeroAdamW library(library_model.parameters(), ctx.world,
                     {.stage = stage,
                      .adamw = adamw(),
-                     .bucket_bytes = stage == 1 ? FlatLayout::kOneBucket : kBucketBytes});  // the same layouts
+                     .bucket_bytes = stage == 1 ? FlatLayout::kOneBucket : config.bucket_bytes});  // same layouts
   const RowRange rows = data_parallel_rows(kBatch, ctx.rank, ctx.world_size);
-  for (int step = 0; step < kSteps; ++step) {
+  for (int step = 0; step < config.steps; ++step) {
     nn::Batch batch = data.get_batch(step, kBatch, kBlock, rows.begin, rows.end);
     if (zero2) zero2->zero_grad();
     for (const Tensor& p : hand_model.parameters()) p.set_grad(Tensor());
@@ -224,10 +240,14 @@ static bool hand_matches_library(RankContext& ctx, int stage, const nn::TokenStr
     library_model.loss(batch.inputs, batch.targets).backward();
     library.step();
   }
-  bool same = true;
-  for (size_t i = 0; i < hand_model.parameters().size(); ++i)
-    same = same && hand_model.parameters()[i].values<float>() == library_model.parameters()[i].values<float>();
-  return same;
+  double largest = 0;
+  for (size_t i = 0; i < hand_model.parameters().size(); ++i) {
+    const std::vector<float> hand = hand_model.parameters()[i].values<float>();
+    const std::vector<float> library_values = library_model.parameters()[i].values<float>();
+    for (size_t j = 0; j < hand.size(); ++j)
+      largest = std::max(largest, static_cast<double>(std::abs(hand[j] - library_values[j])));
+  }
+  return largest;
 }
 
 struct Reference {  // the serial run, and the model's facts the story needs
@@ -486,7 +506,18 @@ static bool sent_matches(const Run& run, i64 psi, const RankResult& r) {
   }
 }
 
-int main() try {
+int main(int argc, char** argv) try {
+  lesson::Args args(argc, argv, "07_zero", "ZeRO: the 16 bytes per parameter, cut into N pieces");
+  HandConfig hand;
+  const int hand_world = args.integer("hand-world", 3, "section 2 runs HandZero at N = 2..this (12 rows split)", 2, 4);
+  hand.steps = args.integer("hand-steps", kSteps, "AdamW steps of section 2's hand-vs-library runs", 1, 10);
+  hand.bucket_bytes = args.integer("hand-bucket-bytes", kBucketBytes, "HandZero2's (and the library's) bucket size in section 2", 256, 1 << 20);
+  if (args.breaks("no-average", "HandZero1/2 reduce-scatter the gradients' sum, not their average"))
+    hand.reduce = ReduceOp::sum;
+  const std::string svg_dir = args.svg();
+  args.done();
+  std::printf("values: hand-world %d, hand-steps %d, hand-bucket-bytes %lld%s\n", hand_world, hand.steps,
+              i64(hand.bucket_bytes), hand.reduce == ReduceOp::sum ? ", BROKEN: no-average" : "");
   bool ok = true;
   auto check = [&](bool condition, const std::string& what) {
     std::printf("  %s: %s\n", what.c_str(), condition ? "OK" : "FAILED");
@@ -556,13 +587,15 @@ int main() try {
       "  HandZero1 and HandZero2, at the top of this file, are ZeRO-1 and a bucketed ZeRO-2 in about\n"
       "  50 lines each: ProcessGroup calls and nn::AdamW's update, nothing else. Each trains a model\n"
       "  beside the library's ZeroAdamW (same layout, same rows) for %d steps:\n",
-      kSteps);
+      hand.steps);
   for (int stage : {1, 2})
-    for (int n : {2, 3}) {
-      std::vector<char> same(n, 0);
+    for (int n = 2; n <= hand_world; ++n) {
+      std::vector<double> gap(n, 0.0);
       launch(
-          n, [&](RankContext& ctx) { same[ctx.rank] = hand_matches_library(ctx, stage, data); }, options);
-      check(std::all_of(same.begin(), same.end(), [](char c) { return c != 0; }),
+          n, [&](RankContext& ctx) { gap[ctx.rank] = hand_against_library(ctx, stage, data, hand); }, options);
+      const double largest = *std::max_element(gap.begin(), gap.end());
+      if (largest > 0) std::printf("  HandZero%d at N = %d: a weight is off the library's by %.3g\n", stage, n, largest);
+      check(largest == 0,
             "HandZero" + std::to_string(stage) + " at N = " + std::to_string(n) +
                 ": weights equal the library's bit for bit");
     }
@@ -592,6 +625,13 @@ int main() try {
     const RankResult& r = rank0(kZero3, n);
     std::printf("    N=%d  peak weights %6lld = 4S %6lld + 4(P_root + P_block) %6lld;  peak grads %6lld\n", n,
                 r.peak_weights, (4 * r.shard), (4 * r.gathered), r.peak_grads);
+  }
+
+  for (int n = 2; n <= 4; ++n) {
+    lesson::BarChart chart("model states held per rank at N = " + std::to_string(n) + " (mark: the formula in Ψ)", "bytes");
+    for (int stage = kDDP; stage <= kZero3; ++stage)
+      chart.bar(kStageName[stage], double(rank0(stage, n).held.total()), formula_bytes(stage, double(psi), n));
+    lesson::write_picture(svg_dir, "07_memory_n" + std::to_string(n) + ".svg", chart.svg());
   }
 
   section("4. Communication per step per rank (the groups' ledgers), bytes sent");
