@@ -5,6 +5,8 @@
 // sliced where rank r's shard lies). Bytes from each group's CommLedger against (N-1)/N · 4P; memory
 // from the MemoryLedger of the rank's device. With -DSL_SOLUTION the library's FsdpUnit
 // (parallel/zero/fsdp_unit.h) runs the unit behind an adapter.
+#include "exercises/grader.h"
+
 #include <chrono>
 #include <cmath>
 #include <string>
@@ -12,7 +14,6 @@
 
 #include "autograd/grad_mode.h"
 #include "exercises/06_fsdp_unshard/fsdp_linear.h"
-#include "exercises/grader.h"
 #include "parallel/comm/launch.h"
 #include "tensor/ops.h"
 
@@ -67,9 +68,9 @@ static Tensor loss_of(const Tensor& y) { return mean(mul(y, y)); }
 
 // The serial block on every rank's batch at once, on a device of its own.
 struct Serial {
-  std::vector<std::vector<double>> y;       // per rank: its rows of the output at step 0
-  std::vector<double> grads;                // [P]: weight.grad | bias.grad | zeros, summed over the steps
-  std::vector<std::vector<double>> local;   // per rank: its own batch's gradient alone, [P], step 0
+  std::vector<std::vector<double>> y;      // per rank: its rows of the output at step 0
+  std::vector<double> grads;               // [P]: weight.grad | bias.grad | zeros, summed over the steps
+  std::vector<std::vector<double>> local;  // per rank: its own batch's gradient alone, [P], step 0
 };
 static std::vector<double> padded_flat(const Tensor& w, const Tensor& b, int n) {
   std::vector<double> flat = w.to_vector(), bias = b.to_vector();
@@ -141,7 +142,8 @@ static void run_ranks(int n, const std::function<void(RankContext&)>& body) {
     launch(n, body, options);
   } catch (const TimeoutError& e) {
     throw exercises::CheckFailed(std::string("a rank waited 4 s in a collective its peers never joined: every rank "
-                                             "must call the same collectives in the same order. ") + e.what());
+                                             "must call the same collectives in the same order. ") +
+                                 e.what());
   } catch (const RemoteError& e) {
     throw exercises::CheckFailed(std::string("a rank failed: ") + e.what());
   }
@@ -166,7 +168,8 @@ static std::string diagnose_grad(int n, int r, const std::vector<double>& got, c
   if (got.size() != static_cast<size_t>(S)) return who + "has " + std::to_string(got.size()) + " elements, not S";
   if (close(got, std::vector<double>(S, 0.0), 0))
     return who + "is still zero: add the reduced chunk into unit.grad_shard";
-  if (close(got, summed)) return who + "is " + std::to_string(n) + "x the serial one: reduce with ReduceOp::avg, not sum";
+  if (close(got, summed))
+    return who + "is " + std::to_string(n) + "x the serial one: reduce with ReduceOp::avg, not sum";
   if (close(got, slice(want.local[r], r, S)))
     return who + "is its own batch's gradient alone: reduce-scatter the full gradients over the ranks";
   for (int j = 0; j < n; ++j)
@@ -191,109 +194,126 @@ static void expect_grad_shards(int n, int steps) {
     if (steps > 1) {
       const Serial last = serial(n, 1, steps - 1);  // the last backward alone
       expect(!close(got[r], slice(last.grads, r, S)),
-             "after 2 backwards rank " + std::to_string(r) + "'s grad_shard holds one backward's gradient: add into "
-             "grad_shard (accumulate over micro-batches), do not overwrite it");
+             "after 2 backwards rank " + std::to_string(r) +
+                 "'s grad_shard holds one backward's gradient: add into "
+                 "grad_shard (accumulate over micro-batches), do not overwrite it");
     }
     expect(false, diagnose_grad(n, r, got[r], want));
   }
 }
 
+static void check_unshard_values() {
+  const Serial want = serial(4, 1);
+  run_ranks(4, [&](RankContext& ctx) {
+    FsdpLinear unit = make_unit(ctx.world);
+    NoGradGuard no_grad;
+    impl::unshard(*ctx.world, unit);
+    expect(unit.weight.defined() && unit.bias.defined(), "unshard left unit.weight or unit.bias undefined");
+    expect(unit.weight.shape() == Shape({kOut, kIn}) && unit.bias.shape() == Shape({kOut}),
+           "unit.weight should be [out, in] = [3, 5] and unit.bias [out] = [3]");
+    expect(close(unit.weight.to_vector(), initial_weight().to_vector(), 0),
+           "rank " + std::to_string(ctx.rank) +
+               "'s gathered weight differs from the serial one: the all-gather's "
+               "slot r is rank r's shard, and weight is full's first out·in elements, row-major");
+    expect(close(unit.bias.to_vector(), initial_bias().to_vector(), 0),
+           "rank " + std::to_string(ctx.rank) + "'s gathered bias differs: it starts at out·in = 15 in full");
+    expect(close(linear(batch_of(ctx.rank, 0), unit.weight, unit.bias).to_vector(), want.y[ctx.rank]),
+           "rank " + std::to_string(ctx.rank) + "'s forward output differs from the serial block's rows");
+  });
+}
+
+static void check_unshard_bytes() {
+  run_ranks(4, [&](RankContext& ctx) {
+    FsdpLinear unit = make_unit(ctx.world);
+    NoGradGuard no_grad;
+    ctx.world->ledger().reset();
+    impl::unshard(*ctx.world, unit);
+    const CommLedger& ledger = ctx.world->ledger();
+    const int64_t formula = 3 * 4 * 20 / 4;
+    expect(ledger[CommOp::all_gather].calls == 1 && ledger.total().bytes_sent == formula,
+           "rank " + std::to_string(ctx.rank) + " sent " + std::to_string(ledger.total().bytes_sent) + " bytes in " +
+               std::to_string(ledger[CommOp::all_gather].calls) +
+               " all-gathers; one all-gather of the [S] shard "
+               "sends (N-1)/N · 4P = " +
+               std::to_string(formula));
+  });
+}
+
+static void check_unshard_memory() {
+  run_ranks(4, [&](RankContext& ctx) {
+    FsdpLinear unit = make_unit(ctx.world);
+    NoGradGuard no_grad;
+    const MemoryLedger& memory = MemoryLedger::instance();
+    const int64_t before = memory.current(ctx.device), P = 4 * shard_numel(4);
+    impl::unshard(*ctx.world, unit);
+    const int64_t gathered = memory.current(ctx.device) - before;
+    expect(gathered == 4 * P, "unshard added " + std::to_string(gathered) + " bytes on rank " +
+                                  std::to_string(ctx.rank) + "; the gathered unit is 4P = " + std::to_string(4 * P) +
+                                  " bytes (allocate full once, view weight and bias: no copies)");
+    impl::reshard(unit);
+    const int64_t left = memory.current(ctx.device) - before;
+    expect(left == 0, "after reshard rank " + std::to_string(ctx.rank) + " still holds " + std::to_string(left) +
+                          " of the gathered bytes: weight and bias are views that keep full's buffer alive, drop "
+                          "them too");
+    expect(memory.current(ctx.device, MemoryCategory::weights) == 4 * shard_numel(4),
+           "between blocks a rank should hold 4S = 20 bytes of weights (Ψ/N), it holds " +
+               std::to_string(memory.current(ctx.device, MemoryCategory::weights)));
+  });
+}
+
+static void check_step_bytes() {
+  run_ranks(4, [&](RankContext& ctx) {
+    FsdpLinear unit = make_unit(ctx.world);
+    ctx.world->ledger().reset();
+    train_step(*ctx.world, unit, ctx.rank, 0);
+    const CommLedger& ledger = ctx.world->ledger();
+    const int64_t formula = 3 * 4 * 20 / 4;
+    const CommStats scatter = ledger[CommOp::reduce_scatter];
+    expect(ledger[CommOp::all_reduce].calls == 0,
+           "rank " + std::to_string(ctx.rank) + " all-reduced: FSDP reduce-scatters, each rank keeps only its chunk");
+    expect(scatter.calls == 1 && scatter.bytes_sent == formula,
+           "rank " + std::to_string(ctx.rank) + " sent " + std::to_string(scatter.bytes_sent) + " bytes in " +
+               std::to_string(scatter.calls) +
+               " reduce-scatters; one reduce-scatter of the [P] gradients sends "
+               "(N-1)/N · 4P = " +
+               std::to_string(formula));
+    expect(ledger.total().bytes_sent == 2 * formula, "a step sends " + std::to_string(ledger.total().bytes_sent) +
+                                                         " bytes on rank " + std::to_string(ctx.rank) + ", not 2 x " +
+                                                         std::to_string(formula));
+  });
+}
+
+static void check_step_memory() {
+  run_ranks(4, [&](RankContext& ctx) {
+    FsdpLinear unit = make_unit(ctx.world);
+    const MemoryLedger& memory = MemoryLedger::instance();
+    const int64_t before = memory.current(ctx.device);
+    train_step(*ctx.world, unit, ctx.rank, 0);
+    const int64_t left = memory.current(ctx.device) - before;
+    expect(left == 0, "after a step rank " + std::to_string(ctx.rank) + " holds " + std::to_string(left) +
+                          " bytes more than before it (the gathered parameters are 4P = 80 bytes, their gradients "
+                          "72): reshard drops full, weight and bias (whose .grad hold the gradients), and "
+                          "reduce_gradients' [P] buffer must not outlive the call");
+  });
+}
+
 int main() {
   exercises::Grader grader("06_fsdp_unshard");
-  grader.check("unshard, world 4: weight and bias equal the serial block's, and so does each rank's output", [] {
-    const Serial want = serial(4, 1);
-    run_ranks(4, [&](RankContext& ctx) {
-      FsdpLinear unit = make_unit(ctx.world);
-      NoGradGuard no_grad;
-      impl::unshard(*ctx.world, unit);
-      expect(unit.weight.defined() && unit.bias.defined(), "unshard left unit.weight or unit.bias undefined");
-      expect(unit.weight.shape() == Shape({kOut, kIn}) && unit.bias.shape() == Shape({kOut}),
-             "unit.weight should be [out, in] = [3, 5] and unit.bias [out] = [3]");
-      expect(close(unit.weight.to_vector(), initial_weight().to_vector(), 0),
-             "rank " + std::to_string(ctx.rank) + "'s gathered weight differs from the serial one: the all-gather's "
-             "slot r is rank r's shard, and weight is full's first out·in elements, row-major");
-      expect(close(unit.bias.to_vector(), initial_bias().to_vector(), 0),
-             "rank " + std::to_string(ctx.rank) + "'s gathered bias differs: it starts at out·in = 15 in full");
-      expect(close(linear(batch_of(ctx.rank, 0), unit.weight, unit.bias).to_vector(), want.y[ctx.rank]),
-             "rank " + std::to_string(ctx.rank) + "'s forward output differs from the serial block's rows");
-    });
-  });
-  grader.check("unshard, world 4: one all-gather of (N-1)/N · 4P bytes per rank (P = N·S = 20)", [] {
-    run_ranks(4, [&](RankContext& ctx) {
-      FsdpLinear unit = make_unit(ctx.world);
-      NoGradGuard no_grad;
-      ctx.world->ledger().reset();
-      impl::unshard(*ctx.world, unit);
-      const CommLedger& ledger = ctx.world->ledger();
-      const int64_t formula = 3 * 4 * 20 / 4;
-      expect(ledger[CommOp::all_gather].calls == 1 && ledger.total().bytes_sent == formula,
-             "rank " + std::to_string(ctx.rank) + " sent " + std::to_string(ledger.total().bytes_sent) + " bytes in " +
-                 std::to_string(ledger[CommOp::all_gather].calls) + " all-gathers; one all-gather of the [S] shard "
-                 "sends (N-1)/N · 4P = " + std::to_string(formula));
-    });
-  });
-  grader.check("memory, world 4: unshard adds exactly 4P bytes; reshard gives them back, only the 4S shard stays", [] {
-    run_ranks(4, [&](RankContext& ctx) {
-      FsdpLinear unit = make_unit(ctx.world);
-      NoGradGuard no_grad;
-      const MemoryLedger& memory = MemoryLedger::instance();
-      const int64_t before = memory.current(ctx.device), P = 4 * shard_numel(4);
-      impl::unshard(*ctx.world, unit);
-      const int64_t gathered = memory.current(ctx.device) - before;
-      expect(gathered == 4 * P, "unshard added " + std::to_string(gathered) + " bytes on rank " +
-                                    std::to_string(ctx.rank) + "; the gathered unit is 4P = " + std::to_string(4 * P) +
-                                    " bytes (allocate full once, view weight and bias: no copies)");
-      impl::reshard(unit);
-      const int64_t left = memory.current(ctx.device) - before;
-      expect(left == 0, "after reshard rank " + std::to_string(ctx.rank) + " still holds " + std::to_string(left) +
-                            " of the gathered bytes: weight and bias are views that keep full's buffer alive, drop "
-                            "them too");
-      expect(memory.current(ctx.device, MemoryCategory::weights) == 4 * shard_numel(4),
-             "between blocks a rank should hold 4S = 20 bytes of weights (Ψ/N), it holds " +
-                 std::to_string(memory.current(ctx.device, MemoryCategory::weights)));
-    });
-  });
-  grader.check("reduce_gradients, world 4 (padded): each grad_shard == the serial gradient sliced at [rS, (r+1)S)", [] {
-    expect_grad_shards(4, 1);
-  });
+  grader.check("unshard, world 4: weight and bias equal the serial block's, and so does each rank's output",
+               check_unshard_values);
+  grader.check("unshard, world 4: one all-gather of (N-1)/N · 4P bytes per rank (P = N·S = 20)", check_unshard_bytes);
+  grader.check("memory, world 4: unshard adds exactly 4P bytes; reshard gives them back, only the 4S shard stays",
+               check_unshard_memory);
+  grader.check("reduce_gradients, world 4 (padded): each grad_shard == the serial gradient sliced at [rS, (r+1)S)",
+               [] { expect_grad_shards(4, 1); });
   grader.check("reduce_gradients, worlds 2 and 3: the same, unpadded and padded", [] {
     expect_grad_shards(2, 1);
     expect_grad_shards(3, 1);
   });
-  grader.check("a step, world 4: one all-gather and one reduce-scatter, (N-1)/N · 4P bytes each", [] {
-    run_ranks(4, [&](RankContext& ctx) {
-      FsdpLinear unit = make_unit(ctx.world);
-      ctx.world->ledger().reset();
-      train_step(*ctx.world, unit, ctx.rank, 0);
-      const CommLedger& ledger = ctx.world->ledger();
-      const int64_t formula = 3 * 4 * 20 / 4;
-      const CommStats scatter = ledger[CommOp::reduce_scatter];
-      expect(ledger[CommOp::all_reduce].calls == 0,
-             "rank " + std::to_string(ctx.rank) + " all-reduced: FSDP reduce-scatters, each rank keeps only its chunk");
-      expect(scatter.calls == 1 && scatter.bytes_sent == formula,
-             "rank " + std::to_string(ctx.rank) + " sent " + std::to_string(scatter.bytes_sent) + " bytes in " +
-                 std::to_string(scatter.calls) + " reduce-scatters; one reduce-scatter of the [P] gradients sends "
-                 "(N-1)/N · 4P = " + std::to_string(formula));
-      expect(ledger.total().bytes_sent == 2 * formula, "a step sends " + std::to_string(ledger.total().bytes_sent) +
-                                                           " bytes on rank " + std::to_string(ctx.rank) + ", not 2 x " +
-                                                           std::to_string(formula));
-    });
-  });
-  grader.check("memory after a step, world 4: the full parameters and their gradients are all freed", [] {
-    run_ranks(4, [&](RankContext& ctx) {
-      FsdpLinear unit = make_unit(ctx.world);
-      const MemoryLedger& memory = MemoryLedger::instance();
-      const int64_t before = memory.current(ctx.device);
-      train_step(*ctx.world, unit, ctx.rank, 0);
-      const int64_t left = memory.current(ctx.device) - before;
-      expect(left == 0, "after a step rank " + std::to_string(ctx.rank) + " holds " + std::to_string(left) +
-                            " bytes more than before it (the gathered parameters are 4P = 80 bytes, their gradients "
-                            "72): reshard drops full, weight and bias (whose .grad hold the gradients), and "
-                            "reduce_gradients' [P] buffer must not outlive the call");
-    });
-  });
-  grader.check("two backwards, world 4: the gradient shards accumulate (the sum of both steps' mean gradients)", [] {
-    expect_grad_shards(4, 2);
-  });
+  grader.check("a step, world 4: one all-gather and one reduce-scatter, (N-1)/N · 4P bytes each", check_step_bytes);
+  grader.check("memory after a step, world 4: the full parameters and their gradients are all freed",
+               check_step_memory);
+  grader.check("two backwards, world 4: the gradient shards accumulate (the sum of both steps' mean gradients)",
+               [] { expect_grad_shards(4, 2); });
   return grader.finish();
 }

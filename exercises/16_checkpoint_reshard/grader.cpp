@@ -5,19 +5,20 @@
 // tp boxes cut into zero runs); every region a loading layout needs must come back exactly as the
 // full tensor's slice, elements no piece holds untouched, and bad regions refused with sl::Error.
 // With -DSL_SOLUTION the library's copy_overlap and checkpoint::region_problem stand in.
+#include "exercises/grader.h"
+
 #include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "exercises/16_checkpoint_reshard/saved_piece.h"
-#include "exercises/grader.h"
 #include "parallel/checkpoint/regions.h"
 
 using namespace sl;
-using sl::parallel::Region;
 using exercise16::SavedPiece;
 using exercises::expect;
+using sl::parallel::Region;
 using Shape_ = std::vector<int64_t>;
 
 namespace exercise16 {
@@ -121,24 +122,27 @@ static std::vector<SavedPiece> save(const Shape_& shape, const std::vector<Regio
 static std::string describe(const Region& r) { return parallel::checkpoint::describe(r); }
 
 // Says what is wrong with element i of `got` (want's order): which element it holds, and the likely slip.
-static std::string diagnose(const Shape_& shape, const Region& want, const std::vector<SavedPiece>& saved,
-                            size_t i, float got) {
+static std::string diagnose(const Shape_& shape, const Region& want, const std::vector<SavedPiece>& saved, size_t i,
+                            float got) {
   const int64_t expected = global_index(shape, want, want.flat_begin + static_cast<int64_t>(i));
-  std::string text = "in " + describe(want) + ", element " + std::to_string(i) + " (global " +
-                     coordinates(shape, expected) + ") ";
+  std::string text =
+      "in " + describe(want) + ", element " + std::to_string(i) + " (global " + coordinates(shape, expected) + ") ";
   if (std::isnan(got))
-    return text + "was never written, yet a saved piece holds it: an element is in a piece when it is inside the "
-                  "piece's box in every dimension AND its index in that box lies in [flat_begin, flat_end)";
+    return text +
+           "was never written, yet a saved piece holds it: an element is in a piece when it is inside the "
+           "piece's box in every dimension AND its index in that box lies in [flat_begin, flat_end)";
   const int64_t held = static_cast<int64_t>(got) - 1;
   text += "holds global " + coordinates(shape, held) + "'s value. ";
   Region at_origin = want;
   at_origin.offsets.assign(shape.size(), 0);
   if (held == global_index(shape, at_origin, want.flat_begin + static_cast<int64_t>(i)))
-    return text + "Your global coordinates lack want.offsets: the box's coordinates c[d] sit at want.offsets[d] + c[d] "
-                  "in the tensor";
+    return text +
+           "Your global coordinates lack want.offsets: the box's coordinates c[d] sit at want.offsets[d] + c[d] "
+           "in the tensor";
   if (held == want.flat_begin + static_cast<int64_t>(i))
-    return text + "You used the index in your box as a global flat index: unravel it over want.lengths, add "
-                  "want.offsets, then ravel over the global shape";
+    return text +
+           "You used the index in your box as a global flat index: unravel it over want.lengths, add "
+           "want.offsets, then ravel over the global shape";
   for (const SavedPiece& piece : saved) {
     if (piece.region.flat_begin != 0 && std::abs(held - expected) == piece.region.flat_begin)
       return text + "It is off by a saved piece's flat_begin (" + std::to_string(piece.region.flat_begin) +
@@ -160,8 +164,9 @@ static void expect_resharded(const Shape_& shape, const std::vector<Region>& sav
     const std::vector<float> expected = cut(shape, want);
     for (size_t i = 0; i < out.size(); ++i)
       if (!(out[i] == expected[i])) expect(false, layouts + ": " + diagnose(shape, want, saved, i, out[i]));
-    expect(filled == want.numel(), layouts + ": " + describe(want) + " is filled correctly but read_resharded returned " +
-                                       std::to_string(filled) + " elements filled, not " + std::to_string(want.numel()) +
+    expect(filled == want.numel(), layouts + ": " + describe(want) +
+                                       " is filled correctly but read_resharded returned " + std::to_string(filled) +
+                                       " elements filled, not " + std::to_string(want.numel()) +
                                        (filled > want.numel() ? ": count each element once" : ""));
   }
 }
@@ -208,7 +213,8 @@ int main() {
   grader.check("a 3-d tensor [2, 4, 6]: boxes along the middle dimension -> flat shards over 3, exact", [&] {
     const Shape_ qkv = {2, 4, 6};
     expect_resharded(qkv, {tp_box(qkv, 1, 2, 0), tp_box(qkv, 1, 2, 1)}, flat_shards(qkv, 3), "tp 2 (dim 1) -> zero x3");
-    expect_resharded(qkv, flat_shards(qkv, 5), runs_of_box(tp_box(qkv, 2, 3, 1), 2), "zero x5 -> tp 3 (dim 2) x zero 2");
+    expect_resharded(qkv, flat_shards(qkv, 5), runs_of_box(tp_box(qkv, 2, 3, 1), 2),
+                     "zero x5 -> tp 3 (dim 2) x zero 2");
   });
   grader.check("7 uneven flat shards -> 5 uneven flat shards, and back, exact", [&] {
     expect_resharded(fc, flat_shards(fc, 7), flat_shards(fc, 5), "zero x7 -> zero x5");
@@ -244,7 +250,8 @@ int main() {
     expect_refused(fc, tp_box(fc, 0, 2, 0), negative, 24, "a saved piece whose box starts at row -1");
     std::vector<SavedPiece> short_data = saved;
     short_data[3].data.pop_back();
-    expect_refused(fc, tp_box(fc, 0, 2, 1), short_data, 24, "a saved piece with 11 elements of data for a region of 12");
+    expect_refused(fc, tp_box(fc, 0, 2, 1), short_data, 24,
+                   "a saved piece with 11 elements of data for a region of 12");
   });
   return grader.finish();
 }
