@@ -18,6 +18,7 @@
 #include <iostream>
 
 #include "lesson_args.h"
+#include "lesson_svg.h"
 #include "tensor/cuda_info.h"
 #include "tensor/ops.h"
 
@@ -31,6 +32,7 @@ int main(int argc, char** argv) {
   const uint64_t seed = args.integer("seed", 2024, "Philox seed of the random tensor", 0, 1000000000);
   const int64_t shard_row = args.integer("shard-row", 4, "first of the 4 rows (of 8) a rank generates alone (from 1, so the broken offset 0 differs)", 1, 4);
   const bool wrong_offset = args.breaks("shard-offset", "generate the rank's rows from row 0, not from its own offset");
+  const std::string svg_dir = args.svg();
   args.done();
   std::printf("values: ledger-n %lld, seed %llu, shard-row %lld%s\n", (long long)ledger_n, (unsigned long long)seed,
               (long long)shard_row, wrong_offset ? ", BROKEN: shard offset" : "");
@@ -93,6 +95,10 @@ int main(int argc, char** argv) {
       Tensor adam_m = zeros_like(w), adam_v = zeros_like(w);  // Adam keeps two more copies
       std::cout << ledger.report(Device::cpu(1));
     }
+    lesson::BarChart chart("cpu:1's ledger: an [N, N] f32 weight and Adam's m and v, N = " + std::to_string(ledger_n), "bytes");
+    chart.bar("weights", ledger.current(Device::cpu(1), MemoryCategory::weights), 4.0 * ledger_n * ledger_n);
+    chart.bar("optimizer (peak)", ledger.peak(Device::cpu(1), MemoryCategory::optimizer), 8.0 * ledger_n * ledger_n, "#f58518");
+    lesson::write_picture(svg_dir, "01_ledger.svg", chart.svg());
     check(ledger.current(Device::cpu(1), MemoryCategory::weights) == 4 * ledger_n * ledger_n, "weights: 4 bytes x N^2");
     check(ledger.peak(Device::cpu(1), MemoryCategory::optimizer) == 8 * ledger_n * ledger_n,
           "Adam state peaked at 8 bytes x N^2");

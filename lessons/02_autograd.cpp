@@ -19,6 +19,7 @@
 
 #include "autograd/function.h"
 #include "lesson_args.h"
+#include "lesson_svg.h"
 #include "autograd/gradcheck.h"
 #include "tensor/ops.h"
 
@@ -53,6 +54,28 @@ struct FitConfig {
   bool keep_gradients;  // --break-zero-grad: never reset .grad between steps
 };
 
+// The fit's loss per step on a log scale: a straight fall is gradient descent's linear convergence.
+static std::string loss_curve_svg(const std::vector<double>& losses) {
+  const double left = 60, width = 480, top = 30, height = 200;
+  lesson::Canvas canvas(left + width + 20, top + height + 40);
+  canvas.text(10, 18, "fit y = slope x + intercept: loss per step (log10)", 13);
+  double lo = 0, hi = 0;
+  for (double loss : losses) {
+    lo = std::min(lo, std::log10(std::max(loss, 1e-30)));
+    hi = std::max(hi, std::log10(std::max(loss, 1e-30)));
+  }
+  auto x_of = [&](size_t step) { return left + width * step / std::max<size_t>(1, losses.size() - 1); };
+  auto y_of = [&](double loss) { return top + height * (hi - std::log10(std::max(loss, 1e-30))) / std::max(1e-9, hi - lo); };
+  canvas.line(left, top, left, top + height);
+  canvas.line(left, top + height, left + width, top + height);
+  canvas.text(left - 6, top + 4, "1e" + std::to_string(static_cast<int>(std::ceil(hi))), 10, "end");
+  canvas.text(left - 6, top + height, "1e" + std::to_string(static_cast<int>(std::floor(lo))), 10, "end");
+  canvas.text(left + width, top + height + 16, "step " + std::to_string(losses.size()), 10, "end");
+  for (size_t step = 1; step < losses.size(); ++step)
+    canvas.line(x_of(step - 1), y_of(losses[step - 1]), x_of(step), y_of(losses[step]), "#4c78a8", 1.5);
+  return canvas.str();
+}
+
 int main(int argc, char** argv) {
   lesson::Args args(argc, argv, "02_autograd", "autograd: the tape, backward, gradcheck, Functions, hooks");
   FitConfig fit;
@@ -62,6 +85,7 @@ int main(int argc, char** argv) {
   fit.intercept = args.real("intercept", -1.0, "intercept of the line to recover", -10, 10);
   fit.seed = args.integer("seed", 0, "seed of the 64 inputs", 0, 1000000);
   fit.keep_gradients = args.breaks("zero-grad", "forget to zero the gradients between steps");
+  const std::string svg_dir = args.svg();
   args.done();
   if (std::abs(fit.slope) < 0.5) {  // a flat line starts near zero loss: "fell by 10^4" would not mean much
     std::fprintf(stderr, "02_autograd: --slope must be at least 0.5 away from 0\n");
@@ -133,6 +157,7 @@ int main(int argc, char** argv) {
   Tensor weight = zeros({1, 1}, TensorOptions().with_requires_grad());
   Tensor offset = zeros({1}, TensorOptions().with_requires_grad());
   double first_loss = 0, last_loss = 0;
+  std::vector<double> losses;  // for the picture
   const int64_t last_step = fit.steps - 1;
   for (int64_t step = 0; step < fit.steps; ++step) {
     Tensor prediction = add(matmul(inputs, weight, false, true), offset);
@@ -149,6 +174,7 @@ int main(int argc, char** argv) {
     }
     if (step == 0) first_loss = mse.item();
     last_loss = mse.item();
+    losses.push_back(last_loss);
     if (step % 25 == 0 || step == last_step)
       std::printf("  step %3lld  loss %.6f  w %.4f  b %.4f\n", (long long)step, mse.item(), weight.item(), offset.item());
   }
@@ -156,6 +182,8 @@ int main(int argc, char** argv) {
   std::printf("  recovered w %.4f (want %g), b %.4f (want %g)\n", weight.item(), fit.slope, offset.item(), fit.intercept);
   check(std::abs(weight.item() - fit.slope) < 1e-2 && std::abs(offset.item() - fit.intercept) < 1e-2,
         "recovered w = slope, b = intercept");
+
+  lesson::write_picture(svg_dir, "02_fit_loss.svg", loss_curve_svg(losses));
 
   std::printf("\nlesson 02: %s\n", ok ? "OK" : "FAILED");
   return ok ? 0 : 1;
