@@ -236,8 +236,8 @@ int main() {
     }
   });
 
-  grader.check("the tied wte's gradient is summed by PipelineRunner's pair, p 1-5", [] {
-    for (int p = 1; p <= 5; ++p) {
+  grader.check("the tied wte's gradient is summed by PipelineRunner's pair, p 5 down to 1", [] {
+    for (int p = 5; p >= 1; --p) {
       const std::vector<int> got = impl::tied_wte_stages(p), want = library_tied_wte_stages(kConfigs[0], p);
       if (got == want) continue;
       std::string why = "p " + std::to_string(p) + ": you sum wte's gradient over " + spell(got) + ", the pipeline over " +
