@@ -169,13 +169,15 @@ static void expect_forward_matches_serial(int tp) {
 }
 
 // Says what is wrong with rank r's summed gradient of one LN parameter.
-static void expect_gradient(const std::string& who, const Values& got, const Values& partial, const Values& want,
-                            int tp) {
+// partials_sum: every rank's gradient before the sum, added up (the serial gradient when backward was right).
+static void expect_gradient(const std::string& who, const Values& got, const Values& partial,
+                            const Values& partials_sum, const Values& want, int tp) {
   if (close(got, want)) return;
   expect(!got.empty(), who + "is missing: backward must run through the LayerNorm's weight and bias");
   expect(!close(got, partial) || close(partial, want),
-         who + "is only this rank's tokens' part (the ranks' parts add up to the serial gradient): all-reduce (sum) "
-               "the LN gradients over tp");
+         who + "is only this rank's tokens' part" +
+             (close(partials_sum, want) ? " (the ranks' parts add up to the serial gradient)" : "") +
+             ": all-reduce (sum) the LN gradients over tp");
   expect(!close(got, scaled(want, 1.0 / tp)),
          who + "is 1/tp of the serial one: averaged instead of summed (tp x too small); the tp ranks hold different "
                "tokens of the same batch, so their parts add up");
@@ -188,12 +190,18 @@ static void expect_gradients_match_serial(int tp) {
   const Inputs in;
   const Result serial = serial_layer_norm(in);
   const std::vector<Result> got = sp_layer_norm(in, tp);
+  Values weight_parts(kC, 0.0), bias_parts(kC, 0.0);  // the ranks' gradients before the sum, added up
+  for (const Result& mine : got)
+    for (size_t i = 0; i < static_cast<size_t>(kC); ++i) {
+      weight_parts[i] += i < mine.partial_dweight.size() ? mine.partial_dweight[i] : 0.0;
+      bias_parts[i] += i < mine.partial_dbias.size() ? mine.partial_dbias[i] : 0.0;
+    }
   for (int r = 0; r < tp; ++r) {
     expect(close(got[r].y, rows_of(serial.y, r, tp)),
            at(tp, r) + ": the forward differs from the serial LayerNorm's rows: fix sp_layer_norm_forward first");
     const std::string who = at(tp, r) + ": the gradient of the LN ";
-    expect_gradient(who + "weight ", got[r].dweight, got[r].partial_dweight, serial.dweight, tp);
-    expect_gradient(who + "bias ", got[r].dbias, got[r].partial_dbias, serial.dbias, tp);
+    expect_gradient(who + "weight ", got[r].dweight, got[r].partial_dweight, weight_parts, serial.dweight, tp);
+    expect_gradient(who + "bias ", got[r].dbias, got[r].partial_dbias, bias_parts, serial.dbias, tp);
   }
 }
 
