@@ -163,10 +163,8 @@ static void expect_b(const Problem& p, SplitLinear& layer, int micro, const Valu
   expect(close(values(dx), want_dx), after("dX of B", micro) + " differs from the fused backward's dy · W");
 }
 
-int main() {
-  exercises::Grader grader("17_zero_bubble_split");
-  const Problem one(6, 5, 4, 1, 17), square(5, 4, 4, 1, 23), three(4, 5, 3, 3, 31);
-
+// One micro-batch: F, B and W each against the fused backward.
+static void check_one_micro_batch(exercises::Grader& grader, const Problem& one, const Problem& square) {
   grader.check("F: y = x · Wᵀ + b, and the micro-batch waits for its W", [&] {
     auto layer = fresh_layer(one);
     const Tensor y = layer->forward(0, one.xs[0]);
@@ -208,6 +206,10 @@ int main() {
     expect_weight_grads(square, *layer, want, 1);
   });
 
+}
+
+// Three micro-batches waiting at once, W's in any order, an existing .grad, and misuse.
+static void check_many_micro_batches(exercises::Grader& grader, const Problem& one, const Problem& three) {
   grader.check("F0 F1 F2 B0 B1 B2 then W0 W1 W2: three micro-batches waiting, the fused sum", [&] {
     auto layer = fresh_layer(three);
     const Fused want = fused(three, 3);
@@ -267,5 +269,13 @@ int main() {
            "a second backward_w of micro-batch 0 must throw sl::Error: its x and dy were freed, its dW already added");
   });
 
+}
+
+int main() {
+  exercises::Grader grader("17_zero_bubble_split");
+  // [N, in, out], micro-batches, seed: in != out (a transpose shows as a shape), in == out (only as values).
+  const Problem one(6, 5, 4, 1, 17), square(5, 4, 4, 1, 23), three(4, 5, 3, 3, 31);
+  check_one_micro_batch(grader, one, square);
+  check_many_micro_batches(grader, one, three);
   return grader.finish();
 }
