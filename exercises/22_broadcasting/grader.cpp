@@ -66,6 +66,9 @@ static void expect_shape(const Shape& a, const Shape& b) {
     try {
       got = impl::broadcast_shape(x, y);
     } catch (const Error& e) {
+      expect(!(x.dim() != y.dim() && left_aligned(x, y).empty()),
+             "you refused " + pair_text(x, y) + ", which broadcast to " + want.str() +
+                 ": you aligned the shapes from the left; NumPy aligns from the RIGHT (a bias [C] meets the last dim)");
       expect(false, "you refused " + pair_text(x, y) + ", which broadcast to " + want.str() +
                         " (a size-1 or missing dim stretches): " + e.what());
     }
@@ -106,6 +109,8 @@ static void check_shapes(exercises::Grader& grader) {
       bool refused = false;
       try {
         const Shape got = impl::broadcast_shape(a, b);
+        expect(got != left_aligned(a, b), "you accepted " + pair_text(a, b) + " (gave " + got.str() +
+                                              "): you aligned from the left; from the right the sizes clash");
         expect(false, "you accepted " + pair_text(a, b) + " (gave " + got.str() +
                           "), which add refuses: sizes that differ and are not 1 must throw sl::Error");
       } catch (const Error& e) {
@@ -166,7 +171,13 @@ static void expect_backward(const Shape& x_shape, const Shape& y_shape) {
     NoGradGuard no_grad;
     grad = mul(ones(broadcast_shapes(x_shape, y_shape, "grader"), DType::f64), y);
   }
-  const Tensor got = impl::reduce_to_shape(grad, x_shape);
+  Tensor got;
+  try {
+    got = impl::reduce_to_shape(grad, x_shape);
+  } catch (const Error& e) {
+    expect(false, "reduce_to_shape(grad " + grad.shape().str() + ", " + x_shape.str() + ") threw sl::Error, but " +
+                      x_shape.str() + " broadcasts to " + grad.shape().str() + " (check broadcast_shape first): " + e.what());
+  }
   expect(got.defined(), "reduce_to_shape returned an undefined Tensor");
   expect(got.shape() == x_shape, diagnose_shape(got.shape(), x_shape, grad.shape()));
   const std::vector<double> values = got.to_vector();
