@@ -27,6 +27,7 @@ const char* comm_op_name(CommOp op) {
     case CommOp::send: return "send";
     case CommOp::recv: return "recv";
     case CommOp::barrier: return "barrier";
+    case CommOp::all_to_all: return "all_to_all";
     case CommOp::count_: break;
   }
   return "?";
@@ -100,7 +101,7 @@ static const char* model_of(CommOp op) {
     case CommOp::all_gather:
     case CommOp::reduce_scatter: return "   (ring model)";
     case CommOp::broadcast: return "   (chain model)";
-    default: return "";  // send and recv count the bytes they pass; a barrier moves none
+    default: return "";  // send, recv and all_to_all count the bytes they pass; a barrier moves none
   }
 }
 

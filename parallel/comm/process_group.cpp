@@ -124,6 +124,68 @@ void ProcessGroup::barrier() {
   run_barrier(seq);
 }
 
+// all_to_all: the splits are checked here, in rows of dim 0, and handed to the backend as bytes.
+// Uneven splits may differ across ranks, so the fingerprint then carries the row shape only
+// (dim 0 as -1); a rank that sends another count than its peer expects fails in the backend.
+void ProcessGroup::all_to_all(const Tensor& output, const Tensor& input) {
+  SL_CHECK(output.defined() && input.defined() && input.dim() >= 1, "all_to_all: tensors must be defined with a dim 0");
+  SL_CHECK(input.size(0) % size_ == 0, "all_to_all: input ", input.shape(), " has ", input.size(0),
+           " rows, which do not split equally over ", size_, " ranks (pass split sizes for uneven chunks)");
+  SL_CHECK(output.shape() == input.shape(), "all_to_all: output ", output.shape(), " must have input's shape ",
+           input.shape(), " when the chunks are equal");
+  checked_all_to_all(output, input, std::vector<int64_t>(size_, output.size(0) / size_),
+                     std::vector<int64_t>(size_, input.size(0) / size_), false);
+}
+
+static std::vector<int64_t> split_offsets(const char* what, const Tensor& t, const std::vector<int64_t>& splits,
+                                          int size, int64_t row_bytes) {
+  SL_CHECK(static_cast<int>(splits.size()) == size, "all_to_all: ", what, " splits list ", splits.size(),
+           " sizes for a group of ", size);
+  std::vector<int64_t> offsets(size);
+  int64_t rows = 0;
+  for (int r = 0; r < size; ++r) {
+    SL_CHECK(splits[r] >= 0, "all_to_all: ", what, " split ", r, " is ", splits[r], " (must be >= 0)");
+    offsets[r] = rows * row_bytes;
+    rows += splits[r];
+  }
+  SL_CHECK(rows == t.size(0), "all_to_all: the ", what, " splits sum to ", rows, " rows but the ", what, " ",
+           t.shape(), " has ", t.size(0));
+  return offsets;
+}
+
+void ProcessGroup::all_to_all(const Tensor& output, const Tensor& input, const std::vector<int64_t>& output_splits,
+                              const std::vector<int64_t>& input_splits) {
+  checked_all_to_all(output, input, output_splits, input_splits, true);
+}
+
+void ProcessGroup::checked_all_to_all(const Tensor& output, const Tensor& input,
+                                      const std::vector<int64_t>& output_splits,
+                                      const std::vector<int64_t>& input_splits, bool uneven) {
+  BlockedTimer blocked(ledger_);
+  SL_CHECK(output.defined() && input.defined() && input.dim() >= 1 && output.dim() == input.dim(),
+           "all_to_all: output and input must be defined, with the same number of dims (got ",
+           output.defined() ? output.shape() : Shape{}, " and ", input.defined() ? input.shape() : Shape{}, ")");
+  SL_CHECK(output.dtype() == input.dtype(), "all_to_all: output dtype ", dtype_name(output.dtype()),
+           " != input dtype ", dtype_name(input.dtype()));
+  for (int d = 1; d < input.dim(); ++d)
+    SL_CHECK(output.size(d) == input.size(d), "all_to_all: output ", output.shape(), " and input ", input.shape(),
+             " must have rows of one shape (all dims but 0)");
+  const int64_t row_bytes = input.size(0) > 0 ? input.nbytes() / input.size(0)
+                                              : (output.size(0) > 0 ? output.nbytes() / output.size(0) : 0);
+  AllToAllLayout layout;
+  layout.send_offset = split_offsets("input", input, input_splits, size_, row_bytes);
+  layout.recv_offset = split_offsets("output", output, output_splits, size_, row_bytes);
+  for (int r = 0; r < size_; ++r) {
+    layout.send_bytes.push_back(input_splits[r] * row_bytes);
+    layout.recv_bytes.push_back(output_splits[r] * row_bytes);
+  }
+  uint64_t seq = begin_collective(CommOp::all_to_all, true);
+  Fingerprint fingerprint = make_fingerprint(CommOp::all_to_all, seq, input, -1, -1);
+  if (uneven) fingerprint.shape[0] = -1;
+  check_fingerprint(fingerprint);
+  run_all_to_all(output, input, layout, seq);
+}
+
 // ---- point to point ------------------------------------------------------------------------------
 
 static void check_peer(const char* op, int peer, int rank, int size, int tag) {

@@ -8,6 +8,10 @@
 //     reduce_scatter(out, in, op)    out = chunk `rank` of op over all ranks of in   (out may be that
 //                                    chunk of in itself: in place, as ZeRO reduces its gradients)
 //     broadcast(t, root)             t := t of rank `root`
+//     all_to_all(out, in)            in = [c_0 | c_1 | ... | c_{n-1}] along dim 0: chunk c_d goes to rank d,
+//                                    out = [from rank 0 | ... | from rank n-1]   (the transpose of the
+//                                    chunks over ranks; uneven: split sizes in rows of dim 0, as PyTorch's
+//                                    all_to_all_single)
 //     send / recv (and isend/irecv)  point to point: between two ranks, the k-th send meets the k-th
 //                                    receive, in issue order (NCCL's rule); tags are checked in debug mode
 //     batch_isend_irecv(ops)         posts a set of isends and irecvs together (a ring exchange, a stage)
@@ -43,7 +47,7 @@ enum class ReduceOp : uint8_t { sum, avg, max, min };
 const char* reduce_op_name(ReduceOp op);
 
 // Every kind of call a group counts. Async collectives count under their blocking name.
-enum class CommOp : uint8_t { all_reduce, all_gather, reduce_scatter, broadcast, send, recv, barrier, count_ };
+enum class CommOp : uint8_t { all_reduce, all_gather, reduce_scatter, broadcast, send, recv, barrier, all_to_all, count_ };
 const char* comm_op_name(CommOp op);
 
 // Calls and bytes one rank sent and received, per op, in one group.
@@ -141,6 +145,13 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   void reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::sum);
   void broadcast(const Tensor& tensor, int root);
   void barrier();
+  // Equal chunks: input.size(0) splits over size() ranks; output has input's shape.
+  void all_to_all(const Tensor& output, const Tensor& input);
+  // Uneven chunks: input_splits[d] rows of input go to rank d, output_splits[s] rows of output come
+  // from rank s (each list has size() entries summing to that tensor's dim 0; rows have one shape).
+  // Rank s's input_splits[r] must equal rank r's output_splits[s]: a mismatch fails, naming both.
+  void all_to_all(const Tensor& output, const Tensor& input, const std::vector<int64_t>& output_splits,
+                  const std::vector<int64_t>& input_splits);
 
   // The same, queued on this group's worker thread: returns at once, wait() on the Work.
   WorkPtr all_reduce_async(const Tensor& tensor, ReduceOp op = ReduceOp::sum);
@@ -193,6 +204,12 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   virtual void run_reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op, uint64_t sequence) = 0;
   virtual void run_broadcast(const Tensor& tensor, int root, uint64_t sequence) = 0;
   virtual void run_barrier(uint64_t sequence) = 0;
+  // Byte offsets and counts of each peer's chunk (index = group rank), as checked by all_to_all().
+  struct AllToAllLayout {
+    std::vector<int64_t> send_offset, send_bytes, recv_offset, recv_bytes;
+  };
+  virtual void run_all_to_all(const Tensor& output, const Tensor& input, const AllToAllLayout& layout,
+                              uint64_t sequence) = 0;
   virtual WorkPtr run_isend(const Tensor& tensor, int dst, int tag) = 0;
   virtual WorkPtr run_irecv(const Tensor& tensor, int src, int tag) = 0;
   // Gathers `bytes` from every rank into `out` (size() * bytes), uncounted: fingerprints, colors.
@@ -214,6 +231,8 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
  private:
   // Numbers a collective and counts the call; a blocking one first waits for queued async ones.
   uint64_t begin_collective(CommOp op, bool blocking);
+  void checked_all_to_all(const Tensor& output, const Tensor& input, const std::vector<int64_t>& output_splits,
+                          const std::vector<int64_t>& input_splits, bool uneven);
   void check_fingerprint(Fingerprint fingerprint);  // debug mode: every rank compares all of them
   WorkPtr enqueue(std::function<void()> job);
   void drain_async();  // waits until every queued collective has run

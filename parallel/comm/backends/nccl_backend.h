@@ -143,6 +143,8 @@ class NcclProcessGroup : public ProcessGroup {
   void run_reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op, uint64_t sequence) override;
   void run_broadcast(const Tensor& tensor, int root, uint64_t sequence) override;
   void run_barrier(uint64_t sequence) override;
+  void run_all_to_all(const Tensor& output, const Tensor& input, const AllToAllLayout& layout,
+                      uint64_t sequence) override;
   WorkPtr run_isend(const Tensor& tensor, int dst, int tag) override;
   WorkPtr run_irecv(const Tensor& tensor, int src, int tag) override;
   void exchange(const void* mine, void* out, size_t bytes, uint64_t sequence) override;

@@ -1,6 +1,6 @@
 // nccl_collectives.cpp — the NCCL group's collectives: all_reduce, all_gather, reduce_scatter and
-// broadcast (Tensor forms and *_device forms on raw GPU memory), each one NCCL call enqueued on the
-// group's stream and waited for by polling; the ledger counts the ring algorithms' bytes so that it
+// broadcast (Tensor forms and *_device forms on raw GPU memory), and all_to_all (grouped send/recv),
+// each enqueued on the group's stream and waited for by polling; the ledger counts the ring algorithms' bytes so that it
 // matches the threads backend's. exchange() and barrier() all-gather bytes without a ledger entry.
 #include "parallel/comm/errors.h"
 #include "parallel/comm/backends/nccl_backend.h"
@@ -126,6 +126,38 @@ void NcclProcessGroup::broadcast_raw(void* data, size_t count, DType dtype, int 
   const int n = size(), position = ((rank() - root) % n + n) % n;
   const auto bytes = static_cast<int64_t>(count * dtype_size(dtype));
   if (n > 1) account(CommOp::broadcast, position < n - 1 ? bytes : 0, position > 0 ? bytes : 0);
+}
+
+// all_to_all: one ncclSend and one ncclRecv per peer inside ncclGroupStart/End (NCCL has no
+// all-to-all call; grouped point-to-point is how PyTorch and Megatron do it). The ledger counts what
+// moves, as the threads backend's pairwise exchange does. Split sizes that disagree between two ranks
+// are not detected here (NCCL would wait until the timeout): SL_DEBUG_COLLECTIVES=1 compares first.
+void NcclProcessGroup::run_all_to_all(const Tensor& output, const Tensor& input, const AllToAllLayout& layout,
+                                      uint64_t sequence) {
+  check_tensor("all_to_all", output);
+  check_tensor("all_to_all", input);
+  Op what{"all_to_all", sequence, -1, Clock::now(), options().timeout};
+  const int n = size();
+  const auto* in = static_cast<const std::byte*>(input.data_ptr());
+  auto* out = static_cast<std::byte*>(output.data_ptr());
+  auto done = enqueue(what, [&]() -> ncclResult_t {
+    ncclResult_t result = ncclGroupStart();
+    for (int peer = 0; peer < n && result == ncclSuccess; ++peer) {
+      if (layout.send_bytes[peer] > 0)
+        result = ncclSend(in + layout.send_offset[peer], static_cast<size_t>(layout.send_bytes[peer]), ncclUint8, peer,
+                          comm_, stream_);
+      if (result == ncclSuccess && layout.recv_bytes[peer] > 0)
+        result = ncclRecv(out + layout.recv_offset[peer], static_cast<size_t>(layout.recv_bytes[peer]), ncclUint8,
+                          peer, comm_, stream_);
+    }
+    const ncclResult_t ended = ncclGroupEnd();
+    return result != ncclSuccess ? result : ended;
+  });
+  wait_for(what, *done);
+  int64_t sent = 0, received = 0;
+  for (int peer = 0; peer < n; ++peer)
+    if (peer != rank()) sent += layout.send_bytes[peer], received += layout.recv_bytes[peer];
+  account(CommOp::all_to_all, sent, received);
 }
 
 void NcclProcessGroup::run_all_reduce(const Tensor& tensor, ReduceOp op, uint64_t sequence) {

@@ -22,11 +22,6 @@ namespace sl::parallel {
 
 using Clock = std::chrono::steady_clock;
 
-// Tags: bit 63 collective, 56..62 the op, 16..55 sequence, 0..15 step (0xffff: a broadcast's size, sent first).
-// Point-to-point tags are the user's (>= 0, < 2^31). Exchanges (fingerprints, split) use op 0x7f.
-static uint64_t collective_tag(CommOp op, uint64_t sequence, uint64_t step) {
-  return (1ull << 63) | (static_cast<uint64_t>(op) << 56) | ((sequence & ((1ull << 40) - 1)) << 16) | (step & 0xffff);
-}
 static constexpr CommOp kExchangeOp = static_cast<CommOp>(0x7f);
 
 ThreadsProcessGroup::ThreadsProcessGroup(std::shared_ptr<ThreadWorld> world, std::vector<int> members, int rank,
@@ -44,33 +39,17 @@ void ThreadsProcessGroup::check_cpu(const char* op, const Tensor& tensor) const 
            " (use the nccl backend for CUDA tensors)");
 }
 
-// One ring step: send `send_bytes` at send_data to the right; from the left, receive into recv_dst
-// either a copy or (reduce) recv_dst = recv_lhs op incoming.
-struct ThreadsProcessGroup::Step {
-  const void* send_data;
-  int64_t send_bytes;
-  void* recv_dst;
-  int64_t recv_bytes;
-  const void* recv_lhs;  // nullptr: copy
-  DType dtype;
-  ReduceOp op;
-  uint64_t tag;
-  CommOp account_as;
-  WaitContext why;
-  Clock::time_point deadline;
-  bool counted = true;  // false: fingerprints and split colors travel uncounted
-};
-
 void ThreadsProcessGroup::ring_step(const Step& step) {
+  const int to = step.to >= 0 ? members_[step.to] : right(), from = step.from >= 0 ? members_[step.from] : left();
   ThreadWorld::Envelope out{context_, step.tag, world_rank(), step.send_data, step.send_bytes};
-  world_->post(right(), &out);
+  world_->post(to, &out);
   try {
-    ThreadWorld::Envelope* in = world_->take(world_rank(), left(), context_, step.tag, step.why, step.deadline);
+    ThreadWorld::Envelope* in = world_->take(world_rank(), from, context_, step.tag, step.why, step.deadline);
     if (in->bytes != step.recv_bytes) {
       int64_t got = in->bytes;
       world_->release(world_rank(), in);
       throw CollectiveMismatch(std::string(step.why.op) + " #" + std::to_string(step.why.sequence) + " on rank " +
-                               std::to_string(world_rank()) + ": rank " + std::to_string(left()) + " sent " +
+                               std::to_string(world_rank()) + ": rank " + std::to_string(from) + " sent " +
                                std::to_string(got) + " bytes where " + std::to_string(step.recv_bytes) +
                                " were expected (do all ranks pass the same shapes?)");
     }
@@ -83,10 +62,10 @@ void ThreadsProcessGroup::ring_step(const Step& step) {
     }
     world_->release(world_rank(), in);
   } catch (...) {
-    world_->retract(right(), &out);
+    world_->retract(to, &out);
     throw;
   }
-  world_->wait_consumed(right(), &out, step.why, step.deadline);
+  world_->wait_consumed(to, &out, step.why, step.deadline);
   if (step.counted) account(step.account_as, step.send_bytes, step.recv_bytes);
 }
 

@@ -31,6 +31,13 @@
 
 namespace sl::parallel {
 
+// Collective message tags: bit 63 collective, 56..62 the op, 16..55 sequence, 0..15 step (0xffff: a
+// broadcast's size, sent first). Point-to-point tags are the user's (>= 0, < 2^31). Exchanges
+// (fingerprints, split) use op 0x7f.
+inline uint64_t collective_tag(CommOp op, uint64_t sequence, uint64_t step) {
+  return (1ull << 63) | (static_cast<uint64_t>(op) << 56) | ((sequence & ((1ull << 40) - 1)) << 16) | (step & 0xffff);
+}
+
 // What a wait is for, for the error messages: "all_reduce #3".
 struct WaitContext {
   const char* op;
@@ -139,13 +146,31 @@ class ThreadsProcessGroup : public ProcessGroup {
   void run_reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op, uint64_t sequence) override;
   void run_broadcast(const Tensor& tensor, int root, uint64_t sequence) override;
   void run_barrier(uint64_t sequence) override;
+  void run_all_to_all(const Tensor& output, const Tensor& input, const AllToAllLayout& layout,
+                      uint64_t sequence) override;  // threads_all_to_all.cpp
   WorkPtr run_isend(const Tensor& tensor, int dst, int tag) override;
   WorkPtr run_irecv(const Tensor& tensor, int src, int tag) override;
   void exchange(const void* mine, void* out, size_t bytes, uint64_t sequence) override;
   std::shared_ptr<ProcessGroup> make_subgroup(const std::vector<int>& members, uint64_t child_index) override;
 
  private:
-  struct Step;  // one send-right / receive-left exchange of a ring
+  // One exchange: send `send_bytes` at send_data to the right neighbour (or group rank `to`); from the
+  // left (or group rank `from`) receive into recv_dst either a copy or (reduce) recv_dst = recv_lhs op incoming.
+  struct Step {
+    const void* send_data;
+    int64_t send_bytes;
+    void* recv_dst;
+    int64_t recv_bytes;
+    const void* recv_lhs;  // nullptr: copy
+    DType dtype;
+    ReduceOp op;
+    uint64_t tag;
+    CommOp account_as;
+    WaitContext why;
+    std::chrono::steady_clock::time_point deadline;
+    bool counted = true;  // false: fingerprints and split colors travel uncounted
+    int to = -1, from = -1;  // group ranks; -1: the ring's right and left neighbours
+  };
   void ring_step(const Step& step);
   void ring_all_gather_bytes(void* output, int64_t bytes_per_rank, uint64_t tag_base, const WaitContext& why,
                              std::chrono::steady_clock::time_point deadline);
