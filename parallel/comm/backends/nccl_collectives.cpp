@@ -1,7 +1,7 @@
 // nccl_collectives.cpp — the NCCL group's collectives: all_reduce, all_gather, reduce_scatter and
 // broadcast (Tensor forms and *_device forms on raw GPU memory), and all_to_all (grouped send/recv),
-// each enqueued on the group's stream and waited for by polling; the ledger counts the ring algorithms' bytes so that it
-// matches the threads backend's. exchange() and barrier() all-gather bytes without a ledger entry.
+// each enqueued on the group's stream and waited for by polling; the ledger counts the ring
+// algorithms' bytes so that it matches the threads backend's. exchange() and barrier() all-gather bytes without a ledger entry.
 #include "parallel/comm/errors.h"
 #include "parallel/comm/backends/nccl_backend.h"
 #include "parallel/comm/backends/nccl_common.h"
