@@ -86,7 +86,7 @@ static CpResult cp_ms(int64_t T, int cp, CpVariant variant, CpBalance balance, i
     set_num_threads(1);
     SequenceShard shard{cp, ctx.rank, balance};
     auto layer = make_layer(T);
-    layer->core = context_parallel_core(shard, ctx.world, variant);
+    layer->core = context_parallel_core(shard, CpGroups{ctx.world}, variant);
     Tensor xl = shard.take(x).to(ctx.device).set_requires_grad(), dyl = shard.take(dy).to(ctx.device);
     for (int s = 0; s < warmup + steps; ++s) {
       ctx.world->barrier();

@@ -312,7 +312,7 @@ static void error_and_memory(const Config& cfg, Checker& check) {
         ctx.world->barrier();
         ledger.reset_peak(ctx.device);
         const int64_t before = ledger.current(ctx.device);
-        Tensor out = context_parallel_core(shard, ctx.world, variant)(ql, kl, vl);
+        Tensor out = context_parallel_core(shard, CpGroups{ctx.world}, variant)(ql, kl, vl);
         out.backward(dl);
         peak[ctx.rank] = ledger.peak(ctx.device) - before;
         errs[2 * ctx.rank] = max_abs_diff(out, local(full));

@@ -1,7 +1,8 @@
 // test_context_parallel_runner.cpp — ContextParallelRunner, what the trainer calls for --cp, against
 // an independent serial run (its own nn::GPT and nn::AdamW over the whole batch) for 5 AdamW steps:
 // losses, gradients (summed over cp, averaged over dp) and parameters within rtol 1e-5, atol 4e-5,
-// for cp ∈ {2, 3, 4} × contiguous/zigzag × ring/all-gather, DP 2 × CP 2, and micro-batches.
+// for cp ∈ {2, 3, 4} × contiguous/zigzag × ring/all-gather, Ulysses (cp 2, 4) and hybrid Ulysses × ring
+// (2 × 2, 2 × 3), DP 2 × CP 2, and micro-batches.
 // Each step here does what Trainer::train_step does around a ModelRunner (model_runner.h): split
 // rows over dp, count the global batch's targets, forward_backward, finish_gradients, average over
 // dp, AdamW. Also: bytes per layer on the cp group against the formula, and invalid configs.
@@ -38,7 +39,7 @@ constexpr int kSteps = 5;
 constexpr double kRtol = 1e-5, kAtol = 4e-5;
 constexpr uint64_t kSeed = 5;
 
-nn::GPTConfig config() { return {.vocab_size = 32, .block_size = kT, .n_layer = 2, .n_head = 2, .n_embd = 16}; }
+nn::GPTConfig config() { return {.vocab_size = 32, .block_size = kT, .n_layer = 2, .n_head = 4, .n_embd = 16}; }
 
 // Target i counts when i % 8 < 1 + (i / 8) % 5: a different count in every span of 8 tokens.
 const nn::TokenStream& masked_tokens() {
@@ -106,11 +107,12 @@ struct CpCase {
   CpBalance balance;
   CpVariant variant;
   int micro_batches = 1;
+  int ulysses = 0;  // hybrid: U
 };
 
 void PrintTo(const CpCase& c, std::ostream* out) {
   *out << "dp " << c.dp << " cp " << c.cp << " " << cp_balance_name(c.balance) << " " << cp_variant_name(c.variant)
-       << " micro " << c.micro_batches;
+       << " micro " << c.micro_batches << " U " << c.ulysses;
 }
 
 std::string case_name(const testing::TestParamInfo<CpCase>& info) {
@@ -119,18 +121,37 @@ std::string case_name(const testing::TestParamInfo<CpCase>& info) {
                      std::to_string(c.cp);
   if (c.dp > 1) name = "dp" + std::to_string(c.dp) + "_" + name;
   if (c.micro_batches > 1) name += "_micro" + std::to_string(c.micro_batches);
+  if (c.ulysses > 0) name += "_U" + std::to_string(c.ulysses);
   return name;
 }
 
-// The bytes one rank sends on the cp group in one step's forward and backward, from the shapes and
-// ring_attention.h's formula, per layer: forward K/V over cp-1 steps; backward K/V again and dK/dV
-// over cp steps (the all-gather variant: an all-gather of K and V, a reduce-scatter of dK and dV).
+// The bytes one rank sends on the cp groups in one step's forward and backward, from the shapes and
+// the chapter's formulas, per layer, with blk one rank's q = rows·NH·(T/cp)·HS·4 bytes:
+//   ring       forward K/V over cp-1 steps; backward K/V again and dK/dV over cp steps
+//   all-gather an all-gather of K and V, a reduce-scatter of dK and dV: 2·blk·(cp-1) each way
+//   Ulysses    4 all-to-alls forward (q, k, v there, out back), 4 backward, each (U-1)/U of blk
+//   hybrid     Ulysses over U, and the ring over R with blocks of (NH/U)·(T/R) rows: blk again
 int64_t expected_cp_bytes(const CpCase& c, int64_t rows) {
   const nn::GPTConfig g = config();
   const int64_t HS = g.n_embd / g.n_head, blk = rows * g.n_head * (kT / c.cp) * HS * 4, cp = c.cp;
-  const int64_t per_layer = c.variant == CpVariant::ring ? 2 * blk * (cp - 1) + 2 * blk * (cp - 1) + 2 * blk * cp
-                                                         : 2 * blk * (cp - 1) + 2 * blk * (cp - 1);
-  return g.n_layer * per_layer;
+  auto ring = [&](int64_t n) { return 2 * blk * (n - 1) + 2 * blk * (n - 1) + 2 * blk * n; };
+  const int64_t U = c.variant == CpVariant::ulysses ? cp : c.ulysses;
+  switch (c.variant) {
+    case CpVariant::ring: return g.n_layer * ring(cp);
+    case CpVariant::allgather: return g.n_layer * 4 * blk * (cp - 1);
+    case CpVariant::ulysses: return g.n_layer * 8 * blk * (U - 1) / U;
+    case CpVariant::hybrid: return g.n_layer * (8 * blk * (U - 1) / U + ring(cp / U));
+  }
+  return -1;
+}
+
+// What one rank sent on every group the variant talks over (the hybrid's two sub-groups too).
+int64_t bytes_sent(const ContextParallelRunner& runner) {
+  const CpGroups& g = runner.groups();
+  int64_t sent = g.cp->ledger().total().bytes_sent;
+  if (g.ulysses && g.ulysses != g.cp) sent += g.ulysses->ledger().total().bytes_sent;
+  if (g.ring && g.ring != g.cp) sent += g.ring->ledger().total().bytes_sent;
+  return sent;
 }
 
 class ContextParallelParity : public testing::TestWithParam<CpCase> {};
@@ -146,7 +167,8 @@ TEST_P(ContextParallelParity, MatchesSerialAfterFiveSteps) {
   launch(world, [&](RankContext& ctx) {
     ran[ctx.rank] = 1;
     DeviceMesh mesh(ctx.world, ParallelismConfig{.dp_replicate = c.dp, .cp = c.cp});
-    ContextParallelRunner runner(config(), kSeed, mesh, {.balance = c.balance, .variant = c.variant});
+    ContextParallelRunner runner(config(), kSeed, mesh,
+                                 {.balance = c.balance, .variant = c.variant, .ulysses_degree = c.ulysses});
     nn::AdamW adamw(runner.module().parameters(), parity_adamw());
     const RowRange rows = data_parallel_rows(kBatch, mesh.dp_rank(), c.dp);
     auto fail = [&](const std::string& what) {
@@ -158,9 +180,9 @@ TEST_P(ContextParallelParity, MatchesSerialAfterFiveSteps) {
       adamw.zero_grad();
       std::vector<bool> lasts;
       BackwardHooks hooks{[&](bool last) { lasts.push_back(last); }};
-      const int64_t sent_before = runner.group()->ledger().total().bytes_sent;
+      const int64_t sent_before = bytes_sent(runner);
       const double share = runner.forward_backward(micros, count, c.dp, hooks);
-      const int64_t sent = runner.group()->ledger().total().bytes_sent - sent_before;
+      const int64_t sent = bytes_sent(runner) - sent_before;
       if (sent != expected_cp_bytes(c, (rows.end - rows.begin)))
         fail("step " + std::to_string(s) + ": sent " + std::to_string(sent) + " bytes on cp, formula " +
              std::to_string(expected_cp_bytes(c, rows.end - rows.begin)));
@@ -194,6 +216,12 @@ std::vector<CpCase> parity_cases() {
   cases.push_back({2, 2, CpBalance::zigzag, CpVariant::ring});
   cases.push_back({2, 2, CpBalance::none, CpVariant::allgather});
   cases.push_back({2, 2, CpBalance::zigzag, CpVariant::ring, 2});
+  for (CpBalance balance : {CpBalance::none, CpBalance::zigzag}) {
+    for (int cp : {2, 4}) cases.push_back({1, cp, balance, CpVariant::ulysses});
+    cases.push_back({1, 4, balance, CpVariant::hybrid, 1, 2});
+  }
+  cases.push_back({1, 6, CpBalance::zigzag, CpVariant::hybrid, 1, 2});  // U 2 × R 3
+  cases.push_back({2, 2, CpBalance::zigzag, CpVariant::ulysses, 2});
   return cases;
 }
 INSTANTIATE_TEST_SUITE_P(Layouts, ContextParallelParity, testing::ValuesIn(parity_cases()), case_name);

@@ -63,6 +63,7 @@ inline parallel::TrainPlan plan_layout(Options o, int64_t batch_size, const nn::
   plan.sequence_parallel = o.sp;
   plan.cp_balance = parallel::parse_cp_balance(o.cp_balance);
   plan.cp_variant = parallel::parse_cp_variant(o.cp_variant);
+  plan.ulysses_degree = static_cast<int>(o.ulysses_degree);
   plan.precision = precision;
   return plan;
 }

@@ -345,6 +345,7 @@ parallel::TrainPlan plan_of(const Run& r) {
   plan.sequence_parallel = o.sp;
   plan.cp_balance = parallel::parse_cp_balance(o.cp_balance);
   plan.cp_variant = parallel::parse_cp_variant(o.cp_variant);
+  plan.ulysses_degree = static_cast<int>(o.ulysses_degree);
   plan.precision = r.precision;
   return plan;
 }

@@ -36,7 +36,7 @@ struct Options {
   int64_t dp = 1, zero = 0, dp_replicate = 0, dp_shard = 0;
   bool offload = false, naive_dp = false, compare_serial = false;
   // The chapters that cut the model (alone or together, with data parallelism over --dp ranks).
-  int64_t pp = 1, virtual_stages = 1, tp = 1, cp = 1;
+  int64_t pp = 1, virtual_stages = 1, tp = 1, cp = 1, ulysses_degree = 0;
   std::string schedule = "1f1b", stage_layers, cp_balance = "zigzag", cp_variant = "ring", trace;
   // Simulated links on the threads backend (parallel/comm/topology.h): --links SPEC or --topology FILE.
   parallel::Topology topology;
@@ -96,7 +96,10 @@ inline const char* const kUsage = R"(usage: train [flags]
   --tp N [--sp]             Megatron tensor parallelism over N ranks; --sp adds sequence parallelism
   --cp N                    context parallelism: the sequence over N ranks (ring attention)
   --cp-balance zigzag|none  the causal load balance (default zigzag)
-  --cp-variant ring|allgather   pass K/V around a ring, or gather them all (default ring)
+  --cp-variant ring|allgather|ulysses|hybrid   pass K/V around a ring, gather them all, all-to-all
+                            to a head cut (Ulysses: n_head % (cp x tp) == 0), or Ulysses inside and
+                            the ring across (default ring)
+  --ulysses-degree U        hybrid: U Ulysses ranks per ring position, cp = U x R
   --compare-serial          also train the serial model and report the largest difference
   --min-accuracy P          addition: exit 1 when the final held-out accuracy is below P percent
   --checkpoint-dir DIR      save a distributed checkpoint DIR/step-N (every rank its own shards, then
@@ -267,7 +270,8 @@ inline void add_layout_flags(FlagTable& flags, Options& o) {
   flags["--virtual-stages"] = integer(o.virtual_stages, 1, 1024);
   flags["--schedule"] = choice(o.schedule, {"naive", "gpipe", "1f1b", "interleaved", "zero-bubble"});
   flags["--cp-balance"] = choice(o.cp_balance, {"zigzag", "none"});
-  flags["--cp-variant"] = choice(o.cp_variant, {"ring", "allgather"});
+  flags["--cp-variant"] = choice(o.cp_variant, {"ring", "allgather", "ulysses", "hybrid"});
+  flags["--ulysses-degree"] = integer(o.ulysses_degree, 1, 1024);
   flags["--stage-layers"] = [&](const std::string& v) {
     for (char ch : v)
       if (!(std::isdigit(static_cast<unsigned char>(ch)) || ch == ','))
@@ -333,6 +337,12 @@ inline void check_layout_flags(const Options& o) {
   if (o.sp && o.tp == 1) throw UsageError{"--sp shards the sequence over the tensor-parallel ranks: add --tp N"};
   if (o.cp == 1 && (o.cp_balance != "zigzag" || o.cp_variant != "ring"))
     throw UsageError{"--cp-balance and --cp-variant are context-parallel flags: add --cp N"};
+  if (o.cp_variant == "hybrid" && o.ulysses_degree == 0)
+    throw UsageError{"--cp-variant hybrid runs Ulysses inside groups of U ranks and the ring across: add "
+                     "--ulysses-degree U (U divides --cp)"};
+  if (o.ulysses_degree > 0 && o.cp_variant != "hybrid")
+    throw UsageError{"--ulysses-degree is the hybrid's: add --cp-variant hybrid (plain Ulysses is --cp-variant "
+                     "ulysses, with U = cp)"};
   // Which strategies run over which cuts (ZeRO-2 and pp, FSDP's schedules, offload over a cut) is
   // the TrainPlan's rule (parallel/train/train_plan.cpp), checked before the ranks start.
   if (o.cuts_model() && o.naive_dp)

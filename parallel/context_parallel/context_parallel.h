@@ -23,6 +23,7 @@
 //   attention_block.h         one Q block against one K/V block, and the LSE merge
 //   ring_attention.h          the ring: K/V passed around, dK/dV back in backward
 //   allgather_attention.h     the all-gather variant (Llama 3's)
+//   ulysses_attention.h       Ulysses (all-to-all to a head cut) and hybrid USP (Ulysses inside, ring across)
 //   context_parallel_runner.h the GPT on a sequence shard, in the one training step
 //
 //   Lesson: lessons/13_ring_attention.cpp
@@ -33,3 +34,4 @@
 #include "parallel/context_parallel/context_parallel_runner.h"
 #include "parallel/context_parallel/ring_attention.h"
 #include "parallel/context_parallel/sequence_shard.h"
+#include "parallel/context_parallel/ulysses_attention.h"

@@ -1,5 +1,5 @@
 // context_parallel_runner.h — context parallelism for the GPT: every rank of a cp group holds the whole
-// model and 1/cp of every sequence; only attention talks (ring or all-gather, per layer).
+// model and 1/cp of every sequence; only attention talks (ring, all-gather, Ulysses or hybrid, per layer).
 //
 //   global batch rows, T tokens, labels already shifted (targets[t] = tokens[t + 1])
 //          │ every cp rank gets the same rows, then takes its tokens (SequenceShard::take)
@@ -35,32 +35,49 @@
 #include "parallel/comm/mesh.h"
 #include "parallel/context_parallel/allgather_attention.h"
 #include "parallel/context_parallel/ring_attention.h"
+#include "parallel/context_parallel/ulysses_attention.h"
 #include "parallel/runner/model_runner.h"
 
 namespace sl::parallel {
 
-enum class CpVariant { ring, allgather };
+enum class CpVariant { ring, allgather, ulysses, hybrid };
 const char* cp_variant_name(CpVariant variant);
-CpVariant parse_cp_variant(const std::string& name);  // "ring" | "allgather"; throws naming the choices
+// "ring" | "allgather" | "ulysses" | "hybrid"; throws naming the choices
+CpVariant parse_cp_variant(const std::string& name);
 CpBalance parse_cp_balance(const std::string& name);  // "zigzag" | "none"; throws naming the choices
 
 struct ContextParallelOptions {
   CpBalance balance = CpBalance::zigzag;
   CpVariant variant = CpVariant::ring;
+  int ulysses_degree = 0;  // hybrid: U, the Ulysses ranks per ring position (cp = U × R)
 };
 
-// The attention core for CausalSelfAttention::core: ring or all-gather attention over `group`.
-nn::AttentionCore context_parallel_core(const SequenceShard& shard, ProcessGroupPtr group, CpVariant variant);
+// U for this variant over cp ranks: 1 for ring and all-gather, cp for Ulysses, the option for hybrid.
+int ulysses_degree(const ContextParallelOptions& options, int cp);
 
-// The chapter's rules for a model over cp ranks, checked before any communication (the runner, the
-// N-D cut and the factory call this one function): block_size splits over cp (over 2·cp with
-// zigzag), and no dropout (the ring's attention core has none). Throws sl::Error naming the values.
-void check_context_parallel(const nn::GPTConfig& config, int cp, CpBalance balance);
+// The groups a variant talks over, made from the cp group (ulysses_attention.h: rank = i·U + u).
+struct CpGroups {
+  ProcessGroupPtr cp;       // every cp rank: ring and all-gather run here
+  ProcessGroupPtr ulysses;  // the U ranks of one ring position (Ulysses: cp itself)
+  ProcessGroupPtr ring;     // the R ranks with the same Ulysses rank (hybrid only)
+};
+// Collective over `cp` for a hybrid (two split()s); no communication otherwise.
+CpGroups make_cp_groups(const ProcessGroupPtr& cp, CpVariant variant, int ulysses_degree);
+
+// The attention core for CausalSelfAttention::core: ring, all-gather, Ulysses or hybrid attention.
+nn::AttentionCore context_parallel_core(const SequenceShard& shard, const CpGroups& groups, CpVariant variant);
+
+// The chapter's rules for a model over cp ranks (tp: the tensor-parallel degree around it), checked
+// before any communication (the runner, the N-D cut and the factory call this one function):
+// block_size splits over cp (over 2·cp with zigzag), no dropout (the ring's attention core has none),
+// and for Ulysses and hybrid: U divides cp, and the heads split over U·tp. Throws sl::Error naming
+// the values.
+void check_context_parallel(const nn::GPTConfig& config, int cp, const ContextParallelOptions& options, int tp = 1);
 
 class ContextParallelRunner : public ModelRunner {
  public:
   // Builds the whole GPT (the same seed on every rank: the same weights) and swaps every layer's
-  // attention core. Uses mesh.group("cp"); no communication. Throws naming the values if
+  // attention core. Uses mesh.group("cp"); no communication but a hybrid's two group splits. Throws naming the values if
   // block_size does not split over cp (T % cp, or T % 2cp with zigzag).
   ContextParallelRunner(const nn::GPTConfig& config, uint64_t seed, const DeviceMesh& mesh,
                         ContextParallelOptions options = {});
@@ -77,11 +94,12 @@ class ContextParallelRunner : public ModelRunner {
   nn::StateDict full_gradients() override;             // copies (zeros where none)
 
   const SequenceShard& shard() const { return shard_; }
-  const ProcessGroupPtr& group() const { return group_; }
+  const ProcessGroupPtr& group() const { return groups_.cp; }
+  const CpGroups& groups() const { return groups_; }
 
  private:
   std::unique_ptr<nn::GPT> model_;
-  ProcessGroupPtr group_;
+  CpGroups groups_;
   SequenceShard shard_;
   ContextParallelOptions options_;
 };

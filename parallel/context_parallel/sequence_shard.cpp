@@ -12,6 +12,8 @@ const char* cp_balance_name(CpBalance balance) { return balance == CpBalance::zi
 
 void SequenceShard::check_length(int64_t T) const {
   SL_CHECK(cp >= 1 && rank >= 0 && rank < cp, "SequenceShard: rank ", rank, " is not in cp ", cp);
+  SL_CHECK(ulysses >= 1 && cp % ulysses == 0, "SequenceShard: the Ulysses degree ", ulysses,
+           " does not divide cp ", cp);
   if (balance == CpBalance::zigzag)
     SL_CHECK(T % (2 * cp) == 0, "context parallel (zigzag): sequence length T ", T, " must be divisible by 2 x cp = ",
              2 * cp, " (T % ", 2 * cp, " = ", T % (2 * cp), ")");
@@ -20,31 +22,41 @@ void SequenceShard::check_length(int64_t T) const {
              " = ", T % cp, ")");
 }
 
-Tensor SequenceShard::positions(int64_t T) const {
+SequenceShard SequenceShard::ring() const {
+  SL_ASSERT(ulysses >= 1 && cp % ulysses == 0);
+  return {cp / ulysses, rank / ulysses, balance, 1};
+}
+
+// The pieces of the sequence this rank holds, in local order: the ring-level shard's chunks (one,
+// or two with zigzag), and of each chunk the ulysses_rank()-th of `ulysses` equal pieces.
+std::vector<SequenceShard::Piece> SequenceShard::pieces(int64_t T) const {
   check_length(T);
-  const int64_t Tl = T / cp;
-  std::vector<double> p;
-  for (int64_t i = 0; i < Tl; ++i) {
-    if (balance == CpBalance::none) {
-      p.push_back(static_cast<double>(rank * Tl + i));
-    } else {  // chunks of Tl/2: chunk `rank`, then chunk 2cp-1-rank
-      const int64_t half = Tl / 2, chunk = i < half ? rank : 2 * cp - 1 - rank;
-      p.push_back(static_cast<double>(chunk * half + i % half));
-    }
+  const SequenceShard r = ring();
+  const int chunks = balance == CpBalance::zigzag ? 2 : 1;
+  const int64_t chunk = T / (r.cp * chunks), piece = chunk / ulysses;
+  std::vector<Piece> out;
+  for (int c = 0; c < chunks; ++c) {
+    const int64_t index = c == 0 ? r.rank : 2 * r.cp - 1 - r.rank;
+    out.push_back({index * chunk + ulysses_rank() * piece, piece});
   }
-  return from_vector(p, Shape({Tl}), DType::i64);
+  return out;
+}
+
+Tensor SequenceShard::positions(int64_t T) const {
+  std::vector<double> p;
+  for (const Piece& piece : pieces(T))
+    for (int64_t i = 0; i < piece.length; ++i) p.push_back(static_cast<double>(piece.begin + i));
+  return from_vector(p, Shape({static_cast<int64_t>(p.size())}), DType::i64);
 }
 
 Tensor SequenceShard::take(const Tensor& x, int dim) const {
-  const int64_t T = x.size(dim);
-  check_length(T);
-  const int64_t Tl = T / cp;
-  if (balance == CpBalance::none) return x.narrow(dim, rank * Tl, Tl);
-  const int64_t half = Tl / 2;
-  return cat({x.narrow(dim, rank * half, half), x.narrow(dim, (2 * cp - 1 - rank) * half, half)}, dim);
+  std::vector<Tensor> parts;
+  for (const Piece& piece : pieces(x.size(dim))) parts.push_back(x.narrow(dim, piece.begin, piece.length));
+  return parts.size() == 1 ? parts[0] : cat(parts, dim);
 }
 
 std::vector<StepWork> SequenceShard::work(int src, int64_t Tl) const {
+  SL_ASSERT(ulysses == 1);  // the ring's table: a hybrid's ring runs over ring()
   if (balance == CpBalance::none) {
     if (src == rank) return {{BlockMask::causal, 0, Tl, 0, Tl, true}};
     if (src < rank) return {{BlockMask::none, 0, Tl, 0, Tl}};

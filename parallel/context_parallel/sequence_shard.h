@@ -25,6 +25,16 @@
 //   zigzag,     src > rank        the SECOND half of Q (chunk 2cp-1-rank) against all of K/V
 // With zigzag every rank does 3 causal-or-full quarter blocks plus cp-1 half blocks: the same work everywhere.
 //
+// Hybrid (USP, ulysses = U > 1): cp = U × R ranks, rank = ring index i · U + Ulysses index u. The
+// sequence is first cut for a ring of R (chunks as above, over R), then each chunk into U equal
+// pieces: rank (i, u) holds piece u of each of ring shard i's chunks. Ulysses' all-to-all over the U
+// ranks of ring shard i gives each of them ring shard i's tokens in its local order (for some heads),
+// and the ring runs over ring(). Plain Ulysses is R = 1: the whole sequence is one ring shard.
+//
+//   T = 16, cp = 4, U = 2, zigzag:   ring shard 0 = chunks 0, 3   ring shard 1 = chunks 1, 2
+//     rank 0 (i 0, u 0): 0 1 | 12 13     rank 2 (i 1, u 0): 4 5 | 8 9
+//     rank 1 (i 0, u 1): 2 3 | 14 15     rank 3 (i 1, u 1): 6 7 | 10 11
+//
 //   Tests: tests/test_context_parallel.cpp (positions, the work table, rejected lengths)
 #pragma once
 #include <string>
@@ -48,9 +58,18 @@ struct StepWork {
 };
 
 struct SequenceShard {
-  int cp = 1;
+  int cp = 1;    // every context-parallel rank: U × R
   int rank = 0;
   CpBalance balance = CpBalance::zigzag;
+  int ulysses = 1;  // U: the Ulysses degree (1: ring or all-gather only; cp: Ulysses only)
+
+  // The ring-level shard this rank's Ulysses group holds together: {R, rank / U, balance}.
+  SequenceShard ring() const;
+  int ulysses_rank() const { return rank % ulysses; }
+  struct Piece {
+    int64_t begin, length;  // global token positions [begin, begin + length)
+  };
+  std::vector<Piece> pieces(int64_t T) const;  // this rank's tokens, in local order
 
   // Throws sl::Error naming the values unless T splits: T % cp (contiguous), T % (2·cp) (zigzag).
   void check_length(int64_t T) const;
@@ -60,7 +79,7 @@ struct SequenceShard {
   // x [B, T, ...] (whole sequence) -> this rank's tokens [B, T / cp, ...] (copies).
   Tensor take(const Tensor& x, int dim = 1) const;
   // What this rank's queries do against the K/V of rank `src`, with local length Tl: one block or,
-  // on the zigzag diagonal, three. Empty: skipped.
+  // on the zigzag diagonal, three. Empty: skipped. The ring's table: ulysses must be 1 (use ring()).
   std::vector<StepWork> work(int src, int64_t Tl) const;
 };
 

@@ -10,7 +10,7 @@ namespace sl::parallel {
 void check_nd_layout(const nn::GPTConfig& config, int tp, int cp, const NdOptions& options) {
   const bool sp = options.sequence_parallel && tp > 1;
   if (tp > 1) check_tensor_parallel(config, tp, sp);
-  if (cp > 1) check_context_parallel(config, cp, options.cp.balance);
+  if (cp > 1) check_context_parallel(config, cp, options.cp, tp);
   // Both at once: SP cuts a cp shard's tokens again over tp.
   if (cp > 1 && sp)
     SL_CHECK((config.block_size / cp) % tp == 0, "sequence parallel under cp: the ", config.block_size / cp,
@@ -19,11 +19,11 @@ void check_nd_layout(const nn::GPTConfig& config, int tp, int cp, const NdOption
 
 NdParallelizer::NdParallelizer(const nn::GPTConfig& config, const DeviceMesh& mesh, const NdOptions& options)
     : tp_{mesh.group("tp"), options.sequence_parallel && mesh.size("tp") > 1},
-      cp_group_(mesh.group("cp")),
-      shard_{mesh.size("cp"), mesh.cp_rank(), options.cp.balance},
+      shard_{mesh.size("cp"), mesh.cp_rank(), options.cp.balance, ulysses_degree(options.cp, mesh.size("cp"))},
       variant_(options.cp.variant) {
   config.validate();
   check_nd_layout(config, tp_.size(), shard_.cp, options);
+  cp_groups_ = make_cp_groups(mesh.group("cp"), variant_, shard_.ulysses);
   vocab_ = VocabRange::of(config.vocab_size, tp_.rank(), tp_.size());
 }
 
@@ -33,7 +33,7 @@ std::shared_ptr<nn::GPT> NdParallelizer::build(const nn::GPTConfig& config, uint
   if (shard_.cp > 1) {
     const nn::GPTShardSpec range = part->spec().resolved(config);
     for (int64_t layer = range.layer_begin; layer < range.layer_end; ++layer)
-      part->block(layer).attn->core = context_parallel_core(shard_, cp_group_, variant_);
+      part->block(layer).attn->core = context_parallel_core(shard_, cp_groups_, variant_);
   }
   return part;
 }
@@ -79,7 +79,7 @@ Shape NdParallelizer::activation_shape(const Tensor& ids, int64_t n_embd) const 
 std::vector<GradientSum> NdParallelizer::gradient_sums(const nn::Module& stage) const {
   std::vector<GradientSum> sums;
   if (tp_.sequence_parallel) sums.push_back({"tp", tp_.group, partial_over(stage, "tp")});  // each tp rank saw T/t rows
-  if (shard_.cp > 1) sums.push_back({"cp", cp_group_, parameter_names(stage)});  // each cp rank saw its tokens
+  if (shard_.cp > 1) sums.push_back({"cp", cp_groups_.cp, parameter_names(stage)});  // each cp rank saw its tokens
   return sums;
 }
 

@@ -55,7 +55,8 @@ void check_nd_layout(const nn::GPTConfig& config, int tp, int cp, const NdOption
 // The tp × cp cut of every pipeline chunk (pipeline/stage.h's ChunkParallelizer).
 class NdParallelizer : public ChunkParallelizer {
  public:
-  // Uses mesh.group("tp") and mesh.group("cp"); no communication. Throws as check_nd_layout does.
+  // Uses mesh.group("tp") and mesh.group("cp"); no communication but a hybrid's group splits (cp).
+  // Throws as check_nd_layout does.
   NdParallelizer(const nn::GPTConfig& config, const DeviceMesh& mesh, const NdOptions& options);
 
   std::shared_ptr<nn::GPT> build(const nn::GPTConfig& config, uint64_t seed,
@@ -72,8 +73,8 @@ class NdParallelizer : public ChunkParallelizer {
 
   TPGroup tp_;
   VocabRange vocab_;
-  ProcessGroupPtr cp_group_;
   SequenceShard shard_;
+  CpGroups cp_groups_;
   CpVariant variant_;
 };
 

@@ -21,10 +21,14 @@ PipelineOptions pipeline_options(const TrainPlan& plan) {
   return options;
 }
 
+ContextParallelOptions cp_options(const TrainPlan& plan) {
+  return {.balance = plan.cp_balance, .variant = plan.cp_variant, .ulysses_degree = plan.ulysses_degree};
+}
+
 NdOptions nd_options(const TrainPlan& plan) {
   return {.pipeline = pipeline_options(plan),
           .sequence_parallel = plan.sequence_parallel,
-          .cp = {.balance = plan.cp_balance, .variant = plan.cp_variant},
+          .cp = cp_options(plan),
           .grad_dtype = plan.precision.enabled() ? std::optional<DType>(plan.precision.grad_dtype) : std::nullopt};
 }
 
@@ -62,7 +66,7 @@ std::unique_ptr<ModelRunner> make_model_runner(const TrainPlan& plan, const nn::
                                                     TensorParallelOptions{.sequence_parallel = plan.sequence_parallel});
   else if (c.cp > 1)
     runner = std::make_unique<ContextParallelRunner>(
-        config, seed, mesh, ContextParallelOptions{.balance = plan.cp_balance, .variant = plan.cp_variant});
+        config, seed, mesh, cp_options(plan));
   SL_CHECK(runner != nullptr, "make_model_runner: ", c.str(), " does not cut the model");
   if (!initial.empty()) runner->load_full_state_dict(initial);
   return runner;

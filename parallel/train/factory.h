@@ -6,7 +6,7 @@
 //   (no cut)           WholeModelRunner (runner/)                 —
 //   pp = P             PipelineRunner   (this stage)    schedule, virtual_stages, stage_layers
 //   tp = T             TensorParallelRunner       (this shard)    sequence_parallel
-//   cp = C             ContextParallelRunner      (this sequence) cp_balance, cp_variant
+//   cp = C             ContextParallelRunner      (this sequence) cp_balance, cp_variant, ulysses_degree
 //   two or more of them NdRunner (parallel/nd)    (this stage's   all of the above
 //                                                   tp × cp cut)
 //   any cut with fsdp  FsdpNdRunner (parallel/nd) (its shards     all of the above

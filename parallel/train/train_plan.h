@@ -48,6 +48,7 @@ struct TrainPlan {
   bool sequence_parallel = false;      // tp: Megatron-SP
   CpBalance cp_balance = CpBalance::zigzag;
   CpVariant cp_variant = CpVariant::ring;
+  int ulysses_degree = 0;  // cp hybrid: U (cp = U x R)
   // 16-bit weights, gradients in precision.grad_dtype, f32 master weights in AdamW, fp16 loss
   // scaling (nn/mixed_precision.h). The models the runners build must have precision.param_dtype.
   // Runs with DDP (and AdamW alone on a cut at dp 1); ZeRO's and FSDP's flat buffers are f32.
