@@ -52,6 +52,7 @@ struct NdCase {
   std::string schedule = "1f1b";
   int virtual_stages = 1;
   std::string balance = "zigzag", variant = "ring";
+  int ulysses = 0;  // hybrid's U
   double clip = 0;
   int64_t n_layer = 2;
   int world() const { return replicate * dp * pp * tp * cp; }
@@ -132,6 +133,7 @@ TrainPlan plan_of(const NdCase& c) {
   plan.sequence_parallel = c.sp;
   plan.cp_balance = parse_cp_balance(c.balance);
   plan.cp_variant = parse_cp_variant(c.variant);
+  plan.ulysses_degree = c.ulysses;
   return plan;
 }
 
@@ -152,8 +154,9 @@ TEST_P(NdParallelParity, MatchesSerialThroughTheTrainer) {
           if (c.zero >= 2) return make_model_runner(plan, config, kSeed, {}, mesh);  // train's
           NdOptions options{.pipeline = {},
                             .sequence_parallel = c.sp,
-                            .cp = {.balance = c.balance == "zigzag" ? CpBalance::zigzag : CpBalance::none,
-                                   .variant = c.variant == "ring" ? CpVariant::ring : CpVariant::allgather}};
+                            .cp = {.balance = parse_cp_balance(c.balance),
+                                   .variant = parse_cp_variant(c.variant),
+                                   .ulysses_degree = c.ulysses}};
           options.pipeline.schedule = parse_schedule(c.schedule);
           options.pipeline.virtual_stages = c.virtual_stages;
           return std::make_unique<NdRunner>(config, kSeed, mesh, options);
@@ -231,6 +234,17 @@ std::vector<NdCase> cases() {
   add({.name = "zero2_tp2_sp", .dp = 2, .tp = 2, .sp = true, .zero = 2, .micro_batches = 2});
   add({.name = "zero2_cp2_clip", .dp = 2, .cp = 2, .zero = 2, .clip = 0.05});
   add({.name = "zero2_tp2_cp2", .dp = 2, .tp = 2, .cp = 2, .zero = 2});
+  // Ulysses (n_head 4 over cp·tp) and hybrid Ulysses × ring wherever the ring runs: dp, pp, tp with
+  // SP, FSDP, and N-D
+  add({.name = "dp2_cp2_ulysses", .dp = 2, .cp = 2, .variant = "ulysses"});
+  add({.name = "pp2_cp2_ulysses_contiguous", .pp = 2, .cp = 2, .micro_batches = 2, .balance = "none",
+       .variant = "ulysses"});
+  add({.name = "tp2_sp_cp2_ulysses", .tp = 2, .cp = 2, .sp = true, .variant = "ulysses"});
+  add({.name = "fsdp2_cp2_ulysses_clip", .dp = 2, .cp = 2, .zero = 3, .variant = "ulysses", .clip = 0.05});
+  add({.name = "pp2_tp2_sp_cp2_ulysses", .pp = 2, .tp = 2, .cp = 2, .sp = true, .micro_batches = 2,
+       .variant = "ulysses"});
+  add({.name = "tp2_cp4_hybrid_u2", .tp = 2, .cp = 4, .variant = "hybrid", .ulysses = 2});
+  add({.name = "dp2_cp4_hybrid_u2", .dp = 2, .cp = 4, .balance = "none", .variant = "hybrid", .ulysses = 2});
   // world 16: the guide's first example (dp_replicate 2, dp_shard 2, cp 2, tp 2), and one with pp
   add({.name = "world16_guide_hsdp2x2_cp2_tp2", .dp = 2, .tp = 2, .cp = 2, .zero = 3, .replicate = 2, .clip = 0.05});
   add({.name = "world16_fsdp2_pp2_tp2_sp_cp2", .dp = 2, .pp = 2, .tp = 2, .cp = 2, .sp = true, .zero = 3,
