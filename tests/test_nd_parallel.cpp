@@ -424,6 +424,13 @@ TEST(NdParallel, RefusalsNameTheirValues) {
   config.block_size = 12;
   expect_error([&] { check_model_runner(plan_of(sp), config); },
                "sequence parallel under cp: the 6 tokens of a cp shard (block_size 12 / cp 2) do not split over tp 4");
+  // Ulysses gives each rank whole heads: n_head (4) over cp, times tp; a hybrid's U divides cp.
+  NdCase ulysses{.name = "ulysses", .tp = 2, .cp = 4, .variant = "ulysses"};
+  expect_error([&] { check_model_runner(plan_of(ulysses), config_of(ulysses)); },
+               "context parallel (ulysses): n_head 4 must divide by the Ulysses degree 4 x tp 2");
+  NdCase hybrid{.name = "hybrid", .cp = 4, .variant = "hybrid", .ulysses = 3};
+  expect_error([&] { check_model_runner(plan_of(hybrid), config_of(hybrid)); },
+               "context parallel (hybrid): the Ulysses degree 3 must divide cp 4 (cp = ulysses x ring)");
   NdCase dropout{.name = "dropout", .pp = 2, .cp = 2};
   config = config_of(dropout);
   config.dropout = 0.1;

@@ -62,6 +62,22 @@ TEST_F(TrainCli, BadFlagsAreUsageErrorsNamingTheFlag) {
   EXPECT_EQ(run_train("--help").exit_code, 0);
 }
 
+// A layout the model cannot take is refused before any rank starts (nothing of the run is printed),
+// naming the values: Ulysses gives each cp rank n_head / cp whole heads.
+TEST_F(TrainCli, UlyssesNeedsTheHeadsToSplitBeforeAnyRankStarts) {
+  for (const auto& [layout, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--cp 4 --cp-variant ulysses", "context parallel (ulysses): n_head 2 must divide by the Ulysses degree 4"},
+           {"--tp 2 --cp 2 --cp-variant ulysses",
+            "context parallel (ulysses): n_head 2 must divide by the Ulysses degree 2 x tp 2"},
+           {"--cp 4 --cp-variant hybrid --ulysses-degree 3",
+            "context parallel (hybrid): the Ulysses degree 3 must divide cp 4"}}) {
+    CliRun run = run_train(kTiny + " --steps 1 " + layout);
+    EXPECT_EQ(run.exit_code, 1) << layout << "\n" << run.output;
+    EXPECT_NE(run.output.find(message), std::string::npos) << layout << "\n" << run.output;
+    EXPECT_EQ(run.output.find("parallel:"), std::string::npos) << "a rank started: " << run.output;
+  }
+}
+
 // Run-time errors (exit code 1): one line naming the flag or the reader, the path and the OS error.
 // Inputs are read and output paths checked before step 0: nothing else is printed before the error,
 // so no training is lost. A log that stops taking writes fails the run at its first line.
@@ -193,6 +209,7 @@ TEST_F(TrainCli, ModelCuttingLayoutsLogTheSerialLosses) {
        {"--pp 2", "--pp 2 --schedule naive --micro-batches 3", "--pp 2 --schedule zero-bubble --micro-batches 3", "--pp 2 --schedule interleaved --micro-batches 2",
         "--dp 2 --pp 2 --micro-batches 2 --zero 1", "--tp 2", "--tp 2 --sp", "--dp 3 --tp 2 --micro-batches 2",
         "--cp 2", "--cp 2 --cp-balance none --cp-variant allgather", "--dp 2 --cp 2 --zero 1",
+        "--cp 2 --cp-variant ulysses", "--cp 4 --cp-variant hybrid --ulysses-degree 2",
         // N-D: several cuts at once (parallel/nd)
         "--pp 2 --tp 2 --sp --cp 2 --micro-batches 2", "--dp 2 --pp 2 --tp 2 --micro-batches 2 --zero 1",
         // FSDP with pp: each stage's chunk sharded over dp (torchtitan)

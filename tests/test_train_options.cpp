@@ -64,6 +64,11 @@ TEST(TrainOptions, BadCombinationsAreUsageErrors) {
            {"--sp", "--sp shards the sequence over the tensor-parallel ranks: add --tp N"},
            {"--cp-variant allgather", "--cp-balance and --cp-variant are context-parallel flags: add --cp N"},
            {"--cp 2 --cp-balance half", "--cp-balance: expected one of zigzag, none, got 'half'"},
+           {"--cp 2 --cp-variant hybrid", "--cp-variant hybrid runs Ulysses inside groups of U ranks and the ring "
+                                          "across: add --ulysses-degree U (U divides --cp)"},
+           {"--cp 2 --ulysses-degree 2", "--ulysses-degree is the hybrid's: add --cp-variant hybrid (plain Ulysses is "
+                                         "--cp-variant ulysses, with U = cp)"},
+           {"--cp 2 --cp-variant star", "--cp-variant: expected one of ring, allgather, ulysses, hybrid, got 'star'"},
            {"--pp 2 --schedule interleaved --virtual-stages 2 --dp 2",
             "--virtual-stages 2 with --dp 2: DDP cannot all-reduce from an interleaved stage's last backward (it covers one chunk); add --zero 1"},
            {"--min-accuracy 101", "--min-accuracy: expected a percentage in 0..100, got '101'"},

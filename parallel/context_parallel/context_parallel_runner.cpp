@@ -59,6 +59,13 @@ CpGroups make_cp_groups(const ProcessGroupPtr& cp, CpVariant variant, int ulysse
   return {cp, ulysses, ring};
 }
 
+std::vector<std::pair<std::string, const CommLedger*>> own_ledgers(const CpGroups& groups) {
+  std::vector<std::pair<std::string, const CommLedger*>> out;
+  if (groups.ulysses && groups.ulysses != groups.cp) out.push_back({"cp_ulysses", &groups.ulysses->ledger()});
+  if (groups.ring && groups.ring != groups.cp) out.push_back({"cp_ring", &groups.ring->ledger()});
+  return out;
+}
+
 nn::AttentionCore context_parallel_core(const SequenceShard& shard, const CpGroups& groups, CpVariant variant) {
   auto attend = [shard, groups, variant](const Tensor& q, const Tensor& k, const Tensor& v) {
     switch (variant) {

@@ -63,6 +63,8 @@ struct CpGroups {
 };
 // Collective over `cp` for a hybrid (two split()s); no communication otherwise.
 CpGroups make_cp_groups(const ProcessGroupPtr& cp, CpVariant variant, int ulysses_degree);
+// A hybrid's sub-groups by name ("cp_ulysses", "cp_ring") for the run report; none otherwise.
+std::vector<std::pair<std::string, const CommLedger*>> own_ledgers(const CpGroups& groups);
 
 // The attention core for CausalSelfAttention::core: ring, all-gather, Ulysses or hybrid attention.
 nn::AttentionCore context_parallel_core(const SequenceShard& shard, const CpGroups& groups, CpVariant variant);
@@ -92,6 +94,7 @@ class ContextParallelRunner : public ModelRunner {
   std::vector<GradientSum> gradient_sums() override;  // every gradient summed over cp
   nn::StateDict full_state_dict() override;            // replicated: this rank's own parameters
   nn::StateDict full_gradients() override;             // copies (zeros where none)
+  std::vector<std::pair<std::string, const CommLedger*>> own_groups() const override { return own_ledgers(groups_); }
 
   const SequenceShard& shard() const { return shard_; }
   const ProcessGroupPtr& group() const { return groups_.cp; }

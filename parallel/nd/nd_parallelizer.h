@@ -67,6 +67,7 @@ class NdParallelizer : public ChunkParallelizer {
   std::vector<GradientSum> gradient_sums(const nn::Module& stage) const override;  // SP partials over tp, all over cp
   Tensor gather(const std::string& name, const Tensor& piece, const nn::Placement& placement) const override;
   Tensor slice(const std::string& name, const Tensor& whole, const nn::Placement& placement) const override;
+  std::vector<std::pair<std::string, const CommLedger*>> own_groups() const override { return own_ledgers(cp_groups_); }
 
  private:
   Tensor forward_unhooked(nn::GPT& part, const Tensor& input) const;

@@ -117,8 +117,9 @@ void PipelineRunner::load_full_state_dict(const nn::StateDict& full) {
 nn::StateDict PipelineRunner::full_gradients() { return gather(true); }
 
 std::vector<std::pair<std::string, const CommLedger*>> PipelineRunner::own_groups() const {
-  if (!embedding_group_) return {};
-  return {{"pp_tied_wte", &embedding_group_->ledger()}};
+  std::vector<std::pair<std::string, const CommLedger*>> groups = cut_->own_groups();
+  if (embedding_group_) groups.push_back({"pp_tied_wte", &embedding_group_->ledger()});
+  return groups;
 }
 
 }  // namespace sl::parallel

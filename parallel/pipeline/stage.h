@@ -54,6 +54,8 @@ class ChunkParallelizer {
   // the inverse (no communication). The plain pipeline holds whole tensors.
   virtual Tensor gather(const std::string& name, const Tensor& piece, const nn::Placement& placement) const;
   virtual Tensor slice(const std::string& name, const Tensor& whole, const nn::Placement& placement) const;
+  // Groups of the cut's own, not the mesh's (a hybrid cp's Ulysses and ring groups), for the run report.
+  virtual std::vector<std::pair<std::string, const CommLedger*>> own_groups() const { return {}; }
 };
 
 // The layer ranges of `chunks` consecutive chunks. `layers_per_chunk` empty: balanced by count (the

@@ -49,9 +49,18 @@ class Book {
   void reduce_scatter(unsigned mask, int64_t output_bytes, int64_t calls = 1) {
     add(key(mask), CommOp::reduce_scatter, calls, ring_reduce_scatter(output_bytes, size(mask)));
   }
-  void p2p(unsigned mask, int64_t bytes, int64_t sends, int64_t receives) {
-    add(key(mask), CommOp::send, sends, {bytes, 0});
-    add(key(mask), CommOp::recv, receives, {0, bytes});
+  void p2p(unsigned mask, int64_t bytes, int64_t sends, int64_t receives) { own_p2p(key(mask), bytes, sends, receives); }
+  // all_to_all of input_bytes per call (equal chunks): (n-1)/n of it leaves, as much arrives.
+  void all_to_all(unsigned mask, int64_t input_bytes, int64_t calls = 1) {
+    own_all_to_all(key(mask), size(mask), input_bytes, calls);
+  }
+  void own_all_to_all(const std::string& name, int n, int64_t input_bytes, int64_t calls) {
+    const int64_t moved = input_bytes / n * (n - 1);
+    add(name, CommOp::all_to_all, calls, {moved, moved});
+  }
+  void own_p2p(const std::string& name, int64_t bytes, int64_t sends, int64_t receives) {
+    add(name, CommOp::send, sends, {bytes, 0});
+    add(name, CommOp::recv, receives, {0, bytes});
   }
   void own_all_reduce(const std::string& name, int n, int r, int64_t count, int64_t es) {
     add(name, CommOp::all_reduce, 1, ring_all_reduce(count, es, n, r));

@@ -186,12 +186,24 @@ void cut_traffic(Step& s) {
   if (c.cp > 1) {
     const int64_t kv = X / t * s.pes;  // K or V of this rank's heads: [b, NH/t, T/cp, HS]
     const int64_t forwards = 1 + reruns;
-    if (s.plan.cp_variant == CpVariant::ring) {
-      const int64_t passes = layers * ((c.cp - 1) * (forwards + 1) + c.cp);
-      s.book.p2p(kCp, kv, 2 * passes * s.M, 2 * passes * s.M);
-    } else {
-      s.book.all_gather(kCp, kv, 2 * forwards * layers * s.M);
-      s.book.reduce_scatter(kCp, kv, 2 * layers * s.M);
+    // ring: K/V pass cp-1 times per forward, K/V and dK/dV again in backward (ring_attention.h)
+    auto ring_passes = [&](int64_t n) { return layers * ((n - 1) * (forwards + 1) + n); };
+    // Ulysses: q, k, v there and out back per forward, the four gradients in backward
+    const int64_t swaps = layers * (4 * forwards + 4);
+    const int U = s.plan.cp_variant == CpVariant::hybrid ? s.plan.ulysses_degree : c.cp;
+    // A hybrid with U = cp is Ulysses on the cp group itself (make_cp_groups)
+    const CpVariant variant = s.plan.cp_variant == CpVariant::hybrid && U == c.cp ? CpVariant::ulysses : s.plan.cp_variant;
+    switch (variant) {
+      case CpVariant::ring: s.book.p2p(kCp, kv, 2 * ring_passes(c.cp) * s.M, 2 * ring_passes(c.cp) * s.M); break;
+      case CpVariant::allgather:
+        s.book.all_gather(kCp, kv, 2 * forwards * layers * s.M);
+        s.book.reduce_scatter(kCp, kv, 2 * layers * s.M);
+        break;
+      case CpVariant::ulysses: s.book.all_to_all(kCp, kv, swaps * s.M); break;
+      case CpVariant::hybrid:  // the runner's own groups; a ring block [b, NH/(t·U), T/R, HS] is kv again
+        s.book.own_all_to_all("cp_ulysses", U, kv, swaps * s.M);
+        s.book.own_p2p("cp_ring", kv, 2 * ring_passes(c.cp / U) * s.M, 2 * ring_passes(c.cp / U) * s.M);
+        break;
     }
   }
 }
