@@ -14,6 +14,11 @@
 //   backward the same plus dK, dV travelling back. Memory: activations of T/cp tokens and one
 //   [T/cp]² score block at a time (the serial GPT holds [T]² per head).
 //
+//   Ulysses (ulysses_attention.h) cuts the HEADS instead, for attention only: all-to-all q, k, v from
+//   [T/cp tokens × NH heads] to [T tokens × NH/cp heads], the serial causal attention, all-to-all back;
+//   4·(cp-1)/cp of a rank's [B, T/cp, C] each way per layer, falling with cp, but cp <= NH. The hybrid
+//   (USP) runs Ulysses over U ranks and the ring over cp/U.
+//
 //   Gradients: every parameter is replicated over cp; each rank's backward gives its tokens' part,
 //   so the runner SUMS gradients over cp after the backward (parallel/comm/flatten.h), before the
 //   data-parallel average over dp.
