@@ -1,15 +1,19 @@
 // context_parallel — one attention layer (CausalSelfAttention: c_attn, the attention core, c_proj)
 // forward and backward on a long sequence: serial against context parallelism over cp ranks, ring
-// (contiguous and zigzag) and all-gather, B 1, C 256, NH 4 (HS 64), f32, median over steps.
+// (contiguous and zigzag), all-gather, Ulysses (zigzag and contiguous; when NH divides by cp) and the
+// hybrid U 2 x R cp/2 (cp >= 4), B 1, C 256, NH 4 (HS 64), f32, median over steps.
 //
 //   build/bench/context_parallel [--cp 2] [--steps 5] [--warmup 1] [--T 1024,2048,4096]
 //
 // Serial: one rank, one GEMM thread (one "device"); and the same with 2 GEMM threads (the serial
 // layer given both cores). Each cp rank is a thread with one GEMM thread. One JSON line per case:
-//   {"bench": "context_parallel", "T": 2048, "cp": 2, "variant": "ring", "balance": "zigzag",
+//   {"bench": "context_parallel", "T": 2048, "cp": 2, "variant": "ring", "balance": "zigzag", "ulysses": 1,
 //    "median_ms": ..., "serial_ms": ..., "serial_2threads_ms": ..., "speedup": serial/median,
 //    "serial_cpu_ms": ..., "compute_ms": [per rank], "balance_max_min": max/min of per-rank compute,
-//    "ideal_speedup": serial_cpu_ms / max(compute_ms)}
+//    "ideal_speedup": serial_cpu_ms / max(compute_ms), "sent_kib": ...}
+// "ulysses": the Ulysses degree U (1: ring or all-gather, cp: Ulysses, 2: the hybrid); "sent_kib": the
+// bytes the busiest rank sent per step (forward + backward), over every group the variant talks in
+// (the ledgers: ring 2·(3cp-2)·B·T·C/cp·4 bytes, Ulysses 8·B·T·C·(cp-1)/cp²·4; see lesson 13, section 5).
 // A rank's compute time is its thread's CPU time in the step (waits sleep, so they do not count;
 // neither does time another process takes from the core): with the contiguous split rank 0 skips
 // its K/V block from rank 1 and waits. "ideal_speedup" = the serial run's CPU time / the busiest
@@ -20,6 +24,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -76,19 +81,31 @@ static SerialResult serial_ms(int64_t T, int threads, int steps, int warmup) {
 struct CpResult {
   double median_ms;
   std::vector<double> compute_ms;  // per rank, median
+  double sent_kib = 0;             // per step, the busiest rank
 };
 
-static CpResult cp_ms(int64_t T, int cp, CpVariant variant, CpBalance balance, int steps, int warmup) {
+// U: the Ulysses degree (1 for ring and all-gather, cp for Ulysses, U < cp for the hybrid).
+static CpResult cp_ms(int64_t T, int cp, CpVariant variant, CpBalance balance, int U, int steps, int warmup) {
   std::vector<std::vector<double>> step_ms(cp), compute_ms(cp);
+  std::vector<double> sent_kib(cp);
   Generator g(7);
   Tensor x = randn({1, T, 256}, DType::f32, &g), dy = randn({1, T, 256}, DType::f32, &g);
   launch(cp, [&](RankContext& ctx) {
     set_num_threads(1);
-    SequenceShard shard{cp, ctx.rank, balance};
+    SequenceShard shard{cp, ctx.rank, balance, U};
+    const CpGroups groups = make_cp_groups(ctx.world, variant, U);
     auto layer = make_layer(T);
-    layer->core = context_parallel_core(shard, CpGroups{ctx.world}, variant);
+    layer->core = context_parallel_core(shard, groups, variant);
     Tensor xl = shard.take(x).to(ctx.device).set_requires_grad(), dyl = shard.take(dy).to(ctx.device);
+    auto bytes_sent = [&] {  // each group once (Ulysses talks in the cp group itself)
+      int64_t sum = 0;
+      for (const ProcessGroupPtr& group : std::set<ProcessGroupPtr>{groups.cp, groups.ulysses, groups.ring})
+        if (group) sum += group->ledger().total().bytes_sent;
+      return sum;
+    };
+    int64_t sent_before = 0;
     for (int s = 0; s < warmup + steps; ++s) {
+      if (s == warmup) sent_before = bytes_sent();
       ctx.world->barrier();
       const auto start = Clock::now();
       const double cpu_start = thread_cpu_seconds();
@@ -99,6 +116,7 @@ static CpResult cp_ms(int64_t T, int cp, CpVariant variant, CpBalance balance, i
         compute_ms[ctx.rank].push_back(cpu * 1e3);
       }
     }
+    sent_kib[ctx.rank] = static_cast<double>(bytes_sent() - sent_before) / 1024.0 / steps;
   });
   CpResult result{0, {}};
   std::vector<double> slowest;  // per step, the last rank to finish
@@ -109,6 +127,7 @@ static CpResult cp_ms(int64_t T, int cp, CpVariant variant, CpBalance balance, i
   }
   result.median_ms = median(slowest);
   for (int r = 0; r < cp; ++r) result.compute_ms.push_back(median(compute_ms[r]));
+  result.sent_kib = *std::max_element(sent_kib.begin(), sent_kib.end());
   return result;
 }
 
@@ -132,10 +151,18 @@ int main(int argc, char** argv) {
   for (int64_t T : lengths) {
     const SerialResult one = serial_ms(T, 1, steps, warmup);
     const double serial = one.median_ms, serial2 = serial_ms(T, 2, steps, warmup).median_ms;
-    struct Case { CpVariant variant; CpBalance balance; };
-    for (Case c : {Case{CpVariant::ring, CpBalance::zigzag}, Case{CpVariant::ring, CpBalance::none},
-                   Case{CpVariant::allgather, CpBalance::zigzag}}) {
-      CpResult r = cp_ms(T, cp, c.variant, c.balance, steps, warmup);
+    struct Case { CpVariant variant; CpBalance balance; int U; };
+    std::vector<Case> cases = {{CpVariant::ring, CpBalance::zigzag, 1}, {CpVariant::ring, CpBalance::none, 1},
+                               {CpVariant::allgather, CpBalance::zigzag, 1}};
+    const int64_t n_head = layer_config(T).n_head;
+    if (n_head % cp == 0)  // Ulysses needs whole heads per rank
+      cases.insert(cases.end(), {{CpVariant::ulysses, CpBalance::zigzag, cp}, {CpVariant::ulysses, CpBalance::none, cp}});
+    else
+      std::fprintf(stderr, "context_parallel: no ulysses rows at cp %d: n_head %lld does not divide by it\n", cp,
+                   static_cast<long long>(n_head));
+    if (cp >= 4 && cp % 2 == 0) cases.push_back({CpVariant::hybrid, CpBalance::zigzag, 2});
+    for (Case c : cases) {
+      CpResult r = cp_ms(T, cp, c.variant, c.balance, c.U, steps, warmup);
       const auto [lo, hi] = std::minmax_element(r.compute_ms.begin(), r.compute_ms.end());
       std::string per_rank;
       for (double ms : r.compute_ms) {
@@ -144,10 +171,12 @@ int main(int argc, char** argv) {
         per_rank += cell;
       }
       std::printf("{\"bench\": \"context_parallel\", \"T\": %lld, \"cp\": %d, \"variant\": \"%s\", \"balance\": \"%s\", "
-                  "\"median_ms\": %.2f, \"serial_ms\": %.2f, \"serial_2threads_ms\": %.2f, \"speedup\": %.3f, "
-                  "\"serial_cpu_ms\": %.2f, \"compute_ms\": [%s], \"balance_max_min\": %.3f, \"ideal_speedup\": %.3f}\n",
-                  static_cast<long long>(T), cp, cp_variant_name(c.variant), cp_balance_name(c.balance), r.median_ms,
-                  serial, serial2, serial / r.median_ms, one.cpu_ms, per_rank.c_str(), *hi / *lo, one.cpu_ms / *hi);
+                  "\"ulysses\": %d, \"median_ms\": %.2f, \"serial_ms\": %.2f, \"serial_2threads_ms\": %.2f, "
+                  "\"speedup\": %.3f, \"serial_cpu_ms\": %.2f, \"compute_ms\": [%s], \"balance_max_min\": %.3f, "
+                  "\"ideal_speedup\": %.3f, \"sent_kib\": %.1f}\n",
+                  static_cast<long long>(T), cp, cp_variant_name(c.variant), cp_balance_name(c.balance), c.U,
+                  r.median_ms, serial, serial2, serial / r.median_ms, one.cpu_ms, per_rank.c_str(), *hi / *lo,
+                  one.cpu_ms / *hi, r.sent_kib);
       std::fflush(stdout);
     }
   }

@@ -10,10 +10,17 @@
 //     blocks; zigzag (rank i holds chunks i and 2cp-1-i) gives every rank the same work
 //   * error and memory against T: f32 ring vs f64 full attention, and the peak bytes per rank of
 //     the ring, the all-gather variant and one serial T×T score matrix
+//   * ring or Ulysses (section 5, in 13_ulysses_on_the_page.h): DeepSpeed-Ulysses' sequence -> heads
+//     all-to-all written out (checked against the library); bytes per rank from the ledger against
+//     the formulas (ring ~2·B·T·C whatever cp, Ulysses 4·B·T·C·(cp-1)/cp², so Ulysses moves 2/cp of
+//     the ring's), peak memory and time on slow links for ring, Ulysses and the hybrid; why Ulysses
+//     stops at cp = n_head and the hybrid does not
 //
 // Run:    make lesson N=13        Prints: the story below, then "lesson 13: OK".
 // Try:    build/lessons/13_ring_attention --cp 8 --T 64 --svg /tmp/svg_13   (the ring steps drawn)
 //         build/lessons/13_ring_attention --long-T 1024 --scale 1e4;  --break-zigzag (forget the swap)
+//         build/lessons/13_ring_attention --break-ulysses-order   (the all-to-all's rows left in the
+//         order they arrived: zigzag's pieces out of sequence order)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -25,6 +32,7 @@
 #include "parallel/context_parallel/context_parallel.h"
 #include "tensor/ledger.h"
 #include "tensor/ops.h"
+#include "13_ulysses_on_the_page.h"  // section 5
 #include "lesson_args.h"
 #include "lesson_svg.h"
 
@@ -40,6 +48,7 @@ struct Config {
   int64_t T = 32, long_T = 2048;
   double scale = 1e3;
   bool forget_swap = false;  // the page's zigzag gives rank r chunks r and cp+r, not r and 2cp-1-r
+  bool forget_order = false;  // section 5's all-to-all leaves the rows in the order they arrived
   std::string svg_dir;
 };
 
@@ -312,7 +321,7 @@ static void error_and_memory(const Config& cfg, Checker& check) {
         ctx.world->barrier();
         ledger.reset_peak(ctx.device);
         const int64_t before = ledger.current(ctx.device);
-        Tensor out = context_parallel_core(shard, CpGroups{ctx.world}, variant)(ql, kl, vl);
+        Tensor out = context_parallel_core(shard, CpGroups{ctx.world, nullptr, nullptr}, variant)(ql, kl, vl);
         out.backward(dl);
         peak[ctx.rank] = ledger.peak(ctx.device) - before;
         errs[2 * ctx.rank] = max_abs_diff(out, local(full));
@@ -346,6 +355,8 @@ int main(int argc, char** argv) {
                             " at small T the K/V and gradients, linear in T, outweigh one T×T matrix)", 1024, 2048);
   cfg.scale = args.real("scale", 1e3, "the logit scale of section 1's overflow test", 1, 1e6);
   cfg.forget_swap = args.breaks("zigzag", "the page's zigzag forgets the swap: rank r takes chunks r and cp+r, not 2cp-1-r");
+  cfg.forget_order = args.breaks("ulysses-order", "section 5's sequence -> heads all-to-all stacks the received rows in "
+                                 "the order they came (rank by rank), not at their tokens' positions");
   cfg.svg_dir = args.svg();
   args.done();
   if (cfg.T % (4 * cfg.cp) != 0 || cfg.long_T % (16 * cfg.cp) != 0) {
@@ -354,13 +365,16 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::printf("Lesson 13: ring attention\n");
-  std::printf("with cp = %d, T = %lld, long T = %lld, logits x%g%s\n", cfg.cp, (long long)cfg.T, (long long)cfg.long_T,
-              cfg.scale, cfg.forget_swap ? ", BROKEN: zigzag without the swap" : "");
+  std::printf("with cp = %d, T = %lld, long T = %lld, logits x%g%s%s\n", cfg.cp, (long long)cfg.T, (long long)cfg.long_T,
+              cfg.scale, cfg.forget_swap ? ", BROKEN: zigzag without the swap" : "",
+              cfg.forget_order ? ", BROKEN: Ulysses' rows out of order" : "");
   Checker check;
   online_softmax_on_paper(cfg, check);
   ring_on_the_page(cfg, check);
   draw_the_ring(cfg, check);
   error_and_memory(cfg, check);
+  lesson13_ulysses::ring_or_ulysses(cfg.cp, cfg.T, cfg.forget_order, cfg.svg_dir,
+                                    [&](bool ok, const std::string& what) { check(ok, what); });
   std::printf("\nlesson 13: %s\n", check.ok ? "OK" : "FAILED");
   return check.ok ? 0 : 1;
 }
