@@ -4,7 +4,7 @@
 //   global batch rows, T tokens, labels already shifted (targets[t] = tokens[t + 1])
 //          │ every cp rank gets the same rows, then takes its tokens (SequenceShard::take)
 //          ▼
-//   idx, targets [B, T/cp] ──embed(idx, global positions)──► blocks (attention core = ring) ──► head
+//   idx, targets [B, T/cp] ──embed(idx, global positions)──► blocks (attention core = ring, all-gather, Ulysses or hybrid) ──► head
 //          ──► Σ CE over this rank's counted targets · dp / C   (C: counted targets of the global batch)
 //
 //   Per layer, everything but the attention core is per token and runs on the local T/cp tokens
