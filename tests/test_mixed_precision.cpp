@@ -118,6 +118,7 @@ struct MpCase {
   DpStrategy dp = DpStrategy::ddp;  // zero1, zero2, fsdp (ZeRO-3, HSDP with dp_replicate)
   bool offload = false;
   int virtual_stages = 1;  // interleaved: model chunks per stage (the GPT then has pp x this many layers)
+  CpVariant cp_variant = CpVariant::ring;
   int64_t layers() const { return std::max<int64_t>(2, parallelism.pp * virtual_stages); }
   int world() const { return parallelism.world_size(); }
 };
@@ -133,6 +134,7 @@ TrainPlan plan_of(const MpCase& c) {
   plan.dp_strategy = c.dp;
   plan.offload = c.offload;
   plan.virtual_stages = c.virtual_stages;
+  plan.cp_variant = c.cp_variant;
   return plan;
 }
 
@@ -207,6 +209,10 @@ std::vector<MpCase> parity_cases() {
   cases.push_back({"bf16_zero2_dp2_tp2_sp", {.dp_shard = 2, .tp = 2}, "bf16", "", 1, true, f1b, DpStrategy::zero2});
   cases.push_back({"bf16_zero1_dp2_pp2", {.dp_shard = 2, .pp = 2}, "bf16", "", 2, false, f1b, DpStrategy::zero1});
   cases.push_back({"bf16_fsdp2_cp2", {.dp_shard = 2, .cp = 2}, "bf16", "", 1, false, f1b, DpStrategy::fsdp});
+  // Ulysses keeps 16-bit q, k, v through its all-to-alls and the serial attention (n_head 2 over cp 2)
+  for (std::string mode : {"bf16", "fp16"})
+    cases.push_back({mode + "_cp2_ulysses", {.cp = 2}, mode, "", 1, false, f1b, DpStrategy::ddp, false, 1,
+                     CpVariant::ulysses});
   cases.push_back({"fp16_fsdp2_tp2", {.dp_shard = 2, .tp = 2}, "fp16", "", 1, false, f1b, DpStrategy::fsdp});
   // The schedules not above: naive and GPipe, and interleaved 1F1B (2 chunks per stage, 4 layers).
   cases.push_back({"bf16_pp2_naive", {.pp = 2}, "bf16", "", 2, false, ScheduleKind::naive});

@@ -190,6 +190,8 @@ INSTANTIATE_TEST_SUITE_P(Layouts, TrainLayouts,
                                          Layout{"tp2", "--tp 2", true}, Layout{"tp2_sp_zero1", "--dp 2 --tp 2 --sp --zero 1", true},
                                          Layout{"cp2_zigzag", "--cp 2", true},
                                          Layout{"cp2_allgather_dp2", "--dp 2 --cp 2 --cp-variant allgather --cp-balance none", true},
+                                         Layout{"cp2_ulysses_tp2", "--tp 2 --cp 2 --cp-variant ulysses", true},
+                                         Layout{"cp4_hybrid_u2_dp2", "--dp 2 --cp 4 --cp-variant hybrid --ulysses-degree 2", true},
                                          // the Accelerate guide's: FSDP / HSDP over tp, cp and pp, ZeRO-2 over a cut
                                          Layout{"fsdp2_tp2_sp", "--dp 2 --zero 3 --tp 2 --sp", true},
                                          Layout{"fsdp2_cp2", "--dp 2 --zero 3 --cp 2", true},
