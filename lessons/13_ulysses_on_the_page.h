@@ -205,11 +205,8 @@ static const Row& find(const std::vector<Row>& rows, const std::string& variant,
 
 // ---- the section --------------------------------------------------------------------------------------------
 // page_cp, page_T: 5a's cp and T (T a multiple of 2·cp); the sweep of 5b is fixed (cp 2, 4, 8).
-static void ring_or_ulysses(int page_cp, int64_t page_T, bool forget_order, const std::string& svg_dir,
-                            const Check& check) {
-  std::printf("\n--- 5. ring or Ulysses: all-to-all Q, K, V and out, or pass K and V around\n");
-
-  // 5a. the exchange on the page against the library, both layouts, NH 2·cp, B 2.
+// 5a. the exchange on the page against the library, both layouts, NH 2·cp, B 2.
+static void exchange_on_the_page(int page_cp, int64_t page_T, bool forget_order, const Check& check) {
   const int cp = page_cp;
   const int64_t T = page_T, NH = 2 * cp, HS = 4;
   std::printf("  5a. sequence -> heads by hand (pairwise all-to-all + the layout change), cp %d, NH %lld, T %lld\n", cp,
@@ -263,11 +260,10 @@ static void ring_or_ulysses(int page_cp, int64_t page_T, bool forget_order, cons
     check(e_swap == 0 && e_out == 0 && e_full < 1e-5 && page_bytes == library_bytes,
           "page == the library (exactly, same bytes) == full attention");
   }
+}
 
-  // 5b. the table.
-  Sweep sweep;
-  sweep.links.gpus_per_node = 1;  // every rank alone on its node: every message crosses the slow link
-  sweep.links.inter = {40e6, 20e-6};  // 40 MB/s: slow enough that the bytes show in the time
+// 5b. the table: every variant's bytes, memory and time as cp and T grow.
+static std::vector<Row> the_table(const Sweep& sweep, const std::string& svg_dir, const Check& check) {
   const int64_t C = sweep.NH * sweep.HS;
   std::printf("\n  5b. one attention core, forward + backward, per rank: B %lld, NH %lld, HS %lld (C %lld), zigzag,\n"
               "      f32, links %s between any two ranks. Bytes are sent per rank (the ledger; formula in [])\n",
@@ -300,8 +296,11 @@ static void ring_or_ulysses(int page_cp, int64_t page_T, bool forget_order, cons
       chart.bar("cp " + std::to_string(r.cp) + " " + r.variant, r.total_bytes / 1024.0, r.total_formula / 1024.0,
                 r.variant == "ring" ? "#4c78a8" : r.variant == "ulysses" ? "#f58518" : "#72b7b2");
   lesson::write_picture(svg_dir, "ring_or_ulysses_bytes.svg", chart.svg());
+  return rows;
+}
 
-  // 5c. the head limit.
+// 5c. the head limit.
+static void head_limit(const Check& check) {
   std::printf("\n  5c. the head limit: after the all-to-all a rank attends with n_head / U WHOLE heads\n");
   nn::GPTConfig config{.vocab_size = 64, .block_size = 64, .n_layer = 1, .n_head = 6, .n_embd = 48};
   bool refused = false, hybrid_ok = true;
@@ -321,8 +320,11 @@ static void ring_or_ulysses(int page_cp, int64_t page_T, bool forget_order, cons
   std::printf("  A head's softmax needs its own q·k over every key: a rank cannot hold 1.5 heads, so U | n_head\n"
               "  (and U <= n_head: Ulysses stops at cp = n_head, 8 in 5b). The ring cuts tokens, not heads.\n");
   check(refused && hybrid_ok, "Ulysses refuses n_head 6 over cp 4; the hybrid U 2 x R 2 takes it");
+}
 
-  // 5d. when each wins, from the table's own numbers.
+// 5d. when each wins, from the table's own numbers.
+static void when_each_wins(const Sweep& sweep, const std::vector<Row>& rows, const Check& check) {
+  const int64_t C = sweep.NH * sweep.HS;
   const int64_t big_T = sweep.Ts.back();
   const double BTC = static_cast<double>(sweep.B * big_T * C * 4);
   std::printf("\n  5d. when each wins (T %lld; bytes sent per rank in units of B·T·C = %.0f KiB):\n",
@@ -382,6 +384,18 @@ static void ring_or_ulysses(int page_cp, int64_t page_T, bool forget_order, cons
   check(links_follow, "on the slow links Ulysses is charged less link time than the ring at every cp");
   check(std::abs(memory_ratio * sweep.cps.back() / sweep.cps.front() - 1) < 0.15,
         "Ulysses' peak per rank falls as 1/cp (T/cp tokens' worth of q, k, v and out)");
+}
+
+static void ring_or_ulysses(int page_cp, int64_t page_T, bool forget_order, const std::string& svg_dir,
+                            const Check& check) {
+  std::printf("\n--- 5. ring or Ulysses: all-to-all Q, K, V and out, or pass K and V around\n");
+  exchange_on_the_page(page_cp, page_T, forget_order, check);
+  Sweep sweep;
+  sweep.links.gpus_per_node = 1;  // every rank alone on its node: every message crosses the slow link
+  sweep.links.inter = {40e6, 20e-6};  // 40 MB/s: slow enough that the bytes show in the time
+  const std::vector<Row> rows = the_table(sweep, svg_dir, check);
+  head_limit(check);
+  when_each_wins(sweep, rows, check);
 }
 
 }  // namespace lesson13_ulysses
