@@ -9,7 +9,8 @@
 //     set_rows / add_rows;
 //   * the vocab-parallel cross-entropy (loss and gradient) at tp 2 and 3 on the threads backend.
 // The second part runs the ops on a GPU and compares with the CPU (skipped without one): the
-// attention_block Function, merge, ring attention over NCCL, the vocab-parallel cross-entropy.
+// attention_block Function, merge and rows, ring and all-gather attention over NCCL, the
+// vocab-parallel cross-entropy over NCCL.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -245,18 +246,25 @@ TEST(CudaChapterOps, MergeAndRowsMatchTheCpu) {
   merge_attention(out_g, lse_g, out_b.to(gpu), lse_b.to(gpu), 2);
   EXPECT_LE(max_abs_diff(out_g, out), 1e-6);
   EXPECT_LE(max_abs_diff(lse_g, lse), 1e-6);
+  add_rows(out, out_b, 4);  // rows [4, 7)
+  add_rows(out_g, out_b.to(gpu), 4);
+  set_rows(lse, lse_b, 1);  // rows [1, 4)
+  set_rows(lse_g, lse_b.to(gpu), 1);
+  EXPECT_LE(max_abs_diff(out_g, out), 1e-6);
+  EXPECT_LE(max_abs_diff(lse_g, lse), 1e-6);
 }
 
-// Ring attention (zigzag) on cuda tensors over NCCL, one GPU per rank, against the CPU threads run.
+// Ring and all-gather attention (zigzag) on cuda tensors over NCCL, one GPU per rank, against the
+// same run on CPU tensors over threads.
 class CudaRingAttention : public testing::TestWithParam<int> {};
 
-TEST_P(CudaRingAttention, MatchesTheCpuRing) {
+TEST_P(CudaRingAttention, RingAndAllGatherMatchTheCpu) {
   const int cp = GetParam();
   SL_SKIP_UNLESS_GPUS(cp);
   const int64_t T = 16 * cp;
   Tensor q = random({1, 2, T, 8}, 1, DType::f32), k = random({1, 2, T, 8}, 2, DType::f32),
          v = random({1, 2, T, 8}, 3, DType::f32), dout = random({1, 2, T, 8}, 4, DType::f32);
-  auto run = [&](Backend backend) {
+  auto run = [&](Backend backend, CpVariant variant) {
     std::vector<TensorList> results(cp);
     LaunchOptions options = quick(60000);
     options.backend = backend;
@@ -267,7 +275,8 @@ TEST_P(CudaRingAttention, MatchesTheCpuRing) {
           auto local = [&](const Tensor& t) { return shard.take(t, 2).to(ctx.device); };
           Tensor ql = local(q).set_requires_grad(), kl = local(k).set_requires_grad(),
                  vl = local(v).set_requires_grad();
-          Tensor out = ring_attention(ql, kl, vl, shard, ctx.world);
+          Tensor out = variant == CpVariant::ring ? ring_attention(ql, kl, vl, shard, ctx.world)
+                                                  : allgather_attention(ql, kl, vl, shard, ctx.world);
           out.backward(local(dout));
           results[ctx.rank] = {out.to(Device::cpu()), ql.grad().to(Device::cpu()), kl.grad().to(Device::cpu()),
                                vl.grad().to(Device::cpu())};
@@ -275,9 +284,13 @@ TEST_P(CudaRingAttention, MatchesTheCpuRing) {
         options);
     return results;
   };
-  std::vector<TensorList> cpu = run(Backend::threads), gpu = run(Backend::nccl);
-  for (int r = 0; r < cp; ++r)
-    for (int i = 0; i < 4; ++i) EXPECT_LE(max_abs_diff(gpu[r][i], cpu[r][i]), 1e-4) << "rank " << r << " tensor " << i;
+  for (CpVariant variant : {CpVariant::ring, CpVariant::allgather}) {
+    SCOPED_TRACE(cp_variant_name(variant));
+    std::vector<TensorList> cpu = run(Backend::threads, variant), gpu = run(Backend::nccl, variant);
+    for (int r = 0; r < cp; ++r)
+      for (int i = 0; i < 4; ++i)
+        EXPECT_LE(max_abs_diff(gpu[r][i], cpu[r][i]), 1e-4) << "rank " << r << " tensor " << i;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, CudaRingAttention, testing::Values(1, 2), world_name);
