@@ -60,8 +60,11 @@ BlockOutput attention_block_forward(const Tensor& q, const Tensor& k, const Tens
   SL_CHECK(k.size(2) > 0 || Tq == 0, "attention_block: ", Tq, " queries and no key to attend to");
   Tensor s = block_scores(q, k, mask, scale);
   Tensor m = max(s, 3, true);  // finite: every row sees at least one key (causal: its own)
-  Tensor lse = add(m, log(sum(exp(sub(s, m)), 3, true)));
-  Tensor out = matmul(exp(sub(s, lse)), v);  // P [B, NH, Tq, Tk] @ v [B, NH, Tk, HS]
+  Tensor e = exp(sub(s, m)), l = sum(e, 3, true);
+  // out = (e v) / l, not exp(s - lse) v: lse of logits ×1e3 is ~1e3, and its rounding would enter
+  // every probability (as the blockwise kernel, normalise once at the end).
+  Tensor out = div(matmul(e, v), l);  // e [B, NH, Tq, Tk] @ v [B, NH, Tk, HS]
+  Tensor lse = add(m, log(l));
   return {out, lse.reshape({B, NH, Tq})};
 }
 
