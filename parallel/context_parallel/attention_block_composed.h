@@ -3,7 +3,7 @@
 // the path CUDA tensors take, while CPU tensors keep the blockwise kernels and row loops.
 //
 //   forward   s = scale · q kᵀ [B, NH, Tq, Tk] (causal: masked_fill -inf above the diagonal)
-//             m = max_j s,  lse = m + log Σ_j exp(s - m),  out = exp(s - lse) · v
+//             e = exp(s - m), m = max_j s;  lse = m + log Σ_j e;  out = (e · v) / Σ_j e
 //   backward  P = exp(s - lse); dV += Pᵀ dO; dP = dO Vᵀ; dS = P ∘ (dP - D); dQ += scale·dS K; dK += scale·dSᵀ Q
 //   merge     out -= sigmoid(lse_b - lse) · (out - out_b),  lse -= logsigmoid(lse - lse_b)
 //
