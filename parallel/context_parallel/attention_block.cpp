@@ -1,5 +1,6 @@
-// attention_block.cpp — see attention_block.h. A block's forward and backward are the engine's
-// blockwise kernels (tensor/attention.h, the GPT's own attention); the merge is the row loop below.
+// attention_block.cpp — see attention_block.h. On the CPU a block's forward and backward are the
+// engine's blockwise kernels (tensor/attention.h, the GPT's own attention) and the merge is the row
+// loop below; CUDA tensors take the compositions of engine ops in attention_block_composed.cpp.
 #include "parallel/context_parallel/attention_block.h"
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <limits>
 
 #include "autograd/function.h"
+#include "parallel/context_parallel/attention_block_composed.h"
 #include "tensor/attention.h"
 #include "tensor/cpu/dispatch.h"
 #include "tensor/ops.h"
@@ -48,7 +50,8 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, BlockMask m
   SL_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype() && (q.dtype() == DType::f32 || q.dtype() == DType::f64),
            "attention_block: q, k, v must all be f32 (or f64 for gradcheck), got ", dtype_name(q.dtype()), ", ",
            dtype_name(k.dtype()), ", ", dtype_name(v.dtype()));
-  SL_CHECK(!q.device().is_cuda(), "attention_block: runs on the CPU only (q is on ", q.device().str(), ")");
+  SL_CHECK(q.device() == k.device() && q.device() == v.device(), "attention_block: q, k, v must be on one device, got ",
+           q.device().str(), ", ", k.device().str(), ", ", v.device().str());
 }
 
 struct AttentionBlockFn : Function<AttentionBlockFn> {
@@ -83,6 +86,7 @@ BlockOutput attention_block_forward(const Tensor& q, const Tensor& k, const Tens
   const int64_t B = q.size(0), NH = q.size(1), Tq = q.size(2);
   if (mask == BlockMask::skip)
     return {zeros(q.shape(), q.options()), full({B, NH, Tq}, -std::numeric_limits<double>::infinity(), q.options())};
+  if (q.device().is_cuda()) return composed::attention_block_forward(q, k, v, mask, attention_scale(q, scale));
   AttentionOutput o = attention_forward(q, k, v, mask == BlockMask::causal, attention_scale(q, scale));
   return {o.out, o.lse};
 }
@@ -92,6 +96,7 @@ void merge_attention(const Tensor& out, const Tensor& lse, const Tensor& out_b, 
   const int64_t BH = out.size(0) * out.size(1), T = out.size(2), HS = out.size(3), Tb = out_b.size(2);
   SL_ASSERT(out_b.size(0) * out_b.size(1) == BH && out_b.size(3) == HS && row_begin + Tb <= T);
   SL_ASSERT(lse.numel() == BH * T && lse_b.numel() == BH * Tb && out.dtype() == out_b.dtype());
+  if (out.device().is_cuda()) return composed::merge_attention(out, lse, out_b, lse_b, row_begin);
   dispatch_floating(out.dtype(), "merge_attention", [&](auto tag) {
     using C = decltype(tag);
     if constexpr (std::is_same_v<C, float> || std::is_same_v<C, double>) {
@@ -115,6 +120,8 @@ void attention_block_backward(const Tensor& q, const Tensor& k, const Tensor& v,
                               const Tensor& dk, const Tensor& dv) {
   check_inputs(q, k, v, mask);
   if (mask == BlockMask::skip) return;
+  if (q.device().is_cuda())
+    return composed::attention_block_backward(q, k, v, dout, lse, delta, mask, attention_scale(q, scale), dq, dk, dv);
   attention_backward(q, k, v, dout, lse, delta, mask == BlockMask::causal, attention_scale(q, scale), dq, dk, dv);
 }
 

@@ -25,9 +25,11 @@
 //     dV = Pᵀ dO      dP = dO Vᵀ      dS = P ∘ (dP - D)      dQ = scale · dS K      dK = scale · dSᵀ Q
 // Summed over the key blocks, these are exactly the gradients of attention over the whole row.
 //
-// A block is computed by the engine's blockwise kernels (tensor/attention.h, the serial GPT's own
-// attention), in tiles of [32, 128] scores: never a [Tq, Tk] matrix, let alone the T×T of the whole
-// sequence. CPU, f32 (accumulating in f32) or f64 (for gradcheck). lse has q's dtype.
+// On the CPU a block is computed by the engine's blockwise kernels (tensor/attention.h, the serial
+// GPT's own attention), in tiles of [32, 128] scores: never a [Tq, Tk] matrix, let alone the T×T of
+// the whole sequence. CUDA tensors run the same math as compositions of engine ops that have CUDA
+// paths (attention_block_composed.h), which do hold the block's [Tq, Tk] scores. f32 (accumulating
+// in f32) or f64 (for gradcheck). lse has q's dtype.
 //
 //   Lesson: lessons/13_ring_attention.cpp   Tests: tests/test_context_parallel.cpp (gradcheck, ×1e3)
 #pragma once

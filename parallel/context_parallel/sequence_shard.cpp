@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "parallel/context_parallel/attention_block_composed.h"
 #include "tensor/cpu/dispatch.h"
 #include "tensor/ops.h"
 
@@ -77,8 +78,11 @@ Tensor rows(const Tensor& x, int64_t begin, int64_t length) {
   return begin == 0 && length == x.size(2) ? x : x.narrow(2, begin, length);
 }
 
+}  // namespace
+
 // dst [B, NH, T, HS] rows [begin, begin + Tb) += src [B, NH, Tb, HS].
 void add_rows(const Tensor& dst, const Tensor& src, int64_t begin) {
+  if (dst.device().is_cuda()) return composed::add_rows(dst, src, begin);
   const int64_t BH = dst.size(0) * dst.size(1), T = dst.size(2), Tb = src.size(2), HS = dst.size(3);
   dispatch_floating(dst.dtype(), "add_rows", [&](auto tag) {
     using C = decltype(tag);
@@ -93,6 +97,7 @@ void add_rows(const Tensor& dst, const Tensor& src, int64_t begin) {
 
 // dst [B, NH, T, ...] rows [begin, begin + Tb) = src [B, NH, Tb, ...].
 void set_rows(const Tensor& dst, const Tensor& src, int64_t begin) {
+  if (dst.device().is_cuda()) return composed::set_rows(dst, src, begin);
   const int64_t BH = dst.size(0) * dst.size(1), T = dst.size(2), Tb = src.size(2), row = dst.numel() / (BH * T);
   dispatch_floating(dst.dtype(), "set_rows", [&](auto tag) {
     using C = decltype(tag);
@@ -101,8 +106,6 @@ void set_rows(const Tensor& dst, const Tensor& src, int64_t begin) {
     for (int64_t bh = 0; bh < BH; ++bh) std::copy(s + bh * Tb * row, s + (bh + 1) * Tb * row, d + (bh * T + begin) * row);
   });
 }
-
-}  // namespace
 
 void attend_step(const StepWork& work, const Tensor& q, const Tensor& k, const Tensor& v, double scale, Tensor& out,
                  Tensor& lse) {

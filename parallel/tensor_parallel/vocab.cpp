@@ -1,4 +1,5 @@
-// vocab.cpp — see vocab.h.
+// vocab.cpp — see vocab.h. The cross-entropy's row loops below are the CPU path; CUDA logits take the
+// same math as engine ops (vocab_composed.cpp).
 #include "parallel/tensor_parallel/vocab.h"
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 
 #include "autograd/function.h"
 #include "parallel/tensor_parallel/mappings.h"
+#include "parallel/tensor_parallel/vocab_composed.h"
 
 namespace sl::parallel {
 
@@ -51,31 +53,37 @@ Tensor vocab_parallel_embedding(const Tensor& weight, const Tensor& ids, const V
 
 // ---- cross-entropy --------------------------------------------------------------------------------------------
 
+int64_t check_vocab_targets(const Tensor& logits, const Tensor& host_targets, const VocabRange& range,
+                            int64_t ignore_index) {
+  SL_CHECK(logits.dim() >= 1 && logits.size(-1) == range.rows, "vocab_parallel_cross_entropy: logits ", logits.shape(),
+           " do not hold this rank's ", range.rows, " vocabulary columns");
+  SL_CHECK(host_targets.numel() == logits.numel() / range.rows, "vocab_parallel_cross_entropy: targets ",
+           host_targets.shape(), " for logits ", logits.shape());
+  SL_ASSERT(host_targets.device().is_cpu() && host_targets.dtype() == DType::i64);
+  int64_t count = 0;
+  const auto* t = static_cast<const int64_t*>(host_targets.data_ptr());
+  for (int64_t n = 0; n < host_targets.numel(); ++n) {
+    if (t[n] == ignore_index) continue;
+    SL_CHECK(t[n] >= 0 && t[n] < range.vocab, "vocab_parallel_cross_entropy: target ", t[n],
+             " is out of range for a vocabulary of ", range.vocab);
+    count++;
+  }
+  return count;
+}
+
 namespace {
 
 struct VocabParallelCrossEntropy : Function<VocabParallelCrossEntropy> {
   static Tensor forward(FunctionCtx& ctx, const Tensor& logits, const Tensor& targets, const VocabRange& range,
                         const ProcessGroupPtr& group, int64_t ignore_index) {
-    SL_CHECK(logits.device().is_cpu(), "vocab_parallel_cross_entropy: CPU tensors only (got ", logits.device().str(),
-             ")");
-    SL_CHECK(logits.size(-1) == range.rows, "vocab_parallel_cross_entropy: logits ", logits.shape(),
-             " do not hold this rank's ", range.rows, " vocabulary columns");
+    SL_ASSERT(logits.device().is_cpu());  // CUDA logits take vocab_composed.cpp
+    Tensor t = on_host(targets.to(DType::i64));
+    const int64_t count = check_vocab_targets(logits, t, range, ignore_index);
     const int64_t Vs = range.rows, N = logits.numel() / Vs, real = range.real;
-    SL_CHECK(targets.numel() == N, "vocab_parallel_cross_entropy: targets ", targets.shape(), " for logits ",
-             logits.shape());
     const DType stats = logits.dtype() == DType::f64 ? DType::f64 : DType::f32;
     Tensor x = logits.to(stats);  // [N, Vs] (a copy only for bf16/f16)
-    Tensor t = on_host(targets.to(DType::i64));
     Tensor m = Tensor::empty({N}, TensorOptions(stats)), xt = zeros({N}, TensorOptions(stats));
     Tensor S = Tensor::empty({N}, TensorOptions(stats));
-    int64_t count = 0;  // checked before any communication: a bad target must not leave peers waiting
-    const int64_t* targets_host = static_cast<const int64_t*>(t.data_ptr());
-    for (int64_t n = 0; n < N; ++n) {
-      if (targets_host[n] == ignore_index) continue;
-      SL_CHECK(targets_host[n] >= 0 && targets_host[n] < range.vocab, "vocab_parallel_cross_entropy: target ",
-               targets_host[n], " is out of range for a vocabulary of ", range.vocab);
-      count++;
-    }
     auto run = [&](auto zero) {
       using F = decltype(zero);
       const F* px = static_cast<const F*>(x.data_ptr());
@@ -158,6 +166,8 @@ struct VocabParallelCrossEntropy : Function<VocabParallelCrossEntropy> {
 
 Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets, const VocabRange& range,
                                     const ProcessGroupPtr& group, int64_t ignore_index) {
+  if (logits.device().is_cuda())  // the same math as engine ops (vocab_composed.cpp)
+    return vocab_parallel_cross_entropy_composed(logits, targets, range, group, ignore_index);
   return VocabParallelCrossEntropy::apply(logits, targets, range, group, ignore_index);
 }
 

@@ -16,7 +16,8 @@
 //                 loss_n = log S - xt,   loss = Σ over counted n / count     (ignore_index: not counted)
 //   Backward is local: dx = (exp(x - m)/S - [v == target]) · g / count on my columns; padding
 //   columns (ids >= V) take no part in m, S or the gradient.
-//   Bytes: 3 all-reduces of B·T floats; memory: the local softmax [B·T, Vs] kept for backward.
+//   Bytes: 3 all-reduces of B·T floats; memory: the local logits [B·T, Vs] kept for backward.
+//   CPU logits run row loops; CUDA logits the same math as engine ops (vocab_composed.h).
 //
 //   Tests: tests/test_tensor_parallel_ops.cpp (gradcheck, ×1e3 logits, -100, targets in every shard)
 #pragma once
