@@ -368,7 +368,7 @@ TEST_F(TrainCli, TenStepsOnTheGpuMatchTheCpuRun) {
 // layouts with host code on their path are usage errors (tests/test_train_options.cpp has them all).
 TEST_F(TrainCli, CudaRanksBeyondTheGpusAreRefusedBeforeAnyRankStarts) {
   const CudaInfo cuda = cuda_info();
-  const int world = cuda.device_count + 1;
+  const int world = std::max(2, cuda.device_count + 1);  // --dp 1 would be the serial run, no ranks
   CliRun run = run_train(kTiny + " --steps 1 --dp " + std::to_string(world) + " --device cuda");
   EXPECT_EQ(run.exit_code, 1) << run.output;
 #ifdef SL_WITH_NCCL
