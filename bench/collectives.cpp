@@ -1,6 +1,7 @@
-// collectives — all_reduce bandwidth on the threads backend (MPI under mpirun), beside memcpy.
+// collectives — all_reduce bandwidth on the threads backend (MPI under mpirun), or over NCCL on GPUs,
+// beside memcpy.
 //
-//   build/bench/collectives [--sizes-mib 1,16,64] [--worlds 2,4] [--iters 50] [--warmup 3]
+//   build/bench/collectives [--sizes-mib 1,16,64] [--worlds 2,4] [--iters 50] [--warmup 3] [--backend threads|nccl]
 //   mpirun -np 2 build/bench/collectives      (MPI backend: only mpirun's world size runs, rank 0 prints)
 //
 // For each size S (f32) and world size n, every rank all-reduces (sum) its own tensor of S bytes:
@@ -13,6 +14,11 @@
 //   memcpy = S / t_copy          one thread copying S bytes between two preallocated, already touched
 //                                buffers: rank 0 copies before each timed call while the other ranks
 //                                wait (median of --iters copies), the physical yardstick for busbw
+// --backend nccl: rank r on GPU cuda:r (one rank per GPU), the tensors in GPU memory, NCCL's all-reduce
+// (the backend's host thread waits for it, so the time is the transfer's); --worlds defaults to 2, 4, 8
+// up to the GPUs visible, and "memcpy" is then rank 0's device-to-device copy on its GPU (S bytes read
+// and S written), the yardstick for the links' busbw. Without a GPU (or with one) it exits 1:
+// "collectives: no CUDA device: ..." / "... needs 2 GPUs".
 // One JSON line per case (GB = 1e9 bytes):
 //   {"bench": "all_reduce", "backend": "threads", "world": 2, "bytes": 67108864, "median_ms": ...,
 //    "algbw_GBps": ..., "busbw_GBps": ..., "memcpy_GBps": ...}
@@ -28,6 +34,8 @@
 #include <vector>
 
 #include "parallel/comm/launch.h"
+#include "tensor/cuda/runtime.h"
+#include "tensor/cuda_info.h"
 #include "tensor/ops.h"
 
 namespace {
@@ -56,14 +64,27 @@ void run_case(RankContext& ctx, const Case& c) {
   // f32 zeros: the sums stay zero however many calls run (an add costs the same for any normal value).
   sl::Tensor data = sl::zeros({c.bytes / 4});
   // The yardstick's buffers, rank 0's only; value-initialised, so every page is touched already.
-  std::vector<char> source(ctx.rank == 0 ? c.bytes : 0, 1), destination(source.size(), 0);
+  std::vector<char> source(ctx.rank == 0 && !ctx.device.is_cuda() ? c.bytes : 0, 1), destination(source.size(), 0);
+  // On a GPU rank the yardstick is a device-to-device copy between two of its tensors.
+  const bool gpu = ctx.device.is_cuda();
+  sl::Tensor gpu_source, gpu_destination;
+  if (gpu && ctx.rank == 0) {
+    gpu_source = sl::zeros({c.bytes / 4});
+    gpu_destination = sl::zeros({c.bytes / 4});
+    sl::cuda::synchronize(ctx.device.index);
+  }
   for (int i = 0; i < c.warmup; ++i) world.all_reduce(data);
   // Copies and collectives take turns, so that both see the same machine (others' load comes and goes).
   std::vector<double> times(c.iters), copy_times;
   for (double& ms : times) {
     if (ctx.rank == 0) {  // the other ranks sleep in the barrier meanwhile
       Clock::time_point start = Clock::now();
-      std::memcpy(destination.data(), source.data(), c.bytes);
+      if (gpu) {
+        gpu_destination.copy_(gpu_source);
+        sl::cuda::synchronize(ctx.device.index);
+      } else {
+        std::memcpy(destination.data(), source.data(), c.bytes);
+      }
       copy_times.push_back(ms_since(start));
     }
     world.barrier();
@@ -77,7 +98,7 @@ void run_case(RankContext& ctx, const Case& c) {
   if (ctx.rank != 0) return;
 
   const int n = ctx.world_size;
-  double median_ms = median(slowest.values<double>());
+  double median_ms = median(slowest.to_vector());  // to_vector: from a GPU rank's memory too
   double algbw = c.bytes / median_ms / 1e6;  // bytes per ms / 1e6 = GB/s
   double busbw = algbw * 2.0 * (n - 1) / n;
   std::printf(
@@ -106,7 +127,9 @@ bool parse_list(const char* text, std::vector<int64_t>& out) {
 }
 
 int usage(const char* program) {
-  std::fprintf(stderr, "usage: %s [--sizes-mib 1,16,64] [--worlds 2,4] [--iters 50] [--warmup 3]\n", program);
+  std::fprintf(stderr,
+               "usage: %s [--sizes-mib 1,16,64] [--worlds 2,4] [--iters 50] [--warmup 3] [--backend threads|nccl]\n",
+               program);
   return 2;
 }
 
@@ -115,12 +138,18 @@ int usage(const char* program) {
 int main(int argc, char** argv) {
   std::vector<int64_t> sizes_mib = {1, 16, 64}, worlds = {2, 4};
   int iters = 50, warmup = 3;
+  bool nccl = false, worlds_given = false;
   for (int i = 1; i < argc; ++i) {
     bool has_value = i + 1 < argc;
     if (!std::strcmp(argv[i], "--sizes-mib") && has_value) {
       if (!parse_list(argv[++i], sizes_mib)) return usage(argv[0]);
     } else if (!std::strcmp(argv[i], "--worlds") && has_value) {
       if (!parse_list(argv[++i], worlds)) return usage(argv[0]);
+      worlds_given = true;
+    } else if (!std::strcmp(argv[i], "--backend") && has_value) {
+      const std::string backend = argv[++i];
+      if (backend != "threads" && backend != "nccl") return usage(argv[0]);
+      nccl = backend == "nccl";
     } else if (!std::strcmp(argv[i], "--iters") && has_value) {
       iters = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--warmup") && has_value) {
@@ -135,11 +164,39 @@ int main(int argc, char** argv) {
   }
   // Under mpirun the world is mpirun's -np: one process per rank, whatever --worlds says.
   if (sl::parallel::under_mpirun()) worlds = {sl::parallel::mpirun_world_size()};
+  sl::parallel::LaunchOptions options;
+  if (nccl && !sl::parallel::under_mpirun()) {  // one rank per GPU: the worlds must fit the GPUs
+    const sl::CudaInfo cuda = sl::cuda_info();
+    if (cuda.device_count == 0) {
+      std::fprintf(stderr, "collectives: no CUDA device: %s\n", cuda.error.c_str());
+      return 1;
+    }
+    if (!worlds_given) {
+      worlds.clear();
+      for (int n = 2; n <= cuda.device_count; n *= 2) worlds.push_back(n);
+      if (worlds.empty()) {
+        std::fprintf(stderr,
+                     "collectives: --backend nccl runs one rank per GPU: an all-reduce needs 2 GPUs, %d visible\n",
+                     cuda.device_count);
+        return 1;
+      }
+    }
+    for (int64_t world : worlds)
+      if (world < 2 || world > cuda.device_count) {
+        std::fprintf(stderr,
+                     "collectives: --backend nccl runs one rank per GPU: world %lld needs %lld GPUs (at least 2), "
+                     "%d visible\n",
+                     static_cast<long long>(world), static_cast<long long>(std::max<int64_t>(world, 2)),
+                     cuda.device_count);
+        return 1;
+      }
+  }
+  if (nccl) options.backend = sl::parallel::Backend::nccl;
   try {
     for (int64_t world : worlds)
       for (int64_t mib : sizes_mib) {
         Case c{mib << 20, iters, warmup};
-        sl::parallel::launch(static_cast<int>(world), [&](RankContext& ctx) { run_case(ctx, c); });
+        sl::parallel::launch(static_cast<int>(world), [&](RankContext& ctx) { run_case(ctx, c); }, options);
       }
   } catch (const std::exception& e) {  // sl::Error, and bad_alloc for sizes this machine cannot hold
     std::fprintf(stderr, "collectives: %s\n", e.what());

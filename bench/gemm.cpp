@@ -1,6 +1,6 @@
 // gemm — f32 square GEMM throughput of sl::matmul, at 1 and 2 intra-op threads.
 //
-//   build/bench/gemm [--sizes 256 512 1024 2048] [--threads 1 2] [--reps 10] [--warmup 2]
+//   build/bench/gemm [--sizes 256 512 1024 2048] [--threads 1 2] [--reps 10] [--warmup 2] [--device cpu|cuda]
 //
 // Times C = A @ B (sl::matmul, f32, N x N) the way ../shared/bench/gemm_torch.py times torch.mm:
 // warm-up (at least --warmup calls and at least 0.25 s), then --reps timed calls; reports the
@@ -9,6 +9,13 @@
 //    "reps": 10, "median_s": ..., "min_s": ..., "gflops": ..., "gflops_best": ...}
 // "gflops" is 2 N^3 / median time. Unlike torch.mm(out=c), sl::matmul allocates C on every call,
 // so the figure includes that allocation (and its page faults, if the allocator returns the pages).
+//
+// --device cuda times the same sl::matmul on cuda:0 tensors: cuBLAS's plain-FP32 SGEMM (tensor/cuda/gemm.cu;
+// no TF32), each call followed by a device synchronize so that the time is the kernel's, not its launch.
+// --threads does not apply there. Every line then also carries "peak_gflops": the best rate measured over
+// all sizes of the run (the engine's matmul IS cuBLAS, so that is cuBLAS's own best SGEMM on this GPU:
+// a measured peak, not the data sheet's), and "of_peak", this size's median rate against it. Without a
+// GPU it exits 1: "gemm: no CUDA device: ...".
 //
 // Which BLAS runs the GEMM is fixed at build time: make (BLAS=openblas, the default) or
 // make BUILD=build-eigen BLAS=eigen build-eigen/bench/gemm. Compare with PyTorch in the same run
@@ -21,6 +28,8 @@
 #include <string>
 #include <vector>
 
+#include "tensor/cuda/runtime.h"
+#include "tensor/cuda_info.h"
 #include "tensor/ops.h"
 
 namespace {
@@ -35,20 +44,46 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-// Seconds of each of `reps` timed calls of A @ B, A and B [n, n] f32, after the warm-up.
-std::vector<double> time_gemm(int64_t n, int reps, int warmup) {
+// Seconds of each of `reps` timed calls of A @ B, A and B [n, n] f32 on `device`, after the warm-up.
+// On a GPU each call is waited for (the launch returns before the kernel has run).
+std::vector<double> time_gemm(int64_t n, int reps, int warmup, sl::Device device) {
   sl::Generator generator(0);
-  sl::Tensor a = sl::randn({n, n}, {}, &generator);
-  sl::Tensor b = sl::randn({n, n}, {}, &generator);
+  sl::Tensor a = sl::randn({n, n}, {}, &generator).to(device);
+  sl::Tensor b = sl::randn({n, n}, {}, &generator).to(device);
+  auto finish = [&] {
+    if (device.is_cuda()) sl::cuda::synchronize(device.index);
+  };
   auto warmup_end = Clock::now() + std::chrono::milliseconds(250);
   for (int i = 0; i < warmup || Clock::now() < warmup_end; ++i) sl::matmul(a, b);
+  finish();
   std::vector<double> times;
   for (int rep = 0; rep < reps; ++rep) {
     auto start = Clock::now();
     sl::Tensor c = sl::matmul(a, b);
+    finish();
     times.push_back(seconds_since(start));
   }
   return times;
+}
+
+struct Result {
+  int64_t n, threads;
+  double median, best;
+};
+
+double gemm_flops(int64_t n) { return 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n); }
+
+// --device cuda: every size against the best rate of the run (cuBLAS's measured peak on this GPU).
+void print_gpu_results(const std::vector<Result>& results, int reps) {
+  double peak = 0;
+  for (const Result& r : results) peak = std::max(peak, gemm_flops(r.n) / r.best / 1e9);
+  for (const Result& r : results)
+    std::printf(
+        "{\"bench\": \"gemm\", \"impl\": \"shardlab\", \"blas\": \"cublas\", \"device\": \"cuda:0\", \"n\": %lld, "
+        "\"stat\": \"median\", \"reps\": %d, \"median_s\": %.6g, \"min_s\": %.6g, \"gflops\": %.2f, "
+        "\"gflops_best\": %.2f, \"peak_gflops\": %.2f, \"of_peak\": %.3f}\n",
+        static_cast<long long>(r.n), reps, r.median, r.best, gemm_flops(r.n) / r.median / 1e9,
+        gemm_flops(r.n) / r.best / 1e9, peak, gemm_flops(r.n) / r.median / 1e9 / peak);
 }
 
 // Reads the integers after `flag` up to the next flag, e.g. --sizes 256 512.
@@ -63,17 +98,25 @@ std::vector<int64_t> parse_list(int argc, char** argv, int& i) {
 int main(int argc, char** argv) {
   std::vector<int64_t> sizes = {256, 512, 1024, 2048}, threads = {1, 2};
   int reps = 10, warmup = 2;
+  std::string device_name = "cpu";
+  bool sizes_given = false;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--sizes"))
+    if (!std::strcmp(argv[i], "--sizes")) {
       sizes = parse_list(argc, argv, i);
-    else if (!std::strcmp(argv[i], "--threads"))
+      sizes_given = true;
+    } else if (!std::strcmp(argv[i], "--threads")) {
       threads = parse_list(argc, argv, i);
-    else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc)
+    } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
       reps = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--warmup") && i + 1 < argc)
+    } else if (!std::strcmp(argv[i], "--warmup") && i + 1 < argc) {
       warmup = std::atoi(argv[++i]);
-    else {
-      std::fprintf(stderr, "usage: %s [--sizes N...] [--threads T...] [--reps 10] [--warmup 2]\n", argv[0]);
+    } else if (!std::strcmp(argv[i], "--device") && i + 1 < argc &&
+               (!std::strcmp(argv[i + 1], "cpu") || !std::strcmp(argv[i + 1], "cuda"))) {
+      device_name = argv[++i];
+    } else {
+      std::fprintf(stderr,
+                   "usage: %s [--sizes N...] [--threads T...] [--reps 10] [--warmup 2] [--device cpu|cuda]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -81,15 +124,29 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gemm: need --reps >= 1 and at least one size and thread count\n");
     return 2;
   }
+  const bool gpu = device_name == "cuda";
+  if (gpu) {
+    const sl::CudaInfo cuda = sl::cuda_info();
+    if (cuda.device_count == 0) {
+      std::fprintf(stderr, "gemm: no CUDA device: %s\n", cuda.error.c_str());
+      return 1;
+    }
+    threads = {1};  // the host threads do not run a GPU GEMM
+    if (!sizes_given) sizes = {1024, 2048, 4096, 8192};  // a GPU is not busy below that
+  }
+  const sl::Device device = gpu ? sl::Device::cuda(0) : sl::Device::cpu();
   try {
+    std::vector<Result> results;
     for (int64_t thread_count : threads) {
       sl::set_num_threads(static_cast<int>(thread_count));
       for (int64_t n : sizes) {
-        std::vector<double> times = time_gemm(n, reps, warmup);
+        std::vector<double> times = time_gemm(n, reps, warmup, device);
         std::sort(times.begin(), times.end());
         double median =
             times.size() % 2 ? times[times.size() / 2] : 0.5 * (times[times.size() / 2 - 1] + times[times.size() / 2]);
-        double flops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
+        results.push_back({n, thread_count, median, times[0]});
+        if (gpu) continue;  // printed below, once the best rate (the measured peak) is known
+        const double flops = gemm_flops(n);
         std::printf(
             "{\"bench\": \"gemm\", \"impl\": \"shardlab\", \"blas\": \"%s\", \"n\": %lld, \"threads\": %lld, "
             "\"stat\": \"median\", \"reps\": %d, \"median_s\": %.6g, \"min_s\": %.6g, \"gflops\": %.2f, "
@@ -99,6 +156,7 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
       }
     }
+    if (gpu) print_gpu_results(results, reps);
   } catch (const sl::Error& e) {
     std::fprintf(stderr, "gemm: %s\n", e.what());
     return 1;

@@ -4,6 +4,7 @@
 //
 //   build/bench/gpt_step [--config A|B] [--seq-len T] [--threads N] [--steps 20] [--warmup 5] [--profile]
 //                        [--mixed-precision no|bf16|fp16] [--recompute none|selective|full] [--rounds 2]
+//                        [--device cpu|cuda]
 //
 // --seq-len T runs the config's model at sequence length T (block_size T) with batch B·T0/T (at
 // least 1), the same tokens per step as the config: only attention's share grows, as T. PyTorch's
@@ -15,6 +16,10 @@
 // activations, highest over the steps), and for recomputation its extra time against the formula's:
 // one more forward for full (the forward, loss included, timed in the step itself), the attention
 // core's forward of every layer for selective (timed alone).
+// --device cuda runs the same step on cuda:0 (the batch drawn on the host and copied, outside the
+// timed step); every timed interval ends with a device synchronize, so it is the GPU's work, not its
+// launches; the activation peak is the ledger's on cuda:0. The JSON lines then carry "device": "cuda:0".
+// Without a GPU it exits 1: "gpt_step: no CUDA device: ...".
 // A bad flag or value prints the usage, naming the flag, and exits 2.
 // Prints one JSON line per config and variant, e.g. {"bench": "gpt_step", "config": "A", "T": 64, "batch": 16,
 // "threads": 1, "median_ms": ..., "min_ms": ...}. Compare in one run with ../shared/bench/gpt_torch.py (same
@@ -33,6 +38,8 @@
 #include "nn/mixed_precision.h"
 #include "nn/optim.h"
 #include "tensor/attention.h"
+#include "tensor/cuda/runtime.h"
+#include "tensor/cuda_info.h"
 #include "tensor/cpu/convert.h"
 #include "tensor/ledger.h"
 
@@ -64,7 +71,9 @@ struct StepTimes {
   }
 };
 
+// On a GPU the kernels run after their launch returns: wait for them before reading the clock.
 static double ms_since(Clock::time_point start) {
+  if (current_device().is_cuda()) cuda::synchronize(current_device().index);
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
@@ -88,13 +97,19 @@ static void run(const BenchConfig& bench, const Variant& variant, int steps, int
     Tensor inputs, targets;
     {
       ProfilerPause untimed;  // the batch is drawn outside the timed step, and outside the profile
-      Tensor tokens = cast(mul(rand({B, T + 1}, {}, &data_gen), static_cast<double>(V)), DType::i64);
+      // Drawn on the host (the same tokens on every device), then moved to the step's device.
+      Tensor tokens = cast(mul(rand({B, T + 1}, TensorOptions(DType::f32, Device::cpu()), &data_gen),
+                               static_cast<double>(V)),
+                           DType::i64)
+                          .to(current_device());
       inputs = tokens.narrow(1, 0, T);
       targets = tokens.narrow(1, 1, T);
     }
     if (profile && step == warmup) Profiler::enable();
-    ledger.reset_peak(Device::cpu());
-    const int64_t held = ledger.current(Device::cpu(), MemoryCategory::activations);
+    const Device device = current_device();
+    if (device.is_cuda()) cuda::synchronize(device.index);  // the batch's copy is not the step's
+    ledger.reset_peak(device);
+    const int64_t held = ledger.current(device, MemoryCategory::activations);
     const auto start = Clock::now();
     nn::zero_grads(model.parameters(), precision);
     Tensor loss = model.loss(inputs, targets);
@@ -116,7 +131,7 @@ static void run(const BenchConfig& bench, const Variant& variant, int steps, int
     times.step_ms.push_back(ms);
     times.forward_ms.push_back(forward_ms);
     times.activation_peak =
-        std::max(times.activation_peak, ledger.peak(Device::cpu(), MemoryCategory::activations) - held);
+        std::max(times.activation_peak, ledger.peak(device, MemoryCategory::activations) - held);
   }
   if (profile) {
     std::printf("profile of config %s (%s, recompute %s) over %d steps (inclusive times):\n%s", bench.name,
@@ -132,7 +147,9 @@ static double attention_core_forward_ms(const BenchConfig& bench, const Variant&
   const DType dtype = nn::MixedPrecision::parse(variant.precision_name).param_dtype;
   const nn::GPTConfig& c = bench.model;
   Generator gen(2);
-  Tensor qkv = rand({bench.batch, c.block_size, 3 * c.n_embd}, {}, &gen).to(dtype);
+  Tensor qkv = rand({bench.batch, c.block_size, 3 * c.n_embd}, TensorOptions(DType::f32, Device::cpu()), &gen)
+                   .to(current_device())
+                   .to(dtype);
   NoGradGuard no_grad;
   double best = 1e300;
   for (int repeat = 0; repeat < 5; ++repeat) {
@@ -145,7 +162,8 @@ static double attention_core_forward_ms(const BenchConfig& bench, const Variant&
 
 static const char* const kUsage =
     "usage: gpt_step [--config A|B] [--seq-len T >= 1] [--threads N >= 1] [--steps N >= 1] [--warmup N >= 0] "
-    "[--profile] [--mixed-precision no|bf16|fp16] [--recompute none|selective|full] [--rounds N >= 1]\n";
+    "[--profile] [--mixed-precision no|bf16|fp16] [--recompute none|selective|full] [--rounds N >= 1] "
+    "[--device cpu|cuda]\n";
 
 // A bad flag or value: the message names it, then the usage; exit code 2.
 [[noreturn]] static void usage_error(const std::string& message) {
@@ -172,6 +190,7 @@ struct Options {
   std::string only;
   int threads = 1, steps = 20, warmup = 5, seq_len = 0, rounds = 2;
   bool profile = false;
+  bool cuda = false;  // --device cuda
   Variant variant{"no"};
 };
 
@@ -209,6 +228,10 @@ static Options parse_options(int argc, char** argv, const std::vector<BenchConfi
       } catch (const std::exception&) {
         usage_error("--recompute: expected none, selective or full, got '" + name + "'");
       }
+    } else if (flag == "--device") {
+      const std::string name = value();
+      if (name != "cpu" && name != "cuda") usage_error("--device: expected cpu or cuda, got '" + name + "'");
+      o.cuda = name == "cuda";
     } else if (flag == "--profile") {
       o.profile = true;
     } else if (flag == "--help" || flag == "-h") {
@@ -225,10 +248,11 @@ static void print_variant(const BenchConfig& config, const Variant& variant, con
   std::printf(
       "{\"bench\": \"gpt_step\", \"config\": \"%s\", \"T\": %lld, \"batch\": %lld, \"threads\": %d, "
       "\"mixed_precision\": \"%s\", \"recompute\": \"%s\", \"median_ms\": %.3f, \"min_ms\": %.3f, "
-      "\"forward_min_ms\": %.3f, \"activation_peak_mib\": %.2f}\n",
+      "\"forward_min_ms\": %.3f, \"activation_peak_mib\": %.2f%s}\n",
       config.name, static_cast<long long>(config.model.block_size), static_cast<long long>(config.batch), threads,
       variant.precision_name.c_str(), nn::recompute_name(variant.recompute), times.median_ms(), times.min_ms(),
-      times.forward_min_ms(), static_cast<double>(times.activation_peak) / (1 << 20));
+      times.forward_min_ms(), static_cast<double>(times.activation_peak) / (1 << 20),
+      current_device().is_cuda() ? ", \"device\": \"cuda:0\"" : "");
 }
 
 // The variant against f32 (and recomputation against its own precision without it), fastest steps.
@@ -257,6 +281,11 @@ int main(int argc, char** argv) {
   };
   const Options o = parse_options(argc, argv, configs);
   set_num_threads(o.threads);
+  if (o.cuda && cuda_info().device_count == 0) {
+    std::fprintf(stderr, "gpt_step: no CUDA device: %s\n", cuda_info().error.c_str());
+    return 1;
+  }
+  DeviceGuard on_device(o.cuda ? Device::cuda(0) : current_device());  // every tensor of the run
   // f32 without recomputation first, then the variant's precision without it, then the variant.
   std::vector<Variant> variants = {Variant{"no"}};
   for (const Variant& v : {Variant{o.variant.precision_name}, o.variant})

@@ -7,9 +7,24 @@
 //   parity_config(), parity_adamw(), parity_tokens()
 //                             the small GPT, the AdamW settings and the token stream every
 //                             data-parallel parity suite trains on (one serial reference for all).
+//
+// SL_TEST_DEVICE=cpu|cuda (default cpu): where the suites that opt in run their tensors.
+//   SL_TEST_ON_DEVICE()       at the top of a single-process test: with cuda, skips (saying why) without
+//                             a GPU, else makes cuda:0 the current device for the rest of the test, so
+//                             that every tensor made without a device (models, batches) lands there.
+//   SL_SKIP_UNLESS_TEST_DEVICE_RUNS(world), on_test_device(options)
+//                             for a multi-rank test: with cuda the ranks run over NCCL, rank r on cuda:r,
+//                             so the test skips (saying why) with fewer GPUs than ranks or without NCCL.
+//   Thread ranks cannot share one GPU here: the threads (and MPI) backends move CPU tensors only, and
+//   NCCL takes one rank per GPU. So on a machine with one GPU SL_TEST_DEVICE=cuda runs the single-
+//   process suites and the world-1 cases; the parity suites' worlds of 2 and more need as many GPUs.
+//   Opted in so far: tests/test_gpt.cpp (GPT.*, single process) and tests/test_data_parallel.cpp
+//   (DataParallel.MatchesSerial: DDP against the serial run, on the same device; naive DP skips on
+//   cuda, its scatter and gather pack host buffers). The other suites run on the CPU whatever it says.
 #pragma once
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -19,6 +34,8 @@
 #include "parallel/comm/launch.h"
 #include "parallel/train/factory.h"
 #include "parallel/train/trainer.h"
+#include "tensor/cuda_info.h"
+#include "tensor/device.h"
 
 #define SL_SKIP_UNLESS_WORLD(n)                                                                  \
   do {                                                                                           \
@@ -32,7 +49,56 @@
     if (::sl::parallel::under_mpirun()) GTEST_SKIP() << "threads backend only: " << (why); \
   } while (0)
 
+namespace sl {
+
+// SL_TEST_DEVICE=cuda asks for the GPU; anything else (unset, "cpu") the CPU.
+inline bool test_on_cuda() {
+  const char* name = std::getenv("SL_TEST_DEVICE");
+  return name != nullptr && std::string(name) == "cuda";
+}
+
+// Where a single-process test's tensors go: cuda:0, or the thread's current (CPU) device.
+inline Device test_device() { return test_on_cuda() ? Device::cuda(0) : current_device(); }
+
+// Why SL_TEST_DEVICE cannot run a test of `ranks` ranks here ("" when it can).
+inline std::string test_device_missing(int ranks = 1) {
+  if (!test_on_cuda()) return "";
+  const CudaInfo cuda = cuda_info();
+  if (cuda.device_count == 0)
+    return "SL_TEST_DEVICE=cuda: no CUDA device" + (cuda.error.empty() ? std::string() : " (" + cuda.error + ")");
+  if (ranks <= 1) return "";
+#ifndef SL_WITH_NCCL
+  return "SL_TEST_DEVICE=cuda: " + std::to_string(ranks) +
+         " ranks run one per GPU over NCCL, and this build has no NCCL";
+#else
+  if (cuda.device_count < ranks)
+    return "SL_TEST_DEVICE=cuda: " + std::to_string(ranks) + " ranks run one per GPU over NCCL (thread ranks cannot " +
+           "share a GPU: the threads backend moves CPU tensors only); " + std::to_string(cuda.device_count) +
+           " visible";
+  return "";
+#endif
+}
+
+}  // namespace sl
+
+#define SL_TEST_ON_DEVICE()                                                                \
+  if (const std::string sl_missing_ = ::sl::test_device_missing(1); !sl_missing_.empty()) \
+    GTEST_SKIP() << sl_missing_;                                                           \
+  const ::sl::DeviceGuard sl_test_device_guard_(::sl::test_device())
+
+#define SL_SKIP_UNLESS_TEST_DEVICE_RUNS(world)                                                   \
+  do {                                                                                          \
+    if (const std::string sl_missing_ = ::sl::test_device_missing(world); !sl_missing_.empty()) \
+      GTEST_SKIP() << sl_missing_;                                                              \
+  } while (0)
+
 namespace sl::parallel {
+
+// The launch of a multi-rank test on SL_TEST_DEVICE: cuda runs rank r on cuda:r over NCCL.
+inline LaunchOptions on_test_device(LaunchOptions options) {
+  if (test_on_cuda()) options.backend = Backend::nccl;
+  return options;
+}
 
 inline LaunchOptions quick(int timeout_ms = 5000, bool debug = false) {
   LaunchOptions options;

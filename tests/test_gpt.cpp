@@ -11,12 +11,16 @@
 #include "autograd/grad_mode.h"
 #include "nn/gpt.h"
 #include "nn/optim.h"
+#include "tests/parallel_test_util.h"
 #include "tests/test_util.h"
 
 namespace sl::nn {
 namespace {
 
 const GPTConfig kTiny{64, 16, 2, 2, 32, 0.0};
+// SL_TEST_DEVICE=cuda runs the tests that open with SL_TEST_ON_DEVICE() on cuda:0 (parallel_test_util.h):
+// the shapes, the loss at initialisation, learning, generation and the tied head. The bitwise and
+// by-hand checks, and the f64 gradchecks, stay on the CPU.
 
 Tensor random_tokens(const Shape& shape, int64_t vocab, uint64_t seed) {
   Generator gen(seed);
@@ -24,12 +28,14 @@ Tensor random_tokens(const Shape& shape, int64_t vocab, uint64_t seed) {
 }
 
 TEST(GPT, ForwardShapes) {
+  SL_TEST_ON_DEVICE();  // SL_TEST_DEVICE=cuda: on cuda:0
   GPT model(kTiny);
   Tensor logits = model.forward(random_tokens({3, 10}, 64, 1));
   EXPECT_EQ(logits.shape(), (Shape{3, 10, 64}));
 }
 
 TEST(GPT, LossAtInitialisationIsNearLogV) {
+  SL_TEST_ON_DEVICE();  // SL_TEST_DEVICE=cuda: on cuda:0
   GPTConfig config{256, 64, 4, 4, 128, 0.0};
   GPT model(config, 7);
   Tensor tokens = random_tokens({4, 65}, 256, 2);
@@ -60,13 +66,14 @@ std::vector<float> train_steps(uint64_t seed, int steps, std::vector<double>* lo
   }
   std::vector<float> flat;
   for (const Tensor& p : model.parameters()) {
-    const float* data = p.data<float>();
-    flat.insert(flat.end(), data, data + p.numel());
+    const std::vector<double> values = p.to_vector();  // f32 values, exact as doubles; from a GPU too
+    flat.insert(flat.end(), values.begin(), values.end());
   }
   return flat;
 }
 
 TEST(GPT, FiftyStepsAtLeastHalveTheLoss) {
+  SL_TEST_ON_DEVICE();  // SL_TEST_DEVICE=cuda: on cuda:0
   std::vector<double> losses;
   train_steps(0, 50, &losses);
   EXPECT_LT(losses.back(), losses.front() / 2) << "first " << losses.front() << " last " << losses.back();
@@ -80,6 +87,7 @@ TEST(GPT, SameSeedGivesByteIdenticalParametersAfterTenSteps) {
 }
 
 TEST(GPT, GreedyGenerationAppendsTheArgmax) {
+  SL_TEST_ON_DEVICE();  // SL_TEST_DEVICE=cuda: on cuda:0
   GPT model(kTiny, 1);
   Tensor prompt = random_tokens({2, 5}, 64, 3);
   Tensor out = model.generate(prompt, 3);
@@ -90,6 +98,7 @@ TEST(GPT, GreedyGenerationAppendsTheArgmax) {
 }
 
 TEST(GPT, TheHeadIsTiedToTheTokenEmbedding) {
+  SL_TEST_ON_DEVICE();  // SL_TEST_DEVICE=cuda: on cuda:0
   GPT model(kTiny, 1);
   model.loss(random_tokens({1, 4}, 64, 1), random_tokens({1, 4}, 64, 2)).backward();
   // wte gets gradient from both the embedding lookup (4 rows) and the head (every row).

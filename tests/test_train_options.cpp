@@ -42,7 +42,6 @@ TEST(TrainOptions, BadCombinationsAreUsageErrors) {
             "--dp-replicate/--dp-shard shard like ZeRO-3 (FSDP, HSDP); --zero 2 cannot be combined with it"},
            {"--compare-serial",
             "--compare-serial compares a data-parallel run with the serial one: add --dp N, --zero or HSDP"},
-           {"--dp 2 --device cuda", "--dp and --zero run on CPU ranks only (--device cpu)"},
            {"--dp-replicate 2", "--dp-replicate 2 replicates FSDP's shards (HSDP): add --dp-shard S (plain replicas: --dp N)"},
            {"--dp 3 --dp-replicate 2 --dp-shard 2", "--dp 3 != --dp-replicate 2 x --dp-shard 2"},
            {"--dp 3 --batch-size 10", "--batch-size 10 must be micro-batch rows x 1 micro-batches x dp_replicate 3 x dp_shard 1, but 10 % 3 = 1"},
@@ -80,6 +79,52 @@ TEST(TrainOptions, BadCombinationsAreUsageErrors) {
            {"--dp-replicate 2 --dp-shard 3 --tp 2 --batch-size 8",
             "--batch-size 8 must be micro-batch rows x 1 micro-batches x dp_replicate 2 x dp_shard 3, but 8 % 6 = 2"}})
     EXPECT_EQ(usage_error(args), message) << args;
+}
+
+// --device cuda with ranks: the layouts with host code on their path are usage errors naming it; DDP,
+// the pipeline and the tp/cp cuts parse (the GPUs and NCCL are checked at run time, below).
+TEST(TrainOptions, CudaRefusesTheLayoutsThatRunHostCode) {
+  for (const auto& [args, reason] : std::vector<std::pair<std::string, std::string>>{
+           {"--dp 2 --zero 1", "--device cuda: --zero 1 (ZeRO) builds its flat buffers and steps its sharded AdamW in "
+                               "host code (parallel/zero)"},
+           {"--zero 2", "--device cuda: --zero 2 (ZeRO)"},
+           {"--dp 2 --zero 3", "--device cuda: FSDP and HSDP (--zero 3, --dp-replicate/--dp-shard)"},
+           {"--dp-shard 2", "--device cuda: FSDP and HSDP"},
+           {"--dp-replicate 2 --dp-shard 2 --tp 2", "--device cuda: FSDP and HSDP"},
+           {"--dp 2 --zero 1 --offload", "--device cuda: --zero 1 (ZeRO)"},
+           {"--dp 2 --naive-dp", "--device cuda: --naive-dp packs the scattered batches and gathered logits through "
+                                 "host buffers on rank 0"},
+           {"--dp 2 --links intra=300GB/s,1us;inter=25GB/s,5us;gpus-per-node=2",
+            "--device cuda: --links and --topology simulate links between thread ranks (the threads backend)"}}) {
+    const std::string message = usage_error(args + " --device cuda");
+    EXPECT_EQ(message.rfind(reason, 0), 0u) << args << ": " << message;
+    EXPECT_EQ(usage_error(args), "") << args << " runs on CPU ranks";
+  }
+  Options o;
+  for (const std::string args : {"--dp 2", "--dp 2 --micro-batches 2", "--pp 2", "--dp 2 --pp 2 --micro-batches 2",
+                                 "--tp 2 --sp", "--cp 2", "--dp 2 --tp 2 --cp 2", "--dp 2 --mixed-precision bf16"})
+    EXPECT_EQ(usage_error(args + " --device cuda", &o), "") << args;
+}
+
+// At run time (tools/train.cpp, before any rank starts): one rank per GPU over NCCL.
+TEST(TrainOptions, CudaRanksNeedOneGpuEachAndNccl) {
+  Options o;
+  ASSERT_EQ(usage_error("--dp 4 --device cuda", &o), "");
+  EXPECT_EQ(cuda_ranks_refusal(o, true, 1),
+            "--device cuda runs one rank per GPU over NCCL: world 4 needs 4 GPUs, 1 visible; use --device cpu for "
+            "thread ranks");
+  EXPECT_EQ(cuda_ranks_refusal(o, true, 0, "no CUDA-capable device is detected"),
+            "--device cuda runs one rank per GPU over NCCL: world 4 needs 4 GPUs, 0 visible (no CUDA device: no "
+            "CUDA-capable device is detected); use --device cpu for thread ranks");
+  EXPECT_EQ(cuda_ranks_refusal(o, true, 4), "");
+  EXPECT_EQ(cuda_ranks_refusal(o, true, 8), "");  // ranks 0..3 on cuda:0..3
+  EXPECT_NE(cuda_ranks_refusal(o, false, 8).find("this build has no NCCL backend"), std::string::npos);
+  ASSERT_EQ(usage_error("--dp 2 --pp 2 --tp 2 --device cuda", &o), "");
+  EXPECT_NE(cuda_ranks_refusal(o, true, 4).find("world 8 needs 8 GPUs, 4 visible"), std::string::npos);
+  ASSERT_EQ(usage_error("--device cuda", &o), "");  // serial: no ranks, nothing to check here
+  EXPECT_EQ(cuda_ranks_refusal(o, false, 0), "");
+  ASSERT_EQ(usage_error("--dp 2", &o), "");  // CPU ranks
+  EXPECT_EQ(cuda_ranks_refusal(o, false, 0), "");
 }
 
 // What stays valid: ZeRO-3 with --offload is left to the trainer (it decides which stages offload),

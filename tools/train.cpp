@@ -16,6 +16,9 @@
 // --micro-batches M accumulates gradients over M backward passes per optimizer step, serial or
 // parallel, with the loss weighted so that the step is the M = 1 step (parallel/train/trainer.h).
 // --report-json PATH writes the run report (parallel/train/run_report.h; under mpirun, rank 0's only).
+// --device cuda with ranks runs rank r on GPU cuda:r over NCCL: DDP, --pp, --tp and --cp; the layouts
+// with host code on their path (ZeRO, FSDP, --naive-dp, --links) are refused (tools/train_options.h),
+// and so is a world larger than the GPUs visible, before any rank starts.
 #include <unistd.h>
 
 #include <chrono>
@@ -36,6 +39,7 @@
 #include "parallel/train/factory.h"
 #include "parallel/train/trainer.h"
 #include "parallel/train/checkpointing.h"
+#include "tensor/cuda_info.h"
 #include "tools/train_checkpoint.h"
 #include "tools/train_files.h"
 #include "tools/train_options.h"
@@ -361,9 +365,14 @@ std::vector<double> train_parallel(Run& r, nn::StateDict& weights) {
   parallel::check_model_runner(plan, r.config);  // the chapter's own rules (layers, heads, sequence)
   r.plan_name = plan.name();
   r.parallelism = plan.parallelism;
+  parallel::LaunchOptions launch_options;
+  launch_options.topology = o.topology;
+  // --device cuda: rank r on GPU cuda:r, over NCCL (under mpirun: one process per GPU, NCCL's MPI bootstrap).
+  if (o.device == "cuda") launch_options.backend = parallel::Backend::nccl;
+  const char* backend = o.device == "cuda" ? "nccl" : parallel::under_mpirun() ? "mpi" : "threads";
   std::printf("%s: %s over %d ranks (%s backend), %lld rows per data-parallel rank\n",
-              plan.cuts_model() ? "parallel" : "data parallel", plan.name().c_str(), world,
-              parallel::under_mpirun() ? "mpi" : "threads", (long long)(o.batch_size / o.data_parallel()));
+              plan.cuts_model() ? "parallel" : "data parallel", plan.name().c_str(), world, backend,
+              (long long)(o.batch_size / o.data_parallel()));
   if (o.micro_batches > 1)
     std::printf("gradient accumulation: %lld micro-batches of %lld rows per rank and step\n",
                 (long long)o.micro_batches, (long long)(o.batch_size / o.data_parallel() / o.micro_batches));
@@ -374,8 +383,6 @@ std::vector<double> train_parallel(Run& r, nn::StateDict& weights) {
   std::vector<double> losses;
   std::vector<parallel::RankReport> reports(world);
   std::vector<char> reported(world, 0);
-  parallel::LaunchOptions launch_options;
-  launch_options.topology = o.topology;
   parallel::launch(world, [&](parallel::RankContext& ctx) {
     // The same initial weights on every rank: the seed's, or --init-from's file, which the sharded
     // layouts (ZeRO-1/2's flat buffer, FSDP's units) then cut into this rank's shard.
@@ -417,7 +424,22 @@ std::vector<double> train_parallel(Run& r, nn::StateDict& weights) {
   return losses;
 }
 
+// --device cuda with ranks: one rank per GPU over NCCL, checked before anything runs. Under mpirun
+// each process takes its node's GPU local_rank, and the NCCL bootstrap checks that GPU itself.
+void check_cuda_ranks(const Options& o) {
+#ifdef SL_WITH_NCCL
+  const bool nccl_built = true;
+#else
+  const bool nccl_built = false;
+#endif
+  const CudaInfo cuda = cuda_info();
+  const int gpus = parallel::under_mpirun() ? static_cast<int>(o.world()) : cuda.device_count;
+  const std::string refusal = cuda_ranks_refusal(o, nccl_built, gpus, cuda.error);
+  if (!refusal.empty()) throw Error(refusal);
+}
+
 int train(const Options& options) {
+  check_cuda_ranks(options);  // before any output is probed, any data read or any rank started
   Run r;
   r.o = options;
   r.writer = parallel::mpirun_rank() == 0;

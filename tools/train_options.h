@@ -78,7 +78,9 @@ inline const char* const kUsage = R"(usage: train [flags]
                             layout; --steps 0 saves the initial weights. Checked writable before step 0
   --log-jsonl PATH          one JSON object per optimizer step
   --eval-every N            held-out accuracy every N steps (addition; default 500; 0: only at the end)
-  --device cpu|cuda         default cpu
+  --device cpu|cuda         default cpu. With ranks, cuda runs rank r on GPU cuda:r over NCCL (one
+                            rank per GPU: world <= GPUs visible): DDP, --pp, --tp, --cp; ZeRO, FSDP,
+                            HSDP, --naive-dp and --links run on CPU ranks only
   --threads N               GEMM threads (default 2)
   --profile                 print time per op kind: forward, backward, optimizer (serial runs only)
   --dp N                    data-parallel ranks (threads; under mpirun: the processes), default 1
@@ -322,6 +324,45 @@ inline void check_run_flags(const Options& o) {
                      "from the seed: compare the logs of two runs instead"};
 }
 
+// --device cuda with ranks: rank r runs on GPU cuda:r over NCCL, one rank per GPU (NCCL cannot put
+// two ranks of one communicator on one GPU). What runs there is what uses only the engine's ops,
+// collectives and send/recv on the rank's GPU: DDP (--zero 0), the pipeline, and the cuts of --tp
+// and --cp (their vocabulary-parallel loss and attention block need CUDA paths of their own). The
+// rest keeps host code on its path and is refused here, naming why; the GPU count and NCCL itself
+// are checked by cuda_ranks_refusal() before any rank starts.
+inline void check_cuda_layout(const Options& o) {
+  if (o.device != "cuda" || !o.parallel()) return;
+  if (o.zero == 1 || o.zero == 2)
+    throw UsageError{"--device cuda: --zero " + std::to_string(o.zero) +
+                     " (ZeRO) builds its flat buffers and steps its sharded AdamW in host code (parallel/zero), "
+                     "which reads CPU memory only; use --zero 0 (DDP) on the GPU, or --device cpu"};
+  if (o.zero == 3 || o.dp_replicate > 0)
+    throw UsageError{"--device cuda: FSDP and HSDP (--zero 3, --dp-replicate/--dp-shard) build their flat units and "
+                     "step their sharded AdamW in host code (parallel/zero), which reads CPU memory only; use --zero 0 "
+                     "(DDP) on the GPU, or --device cpu"};
+  if (o.naive_dp)
+    throw UsageError{"--device cuda: --naive-dp packs the scattered batches and gathered logits through host "
+                     "buffers on rank 0 (parallel/data_parallel/naive_data_parallel.cpp); use --device cpu"};
+  if (o.topology.enabled())
+    throw UsageError{"--device cuda: --links and --topology simulate links between thread ranks (the threads "
+                     "backend); NCCL's links are real: drop them, or use --device cpu"};
+}
+
+// --device cuda with ranks, at run time (tools/train.cpp, before any rank starts): one rank per GPU
+// over NCCL. `nccl_built`: this build has the NCCL backend; `gpus`: the GPUs this process sees
+// (cuda_info().device_count), `why_none` what CUDA said when it found none. "" when the world fits.
+inline std::string cuda_ranks_refusal(const Options& o, bool nccl_built, int gpus, const std::string& why_none = "") {
+  if (o.device != "cuda" || !o.parallel()) return "";
+  const std::string world = std::to_string(o.world());
+  if (!nccl_built)
+    return "--device cuda runs one rank per GPU over NCCL, but this build has no NCCL backend (the Makefile builds "
+           "it with CUDA when nccl.h is found); world " + world + " needs it, or use --device cpu";
+  if (gpus >= o.world()) return "";
+  const std::string none = gpus > 0 ? "" : " (no CUDA device" + (why_none.empty() ? "" : ": " + why_none) + ")";
+  return "--device cuda runs one rank per GPU over NCCL: world " + world + " needs " + world + " GPUs, " +
+         std::to_string(gpus) + " visible" + none + "; use --device cpu for thread ranks";
+}
+
 // Layout flags that cannot go together, refused before any data is read.
 inline void check_layout_flags(const Options& o) {
   if (o.dp_replicate > 0 && o.dp_shard == 0)
@@ -378,7 +419,7 @@ inline void check_layout_flags(const Options& o) {
                      " cannot be combined with it"};
   if (o.compare_serial && !o.parallel())
     throw UsageError{"--compare-serial compares a data-parallel run with the serial one: add --dp N, --zero or HSDP"};
-  if (o.parallel() && o.device != "cpu") throw UsageError{"--dp and --zero run on CPU ranks only (--device cpu)"};
+  check_cuda_layout(o);
 }
 
 inline Options parse(int argc, char** argv) {

@@ -77,10 +77,14 @@ nn::StateDict PipelineRunner::gather(bool gradients, const nn::StateDict* whole)
     }
     Tensor length = full({1}, static_cast<double>(header.size()), TensorOptions(DType::i64));
     pp_->broadcast(length, root);
-    Tensor encoded = Tensor::empty({static_cast<int64_t>(length.item())}, TensorOptions(DType::i64));
-    if (root == pp_->rank()) std::copy(header.begin(), header.end(), encoded.data<int64_t>());
+    // Filled on the root from the host (small integers: exact as doubles), so that it works on a GPU rank too.
+    Tensor encoded = root == pp_->rank()
+                         ? from_vector(std::vector<double>(header.begin(), header.end()),
+                                       Shape({static_cast<int64_t>(header.size())}), DType::i64)
+                         : Tensor::empty({static_cast<int64_t>(length.item())}, TensorOptions(DType::i64));
     pp_->broadcast(encoded, root);
-    const std::vector<int64_t> h = encoded.values<int64_t>();
+    std::vector<int64_t> h;
+    for (double v : encoded.to_vector()) h.push_back(static_cast<int64_t>(v));
     for (size_t i = 0, k = 0; i < h.size(); ++k) {
       const int64_t name_length = h[i++];
       const auto dtype = static_cast<DType>(h[i++]);

@@ -160,17 +160,19 @@ Timeline gather_timeline(const std::vector<TimelineEvent>& mine, ProcessGroup& g
   group.all_gather(counts, count);
   const std::vector<double> sizes = counts.values<double>();
   const int64_t longest = static_cast<int64_t>(*std::max_element(sizes.begin(), sizes.end()));
-  Tensor packed = zeros({std::max<int64_t>(longest, 1) * kFields}, TensorOptions(DType::f64));
-  double* p = packed.data<double>();
+  std::vector<double> rows(static_cast<size_t>(std::max<int64_t>(longest, 1) * kFields), 0.0);
   for (size_t i = 0; i < mine.size(); ++i) {
     const auto& e = mine[i];
     double row[kFields] = {static_cast<double>(e.kind), static_cast<double>(e.micro), static_cast<double>(e.chunk),
                            e.start, e.end, e.link_s};
-    std::copy(row, row + kFields, p + kFields * i);
+    std::copy(row, row + kFields, rows.begin() + static_cast<long>(kFields * i));
   }
+  // Built and read on the host, moved on the group's device (a GPU rank's under NCCL).
+  Tensor packed = from_vector(rows, Shape({static_cast<int64_t>(rows.size())}), DType::f64);
   Tensor all = Tensor::empty({n * packed.numel()}, TensorOptions(DType::f64));
   group.all_gather(all, packed);
-  const double* a = all.data<double>();
+  const std::vector<double> gathered = all.to_vector();
+  const double* a = gathered.data();
   Timeline t;
   t.micro_batches = micro_batches;
   t.ranks.resize(n);

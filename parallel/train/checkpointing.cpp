@@ -159,9 +159,8 @@ nlohmann::json trainer_run_state(Trainer& trainer) {
   // AdamW's count: the most any rank holds (naive DP's workers hold no optimizer).
   Tensor steps = from_vector({static_cast<double>(trainer.strategy().optimizer_steps())}, Shape({1}), DType::i64);
   world.all_reduce(steps, ReduceOp::max);
-  const int64_t* v = all.data<int64_t>();
-  return run_state_json(static_cast<int64_t>(steps.item()), std::as_const(trainer).scaler(),
-                        std::vector<int64_t>(v, v + all.numel()));
+  const Tensor host = all.device().is_cpu() ? all : all.to(Device::cpu());  // a GPU rank's (NCCL) comes over
+  return run_state_json(static_cast<int64_t>(steps.item()), std::as_const(trainer).scaler(), host.values<int64_t>());
 }
 
 bool restore_trainer_run_state(Trainer& trainer, const nlohmann::json& state) {
