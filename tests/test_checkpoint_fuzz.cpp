@@ -75,7 +75,7 @@ bool survives(const std::string& what, int mutation, const std::string& input, P
 std::vector<std::string> seeds(const std::string& dir, const std::string& kind) {
   std::vector<std::string> files;
   if (kind == "safetensors")
-    for (const std::string& name : {"shard-00000.safetensors", "shard-00001.safetensors"})
+    for (const char* name : {"shard-00000.safetensors", "shard-00001.safetensors"})
       files.push_back(read_file_bytes(dir + "/" + name));
   else
     files.push_back(read_file_bytes(dir + "/metadata.json"));
