@@ -154,6 +154,32 @@ TEST_P(AllToAllErrors, SplitSizesThatDisagreeFailEveryRankWithoutDebugMode) {
   }
 }
 
+// Debug mode compares the split sizes of every pair before a byte moves (for NCCL, which has no
+// other check, the only way to name them): every rank fails inside all_to_all, naming the pair.
+TEST_P(AllToAllErrors, DebugModeNamesSplitSizesThatDisagreeOnEveryRank) {
+  const int n = GetParam();
+  const SplitRule rule = split_rules()[0];
+  auto outcomes = run_and_record(n, threads_options(20000, /*debug=*/true), [&](RankContext& ctx) {
+    const int r = ctx.rank;
+    std::vector<int64_t> sends = rows_sent_by(rule, r, n), receives = rows_received_by(rule, r, n);
+    if (r == 0) sends[1] += 1;
+    Tensor output = zeros(stacked(sum_of(receives), Shape({3})));
+    try {
+      ctx.world->all_to_all(output, input_of(r, sends, Shape({3}), DType::f32), receives, sends);
+    } catch (const CollectiveMismatch&) {
+      EXPECT_EQ(ctx.world->ledger()[CommOp::all_to_all].bytes_sent, 0) << "no byte moved on rank " << r;
+      throw;
+    }
+  });
+  const std::string wanted = "rank 0 sends rank 1 " + std::to_string((rule.rows(0, 1) + 1) * 12) +
+                             " bytes but rank 1 expects " + std::to_string(rule.rows(0, 1) * 12);
+  for (int r = 0; r < n; ++r) {
+    ASSERT_EQ(outcomes[r].type, "mismatch") << "rank " << r << ": " << outcomes[r].message;
+    EXPECT_NE(outcomes[r].message.find("all_to_all #0"), std::string::npos) << outcomes[r].message;
+    EXPECT_NE(outcomes[r].message.find(wanted), std::string::npos) << outcomes[r].message;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Worlds, AllToAllErrors, testing::Values(2, 3, 4, 5), world_name);
 
 }  // namespace
