@@ -20,10 +20,11 @@ using Clock = std::chrono::steady_clock;
 #define SKIP_UNLESS_UNDER_MPIRUN() GTEST_SKIP() << "built without MPI (make MPI=1 with OpenMPI installed)"
 #endif
 
-LaunchOptions mpi_options(int timeout_ms = 20000) {
+LaunchOptions mpi_options(int timeout_ms = 20000, bool debug = false) {
   LaunchOptions options;
   options.backend = Backend::mpi;
   options.timeout = std::chrono::milliseconds(timeout_ms);
+  options.debug_collectives = debug;
   return options;
 }
 
@@ -80,40 +81,47 @@ TEST(MpiAllToAll, UnevenChunksOnTheWorldAndASubGroup) {
 // Rank 0 sends rank 1 one row more than rank 1's output_splits[0] says. The split sizes are compared
 // before MPI moves a byte (MPI would truncate, or leave rows unwritten): rank 1 raises
 // CollectiveMismatch naming both byte counts, every other rank RemoteError naming rank 1, in seconds.
+// In debug mode every rank compares every pair first and raises CollectiveMismatch naming it.
 TEST(MpiAllToAll, SplitSizesThatDisagreeAreNamedOnEveryRank) {
   SKIP_UNLESS_UNDER_MPIRUN();
   const int n = mpirun_world_size(), me = mpirun_rank();
   const SplitRule rule = split_rules()[0];
-  std::string type = "none", message;
-  const auto start = Clock::now();
-  try {
-    launch(n, [&](RankContext& ctx) {
-      std::vector<int64_t> sends = rows_sent_by(rule, ctx.rank, n), receives = rows_received_by(rule, ctx.rank, n);
-      if (ctx.rank == 0) sends[1] += 1;
-      Tensor output = zeros(stacked(sum_of(receives), Shape({3})));
-      ctx.world->all_to_all(output, input_of(ctx.rank, sends, Shape({3}), DType::f32), receives, sends);
-    }, mpi_options());
-  } catch (const CollectiveMismatch& e) {
-    type = "mismatch", message = e.what();
-  } catch (const RemoteError& e) {
-    type = "remote", message = e.what();
-    EXPECT_EQ(e.failed_rank(), 1);
-  } catch (const std::exception& e) {
-    type = "other", message = e.what();
-  }
-  EXPECT_LT(Clock::now() - start, std::chrono::seconds(10)) << "the 20 s timeout must not be what ended it";
-  const int64_t row_bytes = 3 * 4;
-  if (me == 1) {
-    EXPECT_EQ(type, "mismatch") << message;
-    EXPECT_NE(message.find("all_to_all #0 on rank 1: rank 0 sends " + std::to_string((rule.rows(0, 1) + 1) * row_bytes) +
-                           " bytes where " + std::to_string(rule.rows(0, 1) * row_bytes) + " were expected"),
-              std::string::npos)
-        << message;
-  } else {
-    EXPECT_EQ(type, "remote") << message;
-    EXPECT_NE(message.find("all_to_all #0 on rank " + std::to_string(me) + ": aborted because rank 1 failed"),
-              std::string::npos)
-        << message;
+  const std::string sent = std::to_string((rule.rows(0, 1) + 1) * 12), expected = std::to_string(rule.rows(0, 1) * 12);
+  for (bool debug : {false, true}) {
+    std::string type = "none", message;
+    const auto start = Clock::now();
+    try {
+      launch(n, [&](RankContext& ctx) {
+        std::vector<int64_t> sends = rows_sent_by(rule, ctx.rank, n), receives = rows_received_by(rule, ctx.rank, n);
+        if (ctx.rank == 0) sends[1] += 1;
+        Tensor output = zeros(stacked(sum_of(receives), Shape({3})));
+        ctx.world->all_to_all(output, input_of(ctx.rank, sends, Shape({3}), DType::f32), receives, sends);
+      }, mpi_options(20000, debug));
+    } catch (const CollectiveMismatch& e) {
+      type = "mismatch", message = e.what();
+    } catch (const RemoteError& e) {
+      type = "remote", message = e.what();
+      EXPECT_EQ(e.failed_rank(), 1);
+    } catch (const std::exception& e) {
+      type = "other", message = e.what();
+    }
+    EXPECT_LT(Clock::now() - start, std::chrono::seconds(10)) << "the 20 s timeout must not be what ended it";
+    if (debug) {
+      EXPECT_EQ(type, "mismatch") << message;
+      EXPECT_NE(message.find("rank 0 sends rank 1 " + sent + " bytes but rank 1 expects " + expected), std::string::npos)
+          << message;
+    } else if (me == 1) {
+      EXPECT_EQ(type, "mismatch") << message;
+      EXPECT_NE(message.find("all_to_all #0 on rank 1: rank 0 sends " + sent + " bytes where " + expected +
+                             " were expected"),
+                std::string::npos)
+          << message;
+    } else {
+      EXPECT_EQ(type, "remote") << message;
+      EXPECT_NE(message.find("all_to_all #0 on rank " + std::to_string(me) + ": aborted because rank 1 failed"),
+                std::string::npos)
+          << message;
+    }
   }
 }
 
