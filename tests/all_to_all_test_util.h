@@ -31,7 +31,9 @@ inline Shape stacked(int64_t rows, const Shape& row) {
   return shape;
 }
 
-inline int64_t sum_of(const std::vector<int64_t>& rows) { return std::accumulate(rows.begin(), rows.end(), int64_t{0}); }
+inline int64_t sum_of(const std::vector<int64_t>& rows) {
+  return std::accumulate(rows.begin(), rows.end(), int64_t{0});
+}
 
 inline Tensor input_of(int r, const std::vector<int64_t>& rows_to, const Shape& row, DType dtype) {
   std::vector<double> values;
@@ -55,8 +57,9 @@ struct SplitRule {
 // (from + to + 1) % 3 rows: 0, 1 or 2, so some chunks are empty and every rank's splits differ.
 // "rank 0 sends nothing": its input has 0 rows (the row size then comes from its output).
 inline std::vector<SplitRule> split_rules() {
-  return {{"(from+to+1)%3", [](int from, int to) { return int64_t{(from + to + 1) % 3}; }},
-          {"rank 0 sends nothing", [](int from, int to) { return from == 0 ? int64_t{0} : int64_t{1 + (from + to) % 2}; }}};
+  return {
+      {"(from+to+1)%3", [](int from, int to) { return int64_t{(from + to + 1) % 3}; }},
+      {"rank 0 sends nothing", [](int from, int to) { return from == 0 ? int64_t{0} : int64_t{1 + (from + to) % 2}; }}};
 }
 
 // Rank r's input_splits: what it sends each rank d.

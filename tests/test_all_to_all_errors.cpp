@@ -22,23 +22,26 @@ struct Outcome {
 std::vector<Outcome> run_and_record(int n, const LaunchOptions& options, const std::function<void(RankContext&)>& fn) {
   std::vector<Outcome> outcomes(n);
   try {
-    launch(n, [&](RankContext& ctx) {
-      try {
-        fn(ctx);
-      } catch (const CollectiveMismatch& e) {
-        outcomes[ctx.rank] = {"mismatch", e.what()};
-        throw;
-      } catch (const RemoteError& e) {
-        outcomes[ctx.rank] = {"remote", e.what()};
-        throw;
-      } catch (const TimeoutError& e) {
-        outcomes[ctx.rank] = {"timeout", e.what()};
-        throw;
-      } catch (const std::exception& e) {
-        outcomes[ctx.rank] = {"other", e.what()};
-        throw;
-      }
-    }, options);
+    launch(
+        n,
+        [&](RankContext& ctx) {
+          try {
+            fn(ctx);
+          } catch (const CollectiveMismatch& e) {
+            outcomes[ctx.rank] = {"mismatch", e.what()};
+            throw;
+          } catch (const RemoteError& e) {
+            outcomes[ctx.rank] = {"remote", e.what()};
+            throw;
+          } catch (const TimeoutError& e) {
+            outcomes[ctx.rank] = {"timeout", e.what()};
+            throw;
+          } catch (const std::exception& e) {
+            outcomes[ctx.rank] = {"other", e.what()};
+            throw;
+          }
+        },
+        options);
     ADD_FAILURE() << "launch returned normally";
   } catch (const Error&) {
   }
@@ -50,43 +53,73 @@ class AllToAllErrors : public testing::TestWithParam<int> {};
 TEST_P(AllToAllErrors, BadArgumentsRaiseNamingTheSizes) {
   const int n = GetParam();
   const std::string N = std::to_string(n), rows = std::to_string(2 * n + 1);
-  launch(n, [&](RankContext& ctx) {
-    ProcessGroup& g = *ctx.world;
-    // The equal form: dim 0 must split over n; output must have input's shape; one dtype.
-    expect_error([&] { g.all_to_all(zeros({2 * n + 1, 3}), zeros({2 * n + 1, 3})); },
-                 "input [" + rows + ", 3] has " + rows + " rows, which do not split equally over " + N + " ranks");
-    expect_error([&] { g.all_to_all(zeros({2 * n, 4}), zeros({2 * n, 3})); },
-                 "output [" + std::to_string(2 * n) + ", 4] must have input's shape [" + std::to_string(2 * n) + ", 3]");
-    expect_error([&] { g.all_to_all(zeros({2 * n, 3}, DType::f64), zeros({2 * n, 3})); },
-                 "output dtype f64 != input dtype f32");
-    // The uneven form: n splits each, none negative, summing to each tensor's dim 0; rows of one shape.
-    const std::vector<int64_t> ones(n, 1);
-    std::vector<int64_t> one_too_many = ones, negative = ones;
-    one_too_many.push_back(0);
-    negative[0] = -1, negative[n - 1] += 2;  // still sums to n
-    expect_error([&] { g.all_to_all(zeros({n, 3}), zeros({n, 3}), ones, one_too_many); },
-                 "input splits list " + std::to_string(n + 1) + " sizes for a group of " + N);
-    expect_error([&] { g.all_to_all(zeros({n, 3}), zeros({n, 3}), std::vector<int64_t>(n - 1, 1), ones); },
-                 "output splits list " + std::to_string(n - 1) + " sizes for a group of " + N);
-    expect_error([&] { g.all_to_all(zeros({n, 3}), zeros({n, 3}), ones, negative); },
-                 "input split 0 is -1 (must be >= 0)");
-    expect_error([&] { g.all_to_all(zeros({n + 1, 3}), zeros({n, 3}), ones, ones); },
-                 "the output splits sum to " + N + " rows but the output [" + std::to_string(n + 1) + ", 3] has " +
-                     std::to_string(n + 1));
-    expect_error([&] { g.all_to_all(zeros({n, 3}), zeros({n + 2, 3}), ones, ones); },
-                 "the input splits sum to " + N + " rows but the input [" + std::to_string(n + 2) + ", 3] has " +
-                     std::to_string(n + 2));
-    expect_error([&] { g.all_to_all(zeros({n, 4}), zeros({n, 3}), ones, ones); }, "must have rows of one shape");
-    expect_error([&] { g.all_to_all(zeros({n, 3}, DType::i64), zeros({n, 3}), ones, ones); },
-                 "output dtype i64 != input dtype f32");
-    expect_error([&] { g.all_to_all(zeros({3 * n}), zeros({n, 3}), ones, ones); }, "the same number of dims");
-    // None of them was counted or numbered: the next all_to_all is #0 on every rank, and works.
-    EXPECT_EQ(g.collectives_issued(), 0u);
-    EXPECT_EQ(g.ledger()[CommOp::all_to_all].calls, 0);
-    Tensor out = zeros({n, 3});
-    g.all_to_all(out, input_of(ctx.rank, ones, Shape({3}), DType::f32), ones, ones);
-    EXPECT_EQ(out.to_vector(), expected_output(ctx.rank, ones, 3));
-  }, threads_options(5000, /*debug=*/true));
+  launch(
+      n,
+      [&](RankContext& ctx) {
+        ProcessGroup& g = *ctx.world;
+        // The equal form: dim 0 must split over n; output must have input's shape; one dtype.
+        expect_error(
+            [&] {
+              g.all_to_all(zeros({2 * n + 1, 3}), zeros({2 * n + 1, 3}));
+            },
+            "input [" + rows + ", 3] has " + rows + " rows, which do not split equally over " + N + " ranks");
+        expect_error(
+            [&] {
+              g.all_to_all(zeros({2 * n, 4}), zeros({2 * n, 3}));
+            },
+            "output [" + std::to_string(2 * n) + ", 4] must have input's shape [" + std::to_string(2 * n) + ", 3]");
+        expect_error(
+            [&] {
+              g.all_to_all(zeros({2 * n, 3}, DType::f64), zeros({2 * n, 3}));
+            },
+            "output dtype f64 != input dtype f32");
+        // The uneven form: n splits each, none negative, summing to each tensor's dim 0; rows of one shape.
+        const std::vector<int64_t> ones(n, 1);
+        std::vector<int64_t> one_too_many = ones, negative = ones;
+        one_too_many.push_back(0);
+        negative[0] = -1, negative[n - 1] += 2;  // still sums to n
+        expect_error(
+            [&] {
+              g.all_to_all(zeros({n, 3}), zeros({n, 3}), ones, one_too_many);
+            },
+            "input splits list " + std::to_string(n + 1) + " sizes for a group of " + N);
+        expect_error(
+            [&] {
+              g.all_to_all(zeros({n, 3}), zeros({n, 3}), std::vector<int64_t>(n - 1, 1), ones);
+            },
+            "output splits list " + std::to_string(n - 1) + " sizes for a group of " + N);
+        expect_error(
+            [&] {
+              g.all_to_all(zeros({n, 3}), zeros({n, 3}), ones, negative);
+            },
+            "input split 0 is -1 (must be >= 0)");
+        expect_error(
+            [&] {
+              g.all_to_all(zeros({n + 1, 3}), zeros({n, 3}), ones, ones);
+            },
+            "the output splits sum to " + N + " rows but the output [" + std::to_string(n + 1) + ", 3] has " +
+                std::to_string(n + 1));
+        expect_error(
+            [&] {
+              g.all_to_all(zeros({n, 3}), zeros({n + 2, 3}), ones, ones);
+            },
+            "the input splits sum to " + N + " rows but the input [" + std::to_string(n + 2) + ", 3] has " +
+                std::to_string(n + 2));
+        expect_error([&] { g.all_to_all(zeros({n, 4}), zeros({n, 3}), ones, ones); }, "must have rows of one shape");
+        expect_error(
+            [&] {
+              g.all_to_all(zeros({n, 3}, DType::i64), zeros({n, 3}), ones, ones);
+            },
+            "output dtype i64 != input dtype f32");
+        expect_error([&] { g.all_to_all(zeros({3 * n}), zeros({n, 3}), ones, ones); }, "the same number of dims");
+        // None of them was counted or numbered: the next all_to_all is #0 on every rank, and works.
+        EXPECT_EQ(g.collectives_issued(), 0u);
+        EXPECT_EQ(g.ledger()[CommOp::all_to_all].calls, 0);
+        Tensor out = zeros({n, 3});
+        g.all_to_all(out, input_of(ctx.rank, ones, Shape({3}), DType::f32), ones, ones);
+        EXPECT_EQ(out.to_vector(), expected_output(ctx.rank, ones, 3));
+      },
+      threads_options(5000, /*debug=*/true));
 }
 
 // Debug mode: rank 0 calls all_to_all where the others call all_gather -> every rank names both.
@@ -140,7 +173,8 @@ TEST_P(AllToAllErrors, SplitSizesThatDisagreeFailEveryRankWithoutDebugMode) {
     ctx.world->barrier();
   });
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
-  const std::string sent = std::to_string((rule.rows(0, 1) + 1) * row_bytes), expected = std::to_string(rule.rows(0, 1) * row_bytes);
+  const std::string sent = std::to_string((rule.rows(0, 1) + 1) * row_bytes),
+                    expected = std::to_string(rule.rows(0, 1) * row_bytes);
   ASSERT_EQ(outcomes[1].type, "mismatch") << outcomes[1].message;
   EXPECT_NE(outcomes[1].message.find("all_to_all #0 on rank 1: rank 0 sent " + sent + " bytes where " + expected +
                                      " were expected"),
@@ -149,7 +183,8 @@ TEST_P(AllToAllErrors, SplitSizesThatDisagreeFailEveryRankWithoutDebugMode) {
   for (int r = 0; r < n; ++r) {
     if (r == 1) continue;
     // The threads backend passes rank 1's finding on as a CollectiveMismatch; a RemoteError also names it.
-    EXPECT_TRUE(outcomes[r].type == "mismatch" || outcomes[r].type == "remote") << "rank " << r << ": " << outcomes[r].message;
+    EXPECT_TRUE(outcomes[r].type == "mismatch" || outcomes[r].type == "remote")
+        << "rank " << r << ": " << outcomes[r].message;
     EXPECT_NE(outcomes[r].message.find("rank 1"), std::string::npos) << "rank " << r << ": " << outcomes[r].message;
   }
 }
