@@ -112,6 +112,10 @@ TEST_P(AllToAllErrors, BadArgumentsRaiseNamingTheSizes) {
             },
             "output dtype i64 != input dtype f32");
         expect_error([&] { g.all_to_all(zeros({3 * n}), zeros({n, 3}), ones, ones); }, "the same number of dims");
+        // In place would receive into rows not yet sent: refused, for a view of the input too.
+        Tensor t = zeros({2 * n, 3}), head = t.flat_view(0, Shape({n, 3})), shifted = t.flat_view(3, Shape({n, 3}));
+        expect_error([&] { g.all_to_all(t, t); }, "overlap in memory");
+        expect_error([&] { g.all_to_all(shifted, head, ones, ones); }, "overlap in memory");
         // None of them was counted or numbered: the next all_to_all is #0 on every rank, and works.
         EXPECT_EQ(g.collectives_issued(), 0u);
         EXPECT_EQ(g.ledger()[CommOp::all_to_all].calls, 0);

@@ -153,6 +153,13 @@ static std::vector<int64_t> split_offsets(const char* what, const Tensor& t, con
   return offsets;
 }
 
+// Do the bytes of a and b overlap (the same tensor, or views of one storage)?
+static bool overlap(const Tensor& a, const Tensor& b) {
+  if (a.nbytes() == 0 || b.nbytes() == 0 || !(a.device() == b.device())) return false;
+  const auto a0 = reinterpret_cast<uintptr_t>(a.data_ptr()), b0 = reinterpret_cast<uintptr_t>(b.data_ptr());
+  return a0 < b0 + static_cast<uintptr_t>(b.nbytes()) && b0 < a0 + static_cast<uintptr_t>(a.nbytes());
+}
+
 void ProcessGroup::all_to_all(const Tensor& output, const Tensor& input, const std::vector<int64_t>& output_splits,
                               const std::vector<int64_t>& input_splits) {
   checked_all_to_all(output, input, output_splits, input_splits, true);
@@ -167,6 +174,9 @@ void ProcessGroup::checked_all_to_all(const Tensor& output, const Tensor& input,
            output.defined() ? output.shape() : Shape{}, " and ", input.defined() ? input.shape() : Shape{}, ")");
   SL_CHECK(output.dtype() == input.dtype(), "all_to_all: output dtype ", dtype_name(output.dtype()),
            " != input dtype ", dtype_name(input.dtype()));
+  // In place cannot work: a rank would receive into rows it has yet to send (MPI and NCCL forbid it too).
+  SL_CHECK(!overlap(output, input), "all_to_all: output ", output.shape(), " and input ", input.shape(),
+           " overlap in memory (all_to_all cannot run in place: pass a separate output)");
   for (int d = 1; d < input.dim(); ++d)
     SL_CHECK(output.size(d) == input.size(d), "all_to_all: output ", output.shape(), " and input ", input.shape(),
              " must have rows of one shape (all dims but 0)");
