@@ -193,6 +193,28 @@ TEST_P(AllToAllErrors, SplitSizesThatDisagreeFailEveryRankWithoutDebugMode) {
   }
 }
 
+// Rank 0 sends itself one row more than its own output_splits[0] says: it names both counts, as a
+// CollectiveMismatch like a disagreement with a peer (and like the MPI backend), and the rest fail too.
+TEST_P(AllToAllErrors, SplitSizesARankDisagreesWithItselfOnFailEveryRank) {
+  const int n = GetParam();
+  const SplitRule rule = split_rules()[0];
+  auto outcomes = run_and_record(n, threads_options(20000), [&](RankContext& ctx) {
+    const int r = ctx.rank;
+    std::vector<int64_t> sends = rows_sent_by(rule, r, n), receives = rows_received_by(rule, r, n);
+    if (r == 0) sends[0] += 1;
+    Tensor output = zeros(stacked(sum_of(receives), Shape({3})));
+    ctx.world->all_to_all(output, input_of(r, sends, Shape({3}), DType::f32), receives, sends);
+    ctx.world->barrier();
+  });
+  ASSERT_EQ(outcomes[0].type, "mismatch") << outcomes[0].message;
+  EXPECT_NE(outcomes[0].message.find("this rank sends itself " + std::to_string((rule.rows(0, 0) + 1) * 12) +
+                                     " bytes but expects " + std::to_string(rule.rows(0, 0) * 12)),
+            std::string::npos)
+      << outcomes[0].message;
+  for (int r = 1; r < n; ++r)
+    EXPECT_NE(outcomes[r].message.find("rank 0"), std::string::npos) << "rank " << r << ": " << outcomes[r].message;
+}
+
 // Debug mode compares the split sizes of every pair before a byte moves (for NCCL, which has no
 // other check, the only way to name them): every rank fails inside all_to_all, naming the pair.
 TEST_P(AllToAllErrors, DebugModeNamesSplitSizesThatDisagreeOnEveryRank) {
