@@ -6,8 +6,8 @@
 //   out (rank r) = [c_0r | c_1r | ... | c_n-1,r]      the transpose of the chunks over ranks
 //
 // The ledger is checked against what must leave each rank (its chunks for the others), worked out
-// from n and the shapes. The argument errors, the cross-rank mismatches and the MPI and NCCL
-// backends' cases are in test_all_to_all_errors.cpp, test_mpi_backend.cpp and test_nccl.cpp.
+// from n and the shapes. The argument errors and the cross-rank mismatches are in
+// test_all_to_all_errors.cpp; the MPI backend's cases in test_mpi_all_to_all.cpp, NCCL's in test_nccl.cpp.
 #include "tests/all_to_all_test_util.h"
 
 namespace sl::parallel {

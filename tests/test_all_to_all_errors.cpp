@@ -1,10 +1,11 @@
 // test_all_to_all_errors.cpp — how all_to_all fails on the threads backend (worlds 2-5):
 //
 //   bad arguments              -> sl::Error on the calling rank, naming the sizes, before any byte moves
-//                                 (and the group still works: no sequence number was used)
+//                                 (in place too; and the group still works: no sequence number was used)
 //   ranks call other ops       -> debug mode: CollectiveMismatch on every rank, both fingerprints named
-//   split sizes disagree       -> without debug mode too: the receiver raises CollectiveMismatch naming
-//                                 both byte counts, every other rank raises too, in seconds
+//   split sizes disagree       -> without debug mode too: the receiver (or a rank disagreeing with
+//                                 itself) raises CollectiveMismatch naming both byte counts, every other
+//                                 rank raises too, in seconds; debug mode names the pair on every rank
 #include <chrono>
 
 #include "tests/all_to_all_test_util.h"
