@@ -17,6 +17,7 @@
 #include "parallel_test_util.h"
 #include "tensor/cuda_info.h"
 #include "test_util.h"
+#include "tests/all_to_all_test_util.h"
 #ifdef SL_WITH_NCCL
 #include "parallel/comm/backends/nccl_backend.h"
 #include "tensor/cpu/dispatch.h"
@@ -307,6 +308,37 @@ TEST_P(NcclWorld, SubGroupsBySplitAndNewGroup) {
       nccl_options());
 }
 
+// all_to_all through the Tensor API (grouped ncclSend/ncclRecv): equal chunks, then both uneven rules
+// (empty chunks; rank 0 sends nothing), exact values (all_to_all_test_util.h), and the ledger's bytes
+// of the rows that left the rank (what moved, not a ring model).
+TEST_P(NcclWorld, AllToAllEqualAndUnevenChunks) {
+  const int n = GetParam();
+  SL_SKIP_UNLESS_GPUS(n);
+  launch(
+      n,
+      [&](RankContext& ctx) {
+        const int r = ctx.rank;
+        const Shape row({2, 3});  // 24 bytes of f32
+        const TensorOptions on_gpu(DType::f32, ctx.device);
+        const std::vector<int64_t> two_each(n, 2);
+        Tensor input = input_of(r, two_each, row, DType::f32).to(ctx.device), output = zeros(input.shape(), on_gpu);
+        ctx.world->all_to_all(output, input);
+        EXPECT_EQ(output.to_vector(), expected_output(r, two_each, row.numel())) << "equal chunks, rank " << r;
+        int64_t rows_out = 2 * (n - 1);
+        for (const SplitRule& rule : split_rules()) {
+          const std::vector<int64_t> sends = rows_sent_by(rule, r, n), receives = rows_received_by(rule, r, n);
+          Tensor out = full(stacked(sum_of(receives), row), -1.0, on_gpu);
+          ctx.world->all_to_all(out, input_of(r, sends, row, DType::f32).to(ctx.device), receives, sends);
+          EXPECT_EQ(out.to_vector(), expected_output(r, receives, row.numel())) << rule.name << ", rank " << r;
+          for (int q = 0; q < n; ++q) rows_out += q == r ? 0 : rule.rows(r, q);
+        }
+        const CommStats stats = ctx.world->ledger()[CommOp::all_to_all];
+        EXPECT_EQ(stats.calls, 3);
+        EXPECT_EQ(stats.bytes_sent, rows_out * 24);
+      },
+      nccl_options());
+}
+
 INSTANTIATE_TEST_SUITE_P(Nccl, NcclWorld, testing::Values(1, 2, 4, 8), world_name);
 
 // Send/recv have their own communicator and stream, so a pending isend neither waits behind a
@@ -440,6 +472,31 @@ TEST(NcclFailures, DebugModeReportsMismatchedCollectives) {
   EXPECT_NE(message.find("collective mismatch"), std::string::npos) << message;
   EXPECT_NE(message.find("all_reduce #0"), std::string::npos) << message;
   EXPECT_NE(message.find("broadcast #0"), std::string::npos) << message;
+}
+
+// NCCL cannot tell a receive of another size (it waits for the timeout, or takes a cut chunk): debug
+// mode compares every pair's all_to_all split sizes first, so every rank names the pair at once. The
+// comparison comes before the tensors are looked at: CPU tensors are enough.
+TEST(NcclFailures, DebugModeNamesAllToAllSplitSizesThatDisagree) {
+  SL_SKIP_UNLESS_GPUS(2);
+  LaunchOptions options = nccl_options(20000);
+  options.debug_collectives = true;
+  const auto start = std::chrono::steady_clock::now();
+  std::string message = message_of([&] {
+    launch(
+        2,
+        [&](RankContext& ctx) {
+          // Rank 0 sends rank 1 two rows; rank 1 expects one.
+          const std::vector<int64_t> sends = ctx.rank == 0 ? std::vector<int64_t>{1, 2} : std::vector<int64_t>{1, 1};
+          const std::vector<int64_t> receives = {1, 1};
+          Tensor input = Tensor::empty(Shape({sum_of(sends), 3}), TensorOptions(DType::f32, Device::cpu()));
+          Tensor output = Tensor::empty(Shape({2, 3}), TensorOptions(DType::f32, Device::cpu()));
+          ctx.world->all_to_all(output, input, receives, sends);
+        },
+        options);
+  });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10)) << message;
+  EXPECT_NE(message.find("rank 0 sends rank 1 24 bytes but rank 1 expects 12"), std::string::npos) << message;
 }
 
 #endif  // SL_WITH_NCCL

@@ -153,6 +153,13 @@ static std::vector<int64_t> split_offsets(const char* what, const Tensor& t, con
   return offsets;
 }
 
+// Do the bytes of a and b overlap (the same tensor, or views of one storage)?
+static bool overlap(const Tensor& a, const Tensor& b) {
+  if (a.nbytes() == 0 || b.nbytes() == 0 || !(a.device() == b.device())) return false;
+  const auto a0 = reinterpret_cast<uintptr_t>(a.data_ptr()), b0 = reinterpret_cast<uintptr_t>(b.data_ptr());
+  return a0 < b0 + static_cast<uintptr_t>(b.nbytes()) && b0 < a0 + static_cast<uintptr_t>(a.nbytes());
+}
+
 void ProcessGroup::all_to_all(const Tensor& output, const Tensor& input, const std::vector<int64_t>& output_splits,
                               const std::vector<int64_t>& input_splits) {
   checked_all_to_all(output, input, output_splits, input_splits, true);
@@ -167,6 +174,9 @@ void ProcessGroup::checked_all_to_all(const Tensor& output, const Tensor& input,
            output.defined() ? output.shape() : Shape{}, " and ", input.defined() ? input.shape() : Shape{}, ")");
   SL_CHECK(output.dtype() == input.dtype(), "all_to_all: output dtype ", dtype_name(output.dtype()),
            " != input dtype ", dtype_name(input.dtype()));
+  // In place cannot work: a rank would receive into rows it has yet to send (MPI and NCCL forbid it too).
+  SL_CHECK(!overlap(output, input), "all_to_all: output ", output.shape(), " and input ", input.shape(),
+           " overlap in memory (all_to_all cannot run in place: pass a separate output)");
   for (int d = 1; d < input.dim(); ++d)
     SL_CHECK(output.size(d) == input.size(d), "all_to_all: output ", output.shape(), " and input ", input.shape(),
              " must have rows of one shape (all dims but 0)");
@@ -183,7 +193,35 @@ void ProcessGroup::checked_all_to_all(const Tensor& output, const Tensor& input,
   Fingerprint fingerprint = make_fingerprint(CommOp::all_to_all, seq, input, -1, -1);
   if (uneven) fingerprint.shape[0] = -1;
   check_fingerprint(fingerprint);
+  if (uneven) check_split_sizes(layout, seq);
   run_all_to_all(output, input, layout, seq);
+}
+
+// Debug mode, uneven splits: the fingerprint cannot carry them, so every rank learns what every rank
+// sends and expects (an uncounted exchange of 2n byte counts) and a pair that disagrees is named on
+// every rank before a byte moves. NCCL has no other check (a receive of another size waits for the
+// timeout, or takes a cut chunk); the threads and MPI backends also compare without debug mode, but
+// there only the receiver can name the pair.
+static constexpr uint64_t kSplitSizeExchange = 1ull << 37;
+
+void ProcessGroup::check_split_sizes(const AllToAllLayout& layout, uint64_t sequence) {
+  if (!options_.debug_collectives || size_ == 1) return;
+  const int n = size_;
+  std::vector<int64_t> mine = layout.send_bytes;
+  mine.insert(mine.end(), layout.recv_bytes.begin(), layout.recv_bytes.end());
+  std::vector<int64_t> all(static_cast<size_t>(2 * n * n));  // rank q: its send_bytes, then its recv_bytes
+  exchange(mine.data(), all.data(), mine.size() * sizeof(int64_t), sequence | kSplitSizeExchange);
+  for (int s = 0; s < n; ++s)
+    for (int r = 0; r < n; ++r) {
+      const int64_t sends = all[2 * n * s + r], expects = all[2 * n * r + n + s];
+      if (sends == expects) continue;
+      throw CollectiveMismatch("all_to_all #" + std::to_string(sequence) + " (" + backend_name() + " group of " +
+                               std::to_string(n) + "): rank " + std::to_string(s) + " sends rank " +
+                               std::to_string(r) + " " + std::to_string(sends) + " bytes but rank " +
+                               std::to_string(r) + " expects " + std::to_string(expects) + " (input_splits[" +
+                               std::to_string(r) + "] of rank " + std::to_string(s) + " != output_splits[" +
+                               std::to_string(s) + "] of rank " + std::to_string(r) + ")");
+    }
 }
 
 // ---- point to point ------------------------------------------------------------------------------

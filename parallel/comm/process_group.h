@@ -149,7 +149,8 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   void all_to_all(const Tensor& output, const Tensor& input);
   // Uneven chunks: input_splits[d] rows of input go to rank d, output_splits[s] rows of output come
   // from rank s (each list has size() entries summing to that tensor's dim 0; rows have one shape).
-  // Rank s's input_splits[r] must equal rank r's output_splits[s]: a mismatch fails, naming both.
+  // Rank s's input_splits[r] must equal rank r's output_splits[s]: a mismatch fails, naming both (threads
+  // and mpi: always, on the receiver; every backend, nccl included, in debug mode: on every rank).
   void all_to_all(const Tensor& output, const Tensor& input, const std::vector<int64_t>& output_splits,
                   const std::vector<int64_t>& input_splits);
 
@@ -233,6 +234,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   uint64_t begin_collective(CommOp op, bool blocking);
   void checked_all_to_all(const Tensor& output, const Tensor& input, const std::vector<int64_t>& output_splits,
                           const std::vector<int64_t>& input_splits, bool uneven);
+  void check_split_sizes(const AllToAllLayout& layout, uint64_t sequence);  // debug mode, uneven all_to_all
   void check_fingerprint(Fingerprint fingerprint);  // debug mode: every rank compares all of them
   WorkPtr enqueue(std::function<void()> job);
   void drain_async();  // waits until every queued collective has run

@@ -131,7 +131,8 @@ void NcclProcessGroup::broadcast_raw(void* data, size_t count, DType dtype, int 
 // all_to_all: one ncclSend and one ncclRecv per peer inside ncclGroupStart/End (NCCL has no
 // all-to-all call; grouped point-to-point is how PyTorch and Megatron do it). The ledger counts what
 // moves, as the threads backend's pairwise exchange does. Split sizes that disagree between two ranks
-// are not detected here (NCCL would wait until the timeout): SL_DEBUG_COLLECTIVES=1 compares first.
+// are not detected here (NCCL would wait until the timeout): in debug mode (SL_DEBUG_COLLECTIVES=1)
+// ProcessGroup::check_split_sizes compares them first.
 void NcclProcessGroup::run_all_to_all(const Tensor& output, const Tensor& input, const AllToAllLayout& layout,
                                       uint64_t sequence) {
   check_tensor("all_to_all", output);

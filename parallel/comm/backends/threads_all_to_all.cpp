@@ -23,9 +23,13 @@ void ThreadsProcessGroup::run_all_to_all(const Tensor& output, const Tensor& inp
   const int n = size(), r = rank();
   const auto* in = static_cast<const std::byte*>(input.raw_data());
   auto* out = static_cast<std::byte*>(output.raw_data());
-  SL_CHECK(layout.send_bytes[r] == layout.recv_bytes[r], "all_to_all #", sequence, " on rank ", world_rank(),
-           ": this rank sends itself ", layout.send_bytes[r], " bytes but expects ", layout.recv_bytes[r],
-           " from itself (input_splits[", r, "] != output_splits[", r, "])");
+  // Its own chunk is a disagreement of split sizes like any other: a CollectiveMismatch (as on MPI).
+  if (layout.send_bytes[r] != layout.recv_bytes[r])
+    throw CollectiveMismatch("all_to_all #" + std::to_string(sequence) + " on rank " + std::to_string(world_rank()) +
+                             ": this rank sends itself " + std::to_string(layout.send_bytes[r]) +
+                             " bytes but expects " + std::to_string(layout.recv_bytes[r]) +
+                             " from itself (input_splits[" + std::to_string(r) + "] != output_splits[" +
+                             std::to_string(r) + "])");
   if (layout.send_bytes[r] > 0) std::memcpy(out + layout.recv_offset[r], in + layout.send_offset[r], layout.send_bytes[r]);
   WaitContext why{"all_to_all", sequence, world_rank()};
   const auto deadline = std::chrono::steady_clock::now() + options().timeout;
