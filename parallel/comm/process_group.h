@@ -151,6 +151,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // from rank s (each list has size() entries summing to that tensor's dim 0; rows have one shape).
   // Rank s's input_splits[r] must equal rank r's output_splits[s]: a mismatch fails, naming both (threads
   // and mpi: always, on the receiver; every backend, nccl included, in debug mode: on every rank).
+  // Both forms: output must not overlap input (refused; a rank receives into rows it has not sent yet).
   void all_to_all(const Tensor& output, const Tensor& input, const std::vector<int64_t>& output_splits,
                   const std::vector<int64_t>& input_splits);
 
