@@ -12,15 +12,15 @@
 //   SL_TEST_ON_DEVICE()       at the top of a single-process test: with cuda, skips (saying why) without
 //                             a GPU, else makes cuda:0 the current device for the rest of the test, so
 //                             that every tensor made without a device (models, batches) lands there.
-//   SL_SKIP_UNLESS_TEST_DEVICE_RUNS(world), on_test_device(options)
-//                             for a multi-rank test: with cuda the ranks run over NCCL, rank r on cuda:r,
-//                             so the test skips (saying why) with fewer GPUs than ranks or without NCCL.
-//   Thread ranks cannot share one GPU here: the threads (and MPI) backends move CPU tensors only, and
-//   NCCL takes one rank per GPU. So on a machine with one GPU SL_TEST_DEVICE=cuda runs the single-
-//   process suites and the world-1 cases; the parity suites' worlds of 2 and more need as many GPUs.
-//   Opted in so far: tests/test_gpt.cpp (GPT.*, single process) and tests/test_data_parallel.cpp
-//   (DataParallel.MatchesSerial: DDP against the serial run, on the same device; naive DP skips on
-//   cuda, its scatter and gather pack host buffers). The other suites run on the CPU whatever it says.
+//   SL_SKIP_UNLESS_TEST_DEVICE_RUNS(world), on_test_device(options, world)
+//                             for a multi-rank test. With cuda: as many GPUs as ranks (and NCCL built)
+//                             run rank r on cuda:r over NCCL; fewer run the ranks as threads sharing the
+//                             GPUs (launch's rank_device), their collectives staged through host memory
+//                             (parallel/comm/backends/host_staging.h). Without a GPU the test skips.
+//   Opted in so far: tests/test_gpt.cpp (GPT.*), the DDP cases of tests/test_data_parallel.cpp, and the
+//   parity suites of tensor, context (ring, all-gather, Ulysses, hybrid) and N-D parallelism, and the
+//   pipeline through the Trainer; tests/test_host_staging.cpp. Cases that need the CPU skip on cuda, saying why: naive DP and ZeRO/FSDP (their packing
+//   and optimizer loops run on host memory). The other suites run on the CPU whatever it says.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -60,24 +60,20 @@ inline bool test_on_cuda() {
 // Where a single-process test's tensors go: cuda:0, or the thread's current (CPU) device.
 inline Device test_device() { return test_on_cuda() ? Device::cuda(0) : current_device(); }
 
-// Why SL_TEST_DEVICE cannot run a test of `ranks` ranks here ("" when it can).
-inline std::string test_device_missing(int ranks = 1) {
+// Why SL_TEST_DEVICE cannot run a test here ("" when it can): cuda needs a GPU, whatever the ranks.
+inline std::string test_device_missing(int /*ranks*/ = 1) {
   if (!test_on_cuda()) return "";
   const CudaInfo cuda = cuda_info();
   if (cuda.device_count == 0)
     return "SL_TEST_DEVICE=cuda: no CUDA device" + (cuda.error.empty() ? std::string() : " (" + cuda.error + ")");
-  if (ranks <= 1) return "";
-#ifndef SL_WITH_NCCL
-  return "SL_TEST_DEVICE=cuda: " + std::to_string(ranks) +
-         " ranks run one per GPU over NCCL, and this build has no NCCL";
-#else
-  if (cuda.device_count < ranks)
-    return "SL_TEST_DEVICE=cuda: " + std::to_string(ranks) + " ranks run one per GPU over NCCL (thread ranks cannot " +
-           "share a GPU: the threads backend moves CPU tensors only); " + std::to_string(cuda.device_count) +
-           " visible";
   return "";
-#endif
 }
+
+// A case that runs on host memory only (naive DP, ZeRO/FSDP): why it skips on SL_TEST_DEVICE=cuda.
+#define SL_SKIP_ON_TEST_CUDA(why)                                                 \
+  do {                                                                            \
+    if (::sl::test_on_cuda()) GTEST_SKIP() << "SL_TEST_DEVICE=cuda: " << (why);   \
+  } while (0)
 
 }  // namespace sl
 
@@ -94,9 +90,17 @@ inline std::string test_device_missing(int ranks = 1) {
 
 namespace sl::parallel {
 
-// The launch of a multi-rank test on SL_TEST_DEVICE: cuda runs rank r on cuda:r over NCCL.
-inline LaunchOptions on_test_device(LaunchOptions options) {
-  if (test_on_cuda()) options.backend = Backend::nccl;
+// The launch of a multi-rank test on SL_TEST_DEVICE: with cuda, NCCL (rank r on cuda:r) when every
+// rank has a GPU of its own, else thread ranks sharing the GPUs. Under mpirun the ranks stay on the CPU.
+inline LaunchOptions on_test_device(LaunchOptions options, int world) {
+  if (!test_on_cuda() || under_mpirun()) return options;
+#ifdef SL_WITH_NCCL
+  if (cuda_info().device_count >= world) {
+    options.backend = Backend::nccl;
+    return options;
+  }
+#endif
+  options.rank_device = DeviceKind::CUDA;
   return options;
 }
 

@@ -64,6 +64,7 @@ nn::StateDict copies(const nn::StateDict& state) {
 
 const std::vector<Step>& serial_steps() {
   static const std::vector<Step> steps = [] {
+    const DeviceGuard on_device(test_device());  // SL_TEST_DEVICE=cuda: on cuda:0, as the ranks
     nn::GPT model(config(), kSeed);
     nn::AdamW adamw(model.parameters(), parity_adamw());
     std::vector<Step> out;
@@ -160,6 +161,7 @@ TEST_P(ContextParallelParity, MatchesSerialAfterFiveSteps) {
   const CpCase c = GetParam();
   const int world = c.dp * c.cp;
   SL_SKIP_UNLESS_WORLD(world);
+  SL_SKIP_UNLESS_TEST_DEVICE_RUNS(world);
   const std::vector<Step>& serial = serial_steps();
   std::vector<std::string> failures(world);
   std::vector<std::vector<double>> losses(world, std::vector<double>(kSteps));
@@ -199,7 +201,7 @@ TEST_P(ContextParallelParity, MatchesSerialAfterFiveSteps) {
       adamw.step();
       fail(mismatch(copies(runner.full_state_dict()), serial[s].params, "step " + std::to_string(s) + " parameter"));
     }
-  }, quick(20000));
+  }, on_test_device(quick(20000), world));
   for (int r = 0; r < world; ++r) {
     if (!ran[r]) continue;
     EXPECT_EQ(failures[r], "") << "rank " << r;

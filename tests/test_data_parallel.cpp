@@ -180,16 +180,15 @@ void expect_matches_serial(const LayoutCase& c, const std::vector<StepRecord>& s
           expect_close(values_of(params), serial[s].params, "parameter", ctx.rank, s);
         }
       },
-      on_test_device(quick(20000)));  // SL_TEST_DEVICE=cuda: rank r on cuda:r over NCCL
+      on_test_device(quick(20000), c.world));  // SL_TEST_DEVICE=cuda: on the GPU(s)
 }
 
-// SL_TEST_DEVICE=cuda (tests/parallel_test_util.h): the serial reference on cuda:0, the DDP ranks one
-// per GPU over NCCL; naive DP stays on the CPU (its scatter and gather pack host buffers).
+// SL_TEST_DEVICE=cuda (tests/parallel_test_util.h): the serial reference on cuda:0, the DDP ranks on
+// the GPU(s); naive DP skips (its scatter and gather pack host buffers).
 TEST_P(DataParallel, MatchesSerial) {
   const LayoutCase c = GetParam();
   SL_SKIP_UNLESS_WORLD(c.world);
-  if (test_on_cuda() && c.mode == Mode::naive)
-    GTEST_SKIP() << "SL_TEST_DEVICE=cuda: naive DP packs its scatter and gather in host buffers (CPU ranks only)";
+  if (c.mode == Mode::naive) SL_SKIP_ON_TEST_CUDA("naive DP packs its scatter and gather in host buffers");
   SL_SKIP_UNLESS_TEST_DEVICE_RUNS(c.world);
   const DeviceGuard on_device(test_device());
   expect_matches_serial(c, run_serial(kSteps), adamw_options());

@@ -142,6 +142,9 @@ class NdParallelParity : public testing::TestWithParam<NdCase> {};
 TEST_P(NdParallelParity, MatchesSerialThroughTheTrainer) {
   const NdCase c = GetParam();
   SL_SKIP_UNLESS_WORLD(c.world());
+  if (c.zero > 0) SL_SKIP_ON_TEST_CUDA("ZeRO and FSDP run their optimizer loops on host memory");
+  SL_SKIP_UNLESS_TEST_DEVICE_RUNS(c.world());
+  const DeviceGuard on_device(test_device());  // SL_TEST_DEVICE=cuda: the serial run on cuda:0
   const SerialRun serial = run_serial(c);
   const nn::TokenStream data = masked_tokens();
   const TrainPlan plan = plan_of(c);
@@ -179,7 +182,7 @@ TEST_P(NdParallelParity, MatchesSerialThroughTheTrainer) {
             << "gradient norm on rank " << ctx.rank;
         expect_close(trainer.full_state_dict(), serial.params, "parameter", ctx.rank);
       },
-      quick(30000));
+      on_test_device(quick(30000), c.world()));
 }
 
 std::vector<NdCase> cases() {

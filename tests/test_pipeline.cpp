@@ -479,6 +479,9 @@ class PipelineTrainer : public testing::TestWithParam<int> {};
 TEST_P(PipelineTrainer, TrainerWithPipelineRunnerMatchesSerial) {
   SL_SKIP_UNLESS_WORLD(4);
   const int zero = GetParam(), m = 2;
+  if (zero > 0) SL_SKIP_ON_TEST_CUDA("ZeRO-1's optimizer loops run on host memory");
+  SL_SKIP_UNLESS_TEST_DEVICE_RUNS(4);
+  const DeviceGuard on_device(test_device());  // SL_TEST_DEVICE=cuda: the serial run on cuda:0
   const nn::GPTConfig config = config_with(3);
   const nn::TokenStream data = masked_tokens();
   const int64_t rows = kRowsPerMicro * m * 2;
@@ -503,7 +506,7 @@ TEST_P(PipelineTrainer, TrainerWithPipelineRunnerMatchesSerial) {
     }
     nn::StateDict full = trainer.full_state_dict();
     if (reports(ctx)) params = full;
-  }, quick(20000));
+  }, on_test_device(quick(20000), 4));
   ASSERT_EQ(losses.size(), static_cast<size_t>(kSteps));
   for (int s = 0; s < kSteps; ++s)
     EXPECT_NEAR(losses[s], reference.losses[s], kAtol + kRtol * std::abs(reference.losses[s])) << "step " << s;

@@ -114,9 +114,10 @@ void expect_replicas_bitwise_equal(nn::Module& module, const ProcessGroupPtr& tp
     if (placement.kind == nn::Placement::Kind::sharded) continue;
     Tensor all = Tensor::empty({tp->size(), param.numel()}, TensorOptions(param.dtype(), param.device()));
     tp->all_gather(all, param.detach().reshape({param.numel()}));
-    const char* bytes = static_cast<const char*>(all.data_ptr());
+    const Tensor host_all = all.to(Device::cpu()), host_param = param.detach().to(Device::cpu());  // from a GPU too
+    const char* bytes = static_cast<const char*>(host_all.raw_data());
     for (int r = 0; r < tp->size(); ++r)
-      EXPECT_EQ(std::memcmp(bytes + r * param.nbytes(), param.data_ptr(), static_cast<size_t>(param.nbytes())), 0)
+      EXPECT_EQ(std::memcmp(bytes + r * param.nbytes(), host_param.raw_data(), static_cast<size_t>(param.nbytes())), 0)
           << name << " (" << placement.str() << ") differs between tp rank " << rank << " and tp rank " << r;
   }
 }
@@ -127,6 +128,9 @@ TEST_P(TensorParallelParity, MatchesSerialAfterFiveAdamWSteps) {
   const TPCase c = GetParam();
   const int world = c.tp * c.dp;
   SL_SKIP_UNLESS_WORLD(world);
+  if (c.data_parallel == DataParallel::zero1) SL_SKIP_ON_TEST_CUDA("ZeRO-1's optimizer loops run on host memory");
+  SL_SKIP_UNLESS_TEST_DEVICE_RUNS(world);
+  const DeviceGuard on_device(test_device());  // SL_TEST_DEVICE=cuda: the serial run on cuda:0
   const SerialRun serial = run_serial(c);
   const nn::TokenStream data = masked_tokens(c.config.vocab_size);
   launch(
@@ -185,7 +189,7 @@ TEST_P(TensorParallelParity, MatchesSerialAfterFiveAdamWSteps) {
         expect_close(runner.full_state_dict(), serial.params, "parameter", ctx.rank);
         expect_replicas_bitwise_equal(module, mesh.group("tp"), mesh.tp_rank());
       },
-      quick(20000));
+      on_test_device(quick(20000), world));
 }
 
 // The same layouts through parallel::Trainer (what `train --tp N [--sp]` runs): the runner built by
@@ -194,6 +198,9 @@ TEST_P(TensorParallelParity, MatchesSerialThroughTheTrainer) {
   const TPCase c = GetParam();
   const int world = c.tp * c.dp;
   SL_SKIP_UNLESS_WORLD(world);
+  if (c.data_parallel == DataParallel::zero1) SL_SKIP_ON_TEST_CUDA("ZeRO-1's optimizer loops run on host memory");
+  SL_SKIP_UNLESS_TEST_DEVICE_RUNS(world);
+  const DeviceGuard on_device(test_device());  // SL_TEST_DEVICE=cuda: the serial run on cuda:0
   const SerialRun serial = run_serial(c);
   const nn::TokenStream data = masked_tokens(c.config.vocab_size);
   TrainPlan plan;
@@ -220,7 +227,7 @@ TEST_P(TensorParallelParity, MatchesSerialThroughTheTrainer) {
         expect_close(trainer.full_gradients(), serial.last_grads, "gradient", ctx.rank);
         expect_close(trainer.full_state_dict(), serial.params, "parameter", ctx.rank);
       },
-      quick(20000));
+      on_test_device(quick(20000), world));
 }
 
 nn::GPTConfig gpt(int64_t V, int64_t NH, int64_t C) {

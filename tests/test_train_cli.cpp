@@ -363,30 +363,48 @@ TEST_F(TrainCli, TenStepsOnTheGpuMatchTheCpuRun) {
     EXPECT_NEAR(gpu[step], cpu[step], 1e-4 * std::abs(cpu[step])) << "step " << step;
 }
 
-// --device cuda with ranks puts one rank on each GPU (NCCL): a world larger than the GPUs visible is
-// refused before any rank starts (nothing of the run printed), naming the world and the count; the
-// layouts with host code on their path are usage errors (tests/test_train_options.cpp has them all).
-TEST_F(TrainCli, CudaRanksBeyondTheGpusAreRefusedBeforeAnyRankStarts) {
-  const CudaInfo cuda = cuda_info();
-  const int world = std::max(2, cuda.device_count + 1);  // --dp 1 would be the serial run, no ranks
-  CliRun run = run_train(kTiny + " --steps 1 --dp " + std::to_string(world) + " --device cuda");
-  EXPECT_EQ(run.exit_code, 1) << run.output;
-#ifdef SL_WITH_NCCL
-  const std::string wanted = "train: --device cuda runs one rank per GPU over NCCL: world " + std::to_string(world) +
-                             " needs " + std::to_string(world) + " GPUs, " + std::to_string(cuda.device_count) +
-                             " visible";
-  if (cuda.device_count == 0) {
-    EXPECT_NE(run.output.find("(no CUDA device"), std::string::npos) << run.output;
-  }
-#else
-  const std::string wanted = "train: --device cuda runs one rank per GPU over NCCL, but this build has no NCCL backend";
-#endif
-  EXPECT_NE(run.output.find(wanted), std::string::npos) << run.output;
-  EXPECT_EQ(run.output.find("data parallel:"), std::string::npos) << "a rank started: " << run.output;
-  EXPECT_EQ(run.output.find("train: task"), std::string::npos) << "the data was read first: " << run.output;
+// --device cuda with ranks needs a GPU: without one it is refused before any rank starts (nothing of
+// the run printed); the layouts with host code on their path are usage errors (tests/test_train_options.cpp
+// has them all).
+TEST_F(TrainCli, CudaRanksWithoutAGpuAreRefusedBeforeAnyRankStarts) {
   CliRun zero = run_train(kTiny + " --steps 1 --dp 2 --zero 1 --device cuda");
   EXPECT_EQ(zero.exit_code, 2) << zero.output;
   EXPECT_TRUE(zero.output.starts_with("train: --device cuda: --zero 1 (ZeRO) builds its flat buffers")) << zero.output;
+  if (cuda_info().device_count > 0) GTEST_SKIP() << "a GPU is visible: the no-GPU refusal cannot show here";
+  CliRun run = run_train(kTiny + " --steps 1 --dp 2 --device cuda");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("train: --device cuda: world 2 needs a GPU, and none is visible (no CUDA device"),
+            std::string::npos)
+      << run.output;
+  EXPECT_EQ(run.output.find("data parallel:"), std::string::npos) << "a rank started: " << run.output;
+  EXPECT_EQ(run.output.find("train: task"), std::string::npos) << "the data was read first: " << run.output;
+}
+
+// More ranks than GPUs: thread ranks share them, their collectives staged through the host. World 4
+// (dp 2 x tp 2, pp 2 x cp 2) against the same layouts on CPU thread ranks, ten steps.
+TEST_F(TrainCli, RanksSharingAGpuMatchTheCpuRanks) {
+  const int gpus = cuda_info().device_count;
+  if (gpus == 0) GTEST_SKIP() << "no CUDA device: " << cuda_info().error;
+  if (gpus >= 4) GTEST_SKIP() << gpus << " GPUs: 4 ranks get one each (NCCL), none shares";
+  const std::string tiny =
+      "--n-layer 2 --n-head 2 --n-embd 32 --block-size 16 --batch-size 8 --eval-every 0 --threads 1 --steps 10 "
+      "--seed 7 --warmup-steps 0";
+  for (const std::string layout : {"--dp 2 --tp 2", "--pp 2 --cp 2"}) {
+    std::vector<std::vector<double>> losses;
+    for (const std::string device : {"cpu", "cuda"}) {
+      const std::string log = temp_path(device + "_shared.jsonl");
+      CliRun run = run_train(tiny + " " + layout + " --device " + device + " --log-jsonl " + log);
+      ASSERT_EQ(run.exit_code, 0) << layout << " --device " << device << ":\n" << run.output;
+      if (device == "cuda") {
+        EXPECT_NE(run.output.find("(threads on shared GPUs"), std::string::npos) << run.output;
+      }
+      losses.push_back(logged_losses(log));
+      std::remove(log.c_str());
+      ASSERT_EQ(losses.back().size(), 10u) << layout << " --device " << device << ":\n" << run.output;
+    }
+    for (size_t step = 0; step < losses[0].size(); ++step)
+      EXPECT_NEAR(losses[1][step], losses[0][step], 1e-4 * std::abs(losses[0][step])) << layout << ", step " << step;
+  }
 }
 
 // Ranks on GPUs (one per GPU, NCCL) against the same layout on CPU thread ranks: DDP and the

@@ -107,20 +107,24 @@ TEST(TrainOptions, CudaRefusesTheLayoutsThatRunHostCode) {
 }
 
 // At run time (tools/train.cpp, before any rank starts): one rank per GPU over NCCL.
-TEST(TrainOptions, CudaRanksNeedOneGpuEachAndNccl) {
+TEST(TrainOptions, CudaRanksTakeNcclWhenEveryRankHasAGpuElseShareThem) {
   Options o;
   ASSERT_EQ(usage_error("--dp 4 --device cuda", &o), "");
-  EXPECT_EQ(cuda_ranks_refusal(o, true, 1),
-            "--device cuda runs one rank per GPU over NCCL: world 4 needs 4 GPUs, 1 visible; use --device cpu for "
-            "thread ranks");
+  EXPECT_TRUE(cuda_ranks_over_nccl(o, true, 4));    // ranks 0..3 on cuda:0..3
+  EXPECT_TRUE(cuda_ranks_over_nccl(o, true, 8));
+  EXPECT_FALSE(cuda_ranks_over_nccl(o, true, 1));   // 4 thread ranks share cuda:0
+  EXPECT_FALSE(cuda_ranks_over_nccl(o, false, 8));  // no NCCL: thread ranks on cuda:0..3
+  EXPECT_EQ(cuda_ranks_refusal(o, true, 1), "");
+  EXPECT_EQ(cuda_ranks_refusal(o, false, 8), "");
   EXPECT_EQ(cuda_ranks_refusal(o, true, 0, "no CUDA-capable device is detected"),
-            "--device cuda runs one rank per GPU over NCCL: world 4 needs 4 GPUs, 0 visible (no CUDA device: no "
-            "CUDA-capable device is detected); use --device cpu for thread ranks");
-  EXPECT_EQ(cuda_ranks_refusal(o, true, 4), "");
-  EXPECT_EQ(cuda_ranks_refusal(o, true, 8), "");  // ranks 0..3 on cuda:0..3
-  EXPECT_NE(cuda_ranks_refusal(o, false, 8).find("this build has no NCCL backend"), std::string::npos);
+            "--device cuda: world 4 needs a GPU, and none is visible (no CUDA device: no CUDA-capable device is "
+            "detected); use --device cpu for thread ranks");
+  EXPECT_NE(cuda_ranks_refusal(o, false, 4, "", /*under_mpirun=*/true).find("this build has no NCCL backend"),
+            std::string::npos);
+  EXPECT_EQ(cuda_ranks_refusal(o, true, 4, "", true), "");
   ASSERT_EQ(usage_error("--dp 2 --pp 2 --tp 2 --device cuda", &o), "");
-  EXPECT_NE(cuda_ranks_refusal(o, true, 4).find("world 8 needs 8 GPUs, 4 visible"), std::string::npos);
+  EXPECT_FALSE(cuda_ranks_over_nccl(o, true, 4));  // world 8 on 4 GPUs: shared
+  EXPECT_EQ(cuda_ranks_refusal(o, true, 4), "");
   ASSERT_EQ(usage_error("--device cuda", &o), "");  // serial: no ranks, nothing to check here
   EXPECT_EQ(cuda_ranks_refusal(o, false, 0), "");
   ASSERT_EQ(usage_error("--dp 2", &o), "");  // CPU ranks

@@ -5,11 +5,13 @@
 #
 # 1. Builds what it needs: the library with the CUDA backend (and NCCL, when nccl.h is found), build/bin/train,
 #    the benchmarks gemm, gpt_step and collectives, and a test binary of the GPU suites only
-#    ($BUILD/tests/gpu_tests: the CUDA, NCCL, train-CLI, GPT and data-parallel test files; `make test`'s
+#    ($BUILD/tests/gpu_tests: the CUDA, NCCL, train-CLI, host-staging, GPT and parity test files; `make test`'s
 #    binary is left alone).
 # 2. Runs the CUDA and NCCL tests (a gtest filter over their suites), the train CLI's GPU tests (--device cuda
 #    against the CPU, one rank per GPU against CPU ranks), and with SL_TEST_DEVICE=cuda the suites that
-#    opt in (tests/parallel_test_util.h): the GPT's on cuda:0, DDP against serial over NCCL (one rank per GPU).
+#    opt in (tests/parallel_test_util.h): the GPT's on cuda:0; DDP, TP, CP (ring, all-gather, Ulysses,
+#    hybrid), N-D and the pipeline Trainer against serial, over NCCL when every rank has a GPU, else as
+#    thread ranks sharing the GPUs through host staging (tests/test_host_staging.cpp checks that first).
 # 3. Runs the GPU benchmarks: sl::matmul on cuda:0 (cuBLAS SGEMM) against the best rate cuBLAS reached in the
 #    same run (the measured peak: the engine's matmul IS cuBLAS), the GPT step on cuda:0, and the all-reduce's
 #    bus bandwidth over NCCL (nccl-tests' busbw = algbw x 2(n-1)/n) when there are 2 GPUs or more.
@@ -26,10 +28,12 @@ JOBS=${JOBS:-$(nproc)}
 LOG_DIR=$BUILD/gpu_check
 mkdir -p "$LOG_DIR"
 GPU_TEST_FILES="tests/test_cuda.cpp tests/test_cuda_ops.cpp tests/test_cuda_indexing.cpp tests/test_nccl.cpp \
-tests/test_train_cli.cpp tests/test_train_options.cpp tests/test_gpt.cpp tests/test_data_parallel.cpp"
+tests/test_train_cli.cpp tests/test_train_options.cpp tests/test_gpt.cpp tests/test_data_parallel.cpp \
+tests/test_host_staging.cpp tests/test_tensor_parallel.cpp tests/test_context_parallel_runner.cpp \
+tests/test_nd_parallel.cpp tests/test_pipeline.cpp"
 GPU_TESTS=$BUILD/tests/gpu_tests
-# The CUDA and NCCL suites, and the train CLI's GPU tests (their names say Gpu).
-FILTER='Cuda*:*/Cuda*:Nccl*:*/Nccl*:TrainCli.*Gpu*:TrainCli.Cuda*:TrainOptions.Cuda*'
+# Host staging, the CUDA and NCCL suites, and the train CLI's GPU tests (their names say Gpu).
+FILTER='HostStaging*:Cuda*:*/Cuda*:Nccl*:*/Nccl*:TrainCli.*Gpu*:TrainCli.Cuda*:TrainOptions.Cuda*'
 
 say() { printf '\n=== %s\n' "$*"; }
 failures=0
@@ -88,8 +92,8 @@ run_tests() {  # name, log, then the command
 say "tests (GPUs visible: $gpus)"
 run_tests "CUDA, NCCL and train --device cuda" "$LOG_DIR/tests.log" \
   env SL_TRAIN_BIN="$BUILD/bin/train" "$GPU_TESTS" --gtest_filter="$FILTER"
-run_tests "GPT, DDP parity: SL_TEST_DEVICE=cuda" "$LOG_DIR/tests_device_cuda.log" \
-  env SL_TEST_DEVICE=cuda "$GPU_TESTS" --gtest_filter='GPT.*:Layouts/DataParallel.*'
+run_tests "parity suites: SL_TEST_DEVICE=cuda" "$LOG_DIR/tests_device_cuda.log" \
+  env SL_TEST_DEVICE=cuda "$GPU_TESTS" --gtest_filter='GPT.*:Layouts/DataParallel.*:Layouts/TensorParallelParity.*:Layouts/ContextParallelParity.*:Layouts/NdParallelParity.*:Layouts/PipelineTrainer.*'
 
 if [ "$gpus" -eq 0 ]; then
   say "no GPU"

@@ -16,9 +16,10 @@
 // --micro-batches M accumulates gradients over M backward passes per optimizer step, serial or
 // parallel, with the loss weighted so that the step is the M = 1 step (parallel/train/trainer.h).
 // --report-json PATH writes the run report (parallel/train/run_report.h; under mpirun, rank 0's only).
-// --device cuda with ranks runs rank r on GPU cuda:r over NCCL: DDP, --pp, --tp and --cp; the layouts
-// with host code on their path (ZeRO, FSDP, --naive-dp, --links) are refused (tools/train_options.h),
-// and so is a world larger than the GPUs visible, before any rank starts.
+// --device cuda with ranks runs DDP, --pp, --tp and --cp on GPUs: rank r on cuda:r over NCCL when every
+// rank has a GPU (and NCCL is built), else thread ranks sharing the GPUs (cuda:(r mod GPUs), collectives
+// staged through host memory). The layouts with host code on their path (ZeRO, FSDP, --naive-dp,
+// --links) are refused (tools/train_options.h), and so is --device cuda without a GPU, before any rank starts.
 #include <unistd.h>
 
 #include <chrono>
@@ -357,6 +358,14 @@ parallel::TrainPlan plan_of(const Run& r) {
 // Data parallel: every rank a thread (or an mpirun process) with its rows of each batch. Rank 0
 // logs; at the end rank 0's full weights are returned in `weights` (under mpirun: in rank 0's process
 // only), and the memory and traffic printed.
+constexpr bool nccl_built() {
+#ifdef SL_WITH_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
 std::vector<double> train_parallel(Run& r, nn::StateDict& weights) {
   const Options& o = r.o;
   const int world = static_cast<int>(o.world());
@@ -367,9 +376,16 @@ std::vector<double> train_parallel(Run& r, nn::StateDict& weights) {
   r.parallelism = plan.parallelism;
   parallel::LaunchOptions launch_options;
   launch_options.topology = o.topology;
-  // --device cuda: rank r on GPU cuda:r, over NCCL (under mpirun: one process per GPU, NCCL's MPI bootstrap).
-  if (o.device == "cuda") launch_options.backend = parallel::Backend::nccl;
-  const char* backend = o.device == "cuda" ? "nccl" : parallel::under_mpirun() ? "mpi" : "threads";
+  // --device cuda: rank r on GPU cuda:r over NCCL (under mpirun: one process per GPU, NCCL's MPI bootstrap),
+  // or, with fewer GPUs than ranks or no NCCL, thread ranks sharing the GPUs (tools/train_options.h).
+  const bool over_nccl =
+      o.device == "cuda" && (parallel::under_mpirun() || cuda_ranks_over_nccl(o, nccl_built(), cuda_info().device_count));
+  if (over_nccl) launch_options.backend = parallel::Backend::nccl;
+  else if (o.device == "cuda") launch_options.rank_device = DeviceKind::CUDA;
+  const char* backend = over_nccl                 ? "nccl"
+                        : o.device == "cuda"      ? "threads on shared GPUs, staged through the host"
+                        : parallel::under_mpirun() ? "mpi"
+                                                   : "threads";
   std::printf("%s: %s over %d ranks (%s backend), %lld rows per data-parallel rank\n",
               plan.cuts_model() ? "parallel" : "data parallel", plan.name().c_str(), world, backend,
               (long long)(o.batch_size / o.data_parallel()));
@@ -424,17 +440,13 @@ std::vector<double> train_parallel(Run& r, nn::StateDict& weights) {
   return losses;
 }
 
-// --device cuda with ranks: one rank per GPU over NCCL, checked before anything runs. Under mpirun
-// each process takes its node's GPU local_rank, and the NCCL bootstrap checks that GPU itself.
+// --device cuda with ranks: a GPU at least, checked before anything runs. Under mpirun each process
+// takes its node's GPU local_rank, and the NCCL bootstrap checks that GPU itself.
 void check_cuda_ranks(const Options& o) {
-#ifdef SL_WITH_NCCL
-  const bool nccl_built = true;
-#else
-  const bool nccl_built = false;
-#endif
   const CudaInfo cuda = cuda_info();
-  const int gpus = parallel::under_mpirun() ? static_cast<int>(o.world()) : cuda.device_count;
-  const std::string refusal = cuda_ranks_refusal(o, nccl_built, gpus, cuda.error);
+  const bool mpirun = parallel::under_mpirun();
+  const int gpus = mpirun ? static_cast<int>(o.world()) : cuda.device_count;
+  const std::string refusal = cuda_ranks_refusal(o, nccl_built(), gpus, cuda.error, mpirun);
   if (!refusal.empty()) throw Error(refusal);
 }
 

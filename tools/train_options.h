@@ -348,19 +348,27 @@ inline void check_cuda_layout(const Options& o) {
                      "backend); NCCL's links are real: drop them, or use --device cpu"};
 }
 
-// --device cuda with ranks, at run time (tools/train.cpp, before any rank starts): one rank per GPU
-// over NCCL. `nccl_built`: this build has the NCCL backend; `gpus`: the GPUs this process sees
-// (cuda_info().device_count), `why_none` what CUDA said when it found none. "" when the world fits.
-inline std::string cuda_ranks_refusal(const Options& o, bool nccl_built, int gpus, const std::string& why_none = "") {
+// --device cuda with ranks, at run time (tools/train.cpp, before any rank starts). Every rank with a
+// GPU of its own and NCCL built: rank r on cuda:r over NCCL. Otherwise thread ranks on cuda:(r mod
+// GPUs), sharing them, their collectives staged through host memory (parallel/comm/backends/
+// host_staging.h): the same result, slower. Under mpirun (one process per GPU) NCCL is the only way.
+// `nccl_built`: this build has the NCCL backend; `gpus`: the GPUs this process sees (cuda_info()), or
+// the world under mpirun; `why_none` what CUDA said when it found none.
+inline bool cuda_ranks_over_nccl(const Options& o, bool nccl_built, int gpus) {
+  return nccl_built && gpus >= o.world();
+}
+
+// Why --device cuda's ranks cannot run ("" when they can).
+inline std::string cuda_ranks_refusal(const Options& o, bool nccl_built, int gpus, const std::string& why_none = "",
+                                      bool under_mpirun = false) {
   if (o.device != "cuda" || !o.parallel()) return "";
   const std::string world = std::to_string(o.world());
-  if (!nccl_built)
-    return "--device cuda runs one rank per GPU over NCCL, but this build has no NCCL backend (the Makefile builds "
-           "it with CUDA when nccl.h is found); world " + world + " needs it, or use --device cpu";
-  if (gpus >= o.world()) return "";
-  const std::string none = gpus > 0 ? "" : " (no CUDA device" + (why_none.empty() ? "" : ": " + why_none) + ")";
-  return "--device cuda runs one rank per GPU over NCCL: world " + world + " needs " + world + " GPUs, " +
-         std::to_string(gpus) + " visible" + none + "; use --device cpu for thread ranks";
+  if (under_mpirun && !nccl_built)
+    return "--device cuda under mpirun runs one process per GPU over NCCL, but this build has no NCCL backend (the "
+           "Makefile builds it with CUDA when nccl.h is found); use --device cpu";
+  if (gpus > 0) return "";
+  return "--device cuda: world " + world + " needs a GPU, and none is visible (no CUDA device" +
+         (why_none.empty() ? "" : ": " + why_none) + "); use --device cpu for thread ranks";
 }
 
 // Layout flags that cannot go together, refused before any data is read.

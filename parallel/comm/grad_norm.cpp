@@ -11,7 +11,7 @@ std::function<double(double)> sum_in_rank_order(ProcessGroupPtr group) {
     Tensor all = Tensor::empty({group->size()}, TensorOptions(DType::f64));
     group->all_gather(all, mine);
     double sum = 0;
-    for (double s : all.values<double>()) sum += s;
+    for (double s : all.to_vector()) sum += s;  // to_vector: from a GPU too
     return sum;
   };
 }

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "parallel/comm/backends/threads_backend.h"
+#include "tensor/cuda_info.h"
 #if defined(SL_WITH_MPI)
 #include "parallel/comm/backends/mpi_backend.h"
 #define SL_LAUNCH_MPI
@@ -77,7 +78,7 @@ int mpirun_rank() {
 }
 
 
-// Threads: rank r runs fn on its own thread with cpu:r as its current device.
+// Threads: rank r runs fn on its own thread with cpu:r (or a GPU, rank_device) as its current device.
 //
 // Order matters when fn throws. The rank's context holds the world group, whose destructor joins its
 // async worker, and that worker may be running a queued collective that waits on peers, which may in
@@ -89,9 +90,14 @@ static void launch_threads(int world_size, const RankFunction& fn, const LaunchO
   std::vector<std::exception_ptr> errors(world_size);
   std::vector<std::thread> threads;
   threads.reserve(world_size);
+  const int gpus = options.rank_device == DeviceKind::CUDA ? cuda_info().device_count : 0;
+  SL_CHECK(options.rank_device == DeviceKind::CPU || gpus > 0,
+           "launch: rank_device CUDA asks for thread ranks on GPUs, but none is visible",
+           cuda_info().built ? "" : " (this build has no CUDA backend)");
+  auto device_of = [&](int r) { return gpus > 0 ? Device::cuda(r % gpus) : Device::cpu(r); };
   for (int r = 0; r < world_size; ++r) {
     threads.emplace_back([&, r] {
-      DeviceGuard device(Device::cpu(r));
+      DeviceGuard device(device_of(r));
 #ifdef __linux__
       // Simulated links sleep until a message's arrival: wake within a microsecond, not Linux's
       // default 50 us of timer slack per sleep, which would add up over thousands of ring steps.
@@ -100,7 +106,7 @@ static void launch_threads(int world_size, const RankFunction& fn, const LaunchO
       std::vector<int> everyone(world_size);
       for (int i = 0; i < world_size; ++i) everyone[i] = i;
       // Outlives the catch blocks below: see above.
-      RankContext ctx{r, world_size, Device::cpu(r), nullptr, Backend::threads};
+      RankContext ctx{r, world_size, device_of(r), nullptr, Backend::threads};
       try {
         ctx.world = std::make_shared<ThreadsProcessGroup>(world, everyone, r, /*context=*/1, group_options);
         fn(ctx);
@@ -137,6 +143,9 @@ void launch(int world_size, const RankFunction& fn, const LaunchOptions& options
            options.topology.str(), ") are a threads-backend feature; the ", backend_name(backend),
            " backend's links are real");
   options.topology.check_world(world_size);
+  SL_CHECK(options.rank_device == DeviceKind::CPU || backend == Backend::threads, "launch: rank_device CUDA is a ",
+           "threads-backend setting (thread ranks sharing GPUs); the ", backend_name(backend), " backend ",
+           backend == Backend::nccl ? "puts rank r on cuda:r itself" : "moves CPU tensors");
   switch (backend) {
     case Backend::threads:
       launch_threads(world_size, fn, options);

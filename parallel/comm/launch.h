@@ -7,7 +7,7 @@
 //   });
 //
 // Threads backend (the default): one thread per rank in this process. Each thread's current device
-// is cpu:rank (so the memory ledger measures each rank apart), and its grad mode and RNG state are its
+// is cpu:rank (so the memory ledger measures each rank apart; rank_device = CUDA: a GPU, shared), and its grad mode and RNG state are its
 // own (they are thread-local). If a rank throws, the world is aborted: every rank blocked in a
 // collective or recv raises sl::RemoteError naming it; launch() joins every thread and rethrows the
 // first error (the original exception of the rank that failed first).
@@ -23,6 +23,7 @@
 #include "parallel/comm/errors.h"
 #include "parallel/comm/process_group.h"
 #include "parallel/comm/topology.h"
+#include "tensor/device.h"
 
 namespace sl::parallel {
 
@@ -38,6 +39,10 @@ struct LaunchOptions {
   // Threads backend only: charge every message the links of this cluster (topology.h); each group's
   // ledger counts the charged time (CommLedger::link_seconds). Off by default.
   Topology topology{};
+  // Threads backend only: where each rank thread computes. CPU: rank r on cpu:r. CUDA: rank r on
+  // cuda:(r mod the GPUs visible), so several ranks may share one GPU; the collectives stage their
+  // tensors through host memory (backends/host_staging.h). NCCL always runs rank r on cuda:r.
+  DeviceKind rank_device = DeviceKind::CPU;
 
   static std::chrono::milliseconds default_timeout();
   static bool debug_from_environment();
@@ -46,7 +51,7 @@ struct LaunchOptions {
 struct RankContext {
   int rank = 0;
   int world_size = 1;
-  Device device;         // cpu:rank (threads, mpi) or cuda:rank (nccl)
+  Device device;         // cpu:rank (threads, mpi), cuda:rank (nccl), or cuda:(rank mod GPUs) (threads on CUDA)
   ProcessGroupPtr world; // every rank
   Backend backend = Backend::threads;
 };

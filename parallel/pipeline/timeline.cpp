@@ -158,7 +158,7 @@ Timeline gather_timeline(const std::vector<TimelineEvent>& mine, ProcessGroup& g
   Tensor count = full({1}, static_cast<double>(mine.size()), TensorOptions(DType::f64));
   Tensor counts = Tensor::empty({n}, TensorOptions(DType::f64));
   group.all_gather(counts, count);
-  const std::vector<double> sizes = counts.values<double>();
+  const std::vector<double> sizes = counts.to_vector();  // from a GPU too
   const int64_t longest = static_cast<int64_t>(*std::max_element(sizes.begin(), sizes.end()));
   std::vector<double> rows(static_cast<size_t>(std::max<int64_t>(longest, 1) * kFields), 0.0);
   for (size_t i = 0; i < mine.size(); ++i) {

@@ -16,10 +16,8 @@
 
 namespace sl::parallel {
 
-void ThreadsProcessGroup::run_all_to_all(const Tensor& output, const Tensor& input, const AllToAllLayout& layout,
+void ThreadsProcessGroup::all_to_all_on_host(const Tensor& output, const Tensor& input, const AllToAllLayout& layout,
                                          uint64_t sequence) {
-  check_cpu("all_to_all", output);
-  check_cpu("all_to_all", input);
   const int n = size(), r = rank();
   const auto* in = static_cast<const std::byte*>(input.raw_data());
   auto* out = static_cast<std::byte*>(output.raw_data());

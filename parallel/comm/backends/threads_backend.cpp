@@ -34,11 +34,6 @@ ThreadsProcessGroup::ThreadsProcessGroup(std::shared_ptr<ThreadWorld> world, std
 
 ThreadsProcessGroup::~ThreadsProcessGroup() { shutdown_worker(); }
 
-void ThreadsProcessGroup::check_cpu(const char* op, const Tensor& tensor) const {
-  SL_CHECK(tensor.device().is_cpu(), op, ": the threads backend moves CPU tensors, got one on ", tensor.device(),
-           " (use the nccl backend for CUDA tensors)");
-}
-
 void ThreadsProcessGroup::ring_step(const Step& step) {
   const int to = step.to >= 0 ? members_[step.to] : right(), from = step.from >= 0 ? members_[step.from] : left();
   ThreadWorld::Envelope out{context_, step.tag, world_rank(), step.send_data, step.send_bytes};
@@ -85,8 +80,7 @@ int mod(int a, int n) { return ((a % n) + n) % n; }
 // copies it in the all-gather half, instead of coming back from DRAM. Same bytes, same ledger.
 static constexpr int64_t kSegmentChunkBytes = int64_t{1} << 20;
 
-void ThreadsProcessGroup::run_all_reduce(const Tensor& tensor, ReduceOp op, uint64_t sequence) {
-  check_cpu("all_reduce", tensor);
+void ThreadsProcessGroup::all_reduce_on_host(const Tensor& tensor, ReduceOp op, uint64_t sequence) {
   const int n = size(), r = rank();
   if (n == 1) return;  // sum, avg, max and min of one value
   const int64_t es = static_cast<int64_t>(dtype_size(tensor.dtype()));
@@ -134,9 +128,7 @@ void ThreadsProcessGroup::ring_all_gather_bytes(void* output, int64_t bytes_per_
   }
 }
 
-void ThreadsProcessGroup::run_all_gather(const Tensor& output, const Tensor& input, uint64_t sequence) {
-  check_cpu("all_gather", output);
-  check_cpu("all_gather", input);
+void ThreadsProcessGroup::all_gather_on_host(const Tensor& output, const Tensor& input, uint64_t sequence) {
   const int64_t chunk = input.nbytes();
   auto* out = static_cast<std::byte*>(output.raw_data());
   if (chunk > 0) std::memcpy(out + rank() * chunk, input.raw_data(), chunk);
@@ -152,10 +144,8 @@ void ThreadsProcessGroup::exchange(const void* mine, void* out, size_t bytes, ui
                         {"fingerprint exchange", sequence, world_rank()}, Clock::now() + options().timeout);
 }
 
-void ThreadsProcessGroup::run_reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op,
+void ThreadsProcessGroup::reduce_scatter_on_host(const Tensor& output, const Tensor& input, ReduceOp op,
                                              uint64_t sequence) {
-  check_cpu("reduce_scatter", output);
-  check_cpu("reduce_scatter", input);
   const int n = size(), r = rank();
   const int64_t chunk = output.nbytes();
   const auto* in = static_cast<const std::byte*>(input.raw_data());
@@ -181,8 +171,7 @@ void ThreadsProcessGroup::run_reduce_scatter(const Tensor& output, const Tensor&
   if (op == ReduceOp::avg) scale_buffer(output.dtype(), out, output.numel(), 1.0 / n);
 }
 
-void ThreadsProcessGroup::run_broadcast(const Tensor& tensor, int root, uint64_t sequence) {
-  check_cpu("broadcast", tensor);
+void ThreadsProcessGroup::broadcast_on_host(const Tensor& tensor, int root, uint64_t sequence) {
   const int n = size();
   if (n == 1) return;
   // A chain from the root: position 0 is the root, position n-1 the last rank. Segments pipeline

@@ -18,6 +18,9 @@
 //   Waits end when the message arrives, when the world is aborted (a rank threw: RemoteError), when
 //   the peer waited for has already returned from its function (it skipped a collective:
 //   CollectiveMismatch), or when the group's timeout passes (TimeoutError). Nothing waits forever.
+//
+//   The bytes must be host memory: a CUDA tensor goes through a host copy (host_staging.h,
+//   threads_staging.cpp), so that thread ranks can share a GPU. NCCL moves GPU memory directly.
 #pragma once
 #include <condition_variable>
 #include <cstdint>
@@ -147,7 +150,7 @@ class ThreadsProcessGroup : public ProcessGroup {
   void run_broadcast(const Tensor& tensor, int root, uint64_t sequence) override;
   void run_barrier(uint64_t sequence) override;
   void run_all_to_all(const Tensor& output, const Tensor& input, const AllToAllLayout& layout,
-                      uint64_t sequence) override;  // threads_all_to_all.cpp
+                      uint64_t sequence) override;
   WorkPtr run_isend(const Tensor& tensor, int dst, int tag) override;
   WorkPtr run_irecv(const Tensor& tensor, int src, int tag) override;
   void exchange(const void* mine, void* out, size_t bytes, uint64_t sequence) override;
@@ -174,7 +177,16 @@ class ThreadsProcessGroup : public ProcessGroup {
   void ring_step(const Step& step);
   void ring_all_gather_bytes(void* output, int64_t bytes_per_rank, uint64_t tag_base, const WaitContext& why,
                              std::chrono::steady_clock::time_point deadline);
-  void check_cpu(const char* op, const Tensor& tensor) const;
+  // The collectives on host memory. The run_* overrides (threads_staging.cpp) stage a CUDA tensor
+  // through a host copy and call these; a CPU tensor passes through as it is.
+  void all_reduce_on_host(const Tensor& tensor, ReduceOp op, uint64_t sequence);
+  void all_gather_on_host(const Tensor& output, const Tensor& input, uint64_t sequence);
+  void reduce_scatter_on_host(const Tensor& output, const Tensor& input, ReduceOp op, uint64_t sequence);
+  void broadcast_on_host(const Tensor& tensor, int root, uint64_t sequence);
+  void all_to_all_on_host(const Tensor& output, const Tensor& input, const AllToAllLayout& layout,
+                          uint64_t sequence);  // threads_all_to_all.cpp
+  WorkPtr isend_on_host(const Tensor& tensor, int dst, int tag);  // threads_p2p.cpp
+  WorkPtr irecv_on_host(const Tensor& tensor, int src, int tag);
   int world_rank() const { return members_[rank()]; }
   int left() const { return members_[(rank() + size() - 1) % size()]; }
   int right() const { return members_[(rank() + 1) % size()]; }

@@ -207,8 +207,7 @@ void PendingReceives::progress() {
       if (!receive->try_receive()) break;
 }
 
-WorkPtr ThreadsProcessGroup::run_isend(const Tensor& tensor, int dst, int tag) {
-  check_cpu("send", tensor);
+WorkPtr ThreadsProcessGroup::isend_on_host(const Tensor& tensor, int dst, int tag) {
   auto work = std::make_shared<ThreadsSendWork>(world_, pending_receives_, tensor, global_rank(dst),
                                                 WaitContext{"send", static_cast<uint64_t>(tag), world_rank()},
                                                 options().timeout);
@@ -221,8 +220,7 @@ WorkPtr ThreadsProcessGroup::run_isend(const Tensor& tensor, int dst, int tag) {
   return work;
 }
 
-WorkPtr ThreadsProcessGroup::run_irecv(const Tensor& tensor, int src, int tag) {
-  check_cpu("recv", tensor);
+WorkPtr ThreadsProcessGroup::irecv_on_host(const Tensor& tensor, int src, int tag) {
   // The ledger learns the bytes once they arrived; the group outlives the Work in every normal use,
   // but hold it to be safe.
   auto self = shared_from_this();
