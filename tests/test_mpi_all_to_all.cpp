@@ -6,27 +6,12 @@
 #include <chrono>
 
 #include "tests/all_to_all_test_util.h"
+#include "tests/mpi_test_util.h"
 
 namespace sl::parallel {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-#ifdef SL_WITH_MPI
-#define SKIP_UNLESS_UNDER_MPIRUN() \
-  if (!under_mpirun())             \
-  GTEST_SKIP() << "MPI tests need one process per rank: run tools/mpi_tests.sh build/tests/shardlab_tests"
-#else
-#define SKIP_UNLESS_UNDER_MPIRUN() GTEST_SKIP() << "built without MPI (make MPI=1 with OpenMPI installed)"
-#endif
-
-LaunchOptions mpi_options(int timeout_ms = 20000, bool debug = false) {
-  LaunchOptions options;
-  options.backend = Backend::mpi;
-  options.timeout = std::chrono::milliseconds(timeout_ms);
-  options.debug_collectives = debug;
-  return options;
-}
 
 // Equal chunks of 2 rows for rows of several shapes and dtypes: exact values, and the ledger counts
 // what left the rank, (n-1)/n of the input, as measured bytes (not the ring model of the other collectives).
@@ -106,7 +91,7 @@ TEST(MpiAllToAll, SplitSizesThatDisagreeAreNamedOnEveryRank) {
             Tensor output = zeros(stacked(sum_of(receives), Shape({3})));
             ctx.world->all_to_all(output, input_of(ctx.rank, sends, Shape({3}), DType::f32), receives, sends);
           },
-          mpi_options(20000, debug));
+          mpi_options(std::chrono::milliseconds(20000), debug));
     } catch (const CollectiveMismatch& e) {
       type = "mismatch", message = e.what();
     } catch (const RemoteError& e) {

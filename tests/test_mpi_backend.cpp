@@ -11,6 +11,7 @@
 #include "parallel/comm/errors.h"
 #include "parallel/comm/launch.h"
 #include "tensor/ops.h"
+#include "tests/mpi_test_util.h"
 #include "tests/test_util.h"
 
 namespace sl::parallel {
@@ -18,23 +19,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
-
-// Skips the test unless this process is one rank of an mpirun job, in a build with MPI.
-#ifdef SL_WITH_MPI
-#define SKIP_UNLESS_UNDER_MPIRUN() \
-  if (!under_mpirun())             \
-  GTEST_SKIP() << "MPI tests need one process per rank: run tools/mpi_tests.sh build/tests/shardlab_tests"
-#else
-#define SKIP_UNLESS_UNDER_MPIRUN() GTEST_SKIP() << "built without MPI (make MPI=1 with OpenMPI installed)"
-#endif
-
-LaunchOptions mpi_options(milliseconds timeout = milliseconds(20000), bool debug = false) {
-  LaunchOptions options;
-  options.backend = Backend::mpi;
-  options.timeout = timeout;
-  options.debug_collectives = debug;
-  return options;
-}
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
