@@ -92,7 +92,7 @@ namespace sl::parallel {
 
 // The launch of a multi-rank test on SL_TEST_DEVICE: with cuda, NCCL (rank r on cuda:r) when every
 // rank has a GPU of its own, else thread ranks sharing the GPUs. Under mpirun the ranks stay on the CPU.
-inline LaunchOptions on_test_device(LaunchOptions options, int world) {
+inline LaunchOptions on_test_device(LaunchOptions options, [[maybe_unused]] int world) {
   if (!test_on_cuda() || under_mpirun()) return options;
 #ifdef SL_WITH_NCCL
   if (cuda_info().device_count >= world) {
