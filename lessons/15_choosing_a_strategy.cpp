@@ -143,10 +143,15 @@ static Topology links(int gpus_per_node, Link intra, Link inter = {}) {
   return t;
 }
 
-// This machine's FLOP/s on one core (section 2 measures it); W rank threads share its cores.
-static double machine_flops = 0;
+// This CPU against a GPU (section 2 measures it): its FLOP/s on one core (W rank threads share its
+// cores; 0 before it is measured, and then no prediction is made), and the factor the GPU's links
+// are scaled by.
+struct Machine {
+  double flops = 0;
+  double link_scale = 1;
+};
 
-static double predicted_ms(const TrainPlan& plan, const Topology& topology) {
+static double predicted_ms(const TrainPlan& plan, const Topology& topology, double machine_flops) {
   const int world = plan.parallelism.world_size(), cores = std::max(1u, std::thread::hardware_concurrency());
   planner::Cluster c;
   c.topology = topology.enabled() ? topology : links(1, {});
@@ -159,10 +164,10 @@ static double predicted_ms(const TrainPlan& plan, const Topology& topology) {
 // The faster of two runs, each timed by its fastest step: 2 cores shared by up to 4 rank threads (and
 // whatever else runs) make any one step's compute noisy, and noise only ever adds time; the links'
 // charges, which are sleeps, are not noisy.
-static Measured run(const TrainPlan& plan, const Topology& topology) {
+static Measured run(const TrainPlan& plan, const Topology& topology, const Machine& machine) {
   Measured a = run_once(plan, topology), b = run_once(plan, topology);
   Measured& best = a.step_ms <= b.step_ms ? a : b;
-  if (machine_flops > 0) best.predicted_ms = predicted_ms(plan, topology);
+  if (machine.flops > 0) best.predicted_ms = predicted_ms(plan, topology, machine.flops);
   return best;
 }
 
@@ -191,7 +196,7 @@ static double cpu_flops() {
   const double tokens_per_step = static_cast<double>(kBatch * kT);
   const double attention = 12.0 * kConfig.n_layer * kT * kConfig.n_embd;  // QK^T and AV, forward and backward
   const double flops = (6.0 * params + attention) * tokens_per_step;
-  const Measured serial = run(plan_of({}), {});
+  const Measured serial = run(plan_of({}), {}, Machine{});
   return flops / (serial.step_ms * 1e-3);
 }
 
@@ -200,17 +205,18 @@ static Link scaled(double gpu_bytes_per_s, double latency_s, double scale) {
 }
 
 // ---- 3. DP against DDP, with and without NVLink --------------------------------------------------------
-static void dp_against_ddp(double scale, lesson::BarChart& chart) {
+static void dp_against_ddp(const Machine& machine, lesson::BarChart& chart) {
   section("3. the seeds' benchmark: DP against DDP, with and without NVLink (2 GPUs in one box)");
   // TITAN RTX: 16.3 TFLOP/s f32. NV2 NVLink: 2 links of 25 GB/s each way. Without it
   // (NCCL_P2P_DISABLE=1) every byte goes through the host over PCIe 3.0 x16: about 10 GB/s.
+  const double scale = machine.link_scale;
   Topology nvlink = links(2, scaled(50e9, 2e-6, scale));
   Topology no_nvlink = links(2, scaled(10e9, 10e-6, scale));
   std::printf("  scaled by %.2e: NVLink %.1f MB/s, PCIe through the host %.1f MB/s on this machine\n", scale,
               nvlink.intra.bytes_per_s / 1e6, no_nvlink.intra.bytes_per_s / 1e6);
   const ParallelismConfig two{.dp_replicate = 2};
-  const Measured dp = run(plan_of(two, DpStrategy::naive), nvlink), ddp = run(plan_of(two), nvlink),
-                 ddp_slow = run(plan_of(two), no_nvlink);
+  const Measured dp = run(plan_of(two, DpStrategy::naive), nvlink, machine), ddp = run(plan_of(two), nvlink, machine),
+                 ddp_slow = run(plan_of(two), no_nvlink, machine);
   print_row("DP (naive), NVLink", dp, chart);
   print_row("DDP, NVLink", ddp, chart);
   print_row("DDP, no NVLink", ddp_slow, chart);
@@ -229,13 +235,14 @@ static void dp_against_ddp(double scale, lesson::BarChart& chart) {
 // dp 2 x tp 2 on 2 nodes of 2. The mesh puts tp innermost: ranks {0,1} and {2,3} are tp pairs. The
 // default placement (ranks fill nodes in order) keeps each pair on one node and sends DP's gradients
 // between the nodes; placement=0,1,0,1 does the opposite.
-static std::pair<Measured, Measured> tp_inside_or_across(double scale, lesson::BarChart& chart) {
+static std::pair<Measured, Measured> tp_inside_or_across(const Machine& machine, lesson::BarChart& chart) {
   section("4. TP inside a node against TP across two nodes (dp 2 x tp 2, 2 nodes of 2, NVLink and InfiniBand)");
+  const double scale = machine.link_scale;
   Topology inside = links(2, scaled(300e9, 1e-6, scale), scaled(25e9, 5e-6, scale));
   Topology across = inside;
   across.placement = {0, 1, 0, 1};
   const TrainPlan plan = plan_of({.dp_replicate = 2, .tp = 2});
-  const Measured a = run(plan, inside), b = run(plan, across);
+  const Measured a = run(plan, inside, machine), b = run(plan, across, machine);
   print_row("tp pairs inside a node, dp across", a, chart);
   print_row("tp pairs across nodes, dp inside", b, chart);
   const double btc = kBatch / 2.0 * kT * kConfig.n_embd * 4;  // one rank's activations [B/dp, T, C], f32
@@ -254,7 +261,7 @@ static std::pair<Measured, Measured> tp_inside_or_across(double scale, lesson::B
 // One GPU per node, so every byte crosses the inter-node link: PP 2 (4 micro-batches, 1F1B), ZeRO-3
 // over 2, TP 2. The seeds: "With very fast inter-node connectivity all three should be mostly on
 // par; without, PP will be faster than TP or ZeRO."
-static std::vector<double> pp_zero_tp(double scale, double slow_bytes_per_s, lesson::BarChart& chart) {  // slow link's ms
+static std::vector<double> pp_zero_tp(const Machine& machine, double slow_bytes_per_s, lesson::BarChart& chart) {  // slow link's ms
   section("5. the seeds' case 2: PP, ZeRO-3 and TP over 2 nodes, on a fast and on a slow link");
   const std::vector<std::pair<const char*, TrainPlan>> layouts = {
       {"PP 2 (1F1B, 4 micro-batches)", plan_of({.pp = 2}, DpStrategy::ddp, 4)},
@@ -264,10 +271,10 @@ static std::vector<double> pp_zero_tp(double scale, double slow_bytes_per_s, les
   char slow_label[64];
   std::snprintf(slow_label, sizeof slow_label, "Ethernet-class, %g GB/s", slow_bytes_per_s / 1e9);
   for (const auto& [label, link] : {std::pair<const char*, double>{"NVSwitch-class, 300 GB/s", 300e9}, {slow_label, slow_bytes_per_s}}) {
-    Topology t = links(1, {}, scaled(link, 5e-6, scale));
+    Topology t = links(1, {}, scaled(link, 5e-6, machine.link_scale));
     std::printf("  between the nodes: %s (%.1f MB/s here)\n", label, t.inter.bytes_per_s / 1e6);
     for (const auto& [name, plan] : layouts) {
-      const Measured m = run(plan, t);
+      const Measured m = run(plan, t, machine);
       print_row((std::string(name) + (link > 1e10 ? ", fast" : ", slow")).c_str(), m, chart);
       (link > 1e10 ? fast_ms : slow_ms).push_back(m.step_ms);
       if (link < 1e10) slow_predicted.push_back(m.predicted_ms);
@@ -283,7 +290,7 @@ static std::vector<double> pp_zero_tp(double scale, double slow_bytes_per_s, les
                                                std::to_string(spread(fast_ms)) + "x the fastest's time, against " +
                                                std::to_string(spread(slow_ms)) + "x on the slow link");
   // Why not on par: TP's messages each pay the link's latency, and this model computes little between them.
-  const Topology fast = links(1, {}, scaled(300e9, 5e-6, scale));
+  const Topology fast = links(1, {}, scaled(300e9, 5e-6, machine.link_scale));
   const int tp_messages = 4 * static_cast<int>(kConfig.n_layer) * 2;  // 4 all-reduces per layer, 2 ring steps each
   std::printf(
       "  Not on par here, though: TP 2 sends at least %d messages a step (4 all-reduces per layer of 2 ring steps),\n"
@@ -406,10 +413,9 @@ int main(int argc, char** argv) {
   the_guide_as_rankings();
   section("2. this machine against a GPU: the scale for the links");
   const double flops = cpu_flops();
-  machine_flops = flops;
   // The links keep their GPU-world ratio to compute: scaled by this CPU's FLOP/s over the GPU's.
   const double right_scale = flops / (cfg.utilisation * cfg.gpu_tflops * 1e12);
-  const double scale = cfg.unscaled ? 1.0 : right_scale;
+  const Machine machine{flops, cfg.unscaled ? 1.0 : right_scale};
   std::printf(
       "  the serial step computes at %.2f GFLOP/s; a GPU at %.0f%% of its %.1f TFLOP/s (f32): links scale by %.2e\n"
       "  (bandwidths times it, latencies divided by it)\n",
@@ -418,9 +424,9 @@ int main(int argc, char** argv) {
     std::printf("  --break-unscaled: the links run at scale 1, %.0fx too fast for this CPU's compute: every message is free\n",
                 1 / right_scale);
   lesson::BarChart chart("ms per step, measured (red: the planner's prediction)", "ms");
-  dp_against_ddp(scale, chart);
-  const auto [inside, across] = tp_inside_or_across(scale, chart);
-  const std::vector<double> slow = pp_zero_tp(scale, cfg.slow_link_gbs * 1e9, chart);
+  dp_against_ddp(machine, chart);
+  const auto [inside, across] = tp_inside_or_across(machine, chart);
+  const std::vector<double> slow = pp_zero_tp(machine, cfg.slow_link_gbs * 1e9, chart);
   lesson::write_picture(cfg.svg_dir, "step_times.svg", chart.svg());
   section("6. lesson 14's rules of thumb, in milliseconds instead of bytes");
   std::printf(
