@@ -11,9 +11,11 @@
 #include "autograd/gradcheck.h"
 #include "autograd/grad_mode.h"
 #include "exercises/grader.h"
+#include "exercises/grader_values.h"
 #include "tensor/ops.h"
 
 using namespace sl;
+using exercises::all_close;
 using exercises::expect;
 
 namespace exercise01 {
@@ -48,13 +50,6 @@ static std::vector<double> reference_backward(const Tensor& x, const Tensor& gra
   leaf.set_requires_grad(true);
   sl::gelu(leaf).backward(grad_y);
   return leaf.grad().to_vector();
-}
-
-static bool close(const std::vector<double>& a, const std::vector<double>& b, double tol) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (!(std::abs(a[i] - b[i]) <= tol * (1 + std::abs(b[i])))) return false;
-  return true;
 }
 
 static std::string show(double v) {
@@ -92,7 +87,7 @@ static std::string diagnose_backward(const Tensor& x, const std::vector<double>&
   for (const auto& [slip, message] : slips) {
     std::vector<double> want;
     for (double v : xs) want.push_back(derivative_variant(v, slip));
-    if (close(got, want, 1e-9)) return message;
+    if (all_close(got, want, 1e-9, 1e-9)) return message;
   }
   return "";
 }
@@ -113,9 +108,9 @@ int main() {
     const std::vector<double> got = y.to_vector(), want = sl::gelu(x64).to_vector();
     std::vector<double> erf_form;
     for (double v : xs) erf_form.push_back(0.5 * v * (1 + std::erf(v / std::sqrt(2.0))));
-    expect(!close(got, erf_form, 1e-12) || close(got, want, 1e-12),
+    expect(!all_close(got, erf_form, 1e-12, 1e-12) || all_close(got, want, 1e-12, 1e-12),
            "you computed the erf form of GELU; GPT-2 (and this exercise) uses the tanh approximation");
-    expect(close(got, want, 1e-12), "forward differs from sl::gelu " + first_difference(x64, got, want));
+    expect(all_close(got, want, 1e-12, 1e-12), "forward differs from sl::gelu " + first_difference(x64, got, want));
     const Tensor y32 = impl::gelu_forward(x64.to(DType::f32));
     expect(y32.dtype() == DType::f32, "gelu_forward of an f32 input must stay f32");
   });
@@ -125,7 +120,7 @@ int main() {
     const Tensor g = impl::gelu_backward(x64, ones);
     expect(g.defined() && g.shape() == x64.shape(), "gelu_backward must return a Tensor of x's shape");
     const std::vector<double> got = g.to_vector(), want = reference_backward(x64, ones);
-    if (!close(got, want, 1e-9)) {
+    if (!all_close(got, want, 1e-9, 1e-9)) {
       const std::string slip = diagnose_backward(x64, got);
       expect(false, slip.empty() ? "dy/dx differs from the library's " + first_difference(x64, got, want) : slip);
     }
@@ -138,9 +133,10 @@ int main() {
     const std::vector<double> got = impl::gelu_backward(x64, grad_y).to_vector();
     const std::vector<double> want = reference_backward(x64, grad_y);
     const std::vector<double> with_ones = reference_backward(x64, full(x64.shape(), 1.0, DType::f64));
-    expect(!close(got, with_ones, 1e-9),
+    expect(!all_close(got, with_ones, 1e-9, 1e-9),
            "your gradient ignores grad_y: backward must return grad_y * dy/dx, the gradient of the loss, not dy/dx");
-    expect(close(got, want, 1e-9), "grad_y * dy/dx differs from the library's " + first_difference(x64, got, want));
+    expect(all_close(got, want, 1e-9, 1e-9),
+           "grad_y * dy/dx differs from the library's " + first_difference(x64, got, want));
   });
 
   grader.check("gradcheck: the Function's backward against finite differences (f64)", [&] {
@@ -159,7 +155,7 @@ int main() {
       expect(std::isfinite(y[i]) && std::isfinite(g[i]),
              "NaN or inf at x = " + std::to_string(big.to_vector()[i]) +
                  " in f32: compute tanh with sl::tanh, not from exp (exp(2u) overflows)");
-    expect(close(y, {0, 0, 20, 50}, 1e-6) && close(g, {0, 0, 1, 1}, 1e-6),
+    expect(all_close(y, {0, 0, 20, 50}, 1e-6, 1e-6) && all_close(g, {0, 0, 1, 1}, 1e-6, 1e-6),
            "at x = -50, -20, 20, 50 expected y = 0, 0, 20, 50 and dy/dx = 0, 0, 1, 1");
   });
 

@@ -3,17 +3,18 @@
 // At worlds 2 to 5 (thread ranks, parallel/comm/launch.h): exact values on integers against the library's
 // own reduce_scatter / all_gather, close values on randn, and the bytes each rank sent, from its group's
 // ledger, against the ring's (n-1)/n · S. With -DSL_SOLUTION the library's collectives stand in.
-#include <chrono>
-#include <cmath>
 #include <string>
 #include <vector>
 
 #include "exercises/grader.h"
+#include "exercises/grader_ranks.h"
+#include "exercises/grader_values.h"
 #include "parallel/comm/launch.h"
 #include "tensor/ops.h"
 
 using namespace sl;
 using namespace sl::parallel;
+using exercises::all_close;
 using exercises::expect;
 
 namespace exercise02 {
@@ -57,45 +58,29 @@ static Tensor input_of(int rank, int64_t numel, bool integers) {
 static Outcome run(int n, bool reduce_scatter, bool integers) {
   Outcome out{std::vector<std::vector<double>>(n), std::vector<std::vector<double>>(n), std::vector<int64_t>(n),
               std::vector<int64_t>(n)};
-  LaunchOptions options;
-  options.backend = Backend::threads;
-  options.timeout = std::chrono::seconds(4);  // a deadlock ends as a TimeoutError: 9 checks x 4 s < `timeout 60`
-  try {
-    launch(n, [&](RankContext& ctx) {
-      const int r = ctx.rank;
-      const Tensor input = input_of(r, reduce_scatter ? n * kChunk : kChunk, integers);
-      const Tensor output = zeros({reduce_scatter ? kChunk : n * kChunk});
-      const Tensor reference = zeros(output.shape());
-      ctx.world->ledger().reset();
-      if (reduce_scatter)
-        impl::ring_reduce_scatter(*ctx.world, output, input);
-      else
-        impl::ring_all_gather(*ctx.world, output, input);
-      const CommLedger& ledger = ctx.world->ledger();
-      out.bytes_sent[r] = ledger.total().bytes_sent;
-      out.library_calls[r] = ledger[CommOp::reduce_scatter].calls + ledger[CommOp::all_gather].calls +
-                             ledger[CommOp::all_reduce].calls + ledger[CommOp::broadcast].calls;
-      if (reduce_scatter)
-        ctx.world->reduce_scatter(reference, input);
-      else
-        ctx.world->all_gather(reference, input);
-      out.got[r] = output.to_vector();
-      out.want[r] = reference.to_vector();
-    }, options);
-  } catch (const TimeoutError& e) {
-    throw exercises::CheckFailed(std::string("a rank waited 4 s for a message that never came (a deadlock?): every rank must "
-                                             "isend before it recv's, and the tags of a step must match. ") + e.what());
-  } catch (const RemoteError& e) {
-    throw exercises::CheckFailed(std::string("a rank failed: ") + e.what());
-  }
+  exercises::run_ranks(n, [&](RankContext& ctx) {
+    const int r = ctx.rank;
+    const Tensor input = input_of(r, reduce_scatter ? n * kChunk : kChunk, integers);
+    const Tensor output = zeros({reduce_scatter ? kChunk : n * kChunk});
+    const Tensor reference = zeros(output.shape());
+    ctx.world->ledger().reset();
+    if (reduce_scatter)
+      impl::ring_reduce_scatter(*ctx.world, output, input);
+    else
+      impl::ring_all_gather(*ctx.world, output, input);
+    const CommLedger& ledger = ctx.world->ledger();
+    out.bytes_sent[r] = ledger.total().bytes_sent;
+    out.library_calls[r] = ledger[CommOp::reduce_scatter].calls + ledger[CommOp::all_gather].calls +
+                           ledger[CommOp::all_reduce].calls + ledger[CommOp::broadcast].calls;
+    if (reduce_scatter)
+      ctx.world->reduce_scatter(reference, input);
+    else
+      ctx.world->all_gather(reference, input);
+    out.got[r] = output.to_vector();
+    out.want[r] = reference.to_vector();
+  }, "a rank waited 4 s for a message that never came (a deadlock?): every rank must "
+      "isend before it recv's, and the tags of a step must match. ");
   return out;
-}
-
-static bool equal(const std::vector<double>& a, const std::vector<double>& b, double tol = 0) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (!(std::abs(a[i] - b[i]) <= tol * (1 + std::abs(b[i])))) return false;
-  return true;
 }
 
 // The sum over ranks of chunk j of the integer inputs (what rank j should hold after reduce-scatter).
@@ -111,18 +96,20 @@ static std::string diagnose_reduce_scatter(int n, int r, const std::vector<doubl
   const std::string who = "world " + std::to_string(n) + ", rank " + std::to_string(r);
   std::vector<double> average = chunk_sum(n, r), own(kChunk);
   for (double& v : average) v /= n;
-  if (equal(got, average, 1e-6)) return who + " holds the average of its chunk: this reduce-scatter sums (ReduceOp::sum)";
+  if (all_close(got, average, 1e-6, 1e-6))
+    return who + " holds the average of its chunk: this reduce-scatter sums (ReduceOp::sum)";
   for (int j = 0; j < n; ++j)
-    if (j != r && equal(got, chunk_sum(n, j)))
+    if (j != r && all_close(got, chunk_sum(n, j), 0, 0))
       return who + " holds the finished sum of chunk " + std::to_string(j) + " instead of chunk " + std::to_string(r) +
              ": shift your ring indices (off by " + std::to_string((j - r + n) % n) + ")";
   for (int64_t i = 0; i < kChunk; ++i) own[i] = (r + 1) * 1000 + r * kChunk + i;
-  if (equal(got, own)) return who + " holds only its own data of chunk " + std::to_string(r) + ": nothing was added";
+  if (all_close(got, own, 0, 0))
+    return who + " holds only its own data of chunk " + std::to_string(r) + ": nothing was added";
   for (int m = 1; m < n; ++m) {  // a sum of fewer ranks' data: too few steps?
     std::vector<double> partial(kChunk, 0.0);
     for (int k = 0; k < m; ++k)
       for (int64_t i = 0; i < kChunk; ++i) partial[i] += (((r - k) % n + n) % n + 1) * 1000 + r * kChunk + i;
-    if (equal(got, partial))
+    if (all_close(got, partial, 0, 0))
       return who + " holds the sum of " + std::to_string(m) + " ranks' data, not " + std::to_string(n) +
              ": the ring needs n-1 steps, each adding one more rank";
   }
@@ -134,7 +121,7 @@ static std::string diagnose_all_gather(int n, int r, const std::vector<double>& 
   const std::string who = "world " + std::to_string(n) + ", rank " + std::to_string(r);
   for (int j = 0; j < n; ++j) {
     std::vector<double> slot(got.begin() + j * kChunk, got.begin() + (j + 1) * kChunk);
-    if (equal(slot, std::vector<double>(kChunk, 0.0)))
+    if (all_close(slot, std::vector<double>(kChunk, 0.0), 0, 0))
       return who + ": slot " + std::to_string(j) + " is still zero: it never arrived (n-1 steps, each passing one slot on)";
     const int from = static_cast<int>(slot[0]) / 1000 - 1;
     if (from != j)
@@ -166,7 +153,7 @@ int main() {
     grader.check("ring_reduce_scatter, world " + std::to_string(n) + ": exact sums (integers) and (n-1)/n·S bytes sent", [n] {
       const Outcome out = run(n, /*reduce_scatter=*/true, /*integers=*/true);
       for (int r = 0; r < n; ++r)
-        if (!equal(out.got[r], out.want[r])) expect(false, diagnose_reduce_scatter(n, r, out.got[r]));
+        if (!all_close(out.got[r], out.want[r], 0, 0)) expect(false, diagnose_reduce_scatter(n, r, out.got[r]));
       expect_ring_bytes(n, out, "ring_reduce_scatter");
     });
   }
@@ -174,14 +161,16 @@ int main() {
     grader.check("ring_all_gather, world " + std::to_string(n) + ": every slot exact and (n-1)/n·S bytes sent", [n] {
       const Outcome out = run(n, /*reduce_scatter=*/false, /*integers=*/true);
       for (int r = 0; r < n; ++r)
-        if (!equal(out.got[r], out.want[r])) expect(false, diagnose_all_gather(n, r, out.got[r]));
+        if (!all_close(out.got[r], out.want[r], 0, 0)) expect(false, diagnose_all_gather(n, r, out.got[r]));
       expect_ring_bytes(n, out, "ring_all_gather");
     });
   }
   grader.check("ring_reduce_scatter, world 4, randn: within f32 rounding of the library's", [] {
     const Outcome out = run(4, true, false);
     for (int r = 0; r < 4; ++r)
-      expect(equal(out.got[r], out.want[r], 1e-5), "rank " + std::to_string(r) + " differs from the library's reduce_scatter on randn inputs by more than rounding");
+      expect(all_close(out.got[r], out.want[r], 1e-5, 1e-5),
+             "rank " + std::to_string(r) +
+                 " differs from the library's reduce_scatter on randn inputs by more than rounding");
   });
   return grader.finish();
 }

@@ -7,13 +7,13 @@
 // own hook, registered after the student's, reads the ledger's all-reduce calls at every gradient);
 // and the ledger's all-reduce bytes must be 2(N-1)/N · 4Ψ. With -DSL_SOLUTION the library's
 // DistributedDataParallel (parallel/data_parallel/ddp.h) stands in.
-#include <chrono>
-#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "exercises/grader.h"
+#include "exercises/grader_ranks.h"
+#include "exercises/grader_values.h"
 #include "nn/layers.h"
 #include "parallel/comm/flatten.h"
 #include "parallel/comm/launch.h"
@@ -21,7 +21,9 @@
 
 using namespace sl;
 using namespace sl::parallel;
+using exercises::all_close;
 using exercises::expect;
+using exercises::scaled;
 
 namespace exercise03 {
 std::vector<std::vector<int>> plan_buckets(const std::vector<int64_t>& bytes_per_param, int64_t bucket_bytes);
@@ -119,47 +121,31 @@ struct RankRun {
 // Two backwards at world n (model.zero_grad() between them), each rank on its B/n rows.
 static std::vector<RankRun> run(int n, int64_t bucket_bytes) {
   std::vector<RankRun> runs(n);
-  LaunchOptions options;
-  options.backend = Backend::threads;
-  options.timeout = std::chrono::seconds(4);
-  try {
-    launch(n, [&](RankContext& ctx) {
-      const int r = ctx.rank;
-      Mlp model(7 + r);  // different weights: rank 0's must reach every rank
-      std::shared_ptr<void> hooks = impl::attach_ddp_hooks(model, ctx.world, bucket_bytes);
-      const std::vector<Tensor> params = model.parameters();
-      RankRun& mine = runs[r];
-      for (int i = 0; i < static_cast<int>(params.size()); ++i)
-        params[i].register_post_accumulate_grad_hook([&mine, &ctx, i](Tensor&) {
-          mine.arrivals.back().push_back({i, ctx.world->ledger()[CommOp::all_reduce].calls});
-        });
-      const int64_t rows = kBatch / n;
-      for (int step = 0; step < 2; ++step) {
-        auto [x, y] = batch(step);
-        model.zero_grad();
-        ctx.world->ledger().reset();
-        mine.arrivals.emplace_back();
-        model.loss(x.flat_view(r * rows * kIn, Shape({rows, kIn})), y.flat_view(r * rows * kOut, Shape({rows, kOut})))
-            .backward();
-        mine.grads.push_back(flat_grads(params));
-        mine.calls.push_back(ctx.world->ledger()[CommOp::all_reduce].calls);
-        mine.bytes_sent.push_back(ctx.world->ledger()[CommOp::all_reduce].bytes_sent);
-      }
-    }, options);
-  } catch (const TimeoutError& e) {
-    throw exercises::CheckFailed(std::string("a rank waited 4 s for a collective that never came: do all ranks launch "
-                                             "the same buckets in the same order, and wait for each? ") + e.what());
-  } catch (const RemoteError& e) {
-    throw exercises::CheckFailed(std::string("a rank failed: ") + e.what());
-  }
+  exercises::run_ranks(n, [&](RankContext& ctx) {
+    const int r = ctx.rank;
+    Mlp model(7 + r);  // different weights: rank 0's must reach every rank
+    std::shared_ptr<void> hooks = impl::attach_ddp_hooks(model, ctx.world, bucket_bytes);
+    const std::vector<Tensor> params = model.parameters();
+    RankRun& mine = runs[r];
+    for (int i = 0; i < static_cast<int>(params.size()); ++i)
+      params[i].register_post_accumulate_grad_hook([&mine, &ctx, i](Tensor&) {
+        mine.arrivals.back().push_back({i, ctx.world->ledger()[CommOp::all_reduce].calls});
+      });
+    const int64_t rows = kBatch / n;
+    for (int step = 0; step < 2; ++step) {
+      auto [x, y] = batch(step);
+      model.zero_grad();
+      ctx.world->ledger().reset();
+      mine.arrivals.emplace_back();
+      model.loss(x.flat_view(r * rows * kIn, Shape({rows, kIn})), y.flat_view(r * rows * kOut, Shape({rows, kOut})))
+          .backward();
+      mine.grads.push_back(flat_grads(params));
+      mine.calls.push_back(ctx.world->ledger()[CommOp::all_reduce].calls);
+      mine.bytes_sent.push_back(ctx.world->ledger()[CommOp::all_reduce].bytes_sent);
+    }
+  }, "a rank waited 4 s for a collective that never came: do all ranks launch "
+      "the same buckets in the same order, and wait for each? ");
   return runs;
-}
-
-static bool close(const std::vector<double>& a, const std::vector<double>& b, double scale = 1) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (!(std::abs(a[i] - scale * b[i]) <= 1e-5 + 1e-4 * std::abs(scale * b[i]))) return false;
-  return true;
 }
 
 // Says in words what is wrong with rank r's gradient of step `step`.
@@ -167,9 +153,12 @@ static std::string diagnose_gradient(int n, int r, int step, const std::vector<d
                                      const std::vector<double>& want) {
   const std::string who = "world " + std::to_string(n) + ", rank " + std::to_string(r) + ", backward " +
                           std::to_string(step + 1) + ": ";
-  if (close(got, want, n)) return who + "the gradient is N x the serial one: divide the all-reduced sum by N";
-  if (close(got, want, 1.0 / n)) return who + "the gradient is 1/N of the serial one: did you divide twice?";
-  if (step == 1 && close(got, want, 2)) return who + "twice the serial gradient: did the bucket keep the last backward's sum?";
+  if (all_close(got, scaled(want, n), 1e-5, 1e-4))
+    return who + "the gradient is N x the serial one: divide the all-reduced sum by N";
+  if (all_close(got, scaled(want, 1.0 / n), 1e-5, 1e-4))
+    return who + "the gradient is 1/N of the serial one: did you divide twice?";
+  if (step == 1 && all_close(got, scaled(want, 2), 1e-5, 1e-4))
+    return who + "twice the serial gradient: did the bucket keep the last backward's sum?";
   return who + "the gradient differs from the serial whole-batch one (first element " +
          std::to_string(got.empty() ? 0.0 : got[0]) + ", expected " + std::to_string(want[0]) +
          "): every rank's share must be all-reduced (a bucket never launched or copied in the wrong place?)";
@@ -179,7 +168,8 @@ static void expect_serial_gradients(int n, const std::vector<RankRun>& runs) {
   for (int step = 0; step < 2; ++step) {
     const std::vector<double> want = serial_gradient(step);
     for (int r = 0; r < n; ++r)
-      if (!close(runs[r].grads[step], want)) expect(false, diagnose_gradient(n, r, step, runs[r].grads[step], want));
+      if (!all_close(runs[r].grads[step], want, 1e-5, 1e-4))
+        expect(false, diagnose_gradient(n, r, step, runs[r].grads[step], want));
   }
 }
 

@@ -8,14 +8,14 @@
 // state each rank holds (its memory ledger's "optimizer" bytes) against 8·S, S = ceil(Ψ/N), and its
 // group's ledger against reduce-scatter + all-gather = 2(N-1)/N · 4P. With -DSL_SOLUTION the
 // library's ZeroAdamW stage 1 (parallel/zero/zero_adamw.h, one bucket) stands in.
-#include <chrono>
-#include <cmath>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "exercises/grader.h"
+#include "exercises/grader_ranks.h"
+#include "exercises/grader_values.h"
 #include "nn/layers.h"
 #include "nn/optim.h"
 #include "parallel/comm/launch.h"
@@ -24,6 +24,8 @@
 
 using namespace sl;
 using namespace sl::parallel;
+using exercises::all_close;
+using exercises::close;
 using exercises::expect;
 
 namespace exercise04 {
@@ -114,48 +116,32 @@ struct RankRun {
 
 static std::vector<RankRun> run(int n) {
   std::vector<RankRun> runs(n);
-  LaunchOptions launch_options;
-  launch_options.backend = Backend::threads;
-  launch_options.timeout = std::chrono::seconds(4);
-  try {
-    launch(n, [&](RankContext& ctx) {
-      const int r = ctx.rank;
-      MemoryLedger& memory = MemoryLedger::instance();
-      const int64_t optimizer_before = memory.current(ctx.device, MemoryCategory::optimizer);
-      Mlp model;
-      std::function<void()> step = impl::make_zero1_optimizer(ctx.world, model.parameters(), options());
-      const int64_t rows = kBatch / n, first = r * rows, count = (r == n - 1 ? kBatch - first : rows);
-      for (int s = 0; s < kSteps; ++s) {
-        auto [x, y] = batch(s);
-        model.zero_grad();
-        model.loss(x.flat_view(first * kIn, Shape({count, kIn})), y.flat_view(first * kOut, Shape({count, kOut})))
-            .backward();
-        ctx.world->ledger().reset();
-        step();
-        const CommLedger& ledger = ctx.world->ledger();
-        runs[r].scatter_gather_bytes.push_back(ledger[CommOp::reduce_scatter].bytes_sent +
-                                               ledger[CommOp::all_gather].bytes_sent);
-        runs[r].all_reduce_calls.push_back(ledger[CommOp::all_reduce].calls);
-      }
-      runs[r].weights = flat_weights(model.parameters());
-      runs[r].optimizer_bytes = memory.current(ctx.device, MemoryCategory::optimizer) - optimizer_before;
-    }, launch_options);
-  } catch (const TimeoutError& e) {
-    throw exercises::CheckFailed(std::string("a rank waited 4 s for a collective: does every rank call the same "
-                                             "collectives with the same sizes? ") + e.what());
-  } catch (const RemoteError& e) {
-    throw exercises::CheckFailed(std::string("a rank failed: ") + e.what());
-  }
+  exercises::run_ranks(n, [&](RankContext& ctx) {
+    const int r = ctx.rank;
+    MemoryLedger& memory = MemoryLedger::instance();
+    const int64_t optimizer_before = memory.current(ctx.device, MemoryCategory::optimizer);
+    Mlp model;
+    std::function<void()> step = impl::make_zero1_optimizer(ctx.world, model.parameters(), options());
+    const int64_t rows = kBatch / n, first = r * rows, count = (r == n - 1 ? kBatch - first : rows);
+    for (int s = 0; s < kSteps; ++s) {
+      auto [x, y] = batch(s);
+      model.zero_grad();
+      model.loss(x.flat_view(first * kIn, Shape({count, kIn})), y.flat_view(first * kOut, Shape({count, kOut})))
+          .backward();
+      ctx.world->ledger().reset();
+      step();
+      const CommLedger& ledger = ctx.world->ledger();
+      runs[r].scatter_gather_bytes.push_back(ledger[CommOp::reduce_scatter].bytes_sent +
+                                             ledger[CommOp::all_gather].bytes_sent);
+      runs[r].all_reduce_calls.push_back(ledger[CommOp::all_reduce].calls);
+    }
+    runs[r].weights = flat_weights(model.parameters());
+    runs[r].optimizer_bytes = memory.current(ctx.device, MemoryCategory::optimizer) - optimizer_before;
+  }, "a rank waited 4 s for a collective: does every rank call the same "
+      "collectives with the same sizes? ");
   return runs;
 }
 
-static bool close(double a, double b) { return std::abs(a - b) <= 1e-5 + 1e-4 * std::abs(b); }
-static bool close(const std::vector<double>& a, const std::vector<double>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (!close(a[i], b[i])) return false;
-  return true;
-}
 
 // Says in words how rank r's weights after kSteps differ from the serial AdamW's.
 static std::string diagnose(int n, int r, const std::vector<double>& got, const std::vector<double>& want) {
@@ -164,15 +150,15 @@ static std::string diagnose(int n, int r, const std::vector<double>& got, const 
   if (got.size() != want.size()) return who + "the model has a different number of weights";
   nn::AdamWOptions no_decay = options();
   no_decay.weight_decay = 0;
-  if (close(got, serial_weights(no_decay)))
+  if (all_close(got, serial_weights(no_decay), 1e-5, 1e-4))
     return who + "the weights are serial AdamW's WITHOUT weight decay: make the step with decay = (dim >= 2)";
-  if (close(got, serial_weights(options(), n)))
+  if (all_close(got, serial_weights(options(), n), 1e-5, 1e-4))
     return who + "the weights are those of a gradient N x the mean: average the reduce-scattered sum (times 1/N)";
   const int64_t psi = static_cast<int64_t>(want.size()), S = (psi + n - 1) / n;
   std::vector<int> wrong_in_shard(n, 0);
   int64_t first_wrong = -1;
   for (int64_t i = 0; i < psi; ++i)
-    if (!close(got[i], want[i])) ++wrong_in_shard[i / S], first_wrong = first_wrong < 0 ? i : first_wrong;
+    if (!close(got[i], want[i], 1e-5, 1e-4)) ++wrong_in_shard[i / S], first_wrong = first_wrong < 0 ? i : first_wrong;
   std::string shards;
   for (int k = 0; k < n; ++k)
     if (wrong_in_shard[k] > 0) shards += (shards.empty() ? "" : ", ") + std::to_string(k);
@@ -180,7 +166,7 @@ static std::string diagnose(int n, int r, const std::vector<double>& got, const 
   int64_t begin = 0;
   for (const Tensor& p : Mlp().parameters()) {
     for (int64_t i = begin; i < begin + p.numel(); ++i)
-      if (!close(got[i], want[i]) && p.dim() >= 2) only_biases = false;
+      if (!close(got[i], want[i], 1e-5, 1e-4) && p.dim() >= 2) only_biases = false;
     begin += p.numel();
   }
   if (only_biases)
@@ -195,7 +181,7 @@ static std::string diagnose(int n, int r, const std::vector<double>& got, const 
 static void expect_serial_weights(int n, const std::vector<RankRun>& runs) {
   const std::vector<double> want = serial_weights(options());
   for (int r = 0; r < n; ++r)
-    if (!close(runs[r].weights, want)) expect(false, diagnose(n, r, runs[r].weights, want));
+    if (!all_close(runs[r].weights, want, 1e-5, 1e-4)) expect(false, diagnose(n, r, runs[r].weights, want));
 }
 
 static int64_t psi() { return Mlp().num_parameters(); }

@@ -9,7 +9,6 @@
 // buckets and one parameter's gradient at once, and only the shard after backward. With -DSL_SOLUTION
 // the library's ZeroReducer (parallel/zero/zero_reducer.h) over a FlatParams stands in.
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <functional>
 #include <memory>
@@ -17,6 +16,8 @@
 #include <vector>
 
 #include "exercises/grader.h"
+#include "exercises/grader_ranks.h"
+#include "exercises/grader_values.h"
 #include "nn/layers.h"
 #include "parallel/comm/launch.h"
 #include "parallel/zero/zero_adamw.h"
@@ -25,7 +26,9 @@
 
 using namespace sl;
 using namespace sl::parallel;
+using exercises::all_close;
 using exercises::expect;
+using exercises::scaled;
 
 namespace exercise05 {
 std::function<Tensor()> attach_zero2_hooks(std::vector<Tensor> params, ProcessGroupPtr group, int64_t bucket_bytes);
@@ -142,54 +145,38 @@ struct RankRun {
 
 static std::vector<RankRun> run(int n, int64_t bucket_bytes) {
   std::vector<RankRun> runs(n);
-  LaunchOptions options;
-  options.backend = Backend::threads;
-  options.timeout = std::chrono::seconds(4);
-  try {
-    launch(n, [&](RankContext& ctx) {
-      const int r = ctx.rank;
-      RankRun& mine = runs[r];
-      MemoryLedger& memory = MemoryLedger::instance();
-      DeepMlp model;
-      const std::vector<Tensor> params = model.parameters();
-      std::function<Tensor()> shard_of = impl::attach_zero2_hooks(params, ctx.world, bucket_bytes);
-      for (int i = 0; i < static_cast<int>(params.size()); ++i)
-        params[i].register_post_accumulate_grad_hook([&mine, &ctx, i](Tensor&) {
-          mine.arrivals.back().push_back({i, ctx.world->ledger()[CommOp::reduce_scatter].calls});
-        });
-      const int64_t rows = kBatch / n;
-      for (int step = 0; step < 2; ++step) {
-        auto [x, y] = batch(step);
-        model.zero_grad();
-        ctx.world->ledger().reset();
-        mine.arrivals.emplace_back();
-        const int64_t before = memory.current(ctx.device, MemoryCategory::grads);  // the shard
-        memory.reset_peak(ctx.device);
-        model.loss(x.flat_view(r * rows * kWidth, Shape({rows, kWidth})), y.flat_view(r * rows * kWidth, Shape({rows, kWidth})))
-            .backward();
-        mine.peak_grads.push_back(memory.peak(ctx.device, MemoryCategory::grads) - before);
-        mine.held_after.push_back(memory.current(ctx.device, MemoryCategory::grads) - before);
-        const CommLedger& ledger = ctx.world->ledger();
-        mine.rs_calls.push_back(ledger[CommOp::reduce_scatter].calls);
-        mine.rs_bytes.push_back(ledger[CommOp::reduce_scatter].bytes_sent);
-        mine.other_calls.push_back(ledger[CommOp::all_reduce].calls + ledger[CommOp::all_gather].calls);
-        mine.shards.push_back(shard_of().to_vector());
-      }
-    }, options);
-  } catch (const TimeoutError& e) {
-    throw exercises::CheckFailed(std::string("a rank waited 4 s for a collective: do all ranks reduce the same buckets "
-                                             "in the same order, with the same sizes? ") + e.what());
-  } catch (const RemoteError& e) {
-    throw exercises::CheckFailed(std::string("a rank failed: ") + e.what());
-  }
+  exercises::run_ranks(n, [&](RankContext& ctx) {
+    const int r = ctx.rank;
+    RankRun& mine = runs[r];
+    MemoryLedger& memory = MemoryLedger::instance();
+    DeepMlp model;
+    const std::vector<Tensor> params = model.parameters();
+    std::function<Tensor()> shard_of = impl::attach_zero2_hooks(params, ctx.world, bucket_bytes);
+    for (int i = 0; i < static_cast<int>(params.size()); ++i)
+      params[i].register_post_accumulate_grad_hook([&mine, &ctx, i](Tensor&) {
+        mine.arrivals.back().push_back({i, ctx.world->ledger()[CommOp::reduce_scatter].calls});
+      });
+    const int64_t rows = kBatch / n;
+    for (int step = 0; step < 2; ++step) {
+      auto [x, y] = batch(step);
+      model.zero_grad();
+      ctx.world->ledger().reset();
+      mine.arrivals.emplace_back();
+      const int64_t before = memory.current(ctx.device, MemoryCategory::grads);  // the shard
+      memory.reset_peak(ctx.device);
+      model.loss(x.flat_view(r * rows * kWidth, Shape({rows, kWidth})), y.flat_view(r * rows * kWidth, Shape({rows, kWidth})))
+          .backward();
+      mine.peak_grads.push_back(memory.peak(ctx.device, MemoryCategory::grads) - before);
+      mine.held_after.push_back(memory.current(ctx.device, MemoryCategory::grads) - before);
+      const CommLedger& ledger = ctx.world->ledger();
+      mine.rs_calls.push_back(ledger[CommOp::reduce_scatter].calls);
+      mine.rs_bytes.push_back(ledger[CommOp::reduce_scatter].bytes_sent);
+      mine.other_calls.push_back(ledger[CommOp::all_reduce].calls + ledger[CommOp::all_gather].calls);
+      mine.shards.push_back(shard_of().to_vector());
+    }
+  }, "a rank waited 4 s for a collective: do all ranks reduce the same buckets "
+      "in the same order, with the same sizes? ");
   return runs;
-}
-
-static bool close(const std::vector<double>& a, const std::vector<double>& b, double scale = 1) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (!(std::abs(a[i] - scale * b[i]) <= 1e-6 + 1e-4 * std::abs(scale * b[i]))) return false;
-  return true;
 }
 
 // Says in words what is wrong with rank r's shard after backward `step`.
@@ -200,14 +187,14 @@ static std::string diagnose_shard(int n, int r, int step, int64_t bucket_bytes, 
   if (got.size() != want.size())
     return who + "the shard has " + std::to_string(got.size()) + " elements, expected S = Σ padded_b / N = " +
            std::to_string(want.size());
-  if (close(got, want, n)) return who + "the shard is N x the mean gradient's: reduce with ReduceOp::avg (or divide by N)";
+  if (all_close(got, scaled(want, n), 1e-6, 1e-4)) return who + "the shard is N x the mean gradient's: reduce with ReduceOp::avg (or divide by N)";
   for (int k = 0; k < n; ++k)
-    if (k != r && close(got, expected_shard(step, n, k, bucket_bytes)))
+    if (k != r && all_close(got, expected_shard(step, n, k, bucket_bytes), 1e-6, 1e-4))
       return who + "the shard holds rank " + std::to_string(k) + "'s chunks: rank r keeps chunk r of every bucket";
   if (step == 1) {
     std::vector<double> both = expected_shard(0, n, r, bucket_bytes), second = want;
     for (size_t i = 0; i < both.size(); ++i) both[i] += second[i];
-    if (close(got, both)) return who + "the shard holds both backwards' sum: zero it when a backward's first gradient arrives";
+    if (all_close(got, both, 1e-6, 1e-4)) return who + "the shard holds both backwards' sum: zero it when a backward's first gradient arrives";
   }
   int64_t wrong = 0, first = -1;
   for (size_t i = 0; i < got.size(); ++i)
@@ -220,7 +207,7 @@ static std::string diagnose_shard(int n, int r, int step, int64_t bucket_bytes, 
 static void expect_shards(int n, int64_t bucket_bytes, const std::vector<RankRun>& runs) {
   for (int step = 0; step < 2; ++step)
     for (int r = 0; r < n; ++r)
-      if (!close(runs[r].shards[step], expected_shard(step, n, r, bucket_bytes)))
+      if (!all_close(runs[r].shards[step], expected_shard(step, n, r, bucket_bytes), 1e-6, 1e-4))
         expect(false, diagnose_shard(n, r, step, bucket_bytes, runs[r].shards[step]));
 }
 

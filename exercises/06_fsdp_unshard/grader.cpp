@@ -6,9 +6,9 @@
 // from the MemoryLedger of the rank's device. With -DSL_SOLUTION the library's FsdpUnit
 // (parallel/zero/fsdp_unit.h) runs the unit behind an adapter.
 #include "exercises/grader.h"
+#include "exercises/grader_ranks.h"
+#include "exercises/grader_values.h"
 
-#include <chrono>
-#include <cmath>
 #include <string>
 #include <vector>
 
@@ -21,6 +21,7 @@
 using namespace sl;
 using namespace sl::parallel;
 using exercise06::FsdpLinear;
+using exercises::all_close;
 using exercises::expect;
 
 namespace exercise06 {
@@ -82,27 +83,12 @@ static void train_step(ProcessGroup& group, FsdpLinear& unit, int rank, int step
   impl::reshard(unit);
 }
 
-static void run_ranks(int n, const std::function<void(RankContext&)>& body) {
-  LaunchOptions options;
-  options.backend = Backend::threads;
-  options.timeout = std::chrono::seconds(4);
-  try {
-    launch(n, body, options);
-  } catch (const TimeoutError& e) {
-    throw exercises::CheckFailed(std::string("a rank waited 4 s in a collective its peers never joined: every rank "
-                                             "must call the same collectives in the same order. ") +
-                                 e.what());
-  } catch (const RemoteError& e) {
-    throw exercises::CheckFailed(std::string("a rank failed: ") + e.what());
-  }
+// exercises::run_ranks (thread ranks, 4 s), with what a deadlock here likely is.
+static void run_ranks(int n, const RankFunction& body) {
+  exercises::run_ranks(n, body, "a rank waited 4 s in a collective its peers never joined: every rank "
+                                "must call the same collectives in the same order. ");
 }
 
-static bool close(const std::vector<double>& a, const std::vector<double>& b, double tol = 1e-5) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (!(std::abs(a[i] - b[i]) <= tol * (1 + std::abs(b[i])))) return false;
-  return true;
-}
 static std::vector<double> slice(const std::vector<double>& flat, int r, int64_t S) {
   return {flat.begin() + r * S, flat.begin() + (r + 1) * S};
 }
@@ -114,14 +100,14 @@ static std::string diagnose_grad(int n, int r, const std::vector<double>& got, c
   std::vector<double> summed = slice(want.grads, r, S);
   for (double& v : summed) v *= n;
   if (got.size() != static_cast<size_t>(S)) return who + "has " + std::to_string(got.size()) + " elements, not S";
-  if (close(got, std::vector<double>(S, 0.0), 0))
+  if (all_close(got, std::vector<double>(S, 0.0), 0, 0))
     return who + "is still zero: add the reduced chunk into unit.grad_shard";
-  if (close(got, summed))
+  if (all_close(got, summed, 1e-5, 1e-5))
     return who + "is " + std::to_string(n) + "x the serial one: reduce with ReduceOp::avg, not sum";
-  if (close(got, slice(want.local[r], r, S)))
+  if (all_close(got, slice(want.local[r], r, S), 1e-5, 1e-5))
     return who + "is its own batch's gradient alone: reduce-scatter the full gradients over the ranks";
   for (int j = 0; j < n; ++j)
-    if (j != r && close(got, slice(want.grads, j, S)))
+    if (j != r && all_close(got, slice(want.grads, j, S), 1e-5, 1e-5))
       return who + "holds chunk " + std::to_string(j) + " of the gradient: rank r keeps elements [r·S, (r+1)·S)";
   return who + "differs from the serial gradient sliced at [" + std::to_string(r * S) + ", " +
          std::to_string((r + 1) * S) + "): pack weight.grad then bias.grad, in the flat order, zeros after";
@@ -138,10 +124,10 @@ static void expect_grad_shards(int n, int steps) {
   });
   const int64_t S = shard_numel(n);
   for (int r = 0; r < n; ++r) {
-    if (close(got[r], slice(want.grads, r, S))) continue;
+    if (all_close(got[r], slice(want.grads, r, S), 1e-5, 1e-5)) continue;
     if (steps > 1) {
       const Serial last = serial(n, 1, steps - 1);  // the last backward alone
-      expect(!close(got[r], slice(last.grads, r, S)),
+      expect(!all_close(got[r], slice(last.grads, r, S), 1e-5, 1e-5),
              "after 2 backwards rank " + std::to_string(r) +
                  "'s grad_shard holds one backward's gradient: add into "
                  "grad_shard (accumulate over micro-batches), do not overwrite it");
@@ -159,13 +145,13 @@ static void check_unshard_values() {
     expect(unit.weight.defined() && unit.bias.defined(), "unshard left unit.weight or unit.bias undefined");
     expect(unit.weight.shape() == Shape({kOut, kIn}) && unit.bias.shape() == Shape({kOut}),
            "unit.weight should be [out, in] = [3, 5] and unit.bias [out] = [3]");
-    expect(close(unit.weight.to_vector(), initial_weight().to_vector(), 0),
+    expect(all_close(unit.weight.to_vector(), initial_weight().to_vector(), 0, 0),
            "rank " + std::to_string(ctx.rank) +
                "'s gathered weight differs from the serial one: the all-gather's "
                "slot r is rank r's shard, and weight is full's first out·in elements, row-major");
-    expect(close(unit.bias.to_vector(), initial_bias().to_vector(), 0),
+    expect(all_close(unit.bias.to_vector(), initial_bias().to_vector(), 0, 0),
            "rank " + std::to_string(ctx.rank) + "'s gathered bias differs: it starts at out·in = 15 in full");
-    expect(close(linear(batch_of(ctx.rank, 0), unit.weight, unit.bias).to_vector(), want.y[ctx.rank]),
+    expect(all_close(linear(batch_of(ctx.rank, 0), unit.weight, unit.bias).to_vector(), want.y[ctx.rank], 1e-5, 1e-5),
            "rank " + std::to_string(ctx.rank) + "'s forward output differs from the serial block's rows");
   });
 }

@@ -6,9 +6,9 @@
 // ledger's all-reduces forward and backward to the ring's 2(tp-1)/tp · B·T·C·4 bytes.
 // With -DSL_SOLUTION the library's mappings (parallel/tensor_parallel/mappings.h) stand in.
 #include "exercises/grader.h"
+#include "exercises/grader_ranks.h"
+#include "exercises/grader_values.h"
 
-#include <chrono>
-#include <cmath>
 #include <string>
 #include <vector>
 
@@ -19,7 +19,10 @@
 
 using namespace sl;
 using namespace sl::parallel;
+using exercises::all_close;
 using exercises::expect;
+using exercises::scaled;
+using exercises::seeded_randn;
 
 namespace exercise09 {
 Tensor copy_to_tp(const Tensor& x, const ProcessGroupPtr& group);
@@ -41,39 +44,10 @@ constexpr int64_t kActivationBytes = kB * kT * kC * 4;   // S = B·T·C·4 bytes
 
 using Values = std::vector<double>;
 
-static bool close(const Values& a, const Values& b, double tol = 1e-5) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (!(std::abs(a[i] - b[i]) <= tol * (1 + std::abs(b[i])))) return false;
-  return true;
-}
-
-static Values scaled(const Values& v, double factor) {
-  Values out = v;
-  for (double& x : out) x *= factor;
-  return out;
-}
-
-static Tensor seeded_randn(const Shape& shape, uint64_t seed) {
-  Generator g(seed);
-  return randn(shape, {}, &g);
-}
-
-// Runs body on tp thread ranks with a 4 s timeout; a deadlock or a rank's error becomes a message.
-template <typename Body>
-static void run_ranks(int tp, Body body) {
-  LaunchOptions options;
-  options.backend = Backend::threads;
-  options.timeout = std::chrono::seconds(4);
-  try {
-    launch(tp, body, options);
-  } catch (const TimeoutError& e) {
-    throw exercises::CheckFailed(std::string("a rank waited 4 s for the others (a deadlock?): every rank must call the "
-                                             "same all-reduces in the same order. ") +
-                                 e.what());
-  } catch (const RemoteError& e) {
-    throw exercises::CheckFailed(std::string("a rank failed: ") + e.what());
-  }
+// exercises::run_ranks (thread ranks, 4 s), with what a deadlock here likely is.
+static void run_ranks(int tp, const RankFunction& body) {
+  exercises::run_ranks(tp, body, "a rank waited 4 s for the others (a deadlock?): every rank must call the "
+                                 "same all-reduces in the same order. ");
 }
 
 // The ring all-reduce sends 2(n-1)/n · S bytes from each rank.
@@ -149,11 +123,11 @@ static std::string diagnose_dx(int tp, int rank, const std::vector<MlpResult>& g
     for (size_t i = 0; i < summed.size() && i < r.dx.size(); ++i) summed[i] += r.dx[i];
   const std::string who = at(tp, rank) + ": dL/dx ";
   if (got[rank].dx.empty()) return who + "is missing: f's backward must return a gradient for x";
-  if (close(got[rank].dx, scaled(want, 1.0 / tp)))
+  if (all_close(got[rank].dx, scaled(want, 1.0 / tp), 1e-5, 1e-5))
     return who + "is 1/tp of the serial one: f's backward must SUM the ranks' parts (ReduceOp::sum), not average";
-  if (close(got[rank].dx, scaled(want, tp)))
+  if (all_close(got[rank].dx, scaled(want, tp), 1e-5, 1e-5))
     return who + "is tp times the serial one: only f's backward all-reduces; g's backward is the identity";
-  if (close(summed, want))
+  if (all_close(summed, want, 1e-5, 1e-5))
     return who +
            "is only this rank's branch's part (the parts add up to the serial dL/dx): f's backward is missing "
            "its all-reduce";
@@ -166,25 +140,28 @@ static void expect_mlp_matches_serial(int tp) {
   const std::vector<MlpResult> got = parallel_mlp(in, tp);
   for (int r = 0; r < tp; ++r) {
     const MlpResult& mine = got[r];
-    if (!close(mine.y, serial.y)) {
+    if (!all_close(mine.y, serial.y, 1e-5, 1e-5)) {
       const std::string who = at(tp, r) + ": the MLP's output ";
-      expect(!close(mine.y, scaled(serial.y, 1.0 / tp)), who + "is 1/tp of the serial one: g must sum, not average");
+      expect(!all_close(mine.y, scaled(serial.y, 1.0 / tp), 1e-5, 1e-5),
+             who + "is 1/tp of the serial one: g must sum, not average");
       expect(
-          !close(mine.y, scaled(serial.y, tp)),
+          !all_close(mine.y, scaled(serial.y, tp), 1e-5, 1e-5),
           who + "is tp times the serial one: is f's forward summing x (f is the identity forward; f and g swapped?)");
       expect(false, who +
                         "differs from the serial one: g's forward must return the sum of the ranks' partial sums "
                         "(an identity g leaves each rank its own part; f and g swapped?)");
     }
-    if (!close(mine.dx, serial.dx)) expect(false, diagnose_dx(tp, r, got, serial.dx));
+    if (!all_close(mine.dx, serial.dx, 1e-5, 1e-5)) expect(false, diagnose_dx(tp, r, got, serial.dx));
     const Values dA = slice(serial.dA, in.A.shape(), 0, r, tp), dB = slice(serial.dB, in.B.shape(), 1, r, tp);
     const std::string who = at(tp, r) + ": the gradient of ";
-    expect(!close(mine.dB, scaled(dB, tp)),
+    expect(!all_close(mine.dB, scaled(dB, tp), 1e-5, 1e-5),
            who + "B_i is tp times the serial slice: g's backward is the identity (no all-reduce)");
-    expect(!close(mine.dB, scaled(dB, 1.0 / tp)),
+    expect(!all_close(mine.dB, scaled(dB, 1.0 / tp), 1e-5, 1e-5),
            who + "B_i is 1/tp of the serial slice: g's backward must not average");
-    expect(close(mine.dB, dB), who + "B_i (columns of B) differs from the serial dB's slice: check g's backward");
-    expect(close(mine.dA, dA), who + "A_i (rows of A) differs from the serial dA's slice: check g's backward");
+    expect(all_close(mine.dB, dB, 1e-5, 1e-5),
+           who + "B_i (columns of B) differs from the serial dB's slice: check g's backward");
+    expect(all_close(mine.dA, dA, 1e-5, 1e-5),
+           who + "A_i (rows of A) differs from the serial dA's slice: check g's backward");
   }
 }
 
@@ -226,9 +203,10 @@ int main() {
         calls[ctx.rank] = all_calls(ctx.world->ledger());
       });
       for (int r = 0; r < tp; ++r) {
-        expect(!close(got[r], scaled(x.to_vector(), tp)),
+        expect(!all_close(got[r], scaled(x.to_vector(), tp), 1e-5, 1e-5),
                at(tp, r) + ": f's forward summed x over the ranks: f is the identity forward (f and g swapped?)");
-        expect(close(got[r], x.to_vector(), 0), at(tp, r) + ": f's forward changed x: it must return x as it is");
+        expect(all_close(got[r], x.to_vector(), 0, 0),
+               at(tp, r) + ": f's forward changed x: it must return x as it is");
         expect(calls[r] == 0, at(tp, r) + ": f's forward called " + std::to_string(calls[r]) +
                                   " collectives: every rank already holds x, so it communicates nothing");
       }
@@ -244,11 +222,11 @@ int main() {
       });
       const Values want = scaled(x.to_vector(), tp * (tp + 1) / 2.0);
       for (int r = 0; r < tp; ++r) {
-        expect(!close(got[r], scaled(want, 1.0 / tp)),
+        expect(!all_close(got[r], scaled(want, 1.0 / tp), 1e-5, 1e-5),
                at(tp, r) + ": g's forward averaged: it must sum (ReduceOp::sum)");
-        expect(!close(got[r], scaled(x.to_vector(), r + 1.0)),
+        expect(!all_close(got[r], scaled(x.to_vector(), r + 1.0), 1e-5, 1e-5),
                at(tp, r) + ": g's forward returned this rank's own tensor: g all-reduces forward (f and g swapped?)");
-        expect(close(got[r], want), at(tp, r) + ": g's forward is not the sum of the ranks' tensors");
+        expect(all_close(got[r], want, 1e-5, 1e-5), at(tp, r) + ": g's forward is not the sum of the ranks' tensors");
       }
     }
   });

@@ -7,9 +7,9 @@
 // With -DSL_SOLUTION the library's column_shard / row_shard (parallel/tensor_parallel/linear.h) and its
 // f and g (mappings.h) stand in, through a small adapter.
 #include "exercises/grader.h"
+#include "exercises/grader_ranks.h"
+#include "exercises/grader_values.h"
 
-#include <chrono>
-#include <cmath>
 #include <string>
 #include <vector>
 
@@ -21,7 +21,9 @@
 
 using namespace sl;
 using namespace sl::parallel;
+using exercises::all_close;
 using exercises::expect;
+using exercises::seeded_randn;
 
 namespace exercise10 {
 struct Shard {
@@ -60,18 +62,6 @@ constexpr int64_t kB = 2, kT = 3, kIn = 12, kOut = 12;  // 12: divisible by tp 2
 
 using Values = std::vector<double>;
 
-static bool close(const Values& a, const Values& b, double tol = 1e-5) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (!(std::abs(a[i] - b[i]) <= tol * (1 + std::abs(b[i])))) return false;
-  return true;
-}
-
-static Tensor seeded_randn(const Shape& shape, uint64_t seed) {
-  Generator g(seed);
-  return randn(shape, {}, &g);
-}
-
 // The serial Linear every rank and the reference build alike: W [out, in] random, b [out] random and
 // shifted by 1, so a bias counted tp times shows.
 static std::shared_ptr<nn::Linear> serial_linear() {
@@ -89,20 +79,10 @@ static Values slice(const Tensor& t, int dim, int rank, int tp) {
 
 static std::string at(int tp, int rank) { return "tp " + std::to_string(tp) + ", rank " + std::to_string(rank); }
 
-template <typename Body>
-static void run_ranks(int tp, Body body) {
-  LaunchOptions options;
-  options.backend = Backend::threads;
-  options.timeout = std::chrono::seconds(4);
-  try {
-    launch(tp, body, options);
-  } catch (const TimeoutError& e) {
-    throw exercises::CheckFailed(std::string("a rank waited 4 s for the others (a deadlock?): every rank must call "
-                                             "f and g in the same order. ") +
-                                 e.what());
-  } catch (const RemoteError& e) {
-    throw exercises::CheckFailed(std::string("a rank failed: ") + e.what());
-  }
+// exercises::run_ranks (thread ranks, 4 s), with what a deadlock here likely is.
+static void run_ranks(int tp, const RankFunction& body) {
+  exercises::run_ranks(tp, body, "a rank waited 4 s for the others (a deadlock?): every rank must call "
+                                 "f and g in the same order. ");
 }
 
 // ---- the shards --------------------------------------------------------------------------------------------
@@ -110,7 +90,7 @@ static void run_ranks(int tp, Body body) {
 // Which rank's slice of W (along dim) the student's weight is, or -1.
 static int whose_slice(const Tensor& W, int dim, int tp, const Values& got) {
   for (int r = 0; r < tp; ++r)
-    if (close(got, slice(W, dim, r, tp), 0)) return r;
+    if (all_close(got, slice(W, dim, r, tp), 0, 0)) return r;
   return -1;
 }
 
@@ -150,7 +130,7 @@ static void expect_shards(bool column) {
       expect(owner == r,
              who + "the weight is not slice " + std::to_string(r) + " of W along dim " + std::to_string(dim));
       const Values bias_want = column ? slice(serial->bias, 0, r, tp) : serial->bias.to_vector();
-      expect(close(s.bias.to_vector(), bias_want, 0),
+      expect(all_close(s.bias.to_vector(), bias_want, 0, 0),
              who + "the bias holds the wrong values" +
                  (column ? ": take the same rows as the weight" : ": take the whole bias"));
       expect(s.weight.is_leaf() && s.weight.requires_grad() && s.bias.is_leaf() && s.bias.requires_grad(),
@@ -216,11 +196,12 @@ static void expect_column_outputs(int tp) {
   const Tensor no_bias = sub(ref.y, ref.bias);
   for (int r = 0; r < tp; ++r) {
     const std::string who = at(tp, r) + ": the column-parallel output ";
-    expect(!close(runs[r].y, slice(no_bias, 2, r, tp)), who + "lacks the bias: add b_r, the rank's slice of b");
+    expect(!all_close(runs[r].y, slice(no_bias, 2, r, tp), 1e-5, 1e-5),
+           who + "lacks the bias: add b_r, the rank's slice of b");
     for (int j = 0; j < tp; ++j)
-      expect(j == r || !close(runs[r].y, slice(ref.y, 2, j, tp)),
+      expect(j == r || !all_close(runs[r].y, slice(ref.y, 2, j, tp), 1e-5, 1e-5),
              who + "is rank " + std::to_string(j) + "'s columns of the serial output: check column_shard's offset");
-    expect(close(runs[r].y, slice(ref.y, 2, r, tp)),
+    expect(all_close(runs[r].y, slice(ref.y, 2, r, tp), 1e-5, 1e-5),
            who + "differs from columns [r·out/tp, (r+1)·out/tp) of the serial output");
   }
 }
@@ -231,10 +212,12 @@ static void expect_row_outputs(int tp) {
   const Values want = ref.y.to_vector();
   for (int r = 0; r < tp; ++r) {
     const std::string who = at(tp, r) + ": the row-parallel output ";
-    expect(!close(runs[r].y, add(ref.y, mul(ref.bias, tp - 1.0)).to_vector()),
+    expect(!all_close(runs[r].y, add(ref.y, mul(ref.bias, tp - 1.0)).to_vector(), 1e-5, 1e-5),
            who + "has the bias added tp times: add it once, AFTER g (g sums every rank's copy of it)");
-    expect(!close(runs[r].y, sub(ref.y, ref.bias).to_vector()), who + "lacks the bias: add b once, after g");
-    expect(close(runs[r].y, want), who + "differs from the serial output: did g sum the ranks' partial products?");
+    expect(!all_close(runs[r].y, sub(ref.y, ref.bias).to_vector(), 1e-5, 1e-5),
+           who + "lacks the bias: add b once, after g");
+    expect(all_close(runs[r].y, want, 1e-5, 1e-5),
+           who + "differs from the serial output: did g sum the ranks' partial products?");
   }
 }
 
@@ -246,14 +229,16 @@ static void expect_column_gradients(int tp) {
     for (size_t i = 0; i < summed.size() && i < run.dx.size(); ++i) summed[i] += run.dx[i];
   for (int r = 0; r < tp; ++r) {
     const std::string who = at(tp, r) + ": the column-parallel gradient of ";
-    expect(close(runs[r].dW, slice(ref.dW, 0, r, tp)), who + "W_r differs from rows r of the serial dW");
-    expect(close(runs[r].db, slice(ref.db, 0, r, tp)), who + "b_r differs from the slice of the serial db");
+    expect(all_close(runs[r].dW, slice(ref.dW, 0, r, tp), 1e-5, 1e-5),
+           who + "W_r differs from rows r of the serial dW");
+    expect(all_close(runs[r].db, slice(ref.db, 0, r, tp), 1e-5, 1e-5),
+           who + "b_r differs from the slice of the serial db");
     expect(!runs[r].dx.empty(), who + "x is missing: x must reach the Linear through f, inside the graph");
-    expect(close(runs[r].dx, ref.dx.to_vector()) || !close(summed, ref.dx.to_vector()),
+    expect(all_close(runs[r].dx, ref.dx.to_vector(), 1e-5, 1e-5) || !all_close(summed, ref.dx.to_vector(), 1e-5, 1e-5),
            who +
                "x is only this rank's part (the parts add up to the serial dx): pass x through f (copy_to_tp), "
                "whose backward sums the ranks' parts");
-    expect(close(runs[r].dx, ref.dx.to_vector()), who + "x differs from the serial dx");
+    expect(all_close(runs[r].dx, ref.dx.to_vector(), 1e-5, 1e-5), who + "x differs from the serial dx");
   }
 }
 
@@ -262,10 +247,12 @@ static void expect_row_gradients(int tp) {
   const std::vector<RankRun> runs = run_parallel(ref, tp, false);
   for (int r = 0; r < tp; ++r) {
     const std::string who = at(tp, r) + ": the row-parallel gradient of ";
-    expect(close(runs[r].dW, slice(ref.dW, 1, r, tp)), who + "W_r differs from columns r of the serial dW");
-    expect(close(runs[r].db, ref.db.to_vector()),
+    expect(all_close(runs[r].dW, slice(ref.dW, 1, r, tp), 1e-5, 1e-5),
+           who + "W_r differs from columns r of the serial dW");
+    expect(all_close(runs[r].db, ref.db.to_vector(), 1e-5, 1e-5),
            who + "b differs from the serial db: the bias is added once, after g");
-    expect(close(runs[r].dx, slice(ref.dx, 2, r, tp)), who + "x_r differs from the rank's slice of the serial dx");
+    expect(all_close(runs[r].dx, slice(ref.dx, 2, r, tp), 1e-5, 1e-5),
+           who + "x_r differs from the rank's slice of the serial dx");
   }
 }
 

@@ -6,8 +6,9 @@
 // and with targets on every slice boundary; the ledger to 3 all-reduces of N floats: 3·2(tp-1)/tp·N·4 bytes.
 // With -DSL_SOLUTION the library's vocab_parallel_cross_entropy (parallel/tensor_parallel/vocab.h) stands in.
 #include "exercises/grader.h"
+#include "exercises/grader_ranks.h"
+#include "exercises/grader_values.h"
 
-#include <chrono>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@
 
 using namespace sl;
 using namespace sl::parallel;
+using exercises::all_close;
 using exercises::expect;
 
 namespace exercise11 {
@@ -42,13 +44,6 @@ namespace impl = exercise11;
 constexpr int64_t kN = 12, kV = 16;  // N = B·T = 2·6 (divisible by tp 2 and 4); V/tp = 8 or 4 columns
 
 using Values = std::vector<double>;
-
-static bool close(const Values& a, const Values& b, double tol = 1e-5) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (!(std::abs(a[i] - b[i]) <= tol * (1 + std::abs(b[i])))) return false;
-  return true;
-}
 
 static std::string at(int tp, int rank) { return "tp " + std::to_string(tp) + ", rank " + std::to_string(rank); }
 
@@ -89,36 +84,23 @@ struct RankRun {
 
 static std::vector<RankRun> run_parallel(const Problem& p, int tp) {
   std::vector<RankRun> runs(tp);
-  LaunchOptions options;
-  options.backend = Backend::threads;
-  options.timeout = std::chrono::seconds(4);
-  try {
-    launch(
-        tp,
-        [&](RankContext& ctx) {
-          const int64_t Vs = kV / tp, start = ctx.rank * Vs;
-          Tensor mine = p.logits.narrow(1, start, Vs).to(ctx.device).set_requires_grad();  // [N, Vs]
-          CommLedger& ledger = ctx.world->ledger();
-          ledger.reset();
-          Tensor loss =
-              impl::vocab_parallel_cross_entropy(mine, targets_tensor(p.targets).to(ctx.device), start, ctx.world);
-          RankRun& run = runs[ctx.rank];
-          run.all_reduces = ledger[CommOp::all_reduce].calls;
-          run.all_reduce_bytes = ledger[CommOp::all_reduce].bytes_sent;
-          run.other_calls = ledger.total().calls - run.all_reduces;
-          expect(loss.defined() && loss.numel() == 1, at(tp, ctx.rank) + ": the loss must be one number (the mean)");
-          loss.backward();
-          run.loss = loss.item();
-          run.grad = mine.grad().defined() ? mine.grad().to_vector() : Values();
-        },
-        options);
-  } catch (const TimeoutError& e) {
-    throw exercises::CheckFailed(std::string("a rank waited 4 s for the others (a deadlock?): every rank must call the "
-                                             "same three all-reduces, even a rank that owns no target. ") +
-                                 e.what());
-  } catch (const RemoteError& e) {
-    throw exercises::CheckFailed(std::string("a rank failed: ") + e.what());
-  }
+  exercises::run_ranks(tp, [&](RankContext& ctx) {
+    const int64_t Vs = kV / tp, start = ctx.rank * Vs;
+    Tensor mine = p.logits.narrow(1, start, Vs).to(ctx.device).set_requires_grad();  // [N, Vs]
+    CommLedger& ledger = ctx.world->ledger();
+    ledger.reset();
+    Tensor loss =
+        impl::vocab_parallel_cross_entropy(mine, targets_tensor(p.targets).to(ctx.device), start, ctx.world);
+    RankRun& run = runs[ctx.rank];
+    run.all_reduces = ledger[CommOp::all_reduce].calls;
+    run.all_reduce_bytes = ledger[CommOp::all_reduce].bytes_sent;
+    run.other_calls = ledger.total().calls - run.all_reduces;
+    expect(loss.defined() && loss.numel() == 1, at(tp, ctx.rank) + ": the loss must be one number (the mean)");
+    loss.backward();
+    run.loss = loss.item();
+    run.grad = mine.grad().defined() ? mine.grad().to_vector() : Values();
+  }, "a rank waited 4 s for the others (a deadlock?): every rank must call the "
+      "same three all-reduces, even a rank that owns no target. ");
   return runs;
 }
 
@@ -145,13 +127,13 @@ static void expect_loss(const Problem& p, int tp, const Serial& serial, const st
     expect(std::isfinite(runs[r].loss), who +
                                             "is not finite: subtract the global max before exp (exp overflows f32 "
                                             "beyond 88), and add it back: loss = log S + m - x_t");
-    expect(!close({runs[r].loss}, {serial.loss * kN}),
+    expect(!all_close({runs[r].loss}, {serial.loss * kN}, 1e-5, 1e-5),
            who + "is N times the serial one: the loss is the MEAN over N rows");
-    expect(!close({runs[r].loss}, {local_only_loss(p, tp, r)}),
+    expect(!all_close({runs[r].loss}, {local_only_loss(p, tp, r)}, 1e-5, 1e-5),
            who +
                "is the loss over this rank's columns only: all-reduce the max (max), the target logit and the sum "
                "of exponentials (sum)");
-    expect(close({runs[r].loss}, {serial.loss}),
+    expect(all_close({runs[r].loss}, {serial.loss}, 1e-5, 1e-5),
            who +
                "differs from the serial cross-entropy on the full logits: is every "
                "target's logit counted once, by its owner (start <= t < start + Vs)?");
@@ -167,8 +149,8 @@ static void expect_gradient(int tp, const Serial& serial, const std::vector<Rank
     Values scaled_up = want, flipped = want;
     for (double& v : scaled_up) v *= kN;
     for (double& v : flipped) v = -v;
-    expect(!close(got, scaled_up), who + "is N times the serial one: divide by N (the loss is a mean)");
-    expect(!close(got, flipped), who + "has the wrong sign: it is p - one_hot, not one_hot - p");
+    expect(!all_close(got, scaled_up, 1e-5, 1e-5), who + "is N times the serial one: divide by N (the loss is a mean)");
+    expect(!all_close(got, flipped, 1e-5, 1e-5), who + "has the wrong sign: it is p - one_hot, not one_hot - p");
     for (size_t i = 0; i < got.size(); ++i)
       if (std::abs(got[i] - want[i]) > 1e-5 * (1 + std::abs(want[i])))
         expect(std::abs(std::abs(got[i] - want[i]) - 1.0 / kN) > 1e-5,
@@ -176,7 +158,7 @@ static void expect_gradient(int tp, const Serial& serial, const std::vector<Rank
                    std::to_string(r * (kV / tp) + static_cast<int64_t>(i % (kV / tp))) +
                    ": the one-hot belongs only to the rank that owns the target (start <= t < start + Vs), in its "
                    "local column t - start");
-    expect(close(got, want), who + "differs from the serial gradient's columns of this rank");
+    expect(all_close(got, want, 1e-5, 1e-5), who + "differs from the serial gradient's columns of this rank");
   }
 }
 
@@ -209,7 +191,7 @@ int main() {
     const Serial serial = serial_loss(edges);
     const std::vector<RankRun> runs = run_parallel(edges, 4);
     for (int r = 0; r < 4; ++r)
-      expect(close({runs[r].loss}, {serial.loss}),
+      expect(all_close({runs[r].loss}, {serial.loss}, 1e-5, 1e-5),
              at(4, r) +
                  ": the loss is wrong when targets sit on the first or last id of a slice (it is right for "
                  "others?): a rank owns t when start <= t < start + Vs, nothing off by one");

@@ -1,30 +1,31 @@
 // exercises/12_online_softmax_merge/grader.cpp — grades attend_block and merge_blocks (student.cpp).
 //
-// The reference is a serial softmax attention written here (f64 loops, max trick) over ALL the keys;
+// The reference is a serial softmax attention (serial_attention.h: f64 loops, max trick) over ALL the keys;
 // the student's blocks are random splits of those keys. With -DSL_SOLUTION the library's
 // attention_block_forward and merge_attention (parallel/context_parallel/attention_block.h) stand in.
 #include "exercises/grader.h"
+#include "exercises/grader_values.h"
 
 #include <cmath>
 #include <cstdint>
-#include <limits>
 #include <string>
 #include <vector>
 
+#include "exercises/12_online_softmax_merge/serial_attention.h"
 #include "parallel/context_parallel/attention_block.h"
 #include "tensor/ops.h"
 
 using namespace sl;
 using namespace sl::parallel;
+using exercises::all_close;
 using exercises::expect;
+using namespace exercise12::serial;
 
 namespace exercise12 {
 BlockOutput attend_block(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<int64_t>& pos_q,
                          const std::vector<int64_t>& pos_k, bool causal);
 BlockOutput merge_blocks(const BlockOutput& a, const BlockOutput& b);
 }  // namespace exercise12
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
 
 #ifdef SL_SOLUTION
 namespace solution {
@@ -70,51 +71,7 @@ namespace impl = solution;
 namespace impl = exercise12;
 #endif
 
-// ---- the reference: serial softmax attention, f64, max trick ---------------------------------------
-struct Reference {
-  std::vector<double> out, lse, max;  // [B·NH·Tq·HS], [B·NH·Tq], each row's max score [B·NH·Tq]
-};
-
-// mode: 0 pos_k <= pos_q (the rule), 1 pos_k < pos_q (a strict mask), 2 no mask; scale <= 0: 1/sqrt(HS).
-static Reference reference(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<int64_t>& pos_q,
-                           const std::vector<int64_t>& pos_k, bool causal, bool strict = false, double scale = 0) {
-  const int64_t BH = q.size(0) * q.size(1), Tq = q.size(2), Tk = k.size(2), HS = q.size(3);
-  if (scale <= 0) scale = 1 / std::sqrt(static_cast<double>(HS));
-  const std::vector<double> Q = q.to_vector(), K = k.to_vector(), V = v.to_vector();
-  Reference ref{std::vector<double>(BH * Tq * HS, 0.0), std::vector<double>(BH * Tq, -kInf),
-                std::vector<double>(BH * Tq, -kInf)};
-  for (int64_t bh = 0; bh < BH; ++bh)
-    for (int64_t i = 0; i < Tq; ++i) {
-      std::vector<double> s(Tk, -kInf);
-      double m = -kInf;
-      for (int64_t j = 0; j < Tk; ++j) {
-        if (causal && (strict ? pos_k[j] >= pos_q[i] : pos_k[j] > pos_q[i])) continue;
-        double dot = 0;
-        for (int64_t d = 0; d < HS; ++d) dot += Q[(bh * Tq + i) * HS + d] * K[(bh * Tk + j) * HS + d];
-        s[j] = scale * dot;
-        m = std::max(m, s[j]);
-      }
-      if (m == -kInf) continue;  // no visible key: out 0, lse -inf
-      double total = 0;
-      for (int64_t j = 0; j < Tk; ++j) total += std::exp(s[j] - m);
-      ref.lse[bh * Tq + i] = m + std::log(total);
-      ref.max[bh * Tq + i] = m;
-      for (int64_t j = 0; j < Tk; ++j)
-        for (int64_t d = 0; d < HS; ++d)
-          ref.out[(bh * Tq + i) * HS + d] += std::exp(s[j] - m) / total * V[(bh * Tk + j) * HS + d];
-    }
-  return ref;
-}
-
-// Equal within rel. tolerance; -inf equals -inf; nan equals nothing.
-static bool close(const std::vector<double>& a, const std::vector<double>& b, double tol = 1e-9) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i] == b[i]) continue;
-    if (!(std::abs(a[i] - b[i]) <= tol * (1 + std::abs(b[i])))) return false;
-  }
-  return true;
-}
+// A block with NaN anywhere; a block with inf (only +inf: positive_only).
 static bool any_nan(const std::vector<double>& a) {
   for (double x : a)
     if (std::isnan(x)) return true;
@@ -171,16 +128,16 @@ static std::string diagnose_block(const BlockOutput& got, const Problem& p, cons
   if (any_nan(out) || any_nan(lse))
     return "nan in out or lse: a row with no visible key must give out 0 and lse -inf (its sum is empty: "
            "do not divide by it, and do not compute -inf - -inf)";
-  if (!close(lse, want.lse, 1e-9)) {
-    if (close(lse, reference(q, p.k, p.v, pos_q, pos_k, causal, false, 1.0).lse, 1e-9))
+  if (!all_close(lse, want.lse, 1e-9, 1e-9)) {
+    if (all_close(lse, reference(q, p.k, p.v, pos_q, pos_k, causal, false, 1.0).lse, 1e-9, 1e-9))
       return "lse is the one of unscaled scores: multiply q·k by scale = 1/sqrt(HS)";
-    if (causal && close(lse, reference(q, p.k, p.v, pos_q, pos_k, false).lse, 1e-9))
+    if (causal && all_close(lse, reference(q, p.k, p.v, pos_q, pos_k, false).lse, 1e-9, 1e-9))
       return "lse ignores the mask: leave out key j when pos_k[j] > pos_q[i]";
-    if (causal && close(lse, reference(q, p.k, p.v, pos_q, pos_k, true, true).lse, 1e-9))
+    if (causal && all_close(lse, reference(q, p.k, p.v, pos_q, pos_k, true, true).lse, 1e-9, 1e-9))
       return "the mask leaves out the query's own position: a key is visible when pos_k <= pos_q (not <)";
     std::vector<double> without_max(lse.size());
     for (size_t r = 0; r < lse.size(); ++r) without_max[r] = want.lse[r] - want.max[r];
-    if (close(lse, without_max, 1e-9))
+    if (all_close(lse, without_max, 1e-9, 1e-9))
       return "lse is log Σ exp(s - m) without the max: add it back, lse = m + log Σ exp(s - m)";
     return "lse differs from log Σ_j exp(scale · q_i·k_j) over the visible keys (first value " +
            std::to_string(lse[0]) + ", expected " + std::to_string(want.lse[0]) + ")";
@@ -202,21 +159,21 @@ static void expect_merged(const BlockOutput& merged, const BlockOutput& a, const
          what +
              ": inf in the merge: log(exp(lse_a) + exp(lse_b)) overflows once lse > 709. Subtract the max: "
              "m + log(exp(lse_a - m) + exp(lse_b - m))");
-  if (!close(lse, want.lse, 1e-9)) {
+  if (!all_close(lse, want.lse, 1e-9, 1e-9)) {
     std::vector<double> summed(la.size()), maxed(la.size());
     for (size_t r = 0; r < la.size(); ++r) summed[r] = la[r] + lb[r], maxed[r] = std::max(la[r], lb[r]);
-    if (close(lse, summed, 1e-9))
+    if (all_close(lse, summed, 1e-9, 1e-9))
       expect(false, what + ": lse = lse_a + lse_b: log-sum-exps add as log(e^lse_a + e^lse_b)");
-    if (close(lse, maxed, 1e-9))
+    if (all_close(lse, maxed, 1e-9, 1e-9))
       expect(false, what + ": lse = max(lse_a, lse_b): add log(e^(lse_a-m) + e^(lse_b-m)) to the max");
     expect(false, what + ": the merged lse is not the lse over all keys (first value " + std::to_string(lse[0]) +
                       ", expected " + std::to_string(want.lse[0]) + ")");
   }
-  if (!close(out, want.out, 1e-9)) {
+  if (!all_close(out, want.out, 1e-9, 1e-9)) {
     const std::vector<double> oa = a.out.to_vector(), ob = b.out.to_vector();
     std::vector<double> half(oa.size());
     for (size_t i = 0; i < oa.size(); ++i) half[i] = 0.5 * (oa[i] + ob[i]);
-    if (close(out, half, 1e-9))
+    if (all_close(out, half, 1e-9, 1e-9))
       expect(false, what + ": out is the plain average of the blocks: weight each by e^(lse_block - lse)");
     expect(false, what +
                       ": lse is right but out is not the attention over all keys: out = e^(lse_a - lse)·out_a + "
@@ -248,7 +205,7 @@ static void expect_block(const Problem& p, const Tensor& q, const std::vector<in
   expect(got.out.defined() && got.lse.defined() && got.lse.numel() == static_cast<int64_t>(want.lse.size()) &&
              got.out.numel() == static_cast<int64_t>(want.out.size()),
          "attend_block must return out [B, NH, Tq, HS] and lse [B, NH, Tq]");
-  if (!close(got.out.to_vector(), want.out) || !close(got.lse.to_vector(), want.lse))
+  if (!all_close(got.out.to_vector(), want.out, 1e-9, 1e-9) || !all_close(got.lse.to_vector(), want.lse, 1e-9, 1e-9))
     expect(false, diagnose_block(got, p, pos_q, pos_k, q, causal));
 }
 

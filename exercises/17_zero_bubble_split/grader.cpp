@@ -5,8 +5,8 @@
 // the library's own split stands in: sl::DeferredGrads (autograd/deferred_grad.h), whose guard lets B
 // compute only dX and queues the weights' work for W.
 #include "exercises/grader.h"
+#include "exercises/grader_values.h"
 
-#include <cmath>
 #include <functional>
 #include <map>
 #include <memory>
@@ -21,6 +21,7 @@
 #include "tensor/ops.h"
 
 using namespace sl;
+using exercises::all_close;
 using exercises::expect;
 using exercise17::SplitLinear;
 
@@ -116,23 +117,26 @@ static void expect_weight_grads(const Problem& p, const SplitLinear& layer, cons
   }
   Values twice = want.dw;
   for (double& v : twice) v *= 2;
-  expect(!close(dw, twice) || close(dw, want.dw),
+  expect(!all_close(dw, twice, 1e-5, 1e-5) || all_close(dw, want.dw, 1e-5, 1e-5),
          "weight.grad is 2x the fused one: dW counted twice, once in B and again in W. B computes dX only");
-  if (micros > 1 && !close(dw, want.dw)) {
-    expect(!close(dw, weight_grad_of(p, all_last)),
+  if (micros > 1 && !all_close(dw, want.dw, 1e-5, 1e-5)) {
+    expect(!all_close(dw, weight_grad_of(p, all_last), 1e-5, 1e-5),
            "every W used the LAST micro-batch's x and dy: one slot that each later F and B overwrote. Keep one "
            "entry per micro-batch (waiting_[micro]) until its own W has run");
-    expect(!close(dw, weight_grad_of(p, x_last)),
+    expect(!all_close(dw, weight_grad_of(p, x_last), 1e-5, 1e-5),
            "every W used the last micro-batch's x with its own dy: the stored input was overwritten by a later "
            "forward; keep x per micro-batch");
-    expect(!close(dw, weight_grad_of(p, dy_last)),
+    expect(!all_close(dw, weight_grad_of(p, dy_last), 1e-5, 1e-5),
            "every W used the last micro-batch's dy with its own x: the stored dy was overwritten by a later B");
-    expect(!close(dw, weight_grad_of(p, {{last, last}})) && !close(dw, weight_grad_of(p, {{0, 0}})),
+    expect(!all_close(dw, weight_grad_of(p, {{last, last}}), 1e-5, 1e-5) &&
+               !all_close(dw, weight_grad_of(p, {{0, 0}}), 1e-5, 1e-5),
            "weight.grad holds one micro-batch's dW only: W must ADD to .grad (+=), not replace it");
   }
-  expect(close(dw, want.dw), "weight.grad differs from the fused backward's: dW = dyᵀ · x with this micro-batch's "
-                             "saved x [N, in] and dy [N, out], added into .grad");
-  expect(close(db, want.db), "bias.grad differs from the fused backward's: db = Σ_N dy (sum over rows, dim 0), added");
+  expect(all_close(dw, want.dw, 1e-5, 1e-5),
+         "weight.grad differs from the fused backward's: dW = dyᵀ · x with this micro-batch's "
+         "saved x [N, in] and dy [N, out], added into .grad");
+  expect(all_close(db, want.db, 1e-5, 1e-5),
+         "bias.grad differs from the fused backward's: db = Σ_N dy (sum over rows, dim 0), added");
 }
 
 static std::string after(const char* what, int micro) { return std::string(what) + " of micro-batch " + std::to_string(micro); }
@@ -157,10 +161,11 @@ static void expect_b(const Problem& p, SplitLinear& layer, int micro, const Valu
          after("B", micro) + " must return dX of shape [N, in] = " + Shape({p.N, p.in}).str());
   if (p.in == p.out) {
     NoGradGuard no_grad;
-    expect(!close(values(dx), values(matmul(p.dys[micro], p.weight, false, true))),
+    expect(!all_close(values(dx), values(matmul(p.dys[micro], p.weight, false, true)), 1e-5, 1e-5),
            "dX = dy · Wᵀ: the transpose is on the wrong side. W is [out, in], so dX [N, in] = dy [N, out] · W");
   }
-  expect(close(values(dx), want_dx), after("dX of B", micro) + " differs from the fused backward's dy · W");
+  expect(all_close(values(dx), want_dx, 1e-5, 1e-5),
+         after("dX of B", micro) + " differs from the fused backward's dy · W");
 }
 
 // One micro-batch: F, B and W each against the fused backward.
@@ -169,7 +174,7 @@ static void check_one_micro_batch(exercises::Grader& grader, const Problem& one,
     auto layer = fresh_layer(one);
     const Tensor y = layer->forward(0, one.xs[0]);
     NoGradGuard no_grad;
-    expect(y.defined() && close(values(y), values(linear(one.xs[0], one.weight, one.bias))),
+    expect(y.defined() && all_close(values(y), values(linear(one.xs[0], one.weight, one.bias)), 1e-5, 1e-5),
            "forward's y differs from linear(x, W, b) = x · Wᵀ + b");
     expect(layer->waiting() == 1, "waiting() is " + std::to_string(layer->waiting()) +
                                       " after one forward, expected 1: F keeps x for its micro-batch's W");
@@ -201,8 +206,9 @@ static void check_one_micro_batch(exercises::Grader& grader, const Problem& one,
     expect_b(square, *layer, 0, want.dx[0]);
     run_w(*layer, 0);
     NoGradGuard no_grad;
-    expect(!close(values(layer->weight.grad()), values(matmul(square.xs[0], square.dys[0], true, false))),
-           "weight.grad = xᵀ · dy = dWᵀ: transposes swapped. dW [out, in] = dyᵀ [out, N] · x [N, in]");
+    expect(
+        !all_close(values(layer->weight.grad()), values(matmul(square.xs[0], square.dys[0], true, false)), 1e-5, 1e-5),
+        "weight.grad = xᵀ · dy = dWᵀ: transposes swapped. dW [out, in] = dyᵀ [out, N] · x [N, in]");
     expect_weight_grads(square, *layer, want, 1);
   });
 
@@ -233,10 +239,11 @@ static void check_many_micro_batches(exercises::Grader& grader, const Problem& o
     expect_b(three, *zb, 0, want.dx[0]);
     zb->forward(2, three.xs[2]);
     const Values dx1 = values(zb->backward_b(1, three.dys[1]));
-    expect(close(dx1, want.dx[1]), "dX of B1 (after F2) differs from the fused one: B must use its own micro-batch");
+    expect(all_close(dx1, want.dx[1], 1e-5, 1e-5),
+           "dX of B1 (after F2) differs from the fused one: B must use its own micro-batch");
     run_w(*zb, 0);
     const Values dx2 = values(zb->backward_b(2, three.dys[2]));
-    expect(close(dx2, want.dx[2]), "dX of B2 (after W0) differs from the fused one");
+    expect(all_close(dx2, want.dx[2], 1e-5, 1e-5), "dX of B2 (after W0) differs from the fused one");
     run_w(*zb, 1);
     run_w(*zb, 2);
     expect_weight_grads(three, *zb, want, 3);
@@ -253,7 +260,7 @@ static void check_many_micro_batches(exercises::Grader& grader, const Problem& o
     Fused want = fused(one, 1);
     for (size_t i = 0; i < want.dw.size(); ++i) want.dw[i] += 0.5;
     for (size_t i = 0; i < want.db.size(); ++i) want.db[i] -= 2.0;
-    expect(!close(values(layer->weight.grad()), fused(one, 1).dw),
+    expect(!all_close(values(layer->weight.grad()), fused(one, 1).dw, 1e-5, 1e-5),
            "weight.grad was replaced by dW: W must add to a .grad already there, as backward does");
     expect_weight_grads(one, *layer, want, 1);
   });

@@ -8,9 +8,9 @@
 // With -DSL_SOLUTION the library's SP pieces (parallel/tensor_parallel/mappings.h, sum_gradients_over
 // in parallel/comm/flatten.h) stand in through a thin adapter.
 #include "exercises/grader.h"
+#include "exercises/grader_ranks.h"
+#include "exercises/grader_values.h"
 
-#include <chrono>
-#include <cmath>
 #include <string>
 #include <vector>
 
@@ -22,7 +22,10 @@
 
 using namespace sl;
 using namespace sl::parallel;
+using exercises::all_close;
 using exercises::expect;
+using exercises::scaled;
+using exercises::seeded_randn;
 
 namespace exercise18 {
 Tensor scatter_tokens(const Tensor& x, const ProcessGroupPtr& group);
@@ -51,24 +54,6 @@ constexpr int64_t kB = 2, kT = 8, kC = 8;  // T and C divisible by tp 2 and 4
 
 using Values = std::vector<double>;
 
-static bool close(const Values& a, const Values& b, double tol = 1e-5) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (!(std::abs(a[i] - b[i]) <= tol * (1 + std::abs(b[i])))) return false;
-  return true;
-}
-
-static Values scaled(const Values& v, double factor) {
-  Values out = v;
-  for (double& x : out) x *= factor;
-  return out;
-}
-
-static Tensor seeded_randn(const Shape& shape, uint64_t seed) {
-  Generator g(seed);
-  return randn(shape, {}, &g);
-}
-
 static int64_t all_calls(const CommLedger& ledger) {
   int64_t calls = 0;
   for (int op = 0; op < static_cast<int>(CommOp::count_); ++op) calls += ledger[static_cast<CommOp>(op)].calls;
@@ -77,20 +62,10 @@ static int64_t all_calls(const CommLedger& ledger) {
 
 static std::string at(int tp, int rank) { return "tp " + std::to_string(tp) + ", rank " + std::to_string(rank); }
 
-// Runs body on tp thread ranks with a 4 s timeout; a deadlock or a rank's error becomes a message.
-template <typename Body>
-static void run_ranks(int tp, Body body) {
-  LaunchOptions options;
-  options.backend = Backend::threads;
-  options.timeout = std::chrono::seconds(4);
-  try {
-    launch(tp, body, options);
-  } catch (const TimeoutError& e) {
-    throw exercises::CheckFailed(std::string("a rank waited 4 s for the others (a deadlock?): every rank must call the "
-                                             "same collectives in the same order. ") + e.what());
-  } catch (const RemoteError& e) {
-    throw exercises::CheckFailed(std::string("a rank failed: ") + e.what());
-  }
+// exercises::run_ranks (thread ranks, 4 s), with what a deadlock here likely is.
+static void run_ranks(int tp, const RankFunction& body) {
+  exercises::run_ranks(tp, body, "a rank waited 4 s for the others (a deadlock?): every rank must call the "
+                                 "same collectives in the same order. ");
 }
 
 // Rows [r·T/tp, (r+1)·T/tp) of a [B, T, C] tensor given as values.
@@ -158,9 +133,9 @@ static void expect_forward_matches_serial(int tp) {
   const Result serial = serial_layer_norm(in);
   const std::vector<Result> got = sp_layer_norm(in, tp);
   for (int r = 0; r < tp; ++r) {
-    if (close(got[r].y, rows_of(serial.y, r, tp))) continue;
+    if (all_close(got[r].y, rows_of(serial.y, r, tp), 1e-5, 1e-5)) continue;
     for (int other = 0; other < tp; ++other)
-      expect(!close(got[r].y, rows_of(serial.y, other, tp)),
+      expect(!all_close(got[r].y, rows_of(serial.y, other, tp), 1e-5, 1e-5),
              at(tp, r) + ": the output is the serial LayerNorm's rows of rank " + std::to_string(other) +
                  ": rank r keeps tokens [r·T/tp, (r+1)·T/tp)");
     expect(false, at(tp, r) + ": the output differs from the serial LayerNorm's rows [r·T/tp, (r+1)·T/tp): "
@@ -172,16 +147,16 @@ static void expect_forward_matches_serial(int tp) {
 // partials_sum: every rank's gradient before the sum, added up (the serial gradient when backward was right).
 static void expect_gradient(const std::string& who, const Values& got, const Values& partial,
                             const Values& partials_sum, const Values& want, int tp) {
-  if (close(got, want)) return;
+  if (all_close(got, want, 1e-5, 1e-5)) return;
   expect(!got.empty(), who + "is missing: backward must run through the LayerNorm's weight and bias");
-  expect(!close(got, partial) || close(partial, want),
+  expect(!all_close(got, partial, 1e-5, 1e-5) || all_close(partial, want, 1e-5, 1e-5),
          who + "is only this rank's tokens' part" +
-             (close(partials_sum, want) ? " (the ranks' parts add up to the serial gradient)" : "") +
+             (all_close(partials_sum, want, 1e-5, 1e-5) ? " (the ranks' parts add up to the serial gradient)" : "") +
              ": all-reduce (sum) the LN gradients over tp");
-  expect(!close(got, scaled(want, 1.0 / tp)),
+  expect(!all_close(got, scaled(want, 1.0 / tp), 1e-5, 1e-5),
          who + "is 1/tp of the serial one: averaged instead of summed (tp x too small); the tp ranks hold different "
                "tokens of the same batch, so their parts add up");
-  expect(!close(got, scaled(want, tp)),
+  expect(!all_close(got, scaled(want, tp), 1e-5, 1e-5),
          who + "is tp times the serial one: summed twice, or every rank used all T tokens (scatter first)");
   expect(false, who + "differs from the serial whole-sequence gradient: sum the ranks' gradients after backward");
 }
@@ -197,7 +172,7 @@ static void expect_gradients_match_serial(int tp) {
       bias_parts[i] += i < mine.partial_dbias.size() ? mine.partial_dbias[i] : 0.0;
     }
   for (int r = 0; r < tp; ++r) {
-    expect(close(got[r].y, rows_of(serial.y, r, tp)),
+    expect(all_close(got[r].y, rows_of(serial.y, r, tp), 1e-5, 1e-5),
            at(tp, r) + ": the forward differs from the serial LayerNorm's rows: fix sp_layer_norm_forward first");
     const std::string who = at(tp, r) + ": the gradient of the LN ";
     expect_gradient(who + "weight ", got[r].dweight, got[r].partial_dweight, weight_parts, serial.dweight, tp);
@@ -244,9 +219,9 @@ int main() {
       });
       for (int r = 0; r < tp; ++r) {
         for (int other = 0; other < tp; ++other)
-          expect(other == r || !close(got[r], rows_of(x.to_vector(), other, tp), 0),
+          expect(other == r || !all_close(got[r], rows_of(x.to_vector(), other, tp), 0, 0),
                  at(tp, r) + ": kept rank " + std::to_string(other) + "'s tokens: rank r starts at r·T/tp");
-        expect(close(got[r], rows_of(x.to_vector(), r, tp), 0),
+        expect(all_close(got[r], rows_of(x.to_vector(), r, tp), 0, 0),
                at(tp, r) + ": the tokens kept are not x[:, r·T/tp : (r+1)·T/tp, :] (contiguous, in order)");
         expect(calls[r] == 0, at(tp, r) + ": scatter_tokens called " + std::to_string(calls[r]) +
                                   " collectives: every rank already holds x, it communicates nothing");
@@ -292,9 +267,10 @@ int main() {
         expect(got[r].size() == want.size(),
                at(tp, r) + ": gather_tokens returned " + std::to_string(got[r].size()) + " values; expected B·T·C = " +
                    std::to_string(want.size()) + " (every rank's T/tp tokens)");
-        expect(close(got[r], want), at(tp, r) + ": the gathered [B, T, C] is not the serial output: after the "
-                                                "all-gather into [tp, B, T/tp, C], permute to [B, tp, T/tp, C] "
-                                                "before the reshape (a plain reshape interleaves the batches)");
+        expect(all_close(got[r], want, 1e-5, 1e-5), at(tp, r) +
+                                                        ": the gathered [B, T, C] is not the serial output: after the "
+                                                        "all-gather into [tp, B, T/tp, C], permute to [B, tp, T/tp, C] "
+                                                        "before the reshape (a plain reshape interleaves the batches)");
       }
     }
   });

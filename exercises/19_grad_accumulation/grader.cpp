@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "exercises/grader.h"
+#include "exercises/grader_values.h"
 #include "nn/data.h"
 #include "nn/gpt.h"
 #include "tensor/error.h"
@@ -25,6 +26,8 @@
 #endif
 
 using namespace sl;
+using exercises::all_close;
+using exercises::close;
 using exercises::expect;
 
 namespace exercise19 {
@@ -112,13 +115,6 @@ static LossAndGradient one_backward(const Tensor& inputs, const Tensor& targets)
   return {loss.item(), flat_gradients(model)};
 }
 
-static bool close(double a, double b) { return std::abs(a - b) <= 1e-5 + 1e-4 * std::abs(b); }
-static bool close(const std::vector<double>& a, const std::vector<double>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (!close(a[i], b[i])) return false;
-  return true;
-}
 static std::vector<double> axpy(double a, const std::vector<double>& x, const std::vector<double>& y) {
   std::vector<double> out = y;
   for (size_t i = 0; i < out.size(); ++i) out[i] += a * x[i];
@@ -144,17 +140,17 @@ static StudentRun run_student(const Tensor& inputs, const Tensor& targets, int64
 static std::string diagnose(const Tensor& inputs, const Tensor& targets, int64_t M, const StudentRun& got,
                             const std::vector<double>& want) {
   const std::string who = "M = " + std::to_string(M) + ": the accumulated gradient ";
-  if (close(got.gradient, axpy(1, got.stale, want)))
+  if (all_close(got.gradient, axpy(1, got.stale, want), 1e-5, 1e-4))
     return who + "is the batch's PLUS the gradient the model held before the call: drop the old gradients "
                  "(model.zero_grad()) before accumulating";
   std::vector<double> sum(want.size(), 0.0);  // Σ_i g_i, each micro-batch's mean-loss gradient
   const int64_t rows = kRows / M;
   for (int64_t i = 0; i < M; ++i)
     sum = axpy(1, one_backward(inputs.narrow(0, i * rows, rows), targets.narrow(0, i * rows, rows)).gradient, sum);
-  if (M > 1 && close(got.gradient, axpy(1.0 / M - 1, sum, sum)))
+  if (M > 1 && all_close(got.gradient, axpy(1.0 / M - 1, sum, sum), 1e-5, 1e-4))
     return who + "is the MEAN OF THE MICRO-BATCH MEANS, Σ g_i / M: micro-batches count different numbers of "
                  "targets here; weight micro-batch i by n_i / N (its counted targets over the batch's), not 1/M";
-  if (M > 1 && close(got.gradient, sum))
+  if (M > 1 && all_close(got.gradient, sum, 1e-5, 1e-4))
     return who + "is the UNSCALED SUM Σ g_i of the micro-batches' gradients (about M = " + std::to_string(M) +
            " x too large): scale each micro-batch's loss by n_i / N before its backward";
   double dot = 0, norm = 0;  // the best factor k in got ≈ k · want
@@ -162,7 +158,7 @@ static std::string diagnose(const Tensor& inputs, const Tensor& targets, int64_t
   const double k = norm > 0 ? dot / norm : 0;
   std::vector<double> scaled(want.size());
   for (size_t i = 0; i < want.size(); ++i) scaled[i] = k * want[i];
-  if (close(got.gradient, scaled))
+  if (all_close(got.gradient, scaled, 1e-5, 1e-4))
     return who + "is " + std::to_string(k) + " x the whole batch's: the weights n_i / N must add up to 1";
   return who + "differs from one backward over the whole batch: each micro-batch's rows [i·B/M, (i+1)·B/M), "
                "its loss times n_i / N (N: the counted targets of the whole batch), one backward each";
@@ -171,7 +167,8 @@ static std::string diagnose(const Tensor& inputs, const Tensor& targets, int64_t
 static void expect_whole_batch_gradient(const Tensor& inputs, const Tensor& targets, int64_t M) {
   const LossAndGradient want = one_backward(inputs, targets);
   const StudentRun got = run_student(inputs, targets, M);
-  if (!close(got.gradient, want.gradient)) expect(false, diagnose(inputs, targets, M, got, want.gradient));
+  if (!all_close(got.gradient, want.gradient, 1e-5, 1e-4))
+    expect(false, diagnose(inputs, targets, M, got, want.gradient));
 }
 
 int main() {
@@ -194,10 +191,12 @@ int main() {
       const std::string who = "M = " + std::to_string(M) + ": returned " + std::to_string(got) +
                               " but the batch's mean loss is " + std::to_string(want) + ": ";
       if (M > 1) {
-        expect(!close(got, sum / M), who + "that is the mean of the micro-batch means Σ L_i / M; report Σ_i L_i · n_i / N");
-        expect(!close(got, sum), who + "that is the plain sum Σ L_i (about M x too large); report Σ_i L_i · n_i / N");
+        expect(!close(got, sum / M, 1e-5, 1e-4),
+               who + "that is the mean of the micro-batch means Σ L_i / M; report Σ_i L_i · n_i / N");
+        expect(!close(got, sum, 1e-5, 1e-4),
+               who + "that is the plain sum Σ L_i (about M x too large); report Σ_i L_i · n_i / N");
       }
-      expect(close(got, want), who + "report Σ_i L_i · n_i / N, the same weights as the gradient's");
+      expect(close(got, want, 1e-5, 1e-4), who + "report Σ_i L_i · n_i / N, the same weights as the gradient's");
     }
   });
   grader.check("a batch whose rows do not cut into M equal micro-batches throws sl::Error (B = 8, M = 3)", [&] {

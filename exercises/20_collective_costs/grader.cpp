@@ -8,19 +8,21 @@
 // link, whose ledger charges every received message latency + bytes / bandwidth; each rank's
 // link_seconds and bytes_sent must match the student's prediction. A wrong answer is compared with the
 // formulas students write by mistake (no 2 for all-reduce, n steps, bits, the whole S per step).
-#include <chrono>
 #include <cmath>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "exercises/grader.h"
+#include "exercises/grader_ranks.h"
+#include "exercises/grader_values.h"
 #include "parallel/comm/launch.h"
 #include "parallel/planner/formulas.h"
 #include "parallel/planner/rank_part.h"
 #include "parallel/planner/step_time.h"
 
 using namespace sl::parallel;
+using exercises::close;
 using exercises::expect;
 
 namespace exercise20 {
@@ -67,9 +69,7 @@ namespace impl = solution;
 namespace impl = exercise20;
 #endif
 
-static bool close(double got, double want, double tolerance = 1e-9) {
-  return std::abs(got - want) <= tolerance * std::max(std::abs(want), 1e-30);
-}
+// Comparisons are relative only (atol 0): every value compared here is a positive time or byte count.
 static std::string num(double x) {
   char text[64];
   std::snprintf(text, sizeof text, "%.6g", x);
@@ -80,28 +80,29 @@ static int steps_of(CommOp op, int n) { return (op == CommOp::all_reduce ? 2 : 1
 // Names the mistake that gives `got` for one call of `op`: the formulas students write instead.
 static std::string diagnose_seconds(double got, CommOp op, int n, double S, const Link& link) {
   const double a = link.latency_s, b = link.bytes_per_s, k = steps_of(op, n), chunk = S / n;
-  if (op == CommOp::all_reduce && close(got, (n - 1) * (a + chunk / b), 1e-6))
+  if (op == CommOp::all_reduce && close(got, (n - 1) * (a + chunk / b), 0, 1e-6))
     return "that is (n-1) steps: an all-reduce is a reduce-scatter THEN an all-gather, 2(n-1) steps";
-  if (op != CommOp::all_reduce && close(got, 2 * (n - 1) * (a + chunk / b), 1e-6))
+  if (op != CommOp::all_reduce && close(got, 2 * (n - 1) * (a + chunk / b), 0, 1e-6))
     return "that is 2(n-1) steps, an all-reduce's: a reduce-scatter or all-gather alone takes n-1";
-  if (close(got, (k / (n - 1)) * n * (a + chunk / b), 1e-6))
+  if (close(got, (k / (n - 1)) * n * (a + chunk / b), 0, 1e-6))
     return "that is n steps per pass: a ring of n ranks needs n-1 (each rank already holds its own chunk)";
-  if (close(got, k * (a + 8 * chunk / b), 1e-6) || close(got, k * (a + chunk / (8 * b)), 1e-6))
+  if (close(got, k * (a + 8 * chunk / b), 0, 1e-6) || close(got, k * (a + chunk / (8 * b)), 0, 1e-6))
     return "the bandwidth term is off by 8: bytes_per_s is BYTES per second, S is in bytes (no bits)";
-  if (close(got, k * (a + S / b), 1e-6))
+  if (close(got, k * (a + S / b), 0, 1e-6))
     return "each step sends one chunk of S/n, not the whole S";
-  if (close(got, a + k * chunk / b, 1e-6))
+  if (close(got, a + k * chunk / b, 0, 1e-6))
     return "the latency alpha is paid once per step (every step is a message), not once per call";
-  if (close(got, k * chunk / b, 1e-6))
+  if (close(got, k * chunk / b, 0, 1e-6))
     return "the latency alpha is missing: each of the steps costs alpha + (S/n)/beta";
   return "expected steps · (alpha + S/(n·beta)) with 2(n-1) steps for all-reduce, n-1 otherwise";
 }
 static std::string diagnose_bytes(double got, CommOp op, int n, double S) {
   const double k = steps_of(op, n);
-  if (op == CommOp::all_reduce && close(got, (n - 1) * S / n)) return "that is half: an all-reduce sends 2(n-1) chunks";
-  if (close(got, k / (n - 1) * n * S / n)) return "that counts n steps per pass; a ring needs n-1";
-  if (close(got, 8 * k * S / n)) return "that is in bits: count bytes";
-  if (close(got, k * S)) return "each step sends a chunk of S/n, not S";
+  if (op == CommOp::all_reduce && close(got, (n - 1) * S / n, 0, 1e-9))
+    return "that is half: an all-reduce sends 2(n-1) chunks";
+  if (close(got, k / (n - 1) * n * S / n, 0, 1e-9)) return "that counts n steps per pass; a ring needs n-1";
+  if (close(got, 8 * k * S / n, 0, 1e-9)) return "that is in bits: count bytes";
+  if (close(got, k * S, 0, 1e-9)) return "each step sends a chunk of S/n, not S";
   return "expected steps · S/n";
 }
 
@@ -129,7 +130,7 @@ static std::vector<Case> cases() {
 static void expect_seconds(CommOp op) {
   for (const Case& c : cases()) {
     const double got = impl::ring_seconds(op, c.n, c.bytes, c.link), want = planner_seconds(op, c.n, c.bytes, c.link);
-    expect(close(got, want, 1e-6), std::string(op_name(op)) + " of S = " + num(c.bytes) + " bytes over n = " +
+    expect(close(got, want, 0, 1e-6), std::string(op_name(op)) + " of S = " + num(c.bytes) + " bytes over n = " +
                                        std::to_string(c.n) + " on " + c.link.str() + ": " + num(got) + " s, the planner says " +
                                        num(want) + " s: " + diagnose_seconds(got, op, c.n, c.bytes, c.link));
   }
@@ -139,17 +140,16 @@ static void expect_bytes(CommOp op) {
   for (const Case& c : cases()) {
     const double got = impl::ring_bytes_sent(op, c.n, c.bytes);
     const double want = static_cast<double>(planner_traffic(op, c.n, c.bytes).bytes_sent);
-    expect(close(got, want), std::string(op_name(op)) + " of S = " + num(c.bytes) + " bytes over n = " + std::to_string(c.n) +
-                                 ": a rank sends " + num(got) + " bytes, the planner says " + num(want) + ": " +
-                                 diagnose_bytes(got, op, c.n, c.bytes));
+    expect(close(got, want, 0, 1e-9), std::string(op_name(op)) + " of S = " + num(c.bytes) +
+                                          " bytes over n = " + std::to_string(c.n) + ": a rank sends " + num(got) +
+                                          " bytes, the planner says " + num(want) + ": " +
+                                          diagnose_bytes(got, op, c.n, c.bytes));
   }
 }
 
 // The library's ring on n thread ranks over a slow link: each rank's ledger against the prediction.
 static void expect_ledger(CommOp op, int n, int64_t chunk_floats) {
-  LaunchOptions options;
-  options.backend = Backend::threads;
-  options.timeout = std::chrono::seconds(4);
+  LaunchOptions options = exercises::thread_ranks();
   options.topology = Topology::parse_links("intra=1GB/s,50us;gpus-per-node=8");
   const int64_t whole = n * chunk_floats;
   const double S = 4.0 * static_cast<double>(whole);
@@ -173,10 +173,12 @@ static void expect_ledger(CommOp op, int n, int64_t chunk_floats) {
   for (int r = 0; r < n; ++r) {
     const std::string where = std::string(op_name(op)) + " of S = " + num(S) + " bytes on " + std::to_string(n) +
                               " thread ranks over " + options.topology.intra.str() + ", rank " + std::to_string(r);
-    expect(close(predicted_bytes, sent[r]), where + ": the ledger counts " + num(sent[r]) + " bytes sent, you predict " +
-                                                num(predicted_bytes) + ": " + diagnose_bytes(predicted_bytes, op, n, S));
-    expect(close(predicted, link_s[r], 0.05), where + ": the links charged " + num(link_s[r]) + " s, you predict " + num(predicted) +
-                                                  " s (off by more than 5%): " + diagnose_seconds(predicted, op, n, S, options.topology.intra));
+    expect(close(predicted_bytes, sent[r], 0, 1e-9), where + ": the ledger counts " + num(sent[r]) +
+                                                         " bytes sent, you predict " + num(predicted_bytes) + ": " +
+                                                         diagnose_bytes(predicted_bytes, op, n, S));
+    expect(close(predicted, link_s[r], 0, 0.05),
+           where + ": the links charged " + num(link_s[r]) + " s, you predict " + num(predicted) +
+               " s (off by more than 5%): " + diagnose_seconds(predicted, op, n, S, options.topology.intra));
   }
 }
 
@@ -189,14 +191,18 @@ static void expect_zero(bool mixed_precision) {
         const double got = impl::zero_bytes_per_rank(psi, dp, stage, mixed_precision);
         const double want = mixed_precision ? planner::zero_model_state_bytes(psi, dp, stage, 12)
                                             : 2 * planner::zero_model_state_bytes(psi, dp, stage, 4);
-        if (close(got, want)) continue;
+        if (close(got, want, 0, 1e-9)) continue;
         std::string why = "expected " + num(want) + " bytes";
-        if (close(got, (w + g + K) * psi)) why += ": nothing divided by N_d; each stage shards more (1: optimizer, 2: + gradients, 3: + weights)";
-        else if (stage == 1 && close(got, w * psi + (g + K) * psi / dp)) why += ": that is stage 2's; stage 1 shards only the optimizer state";
-        else if (stage == 2 && close(got, (w + g) * psi + K * psi / dp)) why += ": that is stage 1's; stage 2 shards the gradients too";
-        else if (!mixed_precision && close(got, (4 + 4 + 12) * psi / (stage == 3 ? dp : 1))) why += ": f32 Adam keeps m and v only (K = 8): the weights are the master copy";
+        if (close(got, (w + g + K) * psi, 0, 1e-9))
+          why += ": nothing divided by N_d; each stage shards more (1: optimizer, 2: + gradients, 3: + weights)";
+        else if (stage == 1 && close(got, w * psi + (g + K) * psi / dp, 0, 1e-9))
+          why += ": that is stage 2's; stage 1 shards only the optimizer state";
+        else if (stage == 2 && close(got, (w + g) * psi + K * psi / dp, 0, 1e-9))
+          why += ": that is stage 1's; stage 2 shards the gradients too";
+        else if (!mixed_precision && close(got, (4 + 4 + 12) * psi / (stage == 3 ? dp : 1), 0, 1e-9))
+          why += ": f32 Adam keeps m and v only (K = 8): the weights are the master copy";
         else if (close(got, mixed_precision ? 2 * planner::zero_model_state_bytes(psi, dp, stage, 4)
-                                            : planner::zero_model_state_bytes(psi, dp, stage, 12)))
+                                            : planner::zero_model_state_bytes(psi, dp, stage, 12), 0, 1e-9))
           why += ": those are the other precision's bytes (mixed 2 + 2 + 12, f32 4 + 4 + 8)";
         expect(false, std::string(mixed_precision ? "mixed precision" : "f32") + ", Psi = " + num(psi) + ", N_d = " +
                           std::to_string(dp) + ", stage " + std::to_string(stage) + ": " + num(got) + " bytes per rank, " + why);

@@ -12,9 +12,11 @@
 
 #include "autograd/grad_mode.h"
 #include "exercises/grader.h"
+#include "exercises/grader_values.h"
 #include "tensor/ops.h"
 
 using namespace sl;
+using exercises::all_close;
 using exercises::expect;
 
 namespace exercise22 {
@@ -134,13 +136,6 @@ static Tensor distinct_values(const Shape& shape) {
   return from_vector(values, shape, DType::f64);
 }
 
-static bool close(const std::vector<double>& a, const std::vector<double>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (!(std::abs(a[i] - b[i]) <= 1e-9 * (1 + std::abs(b[i])))) return false;
-  return true;
-}
-
 static Shape without_ones(const Shape& shape) {
   Shape out;
   for (int64_t s : shape)
@@ -181,16 +176,17 @@ static void expect_backward(const Shape& x_shape, const Shape& y_shape) {
   expect(got.defined(), "reduce_to_shape returned an undefined Tensor");
   expect(got.shape() == x_shape, diagnose_shape(got.shape(), x_shape, grad.shape()));
   const std::vector<double> values = got.to_vector();
-  if (close(values, want)) return;
+  if (all_close(values, want, 1e-9, 1e-9)) return;
   const std::string head = "reduce_to_shape(grad " + grad.shape().str() + ", " + x_shape.str() + ")";
   const double copies = double(grad.numel()) / double(x_shape.numel());
   std::vector<double> averaged = want;
   for (double& v : averaged) v /= copies;
-  expect(!close(values, averaged), head + " is the mean over the copies, " + std::to_string(int(copies)) +
-                                       "x too small: an operand used once per copy gets the SUM of their gradients");
+  expect(!all_close(values, averaged, 1e-9, 1e-9),
+         head + " is the mean over the copies, " + std::to_string(int(copies)) +
+             "x too small: an operand used once per copy gets the SUM of their gradients");
   if (x_shape.dim() == 1 && grad.dim() == 2) {
     NoGradGuard no_grad;
-    expect(!close(values, sum(grad, 1).to_vector()),
+    expect(!all_close(values, sum(grad, 1).to_vector(), 1e-9, 1e-9),
            head + ": you summed the LAST dim; align from the right, so [C] matches grad's last dim and dim 0 is summed");
   }
   for (size_t i = 0; i < values.size(); ++i)
