@@ -13,7 +13,6 @@
 // vocab-parallel cross-entropy over NCCL.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -25,6 +24,7 @@
 #include "tensor/cuda_info.h"
 #include "tensor/ops.h"
 #include "test_util.h"
+#include "vocab_test_util.h"
 
 namespace sl::parallel {
 namespace {
@@ -173,10 +173,8 @@ TEST_P(ComposedVocabCrossEntropy, LossAndGradientMatchTheCpuPath) {
       world,
       [&](RankContext& ctx) {
         const int64_t V = 4 * world + 3;
-        const VocabRange range = VocabRange::of(V, ctx.rank, world), range0 = VocabRange::of(V, 0, world);
-        std::vector<double> t;
-        for (int r = 0; r < world; ++r) t.push_back(std::min<double>(V - 1, r * range0.rows + 1));
-        t.insert(t.end(), {-100, double(V - 1), 0});
+        const VocabRange range = VocabRange::of(V, ctx.rank, world);
+        const std::vector<double> t = one_target_per_shard(V, world, {-100, double(V - 1), 0});
         const int64_t N = static_cast<int64_t>(t.size());
         for (DType dtype : {DType::f32, DType::f64}) {
           for (double scale : {1.0, 1e3}) {

@@ -20,6 +20,7 @@
 #include "parallel/tensor_parallel/vocab.h"
 #include "parallel_test_util.h"
 #include "test_util.h"
+#include "vocab_test_util.h"
 
 namespace sl::parallel {
 namespace {
@@ -246,11 +247,7 @@ TEST_P(TPOps, VocabParallelCrossEntropyEdgeCases) {
       world,
       [&](RankContext& ctx) {
         const int64_t V = 4 * world + 3;
-        const VocabRange range0 = VocabRange::of(V, 0, world);
-        std::vector<double> t;
-        for (int r = 0; r < world; ++r) t.push_back(std::min<double>(V - 1, r * range0.rows + 1));  // one per shard
-        t.push_back(-100);
-        t.push_back(V - 1);
+        const std::vector<double> t = one_target_per_shard(V, world, {-100, double(V - 1)});
         const int64_t N = static_cast<int64_t>(t.size());
         Tensor targets = from_vector(t, {N}, TensorOptions(DType::i64));
         Generator g(8);
