@@ -28,7 +28,7 @@
 // Works under a DeferGradsGuard (zero-bubble's B/W split): the rerun's backward defers the
 // parameters' gradients like any other backward, and W replays them from the rerun's saved tensors.
 //
-// Tests: tests/test_checkpoint.cpp   Used by: nn/gpt.cpp (GPTConfig::recompute)
+// Tests: tests/autograd/test_activation_checkpoint.cpp   Used by: nn/gpt.cpp (GPTConfig::recompute)
 #pragma once
 #include <functional>
 

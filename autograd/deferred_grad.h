@@ -27,7 +27,7 @@
 //
 // The guard is per thread (every rank is a thread); without it backward is unchanged.
 //
-// Tests: tests/test_autograd.cpp (DeferredGrads*)   Lesson: lessons/10_zero_bubble.cpp
+// Tests: tests/autograd/test_autograd.cpp (DeferredGrads*)   Lesson: lessons/10_zero_bubble.cpp
 #pragma once
 #include <memory>
 #include <unordered_set>

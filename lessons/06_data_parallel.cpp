@@ -606,7 +606,7 @@ int main(int argc, char** argv) {
   std::printf(
       "  all_reduce calls so far: after micro-batch 1: %lld, after 2: %lld, after 3: %lld.\n"
       "  Each micro-batch's mean loss is scaled by 1/3, so the one all-reduce averages the gradient of\n"
-      "  the mean loss over all 3 x 8 rows (tests/test_data_parallel.cpp checks it against serial).\n",
+      "  the mean loss over all 3 x 8 rows (tests/parallel/data_parallel/test_data_parallel.cpp checks it against serial).\n",
       static_cast<long long>(calls_after[0]), static_cast<long long>(calls_after[1]),
       static_cast<long long>(calls_after[2]));
   check(calls_after == std::vector<int64_t>{0, 0, 1}, "no_sync: no communication until the synced micro-batch");

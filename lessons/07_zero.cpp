@@ -60,7 +60,7 @@ constexpr uint64_t kSeed = 5;
 constexpr double kMaxNorm = 0.5;
 constexpr int64_t kBucketBytes = 4096;  // ZeRO's gradient buckets: this 30 KB model in 8 of them
 // lr 1e-3: a gradient that is zero in exact arithmetic is float noise, which AdamW's 1/(sqrt(v)+eps)
-// amplifies; tests/test_data_parallel.cpp explains why 1e-2 would blur the 1e-5 comparison.
+// amplifies; tests/parallel/data_parallel/test_data_parallel.cpp explains why 1e-2 would blur the 1e-5 comparison.
 static nn::AdamWOptions adamw() { return {.lr = 1e-3}; }
 
 static void section(const char* title) { std::printf("\n--- %s\n", title); }
@@ -523,7 +523,7 @@ int main(int argc, char** argv) try {
     std::printf("  %s: %s\n", what.c_str(), condition ? "OK" : "FAILED");
     ok = ok && condition;
   };
-  nn::TokenStream data;  // any fixed stream will do (the one of tests/test_zero.cpp)
+  nn::TokenStream data;  // any fixed stream will do (the one of tests/parallel/zero/test_zero.cpp)
   data.vocab_size = kConfig.vocab_size;
   for (int i = 0; i < 600; ++i) data.tokens.push_back((i * 7 + i / 5 + (i * i) % 11) % 32);
   const Reference want = serial_run(data);

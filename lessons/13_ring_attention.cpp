@@ -343,7 +343,7 @@ static void error_and_memory(const Config& cfg, Checker& check) {
   lesson::write_picture(cfg.svg_dir, "cp_memory.svg", chart.svg());
   std::printf("  The ring's peak grows as (T/cp)^2: one score block is 1/cp² of the TxT matrix, and a\n"
               "  block's backward holds two (P and dS). The all-gather variant also holds all T keys and values.\n"
-              "  Errors are f32 rounding, the size of the serial f32 path's (tests/test_context_parallel.cpp prints both).\n");
+              "  Errors are f32 rounding, the size of the serial f32 path's (tests/parallel/context_parallel/test_context_parallel.cpp prints both).\n");
 }
 
 int main(int argc, char** argv) {

@@ -20,7 +20,7 @@
 //                out, and heldout() lists a sample of at most kHeldoutSample held-out pairs.
 // Either way no held-out pair ever appears in a training stream.
 //
-//   Tests: tests/test_data.cpp
+//   Tests: tests/nn/test_data.cpp
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -17,7 +17,7 @@
 // Streams come from files (raw bytes, or nanoGPT's uint16 .bin) or from a task that writes its own
 // lines with a loss mask (nn/addition.h).
 //
-//   Tests: tests/test_data.cpp
+//   Tests: tests/nn/test_data.cpp
 #pragma once
 #include <cstdint>
 #include <string>

@@ -15,7 +15,7 @@
 // bf16 keeps f32's 8 exponent bits, so it needs no scaling (scale 1, disabled); --loss-scale N
 // fixes S (static scaling: never changes, still skips steps that overflow).
 //
-//   Used by: tools/train.cpp (serial), parallel/train/trainer.cpp   Tests: tests/test_grad_scaler.cpp
+//   Used by: tools/train.cpp (serial), parallel/train/trainer.cpp   Tests: tests/nn/test_grad_scaler.cpp
 #pragma once
 #include <cstdint>
 #include <string>

@@ -13,7 +13,7 @@
 // size before a byte is allocated, and a bad file raises sl::Error naming the path, the tensor and
 // the numbers involved.
 //
-//   Tests: tests/test_safetensors.cpp
+//   Tests: tests/nn/test_safetensors.cpp
 #pragma once
 #include <map>
 #include <string>

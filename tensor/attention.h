@@ -16,7 +16,7 @@
 // causal_attention and causal_attention_packed also bf16 and f16 (mixed precision: computed in f32,
 // out and the gradients rounded once to 16 bits, lse kept in f32).
 //
-//   Tests: tests/test_flash_attention.cpp, tests/test_flash_attention_16bit.cpp
+//   Tests: tests/tensor/test_flash_attention.cpp, tests/tensor/test_flash_attention_16bit.cpp
 #pragma once
 #include <cstdint>
 

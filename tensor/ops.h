@@ -4,7 +4,7 @@
 //   B batch, T time (sequence), C channels (n_embd), V vocab, NH heads, HS head size (C / NH).
 //
 // Every op on floating tensors is differentiable (its backward sits beside its forward in
-// tensor/ops/<family>.cpp) and has a finite-difference gradcheck in tests/test_<family>.cpp.
+// tensor/ops/<family>.cpp) and has a finite-difference gradcheck in tests/tensor/test_<family>.cpp.
 // Binary ops broadcast like NumPy. bf16/f16 inputs compute in f32 and round back.
 #pragma once
 #include <cstdint>

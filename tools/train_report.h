@@ -35,7 +35,7 @@ inline std::pair<double, std::string> largest_difference(const nn::StateDict& a,
 }
 
 // --compare-serial: the parallel run's losses and final weights against the serial run's. The line's
-// wording is read by tests/test_train_cli.cpp.
+// wording is read by tests/tools/test_train_cli.cpp.
 inline void print_comparison(const std::vector<double>& losses, const std::vector<double>& serial_losses,
                              const nn::StateDict& weights, const nn::StateDict& serial_weights) {
   double worst_loss = 0;

@@ -40,7 +40,7 @@
 //     reader.h       Reader: verify, load under any cut, read_tensor
 //
 //   Tool: build/bin/checkpoint info|verify|consolidate (tools/checkpoint.cpp)
-//   Tests: tests/test_checkpoint_format.cpp, tests/test_checkpoint_fuzz.cpp; fuzzers: fuzz/ (make fuzz)
+//   Tests: tests/parallel/checkpoint/test_checkpoint_format.cpp, tests/parallel/checkpoint/test_checkpoint_fuzz.cpp; fuzzers: fuzz/ (make fuzz)
 #pragma once
 #include "parallel/checkpoint/metadata.h"
 #include "parallel/checkpoint/reader.h"

@@ -8,7 +8,7 @@
 //   length); each block is mixed into eight 32-bit words by 64 rounds. Writers hash a shard as they
 //   write it; verify() hashes it again from disk and compares.
 //
-//   Tests: tests/test_checkpoint_format.cpp (the standard vectors: "", "abc", 448 bits, a million 'a')
+//   Tests: tests/parallel/checkpoint/test_checkpoint_format.cpp (the standard vectors: "", "abc", 448 bits, a million 'a')
 #pragma once
 #include <array>
 #include <cstdint>

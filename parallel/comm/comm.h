@@ -26,7 +26,7 @@
 //   flatten.h           flat buffers: a model's tensors as one message
 //   grad_norm.h         clip_grad_norm across ranks, each element counted once
 //
-//   Lesson: lessons/05_collectives.cpp   Tests: tests/test_collectives.cpp, tests/test_mesh.cpp
+//   Lesson: lessons/05_collectives.cpp   Tests: tests/parallel/comm/test_collectives.cpp, tests/parallel/comm/test_mesh.cpp
 #pragma once
 #include "parallel/comm/errors.h"
 #include "parallel/comm/flatten.h"

@@ -18,7 +18,7 @@
 //   The partial sums are all-gathered over the cutting dims' group and added in rank order, so every
 //   rank gets the same bits whatever the backend's reduction order.
 //
-//   Tests: tests/test_grad_norm.cpp (a dp x tp x pp mesh with sharded, replicated and tied pieces
+//   Tests: tests/parallel/comm/test_grad_norm.cpp (a dp x tp x pp mesh with sharded, replicated and tied pieces
 //   against the serial norm)
 #pragma once
 #include <functional>

@@ -33,7 +33,7 @@
 //   handle, so k dimensions of size > 1 cost 2^k - 1 splits (the set of all of them is the world
 //   itself). Every group is made there, in a fixed order; lookups afterwards never communicate.
 //
-//   Lesson: lessons/14_nd_parallel.cpp draws the mesh rank by rank   Tests: tests/test_mesh.cpp
+//   Lesson: lessons/14_nd_parallel.cpp draws the mesh rank by rank   Tests: tests/parallel/comm/test_mesh.cpp
 #pragma once
 #include <array>
 #include <initializer_list>

@@ -12,7 +12,7 @@
 //   saved for backward. Bytes per layer per rank, blk = B·NH·(T/cp)·HS·4:
 //     forward  2·blk·(cp-1) (all-gather of K and V)     backward  2·blk·(cp-1) (reduce-scatter of dK, dV)
 //
-//   Lesson: lessons/13_ring_attention.cpp   Tests: tests/test_context_parallel*.cpp
+//   Lesson: lessons/13_ring_attention.cpp   Tests: tests/parallel/context_parallel/test_context_parallel*.cpp
 #pragma once
 #include "parallel/comm/process_group.h"
 #include "parallel/context_parallel/sequence_shard.h"

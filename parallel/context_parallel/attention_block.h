@@ -31,7 +31,7 @@
 // paths (attention_block_composed.h), which do hold the block's [Tq, Tk] scores. f32 (accumulating
 // in f32) or f64 (for gradcheck). lse has q's dtype.
 //
-//   Lesson: lessons/13_ring_attention.cpp   Tests: tests/test_context_parallel.cpp (gradcheck, ×1e3)
+//   Lesson: lessons/13_ring_attention.cpp   Tests: tests/parallel/context_parallel/test_context_parallel.cpp (gradcheck, ×1e3)
 #pragma once
 #include "tensor/attention.h"
 #include "tensor/tensor.h"

@@ -9,7 +9,7 @@
 //
 // Unlike the blockwise kernel, the forward and backward hold the block's [Tq, Tk] scores (a ring
 // block is T/cp × T/cp, not the T×T of the whole sequence). Every function here also runs on CPU
-// tensors, which is how tests/test_chapter_ops_cuda.cpp checks them against the kernels without a
+// tensors, which is how tests/parallel/context_parallel/test_chapter_ops_cuda.cpp checks them against the kernels without a
 // GPU. Internal to parallel/context_parallel: no autograd (callers run under NoGradGuard or inside a
 // Function), f32 or f64.
 #pragma once

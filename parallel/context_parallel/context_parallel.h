@@ -32,7 +32,7 @@
 //   context_parallel_runner.h the GPT on a sequence shard, in the one training step
 //
 //   Lesson: lessons/13_ring_attention.cpp
-//   Tests: tests/test_context_parallel.cpp, tests/test_context_parallel_runner.cpp
+//   Tests: tests/parallel/context_parallel/test_context_parallel.cpp, tests/parallel/context_parallel/test_context_parallel_runner.cpp
 #pragma once
 #include "parallel/context_parallel/allgather_attention.h"
 #include "parallel/context_parallel/attention_block.h"

@@ -26,7 +26,7 @@
 //   Activation memory per rank: T/cp tokens through every layer, one [T/cp]² score block at a time
 //   (tests: 0.89 / 0.40 / 0.19 MiB at cp 2 / 4 / 8 where the serial GPT peaks at 4.71 MiB, T 256).
 //
-//   Lesson: lessons/13_ring_attention.cpp   Tests: tests/test_context_parallel_runner.cpp
+//   Lesson: lessons/13_ring_attention.cpp   Tests: tests/parallel/context_parallel/test_context_parallel_runner.cpp
 #pragma once
 #include <memory>
 #include <string>

@@ -22,7 +22,7 @@
 //     forward  2·blk·(cp-1)  (K and V)         backward  2·blk·(cp-1) (K/V again) + 2·blk·cp (dK/dV)
 //   Memory: q, k, v, out, lse saved; two K/V blocks in flight; one [T/cp]² score block at a time.
 //
-//   Lesson: lessons/13_ring_attention.cpp   Tests: tests/test_context_parallel*.cpp
+//   Lesson: lessons/13_ring_attention.cpp   Tests: tests/parallel/context_parallel/test_context_parallel*.cpp
 #pragma once
 #include "parallel/comm/process_group.h"
 #include "parallel/context_parallel/sequence_shard.h"

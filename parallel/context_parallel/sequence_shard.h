@@ -35,7 +35,7 @@
 //     rank 0 (i 0, u 0): 0 1 | 12 13     rank 2 (i 1, u 0): 4 5 | 8 9
 //     rank 1 (i 0, u 1): 2 3 | 14 15     rank 3 (i 1, u 1): 6 7 | 10 11
 //
-//   Tests: tests/test_context_parallel.cpp (positions, the work table, rejected lengths)
+//   Tests: tests/parallel/context_parallel/test_context_parallel.cpp (positions, the work table, rejected lengths)
 #pragma once
 #include <string>
 #include <vector>

@@ -23,7 +23,7 @@
 //   Bytes: Ulysses' 4·(U-1)/U of a rank's q, k, v, out, plus the ring's 2·(R-1) blocks of K/V of
 //   B·(NH/U)·(T/R)·HS elements each.
 //
-//   Lesson: lessons/13_ring_attention.cpp ("ring or Ulysses")   Tests: tests/test_ulysses.cpp
+//   Lesson: lessons/13_ring_attention.cpp ("ring or Ulysses")   Tests: tests/parallel/context_parallel/test_ulysses.cpp
 #pragma once
 #include "parallel/comm/process_group.h"
 #include "parallel/context_parallel/sequence_shard.h"

@@ -28,7 +28,7 @@
 //   data_parallel_strategies.h   both as the Trainer's DataParallelStrategy
 //   (flat buffers: parallel/comm/flatten.h; the row split: parallel/runner/micro_batches.h)
 //
-//   Lesson: lessons/06_data_parallel.cpp   Tests: tests/test_data_parallel.cpp
+//   Lesson: lessons/06_data_parallel.cpp   Tests: tests/parallel/data_parallel/test_data_parallel.cpp
 #pragma once
 #include "parallel/comm/flatten.h"
 #include "parallel/data_parallel/data_parallel_strategies.h"

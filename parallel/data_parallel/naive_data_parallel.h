@@ -32,7 +32,7 @@
 //   Rank 0 alone moves (N-1)·4Ψ of gradients, where DDP's ring moves 2(N-1)/N·4Ψ on every rank.
 //   The targets never leave rank 0: only it computes the loss.
 //
-//   Lesson: lessons/06_data_parallel.cpp   Tests: tests/test_data_parallel.cpp
+//   Lesson: lessons/06_data_parallel.cpp   Tests: tests/parallel/data_parallel/test_data_parallel.cpp
 #pragma once
 #include <array>
 #include <cstdint>

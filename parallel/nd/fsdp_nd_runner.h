@@ -28,7 +28,7 @@
 //   Rules (check_fsdp_cut): one chunk per rank (no interleaving), not the zero-bubble schedule (its W
 //   actions would fill a unit's gradients after the unit's next forward), no --offload over a cut.
 //
-//   Tests: tests/test_nd_parallel.cpp (*fsdp*, *hsdp*, world16_*)   Lesson: lessons/14_nd_parallel.cpp
+//   Tests: tests/parallel/nd/test_nd_parallel.cpp (*fsdp*, *hsdp*, world16_*)   Lesson: lessons/14_nd_parallel.cpp
 #pragma once
 #include <memory>
 

@@ -23,7 +23,7 @@
 //   nd_runner.h              NdRunner: the pipeline over such chunks
 //   fsdp_nd_runner.h         FsdpNdRunner: FSDP / HSDP over any of them (dp_shard × cp shards)
 //
-//   Lesson: lessons/14_nd_parallel.cpp   Tests: tests/test_nd_parallel.cpp
+//   Lesson: lessons/14_nd_parallel.cpp   Tests: tests/parallel/nd/test_nd_parallel.cpp
 #pragma once
 #include "parallel/nd/fsdp_nd_runner.h"
 #include "parallel/nd/nd_parallelizer.h"

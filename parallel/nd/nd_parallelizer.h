@@ -29,7 +29,7 @@
 //   tp slices sharded(d, "tp"), the first stage's wte sharded(0, "tp"), the last stage's copy
 //   tied("wte"), SP partial-gradient ones replicated +partial over tp.
 //
-//   Tests: tests/test_nd_parallel.cpp
+//   Tests: tests/parallel/nd/test_nd_parallel.cpp
 #pragma once
 #include <memory>
 #include <optional>

@@ -2,7 +2,7 @@
 // 1) whose chunks NdParallelizer (nd_parallelizer.h) cuts over tp and cp. Collective over pp (the tied wte's group).
 // holds_loss: the last stage's tp rank 0, on every cp rank (each holds its tokens' share).
 //
-//   Tests: tests/test_nd_parallel.cpp   Lesson: lessons/14_nd_parallel.cpp
+//   Tests: tests/parallel/nd/test_nd_parallel.cpp   Lesson: lessons/14_nd_parallel.cpp
 #pragma once
 #include "parallel/nd/nd_parallelizer.h"
 

@@ -28,7 +28,7 @@
 //
 //   Lessons: lessons/08_naive_model_parallel.cpp, lessons/09_pipeline_schedules.cpp,
 //            lessons/10_zero_bubble.cpp
-//   Tests: tests/test_pipeline_schedule.cpp, tests/test_pipeline.cpp
+//   Tests: tests/parallel/pipeline/test_pipeline_schedule.cpp, tests/parallel/pipeline/test_pipeline.cpp
 #pragma once
 #include "parallel/pipeline/engine.h"
 #include "parallel/pipeline/pipeline_runner.h"

@@ -24,7 +24,7 @@
 //   come before the tied wte's in gradient_sums(), and whose gathers serve full_state_dict().
 //   FsdpNdRunner (parallel/nd/fsdp_nd_runner.h) shards the stage through the protected gather() below.
 //
-//   Lessons: 08, 09   Tests: tests/test_pipeline.cpp, tests/test_nd_parallel.cpp
+//   Lessons: 08, 09   Tests: tests/parallel/pipeline/test_pipeline.cpp, tests/parallel/nd/test_nd_parallel.cpp
 #pragma once
 #include <memory>
 #include <string>

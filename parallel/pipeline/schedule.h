@@ -45,7 +45,7 @@
 //   Backwards (B and W) always run in micro-batch order per chunk, so gradients accumulate in the
 //   serial order and every schedule gives the same bits.
 //
-//   Lessons: 08, 09, 10   Tests: tests/test_pipeline_schedule.cpp
+//   Lessons: 08, 09, 10   Tests: tests/parallel/pipeline/test_pipeline_schedule.cpp
 #pragma once
 #include <cstdint>
 #include <string>

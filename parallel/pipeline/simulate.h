@@ -16,7 +16,7 @@
 //   free), which gives the ideal timeline the lessons draw and the bubble the formula predicts.
 //   A split backward costs the same in all: B = backward - weight = 1, W = weight = 1.
 //
-//   Tests: tests/test_pipeline_schedule.cpp (every valid (p ≤ 8, m ≤ 32, v ≤ 4) finishes; a hand-made
+//   Tests: tests/parallel/pipeline/test_pipeline_schedule.cpp (every valid (p ≤ 8, m ≤ 32, v ≤ 4) finishes; a hand-made
 //   deadlock is found)
 #pragma once
 #include <string>

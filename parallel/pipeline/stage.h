@@ -16,7 +16,7 @@
 //   Memory per stage = the weights of its layers (+ wte on the first and last, V·C each) and the
 //   activations of the micro-batches in flight (the schedule decides how many: schedule.h).
 //
-//   Lesson: lessons/08_naive_model_parallel.cpp   Tests: tests/test_pipeline_schedule.cpp
+//   Lesson: lessons/08_naive_model_parallel.cpp   Tests: tests/parallel/pipeline/test_pipeline_schedule.cpp
 #pragma once
 #include <cstdint>
 #include <string>

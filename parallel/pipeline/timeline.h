@@ -15,7 +15,7 @@
 //   Perfetto or chrome://tracing; a comm event's args carry link_us, the simulated links' charge
 //   inside it); write_trace picks by the file's extension (.svg, .json).
 //
-//   Tests: tests/test_pipeline_timeline.cpp
+//   Tests: tests/parallel/pipeline/test_pipeline_schedule.cpp
 #pragma once
 #include <string>
 #include <vector>

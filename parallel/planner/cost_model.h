@@ -1,8 +1,8 @@
 // cost_model.h — what one rank of a layout holds and sends in one optimizer step, worked out from the
 // model's shapes and the chapters' rules, without running anything. The planner (planner.h) builds its
-// step times and its ranking on these two functions; tests/test_planner_ledger.cpp holds them to the
+// step times and its ranking on these two functions; tests/parallel/planner/test_planner_ledger.cpp holds them to the
 // ledgers of real runs of shardlab's own layouts (bytes exactly, model states exactly, activations
-// within 5%), and tests/test_planner.cpp to the papers' figures at scale.
+// within 5%), and tests/parallel/planner/test_planner.cpp to the papers' figures at scale.
 //
 //   inputs   model   nn::GPTConfig (n_layer, n_embd, n_head, vocab_size, block_size, param_dtype, recompute)
 //            plan    a TrainPlan: the mesh's degrees, the data-parallel strategy (ZeRO stage), offload,

@@ -38,8 +38,8 @@
 //     search.h      every layout, checked and ranked
 //     report.h      the table, the JSON and the recommendation in words
 //
-//   Tool: build/bin/plan (tools/plan.cpp)   Tests: tests/test_planner.cpp (the papers),
-//   tests/test_planner_ledger.cpp (shardlab's own ledgers)
+//   Tool: build/bin/plan (tools/plan.cpp)   Tests: tests/parallel/planner/test_planner.cpp (the papers),
+//   tests/parallel/planner/test_planner_ledger.cpp (shardlab's own ledgers)
 #pragma once
 #include "parallel/planner/cluster.h"
 #include "parallel/planner/cost_model.h"

@@ -26,7 +26,7 @@
 //   nothing else, so f there is f on the layer's input, forward and backward.) g + bias is a hook on
 //   the row layer itself: its Linear stops adding the bias, which stays a registered parameter.
 //
-//   Tests: tests/test_tensor_parallel_ops.cpp   Lesson: lessons/11_tensor_parallel.cpp
+//   Tests: tests/parallel/tensor_parallel/test_tensor_parallel_ops.cpp   Lesson: lessons/11_tensor_parallel.cpp
 #pragma once
 #include <memory>
 

@@ -24,7 +24,7 @@
 //   The tensors here are batch-first [B, T, C]: a cut along T is not contiguous, so the sequence ops
 //   move through a [tp, B, T/tp, C] buffer (one permute each way).
 //
-//   Tests: tests/test_tensor_parallel_ops.cpp (gradcheck of each op against its serial meaning)
+//   Tests: tests/parallel/tensor_parallel/test_tensor_parallel_ops.cpp (gradcheck of each op against its serial meaning)
 #pragma once
 #include "parallel/comm/process_group.h"
 #include "tensor/tensor.h"

@@ -18,7 +18,7 @@
 //   Per block: forward 2 all-reduces of B·T·C (the g's), backward 2 (the f's) — or, under SP, 2
 //   all-gathers + 2 reduce-scatters each way, the same bytes.
 //
-//   Tests: tests/test_tensor_parallel.cpp   Lesson: lessons/11_tensor_parallel.cpp
+//   Tests: tests/parallel/tensor_parallel/test_tensor_parallel.cpp   Lesson: lessons/11_tensor_parallel.cpp
 #pragma once
 #include "nn/gpt.h"
 #include "parallel/tensor_parallel/linear.h"

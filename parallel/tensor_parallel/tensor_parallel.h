@@ -54,10 +54,10 @@
 //
 // Lessons: lessons/11_tensor_parallel.cpp (f and g on the page, the head split, bytes, the vocabulary
 //          cut, tp 2 == serial), lessons/12_sequence_parallel.cpp (SP: activation memory and bytes)
-// Tests:   tests/test_tensor_parallel_ops.cpp (each piece against its serial meaning: gradchecks of
+// Tests:   tests/parallel/tensor_parallel/test_tensor_parallel_ops.cpp (each piece against its serial meaning: gradchecks of
 //          the mappings, column/row == serial Linear with and without SP, vocabulary cut),
-//          tests/test_tensor_parallel.cpp (the GPT against serial: tp 2/3/4, SP, DP × TP, Trainer),
-//          tests/test_nd_parallel.cpp (tp composed with pp and cp)
+//          tests/parallel/tensor_parallel/test_tensor_parallel.cpp (the GPT against serial: tp 2/3/4, SP, DP × TP, Trainer),
+//          tests/parallel/nd/test_nd_parallel.cpp (tp composed with pp and cp)
 // Bench:   bench/tensor_parallel.cpp
 #pragma once
 #include "parallel/tensor_parallel/linear.h"

@@ -9,7 +9,7 @@
 //   module() on mesh.group("dp")) composes as for the whole model: a tp shard's replicas across dp
 //   hold the same slice, so their gradients average slice by slice.
 //
-//   Tests: tests/test_tensor_parallel.cpp (parity with serial, tp 2/3/4, SP, DP 2 × TP 2)
+//   Tests: tests/parallel/tensor_parallel/test_tensor_parallel.cpp (parity with serial, tp 2/3/4, SP, DP 2 × TP 2)
 #pragma once
 #include "parallel/comm/mesh.h"
 #include "parallel/tensor_parallel/tp_gpt.h"

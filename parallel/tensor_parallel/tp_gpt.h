@@ -23,7 +23,7 @@
 //   lessons/12_sequence_parallel.cpp against Korthikanti's sbh(10 + 24/t + 5as/(ht)) without SP and
 //   sbh(34 + 5as/h)/t with it.
 //
-//   Tests: tests/test_tensor_parallel.cpp
+//   Tests: tests/parallel/tensor_parallel/test_tensor_parallel.cpp
 #pragma once
 #include "nn/gpt.h"
 #include "parallel/tensor_parallel/linear.h"

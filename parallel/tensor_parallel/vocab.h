@@ -19,7 +19,7 @@
 //   Bytes: 3 all-reduces of B·T floats; memory: the local logits [B·T, Vs] kept for backward.
 //   CPU logits run row loops; CUDA logits the same math as engine ops (vocab_composed.h).
 //
-//   Tests: tests/test_tensor_parallel_ops.cpp (gradcheck, ×1e3 logits, -100, targets in every shard)
+//   Tests: tests/parallel/tensor_parallel/test_tensor_parallel_ops.cpp (gradcheck, ×1e3 logits, -100, targets in every shard)
 #pragma once
 #include "nn/gpt.h"
 #include "parallel/comm/process_group.h"

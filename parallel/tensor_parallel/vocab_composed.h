@@ -8,7 +8,7 @@
 //                          engine has no comparison op; columns are exact integers below 2^24 in f32)
 //   xt = Σ_v masked_fill(x - m, off_target, 0)      dx = (exp(x - m)/S - [off_target == 0]) · g / count
 //
-// Also runs on CPU tensors (tests/test_chapter_ops_cuda.cpp compares it with the CPU loops).
+// Also runs on CPU tensors (tests/parallel/context_parallel/test_chapter_ops_cuda.cpp compares it with the CPU loops).
 // Internal to parallel/tensor_parallel.
 #pragma once
 #include "parallel/tensor_parallel/vocab.h"

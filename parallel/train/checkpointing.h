@@ -16,7 +16,7 @@
 //   Loading writes through the same views, so a checkpoint saved under ZeRO-3 at world 4 loads into
 //   TP 2 x PP 2: each rank fills its own pieces from whichever saved pieces overlap them.
 //
-//   Tests: tests/test_checkpoint_resharding.cpp
+//   Tests: tests/parallel/train/test_checkpoint_resharding.cpp
 #pragma once
 #include <cstdint>
 #include <map>

@@ -1,6 +1,6 @@
 // run_report.h — what one rank did during a run: where it sits in the mesh, the memory it held, the
 // bytes it moved per group and op, and where its time went. `train --report-json PATH` writes one
-// per rank (README: "The run report" gives the schema); tests/test_run_report.cpp checks it against
+// per rank (README: "The run report" gives the schema); tests/parallel/train/test_run_report.cpp checks it against
 // the ledgers it reads.
 //
 //   time, per rank, over the run (every rank measures its own clock):

@@ -14,7 +14,7 @@
 //   trainer.h        the step, the gradients kept for tests, the ledgers
 //   run_report.h     what each rank held, sent and waited for (train --report-json)
 //
-//   Program: tools/train.cpp   Tests: tests/test_trainer.cpp, tests/test_train_cli.cpp
+//   Program: tools/train.cpp   Tests: tests/parallel/train/test_trainer.cpp, tests/tools/test_train_cli.cpp
 #pragma once
 #include "parallel/train/factory.h"
 #include "parallel/train/run_report.h"

@@ -18,7 +18,7 @@
 //
 // Invalid plans raise sl::Error before any communication, naming the values.
 //
-//   Tests: tests/test_trainer.cpp (every layout, with micro-batches, against a serial nn::GPT + nn::AdamW)
+//   Tests: tests/parallel/train/test_trainer.cpp (every layout, with micro-batches, against a serial nn::GPT + nn::AdamW)
 #pragma once
 #include <functional>
 #include <memory>

@@ -35,7 +35,7 @@
 //   for (const ShardPiece& piece : flat.layout().shard_pieces(rank)) ...  // per-segment work on a shard
 //
 //   Used by: parallel/zero/zero_adamw.h (ZeRO-1/2, offload), parallel/zero/fsdp.h (ZeRO-3 / FSDP, HSDP)
-//   Tests: tests/test_zero.cpp (FlatParams.*)
+//   Tests: tests/parallel/zero/test_zero.cpp (FlatParams.*)
 #pragma once
 #include <cstdint>
 #include <limits>

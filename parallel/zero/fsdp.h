@@ -68,7 +68,7 @@
 //   }
 //   nn::StateDict weights = fsdp.full_state_dict();                  // every rank: the full model
 //
-//   Lesson: lessons/07_zero.cpp   Tests: tests/test_fsdp.cpp (Fsdp*, Hsdp*), tests/test_grad_accumulation.cpp
+//   Lesson: lessons/07_zero.cpp   Tests: tests/parallel/zero/test_fsdp.cpp (Fsdp*, Hsdp*), tests/parallel/train/test_grad_accumulation.cpp
 #pragma once
 #include <memory>
 #include <vector>

@@ -17,7 +17,7 @@
 // gathered buffer, alive inside the graph until backward. Storage::release() frees the bytes of the
 // one Storage every alias shares; unshard() refills that same Storage before backward reads it.
 //
-//   Used by: parallel/zero/fsdp.h       Tests: tests/test_fsdp.cpp
+//   Used by: parallel/zero/fsdp.h       Tests: tests/parallel/zero/test_fsdp.cpp
 #pragma once
 #include <memory>
 #include <optional>

@@ -20,7 +20,7 @@
 //   ShardedAdamW adam(layout, rank, device, MemoryCategory::optimizer);
 //   adam.step(weight_chunks, adam.chunks_of(grad_shard.data<float>()), has_grad, options, lr);
 //
-//   Tests: tests/test_zero.cpp, tests/test_fsdp.cpp (the optimizer state against nn::AdamW's)
+//   Tests: tests/parallel/zero/test_zero.cpp, tests/parallel/zero/test_fsdp.cpp (the optimizer state against nn::AdamW's)
 #pragma once
 #include <cstdint>
 #include <vector>

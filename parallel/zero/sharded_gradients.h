@@ -18,7 +18,7 @@
 //   The clip sees the same pieces, each counted as its parameter's placement says and split over
 //   the dims the shards are cut along (parallel/comm/grad_norm.h).
 //
-//   Used by: zero_strategies.h    Tests: tests/test_nd_parallel.cpp (zero2 and fsdp layouts)
+//   Used by: zero_strategies.h    Tests: tests/parallel/nd/test_nd_parallel.cpp (zero2 and fsdp layouts)
 #pragma once
 #include <string>
 #include <vector>

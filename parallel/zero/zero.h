@@ -31,7 +31,7 @@
 //   zero_strategies.h   ZeRO-1/2 and FSDP/HSDP as the Trainer's DataParallelStrategy
 //
 //   Lesson: lessons/07_zero.cpp
-//   Tests: tests/test_zero.cpp, tests/test_fsdp.cpp, tests/test_grad_accumulation.cpp
+//   Tests: tests/parallel/zero/test_zero.cpp, tests/parallel/zero/test_fsdp.cpp, tests/parallel/train/test_grad_accumulation.cpp
 #pragma once
 #include "parallel/zero/flat_params.h"
 #include "parallel/zero/fsdp.h"

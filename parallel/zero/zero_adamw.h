@@ -68,7 +68,7 @@
 //   are counted per parameter.
 //
 //   The step is zero_adamw.cpp; what is gathered whole (gradients, state dicts) zero_adamw_gather.cpp.
-//   Lesson: lessons/07_zero.cpp   Tests: tests/test_zero.cpp, tests/test_grad_accumulation.cpp
+//   Lesson: lessons/07_zero.cpp   Tests: tests/parallel/zero/test_zero.cpp, tests/parallel/train/test_grad_accumulation.cpp
 #pragma once
 #include <atomic>
 #include <functional>

@@ -16,7 +16,7 @@
 // same order even if its hooks fire in another. A parameter that gets no gradient holds its bucket
 // back until flush() (from reduce_gradients) launches the rest with zeros for it.
 //
-//   Used by: parallel/zero/zero_adamw.cpp     Tests: tests/test_zero.cpp (peak gradient memory from the ledger)
+//   Used by: parallel/zero/zero_adamw.cpp     Tests: tests/parallel/zero/test_zero.cpp (peak gradient memory from the ledger)
 #pragma once
 #include <deque>
 #include <memory>

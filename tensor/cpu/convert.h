@@ -9,7 +9,7 @@
 // otherwise. Where the hardware and the scalar rule disagree (vcvtneps2bf16 flushes f32 subnormals
 // to zero; F16C quiets a signalling half NaN and keeps a float NaN's payload, where f16(float)
 // writes the canonical 0x7e00), that group of lanes takes the scalar rule, so every build rounds
-// alike. tests/test_dtype.cpp compares both directions with the scalar rule over every 16-bit
+// alike. tests/tensor/test_dtype.cpp compares both directions with the scalar rule over every 16-bit
 // pattern and over floats around every rounding boundary.
 #pragma once
 #include <cstdint>

@@ -9,7 +9,7 @@
 //   permute        stride[j] = the input's stride of dim perm[j]
 //   reductions     one index for the kept dims, one for the summed dims (reduce.cu)
 //
-// Plain host/device code (no CUDA headers): the kernels use it, and tests/test_cuda_indexing.cpp
+// Plain host/device code (no CUDA headers): the kernels use it, and tests/tensor/test_cuda_indexing.cpp
 // checks it on the CPU against the CPU ops, so the index math is tested on machines without a GPU.
 #pragma once
 #include <array>

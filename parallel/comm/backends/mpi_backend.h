@@ -32,7 +32,7 @@
 //
 //   Code: mpi_runtime.{h,cpp} (MPI start, dtypes and ops, the launch state and its polling wait,
 //   launch_mpi), mpi_backend.cpp (the group's collectives, sub-groups), mpi_p2p.cpp (send/recv).
-//   Tests: tests/test_mpi_backend.cpp, run by tools/mpi_tests.sh (mpirun -np 2 and -np 4).
+//   Tests: tests/parallel/comm/test_mpi_backend.cpp, run by tools/mpi_tests.sh (mpirun -np 2 and -np 4).
 #pragma once
 #include <memory>
 #include <string>

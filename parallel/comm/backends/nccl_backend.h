@@ -37,7 +37,7 @@
 //
 //   Code: nccl_backend.cpp (the group, its engine, sub-groups), nccl_collectives.cpp, nccl_p2p.cpp,
 //   nccl_launch.cpp (bootstrap, the world's abort state); nccl_common.h is what they share.
-//   Tests: tests/test_nccl.cpp (they skip, saying why, without enough GPUs).
+//   Tests: tests/parallel/comm/test_nccl.cpp (they skip, saying why, without enough GPUs).
 #pragma once
 #include <memory>
 #include <string>
