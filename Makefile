@@ -2,13 +2,14 @@
 #
 #   make            the library, lessons, tests, benchmarks and tools, into build/
 #   make run        the main job: the GPT learns addition over dp 2 x pp 2 x tp 2, against serial (TRAIN_ARGS=...)
-#   make test       build and run the whole GoogleTest suite
+#   make test       build and run the whole GoogleTest suite;  make test AREA=parallel/zero  one folder of tests/
 #   make lessons    every lesson in order;  make lesson N=01  one of them
 #   make exercises  the exercises and their status;  make exercise N=01 [SOLUTION=1]  grade one
-#   make bench      the benchmarks (JSON lines)
+#   make coursework every grader: templates, SOLUTION=1 and the wrong solutions (CI grades them)
+#   make bench      the benchmarks (JSON lines);  make bench-quick  each once, in seconds, checking its output
 #   make deps       check for (and, as root, install) Eigen, GoogleTest, nlohmann-json, OpenBLAS, OpenMPI
 #   make format     clang-format every source;  make compdb  compile_commands.json for editors
-#   make fuzz       the libFuzzer targets in fuzz/ (clang), each run for FUZZ_SECONDS (30) from its seeds
+#   make fuzz       the libFuzzer targets in fuzz/ (clang), side by side, each for FUZZ_SECONDS (30) from its seeds
 #   make clean
 #
 # Options:
@@ -18,18 +19,41 @@
 #   BLAS=openblas|eigen                   who runs GEMM on the CPU (see README: Results)
 #   ARCH=-march=native                    the default; ARCH= builds for any x86-64
 #   BUILD=dir                             another build directory
-#   TESTS="tests/a.cpp ..."               build the test binary from these files only
+#   AREA="tensor parallel/zero"           the test binary of these folders of tests/ only
+#   CCACHE=auto|0                         auto: compile through ccache when it is installed
 
 CXX      ?= g++
 SANITIZE ?=
 CUDA     ?= auto
 BLAS     ?= openblas
 comma    := ,
+empty    :=
+space    := $(empty) $(empty)
+
+# ---- compiler cache -------------------------------------------------------------------------------
+# ccache (Debian's `ccache`; make deps installs it) when present: a second build of the same sources
+# with the same flags, in this tree or in a fresh clone in another folder, takes the objects from the
+# cache. base_dir makes the absolute paths under this tree relative, and the working directory is not
+# hashed (hash_dir false), so a clone elsewhere hits the objects of this one; its debug info then
+# names the folder the object was first compiled in (the file names in it are relative anyway).
+CCACHE ?= auto
+ifeq ($(CCACHE),auto)
+  CCACHE_BIN := $(shell command -v ccache 2>/dev/null)
+else ifneq ($(CCACHE),0)
+  CCACHE_BIN := $(CCACHE)
+endif
+ifneq ($(CCACHE_BIN),)
+  LAUNCH := $(CCACHE_BIN)
+  export CCACHE_BASEDIR := $(CURDIR)
+  export CCACHE_NOHASHDIR := true
+endif
 
 ifeq ($(SANITIZE),)
   BUILD ?= build
   OPT   := -O2
-  DEBUG := -g
+  # Line tables: file:line in every backtrace (gdb's bt, a sanitizer's report). DEBUG=-g adds the
+  # variables for gdb's `print`, at about 1.4 times the compile time.
+  DEBUG ?= -g1
 else
   BUILD ?= build-$(subst $(comma),-,$(SANITIZE))
   SANFLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
@@ -45,6 +69,20 @@ else
   ifeq ($(origin CUDA),file)
     CUDA := 0
   endif
+  # AddressSanitizer + UBSan build with clang++ when it is installed (make deps installs it for them):
+  # at -O0 it compiles them in half of g++'s time. ThreadSanitizer stays on g++, faster at -O1.
+  ifeq ($(filter thread,$(SANITIZE)),)
+    ifeq ($(origin CXX),default)
+      CLANGXX := $(shell command -v clang++ 2>/dev/null)
+      ifneq ($(CLANGXX),)
+        CXX := $(CLANGXX)
+      endif
+    endif
+  endif
+  # A sanitized test run leaves out the long cases: the tests whose full name starts with "Long"
+  # (a suite, LongMixedPrecisionLearning, or an instantiation, Long/RingVsFull.*): bigger sizes and
+  # longer runs of what a shorter case of the same suite already takes through the same code.
+  SAN_GTEST_FILTER := --gtest_filter=-Long*
   # ThreadSanitizer sees only instrumented code: OpenBLAS's own threads would be invisible to it,
   # so thread-sanitized builds use Eigen's header-only GEMM (compiled, and so checked, with the rest).
   ifeq ($(SANITIZE),thread)
@@ -58,7 +96,8 @@ endif
 # -fvect-cost-model=dynamic: at -O2, GCC otherwise vectorizes only loops that need no runtime alias check.
 # -fno-math-errno: sqrt never sets errno (nobody reads it), so loops that call it vectorize too.
 ARCH     ?= -march=native
-CXXFLAGS := -std=c++20 $(OPT) -fvect-cost-model=dynamic -fno-math-errno $(DEBUG) $(ARCH) -Wall -Wextra -MMD -MP -I. -isystem /usr/include/eigen3 $(SANFLAGS)
+GCC_ONLY := $(if $(findstring clang,$(CXX)),,-fvect-cost-model=dynamic)
+CXXFLAGS := -std=c++20 $(OPT) $(GCC_ONLY) -fno-math-errno $(DEBUG) $(ARCH) -Wall -Wextra -MMD -MP -I. -isystem /usr/include/eigen3 $(SANFLAGS)
 LDFLAGS  := $(SANFLAGS) -pthread
 LDLIBS   :=
 
@@ -132,12 +171,34 @@ endif
 LIB_SRCS    := $(wildcard tensor/*.cpp tensor/cpu/*.cpp tensor/cuda/*.cpp tensor/ops/*.cpp autograd/*.cpp nn/*.cpp parallel/*/*.cpp parallel/*/*/*.cpp)
 LIB_OBJS    := $(LIB_SRCS:%.cpp=$(BUILD)/%.o) $(CU_SRCS:%.cu=$(BUILD)/%.cu.o)
 LIB         := $(BUILD)/libshardlab.a
+# The layers below the chapters that use them, and the checkpoint files: a test binary whose areas all
+# lie here (the ASan build's) links only their objects, libshardlab-core.a, and needs no tool.
+# tools/check_includes.sh holds tests/<these> to including nothing above them.
+CORE_LAYERS := tensor autograd nn parallel/comm parallel/runner parallel/checkpoint
+CORE_LIB    := $(BUILD)/libshardlab-core.a
+CORE_OBJS   := $(filter $(addprefix $(BUILD)/,$(addsuffix /%,$(CORE_LAYERS))),$(LIB_OBJS))
 LESSONS     := $(patsubst lessons/%.cpp,$(BUILD)/lessons/%,$(sort $(wildcard lessons/*.cpp)))
-# TESTS=...: the test files built into the test binary, all by default (CI's thread-sanitizer phase
-# builds only the parallel ones).
-TESTS       ?= $(wildcard tests/*.cpp)
-TEST_SRCS   := $(TESTS)
-TEST_BIN    := $(BUILD)/tests/shardlab_tests
+# tests/ mirrors the tree (tests/tensor, tests/parallel/zero, ...; tests/support holds what they share).
+# AREA=...: the test binary of those folders only, built beside the whole suite's, for example
+# `make test AREA=parallel/zero`. A sanitized build runs its sanitizer's areas unless AREA is given:
+# these two lists are the one place that says which tests each sanitizer runs.
+#   ASan + UBSan: the code that handles raw memory and untrusted bytes: the tensor engine and its CPU
+#                 kernels, autograd, nn (safetensors), comm's buffers and backends, the checkpoint files.
+#   TSan:         every suite whose ranks are threads (all of parallel/), and autograd's per-thread state.
+ASAN_AREAS  := tensor autograd nn parallel/comm parallel/checkpoint
+TSAN_AREAS  := autograd parallel
+ifneq ($(filter thread,$(SANITIZE)),)
+  AREA ?= $(TSAN_AREAS)
+else ifneq ($(SANITIZE),)
+  AREA ?= $(ASAN_AREAS)
+endif
+TEST_SRCS   := $(sort $(shell find $(if $(AREA),$(addprefix tests/,$(AREA)),tests) -name 'test_*.cpp' -not -path 'tests/support/*' 2>/dev/null))
+ifeq ($(TEST_SRCS),)
+  $(error AREA=$(AREA): no tests/<area>/**/test_*.cpp (the areas are the folders of tests/))
+endif
+TEST_BIN    := $(BUILD)/tests/shardlab_tests$(if $(AREA),-$(subst /,_,$(subst $(space),+,$(strip $(AREA)))))
+TEST_CORE   := $(if $(AREA),$(if $(filter-out $(CORE_LAYERS),$(AREA)),,1))
+TEST_LIB    := $(if $(TEST_CORE),$(CORE_LIB),$(LIB))
 BENCHES     := $(patsubst bench/%.cpp,$(BUILD)/bench/%,$(wildcard bench/*.cpp))
 TOOLS       := $(patsubst tools/%.cpp,$(BUILD)/bin/%,$(wildcard tools/*.cpp))
 # Whole archive: every op's object is linked, whichever symbols a program happens to use.
@@ -151,7 +212,7 @@ ifeq ($(MAKELEVEL),0)
   endif
 endif
 
-.PHONY: all run test lessons lesson exercise exercise-graders exercises bench deps format compdb clean programs fuzz
+.PHONY: all run test lessons lesson exercise exercises bench bench-quick deps format compdb clean programs fuzz
 # Keep the objects of lessons, benchmarks and tools (make would delete them as intermediate files).
 .SECONDARY:
 .DEFAULT_GOAL := all
@@ -167,13 +228,17 @@ $(shell mkdir -p $(BUILD) && echo '$(CXX) $(CXXFLAGS) $(NVCCFLAGS)' | cmp -s - $
 
 $(BUILD)/%.o: %.cpp $(FLAGS_FILE)
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS) -c $< -o $@
+	$(LAUNCH) $(CXX) $(CXXFLAGS) -c $< -o $@
 
 $(BUILD)/%.cu.o: %.cu $(FLAGS_FILE)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+	$(LAUNCH) $(NVCC) $(NVCCFLAGS) -c $< -o $@
 
 $(LIB): $(LIB_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(CORE_LIB): $(CORE_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
@@ -187,9 +252,9 @@ $(BUILD)/bin/%: $(BUILD)/tools/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $< $(LINK_LIB) $(LDLIBS) -o $@
 
-# The tests run the tools too (tests/test_train_cli.cpp), so they are built with the test binary.
-$(TEST_BIN): $(TEST_SRCS:%.cpp=$(BUILD)/%.o) $(LIB) | $(TOOLS)
-	$(CXX) $(LDFLAGS) $(filter %.o,$^) $(LINK_LIB) $(LDLIBS) -lgtest -lgtest_main -o $@
+# The tests run the tools too (tests/tools/test_train_cli.cpp), so they are built with the test binary.
+$(TEST_BIN): $(TEST_SRCS:%.cpp=$(BUILD)/%.o) $(TEST_LIB) | $(if $(TEST_CORE),,$(TOOLS))
+	$(CXX) $(LDFLAGS) $(filter %.o,$^) -Wl,--whole-archive $(TEST_LIB) -Wl,--no-whole-archive $(LDLIBS) -lgtest -lgtest_main -o $@
 
 # ---- running things -------------------------------------------------------------------------------
 # ASan's shadow-gap protection clashes with the CUDA runtime, which a CUDA build links.
@@ -197,7 +262,7 @@ SAN_ENV := ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=1 UBSAN_OPTIONS=print_
 
 test: deps
 	@$(MAKE) --no-print-directory $(TEST_BIN)
-	@set -f; $(SAN_ENV) SL_TRAIN_BIN=$(BUILD)/bin/train bash tools/run_tests.sh $(TEST_BIN) $(GTEST_ARGS)
+	@set -f; $(SAN_ENV) SL_TRAIN_BIN=$(BUILD)/bin/train bash tools/run_tests.sh $(TEST_BIN) $(SAN_GTEST_FILTER) $(GTEST_ARGS)
 
 # The main job, the showcase: the GPT learns addition on 16 thread ranks in the Accelerate guide's
 # first layout (dp_replicate 2 x dp_shard 2 x cp 2 x tp 2: HSDP over tensor- and context-parallel
@@ -219,59 +284,69 @@ lesson: deps
 	  test -n "$$lesson" || { echo "no lesson $(N) (have: $(notdir $(LESSONS)))"; exit 2; }; \
 	  $(SAN_ENV) $$lesson
 
-# ---- exercises (exercises/README.md) ---------------------------------------------------------------
-# make exercise N=01: exercises/01_*/student.cpp + grader.cpp against the library, into
-# $(BUILD)/exercises/, graded under `timeout 60` (a hang fails too). SOLUTION=1 compiles with -DSL_SOLUTION:
-# the grader calls the library's own implementation instead (into $(BUILD)/exercises-solution/).
-# make exercises: each one's difficulty, lesson and status (exercises/status.sh).
+# ---- coursework (exercises/README.md) -------------------------------------------------------------
+# A unit is a folder with a grader.cpp: an exercise, exercises/NN_name/ (graded under `timeout 60`), or
+# a project, exercises/projects/NN_name/ (`timeout 120`: projects train and simulate more). The
+# student's files are its other .cpp files (student.cpp or project.cpp, and any code given with them);
+# its wrong solutions are wrong_*.cpp, each standing in for student.cpp (project.cpp). From them:
+#   $(BUILD)/exercises/<unit>/grader           the template as shipped (or as the student wrote it)
+#   $(BUILD)/exercises-solution/<unit>/grader  grader.cpp with -DSL_SOLUTION: the library's own implementation
+#   $(BUILD)/exercises/<unit>/wrong_<what>     a wrong solution, graded by the template's grader
+# Every .cpp is compiled once; `make coursework` links them all, so -j builds them side by side.
+#   make exercise N=01 [SOLUTION=1 | WRONG=<what>]     make project N=01 [SOLUTION=1 | WRONG=<what>]
+#   make exercises / make projects                    each one's difficulty (or chapter) and status
 EXERCISES := $(sort $(patsubst exercises/%/grader.cpp,%,$(wildcard exercises/*/grader.cpp)))
-EX_BUILD  := $(BUILD)/exercises$(if $(SOLUTION),-solution)
-EX_FLAGS  := $(if $(SOLUTION),-DSL_SOLUTION) -Wno-unused-parameter  # the TODO bodies use no parameter
+PROJECTS  := $(sort $(patsubst exercises/projects/%/grader.cpp,%,$(wildcard exercises/projects/*/grader.cpp)))
+CW_UNITS  := $(EXERCISES) $(addprefix projects/,$(PROJECTS))
+CW_BUILD  := $(BUILD)/exercises
+CW_FLAGS  := -Wno-unused-parameter  # the TODO bodies use no parameter
 
-$(EX_BUILD)/%.o: exercises/%.cpp $(FLAGS_FILE)
+$(CW_BUILD)/%.o: exercises/%.cpp $(FLAGS_FILE)
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS) $(EX_FLAGS) -c $< -o $@
+	$(LAUNCH) $(CXX) $(CXXFLAGS) $(CW_FLAGS) -c $< -o $@
 
-$(EX_BUILD)/%/grader: $(EX_BUILD)/%/student.o $(EX_BUILD)/%/grader.o $(LIB)
-	$(CXX) $(LDFLAGS) $(filter %.o,$^) $(LINK_LIB) $(LDLIBS) -o $@
+$(CW_BUILD)-solution/%.o: exercises/%.cpp $(FLAGS_FILE)
+	@mkdir -p $(dir $@)
+	$(LAUNCH) $(CXX) $(CXXFLAGS) $(CW_FLAGS) -DSL_SOLUTION -c $< -o $@
 
-# Every grader of this kind (template or SOLUTION=1) at once, so that -j2 builds two at a time (CI).
-exercise-graders: $(patsubst %,$(EX_BUILD)/%/grader,$(EXERCISES))
+# The link rules of one unit: $(1) is its folder under exercises/, $(2) its student's files, $(3) the
+# file a wrong solution stands in for.
+define CW_UNIT
+$(CW_BUILD)/$(1)/grader: $(patsubst exercises/%.cpp,$(CW_BUILD)/%.o,$(2)) $(CW_BUILD)/$(1)/grader.o $(LIB)
+	$$(CXX) $$(LDFLAGS) $$(filter %.o,$$^) $$(LINK_LIB) $$(LDLIBS) -o $$@
+$(CW_BUILD)-solution/$(1)/grader: $(patsubst exercises/%.cpp,$(CW_BUILD)/%.o,$(2)) $(CW_BUILD)-solution/$(1)/grader.o $(LIB)
+	@mkdir -p $$(dir $$@)
+	$$(CXX) $$(LDFLAGS) $$(filter %.o,$$^) $$(LINK_LIB) $$(LDLIBS) -o $$@
+$(CW_BUILD)/$(1)/wrong_%: $(patsubst exercises/%.cpp,$(CW_BUILD)/%.o,$(filter-out $(3),$(2))) $(CW_BUILD)/$(1)/wrong_%.o $(CW_BUILD)/$(1)/grader.o $(LIB)
+	$$(CXX) $$(LDFLAGS) $$(filter %.o,$$^) $$(LINK_LIB) $$(LDLIBS) -o $$@
+endef
+cw_students = $(filter-out exercises/$(1)/grader.cpp exercises/$(1)/wrong_%.cpp,$(wildcard exercises/$(1)/*.cpp))
+cw_answer   = $(firstword $(wildcard exercises/$(1)/student.cpp exercises/$(1)/project.cpp))
+$(foreach unit,$(CW_UNITS),$(eval $(call CW_UNIT,$(unit),$(call cw_students,$(unit)),$(call cw_answer,$(unit)))))
+CW_WRONG  := $(patsubst exercises/%.cpp,$(CW_BUILD)/%,$(wildcard $(CW_UNITS:%=exercises/%/wrong_*.cpp)))
+CW_BINS   := $(CW_UNITS:%=$(CW_BUILD)/%/grader) $(CW_UNITS:%=$(CW_BUILD)-solution/%/grader) $(CW_WRONG)
+
+.PHONY: coursework project projects
+coursework: $(CW_BINS)
+
+# grade KIND N: build and run one unit's grader (SOLUTION=1: the library's; WRONG=what: wrong_what.cpp).
+cw_grader = $(if $(WRONG),$(CW_BUILD)/$(1)/wrong_$(WRONG),$(if $(SOLUTION),$(CW_BUILD)-solution,$(CW_BUILD))/$(1)/grader)
+define CW_GRADE
+	@test -n "$(N)" || { echo "usage: make $(1) N=01 [SOLUTION=1 | WRONG=<what>]"; exit 2; }
+	@unit="$(filter $(N)_%,$(2))"; \
+	  test -n "$$unit" || { echo "no $(1) $(N) (have: $(2))"; exit 2; }; \
+	  grader="$(call cw_grader,$(3)$$unit)"; \
+	  $(MAKE) --no-print-directory "$$grader" && timeout $(4) "$$grader"
+endef
 
 exercise: deps
-	@test -n "$(N)" || { echo "usage: make exercise N=01 [SOLUTION=1]"; exit 2; }
-	@ex="$(filter $(N)_%,$(EXERCISES))"; \
-	  test -n "$$ex" || { echo "no exercise $(N) (have: $(EXERCISES))"; exit 2; }; \
-	  $(MAKE) --no-print-directory $(EX_BUILD)/$$ex/grader && timeout 60 $(EX_BUILD)/$$ex/grader
+	$(call CW_GRADE,exercise,$(EXERCISES),,60)
+
+project: deps
+	$(call CW_GRADE,project,$(PROJECTS),projects/,120)
 
 exercises:
 	@bash exercises/status.sh $(EXERCISES)
-
-# ---- projects (exercises/projects/) ------------------------------------------------------------------
-# make project N=01: every .cpp of exercises/projects/01_*/ (the student's files + grader.cpp) against
-# the library, into $(BUILD)/projects/, graded under `timeout 120` (the projects train and simulate more
-# than an exercise). SOLUTION=1: -DSL_SOLUTION, the grader runs a baseline wired in from the library
-# (into $(BUILD)/projects-solution/). make projects: each one with the chapter it extends.
-PROJECTS := $(sort $(patsubst exercises/projects/%/grader.cpp,%,$(wildcard exercises/projects/*/grader.cpp)))
-PR_BUILD := $(BUILD)/projects$(if $(SOLUTION),-solution)
-
-$(PR_BUILD)/%.o: exercises/projects/%.cpp $(FLAGS_FILE)
-	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS) $(EX_FLAGS) -c $< -o $@
-
-# One link rule per project: all of its folder's objects.
-define PROJECT_LINK
-$(PR_BUILD)/$(1)/grader: $(patsubst exercises/projects/%.cpp,$(PR_BUILD)/%.o,$(wildcard exercises/projects/$(1)/*.cpp)) $(LIB)
-	$$(CXX) $$(LDFLAGS) $$(filter %.o,$$^) $$(LINK_LIB) $$(LDLIBS) -o $$@
-endef
-$(foreach pr,$(PROJECTS),$(eval $(call PROJECT_LINK,$(pr))))
-
-.PHONY: project projects
-project: deps
-	@test -n "$(N)" || { echo "usage: make project N=01 [SOLUTION=1]"; exit 2; }
-	@pr="$(filter $(N)_%,$(PROJECTS))"; \
-	  test -n "$$pr" || { echo "no project $(N) (have: $(PROJECTS))"; exit 2; }; \
-	  $(MAKE) --no-print-directory $(PR_BUILD)/$$pr/grader && timeout 120 $(PR_BUILD)/$$pr/grader
 
 projects:
 	@printf '%-30s %s\n' project extends; \
@@ -285,8 +360,15 @@ bench: deps
 	@$(MAKE) --no-print-directory $(BENCHES)
 	@set -e; for b in $(BENCHES); do env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $$b; done
 
+# Each benchmark once in its --quick mode (seconds, not minutes): it runs its smallest case and checks
+# its own output (finite, positive times; bytes equal to their formula), exiting non-zero when a check
+# fails, so a benchmark that breaks fails CI.
+bench-quick: deps
+	@$(MAKE) --no-print-directory $(BENCHES)
+	@set -e; for b in $(BENCHES); do echo "=== $$b --quick"; env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $$b --quick; done
+
 deps:
-	@bash tools/deps.sh
+	@bash tools/deps.sh $(if $(filter address,$(subst $(comma), ,$(SANITIZE))),sanitize)
 
 format:
 	clang-format -i $(shell git ls-files '*.cpp' '*.h' '*.cu')
@@ -320,22 +402,26 @@ fuzz:
 	@mkdir -p $(FUZZ_BUILD) && printf 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { return 0; }\n' > $(FUZZ_BUILD)/probe.cpp
 	@$(FUZZ_CXX) -fsanitize=fuzzer $(FUZZ_BUILD)/probe.cpp -o $(FUZZ_BUILD)/probe 2>/dev/null || { echo "make fuzz: $(FUZZ_CXX) cannot link libFuzzer (-fsanitize=fuzzer); install it: apt-get install libclang-rt-14-dev (or the libclang-rt-N-dev of your clang)"; exit 1; }
 	@$(MAKE) --no-print-directory $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
-	@set -e; for target in $(FUZZ_TARGETS); do \
+	@for target in $(FUZZ_TARGETS); do \
 	  mkdir -p $(FUZZ_BUILD)/corpus-$$target; \
 	  echo "=== fuzz_$$target: $(FUZZ_SECONDS) s from $$(ls fuzz/corpus/$$target | wc -l) seeds"; \
-	  status=0; ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ( ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	    $(FUZZ_BUILD)/fuzz_$$target -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -rss_limit_mb=2048 -timeout=10 \
 	      -print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus-$$target fuzz/corpus/$$target \
-	      > $(FUZZ_BUILD)/fuzz_$$target.log 2>&1 || status=$$?; \
+	      > $(FUZZ_BUILD)/fuzz_$$target.log 2>&1; echo $$? > $(FUZZ_BUILD)/fuzz_$$target.status ) & \
+	done; wait; \
+	for target in $(FUZZ_TARGETS); do \
+	  status=$$(cat $(FUZZ_BUILD)/fuzz_$$target.status); \
+	  echo "=== fuzz_$$target"; \
 	  grep -E '^(INFO: seed corpus|#[0-9]+ +DONE|stat::number_of_executed_units|stat::peak_rss|Done|SUMMARY|==[0-9]+==ERROR)' \
 	    $(FUZZ_BUILD)/fuzz_$$target.log || true; \
-	  test $$status -eq 0 || { tail -n 40 $(FUZZ_BUILD)/fuzz_$$target.log; \
+	  test "$$status" -eq 0 || { tail -n 40 $(FUZZ_BUILD)/fuzz_$$target.log; \
 	    echo "make fuzz: fuzz_$$target failed (log: $(FUZZ_BUILD)/fuzz_$$target.log; the input: $(FUZZ_BUILD)/crash-* or leak-*)"; exit 1; }; \
-	done; echo "make fuzz: no crash, leak or undefined behaviour in $(words $(FUZZ_TARGETS)) targets x $(FUZZ_SECONDS) s"
+	done; echo "make fuzz: no crash, leak or undefined behaviour in $(words $(FUZZ_TARGETS)) targets x $(FUZZ_SECONDS) s (run side by side)"
 
 $(FUZZ_BUILD)/%.o: %.cpp
 	@mkdir -p $(dir $@)
-	$(FUZZ_CXX) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
+	$(LAUNCH) $(FUZZ_CXX) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
 
 $(FUZZ_BUILD)/fuzz_%: $(FUZZ_BUILD)/fuzz/fuzz_%.o $(FUZZ_OBJS)
 	$(FUZZ_CXX) $(FUZZ_FLAGS) -fsanitize=fuzzer $^ -o $@

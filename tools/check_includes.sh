@@ -18,7 +18,8 @@
 #        ^
 #   parallel/planner/     the cost model and the planner (it models the chapters; it runs none of them)
 #        ^
-#   tools/ lessons/ bench/ tests/
+#   tools/ lessons/ bench/ tests/  (tests/tensor, autograd, nn, parallel/comm and checkpoint include
+#                                   only the layers up to parallel/runner, and parallel/checkpoint)
 #
 # Prints each include that breaks a rule and exits 1 if there is one. CI runs it (.ci/run).
 # SL_INCLUDE_ROOT=dir checks another tree (tests/test_check_includes.sh plants a bad include in a copy).
@@ -53,6 +54,15 @@ for chapter in "${chapters[@]}"; do  # a chapter includes no sibling, nor nd/ or
 done
 check parallel/nd -- parallel/train/ parallel/planner/
 check parallel/train -- parallel/planner/
+# The tests of the layers below the chapters (and of the checkpoint files) include nothing above them,
+# directly or through a support header: their test binary links those layers alone (the Makefile's
+# CORE_LAYERS, the AddressSanitizer build's).
+core_tests=(tests/tensor tests/autograd tests/nn tests/parallel/comm tests/parallel/checkpoint
+            tests/support/test_util.h tests/support/parallel.h tests/support/checkpoint.h tests/support/all_to_all.h
+            tests/support/mpi.h tests/support/grad_norm_model.h)
+upper=()
+for chapter in "${chapters[@]}"; do [ "$chapter" != checkpoint ] && upper+=("parallel/$chapter/"); done
+check "${core_tests[@]}" -- "${upper[@]}" parallel/nd/ parallel/train/ parallel/planner/ tools/ tests/support/trainer.h tests/support/vocab.h
 
 if [ "$bad" -ne 0 ]; then
   echo "check_includes: the includes above break the layers (comm <- runner <- chapters <- nd <- train <- planner <- tools/lessons/bench/tests; no chapter includes a sibling)"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # deps.sh — finds what shardlab builds against; installs what is missing (as root) or says how.
 #
-#   Eigen 3.4 (headers), GoogleTest, nlohmann-json, OpenBLAS (GEMM), OpenMPI (the MPI backend);
+#   Eigen 3.4 (headers), GoogleTest, nlohmann-json, OpenBLAS (GEMM), OpenMPI (the MPI backend), ccache
+#   (the compiler cache the Makefile uses when it is there);
+#   `deps.sh sanitize` also clang (the AddressSanitizer build compiles faster with it; g++ when it is absent);
 #   `deps.sh fuzz` also clang and its libFuzzer runtime (make fuzz)
 set -euo pipefail
 
@@ -17,6 +19,14 @@ need libopenblas-dev    /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h
 need libopenblas-dev    /usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so
 need libopenmpi-dev     /usr/include/x86_64-linux-gnu/openmpi/mpi.h
 need openmpi-bin        /usr/bin/mpirun
+need ccache             /usr/bin/ccache
+if [ "${1:-}" = sanitize ] && [ ! -e /usr/bin/clang++ ]; then
+  if [ "$(id -u)" = 0 ]; then
+    need clang /usr/bin/clang++
+  else
+    echo "deps: clang++ not found: the sanitizer build uses g++ (slower to compile); apt-get install clang" >&2
+  fi
+fi
 if [ "${1:-}" = fuzz ]; then
   need clang              /usr/bin/clang++
   need libclang-rt-14-dev /usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a

@@ -4,14 +4,13 @@
 #   bash tools/gpu_check.sh            # BUILD=build (the default build directory), JOBS=$(nproc)
 #
 # 1. Builds what it needs: the library with the CUDA backend (and NCCL, when nccl.h is found), build/bin/train,
-#    the benchmarks gemm, gpt_step and collectives, and a test binary of the GPU suites only
-#    ($BUILD/tests/gpu_tests: the CUDA, NCCL, train-CLI, host-staging, GPT and parity test files; `make test`'s
-#    binary is left alone).
+#    the benchmarks gemm, gpt_step and collectives, and `make test`'s binary of every test file (a list of
+#    the files that hold GPU cases would have to be kept in step with tests/; the filters below pick the cases).
 # 2. Runs the CUDA and NCCL tests (a gtest filter over their suites), the train CLI's GPU tests (--device cuda
 #    against the CPU, one rank per GPU against CPU ranks), and with SL_TEST_DEVICE=cuda the suites that
-#    opt in (tests/parallel_test_util.h): the GPT's on cuda:0; DDP, TP, CP (ring, all-gather, Ulysses,
+#    opt in (tests/support/parallel.h): the GPT's on cuda:0; DDP, TP, CP (ring, all-gather, Ulysses,
 #    hybrid), N-D and the pipeline Trainer against serial, over NCCL when every rank has a GPU, else as
-#    thread ranks sharing the GPUs through host staging (tests/test_host_staging.cpp checks that first).
+#    thread ranks sharing the GPUs through host staging (tests/parallel/comm/test_host_staging.cpp checks that first).
 # 3. Runs the GPU benchmarks: sl::matmul on cuda:0 (cuBLAS SGEMM) against the best rate cuBLAS reached in the
 #    same run (the measured peak: the engine's matmul IS cuBLAS), the GPT step on cuda:0, and the all-reduce's
 #    bus bandwidth over NCCL (nccl-tests' busbw = algbw x 2(n-1)/n) when there are 2 GPUs or more.
@@ -27,11 +26,7 @@ BUILD=${BUILD:-build}
 JOBS=${JOBS:-$(nproc)}
 LOG_DIR=$BUILD/gpu_check
 mkdir -p "$LOG_DIR"
-GPU_TEST_FILES="tests/test_cuda.cpp tests/test_cuda_ops.cpp tests/test_cuda_indexing.cpp tests/test_nccl.cpp \
-tests/test_train_cli.cpp tests/test_train_options.cpp tests/test_gpt.cpp tests/test_data_parallel.cpp \
-tests/test_host_staging.cpp tests/test_tensor_parallel.cpp tests/test_context_parallel_runner.cpp \
-tests/test_nd_parallel.cpp tests/test_pipeline.cpp"
-GPU_TESTS=$BUILD/tests/gpu_tests
+GPU_TESTS=$BUILD/tests/shardlab_tests
 # Host staging, the CUDA and NCCL suites, and the train CLI's GPU tests (their names say Gpu).
 FILTER='HostStaging*:Cuda*:*/Cuda*:Nccl*:*/Nccl*:TrainCli.*Gpu*:TrainCli.Cuda*:TrainOptions.Cuda*'
 
@@ -44,7 +39,7 @@ if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
   echo "gpu_check: nvcc not found: the CUDA backend cannot be built (install the CUDA toolkit)"
   exit 1
 fi
-if ! nice make --no-print-directory -j"$JOBS" CUDA=1 BUILD="$BUILD" TESTS="$GPU_TEST_FILES" TEST_BIN="$GPU_TESTS" \
+if ! nice make --no-print-directory -j"$JOBS" CUDA=1 BUILD="$BUILD" \
     "$BUILD/bin/train" "$BUILD/bench/gemm" "$BUILD/bench/gpt_step" "$BUILD/bench/collectives" "$GPU_TESTS" \
     >"$LOG_DIR/build.log" 2>&1; then
   tail -n 30 "$LOG_DIR/build.log"

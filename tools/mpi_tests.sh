@@ -15,9 +15,9 @@ set -uo pipefail
 binary=${1:?usage: tools/mpi_tests.sh BINARY [GTEST_FILTER]}
 # The collective and MPI suites, then every data-parallel technique's parity suite (the same tests
 # that run on rank threads, here one process per rank over the MPI backend; a world other than -np skips).
-collectives='Collectives/*:Worlds/Collectives.*:Mpi*:*/MpiCollectives.*'
+collectives='Collectives/*:Long/AllReduce.*:Worlds/Collectives.*:Mpi*:*/MpiCollectives.*'
 parity='Layouts/DataParallel.*:Layouts/DDPNoSync.*:Stages/Zero.*:Layouts/Fsdp.*:Layouts/Hsdp.*:Layouts/TrainerTest.*'
-parity+=':Grid/PipelineParity.*:PipelineStages.*:Sync/PipelineDataParallel.*:Layouts/PipelineTrainer.*'
+parity+=':Grid/PipelineParity.*:Long/PipelineParity.*:PipelineStages.*:Sync/PipelineDataParallel.*:Layouts/PipelineTrainer.*'
 parity+=':Layouts/TensorParallelParity.*:Layouts/TensorParallelCost.*:Worlds/TPOps.*:TensorParallel.*:TPOpsErrors.*'
 parity+=':Layouts/ContextParallelParity.*:Layouts/RingVsFull.*_T64:Layouts/UlyssesParity.*'
 parity+=':Layouts/NdParallelParity.*:NdParallel.*'

@@ -33,8 +33,11 @@ expect 1 parallel/nd/nd_parallelizer.cpp parallel/train/factory.h               
 expect 1 parallel/train/trainer.cpp tools/train_options.h                 # parallel below tools
 expect 0 parallel/nd/nd_parallelizer.cpp parallel/pipeline/stage.h                 # nd composes the chapters
 expect 0 parallel/train/trainer.cpp parallel/nd/nd_runner.h               # train knows every chapter
+expect 1 tests/parallel/comm/test_mesh.cpp parallel/zero/fsdp.h           # a core layer's test, a chapter
+expect 1 tests/nn/test_optim.cpp tests/support/trainer.h                  # ... or the trainer, through support
+expect 0 tests/parallel/zero/test_zero.cpp parallel/train/trainer.h       # a chapter's test may use the Trainer
 if [ "$failures" -ne 0 ]; then
   echo "test_check_includes: $failures planted includes were judged wrongly"
   exit 1
 fi
-echo "test_check_includes: 12 cases: every planted bad include fails check_includes.sh, the tree passes"
+echo "test_check_includes: 15 cases: every planted bad include fails check_includes.sh, the tree passes"
