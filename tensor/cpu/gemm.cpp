@@ -22,7 +22,9 @@
 // GCC 12 reports Eigen's AVX-512 intrinsics (_mm512_undefined_*) as uninitialized: a known false
 // positive inside the system headers, so it is silenced for this file only.
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)  // clang has no such warning (the sanitizer build compiles with it)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <Eigen/Core>
 
 namespace sl {
