@@ -1,4 +1,4 @@
-// exercises/03_ddp_bucket_hook/wrong_forward_plan.cpp — a wrong solution CI grades: buckets in parameter order.
+// exercises/03_ddp_bucket_hook/wrong_forward_plan.cpp — a wrong solution: buckets in parameter order.
 //
 // A common mistake: the bucket plan walks the parameters from first to last. Backward produces the
 // LAST layer's gradient first, so bucket 0 (the first to go out) would be complete only at the very

@@ -1,4 +1,4 @@
-// exercises/03_ddp_bucket_hook/wrong_launch_at_end.cpp — a wrong solution CI grades: every bucket sent after backward.
+// exercises/03_ddp_bucket_hook/wrong_launch_at_end.cpp — a wrong solution: every bucket sent after backward.
 //
 // A common mistake: the hooks only copy the gradients into their buckets, and finish() launches every
 // all-reduce once the last gradient is in. The gradients come out right and the bytes are the same,

@@ -1,4 +1,4 @@
-// exercises/03_ddp_bucket_hook/wrong_sum_not_average.cpp — a wrong solution CI grades: the sum kept.
+// exercises/03_ddp_bucket_hook/wrong_sum_not_average.cpp — a wrong solution: the sum kept.
 //
 // A common mistake: the buckets are all-reduced with ReduceOp::sum and handed out as they come back.
 // Each rank's loss is the mean over ITS rows, so the sum over N ranks is N times the gradient of the
