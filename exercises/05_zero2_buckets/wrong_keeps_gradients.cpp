@@ -1,4 +1,4 @@
-// exercises/05_zero2_buckets/wrong_keeps_gradients.cpp — a wrong solution CI grades: every full gradient kept.
+// exercises/05_zero2_buckets/wrong_keeps_gradients.cpp — a wrong solution: every full gradient kept.
 //
 // A common mistake: each gradient is copied into its bucket and left in params[i].grad(). The shard is
 // right, but backward made every gradient as a fresh tensor and nothing frees them: by the end of
@@ -50,7 +50,8 @@ struct Zero2Hooks {
     }
     b.buffer.flat_view(b.offsets[slot_of[i]], params[i].shape()).copy_(params[i].grad());  // .grad() kept: never freed
     --b.pending;
-    while (next_to_reduce < buckets.size() && buckets[next_to_reduce].pending == 0) reduce_bucket(buckets[next_to_reduce++]);
+    while (next_to_reduce < buckets.size() && buckets[next_to_reduce].pending == 0)
+      reduce_bucket(buckets[next_to_reduce++]);
     if (++arrived == params.size()) arrived = 0, next_to_reduce = 0;
   }
 

@@ -1,4 +1,4 @@
-// exercises/05_zero2_buckets/wrong_shard_not_zeroed.cpp — a wrong solution CI grades: the shard never zeroed.
+// exercises/05_zero2_buckets/wrong_shard_not_zeroed.cpp — a wrong solution: the shard never zeroed.
 //
 // A common mistake: the shard is zeroed once, when it is allocated, and never again. The first backward
 // is right; the second adds its chunks on top of the first's, as if the two were micro-batches of one
@@ -48,7 +48,8 @@ struct Zero2Hooks {
     b.buffer.flat_view(b.offsets[slot_of[i]], params[i].shape()).copy_(params[i].grad());
     params[i].set_grad(Tensor());  // the full gradient: copied, so dropped
     --b.pending;
-    while (next_to_reduce < buckets.size() && buckets[next_to_reduce].pending == 0) reduce_bucket(buckets[next_to_reduce++]);
+    while (next_to_reduce < buckets.size() && buckets[next_to_reduce].pending == 0)
+      reduce_bucket(buckets[next_to_reduce++]);
     if (++arrived == params.size()) arrived = 0, next_to_reduce = 0;
   }
 

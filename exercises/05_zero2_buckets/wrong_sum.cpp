@@ -1,4 +1,4 @@
-// exercises/05_zero2_buckets/wrong_sum.cpp — a wrong solution CI grades: the buckets reduced with ReduceOp::sum.
+// exercises/05_zero2_buckets/wrong_sum.cpp — a wrong solution: the buckets reduced with ReduceOp::sum.
 //
 // A common mistake: reduce_scatter's default op, the sum. Each rank's gradient is that of the mean
 // loss over its own rows, so the sum over N ranks is N times the gradient of the mean over the whole
@@ -50,7 +50,8 @@ struct Zero2Hooks {
     b.buffer.flat_view(b.offsets[slot_of[i]], params[i].shape()).copy_(params[i].grad());
     params[i].set_grad(Tensor());  // the full gradient: copied, so dropped
     --b.pending;
-    while (next_to_reduce < buckets.size() && buckets[next_to_reduce].pending == 0) reduce_bucket(buckets[next_to_reduce++]);
+    while (next_to_reduce < buckets.size() && buckets[next_to_reduce].pending == 0)
+      reduce_bucket(buckets[next_to_reduce++]);
     if (++arrived == params.size()) arrived = 0, next_to_reduce = 0;
   }
 
