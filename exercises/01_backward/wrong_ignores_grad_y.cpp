@@ -1,4 +1,4 @@
-// exercises/01_backward/wrong_ignores_grad_y.cpp — a wrong solution CI grades: backward returns dy/dx.
+// exercises/01_backward/wrong_ignores_grad_y.cpp — a wrong solution: backward returns dy/dx.
 //
 // A common mistake: gelu_backward returns the derivative dy/dx and forgets to multiply by grad_y. With
 // a loss of y itself (grad_y = 1) the numbers even look right, but a backward receives dL/dy and must

@@ -1,4 +1,4 @@
-// exercises/01_backward/wrong_tanh_from_exp.cpp — a wrong solution CI grades: tanh built from exp.
+// exercises/01_backward/wrong_tanh_from_exp.cpp — a wrong solution: tanh built from exp.
 //
 // A common mistake: tanh(u) written out as (exp(2u) - 1) / (exp(2u) + 1). The algebra is right and
 // every f64 check near 0 passes, but in f32 exp(2u) overflows to inf once u > 44 (x > about 9), and

@@ -1,4 +1,4 @@
-// exercises/01_backward/wrong_tanh_not_squared.cpp — a wrong solution CI grades: d/du tanh(u) = 1 - tanh(u).
+// exercises/01_backward/wrong_tanh_not_squared.cpp — a wrong solution: d/du tanh(u) = 1 - tanh(u).
 //
 // A common mistake: the derivative of tanh written as (1 - tanh u) instead of (1 - tanh(u)^2). Both are
 // 1 at u = 0, so a glance at GELU's derivative near 0 does not catch it; away from 0 the second term of

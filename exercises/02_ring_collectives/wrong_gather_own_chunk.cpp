@@ -1,5 +1,4 @@
-// exercises/02_ring_collectives/wrong_gather_own_chunk.cpp — a wrong solution CI grades: the all-gather
-// sends its own chunk every step.
+// exercises/02_ring_collectives/wrong_gather_own_chunk.cpp — a wrong solution: the all-gather resends its own chunk.
 //
 // A common mistake: every step of the all-gather sends the rank's own input to the right. At world 2
 // that is right (one step), so a quick test passes; from world 3 on, step k must pass on the slot that

@@ -1,4 +1,4 @@
-// exercises/02_ring_collectives/wrong_lesson_indices.cpp — a wrong solution CI grades: lesson 05's indices kept.
+// exercises/02_ring_collectives/wrong_lesson_indices.cpp — a wrong solution: lesson 05's indices kept.
 //
 // A common mistake: lesson 05's reduce-scatter copied as it is (send chunk r-k, receive chunk r-k-1),
 // and the chunk finished last handed out. The sums are right, but that chunk is r+1: lesson 05 goes on

@@ -1,4 +1,4 @@
-// exercises/02_ring_collectives/wrong_send_before_recv.cpp — a wrong solution CI grades: blocking sends.
+// exercises/02_ring_collectives/wrong_send_before_recv.cpp — a wrong solution: blocking sends.
 //
 // A common mistake: each step written as send(...) then recv(...). The indices are right, but a
 // blocking send returns only once the receiver has taken the message, and every rank of the ring is

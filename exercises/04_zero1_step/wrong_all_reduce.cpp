@@ -1,4 +1,4 @@
-// exercises/04_zero1_step/wrong_all_reduce.cpp — a wrong solution CI grades: the whole gradient all-reduced.
+// exercises/04_zero1_step/wrong_all_reduce.cpp — a wrong solution: the whole gradient all-reduced.
 //
 // A common mistake: the gradients are all-reduced, as in DDP, and each rank then reads its shard out
 // of the result. The weights come out right, but the all-reduce moves 2(N-1)/N · 4P and the all-gather
@@ -48,8 +48,8 @@ void zero1_step(ProcessGroup& group, const std::vector<Tensor>& params, AdamShar
     const int64_t lo = std::max(begin, offset), hi = std::min(begin + S, offset + p.numel());
     if (lo < hi) {
       const nn::AdamWStep s = nn::AdamWStep::make(options, options.lr, shard.step, p.dim() >= 2);
-      nn::adamw_update(weights.data<float>() + lo, grad.data<float>() + (lo - begin), shard.m.data<float>() + (lo - begin),
-                       shard.v.data<float>() + (lo - begin), hi - lo, s);
+      nn::adamw_update(weights.data<float>() + lo, grad.data<float>() + (lo - begin),
+                       shard.m.data<float>() + (lo - begin), shard.v.data<float>() + (lo - begin), hi - lo, s);
     }
     offset += p.numel();
   }

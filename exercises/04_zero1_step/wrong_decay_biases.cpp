@@ -1,4 +1,4 @@
-// exercises/04_zero1_step/wrong_decay_biases.cpp — a wrong solution CI grades: weight decay on every element.
+// exercises/04_zero1_step/wrong_decay_biases.cpp — a wrong solution: weight decay on every element.
 //
 // A common mistake: every piece of the shard is stepped with decay = true, as if a shard were just a
 // range of floats. But a shard cuts through parameters, and nn::AdamW decays only the weights (dim >= 2), never
@@ -48,8 +48,8 @@ void zero1_step(ProcessGroup& group, const std::vector<Tensor>& params, AdamShar
     const int64_t lo = std::max(begin, offset), hi = std::min(begin + S, offset + p.numel());
     if (lo < hi) {
       const nn::AdamWStep s = nn::AdamWStep::make(options, options.lr, shard.step, /*decay=*/true);
-      nn::adamw_update(weights.data<float>() + lo, grad.data<float>() + (lo - begin), shard.m.data<float>() + (lo - begin),
-                       shard.v.data<float>() + (lo - begin), hi - lo, s);
+      nn::adamw_update(weights.data<float>() + lo, grad.data<float>() + (lo - begin),
+                       shard.m.data<float>() + (lo - begin), shard.v.data<float>() + (lo - begin), hi - lo, s);
     }
     offset += p.numel();
   }

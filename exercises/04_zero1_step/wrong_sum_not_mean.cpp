@@ -1,4 +1,4 @@
-// exercises/04_zero1_step/wrong_sum_not_mean.cpp — a wrong solution CI grades: the reduce-scattered sum kept.
+// exercises/04_zero1_step/wrong_sum_not_mean.cpp — a wrong solution: the reduce-scattered sum kept.
 //
 // A common mistake: the shard of the reduce-scatter (ReduceOp::sum) goes to AdamW as it is. It is the
 // SUM of N ranks' mean gradients, N times the gradient of the mean loss. Adam is nearly scale invariant
@@ -48,8 +48,8 @@ void zero1_step(ProcessGroup& group, const std::vector<Tensor>& params, AdamShar
     const int64_t lo = std::max(begin, offset), hi = std::min(begin + S, offset + p.numel());
     if (lo < hi) {
       const nn::AdamWStep s = nn::AdamWStep::make(options, options.lr, shard.step, p.dim() >= 2);
-      nn::adamw_update(weights.data<float>() + lo, grad.data<float>() + (lo - begin), shard.m.data<float>() + (lo - begin),
-                       shard.v.data<float>() + (lo - begin), hi - lo, s);
+      nn::adamw_update(weights.data<float>() + lo, grad.data<float>() + (lo - begin),
+                       shard.m.data<float>() + (lo - begin), shard.v.data<float>() + (lo - begin), hi - lo, s);
     }
     offset += p.numel();
   }

@@ -1,4 +1,4 @@
-// exercises/06_fsdp_unshard/wrong_overwrite_grad_shard.cpp — a wrong solution CI grades: grad_shard overwritten.
+// exercises/06_fsdp_unshard/wrong_overwrite_grad_shard.cpp — a wrong solution: grad_shard overwritten.
 //
 // A common mistake: the reduced chunk is copied into grad_shard. One backward per step comes out right,
 // but with gradient accumulation (several micro-batches before a step) every backward throws away the

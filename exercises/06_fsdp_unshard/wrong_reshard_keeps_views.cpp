@@ -1,4 +1,4 @@
-// exercises/06_fsdp_unshard/wrong_reshard_keeps_views.cpp — a wrong solution CI grades: reshard frees only full.
+// exercises/06_fsdp_unshard/wrong_reshard_keeps_views.cpp — a wrong solution: reshard frees only full.
 //
 // A common mistake: reshard sets unit.full = Tensor() and stops there. But weight and bias are views
 // of full: each holds the same buffer, so it stays allocated, and ZeRO-3's memory saving is gone

@@ -1,4 +1,4 @@
-// exercises/06_fsdp_unshard/wrong_sum.cpp — a wrong solution CI grades: the gradients reduce-scattered as a sum.
+// exercises/06_fsdp_unshard/wrong_sum.cpp — a wrong solution: the gradients reduce-scattered as a sum.
 //
 // A common mistake: reduce_scatter with ReduceOp::sum, its default. Every rank's loss is already the
 // mean over its own batch, so the sum over N ranks is N times the serial gradient of the whole batch:

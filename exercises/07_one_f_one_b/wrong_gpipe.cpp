@@ -1,4 +1,4 @@
-// exercises/07_one_f_one_b/wrong_gpipe.cpp — a wrong solution CI grades: GPipe's order.
+// exercises/07_one_f_one_b/wrong_gpipe.cpp — a wrong solution: GPipe's order.
 //
 // A common mistake: every forward first, then every backward in order. That is GPipe: valid, no deadlock,
 // and the same bubble, but rank r holds all m micro-batches' activations at its peak instead of

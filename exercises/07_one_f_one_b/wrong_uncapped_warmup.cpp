@@ -1,4 +1,4 @@
-// exercises/07_one_f_one_b/wrong_uncapped_warmup.cpp — a wrong solution CI grades: the warm-up not capped at m.
+// exercises/07_one_f_one_b/wrong_uncapped_warmup.cpp — a wrong solution: the warm-up not capped at m.
 //
 // A common mistake: the warm-up is p-r-1 forwards, without min(., m). With at least as many micro-batches
 // as stages that is right; with fewer (a small batch on a deep pipeline) the early ranks run forwards

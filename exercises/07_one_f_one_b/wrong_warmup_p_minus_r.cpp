@@ -1,4 +1,4 @@
-// exercises/07_one_f_one_b/wrong_warmup_p_minus_r.cpp — a wrong solution CI grades: a warm-up of p-r forwards.
+// exercises/07_one_f_one_b/wrong_warmup_p_minus_r.cpp — a wrong solution: a warm-up of p-r forwards.
 //
 // A common mistake: rank r warms up with p-r forwards, one per stage from r to the last. But the
 // steady state's first pair starts with a forward too, so the warm-up needs only p-r-1: the last stage

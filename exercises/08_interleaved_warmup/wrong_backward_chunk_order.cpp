@@ -1,4 +1,4 @@
-// exercises/08_interleaved_warmup/wrong_backward_chunk_order.cpp — a wrong solution CI grades: backwards in forward chunk order.
+// exercises/08_interleaved_warmup/wrong_backward_chunk_order.cpp — a wrong solution: backward chunks not reversed.
 //
 // A common mistake: the k-th backward computed exactly like the k-th forward. A micro-batch's gradient
 // comes back through the chunks in reverse: rank r's last local chunk (v-1) is the first to receive it,
@@ -26,7 +26,8 @@ sl::parallel::Action interleaved_kth_action(int k, int stages, int virtual_stage
 }
 
 std::vector<sl::parallel::Action> interleaved_order(int stages, int micro_batches, int virtual_stages, int rank) {
-  const int total = micro_batches * virtual_stages, warmup = interleaved_warmup(stages, micro_batches, virtual_stages, rank);
+  const int total = micro_batches * virtual_stages,
+            warmup = interleaved_warmup(stages, micro_batches, virtual_stages, rank);
   std::vector<sl::parallel::Action> order;
   for (int k = 0; k < warmup; ++k) order.push_back(interleaved_kth_action(k, stages, virtual_stages, rank, true));
   for (int k = 0; k < total - warmup; ++k) {  // steady: a forward, then the oldest backward

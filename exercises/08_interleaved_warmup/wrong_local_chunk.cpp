@@ -1,4 +1,4 @@
-// exercises/08_interleaved_warmup/wrong_local_chunk.cpp — a wrong solution CI grades: the local chunk returned.
+// exercises/08_interleaved_warmup/wrong_local_chunk.cpp — a wrong solution: the local chunk returned.
 //
 // A common mistake: the action carries the rank's LOCAL chunk index c (0..v-1). The pipeline names
 // chunks globally: rank r holds r, r+p, ..., r+(v-1)p (round-robin), so a micro-batch passes chunk c·p + r
@@ -27,7 +27,8 @@ sl::parallel::Action interleaved_kth_action(int k, int stages, int virtual_stage
 }
 
 std::vector<sl::parallel::Action> interleaved_order(int stages, int micro_batches, int virtual_stages, int rank) {
-  const int total = micro_batches * virtual_stages, warmup = interleaved_warmup(stages, micro_batches, virtual_stages, rank);
+  const int total = micro_batches * virtual_stages,
+            warmup = interleaved_warmup(stages, micro_batches, virtual_stages, rank);
   std::vector<sl::parallel::Action> order;
   for (int k = 0; k < warmup; ++k) order.push_back(interleaved_kth_action(k, stages, virtual_stages, rank, true));
   for (int k = 0; k < total - warmup; ++k) {  // steady: a forward, then the oldest backward

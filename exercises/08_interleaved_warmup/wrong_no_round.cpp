@@ -1,4 +1,4 @@
-// exercises/08_interleaved_warmup/wrong_no_round.cpp — a wrong solution CI grades: the warm-up without (v-1)·p.
+// exercises/08_interleaved_warmup/wrong_no_round.cpp — a wrong solution: the warm-up without (v-1)·p.
 //
 // A common mistake: 1F1B's fill, doubled, 2(p-r-1), and nothing for the chunks. But rank r's first
 // backward needs micro-batch 0 to have run through ALL v·p chunks and come back: before it can arrive,
@@ -27,7 +27,8 @@ sl::parallel::Action interleaved_kth_action(int k, int stages, int virtual_stage
 }
 
 std::vector<sl::parallel::Action> interleaved_order(int stages, int micro_batches, int virtual_stages, int rank) {
-  const int total = micro_batches * virtual_stages, warmup = interleaved_warmup(stages, micro_batches, virtual_stages, rank);
+  const int total = micro_batches * virtual_stages,
+            warmup = interleaved_warmup(stages, micro_batches, virtual_stages, rank);
   std::vector<sl::parallel::Action> order;
   for (int k = 0; k < warmup; ++k) order.push_back(interleaved_kth_action(k, stages, virtual_stages, rank, true));
   for (int k = 0; k < total - warmup; ++k) {  // steady: a forward, then the oldest backward

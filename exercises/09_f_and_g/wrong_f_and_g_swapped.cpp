@@ -1,4 +1,4 @@
-// exercises/09_f_and_g/wrong_f_and_g_swapped.cpp — a wrong solution CI grades: f and g swapped.
+// exercises/09_f_and_g/wrong_f_and_g_swapped.cpp — a wrong solution: f and g swapped.
 //
 // A common mistake: f, at the column layer's input, all-reduces forward, and g, at the row layer's
 // output, is the identity. Summing X over the ranks gives tp·X (every rank already held all of it), and
@@ -26,17 +26,13 @@ sl::Tensor f_forward(const sl::Tensor& x, const ProcessGroupPtr& group) {
   return all_reduced(x, group);  // x is already whole on every rank
 }
 
-sl::Tensor f_backward(const sl::Tensor& grad, const ProcessGroupPtr& group) {
-  return grad;
-}
+sl::Tensor f_backward(const sl::Tensor& grad, const ProcessGroupPtr& group) { return grad; }
 
 sl::Tensor g_forward(const sl::Tensor& x, const ProcessGroupPtr& group) {
   return x;  // the partial sums are never added
 }
 
-sl::Tensor g_backward(const sl::Tensor& grad, const ProcessGroupPtr& group) {
-  return all_reduced(grad, group);
-}
+sl::Tensor g_backward(const sl::Tensor& grad, const ProcessGroupPtr& group) { return all_reduced(grad, group); }
 
 // The wiring (given): the group travels to backward in the ctx.
 struct CopyToTP : sl::Function<CopyToTP> {

@@ -1,4 +1,4 @@
-// exercises/09_f_and_g/wrong_f_backward_identity.cpp — a wrong solution CI grades: f's backward passes the gradient through.
+// exercises/09_f_and_g/wrong_f_backward_identity.cpp — a wrong solution: f's backward the identity.
 //
 // A common mistake: f is the identity forward, so its backward is written as the identity too. But each
 // rank's branch of the MLP (its rows of A) produces only its part of dL/dX: the layers before f need
@@ -20,21 +20,15 @@ static sl::Tensor all_reduced(const sl::Tensor& t, const ProcessGroupPtr& group)
   return out;
 }
 
-sl::Tensor f_forward(const sl::Tensor& x, const ProcessGroupPtr& group) {
-  return x;
-}
+sl::Tensor f_forward(const sl::Tensor& x, const ProcessGroupPtr& group) { return x; }
 
 sl::Tensor f_backward(const sl::Tensor& grad, const ProcessGroupPtr& group) {
   return grad;  // only this rank's part of dL/dX
 }
 
-sl::Tensor g_forward(const sl::Tensor& x, const ProcessGroupPtr& group) {
-  return all_reduced(x, group);
-}
+sl::Tensor g_forward(const sl::Tensor& x, const ProcessGroupPtr& group) { return all_reduced(x, group); }
 
-sl::Tensor g_backward(const sl::Tensor& grad, const ProcessGroupPtr& group) {
-  return grad;
-}
+sl::Tensor g_backward(const sl::Tensor& grad, const ProcessGroupPtr& group) { return grad; }
 
 // The wiring (given): the group travels to backward in the ctx.
 struct CopyToTP : sl::Function<CopyToTP> {

@@ -1,4 +1,4 @@
-// exercises/09_f_and_g/wrong_g_backward_all_reduce.cpp — a wrong solution CI grades: g's backward all-reduces too.
+// exercises/09_f_and_g/wrong_g_backward_all_reduce.cpp — a wrong solution: g's backward all-reduces too.
 //
 // A common mistake: g all-reduces in forward, so its backward is made to all-reduce as well. But dL/dY
 // is already the same whole tensor on every rank, and each rank's partial sum entered Y once: its
@@ -21,17 +21,11 @@ static sl::Tensor all_reduced(const sl::Tensor& t, const ProcessGroupPtr& group)
   return out;
 }
 
-sl::Tensor f_forward(const sl::Tensor& x, const ProcessGroupPtr& group) {
-  return x;
-}
+sl::Tensor f_forward(const sl::Tensor& x, const ProcessGroupPtr& group) { return x; }
 
-sl::Tensor f_backward(const sl::Tensor& grad, const ProcessGroupPtr& group) {
-  return all_reduced(grad, group);
-}
+sl::Tensor f_backward(const sl::Tensor& grad, const ProcessGroupPtr& group) { return all_reduced(grad, group); }
 
-sl::Tensor g_forward(const sl::Tensor& x, const ProcessGroupPtr& group) {
-  return all_reduced(x, group);
-}
+sl::Tensor g_forward(const sl::Tensor& x, const ProcessGroupPtr& group) { return all_reduced(x, group); }
 
 sl::Tensor g_backward(const sl::Tensor& grad, const ProcessGroupPtr& group) {
   return all_reduced(grad, group);  // dL/dY is already whole: this makes it tp x

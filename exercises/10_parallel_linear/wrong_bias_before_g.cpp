@@ -1,4 +1,4 @@
-// exercises/10_parallel_linear/wrong_bias_before_g.cpp — a wrong solution CI grades: the row layer's bias added before g.
+// exercises/10_parallel_linear/wrong_bias_before_g.cpp — a wrong solution: the row bias added before g.
 //
 // A common mistake: the row-parallel rank runs a whole Linear, x_r·W_rᵀ + b, and g sums the results.
 // Every rank holds the whole bias, so the sum holds it tp times. Only the partial products are partial:

@@ -1,4 +1,4 @@
-// exercises/10_parallel_linear/wrong_column_without_f.cpp — a wrong solution CI grades: the column layer's input not through f.
+// exercises/10_parallel_linear/wrong_column_without_f.cpp — a wrong solution: the column input not through f.
 //
 // A common mistake: since f's forward is the identity, the column layer uses x directly. The output is
 // right, but backward then leaves each rank with only its own rows' contribution to dL/dx, x·W_rᵀ's

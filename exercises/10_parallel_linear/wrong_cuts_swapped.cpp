@@ -1,4 +1,4 @@
-// exercises/10_parallel_linear/wrong_cuts_swapped.cpp — a wrong solution CI grades: column parallel cutting W's columns.
+// exercises/10_parallel_linear/wrong_cuts_swapped.cpp — a wrong solution: column parallel cuts W's columns.
 //
 // A common mistake: read "column parallel" as "cut W's columns" (and row parallel its rows). The name is
 // about the output: W [out, in] is stored transposed, so the column layer's rank r holds the ROWS of W

@@ -1,4 +1,4 @@
-// exercises/11_vocab_parallel_ce/wrong_gradient_not_mean.cpp — a wrong solution CI grades: the gradient of a sum.
+// exercises/11_vocab_parallel_ce/wrong_gradient_not_mean.cpp — a wrong solution: the gradient of a sum.
 //
 // A common mistake: backward returns g · (p - one_hot), the gradient of the per-row losses. The loss is
 // their MEAN over the N rows, so every row's gradient carries 1/N as well: without it the step is N

@@ -1,4 +1,4 @@
-// exercises/11_vocab_parallel_ce/wrong_no_max.cpp — a wrong solution CI grades: exp of the raw logits.
+// exercises/11_vocab_parallel_ce/wrong_no_max.cpp — a wrong solution: exp of the raw logits.
 //
 // A common mistake: the max is left out, since log Σ exp(x) - x_t is the same number with or without
 // it. In exact arithmetic, yes; in f32, exp overflows to inf beyond 88, and logits of a few hundred

@@ -1,4 +1,4 @@
-// exercises/11_vocab_parallel_ce/wrong_owner_off_by_one.cpp — a wrong solution CI grades: the first id of a slice owned by nobody.
+// exercises/11_vocab_parallel_ce/wrong_owner_off_by_one.cpp — a wrong solution: a slice's first id owned by nobody.
 //
 // A common mistake: ownership tested as start < t < start + Vs. A target equal to a slice's first id is
 // then owned by no rank: its logit is counted by nobody (the loss is too large) and its one-hot by
