@@ -1,6 +1,7 @@
 // exercises/02_ring_collectives/grader.cpp — grades the ring reduce-scatter and all-gather (student.cpp).
 //
-// At worlds 2 to 5 (thread ranks, parallel/comm/launch.h): exact values on integers against the library's
+// At worlds 2 to 5 (thread ranks, parallel/comm/launch.h): the input left as given (the reference is
+// computed from a copy taken before the student's call), exact values on integers against the library's
 // own reduce_scatter / all_gather, close values on randn, and the bytes each rank sent, from its group's
 // ledger, against the ring's (n-1)/n · S. With -DSL_SOLUTION the library's collectives stand in.
 #include <string>
@@ -41,6 +42,7 @@ struct Outcome {
   std::vector<std::vector<double>> got, want;  // per rank
   std::vector<int64_t> bytes_sent;             // per rank, every op of the world group
   std::vector<int64_t> library_calls;          // per rank: calls of the group's own collectives
+  std::vector<char> input_changed;             // per rank: the student's call wrote into its input
 };
 
 // Rank r's input: integers that say where they came from (exact in f32 in any order), or randn.
@@ -57,10 +59,10 @@ static Tensor input_of(int rank, int64_t numel, bool integers) {
 // Runs the student's collective (reduce_scatter or all_gather) and the library's at world n.
 static Outcome run(int n, bool reduce_scatter, bool integers) {
   Outcome out{std::vector<std::vector<double>>(n), std::vector<std::vector<double>>(n), std::vector<int64_t>(n),
-              std::vector<int64_t>(n)};
+              std::vector<int64_t>(n), std::vector<char>(n)};
   exercises::run_ranks(n, [&](RankContext& ctx) {
     const int r = ctx.rank;
-    const Tensor input = input_of(r, reduce_scatter ? n * kChunk : kChunk, integers);
+    const Tensor input = input_of(r, reduce_scatter ? n * kChunk : kChunk, integers), original = input.clone();
     const Tensor output = zeros({reduce_scatter ? kChunk : n * kChunk});
     const Tensor reference = zeros(output.shape());
     ctx.world->ledger().reset();
@@ -72,10 +74,11 @@ static Outcome run(int n, bool reduce_scatter, bool integers) {
     out.bytes_sent[r] = ledger.total().bytes_sent;
     out.library_calls[r] = ledger[CommOp::reduce_scatter].calls + ledger[CommOp::all_gather].calls +
                            ledger[CommOp::all_reduce].calls + ledger[CommOp::broadcast].calls;
-    if (reduce_scatter)
-      ctx.world->reduce_scatter(reference, input);
+    out.input_changed[r] = input.to_vector() != original.to_vector();
+    if (reduce_scatter)  // the reference from the input as it was given
+      ctx.world->reduce_scatter(reference, original);
     else
-      ctx.world->all_gather(reference, input);
+      ctx.world->all_gather(reference, original);
     out.got[r] = output.to_vector();
     out.want[r] = reference.to_vector();
   }, "a rank waited 4 s for a message that never came (a deadlock?): every rank must "
@@ -131,6 +134,14 @@ static std::string diagnose_all_gather(int n, int r, const std::vector<double>& 
   return who + " has the right slots but wrong values";
 }
 
+// The caller still needs its input (DDP's gradients, ZeRO's weights): a ring must work on a copy.
+static void expect_input_kept(int n, const Outcome& out, const char* op) {
+  for (int r = 0; r < n; ++r)
+    expect(!out.input_changed[r], std::string(op) + " at world " + std::to_string(n) + ": rank " + std::to_string(r) +
+                                      "'s input changed: the ring adds into a working copy (input.clone()), "
+                                      "never into the caller's input");
+}
+
 // Bytes: (n-1)/n · S for S = the full buffer (reduce-scatter's input, all-gather's output).
 static void expect_ring_bytes(int n, const Outcome& out, const char* op) {
   const int64_t S = n * kChunk * 4, formula = (n - 1) * S / n;
@@ -152,6 +163,7 @@ int main() {
   for (int n = 2; n <= 5; ++n) {
     grader.check("ring_reduce_scatter, world " + std::to_string(n) + ": exact sums (integers) and (n-1)/n·S bytes sent", [n] {
       const Outcome out = run(n, /*reduce_scatter=*/true, /*integers=*/true);
+      expect_input_kept(n, out, "ring_reduce_scatter");
       for (int r = 0; r < n; ++r)
         if (!all_close(out.got[r], out.want[r], 0, 0)) expect(false, diagnose_reduce_scatter(n, r, out.got[r]));
       expect_ring_bytes(n, out, "ring_reduce_scatter");
@@ -160,6 +172,7 @@ int main() {
   for (int n = 2; n <= 5; ++n) {
     grader.check("ring_all_gather, world " + std::to_string(n) + ": every slot exact and (n-1)/n·S bytes sent", [n] {
       const Outcome out = run(n, /*reduce_scatter=*/false, /*integers=*/true);
+      expect_input_kept(n, out, "ring_all_gather");
       for (int r = 0; r < n; ++r)
         if (!all_close(out.got[r], out.want[r], 0, 0)) expect(false, diagnose_all_gather(n, r, out.got[r]));
       expect_ring_bytes(n, out, "ring_all_gather");

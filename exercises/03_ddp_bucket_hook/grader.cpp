@@ -4,9 +4,11 @@
 // B = 12 rows: each of N thread ranks takes B/N rows. After the hooks ran, every rank's gradients
 // must equal an independent serial run's gradient of the mean loss over all 12 rows; each bucket's
 // all-reduce must have been launched from inside backward, right after its last gradient (the grader's
-// own hook, registered after the student's, reads the ledger's all-reduce calls at every gradient);
+// own hook, registered after the student's, reads the ledger's all-reduce calls at every gradient),
+// and in bucket order even when the gradients arrive against the plan (the layers registered last to first);
 // and the ledger's all-reduce bytes must be 2(N-1)/N · 4Ψ. With -DSL_SOLUTION the library's
 // DistributedDataParallel (parallel/data_parallel/ddp.h) stands in.
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,15 +55,23 @@ constexpr int64_t kBatch = 12, kIn = 6, kHidden = 12, kOut = 6;
 
 // y = l3(tanh(l2(tanh(l1(x))))). Parameters: l1.weight [12,6], l1.bias [12], l2.weight [12,12], l2.bias [12],
 // l3.weight [6,12], l3.bias [6]: Ψ = 72 + 12 + 144 + 12 + 72 + 6 = 318.
+// layers_last_first registers l3, l2, l1 in that order: backward then hands out the gradients in the
+// plan's order reversed (l3's, in the last bucket, first), the case that shows whether the buckets
+// still go out in bucket order.
 class Mlp : public nn::Module {
  public:
-  explicit Mlp(uint64_t seed) {
+  explicit Mlp(uint64_t seed, bool layers_last_first = false) {
     manual_seed(seed);
     nn::InitOptions init;
     init.std = 0.5;  // large enough that every gradient is far from float noise
-    l1 = register_module("l1", std::make_shared<nn::Linear>(kIn, kHidden, true, init));
-    l2 = register_module("l2", std::make_shared<nn::Linear>(kHidden, kHidden, true, init));
-    l3 = register_module("l3", std::make_shared<nn::Linear>(kHidden, kOut, true, init));
+    auto make = [&](const char* name, int64_t in, int64_t out) {
+      return register_module(name, std::make_shared<nn::Linear>(in, out, true, init));
+    };
+    if (layers_last_first) {
+      l3 = make("l3", kHidden, kOut), l2 = make("l2", kHidden, kHidden), l1 = make("l1", kIn, kHidden);
+    } else {
+      l1 = make("l1", kIn, kHidden), l2 = make("l2", kHidden, kHidden), l3 = make("l3", kHidden, kOut);
+    }
   }
   // x [b, 6], y [b, 6] -> the mean squared error over b·6 elements
   Tensor loss(const Tensor& x, const Tensor& y) {
@@ -119,11 +129,11 @@ struct RankRun {
 };
 
 // Two backwards at world n (model.zero_grad() between them), each rank on its B/n rows.
-static std::vector<RankRun> run(int n, int64_t bucket_bytes) {
+static std::vector<RankRun> run(int n, int64_t bucket_bytes, bool layers_last_first = false) {
   std::vector<RankRun> runs(n);
   exercises::run_ranks(n, [&](RankContext& ctx) {
     const int r = ctx.rank;
-    Mlp model(7 + r);  // different weights: rank 0's must reach every rank
+    Mlp model(7 + r, layers_last_first);  // different weights: rank 0's must reach every rank
     std::shared_ptr<void> hooks = impl::attach_ddp_hooks(model, ctx.world, bucket_bytes);
     const std::vector<Tensor> params = model.parameters();
     RankRun& mine = runs[r];
@@ -174,9 +184,9 @@ static void expect_serial_gradients(int n, const std::vector<RankRun>& runs) {
 }
 
 // After each gradient, every bucket whose gradients are all in (in bucket order) must have been launched.
-static void expect_overlap(int n, int64_t bucket_bytes, const std::vector<RankRun>& runs) {
+static void expect_overlap(int n, int64_t bucket_bytes, const std::vector<RankRun>& runs, bool layers_last_first = false) {
   std::vector<int64_t> bytes;
-  for (const Tensor& p : Mlp(7).parameters()) bytes.push_back(p.nbytes());
+  for (const Tensor& p : Mlp(7, layers_last_first).parameters()) bytes.push_back(p.nbytes());
   const std::vector<std::vector<int>> plan = reference_plan(bytes, bucket_bytes);
   for (int r = 0; r < n; ++r)
     for (int step = 0; step < 2; ++step) {
@@ -189,8 +199,13 @@ static void expect_overlap(int n, int64_t bucket_bytes, const std::vector<RankRu
       for (const Arrival& a : runs[r].arrivals[step]) {
         --pending[bucket_of[a.param]];
         while (ready < static_cast<int64_t>(plan.size()) && pending[ready] == 0) ++ready;
+        const int64_t complete = std::count(pending.begin(), pending.end(), 0);  // in any order
         const std::string at = "world " + std::to_string(n) + ", rank " + std::to_string(r) + ", after the gradient of "
                                "parameter " + std::to_string(a.param) + ": ";
+        expect(a.calls <= ready || a.calls > complete,
+               at + "a later bucket was launched before bucket " + std::to_string(ready) + ", which still waits for "
+                    "gradients: launch strictly in bucket order (from the next unlaunched bucket, while it is full), "
+                    "so that every rank issues the same all-reduces in the same order");
         expect(a.calls <= ready, at + std::to_string(a.calls) + " all-reduces were launched but only " +
                                      std::to_string(ready) + " bucket(s) were complete: launch a bucket when its LAST "
                                      "gradient is in (one all-reduce per bucket, not per parameter)");
@@ -256,6 +271,9 @@ int main() {
     expect_serial_gradients(3, runs);
     expect_overlap(3, 1, runs);
     expect_bytes(3, 6, runs);
+  });
+  grader.check("world 2, layers registered last to first (gradients arrive against the plan): launched in bucket order", [&] {
+    expect_overlap(2, three_buckets, run(2, three_buckets, /*layers_last_first=*/true), /*layers_last_first=*/true);
   });
   grader.check("world 2, one bucket: serial gradients and bytes", [&] {
     const std::vector<RankRun> runs = run(2, DDPOptions::kOneBucket);

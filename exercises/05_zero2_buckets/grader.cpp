@@ -4,7 +4,8 @@
 // on a batch of 12 rows, each of N thread ranks on its 12/N rows. After one backward, each rank's
 // gradient shard must equal ITS chunks of an independent serial run's gradient (the mean loss over
 // all 12 rows), laid out by the grader's own reading of the layout (reverse order, padded buckets);
-// each bucket reduce-scattered from inside backward as soon as it is full; the bytes (N-1)/N · 4P;
+// each bucket reduce-scattered from inside backward as soon as it is full, and in bucket order even when
+// the gradients arrive against the plan (the layers registered last to first); the bytes (N-1)/N · 4P;
 // and the rank's memory ledger (category grads) must never have held more than the shard plus three
 // buckets and one parameter's gradient at once, and only the shard after backward. With -DSL_SOLUTION
 // the library's ZeroReducer (parallel/zero/zero_reducer.h) over a FlatParams stands in.
@@ -63,14 +64,20 @@ namespace impl = exercise05;
 constexpr int64_t kBatch = 12, kWidth = 6;
 constexpr int kLayers = 16;
 
+// layers_last_first registers l15 .. l0 in that order (the forward still runs l0 first): backward then
+// hands out the gradients in the plan's order reversed, the case that shows whether the buckets are
+// still reduced in bucket order.
 class DeepMlp : public nn::Module {
  public:
-  DeepMlp() {
+  explicit DeepMlp(bool layers_last_first = false) {
     manual_seed(7);
     nn::InitOptions init;
     init.std = 0.6;
-    for (int k = 0; k < kLayers; ++k)
-      layers.push_back(register_module("l" + std::to_string(k), std::make_shared<nn::Linear>(kWidth, kWidth, true, init)));
+    layers.resize(kLayers);
+    for (int j = 0; j < kLayers; ++j) {
+      const int k = layers_last_first ? kLayers - 1 - j : j;
+      layers[k] = register_module("l" + std::to_string(k), std::make_shared<nn::Linear>(kWidth, kWidth, true, init));
+    }
   }
   Tensor loss(const Tensor& x, const Tensor& y) {
     Tensor h = x;
@@ -143,13 +150,13 @@ struct RankRun {
   std::vector<int64_t> rs_calls, rs_bytes, other_calls, peak_grads, held_after;  // per backward
 };
 
-static std::vector<RankRun> run(int n, int64_t bucket_bytes) {
+static std::vector<RankRun> run(int n, int64_t bucket_bytes, bool layers_last_first = false) {
   std::vector<RankRun> runs(n);
   exercises::run_ranks(n, [&](RankContext& ctx) {
     const int r = ctx.rank;
     RankRun& mine = runs[r];
     MemoryLedger& memory = MemoryLedger::instance();
-    DeepMlp model;
+    DeepMlp model(layers_last_first);
     const std::vector<Tensor> params = model.parameters();
     std::function<Tensor()> shard_of = impl::attach_zero2_hooks(params, ctx.world, bucket_bytes);
     for (int i = 0; i < static_cast<int>(params.size()); ++i)
@@ -212,8 +219,9 @@ static void expect_shards(int n, int64_t bucket_bytes, const std::vector<RankRun
 }
 
 // After each gradient, every complete bucket (in bucket order) has been reduce-scattered, and no other.
-static void expect_in_backward(int n, int64_t bucket_bytes, const std::vector<RankRun>& runs) {
-  const Layout l = layout_of(DeepMlp().parameters(), n, bucket_bytes);
+static void expect_in_backward(int n, int64_t bucket_bytes, const std::vector<RankRun>& runs,
+                               bool layers_last_first = false) {
+  const Layout l = layout_of(DeepMlp(layers_last_first).parameters(), n, bucket_bytes);
   std::vector<int> bucket_of(2 * kLayers);
   for (size_t b = 0; b < l.buckets.size(); ++b)
     for (int i : l.buckets[b]) bucket_of[i] = static_cast<int>(b);
@@ -225,8 +233,13 @@ static void expect_in_backward(int n, int64_t bucket_bytes, const std::vector<Ra
       for (const Arrival& a : runs[r].arrivals[step]) {
         --pending[bucket_of[a.param]];
         while (ready < static_cast<int64_t>(l.buckets.size()) && pending[ready] == 0) ++ready;
+        const int64_t complete = std::count(pending.begin(), pending.end(), 0);  // in any order
         const std::string at = "world " + std::to_string(n) + ", rank " + std::to_string(r) +
                                ", after the gradient of parameter " + std::to_string(a.param) + ": ";
+        expect(a.calls <= ready || a.calls > complete,
+               at + "a later bucket was reduce-scattered before bucket " + std::to_string(ready) + ", which still "
+                    "waits for gradients: reduce strictly in bucket order (from the next unreduced bucket, while it "
+                    "is full), so that every rank issues the same reduce-scatters in the same order");
         expect(a.calls <= ready, at + std::to_string(a.calls) + " reduce-scatters but only " + std::to_string(ready) +
                                      " complete bucket(s): one reduce-scatter per bucket, once its last gradient is in");
         expect(a.calls >= ready, at + "only " + std::to_string(a.calls) + " reduce-scatter(s) for " +
@@ -284,6 +297,9 @@ int main() {
   });
   grader.check("world 2: each bucket reduce-scattered inside backward, as soon as it is full", [=] {
     expect_in_backward(2, layer_buckets, run(2, layer_buckets));
+  });
+  grader.check("world 2, layers registered last to first (gradients arrive against the plan): reduced in bucket order", [=] {
+    expect_in_backward(2, layer_buckets, run(2, layer_buckets, /*layers_last_first=*/true), /*layers_last_first=*/true);
   });
   grader.check("worlds 2 and 4: one reduce-scatter per bucket, (N-1)/N · 4P bytes", [=] {
     expect_bytes(2, layer_buckets, run(2, layer_buckets));
