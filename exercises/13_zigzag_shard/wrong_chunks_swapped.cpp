@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "exercises/grader.h"
-#include "tensor/error.h"
 #include "tensor/ops.h"
 
 namespace exercise13 {

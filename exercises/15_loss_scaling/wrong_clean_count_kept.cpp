@@ -5,8 +5,6 @@
 // scale must prove itself for growth_interval steps again, or it doubles straight back into the
 // overflow it just left, and the run skips a step every few.
 // expect: count clean steps since the scale last changed
-#include <cmath>
-#include <cstdint>
 #include <vector>
 
 #include "exercises/15_loss_scaling/loss_scale_state.h"

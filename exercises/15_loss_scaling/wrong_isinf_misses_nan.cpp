@@ -6,7 +6,6 @@
 // good. std::isfinite is false for inf, -inf and NaN alike.
 // expect: a NaN planted in the last gradient was not found
 #include <cmath>
-#include <cstdint>
 #include <vector>
 
 #include "exercises/15_loss_scaling/loss_scale_state.h"

@@ -6,7 +6,6 @@
 // (g.mul_(1 / S)), the tensors the optimizer reads.
 // expect: the gradients still hold S·g after unscale_gradients
 #include <cmath>
-#include <cstdint>
 #include <vector>
 
 #include "exercises/15_loss_scaling/loss_scale_state.h"

@@ -9,7 +9,6 @@
 
 #include "exercises/grader.h"
 #include "parallel/comm/process_group.h"
-#include "tensor/error.h"
 #include "tensor/ops.h"
 
 namespace exercise18 {

@@ -5,7 +5,6 @@
 // just received), so each pays the latency: 2(n-1) times for an all-reduce. That latency term is
 // why the ring loses to trees for small messages on many ranks.
 // expect: the latency alpha is paid once per step
-#include <cstdint>
 
 #include "exercises/grader.h"
 #include "parallel/comm/process_group.h"

@@ -5,7 +5,6 @@
 // finished chunk to reach them. Counting n charges one latency and one chunk too many per pass,
 // which matters most at small n (n = 2: twice the time).
 // expect: that is n steps per pass: a ring of n ranks needs n-1
-#include <cstdint>
 
 #include "exercises/grader.h"
 #include "parallel/comm/process_group.h"

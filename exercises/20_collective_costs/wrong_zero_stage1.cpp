@@ -5,7 +5,6 @@
 // whole gradient, (w + g)·Ψ + K·Ψ/N_d. Sharding the gradients as well is stage 2 (P_os+g), which
 // needs a reduce-scatter in place of the all-reduce.
 // expect: that is stage 2's; stage 1 shards only the optimizer state
-#include <cstdint>
 
 #include "exercises/grader.h"
 #include "parallel/comm/process_group.h"

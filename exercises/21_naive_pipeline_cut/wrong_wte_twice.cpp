@@ -11,7 +11,6 @@
 
 #include "exercises/grader.h"
 #include "nn/gpt.h"
-#include "tensor/error.h"
 
 namespace exercise21 {
 
