@@ -1,4 +1,4 @@
-// exercises/12_online_softmax_merge/wrong_naive_merge.cpp — a wrong merge_blocks: lse = log(e^lse_a + e^lse_b) as written.
+// exercises/12_online_softmax_merge/wrong_naive_merge.cpp — a wrong merge_blocks: log(e^lse_a + e^lse_b) as written.
 //
 // A common mistake: the merge formula typed straight from the page, lse = log(exp(lse_a) + exp(lse_b)).
 // It is exact on paper and for small scores, but exp overflows f64 once lse passes ~709: with large
@@ -28,7 +28,7 @@ sl::parallel::BlockOutput merge_blocks(const sl::parallel::BlockOutput& a, const
   const double *la = a.lse.data<double>(), *lb = b.lse.data<double>();
   double *o = out.data<double>(), *l = lse.data<double>();
   for (int64_t r = 0; r < rows; ++r) {
-    if (la[r] == lb[r] && std::isinf(la[r])) continue;  // neither block saw a key: out 0, lse -inf
+    if (la[r] == lb[r] && std::isinf(la[r])) continue;   // neither block saw a key: out 0, lse -inf
     l[r] = std::log(std::exp(la[r]) + std::exp(lb[r]));  // the mistake: exp(1000) is inf
     const double wa = std::exp(la[r] - l[r]), wb = std::exp(lb[r] - l[r]);
     for (int64_t d = 0; d < HS; ++d) o[r * HS + d] = wa * oa[r * HS + d] + wb * ob[r * HS + d];

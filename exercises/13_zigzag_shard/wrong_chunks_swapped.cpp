@@ -16,7 +16,9 @@ namespace exercise13 {
 
 enum class PairWork { none, diagonal, all };
 
-std::vector<int64_t> zigzag_positions(int64_t T, int cp, int rank) { throw exercises::NotImplemented("zigzag_positions"); }
+std::vector<int64_t> zigzag_positions(int64_t T, int cp, int rank) {
+  throw exercises::NotImplemented("zigzag_positions");
+}
 
 // x [B, T, C] -> this rank's two chunks along T, joined.
 sl::Tensor shard(const sl::Tensor& x, int cp, int rank) {

@@ -28,12 +28,16 @@ std::array<int, 5> mesh_coordinates(const sl::parallel::ParallelismConfig& confi
 
 std::vector<int> mesh_group(const sl::parallel::ParallelismConfig& config, const std::string& name, int rank) {
   std::vector<int> dims;  // indices into {pp, dp_replicate, dp_shard, cp, tp}
-  if (name == "dp") dims = {1};  // the mistake: dp_shard belongs to data parallelism too
-  else if (name == "dp_shard_cp") dims = {2, 3};
-  else if (name == "dp_cp") dims = {1, 2, 3};
+  if (name == "dp")
+    dims = {1};  // the mistake: dp_shard belongs to data parallelism too
+  else if (name == "dp_shard_cp")
+    dims = {2, 3};
+  else if (name == "dp_cp")
+    dims = {1, 2, 3};
   for (int d = 0; d < 5; ++d)
     if (name == sl::parallel::DeviceMesh::kDimNames[static_cast<size_t>(d)]) dims = {d};
-  SL_CHECK(!dims.empty(), "mesh_group: unknown name '", name, "' (pp, dp_replicate, dp_shard, cp, tp, dp, dp_shard_cp, dp_cp)");
+  SL_CHECK(!dims.empty(), "mesh_group: unknown name '", name,
+           "' (pp, dp_replicate, dp_shard, cp, tp, dp, dp_shard_cp, dp_cp)");
   // Every rank that agrees with `rank` on the dimensions outside dims, ascending.
   const std::array<int, 5> mine = mesh_coordinates(config, rank);
   std::vector<int> members;

@@ -13,7 +13,9 @@
 
 namespace exercise15 {
 
-sl::Tensor scale_loss(const LossScaleState& state, const sl::Tensor& loss) { throw exercises::NotImplemented("scale_loss"); }
+sl::Tensor scale_loss(const LossScaleState& state, const sl::Tensor& loss) {
+  throw exercises::NotImplemented("scale_loss");
+}
 
 bool unscale_gradients(const LossScaleState& state, const std::vector<sl::Tensor>& grads) {
   throw exercises::NotImplemented("unscale_gradients");

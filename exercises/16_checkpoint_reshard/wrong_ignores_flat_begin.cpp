@@ -1,4 +1,4 @@
-// exercises/16_checkpoint_reshard/wrong_ignores_flat_begin.cpp — a wrong read_resharded: out[i] filled with the box's element i.
+// exercises/16_checkpoint_reshard/wrong_ignores_flat_begin.cpp — a wrong read_resharded: flat_begin ignored.
 //
 // A common mistake: walking k = 0 .. want.numel() - 1 over the wanted box, forgetting that the
 // region may be a run [flat_begin, flat_end) of it, as every ZeRO shard but the first is. Shard r

@@ -49,8 +49,10 @@ class StudentSplitLinear : public SplitLinear {
 
  private:
   static void add_into(const Tensor& param, const Tensor& g) {
-    if (param.grad().defined()) param.grad().add_(g);
-    else param.set_grad(g);
+    if (param.grad().defined())
+      param.grad().add_(g);
+    else
+      param.set_grad(g);
   }
   struct Waiting {
     Tensor x;

@@ -51,8 +51,10 @@ class StudentSplitLinear : public SplitLinear {
 
  private:
   static void add_into(const Tensor& param, const Tensor& g) {
-    if (param.grad().defined()) param.grad().add_(g);
-    else param.set_grad(g);
+    if (param.grad().defined())
+      param.grad().add_(g);
+    else
+      param.set_grad(g);
   }
   Tensor x_;
   std::map<int, Tensor> waiting_;  // micro-batch -> dy (undefined until its B ran)

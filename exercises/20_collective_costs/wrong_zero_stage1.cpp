@@ -16,7 +16,9 @@ namespace exercise20 {
 using sl::parallel::CommOp;
 using sl::parallel::Link;
 
-double ring_seconds(CommOp op, int n, double bytes, const Link& link) { throw exercises::NotImplemented("ring_seconds"); }
+double ring_seconds(CommOp op, int n, double bytes, const Link& link) {
+  throw exercises::NotImplemented("ring_seconds");
+}
 
 double ring_bytes_sent(CommOp op, int n, double bytes) { throw exercises::NotImplemented("ring_bytes_sent"); }
 

@@ -21,8 +21,8 @@ std::vector<std::pair<int64_t, int64_t>> stage_layers(int64_t n_layer, int stage
 int64_t stage_parameter_count(const sl::nn::GPTConfig& config, int64_t layer_begin, int64_t layer_end) {
   const int64_t C = config.n_embd, V = config.vocab_size, BS = config.block_size;
   int64_t count = (layer_end - layer_begin) * (12 * C * C + 13 * C);  // the blocks
-  if (layer_begin == 0) count += (V + BS) * C;                         // wte and wpe
-  if (layer_end == config.n_layer) count += 2 * C + V * C;             // ln_f and the head's wte copy
+  if (layer_begin == 0) count += (V + BS) * C;                        // wte and wpe
+  if (layer_end == config.n_layer) count += 2 * C + V * C;            // ln_f and the head's wte copy
   return count;  // the mistake: at p = 1 the stage is both ends and wte was counted twice
 }
 

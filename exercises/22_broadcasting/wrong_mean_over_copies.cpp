@@ -12,13 +12,16 @@
 
 namespace exercise22 {
 
-sl::Shape broadcast_shape(const sl::Shape& a, const sl::Shape& b) { throw exercises::NotImplemented("broadcast_shape"); }
+sl::Shape broadcast_shape(const sl::Shape& a, const sl::Shape& b) {
+  throw exercises::NotImplemented("broadcast_shape");
+}
 
 sl::Tensor reduce_to_shape(const sl::Tensor& grad, const sl::Shape& shape) {
   const int lead = grad.dim() - shape.dim();
   SL_CHECK(lead >= 0, shape.str(), " does not broadcast to ", grad.shape().str());
   for (int i = 0; i < shape.dim(); ++i)
-    SL_CHECK(shape[i] == 1 || shape[i] == grad.size(lead + i), shape.str(), " does not broadcast to ", grad.shape().str());
+    SL_CHECK(shape[i] == 1 || shape[i] == grad.size(lead + i), shape.str(), " does not broadcast to ",
+             grad.shape().str());
   sl::Tensor g = grad;
   for (int i = 0; i < lead; ++i) g = sl::mean(g, 0);  // the mistake: the copies' gradients add up, mean divides
   for (int i = 0; i < shape.dim(); ++i)

@@ -1,4 +1,4 @@
-// exercises/projects/01_pipeline_schedule_as_data/wrong_warmup_by_rank.cpp — 1F1B with the warm-up counted from the wrong end.
+// exercises/projects/01_pipeline_schedule_as_data/wrong_warmup_by_rank.cpp — 1F1B with a warm-up of r forwards.
 //
 // A common mistake: giving rank r a warm-up of r forwards instead of p-1-r. The warm-up fills the pipe
 // so that the LAST stage can start its first backward at once; counted from the wrong end, rank 0

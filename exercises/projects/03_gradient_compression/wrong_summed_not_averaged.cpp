@@ -1,4 +1,4 @@
-// exercises/projects/03_gradient_compression/wrong_summed_not_averaged.cpp — the ranks' pieces summed, never divided by n.
+// exercises/projects/03_gradient_compression/wrong_summed_not_averaged.cpp — the ranks' pieces never divided by n.
 //
 // A common mistake: decompressing the sum of the ranks' sparse pieces and forgetting to divide it by
 // n. Data parallelism averages: each rank's gradient is already the mean over its rows, so the sum is
@@ -28,7 +28,7 @@ void CompressedAverager::average(const std::vector<sl::Tensor>& grads) {
   for (size_t t = 0; t < grads.size(); ++t) {
     const sl::Tensor& grad = grads[t];
     const int64_t numel = grad.numel(), k = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(keep_ * numel)));
-    if (k == numel) {  // keep = 1: every entry, dense (the ring sends less than gathering every entry)
+    if (k == numel) {           // keep = 1: every entry, dense (the ring sends less than gathering every entry)
       group_.all_reduce(grad);  // the mistake again: summed over the ranks, never divided by n
       continue;
     }
@@ -40,7 +40,8 @@ void CompressedAverager::average(const std::vector<sl::Tensor>& grads) {
       return std::abs(e[a]) > std::abs(e[b]) || (std::abs(e[a]) == std::abs(e[b]) && a < b);
     });
     std::vector<double> values(static_cast<size_t>(k)), indices(static_cast<size_t>(k));
-    for (int64_t i = 0; i < k; ++i) indices[i] = static_cast<double>(order[i]), values[i] = e[order[i]], e[order[i]] = 0;
+    for (int64_t i = 0; i < k; ++i)
+      indices[i] = static_cast<double>(order[i]), values[i] = e[order[i]], e[order[i]] = 0;
     error_[t].copy_(sl::from_vector(e, grad.shape()));  // e ← e − sent
     // Every rank's k values and indices, in rank order; summed the same way on every rank.
     const sl::Tensor all_values = sl::zeros({n * k}), all_indices = sl::zeros({n * k});

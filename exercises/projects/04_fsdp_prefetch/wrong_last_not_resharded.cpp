@@ -1,4 +1,4 @@
-// exercises/projects/04_fsdp_prefetch/wrong_last_not_resharded.cpp — each unit resharded by the next iteration, the last never.
+// exercises/projects/04_fsdp_prefetch/wrong_last_not_resharded.cpp — the last unit left gathered.
 //
 // A common mistake: freeing the previous unit at the top of each iteration ("it is done now") and
 // forgetting that the loop ends before the last unit's turn comes. The pass is right and overlaps,

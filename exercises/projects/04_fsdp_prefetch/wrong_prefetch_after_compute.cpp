@@ -1,4 +1,4 @@
-// exercises/projects/04_fsdp_prefetch/wrong_prefetch_after_compute.cpp — the next gather issued after this unit's compute.
+// exercises/projects/04_fsdp_prefetch/wrong_prefetch_after_compute.cpp — the next gather issued after the compute.
 //
 // A common mistake: "prefetch the next unit" written as start_gather(i+1) right after forward(i).
 // Every unit is still gathered once and the result is right, but nothing overlaps: the next
