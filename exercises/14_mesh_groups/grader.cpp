@@ -112,16 +112,30 @@ static void expect_group(const ParallelismConfig& config, const std::string& nam
   if (got == want) return;
   std::string why = "the " + name + " group is " + spell(got) + ", the mesh's is " + spell(want);
   const std::vector<int> dims = dims_of(name);
-  std::string other_dimension;  // a single dimension whose group this is
-  for (int d = 0; d < 5 && other_dimension.empty(); ++d)
-    if (dims != std::vector<int>{d} && got == members_in_layout(config, kRowMajor, {d}, rank))
+  // A single dimension whose group this is. A product's own parts are tried first, then the dimensions
+  // of size > 1: a size-1 dimension's group is the rank alone, which any group of one matches.
+  std::vector<int> order = dims.size() > 1 ? dims : std::vector<int>{};
+  const Coordinates degrees = config.degrees();
+  for (int pass = 0; pass < 2; ++pass)
+    for (int d = 0; d < 5; ++d)
+      if (std::find(order.begin(), order.end(), d) == order.end() && (degrees[static_cast<size_t>(d)] > 1) == (pass == 0))
+        order.push_back(d);
+  std::string other_dimension, part_of;  // part_of: the name is a product and the group is one of its parts
+  for (int d : order)
+    if (other_dimension.empty() && dims != std::vector<int>{d} && got == members_in_layout(config, kRowMajor, {d}, rank)) {
       other_dimension = DeviceMesh::kDimNames[static_cast<size_t>(d)];
+      if (std::find(dims.begin(), dims.end(), d) != dims.end()) part_of = name;
+    }
   bool coordinates_right = false;  // then a column-major group is a coincidence, the dimension is wrong
   try {
     coordinates_right = impl::mesh_coordinates(config, rank) == coordinates_in_layout(config, kRowMajor, rank);
   } catch (const exercises::NotImplemented&) {
   }
-  if (!other_dimension.empty() && coordinates_right)
+  if (!part_of.empty() && coordinates_right) {
+    std::string parts;
+    for (int d : dims) parts += (parts.empty() ? "" : " x ") + std::string(DeviceMesh::kDimNames[static_cast<size_t>(d)]);
+    why += ": that is the " + other_dimension + " group only; " + name + " is " + parts + ", its group spans them all";
+  } else if (!other_dimension.empty() && coordinates_right)
     why += ": that is the " + other_dimension + " group: a stride of the wrong dimension";
   else if (got == members_in_layout(config, kColumnMajor, dims, rank))
     why += ": that is the column-major group (pp innermost); the grid is row-major with tp innermost";

@@ -43,6 +43,7 @@ namespace impl = project02;
 
 // What one algorithm did on every rank.
 struct Measured {
+  std::vector<std::vector<double>> input;   // [n] the tensor before the call
   std::vector<std::vector<double>> result;  // [n] the tensor after the call
   std::vector<int64_t> bytes_sent;          // [n] from the world group's ledger
   std::vector<int64_t> collective_calls;    // [n] calls of the group's own collectives
@@ -70,6 +71,7 @@ static void measure(RankContext& ctx, Measured& m, const Tensor& tensor, Call ca
   const int r = ctx.rank;
   ctx.world->barrier();
   ctx.world->ledger().reset();
+  m.input[r] = tensor.to_vector();
   const auto start = std::chrono::steady_clock::now();
   call(tensor);
   m.wall_s[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -83,8 +85,8 @@ static void measure(RankContext& ctx, Measured& m, const Tensor& tensor, Call ca
 
 static Outcome run(int n, int64_t numel, bool integers, const Topology& links = {}) {
   auto blank = [n] {
-    return Measured{std::vector<std::vector<double>>(n), std::vector<int64_t>(n), std::vector<int64_t>(n),
-                    std::vector<double>(n), std::vector<double>(n)};
+    return Measured{std::vector<std::vector<double>>(n), std::vector<std::vector<double>>(n), std::vector<int64_t>(n),
+                    std::vector<int64_t>(n), std::vector<double>(n), std::vector<double>(n)};
   };
   Outcome out{blank(), blank()};
   LaunchOptions options;
@@ -112,6 +114,16 @@ static Outcome run(int n, int64_t numel, bool integers, const Topology& links = 
 
 static std::string where(int n, int r) { return "world " + std::to_string(n) + ", rank " + std::to_string(r); }
 
+// A rank's element that still holds its own input: never reduced. In the last numel % n elements
+// (all of them when numel < n) that is the mark of chunks of numel / n, rounded down.
+static std::string own_input(size_t i, int64_t numel, int n) {
+  const bool remainder = static_cast<int64_t>(i) >= n * (numel / n);
+  return std::string(" (this rank's own input: the element was never reduced") +
+         (remainder ? "; it lies past n·(numel / n): chunks of numel / n rounded down leave out the last numel % n "
+                      "elements, and every element when numel < n)"
+                    : ")");
+}
+
 // Every rank's result against the ring's: exact (tol 0) or within rounding.
 static void expect_sums(int n, const Outcome& out, double tol) {
   for (int r = 0; r < n; ++r) {
@@ -121,7 +133,8 @@ static void expect_sums(int n, const Outcome& out, double tol) {
       expect(std::abs(got[i] - want[i]) <= tol * (1 + std::abs(want[i])),
              where(n, r) + ", element " + std::to_string(i) + ": " + std::to_string(got[i]) + ", the sum is " +
                  std::to_string(want[i]) + (got[i] == want[i] / n ? " (you divided by n: this all-reduce sums)" : "") +
-                 (got[i] == 0 ? " (still zero: a slice never arrived?)" : ""));
+                 (got[i] == 0 ? " (still zero: a slice never arrived?)" : "") +
+                 (n > 1 && got[i] == out.student.input[r][i] ? own_input(i, static_cast<int64_t>(got.size()), n) : ""));
     }
 #ifndef SL_SOLUTION
     expect(out.student.collective_calls[r] == 0,

@@ -147,11 +147,15 @@ static void expect_replicas_identical(const Training& run, const std::string& wh
 // Error feedback: a constant gradient G [10, 10] (rank r gives (r+1)·G) averaged `steps` times at
 // keep 0.1. With error feedback every entry is sent sooner or later, so what arrived over the steps
 // approaches steps · the average; without, the small entries never arrive. Returns
-// ‖Σ_t arrived_t − steps · average‖ / ‖steps · average‖ (the same on every rank; rank 0's).
-static double error_feedback_gap(int n, int steps) {
+// ‖Σ_t arrived_t − steps · average‖ / ‖steps · average‖ (the same on every rank; rank 0's), and the
+// factor f that fits Σ_t arrived_t ≈ f · steps · average best (n when the pieces are summed, not averaged).
+struct FeedbackGap {
+  double gap = 0, factor = 0;
+};
+static FeedbackGap error_feedback_gap(int n, int steps) {
   std::vector<double> given(100);
   for (int i = 0; i < 100; ++i) given[i] = (i + 1) / 100.0 * (i % 3 == 0 ? -1 : 1);
-  double gap = 0;
+  FeedbackGap gap;
   LaunchOptions options;
   options.backend = Backend::threads;
   options.timeout = std::chrono::seconds(10);
@@ -166,13 +170,14 @@ static double error_feedback_gap(int n, int steps) {
           const auto got = g.to_vector();
           for (int i = 0; i < 100; ++i) arrived[i] += got[i];
         }
-        double diff = 0, norm = 0;
+        double diff = 0, norm = 0, dot = 0;
         for (int i = 0; i < 100; ++i) {
           const double want = steps * given[i] * (n + 1) / 2.0;  // the average of (r+1)·G over r
           diff += (arrived[i] - want) * (arrived[i] - want);
           norm += want * want;
+          dot += arrived[i] * want;
         }
-        if (ctx.rank == 0) gap = std::sqrt(diff / norm);
+        if (ctx.rank == 0) gap = {std::sqrt(diff / norm), dot / norm};
       },
       options);
   return gap;
@@ -224,10 +229,13 @@ int main() {
                std::to_string(compressed.losses[0]) + ": is the error feedback added back each step?");
   });
   grader.check("error feedback: a constant gradient at keep = 0.1 arrives in full over 60 steps (world 2)", [] {
-    const double gap = error_feedback_gap(2, 60);
+    const auto [gap, factor] = error_feedback_gap(2, 60);
     std::printf(
         "        ‖Σ arrived − 60 · average‖ / ‖60 · average‖ = %.3f (without error feedback top-k leaves ~0.85)\n",
         gap);
+    expect(gap < 0.5 || factor < 1.5,
+           "after 60 steps of the same gradient " + std::to_string(factor) +
+               " times the average arrived (world 2): the ranks' pieces were summed; divide the sum by n");
     expect(gap < 0.5, "after 60 steps of the same gradient only part of it arrived (relative gap " +
                           std::to_string(gap) +
                           "): keep what was not sent (e ← e + g − sent) and add it to the next step's gradient");
