@@ -9,10 +9,10 @@
 // minimum is the least disturbed run) and the median. bench/elementwise_torch.py times PyTorch's
 // same ops on the same shapes; bench/compare_torch.sh runs both and prints the ratios.
 //
-// --quick: 3 runs after 1 warm-up per op (under a second; flags given beside it still apply). In
+// --quick: 3 runs after 1 warm-up per op (about a second; flags given beside it still apply). In
 // every mode the output is checked (bench/bench_check.h), exiting 1 on a failure: one line per op
-// (7), its times finite and positive with the best no slower than the median, and the rate the
-// shape's elements over the best time.
+// (7), its times finite and positive with the best no slower than the median, its rate finite and
+// positive.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

@@ -21,12 +21,12 @@
 // launches; the activation peak is the ledger's on cuda:0. The JSON lines then carry "device": "cuda:0".
 // Without a GPU it exits 1: "gpt_step: no CUDA device: ...".
 // A bad flag or value prints the usage, naming the flag, and exits 2.
-// --quick: config A alone, 2 steps after 1 warm-up (a fraction of a second; flags given beside it
-// still apply). In every mode the output is checked (bench/bench_check.h), exiting 1 on a failure:
-// one line per config and variant (and the "versus" line when there is one), --steps x rounds
-// timed steps each, times finite and positive with the fastest step no slower
-// than the median and its fastest forward faster than it (a step's forward is part of it), an
-// activation peak above zero, and the versus line's ratios finite.
+// --quick: config A alone, 2 steps after 1 warm-up (about a second; flags given beside it still
+// apply). In every mode the output is checked (bench/bench_check.h), exiting 1 on a failure: one
+// line per config and variant (and the "versus" line when there is one), --steps x rounds timed
+// steps each, times finite and positive with the fastest step no slower than the median and its
+// fastest forward faster than it (a step's forward is part of it), an activation peak above zero,
+// and the versus line's ratios finite.
 // Prints one JSON line per config and variant, e.g. {"bench": "gpt_step", "config": "A", "T": 64, "batch": 16,
 // "threads": 1, "median_ms": ..., "min_ms": ...}. Compare in one run with ../shared/bench/gpt_torch.py (same
 // shapes; see README: Results).

@@ -33,8 +33,6 @@
 // bubble time over ideal time: (p-1)/m for GPipe and 1F1B, (p-1)/(v·m) interleaved, (p-1)/(3m)
 // zero-bubble, 0 without a pipeline. The ratio is only required to be finite: how close it comes
 // depends on the machine's load.
-#include "parallel/planner/planner.h"
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -53,6 +51,7 @@
 #include "nn/gpt.h"
 #include "nn/optim.h"
 #include "parallel/comm/launch.h"
+#include "parallel/planner/planner.h"
 #include "parallel/train/factory.h"
 #include "parallel/train/trainer.h"
 #include "tensor/ops.h"
