@@ -362,10 +362,16 @@ bench: deps
 
 # Each benchmark once in its --quick mode (seconds, not minutes): it runs its smallest case and checks
 # its own output (finite, positive times; bytes equal to their formula), exiting non-zero when a check
-# fails, so a benchmark that breaks fails CI.
+# fails, so a benchmark that breaks fails CI. Every benchmark runs even after one fails (a CI log then
+# shows all that broke), each with its wall time; the failures are named at the end.
 bench-quick: deps
 	@$(MAKE) --no-print-directory $(BENCHES)
-	@set -e; for b in $(BENCHES); do echo "=== $$b --quick"; env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $$b --quick; done
+	@failed=; for b in $(BENCHES); do \
+	  echo "=== $$b --quick"; start=$$(date +%s%N); \
+	  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $$b --quick || failed="$$failed $${b##*/}"; \
+	  ms=$$((($$(date +%s%N) - start) / 1000000)); echo "=== $${b##*/}: $$((ms / 1000)).$$(printf %03d $$((ms % 1000))) s"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "bench-quick: FAILED:$$failed"; exit 1; fi
 
 deps:
 	@bash tools/deps.sh $(if $(filter address,$(subst $(comma), ,$(SANITIZE))),sanitize)

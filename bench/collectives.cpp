@@ -2,7 +2,15 @@
 // beside memcpy.
 //
 //   build/bench/collectives [--sizes-mib 1,16,64] [--worlds 2,4] [--iters 50] [--warmup 3] [--backend threads|nccl]
+//                           [--quick]
 //   mpirun -np 2 build/bench/collectives      (MPI backend: only mpirun's world size runs, rank 0 prints)
+//
+// --quick: 1 MiB over worlds 2 and 4, 5 calls after 1 warm-up (a fraction of a second; flags given
+// beside it still apply). In every mode the output is checked (bench/bench_check.h), exiting 1 on a
+// failure: the times and rates finite and positive, one line per world and size, and on every rank
+// the ledger's all_reduce calls and bytes over the timed calls equal to the ring's formula,
+// 2(n-1)/n x S sent and received per call (exactly when n divides the element count; otherwise
+// the ring's chunks are one element apart, and the bytes within 2 elements of it).
 //
 // For each size S (f32) and world size n, every rank all-reduces (sum) its own tensor of S bytes:
 // --warmup calls untimed, then --iters calls, each after a barrier so that the ranks start together.
@@ -33,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_check.h"
 #include "parallel/comm/launch.h"
 #include "tensor/cuda/runtime.h"
 #include "tensor/cuda_info.h"
@@ -58,8 +67,24 @@ struct Case {
   int iters, warmup;
 };
 
-// Runs on every rank; rank 0 prints the JSON line.
-void run_case(RankContext& ctx, const Case& c) {
+// Every rank's ledger over the timed calls against the ring: reduce-scatter then all-gather, each
+// n-1 steps of one chunk of S/n bytes, so 2(n-1)/n x S sent and as much received per call.
+void check_ring_bytes(sl::bench::Checks& checks, const RankContext& ctx, const Case& c,
+                      const sl::parallel::CommStats& before, const sl::parallel::CommStats& after) {
+  const int n = ctx.world_size;
+  const int64_t elements = c.bytes / 4;
+  const double formula = c.iters * 2.0 * (n - 1) / n * static_cast<double>(c.bytes);
+  const double tolerance = elements % n == 0 ? 0.0 : 2.0 * 4 * c.iters;  // uneven chunks: one element apart
+  const std::string where = sl::bench::Checks::label("world ", n, ", ", c.bytes, " bytes, rank ", ctx.rank, ": ");
+  checks.count(after.calls - before.calls, c.iters, where, "all_reduce calls over the timed loop");
+  checks.equal(static_cast<double>(after.bytes_sent - before.bytes_sent), formula, tolerance, where,
+               "all_reduce bytes sent over the timed calls (iters x 2(n-1)/n x S)");
+  checks.equal(static_cast<double>(after.bytes_received - before.bytes_received), formula, tolerance, where,
+               "all_reduce bytes received over the timed calls (iters x 2(n-1)/n x S)");
+}
+
+// Runs on every rank; rank 0 prints the JSON line and counts it in `rows`.
+void run_case(RankContext& ctx, const Case& c, sl::bench::Checks& checks, int& rows) {
   sl::parallel::ProcessGroup& world = *ctx.world;
   // f32 zeros: the sums stay zero however many calls run (an add costs the same for any normal value).
   sl::Tensor data = sl::zeros({c.bytes / 4});
@@ -74,6 +99,7 @@ void run_case(RankContext& ctx, const Case& c) {
     sl::cuda::synchronize(ctx.device.index);
   }
   for (int i = 0; i < c.warmup; ++i) world.all_reduce(data);
+  const sl::parallel::CommStats ledger_before = world.ledger()[sl::parallel::CommOp::all_reduce];
   // Copies and collectives take turns, so that both see the same machine (others' load comes and goes).
   std::vector<double> times(c.iters), copy_times;
   for (double& ms : times) {
@@ -92,6 +118,7 @@ void run_case(RankContext& ctx, const Case& c) {
     world.all_reduce(data);
     ms = ms_since(start);
   }
+  check_ring_bytes(checks, ctx, c, ledger_before, world.ledger()[sl::parallel::CommOp::all_reduce]);
   // Every call's slowest rank, on every rank.
   sl::Tensor slowest = sl::from_vector(times, sl::Shape({c.iters}), sl::DType::f64);
   world.all_reduce(slowest, sl::parallel::ReduceOp::max);
@@ -99,13 +126,19 @@ void run_case(RankContext& ctx, const Case& c) {
 
   const int n = ctx.world_size;
   double median_ms = median(slowest.to_vector());  // to_vector: from a GPU rank's memory too
-  double algbw = c.bytes / median_ms / 1e6;  // bytes per ms / 1e6 = GB/s
+  double algbw = c.bytes / median_ms / 1e6;        // bytes per ms / 1e6 = GB/s
   double busbw = algbw * 2.0 * (n - 1) / n;
+  const double memcpy_GBps = c.bytes / median(copy_times) / 1e6;
+  const std::string where = sl::bench::Checks::label("world ", n, ", ", c.bytes, " bytes: ");
+  checks.positive(median_ms, where, "median_ms");
+  checks.positive(algbw, where, "algbw_GBps");
+  checks.positive(busbw, where, "busbw_GBps");
+  checks.positive(memcpy_GBps, where, "memcpy_GBps");
+  ++rows;
   std::printf(
       "{\"bench\": \"all_reduce\", \"backend\": \"%s\", \"world\": %d, \"bytes\": %lld, \"median_ms\": %.4f, "
       "\"algbw_GBps\": %.3f, \"busbw_GBps\": %.3f, \"memcpy_GBps\": %.3f}\n",
-      world.backend_name().c_str(), n, static_cast<long long>(c.bytes), median_ms, algbw, busbw,
-      c.bytes / median(copy_times) / 1e6);
+      world.backend_name().c_str(), n, static_cast<long long>(c.bytes), median_ms, algbw, busbw, memcpy_GBps);
   std::fflush(stdout);
 }
 
@@ -128,7 +161,8 @@ bool parse_list(const char* text, std::vector<int64_t>& out) {
 
 int usage(const char* program) {
   std::fprintf(stderr,
-               "usage: %s [--sizes-mib 1,16,64] [--worlds 2,4] [--iters 50] [--warmup 3] [--backend threads|nccl]\n",
+               "usage: %s [--sizes-mib 1,16,64] [--worlds 2,4] [--iters 50] [--warmup 3] [--backend threads|nccl] "
+               "[--quick]\n",
                program);
   return 2;
 }
@@ -136,8 +170,10 @@ int usage(const char* program) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const bool quick = sl::bench::take_flag(argc, argv, "--quick");
   std::vector<int64_t> sizes_mib = {1, 16, 64}, worlds = {2, 4};
   int iters = 50, warmup = 3;
+  if (quick) sizes_mib = {1}, iters = 5, warmup = 1;  // defaults: the flags below still override them
   bool nccl = false, worlds_given = false;
   for (int i = 1; i < argc; ++i) {
     bool has_value = i + 1 < argc;
@@ -192,15 +228,20 @@ int main(int argc, char** argv) {
       }
   }
   if (nccl) options.backend = sl::parallel::Backend::nccl;
+  sl::bench::Checks checks("collectives");
+  int rows = 0;
   try {
     for (int64_t world : worlds)
       for (int64_t mib : sizes_mib) {
         Case c{mib << 20, iters, warmup};
-        sl::parallel::launch(static_cast<int>(world), [&](RankContext& ctx) { run_case(ctx, c); }, options);
+        sl::parallel::launch(
+            static_cast<int>(world), [&](RankContext& ctx) { run_case(ctx, c, checks, rows); }, options);
       }
   } catch (const std::exception& e) {  // sl::Error, and bad_alloc for sizes this machine cannot hold
     std::fprintf(stderr, "collectives: %s\n", e.what());
     return 1;
   }
-  return 0;
+  if (sl::parallel::mpirun_rank() == 0)  // the process that printed
+    checks.count(rows, static_cast<int64_t>(worlds.size() * sizes_mib.size()), "JSON lines (one per world and size)");
+  return checks.finish();
 }

@@ -3,7 +3,7 @@
 // (contiguous and zigzag), all-gather, Ulysses (zigzag and contiguous; when NH divides by cp) and the
 // hybrid U 2 x R cp/2 (cp >= 4), B 1, C 256, NH 4 (HS 64), f32, median over steps.
 //
-//   build/bench/context_parallel [--cp 2] [--steps 5] [--warmup 1] [--T 1024,2048,4096]
+//   build/bench/context_parallel [--cp 2] [--steps 5] [--warmup 1] [--T 1024,2048,4096] [--quick]
 //
 // Serial: one rank, one GEMM thread (one "device"); and the same with 2 GEMM threads (the serial
 // layer given both cores). Each cp rank is a thread with one GEMM thread. One JSON line per case:
@@ -19,6 +19,18 @@
 // its K/V block from rank 1 and waits. "ideal_speedup" = the serial run's CPU time / the busiest
 // rank's: the speedup with one free core per rank, for machines (like the 2-core box these figures
 // come from) shared with other jobs, where wall-clock "speedup" swings with the neighbours' load.
+//
+// --quick: T 256, 1 step after 1 warm-up per case (about a second; flags given beside it still
+// apply). In every mode the output is checked (bench/bench_check.h), exiting 1 on a failure: times
+// finite and positive, one compute time per rank, ratios finite, one line per T and case, and the
+// busiest rank's bytes per step equal to the variant's formula (B·T·C f32 numbers, S = 4·B·T·C):
+//   ring        2(3cp-2)/cp · S     K and V round the ring cp-1 steps forward, again in the backward,
+//                                   and dK, dV cp steps home
+//   all-gather  4(cp-1)/cp · S      K and V all-gathered forward, dK and dV reduce-scattered
+//   Ulysses     8(cp-1)/cp² · S     Q, K, V to heads and the output back, forward and backward, each
+//                                   all-to-all sending (cp-1)/cp of a rank's T/cp rows
+//   hybrid      8(U-1)/(cp·U) · S + 2(3R-2)/cp · S    Ulysses over U, then the ring over R = cp/U
+//                                   on C/U channels
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -29,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_check.h"
 #include "nn/gpt.h"
 #include "parallel/comm/launch.h"
 #include "parallel/context_parallel/context_parallel.h"
@@ -81,13 +94,13 @@ static SerialResult serial_ms(int64_t T, int threads, int steps, int warmup) {
 struct CpResult {
   double median_ms;
   std::vector<double> compute_ms;  // per rank, median
-  double sent_kib = 0;             // per step, the busiest rank
+  double sent_bytes = 0;           // per step, the busiest rank
 };
 
 // U: the Ulysses degree (1 for ring and all-gather, cp for Ulysses, U < cp for the hybrid).
 static CpResult cp_ms(int64_t T, int cp, CpVariant variant, CpBalance balance, int U, int steps, int warmup) {
   std::vector<std::vector<double>> step_ms(cp), compute_ms(cp);
-  std::vector<double> sent_kib(cp);
+  std::vector<double> sent_bytes(cp);
   Generator g(7);
   Tensor x = randn({1, T, 256}, DType::f32, &g), dy = randn({1, T, 256}, DType::f32, &g);
   launch(cp, [&](RankContext& ctx) {
@@ -116,7 +129,7 @@ static CpResult cp_ms(int64_t T, int cp, CpVariant variant, CpBalance balance, i
         compute_ms[ctx.rank].push_back(cpu * 1e3);
       }
     }
-    sent_kib[ctx.rank] = static_cast<double>(bytes_sent() - sent_before) / 1024.0 / steps;
+    sent_bytes[ctx.rank] = static_cast<double>(bytes_sent() - sent_before) / steps;
   });
   CpResult result{0, {}};
   std::vector<double> slowest;  // per step, the last rank to finish
@@ -127,13 +140,71 @@ static CpResult cp_ms(int64_t T, int cp, CpVariant variant, CpBalance balance, i
   }
   result.median_ms = median(slowest);
   for (int r = 0; r < cp; ++r) result.compute_ms.push_back(median(compute_ms[r]));
-  result.sent_kib = *std::max_element(sent_kib.begin(), sent_kib.end());
+  result.sent_bytes = *std::max_element(sent_bytes.begin(), sent_bytes.end());
   return result;
 }
 
+struct Case {
+  CpVariant variant;
+  CpBalance balance;
+  int U;
+};
+
+// The busiest rank's bytes per step, from the header's ledgers: B·T·C numbers of 4 bytes each.
+static double sent_formula(const Case& c, int64_t T, int cp) {
+  const nn::GPTConfig config = layer_config(T);
+  const double S = 4.0 * 1 * static_cast<double>(T) * static_cast<double>(config.n_embd);  // B 1
+  const double n = cp, U = c.U, R = n / U;
+  switch (c.variant) {
+    case CpVariant::ring:
+      return 2 * (3 * n - 2) / n * S;
+    case CpVariant::allgather:
+      return 4 * (n - 1) / n * S;
+    case CpVariant::ulysses:
+      return 8 * (n - 1) / (n * n) * S;
+    default:  // hybrid: Ulysses over U, the ring over R
+      return 8 * (U - 1) / (n * U) * S + 2 * (3 * R - 2) / n * S;
+  }
+}
+
+// The case's JSON line, and its checks.
+static void report_case(bench::Checks& checks, const Case& c, int64_t T, int cp, const CpResult& r,
+                        const SerialResult& one, double serial2) {
+  const std::string where = bench::Checks::label("T ", T, ", cp ", cp, ", ", cp_variant_name(c.variant), " ",
+                                                 cp_balance_name(c.balance), " (U ", c.U, "): ");
+  checks.positive(r.median_ms, where, "median_ms");
+  checks.positive(one.median_ms, where, "serial_ms");
+  checks.positive(serial2, where, "serial_2threads_ms");
+  checks.positive(one.cpu_ms, where, "serial_cpu_ms");
+  checks.count(static_cast<int64_t>(r.compute_ms.size()), cp, where, "compute_ms entries (one per rank)");
+  for (double ms : r.compute_ms) checks.positive(ms, where, "a rank's compute_ms");
+  const auto [lo, hi] = std::minmax_element(r.compute_ms.begin(), r.compute_ms.end());
+  checks.finite(one.median_ms / r.median_ms, where, "speedup");
+  checks.finite(*hi / *lo, where, "balance_max_min");
+  checks.finite(one.cpu_ms / *hi, where, "ideal_speedup");
+  checks.equal(r.sent_bytes, sent_formula(c, T, cp), 0, where, "bytes the busiest rank sent per step");
+  std::string per_rank;
+  for (double ms : r.compute_ms) {
+    char cell[32];
+    std::snprintf(cell, sizeof cell, "%s%.2f", per_rank.empty() ? "" : ", ", ms);
+    per_rank += cell;
+  }
+  std::printf(
+      "{\"bench\": \"context_parallel\", \"T\": %lld, \"cp\": %d, \"variant\": \"%s\", \"balance\": \"%s\", "
+      "\"ulysses\": %d, \"median_ms\": %.2f, \"serial_ms\": %.2f, \"serial_2threads_ms\": %.2f, "
+      "\"speedup\": %.3f, \"serial_cpu_ms\": %.2f, \"compute_ms\": [%s], \"balance_max_min\": %.3f, "
+      "\"ideal_speedup\": %.3f, \"sent_kib\": %.1f}\n",
+      static_cast<long long>(T), cp, cp_variant_name(c.variant), cp_balance_name(c.balance), c.U, r.median_ms,
+      one.median_ms, serial2, one.median_ms / r.median_ms, one.cpu_ms, per_rank.c_str(), *hi / *lo, one.cpu_ms / *hi,
+      r.sent_bytes / 1024.0);
+  std::fflush(stdout);
+}
+
 int main(int argc, char** argv) {
+  const bool quick = bench::take_flag(argc, argv, "--quick");
   int cp = 2, steps = 5, warmup = 1;
   std::vector<int64_t> lengths = {1024, 2048, 4096};
+  if (quick) steps = 1, lengths = {256};  // defaults: the flags below still override them
   for (int i = 1; i < argc; ++i) {
     auto next = [&] { return i + 1 < argc ? argv[++i] : ""; };
     if (!std::strcmp(argv[i], "--cp")) cp = std::atoi(next());
@@ -144,14 +215,15 @@ int main(int argc, char** argv) {
       std::stringstream list(next());
       for (std::string item; std::getline(list, item, ',');) lengths.push_back(std::stoll(item));
     } else {
-      std::fprintf(stderr, "usage: context_parallel [--cp N] [--steps N] [--warmup N] [--T 1024,2048]\n");
+      std::fprintf(stderr, "usage: context_parallel [--cp N] [--steps N] [--warmup N] [--T 1024,2048] [--quick]\n");
       return 2;
     }
   }
+  bench::Checks checks("context_parallel");
+  int64_t rows = 0, asked = 0;
   for (int64_t T : lengths) {
     const SerialResult one = serial_ms(T, 1, steps, warmup);
-    const double serial = one.median_ms, serial2 = serial_ms(T, 2, steps, warmup).median_ms;
-    struct Case { CpVariant variant; CpBalance balance; int U; };
+    const double serial2 = serial_ms(T, 2, steps, warmup).median_ms;
     std::vector<Case> cases = {{CpVariant::ring, CpBalance::zigzag, 1}, {CpVariant::ring, CpBalance::none, 1},
                                {CpVariant::allgather, CpBalance::zigzag, 1}};
     const int64_t n_head = layer_config(T).n_head;
@@ -161,24 +233,12 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "context_parallel: no ulysses rows at cp %d: n_head %lld does not divide by it\n", cp,
                    static_cast<long long>(n_head));
     if (cp >= 4 && cp % 2 == 0) cases.push_back({CpVariant::hybrid, CpBalance::zigzag, 2});
+    asked += static_cast<int64_t>(cases.size());
     for (Case c : cases) {
-      CpResult r = cp_ms(T, cp, c.variant, c.balance, c.U, steps, warmup);
-      const auto [lo, hi] = std::minmax_element(r.compute_ms.begin(), r.compute_ms.end());
-      std::string per_rank;
-      for (double ms : r.compute_ms) {
-        char cell[32];
-        std::snprintf(cell, sizeof cell, "%s%.2f", per_rank.empty() ? "" : ", ", ms);
-        per_rank += cell;
-      }
-      std::printf("{\"bench\": \"context_parallel\", \"T\": %lld, \"cp\": %d, \"variant\": \"%s\", \"balance\": \"%s\", "
-                  "\"ulysses\": %d, \"median_ms\": %.2f, \"serial_ms\": %.2f, \"serial_2threads_ms\": %.2f, "
-                  "\"speedup\": %.3f, \"serial_cpu_ms\": %.2f, \"compute_ms\": [%s], \"balance_max_min\": %.3f, "
-                  "\"ideal_speedup\": %.3f, \"sent_kib\": %.1f}\n",
-                  static_cast<long long>(T), cp, cp_variant_name(c.variant), cp_balance_name(c.balance), c.U,
-                  r.median_ms, serial, serial2, serial / r.median_ms, one.cpu_ms, per_rank.c_str(), *hi / *lo,
-                  one.cpu_ms / *hi, r.sent_kib);
-      std::fflush(stdout);
+      report_case(checks, c, T, cp, cp_ms(T, cp, c.variant, c.balance, c.U, steps, warmup), one, serial2);
+      ++rows;
     }
   }
-  return 0;
+  checks.count(rows, asked, "JSON lines (one per T and case)");
+  return checks.finish();
 }

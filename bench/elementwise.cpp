@@ -1,13 +1,18 @@
 // elementwise — the per-element ops of a GPT step on their own, in elements per second: GELU forward
 // and backward, exp, softmax forward and backward, LayerNorm forward and backward. f32, 1 thread.
 //
-//   build/bench/elementwise [--reps 50] [--warmup 5]
+//   build/bench/elementwise [--reps 50] [--warmup 5] [--quick]
 //
 // Shapes are config B's of bench/gpt_step (B 8, T 128, C 256, NH 8): GELU and exp on the MLP's
 // hidden activations [B*T, 4C], softmax on the attention scores [B*NH*T, T], LayerNorm on [B*T, C].
 // Prints one JSON line per op with the best time of --reps runs (these machines are noisy; the
 // minimum is the least disturbed run) and the median. bench/elementwise_torch.py times PyTorch's
 // same ops on the same shapes; bench/compare_torch.sh runs both and prints the ratios.
+//
+// --quick: 3 runs after 1 warm-up per op (about a second; flags given beside it still apply). In
+// every mode the output is checked (bench/bench_check.h), exiting 1 on a failure: one line per op
+// (7), its times finite and positive with the best no slower than the median, its rate finite and
+// positive.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -16,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_check.h"
 #include "tensor/ops.h"
 
 using namespace sl;
@@ -39,13 +45,20 @@ Timing time_it(const std::function<void()>& body, int reps, int warmup) {
   return {us.front(), us[us.size() / 2]};
 }
 
-void report(const char* op, const Shape& shape, Timing t) {
+int lines_printed = 0;  // report()'s, against the ops asked for
+
+void report(bench::Checks& checks, const char* op, const Shape& shape, Timing t) {
   const double elements = static_cast<double>(shape.numel());
+  checks.positive(t.min_us, op, ": min_us");
+  checks.positive(t.median_us, op, ": median_us");
+  checks.that(t.min_us <= t.median_us, op, ": min_us ", t.min_us, " above median_us ", t.median_us);
+  checks.positive(elements / t.min_us / 1e3, op, ": gelem_per_s");
   std::printf(
       "{\"bench\": \"elementwise\", \"impl\": \"shardlab\", \"op\": \"%s\", \"shape\": \"%s\", \"min_us\": %.1f, "
       "\"median_us\": %.1f, \"gelem_per_s\": %.3f}\n",
       op, shape.str().c_str(), t.min_us, t.median_us, elements / t.min_us / 1e3);
   std::fflush(stdout);
+  ++lines_printed;
 }
 
 // The backward of y = f(x) alone: the graph is kept (retain_graph) and x's gradient cleared each
@@ -60,7 +73,8 @@ Timing time_backward(const Tensor& x, const Tensor& y, const Tensor& dy, int rep
 }
 
 [[noreturn]] void usage_error(const std::string& message) {
-  std::fprintf(stderr, "elementwise: %s\nusage: elementwise [--reps N >= 1] [--warmup N >= 0]\n", message.c_str());
+  std::fprintf(stderr, "elementwise: %s\nusage: elementwise [--reps N >= 1] [--warmup N >= 0] [--quick]\n",
+               message.c_str());
   std::exit(2);
 }
 
@@ -80,7 +94,9 @@ int parse_count(const std::string& flag, const std::string& value, int minimum) 
 }  // namespace
 
 int main(int argc, char** argv) {
+  const bool quick = bench::take_flag(argc, argv, "--quick");
   int reps = 50, warmup = 5;
+  if (quick) reps = 3, warmup = 1;  // defaults: the flags below still override them
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (i + 1 >= argc)
@@ -93,6 +109,7 @@ int main(int argc, char** argv) {
       usage_error("unknown flag " + flag);
   }
   set_num_threads(1);
+  bench::Checks checks("elementwise");
   const int64_t B = 8, T = 128, C = 256, NH = 8;
   Generator gen(0);
 
@@ -101,18 +118,18 @@ int main(int argc, char** argv) {
   Tensor h = randn(hidden, {}, &gen).set_requires_grad();
   Tensor dh = randn(hidden, {}, &gen);
   Tensor gelu_out = gelu(h);
-  report("gelu_forward", hidden, time_it([&] { gelu(h); }, reps, warmup));
-  report("gelu_backward", hidden, time_backward(h, gelu_out, dh, reps, warmup));
+  report(checks, "gelu_forward", hidden, time_it([&] { gelu(h); }, reps, warmup));
+  report(checks, "gelu_backward", hidden, time_backward(h, gelu_out, dh, reps, warmup));
   Tensor exp_out = exp(h);
-  report("exp_forward", hidden, time_it([&] { exp(h); }, reps, warmup));
+  report(checks, "exp_forward", hidden, time_it([&] { exp(h); }, reps, warmup));
 
   // Softmax over the keys of the attention scores [B*NH*T, T].
   const Shape scores{B * NH * T, T};
   Tensor s = randn(scores, {}, &gen).set_requires_grad();
   Tensor ds = randn(scores, {}, &gen);
   Tensor softmax_out = softmax(s);
-  report("softmax_forward", scores, time_it([&] { softmax(s); }, reps, warmup));
-  report("softmax_backward", scores, time_backward(s, softmax_out, ds, reps, warmup));
+  report(checks, "softmax_forward", scores, time_it([&] { softmax(s); }, reps, warmup));
+  report(checks, "softmax_backward", scores, time_backward(s, softmax_out, ds, reps, warmup));
 
   // LayerNorm over the channels of the residual stream [B*T, C].
   const Shape rows{B * T, C};
@@ -120,8 +137,8 @@ int main(int argc, char** argv) {
   Tensor weight = ones({C}).set_requires_grad(), bias = zeros({C}).set_requires_grad();
   Tensor dx = randn(rows, {}, &gen);
   Tensor ln_out = layer_norm(x, weight, bias);
-  report("layer_norm_forward", rows, time_it([&] { layer_norm(x, weight, bias); }, reps, warmup));
-  report("layer_norm_backward", rows,
+  report(checks, "layer_norm_forward", rows, time_it([&] { layer_norm(x, weight, bias); }, reps, warmup));
+  report(checks, "layer_norm_backward", rows,
          time_it(
              [&] {
                x.set_grad(Tensor());
@@ -130,5 +147,6 @@ int main(int argc, char** argv) {
                ln_out.backward(dx, /*retain_graph=*/true);
              },
              reps, warmup));
-  return 0;
+  checks.count(lines_printed, 7, "JSON lines (one per op)");
+  return checks.finish();
 }

@@ -4,7 +4,7 @@
 //
 //   build/bench/gpt_step [--config A|B] [--seq-len T] [--threads N] [--steps 20] [--warmup 5] [--profile]
 //                        [--mixed-precision no|bf16|fp16] [--recompute none|selective|full] [--rounds 2]
-//                        [--device cpu|cuda]
+//                        [--device cpu|cuda] [--quick]
 //
 // --seq-len T runs the config's model at sequence length T (block_size T) with batch B·T0/T (at
 // least 1), the same tokens per step as the config: only attention's share grows, as T. PyTorch's
@@ -21,6 +21,12 @@
 // launches; the activation peak is the ledger's on cuda:0. The JSON lines then carry "device": "cuda:0".
 // Without a GPU it exits 1: "gpt_step: no CUDA device: ...".
 // A bad flag or value prints the usage, naming the flag, and exits 2.
+// --quick: config A alone, 2 steps after 1 warm-up (about a second; flags given beside it still
+// apply). In every mode the output is checked (bench/bench_check.h), exiting 1 on a failure: one
+// line per config and variant (and the "versus" line when there is one), --steps x rounds timed
+// steps each, times finite and positive with the fastest step no slower than the median and its
+// fastest forward faster than it (a step's forward is part of it), an activation peak above zero,
+// and the versus line's ratios finite.
 // Prints one JSON line per config and variant, e.g. {"bench": "gpt_step", "config": "A", "T": 64, "batch": 16,
 // "threads": 1, "median_ms": ..., "min_ms": ...}. Compare in one run with ../shared/bench/gpt_torch.py (same
 // shapes; see README: Results).
@@ -34,6 +40,7 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/profiler.h"
+#include "bench/bench_check.h"
 #include "nn/gpt.h"
 #include "nn/mixed_precision.h"
 #include "nn/optim.h"
@@ -163,7 +170,7 @@ static double attention_core_forward_ms(const BenchConfig& bench, const Variant&
 static const char* const kUsage =
     "usage: gpt_step [--config A|B] [--seq-len T >= 1] [--threads N >= 1] [--steps N >= 1] [--warmup N >= 0] "
     "[--profile] [--mixed-precision no|bf16|fp16] [--recompute none|selective|full] [--rounds N >= 1] "
-    "[--device cpu|cuda]\n";
+    "[--device cpu|cuda] [--quick]\n";
 
 // A bad flag or value: the message names it, then the usage; exit code 2.
 [[noreturn]] static void usage_error(const std::string& message) {
@@ -194,8 +201,8 @@ struct Options {
   Variant variant{"no"};
 };
 
-static Options parse_options(int argc, char** argv, const std::vector<BenchConfig>& configs) {
-  Options o;
+// The flags over `o`'s defaults (--quick's, or the plain ones).
+static Options parse_options(int argc, char** argv, const std::vector<BenchConfig>& configs, Options o) {
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
     auto value = [&]() -> std::string {
@@ -244,6 +251,23 @@ static Options parse_options(int argc, char** argv, const std::vector<BenchConfi
   return o;
 }
 
+// What holds for a variant's line on any machine.
+static void check_variant(bench::Checks& checks, const BenchConfig& config, const Variant& variant,
+                          const StepTimes& times, int64_t timed_steps) {
+  const std::string where = bench::Checks::label("config ", config.name, ", ", variant.precision_name, ", recompute ",
+                                                 nn::recompute_name(variant.recompute), ": ");
+  checks.count(static_cast<int64_t>(times.step_ms.size()), timed_steps, where, "timed steps (--steps x rounds)");
+  if (times.step_ms.empty()) return;
+  checks.positive(times.median_ms(), where, "median_ms");
+  checks.positive(times.min_ms(), where, "min_ms");
+  checks.that(times.min_ms() <= times.median_ms(), where, "min_ms ", times.min_ms(), " above median_ms ",
+              times.median_ms());
+  checks.positive(times.forward_min_ms(), where, "forward_min_ms");
+  checks.that(times.forward_min_ms() < times.min_ms(), where, "forward_min_ms ", times.forward_min_ms(),
+              " not below min_ms ", times.min_ms(), " (the forward is part of every step)");
+  checks.positive(static_cast<double>(times.activation_peak), where, "activation_peak (bytes)");
+}
+
 static void print_variant(const BenchConfig& config, const Variant& variant, const StepTimes& times, int threads) {
   std::printf(
       "{\"bench\": \"gpt_step\", \"config\": \"%s\", \"T\": %lld, \"batch\": %lld, \"threads\": %d, "
@@ -256,8 +280,12 @@ static void print_variant(const BenchConfig& config, const Variant& variant, con
 }
 
 // The variant against f32 (and recomputation against its own precision without it), fastest steps.
-static void print_versus(const BenchConfig& config, const Variant& variant, const StepTimes& f32,
+static void print_versus(bench::Checks& checks, const BenchConfig& config, const Variant& variant, const StepTimes& f32,
                          const StepTimes& kept, const StepTimes& times) {
+  checks.positive(times.min_ms() / f32.min_ms(), "versus: ratio_min");
+  checks.positive(times.median_ms() / f32.median_ms(), "versus: ratio_median");
+  checks.positive(static_cast<double>(times.activation_peak) / static_cast<double>(f32.activation_peak),
+                  "versus: activation_ratio");
   std::printf("{\"bench\": \"gpt_step_versus_f32\", \"config\": \"%s\", \"mixed_precision\": \"%s\", \"recompute\": "
               "\"%s\", \"conversions\": \"%s\", \"ratio_min\": %.3f, \"ratio_median\": %.3f, \"activation_ratio\": %.3f",
               config.name, variant.precision_name.c_str(), nn::recompute_name(variant.recompute),
@@ -268,6 +296,8 @@ static void print_versus(const BenchConfig& config, const Variant& variant, cons
     const double expected = variant.recompute == nn::Recompute::full ? kept.forward_min_ms()
                                                                      : attention_core_forward_ms(config, variant);
     const double extra = times.min_ms() - kept.min_ms();
+    checks.positive(expected, "versus: expected_extra_ms");
+    checks.finite(extra / expected, "versus: extra_vs_expected");
     std::printf(", \"extra_ms\": %.3f, \"expected_extra_ms\": %.3f, \"extra_vs_expected\": %.3f", extra, expected,
                 extra / expected);
   }
@@ -279,7 +309,9 @@ int main(int argc, char** argv) {
       {"A", nn::GPTConfig{256, 64, 4, 4, 128, 0.0}, 16},
       {"B", nn::GPTConfig{256, 128, 6, 8, 256, 0.0}, 8},
   };
-  const Options o = parse_options(argc, argv, configs);
+  Options defaults;
+  if (bench::take_flag(argc, argv, "--quick")) defaults.only = "A", defaults.steps = 2, defaults.warmup = 1;
+  const Options o = parse_options(argc, argv, configs, defaults);
   set_num_threads(o.threads);
   if (o.cuda && cuda_info().device_count == 0) {
     std::fprintf(stderr, "gpt_step: no CUDA device: %s\n", cuda_info().error.c_str());
@@ -291,6 +323,8 @@ int main(int argc, char** argv) {
   for (const Variant& v : {Variant{o.variant.precision_name}, o.variant})
     if (std::find(variants.begin(), variants.end(), v) == variants.end()) variants.push_back(v);
   const int rounds = variants.size() == 1 ? 1 : o.rounds;
+  bench::Checks checks("gpt_step");
+  int64_t lines = 0, asked = 0;
   for (BenchConfig config : configs) {
     if (!o.only.empty() && o.only != config.name) continue;
     if (o.seq_len > 0) {  // the same tokens per step at another length
@@ -300,10 +334,19 @@ int main(int argc, char** argv) {
     std::vector<StepTimes> times(variants.size());
     for (int round = 0; round < rounds; ++round)  // alternating, so a noisy stretch hits every variant
       for (size_t v = 0; v < variants.size(); ++v) run(config, variants[v], o.steps, o.warmup, o.profile, times[v]);
-    for (size_t v = 0; v < variants.size(); ++v) print_variant(config, variants[v], times[v], o.threads);
-    if (variants.size() > 1) print_versus(config, o.variant, times.front(), times[variants.size() == 2 ? 0 : 1],
-                                          times.back());
+    for (size_t v = 0; v < variants.size(); ++v) {
+      check_variant(checks, config, variants[v], times[v], static_cast<int64_t>(o.steps) * rounds);
+      print_variant(config, variants[v], times[v], o.threads);
+      ++lines;
+    }
+    if (variants.size() > 1) {
+      print_versus(checks, config, o.variant, times.front(), times[variants.size() == 2 ? 0 : 1], times.back());
+      ++lines;
+    }
+    asked += static_cast<int64_t>(variants.size()) + (variants.size() > 1 ? 1 : 0);
     std::fflush(stdout);
   }
-  return 0;
+  checks.that(asked > 0, "at least one config runs");
+  checks.count(lines, asked, "JSON lines (one per config and variant, and the versus line)");
+  return checks.finish();
 }

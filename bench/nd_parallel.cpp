@@ -2,7 +2,7 @@
 // products, through parallel::Trainer) against one serial rank: GPT n_embd 128, 4 layers, 4 heads,
 // vocab 256, B 16 rows of T 128, f32, AdamW, clip 1.0; median step time.
 //
-//   build/bench/nd_parallel [--steps 5] [--warmup 2] [--layouts dp8,dp2xpp2xtp2,...]
+//   build/bench/nd_parallel [--steps 5] [--warmup 2] [--layouts dp8,dp2xpp2xtp2,...] [--quick]
 //
 // A layout is its degrees joined by 'x' (dpN: DDP replicas, fsdpN: FSDP shards, repN: HSDP's
 // replicas of those shards, ppN, tpN, cpN), then optional suffixes: "_zero1" / "_zero2" (ZeRO-1/2
@@ -32,6 +32,19 @@
 // "median_ms", "serial_median_ms", "speedup" (serial / median), "cpu_ms", "serial_cpu_ms", "sent_kib": {"dp", "pp",
 // "tp", "cp"} (per rank and step, mean over ranks), "sent_kib_total", "dp_formula_kib", "dp_over_formula",
 // "max_rank_sent_kib", "bubble_formula"}.
+//
+// --quick: layouts rep2xfsdp2 (HSDP: both terms of its formula) and dp2xpp2 (a pipeline under DDP),
+// 1 step without warm-up (a few seconds; flags given beside it still apply). In every mode the
+// output is checked (bench/bench_check.h), exiting 1 on a failure: one line per layout asked, times
+// finite and positive, bytes finite and >= 0, and against formulas derived here:
+//   dp_over_formula in [1, 1.001] (the padding and the clip's few bytes only ever add);
+//   the pipeline's bytes per rank and step, mean over ranks: every stage boundary carries a
+//   micro-batch's activations forward and their gradient back, the rank's B/(dp·shards) rows of
+//   T/cp tokens and C channels (under SP a tp rank's T/(cp·tp)), so 2(pp-1)/pp of those f32 bytes
+//   (0 without a pipeline), and up to 8(pp-1) more: when the stages alone cut the model, the clip
+//   all-gathers each stage's part of the norm (one f64) in the pp group (with tp, in a pp x tp group
+//   of its own, not counted here);
+//   bubble_formula = (pp-1)/(m+pp-1), 1F1B's (0 without a pipeline).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -42,6 +55,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_check.h"
 #include "nn/gpt.h"
 #include "nn/optim.h"
 #include "parallel/pipeline/schedule.h"
@@ -240,11 +254,67 @@ static Measured run_layout(const nn::TokenStream& data, const parallel::TrainPla
   return m;
 }
 
+// The header's pipeline bytes (KiB per rank and step, mean over ranks): 2(pp-1)/pp activations.
+static double pp_formula_kib(const parallel::TrainPlan& plan) {
+  const auto& par = plan.parallelism;
+  if (par.pp == 1) return 0;
+  const double rows = static_cast<double>(kBatch) / (par.dp_replicate * par.dp_shard);
+  const double tokens = static_cast<double>(kConfig.block_size) / par.cp / (plan.sequence_parallel ? par.tp : 1);
+  const double activations = 4.0 * rows * tokens * static_cast<double>(kConfig.n_embd);
+  return 2.0 * (par.pp - 1) / par.pp * activations / 1024.0;
+}
+
+static void check_layout(bench::Checks& checks, const std::string& name, const parallel::TrainPlan& plan,
+                         const Measured& m, double serial, double bubble, double formula) {
+  const auto& par = plan.parallelism;
+  const std::string where = bench::Checks::label(name, ": ");
+  checks.positive(m.median_ms, where, "median_ms");
+  checks.finite(serial / m.median_ms, where, "speedup");
+  checks.positive(m.cpu_ms, where, "cpu_ms");
+  for (const auto& [group, kib] : m.sent_kib) checks.within(kib, 0, 1e12, where, "sent_kib ", group);
+  checks.within(m.max_rank_kib, 0, 1e12, where, "max_rank_sent_kib");
+  if (formula > 0) {
+    const double dp = m.sent_kib.count("dp") ? m.sent_kib.at("dp") : 0.0;
+    checks.within(dp / formula, 1, 1.001, where, "dp_over_formula");
+  }
+  const double pp = m.sent_kib.count("pp") ? m.sent_kib.at("pp") : 0.0;
+  const double activations = pp_formula_kib(plan), clip = 8.0 * (par.pp - 1) / 1024.0;
+  checks.within(pp, activations - 1e-9, activations + clip + 1e-9, where,
+                "sent_kib pp (2(pp-1)/pp activations, and up to the clip's 8(pp-1) bytes)");
+  const double p = par.pp, micro = plan.micro_batches;
+  checks.equal(bubble, par.pp > 1 ? (p - 1) / (micro + p - 1) : 0.0, 1e-12, where, "bubble_formula (1F1B)");
+}
+
+// The layout's JSON line, and its checks.
+static void report_layout(bench::Checks& checks, const std::string& name, const parallel::TrainPlan& plan,
+                          const Measured& m, double serial, double serial_cpu) {
+  const auto& par = plan.parallelism;
+  const double bubble = par.pp > 1 ? parallel::bubble_formula(plan.schedule, par.pp, plan.micro_batches, 1) : 0.0;
+  auto kib = [&](const char* g) { return m.sent_kib.count(g) ? m.sent_kib.at(g) : 0.0; };
+  const double formula = dp_formula_kib(plan);
+  char formula_json[64] = "null, \"dp_over_formula\": null";
+  if (formula > 0)
+    std::snprintf(formula_json, sizeof formula_json, "%.1f, \"dp_over_formula\": %.3f", formula, kib("dp") / formula);
+  std::printf(
+      "{\"bench\": \"nd_parallel\", \"layout\": \"%s\", \"plan\": \"%s\", \"world\": %d, \"micro_batches\": %d, "
+      "\"median_ms\": %.2f, \"serial_median_ms\": %.2f, \"speedup\": %.3f, \"cpu_ms\": %.2f, \"serial_cpu_ms\": "
+      "%.2f, "
+      "\"sent_kib\": {\"dp\": %.1f, \"pp\": %.1f, \"tp\": %.1f, \"cp\": %.1f}, \"sent_kib_total\": %.1f, "
+      "\"dp_formula_kib\": %s, \"max_rank_sent_kib\": %.1f, \"bubble_formula\": %.3f}\n",
+      name.c_str(), plan.name().c_str(), par.world_size(), plan.micro_batches, m.median_ms, serial,
+      serial / m.median_ms, m.cpu_ms, serial_cpu, kib("dp"), kib("pp"), kib("tp"), kib("cp"),
+      kib("dp") + kib("pp") + kib("tp") + kib("cp"), formula_json, m.max_rank_kib, bubble);
+  std::fflush(stdout);
+  check_layout(checks, name, plan, m, serial, bubble, formula);
+}
+
 int main(int argc, char** argv) {
+  const bool quick = bench::take_flag(argc, argv, "--quick");
   int steps = 5, warmup = 2;
   std::string layouts =
       "dp8,fsdp8,dp2xpp4,dp4xtp2,dp2xpp2xtp2,dp2xpp2xtp2_zero1,dp2xtp2xcp2,pp2xtp2xcp2,pp2xtp2xcp2_sp,"
       "dp2xtp2,fsdp2xtp2,fsdp4xtp2,rep2xfsdp2xtp2,fsdp2xcp2,fsdp4xcp2,dp2xtp2_zero2,rep2xfsdp2xcp2xtp2";
+  if (quick) steps = 1, warmup = 0, layouts = "rep2xfsdp2,dp2xpp2";  // the flags below still override them
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--steps")
@@ -254,7 +324,7 @@ int main(int argc, char** argv) {
     else if (flag == "--layouts")
       layouts = value;
     else {
-      std::fprintf(stderr, "usage: nd_parallel [--steps N] [--warmup N] [--layouts dp8,dp2xpp2xtp2,...]\n");
+      std::fprintf(stderr, "usage: nd_parallel [--steps N] [--warmup N] [--layouts dp8,dp2xpp2xtp2,...] [--quick]\n");
       return 2;
     }
   }
@@ -270,8 +340,13 @@ int main(int argc, char** argv) {
       "{\"bench\": \"nd_parallel\", \"layout\": \"serial\", \"world\": 1, \"median_ms\": %.2f, \"cpu_ms\": %.2f}\n",
       serial, serial_cpu);
   std::fflush(stdout);
+  bench::Checks checks("nd_parallel");
+  checks.positive(serial, "serial: median_ms");
+  checks.positive(serial_cpu, "serial: cpu_ms");
+  int64_t rows = 0, asked = 0;
   std::stringstream list(layouts);
   for (std::string name; std::getline(list, name, ',');) {
+    ++asked;
     parallel::TrainPlan plan;
     Measured m;
     try {  // run_layout checks the plan (and the Trainer the batch) before any rank communicates
@@ -281,26 +356,9 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "nd_parallel: %s: %s\n", name.c_str(), e.what());
       continue;
     }
-    const auto& par = plan.parallelism;
-    const double bubble = par.pp > 1
-                              ? parallel::bubble_formula(plan.schedule,
-                                                                   par.pp, plan.micro_batches, 1)
-                              : 0.0;
-    auto kib = [&](const char* g) { return m.sent_kib.count(g) ? m.sent_kib.at(g) : 0.0; };
-    const double formula = dp_formula_kib(plan);
-    char formula_json[64] = "null, \"dp_over_formula\": null";
-    if (formula > 0)
-      std::snprintf(formula_json, sizeof formula_json, "%.1f, \"dp_over_formula\": %.3f", formula, kib("dp") / formula);
-    std::printf(
-        "{\"bench\": \"nd_parallel\", \"layout\": \"%s\", \"plan\": \"%s\", \"world\": %d, \"micro_batches\": %d, "
-        "\"median_ms\": %.2f, \"serial_median_ms\": %.2f, \"speedup\": %.3f, \"cpu_ms\": %.2f, \"serial_cpu_ms\": "
-        "%.2f, "
-        "\"sent_kib\": {\"dp\": %.1f, \"pp\": %.1f, \"tp\": %.1f, \"cp\": %.1f}, \"sent_kib_total\": %.1f, "
-        "\"dp_formula_kib\": %s, \"max_rank_sent_kib\": %.1f, \"bubble_formula\": %.3f}\n",
-        name.c_str(), plan.name().c_str(), par.world_size(), plan.micro_batches, m.median_ms, serial,
-        serial / m.median_ms, m.cpu_ms, serial_cpu, kib("dp"), kib("pp"), kib("tp"), kib("cp"),
-        kib("dp") + kib("pp") + kib("tp") + kib("cp"), formula_json, m.max_rank_kib, bubble);
-    std::fflush(stdout);
+    report_layout(checks, name, plan, m, serial, serial_cpu);
+    ++rows;
   }
-  return 0;
+  checks.count(rows, asked, "JSON lines (one per layout asked; a layout that cannot run says why above)");
+  return checks.finish();
 }

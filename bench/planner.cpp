@@ -1,7 +1,7 @@
 // planner — the planner's predicted step time against the step time measured on simulated links, for
-// layouts of 1 to 8 thread ranks (issue 23: within 20% on a quiet machine).
+// layouts of 1 to 8 thread ranks, and how many of them it predicts within 20% (on a quiet machine).
 //
-//   build/bench/planner [--steps 3] [--repeats 2] [--links SPEC] [--layouts ddp2,tp2,...]
+//   build/bench/planner [--steps 3] [--repeats 2] [--links SPEC] [--layouts ddp2,tp2,...] [--quick]
 //
 // The cluster is this machine seen through simulated links (parallel/comm/topology.h): 2 nodes of 4
 // ranks (default 'intra=400MB/s,100us;inter=100MB/s,400us;gpus-per-node=4'), slow enough that a
@@ -23,6 +23,16 @@
 // One JSON line per layout: {"bench": "planner", "layout", "world", "measured_ms", "predicted_ms",
 // "ratio" (predicted / measured), "compute_ms", "comm_ms", "exposed_comm_ms", "bubble", "links_ms"
 // (what the links charged rank 0 per step)}, then a summary line {"within_20_percent", "layouts"}.
+//
+// --quick: layouts ddp2, pp2_1f1b_m4 and tp2, 1 step, 1 run each (calibration included, a couple of
+// seconds; flags given beside it still apply). In every mode the output is checked
+// (bench/bench_check.h), exiting 1 on a failure: one line per layout asked (a name that is not a
+// layout fails), times and rates finite and positive, the prediction's parts consistent (exposed
+// communication within the communication, the step no shorter than its compute), link charges
+// positive (every layout communicates), and the predicted bubble equal to its formula derived here,
+// bubble time over ideal time: (p-1)/m for GPipe and 1F1B, (p-1)/(v·m) interleaved, (p-1)/(3m)
+// zero-bubble, 0 without a pipeline. The ratio is only required to be finite: how close it comes
+// depends on the machine's load.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -30,11 +40,13 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "bench/bench_check.h"
 #include "nn/data.h"
 #include "nn/gpt.h"
 #include "nn/optim.h"
@@ -174,16 +186,54 @@ static Measured measure(const TrainPlan& plan, const Topology& topology, int ste
   return best;
 }
 
+// The predicted bubble over ideal for the plan's schedule, derived here (the planner may simulate it).
+static double expected_bubble(const TrainPlan& plan) {
+  const double p = plan.parallelism.pp, m = plan.micro_batches, v = plan.virtual_stages;
+  if (plan.parallelism.pp == 1) return 0;
+  if (plan.schedule == ScheduleKind::interleaved) return (p - 1) / (v * m);
+  if (plan.schedule == ScheduleKind::zero_bubble) return (p - 1) / (3 * m);
+  return (p - 1) / m;  // GPipe, 1F1B
+}
+
+// How many layouts a run asks for: every one, or the distinct names of ",a,b,".
+static int64_t layouts_asked(const std::string& only) {
+  if (only.empty()) return static_cast<int64_t>(all_layouts().size());
+  std::set<std::string> names;
+  std::stringstream list(only);
+  for (std::string name; std::getline(list, name, ',');)
+    if (!name.empty()) names.insert(name);
+  return static_cast<int64_t>(names.size());
+}
+
+static void check_layout(bench::Checks& checks, const Layout& layout, const planner::LayoutEstimate& predicted,
+                         const Measured& measured) {
+  const std::string where = bench::Checks::label(layout.name, ": ");
+  const double predicted_ms = 1e3 * predicted.step_time_s;
+  checks.positive(measured.step_ms, where, "measured_ms");
+  checks.positive(predicted_ms, where, "predicted_ms");
+  checks.finite(predicted_ms / measured.step_ms, where, "ratio");
+  checks.positive(predicted.compute_s, where, "compute_ms");
+  checks.within(predicted.comm_s, 0, 1e9, where, "comm_ms");
+  // 1e-9: the same seconds summed in another order
+  checks.within(predicted.exposed_comm_s, 0, predicted.comm_s * (1 + 1e-9), where, "exposed_comm_ms (within comm_ms)");
+  checks.that(predicted.step_time_s >= predicted.compute_s * (1 - 1e-9), where, "predicted_ms ", predicted_ms,
+              " below its compute_ms ", 1e3 * predicted.compute_s);
+  checks.positive(measured.links_ms, where, "links_ms (every layout sends messages)");
+  checks.equal(predicted.bubble, expected_bubble(layout.plan), 1e-9, where, "bubble (over ideal)");
+}
+
 int main(int argc, char** argv) {
+  const bool quick = bench::take_flag(argc, argv, "--quick");
   int steps = 3, repeats = 2;
   std::string links = "intra=400MB/s,100us;inter=100MB/s,400us;gpus-per-node=4", only;
+  if (quick) steps = 1, repeats = 1, only = ",ddp2,pp2_1f1b_m4,tp2,";  // the flags below still override them
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--steps")) steps = std::max(1, std::atoi(argv[i + 1]));
     else if (!std::strcmp(argv[i], "--repeats")) repeats = std::max(1, std::atoi(argv[i + 1]));
     else if (!std::strcmp(argv[i], "--links")) links = argv[i + 1];
     else if (!std::strcmp(argv[i], "--layouts")) only = "," + std::string(argv[i + 1]) + ",";
     else {
-      std::fprintf(stderr, "usage: planner [--steps N] [--repeats N] [--links SPEC] [--layouts a,b,...]\n");
+      std::fprintf(stderr, "usage: planner [--steps N] [--repeats N] [--links SPEC] [--layouts a,b,...] [--quick]\n");
       return 2;
     }
   }
@@ -196,12 +246,16 @@ int main(int argc, char** argv) {
   priced.intra.latency_s += overhead;
   priced.inter.latency_s += overhead;
   std::printf("{\"bench\": \"planner\", \"calibration\": {\"message_overhead_us\": %.2f}}\n", overhead * 1e6);
+  bench::Checks checks("planner");
+  checks.within(overhead, 0, 1, "calibration: message_overhead (s)");
   // A rank's FLOP/s when W ranks share the machine: DDP over W without links.
   std::map<int, double> rank_flops;
   for (int w : {1, 2, 4, 8}) {
     const TrainPlan ddp = make_plan({.dp_replicate = w});
     const double ms = measure(ddp, {}, steps, repeats).step_ms;
     rank_flops[w] = planner::stage_flops(work, ddp, 0).total / (ms * 1e-3);
+    checks.positive(ms, "calibration: world ", w, ": ddp_ms_without_links");
+    checks.positive(rank_flops[w], "calibration: world ", w, ": gflops_per_rank");
     std::printf("{\"bench\": \"planner\", \"calibration\": {\"world\": %d, \"ddp_ms_without_links\": %.3f, "
                 "\"gflops_per_rank\": %.3f, \"cores\": %d, \"links\": \"%s\"}}\n",
                 w, ms, rank_flops[w] / 1e9, cores, links.c_str());
@@ -219,6 +273,7 @@ int main(int argc, char** argv) {
     const planner::LayoutEstimate predicted = planner::estimate_layout(work, cluster, layout.plan);
     const Measured measured = measure(layout.plan, topology, steps, repeats);
     const double predicted_ms = 1e3 * predicted.step_time_s, ratio = predicted_ms / measured.step_ms;
+    check_layout(checks, layout, predicted, measured);
     ++count;
     if (std::abs(ratio - 1) <= 0.2) ++within;
     std::printf("{\"bench\": \"planner\", \"layout\": \"%s\", \"world\": %d, \"measured_ms\": %.3f, \"predicted_ms\": %.3f, "
@@ -229,5 +284,6 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
   std::printf("{\"bench\": \"planner\", \"within_20_percent\": %d, \"layouts\": %d}\n", within, count);
-  return 0;
+  checks.count(count, layouts_asked(only), "layouts run (one per layout asked; see all_layouts for the names)");
+  return checks.finish();
 }

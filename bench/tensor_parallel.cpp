@@ -2,13 +2,30 @@
 // cut over tp ranks (Megatron TP, and TP + SP), against the serial step: median step time, the
 // time blocked in the tp group's collectives, and the bytes each rank sends per step.
 //
-//   build/bench/tensor_parallel [--tp 2] [--steps 10] [--warmup 3] [--modes tp,tp_sp]
+//   build/bench/tensor_parallel [--tp 2] [--steps 10] [--warmup 3] [--modes tp,tp_sp] [--quick]
 //
 // As bench/data_parallel: the serial baseline is one rank with one GEMM thread, each tp rank a
 // thread with one GEMM thread, so tp 2 on a 2-core machine is two devices. One JSON line per mode:
 // {"bench": "tensor_parallel", "mode": "tp", "tp": 2, "median_ms": ..., "serial_median_ms": ...,
 //  "speedup": serial/median, "comm_ms": median time blocked in the tp group, "bytes_sent": per rank
 //  per step, "all_reduce_calls": ..., "all_gather_calls": ..., "reduce_scatter_calls": ...}.
+//
+// --quick: both modes on a small GPT (n_embd 128, 2 layers, 4 heads, B8 T64), 1 step after 1
+// warm-up (under 2 s; flags given beside it still apply). In every mode the output is checked
+// (bench/bench_check.h), exiting 1 on a failure: the times finite and positive, the time blocked in
+// the tp group at most the step's; and the calls and bytes per step equal to Megatron's placement of
+// f and g, counted here (S = 4·B·T·C bytes, AR(x) = 2(t-1)/t·x for a ring all-reduce, AG/RS(x) =
+// (t-1)/t·x), L blocks:
+//   tp      all-reduce 4L + 5 (per block 2 g forward, 2 f backward; the embedding's g, the head's f;
+//           the loss's max, target logit and Σexp over B·T numbers); all-gather 1 (clipping's norm:
+//           each rank's f64 partial sum)
+//           bytes (4L+2)·AR(S) + 3·AR(4BT) + 8(t-1)
+//   tp_sp   all-reduce 5 (the embedding's g, the loss's 3, one sum of the partial LayerNorm and c_proj
+//           bias gradients, (6L+2)·C numbers); all-gather 4L + 3 (per block 2 forward, 2 backward; the
+//           embedding's scatter backward, the head's gather, clipping's norm); reduce-scatter 4L + 1
+//           bytes AR(S) + 3·AR(4BT) + AR(4(6L+2)C) + (4L+2)·AG(S) + (4L+1)·RS(S) + 8(t-1)
+// (exact when t divides B·T; otherwise the loss's ring chunks are one element apart: within 8 bytes
+// per all-reduce of them).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -17,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_check.h"
 #include "nn/gpt.h"
 #include "nn/optim.h"
 #include "parallel/comm/grad_norm.h"
@@ -28,6 +46,7 @@ using namespace sl;
 using Clock = std::chrono::steady_clock;
 
 static const nn::GPTConfig kConfigB{256, 128, 6, 8, 256, 0.0};
+static const nn::GPTConfig kQuick{256, 64, 2, 4, 128, 0.0};  // --quick: a step in tens of milliseconds
 static const int64_t kBatch = 8;
 
 static double median(std::vector<double> v) {
@@ -49,13 +68,13 @@ static double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-static double serial_median(const nn::TokenStream& data, int steps, int warmup) {
-  nn::GPT model(kConfigB, 0);
+static double serial_median(const nn::GPTConfig& config, const nn::TokenStream& data, int steps, int warmup) {
+  nn::GPT model(config, 0);
   nn::AdamW optimizer(model.parameters(), nn::AdamWOptions{});
   std::vector<double> times;
   for (int step = 0; step < warmup + steps; ++step) {
     auto start = Clock::now();
-    nn::Batch batch = data.get_batch(step, kBatch, kConfigB.block_size);
+    nn::Batch batch = data.get_batch(step, kBatch, config.block_size);
     optimizer.zero_grad();
     model.loss(batch.inputs, batch.targets).backward();
     nn::clip_grad_norm(model.parameters(), 1.0);
@@ -70,12 +89,13 @@ struct TPResult {
   parallel::CommStats all_reduce, all_gather, reduce_scatter;  // per step, rank 0
 };
 
-static TPResult tp_run(const nn::TokenStream& data, int tp, bool sp, int steps, int warmup) {
+static TPResult tp_run(const nn::GPTConfig& config, const nn::TokenStream& data, int tp, bool sp, int steps,
+                       int warmup) {
   TPResult result;
   std::vector<double> times, comm;
   parallel::launch(tp, [&](parallel::RankContext& ctx) {
     parallel::DeviceMesh mesh(ctx.world, {.tp = tp});
-    parallel::TensorParallelRunner runner(kConfigB, 0, mesh, {.sequence_parallel = sp});
+    parallel::TensorParallelRunner runner(config, 0, mesh, {.sequence_parallel = sp});
     nn::AdamW optimizer(runner.module().parameters(), nn::AdamWOptions{});
     parallel::CommLedger& ledger = mesh.group("tp")->ledger();
     for (int step = 0; step < warmup + steps; ++step) {
@@ -83,7 +103,7 @@ static TPResult tp_run(const nn::TokenStream& data, int tp, bool sp, int steps, 
       ledger.reset();
       auto start = Clock::now();
       optimizer.zero_grad();
-      auto micros = data.micro_batches(step, kBatch, kConfigB.block_size, 1);
+      auto micros = data.micro_batches(step, kBatch, config.block_size, 1);
       runner.forward_backward(micros, static_cast<double>(micros[0].counted), 1, {});
       runner.finish_gradients();
       parallel::clip_grad_norm(runner.mesh_grads(), 1.0, mesh);
@@ -103,8 +123,50 @@ static TPResult tp_run(const nn::TokenStream& data, int tp, bool sp, int steps, 
   return result;
 }
 
+struct TPFormula {
+  int64_t all_reduce_calls, all_gather_calls, reduce_scatter_calls;
+  double bytes, tolerance;
+};
+
+// What one rank of t sends in a step, from where Megatron puts f and g (see the header above and
+// parallel/tensor_parallel/tensor_parallel.h), counted here rather than read from the code it checks.
+static TPFormula tp_formula(const nn::GPTConfig& c, int64_t B, int t, bool sp) {
+  const double L = static_cast<double>(c.n_layer), T = static_cast<double>(c.block_size);
+  const double S = 4.0 * B * T * static_cast<double>(c.n_embd), rows = 4.0 * B * T;
+  auto all_reduce = [&](double bytes) { return 2.0 * (t - 1) / t * bytes; };
+  auto gather_or_scatter = [&](double bytes) { return (t - 1.0) / t * bytes; };
+  const double clip = 8.0 * (t - 1);  // each rank's f64 partial sum of squares, all-gathered
+  const double loss = 3 * all_reduce(rows);
+  const double tolerance = (B * c.block_size) % t == 0 ? 0.0 : 3 * 8.0;
+  const int64_t l = c.n_layer;
+  if (!sp) return {4 * l + 5, 1, 0, (4 * L + 2) * all_reduce(S) + loss + clip, tolerance};
+  const double partial = 4.0 * (6 * L + 2) * static_cast<double>(c.n_embd);  // ln_1, ln_2, 2 c_proj biases; ln_f
+  return {5, 4 * l + 3, 4 * l + 1,
+          all_reduce(S) + loss + all_reduce(partial) + (4 * L + 2) * gather_or_scatter(S) +
+              (4 * L + 1) * gather_or_scatter(S) + clip,
+          tolerance};
+}
+
+static void check_mode(bench::Checks& checks, const std::string& mode, const nn::GPTConfig& config, int tp,
+                       const TPResult& r, double serial) {
+  const std::string where = bench::Checks::label(mode, ", tp ", tp, ": ");
+  const TPFormula f = tp_formula(config, kBatch, tp, mode == "tp_sp");
+  checks.positive(r.median_ms, where, "median_ms");
+  checks.positive(serial, where, "serial_median_ms");
+  checks.finite(serial / r.median_ms, where, "speedup");
+  checks.within(r.comm_ms, 0, r.median_ms, where, "comm_ms (blocked in the tp group, within the step)");
+  checks.count(r.all_reduce.calls, f.all_reduce_calls, where, "all_reduce calls per step");
+  checks.count(r.all_gather.calls, f.all_gather_calls, where, "all_gather calls per step");
+  checks.count(r.reduce_scatter.calls, f.reduce_scatter_calls, where, "reduce_scatter calls per step");
+  checks.equal(static_cast<double>(r.all_reduce.bytes_sent + r.all_gather.bytes_sent + r.reduce_scatter.bytes_sent),
+               f.bytes, f.tolerance, where, "bytes_sent per rank per step");
+}
+
 int main(int argc, char** argv) {
+  const bool quick = bench::take_flag(argc, argv, "--quick");
   int tp = 2, steps = 10, warmup = 3;
+  if (quick) steps = 1, warmup = 1;  // defaults: the flags below still override them
+  const nn::GPTConfig& config = quick ? kQuick : kConfigB;
   std::string modes = "tp,tp_sp";
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--tp"))
@@ -116,15 +178,17 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--modes"))
       modes = argv[i + 1];
     else {
-      std::fprintf(stderr, "usage: tensor_parallel [--tp N] [--steps N] [--warmup N] [--modes tp,tp_sp]\n");
+      std::fprintf(stderr, "usage: tensor_parallel [--tp N] [--steps N] [--warmup N] [--modes tp,tp_sp] [--quick]\n");
       return 2;
     }
   }
   const nn::TokenStream data = random_tokens(200000);
-  const double serial = serial_median(data, steps, warmup);
+  const double serial = serial_median(config, data, steps, warmup);
+  bench::Checks checks("tensor_parallel");
   std::stringstream list(modes);
   for (std::string mode; std::getline(list, mode, ',');) {
-    const TPResult r = tp_run(data, tp, mode == "tp_sp", steps, warmup);
+    const TPResult r = tp_run(config, data, tp, mode == "tp_sp", steps, warmup);
+    check_mode(checks, mode, config, tp, r, serial);
     const int64_t bytes = r.all_reduce.bytes_sent + r.all_gather.bytes_sent + r.reduce_scatter.bytes_sent;
     std::printf(
         "{\"bench\": \"tensor_parallel\", \"mode\": \"%s\", \"tp\": %d, \"median_ms\": %.2f, \"serial_median_ms\": "
@@ -136,5 +200,5 @@ int main(int argc, char** argv) {
         static_cast<long long>(r.reduce_scatter.calls));
     std::fflush(stdout);
   }
-  return 0;
+  return checks.finish();
 }
