@@ -184,9 +184,14 @@ LESSONS     := $(patsubst lessons/%.cpp,$(BUILD)/lessons/%,$(sort $(wildcard les
 # these two lists are the one place that says which tests each sanitizer runs.
 #   ASan + UBSan: the code that handles raw memory and untrusted bytes: the tensor engine and its CPU
 #                 kernels, autograd, nn (safetensors), comm's buffers and backends, the checkpoint files.
-#   TSan:         every suite whose ranks are threads (all of parallel/), and autograd's per-thread state.
+#   TSan:         every suite whose ranks are threads (each chapter of parallel/), and autograd's
+#                 per-thread state. Not the planner's: it runs no chapter of its own, and the layouts
+#                 whose ledgers it reads run under TSan in their chapters' suites.
 ASAN_AREAS  := tensor autograd nn parallel/comm parallel/checkpoint
-TSAN_AREAS  := autograd parallel
+TSAN_AREAS  := autograd $(filter-out parallel/planner,$(patsubst tests/%/,%,$(sort $(dir $(wildcard tests/parallel/*/)))))
+# A binary of some areas is named after them (build/tests/shardlab_tests-parallel_zero); the whole
+# suite's, and a sanitizer's of its own areas, is build*/tests/shardlab_tests.
+TEST_BIN    := $(BUILD)/tests/shardlab_tests$(if $(AREA),-$(subst /,_,$(subst $(space),+,$(strip $(AREA)))))
 ifneq ($(filter thread,$(SANITIZE)),)
   AREA ?= $(TSAN_AREAS)
 else ifneq ($(SANITIZE),)
@@ -196,7 +201,6 @@ TEST_SRCS   := $(sort $(shell find $(if $(AREA),$(addprefix tests/,$(AREA)),test
 ifeq ($(TEST_SRCS),)
   $(error AREA=$(AREA): no tests/<area>/**/test_*.cpp (the areas are the folders of tests/))
 endif
-TEST_BIN    := $(BUILD)/tests/shardlab_tests$(if $(AREA),-$(subst /,_,$(subst $(space),+,$(strip $(AREA)))))
 TEST_CORE   := $(if $(AREA),$(if $(filter-out $(CORE_LAYERS),$(AREA)),,1))
 TEST_LIB    := $(if $(TEST_CORE),$(CORE_LIB),$(LIB))
 BENCHES     := $(patsubst bench/%.cpp,$(BUILD)/bench/%,$(wildcard bench/*.cpp))
