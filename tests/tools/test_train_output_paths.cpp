@@ -3,8 +3,9 @@
 //   * --checkpoint-dir: created (with its parents) and a file written into it and removed; an
 //     unwritable one fails with one line naming the flag and the path (exit 1, as the other output
 //     errors), a writable one holding earlier checkpoints is left exactly as it was;
-//   * --report-json and --trace: a missing folder or a directory in the file's place fails the same way.
-// (--save and --log-jsonl: tests/tools/test_train_cli.cpp; the probes themselves: test_train_files.cpp.)
+//   * --report-json and --trace: a missing folder or a directory in the file's place fails the same way;
+//   * the directory probe itself (train_files::check_output_directory) leaves nothing behind.
+// (--save and --log-jsonl: tests/tools/test_train_cli.cpp; the file probes: test_train_files.cpp.)
 #include <gtest/gtest.h>
 
 #include <filesystem>
