@@ -119,10 +119,12 @@ nn::AdamWOptions adamw_options(const Options& o) {
 
 // Before anything is read or trained: every output path can be written. Only the writer checks
 // (under mpirun the other ranks write nothing, and their probes of PATH.tmp would race).
+// The checkpoint directory too: a run always saves one at its end, and may at step --save-every.
 void check_outputs(const Options& o) {
   if (!o.save.empty()) train_files::check_save_path("--save", o.save);
   if (!o.report_json.empty()) train_files::check_save_path("--report-json", o.report_json);
   if (!o.trace.empty()) train_files::check_save_path("--trace", o.trace);
+  if (!o.checkpoint_dir.empty()) train_files::check_output_directory("--checkpoint-dir", o.checkpoint_dir);
 }
 
 void prepare(Run& r) {

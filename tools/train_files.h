@@ -1,7 +1,8 @@
 // train_files.h — the files build/bin/train writes (tools/train.cpp), and how it fails when it cannot.
 //
-//   check_output_path(flag, path)   before step 0: can PATH be written? (a run must not train for an
+//   check_save_path(flag, path)     before step 0: can PATH be written? (a run must not train for an
 //                                   hour and then lose its weights to a typo in --save)
+//   check_output_directory(flag, dir)   the same for a folder the run writes into (--checkpoint-dir)
 //   LogFile                         --log-jsonl: every write, flush and close checked
 //   save_weights(path, weights)     --save: a temp file renamed into place, never over a non-regular file
 //   check_stdout()                  at exit: did everything printed reach standard output?
@@ -17,6 +18,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <utility>
 
@@ -49,6 +51,31 @@ inline void check_save_path(const std::string& flag, const std::string& path) {
   SL_CHECK(fd >= 0, flag, " '", path, "': cannot create '", temp, "': ", os_error(errno));
   ::close(fd);
   if (created) ::unlink(temp.c_str());
+}
+
+// --checkpoint-dir DIR: each save creates DIR (with its parents) and writes DIR/step-N.partial into
+// it, so the probe does the same in small: it creates DIR, then writes a file into it and removes
+// it. The file's name is mkstemp's (.probe-XXXXXX: unique, never a checkpoint's name), so earlier
+// checkpoints in DIR, and a run probing the same DIR at the same moment, are left alone.
+inline void check_output_directory(const std::string& flag, const std::string& dir) {
+  SL_CHECK(!dir.empty(), flag, ": the path is empty");
+  struct stat info {};
+  SL_CHECK(::stat(dir.c_str(), &info) != 0 || S_ISDIR(info.st_mode), flag, " '", dir,
+           "': exists and is not a directory; give a directory path");
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  SL_CHECK(!error, flag, " '", dir, "': cannot create the directory: ", error.message());
+  std::string probe = dir + "/.probe-XXXXXX";
+  const int fd = ::mkostemp(probe.data(), O_CLOEXEC);
+  SL_CHECK(fd >= 0, flag, " '", dir, "': cannot create a file in it: ", os_error(errno));
+  const char byte = '\n';
+  const bool written = ::write(fd, &byte, 1) == 1;
+  const int write_error = errno;
+  const bool closed = ::close(fd) == 0;
+  const int close_error = errno;
+  ::unlink(probe.c_str());
+  SL_CHECK(written, flag, " '", dir, "': cannot write a file in it: ", os_error(write_error));
+  SL_CHECK(closed, flag, " '", dir, "': cannot write a file in it: ", os_error(close_error));
 }
 
 // --log-jsonl PATH: opened (created or truncated) before step 0, written line by line with write(2),

@@ -106,7 +106,8 @@ inline const char* const kUsage = R"(usage: train [flags]
   --min-accuracy P          addition: exit 1 when the final held-out accuracy is below P percent
   --checkpoint-dir DIR      save a distributed checkpoint DIR/step-N (every rank its own shards, then
                             metadata.json) at the end of the run, and every --save-every N steps;
-                            --keep-last K keeps only the newest K (build/bin/checkpoint reads them)
+                            --keep-last K keeps only the newest K (build/bin/checkpoint reads them).
+                            Created and checked writable before step 0
   --resume DIR              continue from the newest complete checkpoint in DIR (or DIR itself), under
                             any layout: weights, AdamW's state, the step, the data's position, the loss
                             scale and (same world size) the ranks' random generators

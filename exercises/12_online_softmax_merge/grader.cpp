@@ -48,21 +48,10 @@ BlockOutput attend_block(const Tensor& q, const Tensor& k, const Tensor& v, cons
   }
   return {cat(outs, 2), cat(lses, 2)};
 }
-// merge_attention merges a block into a running (out, lse) that is real in every row (the ring
-// starts from its first block): rows where a saw no key take b's as the start instead.
+// merge_attention merges in place: into a copy of a (a and b are left alone).
 BlockOutput merge_blocks(const BlockOutput& a, const BlockOutput& b) {
   BlockOutput merged{a.out.clone(), a.lse.clone()};
-  Tensor b_lse = b.lse.clone();
-  const int64_t rows = a.lse.numel(), HS = a.out.size(3);
-  double *o = merged.out.data<double>(), *l = merged.lse.data<double>(), *lb = b_lse.data<double>();
-  const double* ob = b.out.data<double>();
-  for (int64_t r = 0; r < rows; ++r)
-    if (l[r] == -kInf) {
-      for (int64_t d = 0; d < HS; ++d) o[r * HS + d] = ob[r * HS + d];
-      l[r] = lb[r];
-      lb[r] = -kInf;  // already taken: merge nothing more into this row
-    }
-  merge_attention(merged.out, merged.lse, b.out, b_lse);
+  merge_attention(merged.out, merged.lse, b.out, b.lse);
   return merged;
 }
 }  // namespace solution

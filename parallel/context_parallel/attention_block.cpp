@@ -105,9 +105,15 @@ void merge_attention(const Tensor& out, const Tensor& lse, const Tensor& out_b, 
       for (int64_t bh = 0; bh < BH; ++bh)
         for (int64_t i = 0; i < Tb; ++i) {
           const int64_t row = bh * T + row_begin + i, row_b = bh * Tb + i;
-          const C la = l[row], lbv = lb[row_b];
-          if (lbv == -std::numeric_limits<C>::infinity()) continue;  // a row that saw no key of the block
-          const C w = sigmoid_of(lbv - la);                         // the block's weight, e^λb / e^λ'
+          const C la = l[row], lbv = lb[row_b], minus_inf = -std::numeric_limits<C>::infinity();
+          if (lbv == minus_inf) continue;  // a row that saw no key of the block: nothing to add
+          if (la == minus_inf) {           // a row that saw no key yet: the block is all it has
+            // (the formulas would give lse -inf - logsigmoid(-inf) = nan, and read the row's out)
+            std::copy(ob + row_b * HS, ob + (row_b + 1) * HS, o + row * HS);
+            l[row] = lbv;
+            continue;
+          }
+          const C w = sigmoid_of(lbv - la);  // the block's weight, e^λb / e^λ'
           for (int64_t d = 0; d < HS; ++d) o[row * HS + d] -= w * (o[row * HS + d] - ob[row_b * HS + d]);
           l[row] = la - log_sigmoid(la - lbv);
         }

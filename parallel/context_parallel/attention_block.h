@@ -16,8 +16,10 @@
 //     lse' = lse - logsigmoid(lse - lse_b)                  = λ + log(1 + e^(λ_b - λ))
 //     out' = out - sigmoid(lse_b - lse) · (out - out_b)     = (e^λ out + e^λ_b out_b) / e^λ'
 //
-// Both forms only ever exponentiate a non-positive number, so logits ×1e3 never overflow. Merging
-// starts from the first real block (never from an "empty" -inf state, whose lse - lse_b is nan).
+// Both forms only ever exponentiate a non-positive number, so logits ×1e3 never overflow. A row
+// that saw no key on one side (out 0, lse -inf: a skip block, or every key masked) takes the other
+// side exactly, where the formulas would give -inf - -inf = nan; both sides -inf stay -inf. So a
+// merge may start from that empty state as well as from a real first block (as the ring does).
 //
 // Backward of one block, given the FINAL lse of the query rows (the whole row's softmax) and
 // D[i] = Σ_d dO[i, d] · O[i, d] (the final output's): P = exp(s - lse), the block's probabilities
@@ -31,7 +33,8 @@
 // paths (attention_block_composed.h), which do hold the block's [Tq, Tk] scores. f32 (accumulating
 // in f32) or f64 (for gradcheck). lse has q's dtype.
 //
-//   Lesson: lessons/13_ring_attention.cpp   Tests: tests/parallel/context_parallel/test_context_parallel.cpp (gradcheck, ×1e3)
+//   Lesson: lessons/13_ring_attention.cpp   Tests: tests/parallel/context_parallel/test_context_parallel.cpp (gradcheck, ×1e3),
+//   tests/parallel/context_parallel/test_attention_merge.cpp (merges with rows that saw no key)
 #pragma once
 #include "tensor/attention.h"
 #include "tensor/tensor.h"

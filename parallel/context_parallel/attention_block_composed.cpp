@@ -93,11 +93,13 @@ void merge_attention(const Tensor& out, const Tensor& lse, const Tensor& out_b, 
   Tensor w = sigmoid(sub(lb, l));  // the block's weight e^λb / e^λ', in (0, 1)
   Tensor merged_out = sub(o, mul(per_row(w), sub(o, out_b)));
   Tensor merged_lse = sub(l, log_sigmoid(sub(l, lb)));
-  // A row that saw no key of the block (lse_b = -inf) keeps its values exactly, as the CPU loop's
-  // `continue`: chosen by where, so nothing of out_b reaches it (0 · inf would be nan).
-  Tensor unseen = is_minus_inf(lb);
-  set_rows(out, where(per_row(unseen), o, merged_out), row_begin);
-  set_rows(lse, where(unseen, l, merged_lse), row_begin);
+  // As the CPU loop, rows where a side saw no key are chosen by where, so nothing of that side's out
+  // reaches them (0 · inf would be nan): a row that saw no key of the block (lse_b = -inf) keeps its
+  // values exactly; a row that saw no key yet (lse = -inf, where merged_lse is -inf - -inf = nan)
+  // takes the block's. Both -inf: the row stays empty (out 0, lse -inf).
+  Tensor block_empty = is_minus_inf(lb), row_empty = is_minus_inf(l);
+  set_rows(out, where(per_row(block_empty), o, where(per_row(row_empty), out_b, merged_out)), row_begin);
+  set_rows(lse, where(block_empty, l, where(row_empty, lb, merged_lse)), row_begin);
 }
 
 void set_rows(const Tensor& dst, const Tensor& src, int64_t begin) { dst.copy_(with_rows(dst, src, begin)); }

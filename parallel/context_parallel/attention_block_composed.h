@@ -6,6 +6,7 @@
 //             e = exp(s - m), m = max_j s;  lse = m + log Σ_j e;  out = (e · v) / Σ_j e
 //   backward  P = exp(s - lse); dV += Pᵀ dO; dP = dO Vᵀ; dS = P ∘ (dP - D); dQ += scale·dS K; dK += scale·dSᵀ Q
 //   merge     out -= sigmoid(lse_b - lse) · (out - out_b),  lse -= logsigmoid(lse - lse_b)
+//             (where(): a row whose lse_b is -inf keeps its values, one whose lse is -inf takes the block's)
 //
 // Unlike the blockwise kernel, the forward and backward hold the block's [Tq, Tk] scores (a ring
 // block is T/cp × T/cp, not the T×T of the whole sequence). Every function here also runs on CPU

@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <random>
 #include <thread>
 
@@ -475,11 +477,19 @@ std::vector<GlobalTensor> kill_tensors() {
 
 // The writer the SIGKILL test starts (disabled: it runs only when that test asks for it). It saves
 // step after step into $SL_CHECKPOINT_KILL_ROOT, each save's bytes its step's, until it is killed.
+// With $SL_CHECKPOINT_KILL_PARK=POINT it stops for good at fault point POINT (rank 0) of its first
+// save, after creating the file $SL_CHECKPOINT_KILL_PARKED: the test then kills it there, inside a
+// save, however slow or loaded the machine is.
 TEST(CheckpointKillChild, DISABLED_SavesUntilKilled) {
   const char* root = std::getenv("SL_CHECKPOINT_KILL_ROOT");
   if (root == nullptr) return;
-  set_fault_hook([](const std::string& point, int) {
+  const char *park = std::getenv("SL_CHECKPOINT_KILL_PARK"), *parked = std::getenv("SL_CHECKPOINT_KILL_PARKED");
+  set_fault_hook([&](const std::string& point, int rank) {
     if (point == "shard.mid") std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (park != nullptr && parked != nullptr && point == park && rank == 0) {
+      std::ofstream(parked) << point;
+      for (;;) std::this_thread::sleep_for(std::chrono::hours(1));  // until the SIGKILL
+    }
   });
   const std::vector<std::pair<int64_t, std::string>> done = complete_steps(root);
   for (int64_t step = done.empty() ? 1 : done.front().first + 1; step < 100000; ++step)
@@ -491,8 +501,11 @@ TEST(CheckpointKillChild, DISABLED_SavesUntilKilled) {
     });
 }
 
-pid_t start_writer(const std::string& root) {
+// Starts the writer above on root (parking at `park` when it is not empty, and saying so in `parked`).
+pid_t start_writer(const std::string& root, const std::string& park = "", const std::string& parked = "") {
   std::vector<std::string> env_strings{"SL_CHECKPOINT_KILL_ROOT=" + root};
+  if (!park.empty())
+    env_strings.insert(env_strings.end(), {"SL_CHECKPOINT_KILL_PARK=" + park, "SL_CHECKPOINT_KILL_PARKED=" + parked});
   for (char** e = environ; *e; ++e) env_strings.emplace_back(*e);
   std::vector<char*> env;
   for (std::string& s : env_strings) env.push_back(s.data());
@@ -509,39 +522,74 @@ pid_t start_writer(const std::string& root) {
   return result == 0 ? pid : -1;
 }
 
+// A step-N.partial in dir: a save is under way (or was, when its writer died).
+bool save_under_way(const std::string& dir) {
+  for (const std::string& name : list_directory(dir, ""))
+    if (name.ends_with(".partial")) return true;
+  return false;
+}
+
+// Kills the writer with SIGKILL (it must not have ended by itself), then checks what it left: the
+// newest complete checkpoint verifies and loads exactly. Returns whether the kill landed inside a save.
+bool kill_and_check(const std::string& dir, pid_t writer) {
+  EXPECT_EQ(::kill(writer, SIGKILL), 0);
+  int status = 0;
+  EXPECT_EQ(::waitpid(writer, &status, 0), writer);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "the writer ended by itself: " << status;
+  const bool saving = save_under_way(dir);
+  const std::optional<std::string> newest = newest_complete(dir);
+  EXPECT_TRUE(newest.has_value());
+  if (!newest) return saving;
+  const Reader reader(*newest);
+  EXPECT_NO_THROW(reader.verify()) << *newest;
+  const int version = reader.run_state()["version"];
+  std::vector<StatePiece> pieces = make_pieces(Cut::cols, 1, 0, version, false, kill_tensors());
+  reader.load(pieces);
+  EXPECT_EQ(check_pieces(pieces, version, kill_tensors()), "") << *newest;
+  return saving;
+}
+
+// Three kills at moments chosen by the clock (1, 10 and 19 ms after a save was seen to start: where
+// they land depends on the machine's speed and load, so only what they leave is checked), then one
+// at each of four points inside a save, where the writer waits to be killed (these land inside a
+// save on any machine: each is required to), on top of the checkpoints the first three left. Every
+// kill leaves the newest complete checkpoint intact.
 TEST_F(CheckpointDirTest, AWriterKilledWithSigkillLeavesTheNewestCompleteCheckpointIntact) {
-  int killed_mid_save = 0;  // rounds whose kill left a step-N.partial behind
+  // How long one writer may take to reach its kill: only a broken one takes anywhere near that.
+  auto give_up_at = [] { return std::chrono::steady_clock::now() + std::chrono::seconds(60); };
+  int timed_inside = 0;
   for (int round = 0; round < 3; ++round) {
-    const size_t before = complete_steps(dir_).empty() ? 0 : complete_steps(dir_).front().first;
+    SCOPED_TRACE("kill " + std::to_string(1 + 9 * round) + " ms into a save");
+    const auto give_up = give_up_at();
+    const int64_t before = complete_steps(dir_).empty() ? 0 : complete_steps(dir_).front().first;
     const pid_t writer = start_writer(dir_);
     ASSERT_GT(writer, 0);
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while ((complete_steps(dir_).empty() || complete_steps(dir_).front().first < static_cast<int64_t>(before) + 2) &&
-           std::chrono::steady_clock::now() < deadline)
+    while ((complete_steps(dir_).empty() || complete_steps(dir_).front().first < before + 2) &&
+           std::chrono::steady_clock::now() < give_up)
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    auto saving = [&] {  // a step-N.partial: the writer is inside a save
-      for (const std::string& name : list_directory(dir_, ""))
-        if (name.find(".partial") != std::string::npos) return true;
-      return false;
-    };
-    while (!saving() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+    while (!save_under_way(dir_) && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
     std::this_thread::sleep_for(std::chrono::milliseconds(1 + 9 * round));  // somewhere inside that save
-    ASSERT_EQ(::kill(writer, SIGKILL), 0);
-    int status = 0;
-    ASSERT_EQ(::waitpid(writer, &status, 0), writer);
-    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "the writer ended by itself: " << status;
-    killed_mid_save += saving();
-    const std::optional<std::string> newest = newest_complete(dir_);
-    ASSERT_TRUE(newest.has_value());
-    const Reader reader(*newest);
-    EXPECT_NO_THROW(reader.verify()) << *newest;
-    const int version = reader.run_state()["version"];
-    std::vector<StatePiece> pieces = make_pieces(Cut::cols, 1, 0, version, false, kill_tensors());
-    reader.load(pieces);
-    EXPECT_EQ(check_pieces(pieces, version, kill_tensors()), "") << *newest;
+    timed_inside += kill_and_check(dir_, writer);
   }
-  EXPECT_GE(killed_mid_save, 1) << "no kill landed inside a save";
-  std::printf("[          ] %d of 3 kills landed inside a save\n", killed_mid_save);
+  std::printf("[          ] %d of 3 kills timed by the clock landed inside a save\n", timed_inside);
+  ASSERT_FALSE(complete_steps(dir_).empty());
+  const std::string parked = dir_ + ".parked";  // beside the root: not a name in it
+  for (const std::string point : {"shard.mid", "shard.before_rename", "metadata.before_rename", "step.before_rename"}) {
+    SCOPED_TRACE("kill at " + point);
+    std::remove(parked.c_str());
+    // The partial save an earlier kill left (the library sweeps those after a complete save, which
+    // these writers never reach) goes first, so that a step-N.partial after the kill is this writer's.
+    for (const std::string& name : list_directory(dir_, ""))
+      if (name.ends_with(".partial")) std::filesystem::remove_all(path(name));
+    const auto give_up = give_up_at();
+    const pid_t writer = start_writer(dir_, point, parked);
+    ASSERT_GT(writer, 0);
+    while (!std::filesystem::exists(parked) && std::chrono::steady_clock::now() < give_up)
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    EXPECT_TRUE(std::filesystem::exists(parked)) << "the writer never reached " << point;
+    EXPECT_TRUE(kill_and_check(dir_, writer)) << "the kill at " << point << " did not land inside a save";
+  }
+  std::remove(parked.c_str());
 }
 
 }  // namespace
