@@ -449,18 +449,61 @@ INSTANTIATE_TEST_SUITE_P(Layouts, MixedPrecisionParity, testing::ValuesIn(parity
                          [](const testing::TestParamInfo<MpCase>& info) { return info.param.name; });
 
 // A loss scale so large that fp16's gradients overflow (65504 is fp16's largest): every rank of every
-// mesh dimension must skip the step, the scale halves, and no weight or AdamW state moves a bit.
+// mesh dimension must skip the step, and nothing but the scaler moves: not a bit of the weights, the
+// f32 master weights or the moments, nor AdamW's step count. The scaler halves the scale, counts the
+// skip and starts its run of clean steps again (GradScaler::update). Twice: on the first step, and
+// after a clean one, when the moments and the step count are no longer zeros that a slip could keep.
 class MixedPrecisionOverflow : public testing::TestWithParam<MpCase> {};
 
-TEST_P(MixedPrecisionOverflow, EveryRankSkipsTheStepAndTheScaleHalves) {
+// Everything a skipped step must leave alone, bitwise: the 16-bit weights (the layout's own gather),
+// AdamW's state (its state pieces) and step count.
+struct Untouched {
+  nn::StateDict weights;
+  AdamState adam;
+  int64_t optimizer_steps = 0;
+};
+
+Untouched untouched_state(Trainer& trainer, const nn::GPTConfig& cfg, RankContext& ctx) {
+  Untouched u{trainer.full_state_dict(), {}, trainer.strategy().optimizer_steps()};
+  std::map<std::string, int64_t> numel;
+  for (const auto& [name, w] : u.weights) numel[name] = w.numel();
+  u.adam = gather_adam_state(trainer, cfg, ctx, numel);
+  return u;
+}
+
+void expect_unmoved(const Untouched& before, const Untouched& after, int rank, const std::string& when) {
+  EXPECT_EQ(after.optimizer_steps, before.optimizer_steps)
+      << "AdamW's step count moved " << when << " on rank " << rank;
+  for (const auto& [name, t] : before.weights)
+    EXPECT_EQ(std::memcmp(t.raw_data(), after.weights.at(name).raw_data(), static_cast<size_t>(t.nbytes())), 0)
+        << name << " moved " << when;
+  const std::vector<std::pair<const char*, const std::map<std::string, std::vector<double>>*>> kinds = {
+      {"master", &before.adam.master}, {"exp_avg", &before.adam.exp_avg}, {"exp_avg_sq", &before.adam.exp_avg_sq}};
+  const std::vector<const std::map<std::string, std::vector<double>>*> now = {&after.adam.master, &after.adam.exp_avg,
+                                                                              &after.adam.exp_avg_sq};
+  for (size_t k = 0; k < kinds.size(); ++k)
+    for (const auto& [name, was] : *kinds[k].second) {
+      const std::vector<double>& is = now[k]->at(name);
+      int64_t moved = 0;
+      size_t first = 0;
+      for (size_t i = 0; i < was.size(); ++i)
+        if (!(is[i] == was[i]) && moved++ == 0) first = i;  // NaN (an element no rank holds) counts
+      EXPECT_EQ(moved, 0) << moved << " elements of " << kinds[k].first << "." << name << " moved " << when
+                          << " on rank " << rank << ", the first [" << first << "]: " << was[first] << " -> "
+                          << is[first];
+    }
+}
+
+TEST_P(MixedPrecisionOverflow, EveryRankSkipsTheStepAndOnlyTheScalerMoves) {
   MpCase c = GetParam();
   SL_SKIP_UNLESS_WORLD(c.world());
   const nn::TokenStream data = parity_tokens();
+  const double huge = std::ldexp(1.0, 100);  // loss·2^100 is finite in f32, its fp16 gradients are not
   launch(
       c.world(),
       [&](RankContext& ctx) {
         TrainPlan plan = plan_of(c);
-        plan.precision.loss_scale.init_scale = std::ldexp(1.0, 100);  // loss·2^100 is finite in f32
+        plan.precision.loss_scale.init_scale = huge;
         std::unique_ptr<nn::GPT> whole;
         std::unique_ptr<Trainer> trainer;
         const nn::GPTConfig cfg = config(DType::f16);
@@ -472,26 +515,35 @@ TEST_P(MixedPrecisionOverflow, EveryRankSkipsTheStepAndTheScaleHalves) {
               ctx, plan, [&](const DeviceMesh& mesh) { return make_model_runner(plan, cfg, kSeed, {}, mesh); },
               parity_adamw());
         }
-        const nn::StateDict before = trainer->full_state_dict();
+        nn::GradScaler& scaler = trainer->scaler();
         // This rank's own part, bitwise (FSDP frees its gathered parameters between steps: there the
         // whole state dict, gathered from every rank's shard, is the check).
         const bool local = c.dp != DpStrategy::fsdp;
-        std::vector<std::string> local_before;
-        for (const auto& [name, p] : trainer->runner()->module().named_parameters())
-          if (local) local_before.emplace_back(static_cast<const char*>(p.raw_data()), static_cast<size_t>(p.nbytes()));
-        trainer->train_step(data, 0, kBatch, kT, parity_adamw().lr, kClip);
-        EXPECT_EQ(trainer->scaler().skipped_steps(), 1) << "rank " << ctx.rank;
-        EXPECT_EQ(trainer->scaler().scale(), std::ldexp(1.0, 99)) << "rank " << ctx.rank;
-        size_t i = 0;
-        for (const auto& [name, p] : trainer->runner()->module().named_parameters())
-          if (local) {
-            EXPECT_TRUE(local_before[i++] ==
-                        std::string(static_cast<const char*>(p.raw_data()), static_cast<size_t>(p.nbytes())))
-                << name << " moved on rank " << ctx.rank;
-          }
-        const nn::StateDict after = trainer->full_state_dict();
-        for (const auto& [name, t] : before)
-          EXPECT_EQ(std::memcmp(t.raw_data(), after.at(name).raw_data(), static_cast<size_t>(t.nbytes())), 0) << name;
+        auto local_bytes = [&] {
+          std::vector<std::string> bytes;
+          for (const auto& [name, p] : trainer->runner()->module().named_parameters())
+            if (local) bytes.emplace_back(static_cast<const char*>(p.raw_data()), static_cast<size_t>(p.nbytes()));
+          return bytes;
+        };
+        auto overflow_step = [&](int64_t step, int64_t skipped, const std::string& when) {
+          const Untouched before = untouched_state(*trainer, cfg, ctx);
+          const std::vector<std::string> local_before = local_bytes();
+          trainer->train_step(data, step, kBatch, kT, parity_adamw().lr, kClip);
+          EXPECT_EQ(scaler.skipped_steps(), skipped) << when << ", rank " << ctx.rank;
+          EXPECT_EQ(scaler.scale(), huge / 2) << when << ", rank " << ctx.rank;
+          EXPECT_EQ(scaler.clean_steps(), 0) << when << ", rank " << ctx.rank;
+          EXPECT_TRUE(local_bytes() == local_before) << "this rank's weights moved " << when << " on rank " << ctx.rank;
+          expect_unmoved(before, untouched_state(*trainer, cfg, ctx), ctx.rank, when);
+        };
+        overflow_step(0, 1, "on an overflow at the first step");
+        // A clean step at fp16's usual scale (the counters kept), then the huge scale again.
+        scaler.restore(65536.0, scaler.clean_steps(), scaler.skipped_steps());
+        trainer->train_step(data, 1, kBatch, kT, parity_adamw().lr, kClip);
+        ASSERT_EQ(scaler.skipped_steps(), 1) << "the step at scale 2^16 overflowed on rank " << ctx.rank;
+        ASSERT_EQ(scaler.clean_steps(), 1) << "rank " << ctx.rank;
+        ASSERT_EQ(trainer->strategy().optimizer_steps(), 1) << "rank " << ctx.rank;
+        scaler.restore(huge, scaler.clean_steps(), scaler.skipped_steps());
+        overflow_step(2, 2, "on an overflow after a clean step");
       },
       quick(30000));
 }
