@@ -68,7 +68,9 @@ class FsdpStrategy : public DataParallelStrategy {
   // parameter's placement says, split over shard_dims. The runner and mesh must outlive it.
   FsdpStrategy(std::shared_ptr<FullyShardedGPT> fsdp, ModelRunner& cut, const DeviceMesh& mesh,
                std::vector<std::string> shard_dims);
-  void zero_grad() override {}  // the shards were zeroed after the last step
+  // step() zeroes the shards after it, but a step skipped on an fp16 overflow never gets there and
+  // leaves them holding inf: they are zeroed here too, or every later step would overflow again.
+  void zero_grad() override { fsdp_->zero_grad(); }
   void finish_gradients(ModelRunner& runner) override;
   nn::StateDict full_gradients(ModelRunner& runner) override;
   double clip_grad_norm(double max_norm) override;

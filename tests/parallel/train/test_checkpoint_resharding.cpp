@@ -1,4 +1,4 @@
-// Resharding, exactly (issue 24): a Trainer's state saved as pieces of the serial tensors under one
+// Resharding, exactly: a Trainer's state saved as pieces of the serial tensors under one
 // layout loads under any other, every full tensor (weights, both moments, master weights) byte for
 // byte, and training continues as the uninterrupted run does.
 //
@@ -8,10 +8,13 @@
 // rank's pieces. Expected values are the saving layout's own bytes, assembled from its pieces.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "parallel/train/checkpointing.h"
@@ -117,10 +120,21 @@ TrainPlan plan_of(ParallelismConfig par, int zero = 0, int micro = 1) {
   return p;
 }
 
+// The loss scaler after a step (nn::GradScaler): what an fp16 resume must continue.
+struct ScalerState {
+  double scale = 0;
+  int64_t clean_steps = 0, skipped_steps = 0;
+  bool operator==(const ScalerState&) const = default;
+};
+std::ostream& operator<<(std::ostream& out, const ScalerState& s) {
+  return out << "scale " << s.scale << ", " << s.clean_steps << " clean steps, " << s.skipped_steps << " skipped";
+}
+
 // Trains `steps` steps from `first` under `plan` from `seed`, loading `from` first if given, saving into `into`.
 // `weights`: the layout's own gather of its weights (Trainer::full_state_dict), to hold the store's to.
+// `scaler`: the loss scaler after each step.
 std::vector<double> run(const TrainPlan& plan, uint64_t seed, int64_t first, int64_t steps, const Store* from,
-                        Store* into, nn::StateDict* weights = nullptr) {
+                        Store* into, nn::StateDict* weights = nullptr, std::vector<ScalerState>* scaler = nullptr) {
   nn::GPTConfig model = config();
   model.param_dtype = plan.precision.param_dtype;
   std::vector<double> losses(static_cast<size_t>(steps));
@@ -131,6 +145,8 @@ std::vector<double> run(const TrainPlan& plan, uint64_t seed, int64_t first, int
     for (int64_t s = 0; s < steps; ++s) {
       const double loss = trainer->train_step(tokens(), first + s, kRows, 8, parity_adamw().lr, 1.0);
       if (ctx.rank == 0) losses[static_cast<size_t>(s)] = loss;
+      const nn::GradScaler& sc = std::as_const(*trainer).scaler();
+      if (ctx.rank == 0 && scaler) scaler->push_back({sc.scale(), sc.clean_steps(), sc.skipped_steps()});
     }
     if (into) save(*trainer, model, *into);
     if (weights) {
@@ -161,7 +177,7 @@ TrainPlan offload(TrainPlan p) {
   return p;
 }
 
-// The issue's chain and more: each hop loads the previous hop's state and saves it again untouched;
+// A chain of layouts: each hop loads the previous hop's state and saves it again untouched;
 // every full tensor must come back byte for byte.
 const std::vector<Hop>& chain() {
   static const std::vector<Hop> hops = {
@@ -281,6 +297,95 @@ TEST(CheckpointResume, TheSameLayoutResumesBitwise) {
     EXPECT_EQ(rest[0], all[2]) << hop.name;
     EXPECT_EQ(rest[1], all[3]) << hop.name;
     EXPECT_TRUE(assemble(resumed) == assemble(straight)) << hop.name << ": the resumed run's state differs";
+  }
+}
+
+// Every tensor of `got` byte for byte as in `want`, naming each one that differs.
+void expect_same_state(const Store& got, const Store& want, const std::string& what) {
+  const auto a = assemble(got), b = assemble(want);
+  for (const auto& [name, bytes] : b) {
+    auto it = a.find(name);
+    if (it == a.end())
+      ADD_FAILURE() << what << ": " << name << " was not saved";
+    else
+      EXPECT_TRUE(it->second == bytes) << what << ": " << name << " differs from the uninterrupted run's";
+  }
+  EXPECT_EQ(a.size(), b.size()) << what;
+}
+
+// fp16 with dynamic loss scaling resumes its scaler: the scale, the clean steps since it last changed
+// and the skipped steps. The scaler starts at 2^20, too large for these gradients in fp16, and grows
+// every 2 clean steps, so the run skips steps, backs off, grows and overflows again (tp2_pp2: skips
+// at steps 0 and 5; hsdp2x2, whose ranks' partial gradients are 4 times the average: at 0, 1, 2 and
+// 7). Stopped after step 4 or 5, with skips behind and ahead and the scale away from where it
+// started, the resumed run must step, skip and grow as the uninterrupted one: the same scaler after
+// every step, the same losses and the same bytes.
+TEST(CheckpointResume, Fp16ResumesTheLossScaleAndItsCounters) {
+  const double init_scale = std::ldexp(1.0, 20);
+  auto fp16 = [&](TrainPlan p) {
+    p.precision = nn::MixedPrecision::parse("fp16");
+    p.precision.loss_scale.init_scale = init_scale;
+    p.precision.loss_scale.growth_interval = 2;
+    return p;
+  };
+  constexpr int64_t kTotal = 8;
+  const std::vector<int64_t> stops = {4, 5};
+  for (const Hop& hop : {Hop{"fp16_tp2_pp2", fp16(plan_of({.pp = 2, .tp = 2}, 0, 2))},
+                         Hop{"fp16_hsdp2x2", fp16(plan_of({.dp_replicate = 2, .dp_shard = 2}, 3))}}) {
+    Store straight;
+    std::vector<ScalerState> all_scaler;
+    const std::vector<double> all = run(hop.plan, kSeed, 0, kTotal, nullptr, &straight, nullptr, &all_scaler);
+    // The run this test is about: at the stops a skip behind, one ahead, a count of clean steps and
+    // a scale that a fresh scaler would not have.
+    bool clean = false, moved = false;
+    for (int64_t stop : stops) {
+      const ScalerState& at = all_scaler[static_cast<size_t>(stop - 1)];
+      ASSERT_GT(at.skipped_steps, 0) << hop.name << " at " << stop << ": " << at;
+      ASSERT_GT(all_scaler.back().skipped_steps, at.skipped_steps) << hop.name << " after " << stop;
+      clean = clean || at.clean_steps > 0;
+      moved = moved || at.scale != init_scale;
+    }
+    ASSERT_TRUE(clean && moved) << hop.name;
+    for (int64_t stop : stops) {
+      Store stopped, resumed;
+      run(hop.plan, kSeed, 0, stop, nullptr, &stopped);
+      std::vector<ScalerState> rest_scaler;
+      const std::vector<double> rest =
+          run(hop.plan, kSeed + 5, stop, kTotal - stop, &stopped, &resumed, nullptr, &rest_scaler);
+      for (int64_t s = stop; s < kTotal; ++s) {
+        const size_t i = static_cast<size_t>(s - stop);
+        EXPECT_EQ(rest_scaler[i], all_scaler[static_cast<size_t>(s)])
+            << hop.name << " stopped after " << stop << ", step " << s;
+        EXPECT_EQ(rest[i], all[static_cast<size_t>(s)]) << hop.name << " stopped after " << stop << ", step " << s;
+      }
+      expect_same_state(resumed, straight, hop.name + " stopped after " + std::to_string(stop));
+    }
+  }
+}
+
+// bf16 resumes its f32 master weights and moments and keeps training from them: after two more
+// steps every tensor (16-bit weights, master weights, moments) equals the uninterrupted run's, byte
+// for byte. A save/load round trip cannot see an optimizer that rebuilds its master from the 16-bit
+// weights, or zeroes its moments, at its first step: only a step after the load can. The layouts
+// keep the master in different places (ZeRO's shard, FSDP's units, AdamW's buffers, offload's host).
+TEST(CheckpointResume, Bf16MasterWeightsAndMomentsResumeAndKeepTraining) {
+  auto bf16 = [](TrainPlan p) {
+    p.precision = nn::MixedPrecision::parse("bf16");
+    return p;
+  };
+  for (const Hop& hop : {Hop{"bf16_zero2_dp2", bf16(plan_of({.dp_shard = 2}, 2))},
+                         Hop{"bf16_hsdp2x2", bf16(plan_of({.dp_replicate = 2, .dp_shard = 2}, 3))},
+                         Hop{"bf16_tp2_pp2", bf16(plan_of({.pp = 2, .tp = 2}, 0, 2))},
+                         Hop{"bf16_zero1_offload_dp2", bf16(offload(plan_of({.dp_shard = 2}, 1)))}}) {
+    Store straight, stopped, resumed;
+    const std::vector<double> all = run(hop.plan, kSeed, 0, 4, nullptr, &straight);
+    run(hop.plan, kSeed, 0, 2, nullptr, &stopped);
+    ASSERT_TRUE(stopped.tensors.count("master.h.2.mlp.c_proj.weight")) << hop.name;
+    ASSERT_EQ(stopped.tensors.at("master.h.2.mlp.c_proj.weight").dtype, DType::f32) << hop.name;
+    const std::vector<double> rest = run(hop.plan, kSeed + 5, 2, 2, &stopped, &resumed);
+    EXPECT_EQ(rest[0], all[2]) << hop.name;
+    EXPECT_EQ(rest[1], all[3]) << hop.name;
+    expect_same_state(resumed, straight, hop.name);
   }
 }
 
