@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "nn/safetensors.h"
+#include "tests/support/compare.h"
 
 namespace sl::train_cli {
 
@@ -87,9 +88,9 @@ inline void expect_same_weights(const std::string& got_path, const std::string& 
     int64_t bad = 0;
     double worst = 0;
     for (size_t i = 0; i < x.size(); ++i) {
-      double excess = std::abs(x[i] - y[i]) - (atol + rtol * std::abs(y[i]));
-      if (excess > 0) ++bad;
-      worst = std::max(worst, std::abs(x[i] - y[i]));
+      // Written so that NaN counts as off: NaN <= bound is false.
+      if (!(std::abs(x[i] - y[i]) <= atol + rtol * std::abs(y[i]))) ++bad;
+      test_support::nan_max_into(worst, std::abs(x[i] - y[i]));
     }
     EXPECT_EQ(bad, 0) << name << ": " << bad << " of " << x.size() << " elements off, largest |difference| " << worst;
   }
