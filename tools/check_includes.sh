@@ -59,7 +59,8 @@ check parallel/train -- parallel/planner/
 # CORE_LAYERS, the AddressSanitizer build's).
 core_tests=(tests/tensor tests/autograd tests/nn tests/parallel/comm tests/parallel/checkpoint
             tests/support/test_util.h tests/support/parallel.h tests/support/checkpoint.h tests/support/all_to_all.h
-            tests/support/mpi.h tests/support/grad_norm_model.h)
+            tests/support/mpi.h tests/support/grad_norm_model.h tests/support/compare.h
+            tests/support/serial_run.h)
 upper=()
 for chapter in "${chapters[@]}"; do [ "$chapter" != checkpoint ] && upper+=("parallel/$chapter/"); done
 check "${core_tests[@]}" -- "${upper[@]}" parallel/nd/ parallel/train/ parallel/planner/ tools/ tests/support/trainer.h tests/support/vocab.h

@@ -78,9 +78,7 @@ inline std::vector<int64_t> rows_received_by(const SplitRule& rule, int r, int n
 
 // The threads backend even under mpirun, with a short timeout: a broken exchange fails in seconds.
 inline LaunchOptions threads_options(int timeout_ms = 5000, bool debug = false) {
-  LaunchOptions options = quick(timeout_ms, debug);
-  options.backend = Backend::threads;
-  return options;
+  return quick_on(Backend::threads, timeout_ms, debug);
 }
 
 }  // namespace sl::parallel

@@ -2,13 +2,15 @@
 //
 //   SKIP_UNLESS_UNDER_MPIRUN()   skips the test unless this process is one rank of an mpirun job, in
 //                                a build with MPI (run the suites with tools/mpi_tests.sh).
-//   mpi_options(timeout, debug)  a launch over the MPI backend with a collective timeout.
+//   mpi_options(timeout, debug)  a launch over the MPI backend with a collective timeout (quick_on,
+//                                tests/support/parallel.h).
 #pragma once
 #include <gtest/gtest.h>
 
 #include <chrono>
 
 #include "parallel/comm/launch.h"
+#include "tests/support/parallel.h"
 
 #ifdef SL_WITH_MPI
 #define SKIP_UNLESS_UNDER_MPIRUN()     \
@@ -22,11 +24,7 @@ namespace sl::parallel {
 
 inline LaunchOptions mpi_options(std::chrono::milliseconds timeout = std::chrono::milliseconds(20000),
                                  bool debug = false) {
-  LaunchOptions options;
-  options.backend = Backend::mpi;
-  options.timeout = timeout;
-  options.debug_collectives = debug;
-  return options;
+  return quick_on(Backend::mpi, static_cast<int>(timeout.count()), debug);
 }
 
 }  // namespace sl::parallel

@@ -4,6 +4,10 @@
 //                             (visibly). On the threads backend every world size runs.
 //   quick(ms)                 LaunchOptions with a short collective timeout, so a broken test fails
 //                             in seconds instead of waiting NCCL's ten minutes.
+//   quick_on(backend, ms)     the same on one backend (threads even under mpirun, nccl, mpi).
+//   launch_recording(n, options, outcomes, fn)
+//                             launch fn and record how each rank's function ended (the error type
+//                             and message, and when): for the tests of failures and their messages.
 //   (the small GPT, AdamW settings and tokens of the parity suites: tests/support/trainer.h)
 //
 // SL_TEST_DEVICE=cpu|cuda (default cpu): where the suites that opt in run their tensors.
@@ -22,9 +26,14 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <exception>
+#include <functional>
 #include <string>
+#include <vector>
 
+#include "parallel/comm/errors.h"
 #include "parallel/comm/launch.h"
 #include "tensor/cuda_info.h"
 #include "tensor/device.h"
@@ -101,6 +110,57 @@ inline LaunchOptions quick(int timeout_ms = 5000, bool debug = false) {
   options.timeout = std::chrono::milliseconds(timeout_ms);
   options.debug_collectives = debug;
   return options;
+}
+
+inline LaunchOptions quick_on(Backend backend, int timeout_ms = 5000, bool debug = false) {
+  LaunchOptions options = quick(timeout_ms, debug);
+  options.backend = backend;
+  return options;
+}
+
+// How one rank's function ended.
+struct RankOutcome {
+  std::string type;  // "mismatch", "remote", "timeout", "other", or "" (it returned)
+  std::string message;
+  std::chrono::steady_clock::time_point at;  // when it threw
+};
+
+// What launch_recording returns when launch did not throw.
+inline const std::string kLaunchReturned = "(launch returned normally)";
+
+// Runs fn on n ranks, recording in outcomes[rank] how each rank's function ended (the error is
+// rethrown, so launch sees it as before); returns the message launch threw, or kLaunchReturned.
+inline std::string launch_recording(int n, const LaunchOptions& options, std::vector<RankOutcome>& outcomes,
+                                    const std::function<void(RankContext&)>& fn) {
+  outcomes.assign(n, RankOutcome{});
+  auto record = [&](int rank, const char* type, const std::exception& e) {
+    outcomes[rank] = {type, e.what(), std::chrono::steady_clock::now()};
+  };
+  try {
+    launch(
+        n,
+        [&](RankContext& ctx) {
+          try {
+            fn(ctx);
+          } catch (const RemoteError& e) {
+            record(ctx.rank, "remote", e);
+            throw;
+          } catch (const TimeoutError& e) {
+            record(ctx.rank, "timeout", e);
+            throw;
+          } catch (const CollectiveMismatch& e) {
+            record(ctx.rank, "mismatch", e);
+            throw;
+          } catch (const std::exception& e) {
+            record(ctx.rank, "other", e);
+            throw;
+          }
+        },
+        options);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return kLaunchReturned;
 }
 
 // Name generator for tests parameterized over a world size: "world3".

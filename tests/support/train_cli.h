@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "nn/safetensors.h"
+#include "tests/support/compare.h"
 
 namespace sl::train_cli {
 
@@ -78,21 +79,8 @@ inline std::string write_corpus(const std::string& name) {
 // (DDP/ZeRO parity: rtol 1.3e-6, atol 1e-5).
 inline void expect_same_weights(const std::string& got_path, const std::string& expected_path, double rtol,
                                 double atol) {
-  nn::StateDict got = nn::load_safetensors(got_path), expected = nn::load_safetensors(expected_path);
-  ASSERT_EQ(got.size(), expected.size()) << got_path << " vs " << expected_path;
-  for (const auto& [name, tensor] : expected) {
-    ASSERT_TRUE(got.count(name)) << got_path << " lacks " << name;
-    ASSERT_EQ(got.at(name).shape(), tensor.shape()) << name;
-    std::vector<double> x = got.at(name).to_vector(), y = tensor.to_vector();
-    int64_t bad = 0;
-    double worst = 0;
-    for (size_t i = 0; i < x.size(); ++i) {
-      double excess = std::abs(x[i] - y[i]) - (atol + rtol * std::abs(y[i]));
-      if (excess > 0) ++bad;
-      worst = std::max(worst, std::abs(x[i] - y[i]));
-    }
-    EXPECT_EQ(bad, 0) << name << ": " << bad << " of " << x.size() << " elements off, largest |difference| " << worst;
-  }
+  test_support::expect_close(nn::load_safetensors(got_path), nn::load_safetensors(expected_path),
+                             {.atol = atol, .rtol = rtol}, got_path + " vs " + expected_path);
 }
 
 class TrainCli : public testing::Test {

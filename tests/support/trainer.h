@@ -4,6 +4,7 @@
 //
 //   parity_config(), parity_adamw(), parity_tokens()
 //   make_plan_trainer(ctx, plan, config, seed, adamw, whole)
+// The serial loop they are compared with: tests/support/serial_run.h; the comparison: compare.h.
 #pragma once
 #include <memory>
 

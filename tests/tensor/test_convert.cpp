@@ -2,7 +2,9 @@
 // bit: every 16-bit pattern widened, and narrowed floats around every rounding boundary (ties, one
 // ulp either side), NaNs with payloads (quiet and signalling, either sign), infinities, f32 and f16
 // subnormals, fp16's overflow to inf, and random floats, at lengths and offsets that leave tails.
-// Also f16 elementwise ops, which run on f32 chunks through them.
+// Also f16 elementwise ops, which run on f32 chunks through them. bf16 is also checked against an
+// independent rule here; f16's independent reference (IEEE 754 binary16 by value, which the scalar
+// rule must match too) is test_convert_f16.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>

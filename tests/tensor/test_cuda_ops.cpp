@@ -8,7 +8,7 @@
 // swaps or drops elements cannot hide behind a symmetric loss.
 //
 // Typed over f32, bf16 and f64 (CudaOps/bf16.MatmulAndLinear). Results match when, everywhere,
-//   |cuda - cpu| <= atol + rtol |cpu|
+//   |cuda - cpu| <= atol + rtol |cpu|, or cuda == cpu (torch.allclose's rule: the same infinity)
 // with the dtype's tolerances below; data movement (layout, casts, masks, gathers) must match exactly.
 // Without a GPU every test skips and says why.
 #include <gtest/gtest.h>
@@ -22,16 +22,15 @@
 
 #include "tensor/cuda_info.h"
 #include "tensor/ops.h"
+#include "tests/support/compare.h"
 
 namespace sl {
 namespace {
 
 const Device kGpu = Device::cuda(0);
 
-struct Tolerance {
-  double rtol, atol;
-};
-constexpr Tolerance kExact{0, 0};
+using test_support::Tolerance;  // {.atol, .rtol}
+constexpr Tolerance kExact{};
 
 // elementwise: each output from its own inputs. summed: outputs (or gradients) that add up several
 // terms (GEMMs, reductions, normalisations, broadcast and scatter-add gradients), whose rounding
@@ -40,40 +39,39 @@ struct F32 {
   static constexpr DType dtype = DType::f32;
   // CUDA's expf, tanhf, powf, ... are within 2 ulps (1.2e-7 relative) of glibc's; atol is for
   // results near 0, where a formula like tanh = (e^2x - 1) / (e^2x + 1) is off by ~1e-7 absolute.
-  static constexpr Tolerance elementwise{1e-5, 1e-6};
+  static constexpr Tolerance elementwise{.atol = 1e-6, .rtol = 1e-5};
   // K terms added in another order (cuBLAS tiles and FMAs, tree reductions, atomics) differ by up to
   // ~K ulps of the partial sums: here K <= 70 and partial sums are a few units at most (the big
   // GEMM's inputs are scaled by 1/sqrt(K), as a layer's weights are), so a few 1e-6, which rtol does
   // not cover where the result itself is near 0: atol 1e-5.
-  static constexpr Tolerance summed{1e-5, 1e-5};
+  static constexpr Tolerance summed{.atol = 1e-5, .rtol = 1e-5};
 };
 struct BF16 {
   static constexpr DType dtype = DType::bf16;
   // Both devices compute in f32 and round to bf16's 8 significant bits: where the two f32 values
   // straddle a rounding boundary they differ by one bf16 ulp, 2^-8 = 0.4%.
-  static constexpr Tolerance elementwise{1e-2, 1e-2};
+  static constexpr Tolerance elementwise{.atol = 1e-2, .rtol = 1e-2};
   // A sum the CPU rounds in two stages (a broadcast batch's partial gradients, then sum_to) and the
   // GPU in one differs by a few ulps of the O(1) partial sums.
-  static constexpr Tolerance summed{1e-2, 3e-2};
+  static constexpr Tolerance summed{.atol = 3e-2, .rtol = 1e-2};
 };
 struct F64 {
   static constexpr DType dtype = DType::f64;
-  static constexpr Tolerance elementwise{1e-12, 1e-14};  // CUDA's double math: within 2 ulps (4e-16)
-  static constexpr Tolerance summed{1e-12, 1e-13};       // 70 ulps of O(1) partial sums: 1.6e-14
+  static constexpr Tolerance elementwise{.atol = 1e-14, .rtol = 1e-12};  // CUDA's double math: within 2 ulps (4e-16)
+  static constexpr Tolerance summed{.atol = 1e-13, .rtol = 1e-12};       // 70 ulps of O(1) partial sums: 1.6e-14
 };
 
-// Tests of `result` (on the GPU): its shape, dtype and device, then its values moved to the CPU.
-void expect_close(const Tensor& result, const Tensor& reference, Tolerance tol, const std::string& what) {
+// Tests of `result` (on the GPU): its device and dtype, then its values moved to the CPU
+// (tests/support/compare.h: the shape, then every element).
+void expect_gpu_result(const Tensor& result, const Tensor& reference, Tolerance tol, const std::string& what) {
   ASSERT_TRUE(result.defined()) << what;
   EXPECT_EQ(result.device(), kGpu) << what;
   Tensor back = result.to(Device::cpu());
   ASSERT_TRUE(back.device().is_cpu()) << what;
-  ASSERT_EQ(back.shape(), reference.shape()) << what;
   ASSERT_EQ(back.dtype(), reference.dtype()) << what;
   if (!is_floating(reference.dtype())) tol = kExact;
-  EXPECT_TRUE(allclose(back, reference, tol.rtol, tol.atol))
-      << what << ": largest |cuda - cpu| = " << max_abs_diff(back, reference) << " (rtol " << tol.rtol << ", atol "
-      << tol.atol << ")";
+  tol.equal_is_close = true;
+  test_support::expect_close(back, reference, tol, what + " (cuda vs cpu)");
 }
 
 // ---- the cases -------------------------------------------------------------------------------------------
@@ -342,14 +340,14 @@ class CudaOps : public testing::Test {
       gpu_inputs.push_back(on_gpu);
     }
     Tensor want = c.fn(cpu_inputs), got = c.fn(gpu_inputs);
-    expect_close(got, want, tol, "output");
+    expect_gpu_result(got, want, tol, "output");
     if (!want.requires_grad()) return;  // integer results (argmax, casts to integers): no backward
     Tensor w = randn(want.shape(), want.dtype(), &generator);
     sum(mul(want, w)).backward();
     sum(mul(got, w.to(kGpu))).backward();
     for (size_t i = 0; i < cpu_inputs.size(); ++i)
       if (cpu_inputs[i].requires_grad())
-        expect_close(gpu_inputs[i].grad(), cpu_inputs[i].grad(), tol, "gradient of input " + std::to_string(i));
+        expect_gpu_result(gpu_inputs[i].grad(), cpu_inputs[i].grad(), tol, "gradient of input " + std::to_string(i));
   }
 };
 
@@ -387,24 +385,24 @@ TYPED_TEST(CudaOps, DropoutMaskIsIdenticalOnBothDevices) {
     return mask;
   };
   EXPECT_EQ(kept(got), kept(want));
-  expect_close(got, want, TypeParam::elementwise, "dropout");
-  expect_close(dropout(x.to(kGpu), 0.0, true, &on_gpu), x, kExact, "dropout p = 0");
-  expect_close(dropout(x.to(kGpu), 0.5, false, &on_gpu), x, kExact, "dropout in eval");
+  expect_gpu_result(got, want, TypeParam::elementwise, "dropout");
+  expect_gpu_result(dropout(x.to(kGpu), 0.0, true, &on_gpu), x, kExact, "dropout p = 0");
+  expect_gpu_result(dropout(x.to(kGpu), 0.5, false, &on_gpu), x, kExact, "dropout in eval");
 }
 
 TYPED_TEST(CudaOps, CreationOnTheGpu) {
   const TensorOptions on_gpu(TypeParam::dtype, kGpu), on_cpu(TypeParam::dtype);
-  expect_close(zeros({2, 3}, on_gpu), zeros({2, 3}, on_cpu), kExact, "zeros");
-  expect_close(ones({2, 3}, on_gpu), ones({2, 3}, on_cpu), kExact, "ones");
-  expect_close(full({2, 3}, -1.25, on_gpu), full({2, 3}, -1.25, on_cpu), kExact, "full");
-  expect_close(arange(0.0, 5.0, 0.5, on_gpu), arange(0.0, 5.0, 0.5, on_cpu), kExact, "arange");
-  expect_close(from_vector({1, -2, 3}, {3}, on_gpu), from_vector({1, -2, 3}, {3}, on_cpu), kExact, "from_vector");
-  expect_close(causal_mask(5, kGpu), causal_mask(5), kExact, "causal_mask");
+  expect_gpu_result(zeros({2, 3}, on_gpu), zeros({2, 3}, on_cpu), kExact, "zeros");
+  expect_gpu_result(ones({2, 3}, on_gpu), ones({2, 3}, on_cpu), kExact, "ones");
+  expect_gpu_result(full({2, 3}, -1.25, on_gpu), full({2, 3}, -1.25, on_cpu), kExact, "full");
+  expect_gpu_result(arange(0.0, 5.0, 0.5, on_gpu), arange(0.0, 5.0, 0.5, on_cpu), kExact, "arange");
+  expect_gpu_result(from_vector({1, -2, 3}, {3}, on_gpu), from_vector({1, -2, 3}, {3}, on_cpu), kExact, "from_vector");
+  expect_gpu_result(causal_mask(5, kGpu), causal_mask(5), kExact, "causal_mask");
   Generator a(5), b(5);
   // rand is integer bits times 2^-24: exact. randn's Box-Muller (log, cos in double) may differ in
   // the last bit of a double, which rounding to the dtype almost always hides.
-  expect_close(rand({4, 33}, on_gpu, &a), rand({4, 33}, on_cpu, &b), kExact, "rand");
-  expect_close(randn({4, 33}, on_gpu, &a), randn({4, 33}, on_cpu, &b), TypeParam::elementwise, "randn");
+  expect_gpu_result(rand({4, 33}, on_gpu, &a), rand({4, 33}, on_cpu, &b), kExact, "rand");
+  expect_gpu_result(randn({4, 33}, on_gpu, &a), randn({4, 33}, on_cpu, &b), TypeParam::elementwise, "randn");
   EXPECT_EQ(a.offset(), b.offset());
 }
 
@@ -415,23 +413,23 @@ TYPED_TEST(CudaOps, InPlaceAddMulFillCopy) {
   const Storage* storage = gpu_a.impl()->storage.get();
   EXPECT_TRUE(gpu_a.add_(gpu_b, -0.5).is_same(gpu_a));
   a.add_(b, -0.5);
-  expect_close(gpu_a, a, TypeParam::elementwise, "add_");
+  expect_gpu_result(gpu_a, a, TypeParam::elementwise, "add_");
   gpu_a.mul_(0.9);  // not a bf16 number: the factor must be used unrounded, as the CPU does
   a.mul_(0.9);
-  expect_close(gpu_a, a, TypeParam::elementwise, "mul_");
+  expect_gpu_result(gpu_a, a, TypeParam::elementwise, "mul_");
   EXPECT_EQ(gpu_a.impl()->storage.get(), storage) << "in-place ops keep the storage";
   // copy_ converts the dtype, and the source may be on another device.
   Tensor result = gpu_a.to(Device::cpu());
   Tensor gpu_f32 = zeros({4, 5}, TensorOptions(DType::f32, kGpu));
   gpu_f32.copy_(gpu_a);
-  expect_close(gpu_f32, result.to(DType::f32), kExact, "copy_ from the GPU into f32");
+  expect_gpu_result(gpu_f32, result.to(DType::f32), kExact, "copy_ from the GPU into f32");
   gpu_f32.copy_(b);
-  expect_close(gpu_f32, b.to(DType::f32), kExact, "copy_ from the CPU");
+  expect_gpu_result(gpu_f32, b.to(DType::f32), kExact, "copy_ from the CPU");
   Tensor host = zeros({4, 5}, TypeParam::dtype);
   host.copy_(gpu_a);
   EXPECT_EQ(host.to_vector(), result.to_vector()) << "copy_ from the GPU to the CPU";
   gpu_a.fill_(-2.5);
-  expect_close(gpu_a, full({4, 5}, -2.5, TypeParam::dtype), kExact, "fill_");
+  expect_gpu_result(gpu_a, full({4, 5}, -2.5, TypeParam::dtype), kExact, "fill_");
 }
 
 TYPED_TEST(CudaOps, ItemAndClone) {
@@ -441,13 +439,13 @@ TYPED_TEST(CudaOps, ItemAndClone) {
   EXPECT_NEAR(sum(gpu_x).item(), sum(x).item(),
               TypeParam::summed.atol + TypeParam::summed.rtol * std::abs(sum(x).item()));
   Tensor copy = gpu_x.clone();
-  expect_close(copy, x, kExact, "clone");
+  expect_gpu_result(copy, x, kExact, "clone");
   copy.fill_(0.0);
-  expect_close(gpu_x, x, kExact, "the original after its clone was overwritten");
+  expect_gpu_result(gpu_x, x, kExact, "the original after its clone was overwritten");
   // clone is differentiable: d(sum(2 clone(x)))/dx = 2, on the GPU.
   gpu_x.set_requires_grad();
   sum(mul(gpu_x.clone(), 2.0)).backward();
-  expect_close(gpu_x.grad(), full({3, 4}, 2.0, TypeParam::dtype), kExact, "gradient through clone");
+  expect_gpu_result(gpu_x.grad(), full({3, 4}, 2.0, TypeParam::dtype), kExact, "gradient through clone");
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include "autograd/gradcheck.h"
 #include "tensor/ops.h"
+#include "tests/support/compare.h"
 #include "tests/support/test_util.h"
 
 namespace sl {
@@ -17,10 +18,7 @@ const TensorOptions kF64{DType::f64};
 
 Tensor f64(std::vector<double> values, Shape shape) { return from_vector(values, shape, kF64); }
 
-void expect_near_all(const std::vector<double>& got, const std::vector<double>& want, double tol) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << "element " << i;
-}
+using test_support::expect_close;  // every element within the tolerance (tests/support/compare.h)
 
 // ---- unary forward -----------------------------------------------------------------------------------
 
@@ -64,13 +62,14 @@ TEST(Elementwise, UnaryMatchesAReferenceLoopInF64) {
     for (double v : x) want.push_back(op.reference(v));
     Tensor y = op.op(f64(x, {static_cast<int64_t>(x.size())}));
     EXPECT_EQ(y.dtype(), DType::f64);
-    expect_near_all(y.to_vector(), want, 1e-14);
+    expect_close(y.to_vector(), want, {.atol = 1e-14}, op.name);
   }
 }
 
 TEST(Elementwise, UnaryHandWorkedValues) {
   // gelu(1) = 0.5 (1 + tanh(0.7978845608 * 1.044715)) = 0.8411919906
-  expect_near_all(gelu(f64({-1, 0, 1}, {3})).to_vector(), {-0.15880800939172324, 0.0, 0.8411919906082768}, 1e-15);
+  expect_close(gelu(f64({-1, 0, 1}, {3})).to_vector(), {-0.15880800939172324, 0.0, 0.8411919906082768}, {.atol = 1e-15},
+               "gelu");
   EXPECT_EQ(relu(f64({-2, 0, 3}, {3})).to_vector(), (std::vector<double>{0, 0, 3}));
   EXPECT_EQ(sigmoid(f64({0}, {1})).item(), 0.5);
   EXPECT_EQ(rsqrt(f64({4}, {1})).item(), 0.5);
@@ -289,7 +288,7 @@ TEST(Elementwise, SumToMatchesAReferenceLoop) {
       for (int64_t i = 0; i < out_shape.numel(); ++i) want[source_index(target, out_shape, i)] += xv[i];
       Tensor reduced = sum_to(x, target);
       EXPECT_EQ(reduced.shape(), target);
-      expect_near_all(reduced.to_vector(), want, 1e-12);
+      expect_close(reduced.to_vector(), want, {.atol = 1e-12}, "sum_to");
     }
   }
   EXPECT_EQ(sum_to(f64({1, 2, 3, 4, 5, 6}, {2, 3}), Shape{}).item(), 21.0);

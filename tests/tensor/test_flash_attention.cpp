@@ -21,6 +21,7 @@
 #include "tensor/cpu/flash_attention.h"
 #include "tensor/ledger.h"
 #include "tensor/ops.h"
+#include "tests/support/compare.h"
 #include "tests/support/test_util.h"
 
 namespace sl {
@@ -61,8 +62,9 @@ AttentionRun run_flash(const Tensor& q, const Tensor& k, const Tensor& v, const 
 AttentionRun run_eager(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout) {
   return run([](const Tensor& a, const Tensor& b, const Tensor& c) { return eager_attention(a, b, c); }, q, k, v, dout);
 }
+// NaN in any of the three is the error (std::max would drop it unless it came first).
 double grad_error(const AttentionRun& a, const AttentionRun& b) {
-  return std::max({max_abs_diff(a.dq, b.dq), max_abs_diff(a.dk, b.dk), max_abs_diff(a.dv, b.dv)});
+  return test_support::nan_max({max_abs_diff(a.dq, b.dq), max_abs_diff(a.dk, b.dk), max_abs_diff(a.dv, b.dv)});
 }
 
 struct Errors {

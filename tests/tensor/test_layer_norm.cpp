@@ -6,6 +6,7 @@
 
 #include "autograd/gradcheck.h"
 #include "tensor/ops.h"
+#include "tests/support/compare.h"
 #include "tests/support/test_util.h"
 
 namespace sl {
@@ -28,11 +29,9 @@ std::vector<double> reference_layer_norm(const std::vector<double>& x, const std
   return y;
 }
 
-void expect_close(const std::vector<double>& actual, const std::vector<double>& expected, double tolerance) {
-  ASSERT_EQ(actual.size(), expected.size());
-  for (size_t i = 0; i < actual.size(); ++i)
-    EXPECT_NEAR(actual[i], expected[i], tolerance * (1 + std::abs(expected[i]))) << "element " << i;
-}
+// Within t·(1 + |expected|) everywhere (tests/support/compare.h).
+using test_support::expect_close;
+using test_support::within;
 
 TEST(LayerNorm, MatchesAPlainLoop) {
   Generator generator(1);
@@ -41,7 +40,8 @@ TEST(LayerNorm, MatchesAPlainLoop) {
   Tensor bias = randn({8}, kF64, &generator);
   Tensor y = layer_norm(x, weight, bias, 1e-5);
   EXPECT_EQ(y.shape(), (Shape{2, 3, 8}));
-  expect_close(y.to_vector(), reference_layer_norm(x.to_vector(), weight.to_vector(), bias.to_vector(), 1e-5), 1e-12);
+  expect_close(y.to_vector(), reference_layer_norm(x.to_vector(), weight.to_vector(), bias.to_vector(), 1e-5),
+               within(1e-12), "layer_norm");
 }
 
 TEST(LayerNorm, UnitWeightZeroBiasGivesMeanZeroVarianceOne) {
@@ -51,13 +51,14 @@ TEST(LayerNorm, UnitWeightZeroBiasGivesMeanZeroVarianceOne) {
   expect_close(y,
                {-1.5 / std::sqrt(1.25), -0.5 / std::sqrt(1.25), 0.5 / std::sqrt(1.25), 1.5 / std::sqrt(1.25),
                 -1 / std::sqrt(3.0), -1 / std::sqrt(3.0), -1 / std::sqrt(3.0), 3 / std::sqrt(3.0)},
-               1e-12);
+               within(1e-12), "layer_norm");
 }
 
 TEST(LayerNorm, ConstantRowIsFiniteThanksToEps) {
   // Variance 0: rstd = 1/sqrt(eps), and x - mean = 0, so y = bias.
   Tensor x = full({1, 4}, 7.0, kF64);
-  expect_close(layer_norm(x, ones({4}, kF64), full({4}, 0.5, kF64)).to_vector(), {0.5, 0.5, 0.5, 0.5}, 1e-12);
+  expect_close(layer_norm(x, ones({4}, kF64), full({4}, 0.5, kF64)).to_vector(), {0.5, 0.5, 0.5, 0.5}, within(1e-12),
+               "layer_norm of a constant row");
 }
 
 TEST(LayerNorm, ShapeAndDtypeErrorsNameTheShapes) {
@@ -89,7 +90,7 @@ TEST(LayerNorm, LowPrecisionMatchesF32) {
     Tensor y = layer_norm(x_low, weight_low, bias_low);
     EXPECT_EQ(y.dtype(), dtype);
     Tensor reference = layer_norm(x_low.to(DType::f32), weight_low.to(DType::f32), bias_low.to(DType::f32));
-    expect_close(y.to_vector(), reference.to_vector(), 1e-2);
+    expect_close(y.to_vector(), reference.to_vector(), within(1e-2), "layer_norm in 16 bits");
   }
 }
 

@@ -8,6 +8,7 @@
 
 #include "autograd/gradcheck.h"
 #include "tensor/ops.h"
+#include "tests/support/compare.h"
 #include "tests/support/test_util.h"
 
 namespace {
@@ -71,11 +72,9 @@ std::vector<double> naive_matmul(const Tensor& a, const Tensor& b, bool ta, bool
   return out;
 }
 
-void expect_near_all(const std::vector<double>& got, const std::vector<double>& want, double rtol, double atol) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i)
-    ASSERT_NEAR(got[i], want[i], atol + rtol * std::abs(want[i])) << "at element " << i;
-}
+// Every element within t·(1 + |want|) (tests/support/compare.h).
+using sl::test_support::expect_close;
+using sl::test_support::within;
 
 using sl::expect_error;
 using sl::expect_gradcheck;
@@ -122,8 +121,8 @@ TEST_P(MatmulValues, MatchesNaiveLoopF32AndF64) {
     std::vector<double> want = naive_matmul(a, b, c.ta, c.tb, &want_shape);
     EXPECT_EQ(out.shape(), want_shape);
     EXPECT_EQ(out.dtype(), dtype);
-    double rtol = dtype == sl::DType::f32 ? 1e-5 : 1e-12;
-    expect_near_all(out.to_vector(), want, rtol, rtol);
+    const double tol = dtype == sl::DType::f32 ? 1e-5 : 1e-12;
+    expect_close(out.to_vector(), want, within(tol), "matmul against the naive loops");
   }
 }
 
@@ -136,7 +135,7 @@ TEST_P(MatmulValues, HalfPrecisionMatchesF32) {
     Tensor out = sl::matmul(a, b, c.ta, c.tb);
     EXPECT_EQ(out.dtype(), dtype);
     std::vector<double> want = sl::matmul(a.to(sl::DType::f32), b.to(sl::DType::f32), c.ta, c.tb).to_vector();
-    expect_near_all(out.to_vector(), want, 1e-2, 1e-2);
+    expect_close(out.to_vector(), want, within(1e-2), "16-bit matmul against f32");
   }
 }
 
@@ -172,7 +171,7 @@ TEST(Matmul, TwoThreadsMatchNaiveLoop) {
     Tensor b = sl::randn(c.b_shape());
     Shape want_shape;
     std::vector<double> want = naive_matmul(a, b, c.ta, c.tb, &want_shape);
-    expect_near_all(sl::matmul(a, b, c.ta, c.tb).to_vector(), want, 1e-4, 1e-4);
+    expect_close(sl::matmul(a, b, c.ta, c.tb).to_vector(), want, within(1e-4), "matmul");
   }
   sl::set_num_threads(1);
   EXPECT_EQ(sl::num_threads(), 1);
@@ -268,8 +267,8 @@ TEST_P(MatmulBackward, MatchesFormulas) {
   ASSERT_TRUE(a.grad().defined() && b.grad().defined());
   EXPECT_EQ(a.grad().shape(), a.shape());
   EXPECT_EQ(b.grad().shape(), b.shape());
-  expect_near_all(a.grad().to_vector(), probe(a, true), 1e-12, 1e-12);
-  expect_near_all(b.grad().to_vector(), probe(b, false), 1e-12, 1e-12);
+  expect_close(a.grad().to_vector(), probe(a, true), within(1e-12), "matmul's gradient of a");
+  expect_close(b.grad().to_vector(), probe(b, false), within(1e-12), "matmul's gradient of b");
 }
 
 std::vector<MatmulCase> gradient_cases() {

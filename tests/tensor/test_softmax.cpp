@@ -7,6 +7,7 @@
 
 #include "autograd/gradcheck.h"
 #include "tensor/ops.h"
+#include "tests/support/compare.h"
 #include "tests/support/test_util.h"
 
 namespace sl {
@@ -25,17 +26,15 @@ std::vector<double> reference_softmax(const std::vector<double>& x, int64_t C) {
   return y;
 }
 
-void expect_close(const std::vector<double>& actual, const std::vector<double>& expected, double tolerance) {
-  ASSERT_EQ(actual.size(), expected.size());
-  for (size_t i = 0; i < actual.size(); ++i)
-    EXPECT_NEAR(actual[i], expected[i], tolerance * (1 + std::abs(expected[i]))) << "element " << i;
-}
+// Within t·(1 + |expected|) everywhere (tests/support/compare.h).
+using test_support::expect_close;
+using test_support::within;
 
 TEST(Softmax, MatchesAPlainLoopAndRowsSumToOne) {
   Generator generator(1);
   Tensor x = randn({2, 3, 5}, kF64, &generator);
   std::vector<double> y = softmax(x).to_vector();
-  expect_close(y, reference_softmax(x.to_vector(), 5), 1e-12);
+  expect_close(y, reference_softmax(x.to_vector(), 5), within(1e-12), "softmax");
   for (int row = 0; row < 6; ++row) {
     double total = 0;
     for (int i = 0; i < 5; ++i) total += y[row * 5 + i];
@@ -49,24 +48,26 @@ TEST(Softmax, LogSoftmaxIsTheLogOfSoftmax) {
   Tensor x = randn({4, 7}, kF64, &generator);
   std::vector<double> expected = reference_softmax(x.to_vector(), 7);
   for (double& value : expected) value = std::log(value);
-  expect_close(log_softmax(x).to_vector(), expected, 1e-12);
+  expect_close(log_softmax(x).to_vector(), expected, within(1e-12), "log_softmax");
 }
 
 TEST(Softmax, HugeLogitsDoNotOverflow) {
   // exp(1000) is inf in double; shifting by the row max keeps every exponent <= 0.
   Tensor x = from_vector({1000, 1001, 1002}, {1, 3}, kF64);
   double total = std::exp(-2.0) + std::exp(-1.0) + 1.0;
-  expect_close(softmax(x).to_vector(), {std::exp(-2.0) / total, std::exp(-1.0) / total, 1.0 / total}, 1e-12);
-  expect_close(log_softmax(x).to_vector(), {-2 - std::log(total), -1 - std::log(total), -std::log(total)}, 1e-12);
+  expect_close(softmax(x).to_vector(), {std::exp(-2.0) / total, std::exp(-1.0) / total, 1.0 / total}, within(1e-12),
+               "softmax");
+  expect_close(log_softmax(x).to_vector(), {-2 - std::log(total), -1 - std::log(total), -std::log(total)},
+               within(1e-12), "log_softmax");
   // The same in f32, where exp(89) already overflows.
-  expect_close(softmax(x.to(DType::f32)).to_vector(), softmax(x).to_vector(), 1e-6);
+  expect_close(softmax(x.to(DType::f32)).to_vector(), softmax(x).to_vector(), within(1e-6), "softmax in f32");
 }
 
 TEST(Softmax, MinusInfinityGetsZeroProbability) {
   // A masked attention score: -inf takes no probability, the rest renormalise.
   const double inf = std::numeric_limits<double>::infinity();
   Tensor x = from_vector({0, -inf, 0, 1, -inf, -inf}, {2, 3}, kF64);
-  expect_close(softmax(x).to_vector(), {0.5, 0, 0.5, 1, 0, 0}, 1e-12);
+  expect_close(softmax(x).to_vector(), {0.5, 0, 0.5, 1, 0, 0}, within(1e-12), "softmax");
   std::vector<double> log_y = log_softmax(x).to_vector();
   EXPECT_NEAR(log_y[0], std::log(0.5), 1e-12);
   EXPECT_EQ(log_y[1], -inf);
@@ -87,8 +88,9 @@ TEST(Softmax, LowPrecisionMatchesF32) {
     Tensor low = x.to(dtype);
     EXPECT_EQ(softmax(low).dtype(), dtype);
     // Compare against f32 on the same (rounded) inputs: the error is then the op's own.
-    expect_close(softmax(low).to_vector(), softmax(low.to(DType::f32)).to_vector(), 1e-2);
-    expect_close(log_softmax(low).to_vector(), log_softmax(low.to(DType::f32)).to_vector(), 1e-2);
+    expect_close(softmax(low).to_vector(), softmax(low.to(DType::f32)).to_vector(), within(1e-2), "softmax");
+    expect_close(log_softmax(low).to_vector(), log_softmax(low.to(DType::f32)).to_vector(), within(1e-2),
+                 "log_softmax");
   }
 }
 
@@ -108,12 +110,14 @@ TEST(Softmax, BackwardMatchesTheFormulaByHand) {
   std::vector<double> y = reference_softmax(x.to_vector(), 3);
   softmax(x).backward(from_vector(g, {1, 3}, kF64));
   double dot = g[0] * y[0] + g[1] * y[1] + g[2] * y[2];
-  expect_close(x.grad().to_vector(), {y[0] * (g[0] - dot), y[1] * (g[1] - dot), y[2] * (g[2] - dot)}, 1e-12);
+  expect_close(x.grad().to_vector(), {y[0] * (g[0] - dot), y[1] * (g[1] - dot), y[2] * (g[2] - dot)}, within(1e-12),
+               "softmax's gradient");
 
   x.set_grad(Tensor());
   log_softmax(x).backward(from_vector(g, {1, 3}, kF64));
   double g_total = g[0] + g[1] + g[2];
-  expect_close(x.grad().to_vector(), {g[0] - y[0] * g_total, g[1] - y[1] * g_total, g[2] - y[2] * g_total}, 1e-12);
+  expect_close(x.grad().to_vector(), {g[0] - y[0] * g_total, g[1] - y[1] * g_total, g[2] - y[2] * g_total},
+               within(1e-12), "log_softmax's gradient");
 }
 
 // ---- finite differences --------------------------------------------------------------------------

@@ -16,37 +16,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// How each rank's function ended: "mismatch", "remote", "timeout", "other" or "" (returned), and why.
-struct Outcome {
-  std::string type, message;
-};
-
-std::vector<Outcome> run_and_record(int n, const LaunchOptions& options, const std::function<void(RankContext&)>& fn) {
-  std::vector<Outcome> outcomes(n);
-  try {
-    launch(
-        n,
-        [&](RankContext& ctx) {
-          try {
-            fn(ctx);
-          } catch (const CollectiveMismatch& e) {
-            outcomes[ctx.rank] = {"mismatch", e.what()};
-            throw;
-          } catch (const RemoteError& e) {
-            outcomes[ctx.rank] = {"remote", e.what()};
-            throw;
-          } catch (const TimeoutError& e) {
-            outcomes[ctx.rank] = {"timeout", e.what()};
-            throw;
-          } catch (const std::exception& e) {
-            outcomes[ctx.rank] = {"other", e.what()};
-            throw;
-          }
-        },
-        options);
-    ADD_FAILURE() << "launch returned normally";
-  } catch (const Error&) {
-  }
+// How each rank's function ended (tests/support/parallel.h): launch must have thrown.
+std::vector<RankOutcome> run_and_record(int n, const LaunchOptions& options,
+                                        const std::function<void(RankContext&)>& fn) {
+  std::vector<RankOutcome> outcomes;
+  if (launch_recording(n, options, outcomes, fn) == kLaunchReturned) ADD_FAILURE() << "launch returned normally";
   return outcomes;
 }
 

@@ -29,41 +29,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// What each rank ended with: its error message (empty if none) and when.
-struct Outcome {
-  std::string message;
-  std::string type;  // "remote", "timeout", "mismatch", "other", ""
-  Clock::time_point at;
-};
-
-// Runs fn on every rank, records how each rank ended, and returns launch's own message.
-std::string run_and_record(int n, const LaunchOptions& options, std::vector<Outcome>& outcomes,
-                           const std::function<void(RankContext&)>& fn) {
-  outcomes.assign(n, Outcome{});
-  try {
-    launch(n, [&](RankContext& ctx) {
-      try {
-        fn(ctx);
-      } catch (const RemoteError& e) {
-        outcomes[ctx.rank] = {e.what(), "remote", Clock::now()};
-        throw;
-      } catch (const TimeoutError& e) {
-        outcomes[ctx.rank] = {e.what(), "timeout", Clock::now()};
-        throw;
-      } catch (const CollectiveMismatch& e) {
-        outcomes[ctx.rank] = {e.what(), "mismatch", Clock::now()};
-        throw;
-      } catch (const std::exception& e) {
-        outcomes[ctx.rank] = {e.what(), "other", Clock::now()};
-        throw;
-      }
-    }, options);
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(launch returned normally)";
-}
-
 class Failures : public testing::TestWithParam<int> {
  protected:
   void SetUp() override { SL_SKIP_UNDER_MPI("failure injection into rank threads"); }
@@ -76,10 +41,10 @@ TEST_P(Failures, ARankThrowingAtARandomStepAbortsEveryOtherRank) {
   Tensor pick = rand({2}, TensorOptions{DType::f64}, &gen);
   const int failing = static_cast<int>(pick.to_vector()[0] * n);
   const int step = 1 + static_cast<int>(pick.to_vector()[1] * 8);
-  std::vector<Outcome> outcomes;
+  std::vector<RankOutcome> outcomes;
   Clock::time_point thrown_at;
   LaunchOptions options;  // the default 10-minute timeout: only the abort can end the wait in time
-  std::string launched = run_and_record(n, options, outcomes, [&](RankContext& ctx) {
+  std::string launched = launch_recording(n, options, outcomes, [&](RankContext& ctx) {
     Tensor t = ones({1000});
     for (int s = 0; s < 20; ++s) {
       if (ctx.rank == failing && s == step) {
@@ -102,9 +67,9 @@ TEST_P(Failures, ARankThrowingAtARandomStepAbortsEveryOtherRank) {
 
 TEST_P(Failures, ARankThatSkipsACollectiveAndReturnsIsNoticedAtOnce) {
   const int n = GetParam();
-  std::vector<Outcome> outcomes;
+  std::vector<RankOutcome> outcomes;
   auto start = Clock::now();
-  run_and_record(n, LaunchOptions{}, outcomes, [&](RankContext& ctx) {
+  launch_recording(n, LaunchOptions{}, outcomes, [&](RankContext& ctx) {
     Tensor t = ones({64});
     ctx.world->all_reduce(t);
     if (ctx.rank == n - 1) return;  // skips the second one
@@ -125,11 +90,11 @@ TEST_P(Failures, ARankThatSkipsACollectiveAndReturnsIsNoticedAtOnce) {
 // fewer segments and returned, and the root waited for a taker of the rest until the timeout.)
 TEST_P(Failures, ABroadcastOfAnotherSizeIsNamedAtOnceNotATimeout) {
   const int n = GetParam();
-  std::vector<Outcome> outcomes;
+  std::vector<RankOutcome> outcomes;
   LaunchOptions options;
   options.timeout = std::chrono::milliseconds(20000);
   const auto start = Clock::now();
-  const std::string message = run_and_record(n, options, outcomes, [&](RankContext& ctx) {
+  const std::string message = launch_recording(n, options, outcomes, [&](RankContext& ctx) {
     Tensor t = zeros({ctx.rank == n - 1 ? 1 << 18 : 3 << 18});  // 1 MiB on the last rank, 3 MiB elsewhere
     ctx.world->broadcast(t, 0);
   });
@@ -142,8 +107,8 @@ TEST_P(Failures, ABroadcastOfAnotherSizeIsNamedAtOnceNotATimeout) {
 
 TEST_P(Failures, ARankCallingAnotherOpAtTheSameSequenceNumberIsAMismatch) {
   const int n = GetParam();
-  std::vector<Outcome> outcomes;
-  run_and_record(n, quick(3000), outcomes, [&](RankContext& ctx) {
+  std::vector<RankOutcome> outcomes;
+  launch_recording(n, quick(3000), outcomes, [&](RankContext& ctx) {
     Tensor t = ones({8 * n});
     if (ctx.rank == 0)
       ctx.world->all_gather(t, ones({8}));
@@ -151,7 +116,7 @@ TEST_P(Failures, ARankCallingAnotherOpAtTheSameSequenceNumberIsAMismatch) {
       ctx.world->all_reduce(t);
   });
   int mismatches = 0;
-  for (const Outcome& o : outcomes) {
+  for (const RankOutcome& o : outcomes) {
     if (o.type != "mismatch") continue;
     ++mismatches;
     EXPECT_NE(o.message.find("#0"), std::string::npos) << o.message;
@@ -161,9 +126,9 @@ TEST_P(Failures, ARankCallingAnotherOpAtTheSameSequenceNumberIsAMismatch) {
 
 TEST_P(Failures, AStuckRankMakesTheOthersTimeOutWithOpSequenceAndTimes) {
   const int n = GetParam();
-  std::vector<Outcome> outcomes;
+  std::vector<RankOutcome> outcomes;
   auto start = Clock::now();
-  run_and_record(n, quick(1000), outcomes, [&](RankContext& ctx) {
+  launch_recording(n, quick(1000), outcomes, [&](RankContext& ctx) {
     Tensor t = ones({16});
     ctx.world->barrier();
     if (ctx.rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1800));  // never in time
@@ -184,8 +149,8 @@ TEST_P(Failures, AStuckRankMakesTheOthersTimeOutWithOpSequenceAndTimes) {
 
 TEST_P(Failures, DebugModeReportsDifferentShapesWithBothFingerprints) {
   const int n = GetParam();
-  std::vector<Outcome> outcomes;
-  run_and_record(n, quick(3000, /*debug=*/true), outcomes, [&](RankContext& ctx) {
+  std::vector<RankOutcome> outcomes;
+  launch_recording(n, quick(3000, /*debug=*/true), outcomes, [&](RankContext& ctx) {
     Tensor fine = ones({4});
     ctx.world->all_reduce(fine);
     Tensor t = ones({ctx.rank == 1 ? 6 : 4, 2});
@@ -207,8 +172,8 @@ TEST_P(Failures, DebugModeFromTheEnvironmentReportsDifferentOps) {
   unsetenv("SL_DEBUG_COLLECTIVES");
   ASSERT_TRUE(options.debug_collectives);
   options.timeout = std::chrono::milliseconds(3000);
-  std::vector<Outcome> outcomes;
-  run_and_record(n, options, outcomes, [&](RankContext& ctx) {
+  std::vector<RankOutcome> outcomes;
+  launch_recording(n, options, outcomes, [&](RankContext& ctx) {
     Tensor t = ones({4});
     if (ctx.rank == 0)
       ctx.world->broadcast(t, 0);
@@ -228,9 +193,9 @@ TEST_P(Failures, DebugModeFromTheEnvironmentReportsDifferentOps) {
 // moves until a timeout.
 TEST_P(Failures, TheWorldIsAbortedBeforeTheFailedRanksGroupWaitsForItsQueuedWork) {
   const int n = GetParam();
-  std::vector<Outcome> outcomes;
+  std::vector<RankOutcome> outcomes;
   Clock::time_point thrown_at;
-  std::string launched = run_and_record(n, quick(5000), outcomes, [&](RankContext& ctx) {
+  std::string launched = launch_recording(n, quick(5000), outcomes, [&](RankContext& ctx) {
     Tensor t = ones({256});
     if (ctx.rank == 0) {
       ctx.world->all_reduce_async(t);
@@ -257,10 +222,10 @@ INSTANTIATE_TEST_SUITE_P(Worlds, Failures, testing::Values(2, 3, 4), world_name)
 TEST(AsyncFailures, AnAsyncCollectiveFailingOnTheWorkerAbortsTheWorldAtOnce) {
   SL_SKIP_UNDER_MPI("failure injection into rank threads");
   const int n = 3;
-  std::vector<Outcome> outcomes;
+  std::vector<RankOutcome> outcomes;
   std::atomic<int64_t> failed_at_ns{0};
   LaunchOptions options;  // the default 10-minute timeout: only the abort can end the wait in time
-  std::string launched = run_and_record(n, options, outcomes, [&](RankContext& ctx) {
+  std::string launched = launch_recording(n, options, outcomes, [&](RankContext& ctx) {
     if (ctx.rank == 0)
       ctx.world->set_collective_observer([&](const Fingerprint& f) {
         if (f.op != CommOp::all_reduce || f.sequence != 1) return;

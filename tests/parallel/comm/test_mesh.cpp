@@ -15,6 +15,7 @@
 #include "parallel/comm/launch.h"
 #include "parallel/comm/mesh.h"
 #include "tensor/ops.h"
+#include "tests/support/parallel.h"
 #include "tests/support/test_util.h"
 
 namespace sl::parallel {
@@ -23,12 +24,6 @@ namespace {
 using Coords = std::array<int, 5>;  // pp, dp_replicate, dp_shard, cp, tp (outermost first)
 using DimSet = std::array<bool, 5>;
 
-LaunchOptions quick_threads() {
-  LaunchOptions options;
-  options.backend = Backend::threads;
-  options.timeout = std::chrono::milliseconds(3000);  // a broken mesh fails in seconds, never hangs
-  return options;
-}
 
 // Every rank's coordinates, by counting: rank r is the r-th cell visited with tp changing fastest.
 std::vector<Coords> reference_grid(const ParallelismConfig& c) {
@@ -174,7 +169,7 @@ std::vector<RankReport> observe(const ParallelismConfig& config) {
           report.summed_bits[set.label] = bits.item();
         }
       },
-      quick_threads());
+      quick_on(Backend::threads, 3000));
   return reports;
 }
 
@@ -266,7 +261,7 @@ TEST(DeviceMesh, HeaderExampleGroups) {
           partitions[static_cast<size_t>(ctx.rank)][name] = mesh.partition(name);
         if (ctx.rank == 5) drawing = mesh.str();
       },
-      quick_threads());
+      quick_on(Backend::threads, 3000));
   using Partition = std::vector<std::vector<int>>;
   for (const auto& p : partitions) {
     EXPECT_EQ(p.at("tp"), (Partition{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
@@ -299,7 +294,7 @@ TEST(DeviceMesh, TpAllReduceSumsOnlyTpPeers) {
         mesh.group("tp")->all_reduce(t);
         sums[static_cast<size_t>(ctx.rank)] = t.to_vector();
       },
-      quick_threads());
+      quick_on(Backend::threads, 3000));
   // tp groups {0,1} {2,3} {4,5} {6,7}: each pair's sum, not the world's 28.
   const std::vector<double> expected = {1, 1, 5, 5, 9, 9, 13, 13};
   for (int r = 0; r < 8; ++r)
@@ -323,7 +318,7 @@ TEST(DeviceMesh, SizeOneDimensionsGetATrivialGroup) {
         SL_CHECK(mesh.group({"pp", "tp"}) == mesh.group("tp"), "{pp,tp} is tp when pp is 1");
         SL_CHECK(mesh.group({"dp_shard", "tp"}) == ctx.world, "the set of every size>1 dimension is the world");
       },
-      quick_threads());
+      quick_on(Backend::threads, 3000));
 }
 
 // ---- failures: before communication, the same on every rank ---------------------------------------
@@ -346,7 +341,7 @@ TEST(DeviceMesh, BadConfigThrowsOnEveryRankBeforeAnyCommunication) {
             throw;
           }
         },
-        quick_threads());
+        quick_on(Backend::threads, 3000));
   });
   EXPECT_EQ(launched, expected);
   for (int r = 0; r < 8; ++r) {
@@ -367,7 +362,7 @@ TEST(DeviceMesh, RanksThatDisagreeOnTheConfigAllThrow) {
               ctx.rank == 2 ? ParallelismConfig{.tp = 4} : ParallelismConfig{.dp_shard = 4};
           messages[static_cast<size_t>(ctx.rank)] = message_of([&] { DeviceMesh mesh(ctx.world, config); });
         },
-        quick_threads());
+        quick_on(Backend::threads, 3000));
   });
   const std::string expected =
       "DeviceMesh: ranks disagree on the ParallelismConfig: rank 0 has dp_replicate 1 x dp_shard 4 x pp 1 x cp 1 x "
@@ -387,7 +382,7 @@ TEST(DeviceMesh, UnknownNameListsTheKnownOnes) {
         messages.push_back(message_of([&] { mesh.coordinate("ep"); }));
         messages.push_back(message_of([&] { mesh.group(std::vector<std::string>{}); }));
       },
-      quick_threads());
+      quick_on(Backend::threads, 3000));
   const std::string known = "(known: pp, dp_replicate, dp_shard, cp, tp, dp, dp_shard_cp, dp_cp)";
   ASSERT_EQ(messages.size(), 4u);
   EXPECT_EQ(messages[0], "DeviceMesh: unknown dimension 'data' " + known);

@@ -26,12 +26,6 @@
 namespace sl::parallel {
 namespace {
 
-LaunchOptions nccl_options(int timeout_ms = 10000) {
-  LaunchOptions options = quick(timeout_ms);
-  options.backend = Backend::nccl;
-  return options;
-}
-
 // Runs on every machine: without enough GPUs the launch raises an sl::Error naming both counts.
 TEST(NcclLaunch, TooFewGpusIsAClearError) {
   SL_SKIP_UNDER_MPI("under mpirun the nccl backend takes the MPI bootstrap");
@@ -40,7 +34,7 @@ TEST(NcclLaunch, TooFewGpusIsAClearError) {
   std::atomic<bool> ran{false};
   std::string message = message_of([&] {
     launch(
-        world, [&](RankContext&) { ran = true; }, nccl_options());
+        world, [&](RankContext&) { ran = true; }, quick_on(Backend::nccl, 10000));
   });
 #ifdef SL_WITH_NCCL
   std::string wanted = "world size " + std::to_string(world) + " needs " + std::to_string(world) + " GPUs";
@@ -189,7 +183,7 @@ TEST_P(NcclCollectives, MatchWorkedOutValues) {
         group.broadcast_device(shared.get(), 5, c.dtype, n - 1);
         EXPECT_EQ(shared.values(), rank_values(n - 1, 5));
       },
-      nccl_options());
+      quick_on(Backend::nccl, 10000));
 }
 
 std::vector<CollectiveCase> collective_cases() {
@@ -252,7 +246,7 @@ TEST_P(NcclWorld, LedgerMatchesTheRingFormulas) {
           }
         }
       },
-      nccl_options());
+      quick_on(Backend::nccl, 10000));
 }
 
 // isend right, irecv left, then wait: NCCL issues both together, so the ring cannot deadlock.
@@ -273,7 +267,7 @@ TEST_P(NcclWorld, SendRecvAroundTheRing) {
         EXPECT_TRUE(sent->is_completed());
         EXPECT_EQ(in.values(), rank_values(left, 1000));
       },
-      nccl_options());
+      quick_on(Backend::nccl, 10000));
 }
 
 TEST_P(NcclWorld, SubGroupsBySplitAndNewGroup) {
@@ -305,7 +299,7 @@ TEST_P(NcclWorld, SubGroupsBySplitAndNewGroup) {
           EXPECT_EQ(ends->global_rank(1), n - 1);
         }
       },
-      nccl_options());
+      quick_on(Backend::nccl, 10000));
 }
 
 // all_to_all through the Tensor API (grouped ncclSend/ncclRecv): equal chunks, then both uneven rules
@@ -336,7 +330,7 @@ TEST_P(NcclWorld, AllToAllEqualAndUnevenChunks) {
         EXPECT_EQ(stats.calls, 3);
         EXPECT_EQ(stats.bytes_sent, rows_out * 24);
       },
-      nccl_options());
+      quick_on(Backend::nccl, 10000));
 }
 
 INSTANTIATE_TEST_SUITE_P(Nccl, NcclWorld, testing::Values(1, 2, 4, 8), world_name);
@@ -367,7 +361,7 @@ TEST(NcclPointToPoint, NeverQueuedBehindACollective) {
           }
           for (int64_t i = 0; i < 8; ++i) EXPECT_EQ(sum.values()[i], reduced(ReduceOp::sum, 2, i));
         },
-        nccl_options());
+        quick_on(Backend::nccl, 10000));
   }
 }
 
@@ -381,7 +375,7 @@ TEST(NcclFailures, CpuTensorIsRejected) {
         Tensor on_cpu = Tensor::empty(Shape({4}), TensorOptions(DType::f32, Device::cpu()));
         expect_error([&] { ctx.world->all_reduce(on_cpu); }, "on this rank's GPU cuda:0, got a tensor on cpu:0");
       },
-      nccl_options());
+      quick_on(Backend::nccl, 10000));
 }
 
 // Rank 1 skips the collective: rank 0 times out after the group's timeout, not NCCL's ten minutes,
@@ -408,7 +402,7 @@ TEST(NcclFailures, TimeoutRaisesTimeoutError) {
                        throw;
                      }
                    },
-                   nccl_options(1000)),
+                   quick_on(Backend::nccl, 1000)),
                TimeoutError);
   EXPECT_NE(message.find("all_reduce #0 on rank 0"), std::string::npos) << message;
   EXPECT_NE(message.find("timeout 1000 ms"), std::string::npos) << message;
@@ -440,7 +434,7 @@ TEST(NcclFailures, ThrowingRankAbortsTheOthers) {
             throw;
           }
         },
-        nccl_options(30000));
+        quick_on(Backend::nccl, 30000));
     ADD_FAILURE() << "launch should have thrown";
   } catch (const std::runtime_error& e) {
     EXPECT_STREQ(e.what(), "rank 1 gives up");
@@ -455,7 +449,7 @@ TEST(NcclFailures, ThrowingRankAbortsTheOthers) {
 // the tensors are even looked at: CPU tensors are enough to see the mismatch.
 TEST(NcclFailures, DebugModeReportsMismatchedCollectives) {
   SL_SKIP_UNLESS_GPUS(2);
-  LaunchOptions options = nccl_options();
+  LaunchOptions options = quick_on(Backend::nccl, 10000);
   options.debug_collectives = true;
   std::string message = message_of([&] {
     launch(
@@ -479,7 +473,7 @@ TEST(NcclFailures, DebugModeReportsMismatchedCollectives) {
 // comparison comes before the tensors are looked at: CPU tensors are enough.
 TEST(NcclFailures, DebugModeNamesAllToAllSplitSizesThatDisagree) {
   SL_SKIP_UNLESS_GPUS(2);
-  LaunchOptions options = nccl_options(20000);
+  LaunchOptions options = quick_on(Backend::nccl, 20000);
   options.debug_collectives = true;
   const auto start = std::chrono::steady_clock::now();
   std::string message = message_of([&] {

@@ -15,9 +15,10 @@
 
 #include "parallel/comm/launch.h"
 #include "parallel/context_parallel/context_parallel.h"
-#include "tests/support/parallel.h"
 #include "tensor/ledger.h"
 #include "tensor/ops.h"
+#include "tests/support/compare.h"
+#include "tests/support/parallel.h"
 #include "tests/support/test_util.h"
 
 namespace sl::parallel {
@@ -178,7 +179,7 @@ TEST_P(RingVsFull, OutputsGradientsAndBytes) {
   const Full exact = full_attention(q.to(DType::f64), k.to(DType::f64), v.to(DType::f64), dout.to(DType::f64));
   const Full serial = full_attention(q, k, v, dout);
   auto grad_error = [](const Full& a, const Full& b) {
-    return std::max({max_abs_diff(a.dq, b.dq), max_abs_diff(a.dk, b.dk), max_abs_diff(a.dv, b.dv)});
+    return test_support::nan_max({max_abs_diff(a.dq, b.dq), max_abs_diff(a.dk, b.dk), max_abs_diff(a.dv, b.dv)});
   };
   const double serial_out_error = max_abs_diff(serial.out, exact.out), serial_grad_error = grad_error(serial, exact);
   // What each rank must send, from the shapes: blk = one rank's K (or V) block in bytes.
@@ -206,8 +207,8 @@ TEST_P(RingVsFull, OutputsGradientsAndBytes) {
   }, quick(60000));
   double out_error = 0, grads_error = 0;
   for (int r = 0; r < c.cp; ++r) {
-    out_error = std::max(out_error, errors[4 * r]);
-    for (int i = 1; i < 4; ++i) grads_error = std::max(grads_error, errors[4 * r + i]);
+    test_support::nan_max_into(out_error, errors[4 * r]);
+    for (int i = 1; i < 4; ++i) test_support::nan_max_into(grads_error, errors[4 * r + i]);
   }
   std::printf("[ring-vs-full] %s cp %d %s T %lld: max abs error vs f64, out %.3g grads %.3g (serial f32: %.3g, %.3g)\n",
               cp_variant_name(c.variant), c.cp, cp_balance_name(c.balance), static_cast<long long>(T), out_error,

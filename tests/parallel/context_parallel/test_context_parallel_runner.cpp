@@ -17,7 +17,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <sstream>
 
 #include "nn/data.h"
 #include "nn/gpt.h"
@@ -26,17 +25,23 @@
 #include "parallel/comm/mesh.h"
 #include "parallel/context_parallel/context_parallel.h"
 #include "parallel/data_parallel/data_parallel.h"
-#include "tests/support/trainer.h"
 #include "tensor/ledger.h"
 #include "tensor/ops.h"
+#include "tests/support/compare.h"
+#include "tests/support/serial_run.h"
 #include "tests/support/test_util.h"
+#include "tests/support/trainer.h"
 
 namespace sl::parallel {
 namespace {
 
+using test_support::at;
+using test_support::not_close;
+using test_support::state_of;
+
 constexpr int64_t kBatch = 4, kT = 24;  // 24 splits over 2, 3, 4 and 2·cp for each
 constexpr int kSteps = 5;
-constexpr double kRtol = 1e-5, kAtol = 4e-5;
+constexpr test_support::Tolerance kTol{.atol = 4e-5, .rtol = 1e-5};
 constexpr uint64_t kSeed = 5;
 
 nn::GPTConfig config() { return {.vocab_size = 32, .block_size = kT, .n_layer = 2, .n_head = 4, .n_embd = 16}; }
@@ -51,56 +56,20 @@ const nn::TokenStream& masked_tokens() {
   return stream;
 }
 
-struct Step {
-  double loss = 0;
-  nn::StateDict grads, params;
-};
-
 nn::StateDict copies(const nn::StateDict& state) {
   nn::StateDict out;
   for (const auto& [name, t] : state) out[name] = t.detach().clone().to(Device::cpu());
   return out;
 }
 
-const std::vector<Step>& serial_steps() {
-  static const std::vector<Step> steps = [] {
+// The serial reference (tests/support/serial_run.h): the whole batch in one backward, no clipping.
+const test_support::SerialRun& serial_reference() {
+  static const test_support::SerialRun run = [] {
     const DeviceGuard on_device(test_device());  // SL_TEST_DEVICE=cuda: on cuda:0, as the ranks
-    nn::GPT model(config(), kSeed);
-    nn::AdamW adamw(model.parameters(), parity_adamw());
-    std::vector<Step> out;
-    for (int s = 0; s < kSteps; ++s) {
-      adamw.zero_grad();
-      nn::Batch batch = masked_tokens().get_batch(s, kBatch, kT);
-      Tensor loss = model.loss(batch.inputs, batch.targets);
-      loss.backward();
-      Step step{loss.item(), {}, {}};
-      for (const auto& [name, p] : model.named_parameters()) step.grads[name] = p.grad().clone();
-      adamw.step();
-      step.params = copies(model.state_dict());
-      out.push_back(std::move(step));
-    }
-    return out;
+    return test_support::serial_run({.config = config(), .seed = kSeed, .adamw = parity_adamw(), .steps = kSteps},
+                                    [](int s) { return masked_tokens().get_batch(s, kBatch, kT); });
   }();
-  return steps;
-}
-
-// The first element outside rtol/atol, or "" when all are within.
-std::string mismatch(const nn::StateDict& got, const nn::StateDict& want, const std::string& what) {
-  if (got.size() != want.size()) return what + ": " + std::to_string(got.size()) + " tensors, serial has " +
-                                        std::to_string(want.size());
-  for (const auto& [name, w] : want) {
-    auto it = got.find(name);
-    if (it == got.end()) return what + " " + name + " missing";
-    if (it->second.shape() != w.shape()) return what + " " + name + ": shape differs";
-    std::vector<double> g = it->second.to_vector(), e = w.to_vector();
-    for (size_t i = 0; i < e.size(); ++i)
-      if (!(std::abs(g[i] - e[i]) <= kAtol + kRtol * std::abs(e[i]))) {
-        std::ostringstream out;
-        out << what << " " << name << "[" << i << "]: " << g[i] << " vs serial " << e[i];
-        return out.str();
-      }
-  }
-  return "";
+  return run;
 }
 
 struct CpCase {
@@ -162,7 +131,7 @@ TEST_P(ContextParallelParity, MatchesSerialAfterFiveSteps) {
   const int world = c.dp * c.cp;
   SL_SKIP_UNLESS_WORLD(world);
   SL_SKIP_UNLESS_TEST_DEVICE_RUNS(world);
-  const std::vector<Step>& serial = serial_steps();
+  const test_support::SerialRun& serial = serial_reference();
   std::vector<std::string> failures(world);
   std::vector<std::vector<double>> losses(world, std::vector<double>(kSteps));
   std::vector<char> ran(world, 0);  // under mpirun this process runs one rank
@@ -197,16 +166,18 @@ TEST_P(ContextParallelParity, MatchesSerialAfterFiveSteps) {
       Tensor total = from_vector({share}, Shape({1}), DType::f64);
       ctx.world->all_reduce(total);  // every rank holds its tokens' share
       losses[ctx.rank][s] = total.item();
-      fail(mismatch(copies(runner.full_gradients()), serial[s].grads, "step " + std::to_string(s) + " gradient"));
+      const test_support::SerialStep& want = serial.steps[s];
+      fail(not_close(copies(runner.full_gradients()), state_of(want.grads), kTol, at("gradient", ctx.rank, s)));
       adamw.step();
-      fail(mismatch(copies(runner.full_state_dict()), serial[s].params, "step " + std::to_string(s) + " parameter"));
+      fail(not_close(copies(runner.full_state_dict()), state_of(want.params), kTol, at("parameter", ctx.rank, s)));
     }
   }, on_test_device(quick(20000), world));
   for (int r = 0; r < world; ++r) {
     if (!ran[r]) continue;
     EXPECT_EQ(failures[r], "") << "rank " << r;
     for (int s = 0; s < kSteps; ++s)
-      EXPECT_NEAR(losses[r][s], serial[s].loss, kAtol + kRtol * serial[s].loss) << "rank " << r << " step " << s;
+      EXPECT_NEAR(losses[r][s], serial.steps[s].loss, kTol.bound(serial.steps[s].loss))
+          << "rank " << r << " step " << s;
   }
 }
 

@@ -15,16 +15,22 @@
 #include "parallel/data_parallel/data_parallel.h"
 #include "parallel/data_parallel/ddp.h"
 #include "parallel/data_parallel/naive_data_parallel.h"
-#include "tests/support/trainer.h"
 #include "tensor/ledger.h"
+#include "tests/support/compare.h"
+#include "tests/support/serial_run.h"
 #include "tests/support/test_util.h"
+#include "tests/support/trainer.h"
 
 namespace sl::parallel {
 namespace {
 
+using test_support::at;
+using test_support::expect_close;
+using test_support::named_grads;
+
 constexpr int64_t kBatch = 12;  // divisible by 1, 2, 3, 4
 constexpr int kSteps = 5;
-constexpr double kRtol = 1.3e-6, kAtol = 1e-5;
+constexpr test_support::Tolerance kTol{.atol = 1e-5, .rtol = 1.3e-6};
 constexpr uint64_t kSeed = 5;
 
 nn::GPTConfig small_config() { return nn::GPTConfig{32, 8, 2, 2, 16, 0.0}; }
@@ -45,65 +51,25 @@ const nn::TokenStream& tokens() {
   return stream;
 }
 
-// What one optimizer step saw and did.
-struct StepRecord {
-  double loss = 0;
-  std::vector<std::vector<double>> grads;   // before clipping
-  std::vector<std::vector<double>> params;  // after the step
-};
-
-std::vector<std::vector<double>> grads_of(const std::vector<Tensor>& params) {
-  std::vector<std::vector<double>> out;
-  for (const Tensor& p : params) out.push_back(p.grad().to_vector());
-  return out;
-}
-std::vector<std::vector<double>> values_of(const std::vector<Tensor>& params) {
-  std::vector<std::vector<double>> out;
-  for (const Tensor& p : params) out.push_back(p.to_vector());
-  return out;
-}
-
 // The micro-batch j of optimizer step s when each step takes `micro` of them.
 nn::Batch batch_for(int64_t step, int micro, int j, int64_t row_begin = 0, int64_t row_end = -1) {
   return tokens().get_batch(step * micro + j, kBatch, small_config().block_size, row_begin, row_end);
 }
 
-// The serial reference: one model, the whole batch (the `micro` micro-batches concatenated).
-std::vector<StepRecord> run_serial(int steps, int micro = 1, const nn::AdamWOptions& options = adamw_options()) {
-  nn::GPT model(small_config(), kSeed);
-  nn::AdamW optimizer(model.parameters(), options);
-  std::vector<StepRecord> records;
-  for (int s = 0; s < steps; ++s) {
+// The serial reference (tests/support/serial_run.h): one model, the whole batch (the `micro`
+// micro-batches concatenated, their mean loss in one backward), clipped at 1.
+test_support::SerialRun run_serial(int micro = 1, const nn::AdamWOptions& options = adamw_options()) {
+  const test_support::SerialOptions serial{
+      .config = small_config(), .seed = kSeed, .adamw = options, .steps = kSteps, .clip = 1.0};
+  return test_support::serial_run(serial, [&](int s) {
     std::vector<Tensor> inputs, targets;
     for (int j = 0; j < micro; ++j) {
       nn::Batch b = batch_for(s, micro, j);
       inputs.push_back(b.inputs);
       targets.push_back(b.targets);
     }
-    optimizer.zero_grad();
-    Tensor loss = model.loss(cat(inputs, 0), cat(targets, 0));  // the mean over micro·B rows
-    loss.backward();
-    StepRecord record{loss.item(), grads_of(model.parameters()), {}};
-    nn::clip_grad_norm(model.parameters(), 1.0);
-    optimizer.step();
-    record.params = values_of(model.parameters());
-    records.push_back(std::move(record));
-  }
-  return records;
-}
-
-bool close(double got, double want) { return std::abs(got - want) <= kAtol + kRtol * std::abs(want); }
-
-void expect_close(const std::vector<std::vector<double>>& got, const std::vector<std::vector<double>>& want,
-                  const std::string& what, int rank, int step) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t t = 0; t < got.size(); ++t) {
-    ASSERT_EQ(got[t].size(), want[t].size());
-    for (size_t i = 0; i < got[t].size(); ++i)
-      ASSERT_TRUE(close(got[t][i], want[t][i]))
-          << what << " of tensor " << t << " element " << i << " on rank " << rank << " at step " << step << ": "
-          << got[t][i] << " vs serial " << want[t][i];
-  }
+    return nn::Batch{cat(inputs, 0), cat(targets, 0)};  // the mean over micro·B rows
+  });
 }
 
 // ---- parallel == serial ----------------------------------------------------------------------------
@@ -137,7 +103,7 @@ std::vector<LayoutCase> layout_cases() {
 class DataParallel : public testing::TestWithParam<LayoutCase> {};
 
 // Runs the layout for kSteps steps with `options` and compares every rank with the serial records.
-void expect_matches_serial(const LayoutCase& c, const std::vector<StepRecord>& serial,
+void expect_matches_serial(const LayoutCase& c, const test_support::SerialRun& serial,
                            const nn::AdamWOptions& options) {
   launch(
       c.world,
@@ -153,15 +119,17 @@ void expect_matches_serial(const LayoutCase& c, const std::vector<StepRecord>& s
           for (int s = 0; s < kSteps; ++s) {
             if (optimizer) optimizer->zero_grad();
             double loss = dp.forward_backward(ctx.rank == 0 ? batch_for(s, 1, 0) : nn::Batch{});
-            EXPECT_TRUE(close(loss, serial[s].loss)) << "loss " << loss << " vs " << serial[s].loss;
+            const test_support::SerialStep& want = serial.steps[s];
+            EXPECT_TRUE(kTol.admits(loss, want.loss)) << "loss " << loss << " vs " << want.loss;
             if (ctx.rank != 0) continue;
-            expect_close(grads_of(params), serial[s].grads, "gradient", ctx.rank, s);
+            expect_close(named_grads(model), want.grads, kTol, at("gradient", ctx.rank, s));
             nn::clip_grad_norm(params, 1.0);
             optimizer->step();
-            expect_close(values_of(params), serial[s].params, "parameter", ctx.rank, s);
+            expect_close(model.named_parameters(), want.params, kTol, at("parameter", ctx.rank, s));
           }
           dp.replicate();  // the workers see the last update only now
-          expect_close(values_of(params), serial.back().params, "replicated parameter", ctx.rank, kSteps);
+          expect_close(model.named_parameters(), serial.steps.back().params, kTol,
+                       at("replicated parameter", ctx.rank, kSteps));
           return;
         }
         DistributedDataParallel ddp(model, ctx.world, DDPOptions{c.bucket_bytes});
@@ -173,11 +141,12 @@ void expect_matches_serial(const LayoutCase& c, const std::vector<StepRecord>& s
           loss.backward();
           Tensor global_loss = loss.detach().clone();
           ctx.world->all_reduce(global_loss, ReduceOp::avg);
-          EXPECT_TRUE(close(global_loss.item(), serial[s].loss)) << global_loss.item() << " vs " << serial[s].loss;
-          expect_close(grads_of(params), serial[s].grads, "gradient", ctx.rank, s);
+          const test_support::SerialStep& want = serial.steps[s];
+          EXPECT_TRUE(kTol.admits(global_loss.item(), want.loss)) << global_loss.item() << " vs " << want.loss;
+          expect_close(named_grads(model), want.grads, kTol, at("gradient", ctx.rank, s));
           nn::clip_grad_norm(params, 1.0);  // the averaged gradients are the same everywhere: so is the clip
           ddp.step(optimizer);
-          expect_close(values_of(params), serial[s].params, "parameter", ctx.rank, s);
+          expect_close(model.named_parameters(), want.params, kTol, at("parameter", ctx.rank, s));
         }
       },
       on_test_device(quick(20000), c.world));  // SL_TEST_DEVICE=cuda: on the GPU(s)
@@ -191,7 +160,7 @@ TEST_P(DataParallel, MatchesSerial) {
   if (c.mode == Mode::naive) SL_SKIP_ON_TEST_CUDA("naive DP packs its scatter and gather in host buffers");
   SL_SKIP_UNLESS_TEST_DEVICE_RUNS(c.world);
   const DeviceGuard on_device(test_device());
-  expect_matches_serial(c, run_serial(kSteps), adamw_options());
+  expect_matches_serial(c, run_serial(), adamw_options());
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, DataParallel, testing::ValuesIn(layout_cases()), layout_name);
@@ -248,7 +217,7 @@ TEST_P(DataParallelWeightDecay, MatchesSerialOverFiveStepsAtLr1e2Wd01) {
   const LayoutCase c = GetParam();
   SL_SKIP_UNLESS_WORLD(c.world);
   expect_decay_only_on_matrices();
-  expect_matches_serial(c, run_serial(kSteps, 1, decay_options()), decay_options());
+  expect_matches_serial(c, run_serial(1, decay_options()), decay_options());
 }
 
 std::vector<LayoutCase> decay_cases() {
@@ -406,7 +375,7 @@ TEST_P(DDPNoSync, AccumulationMatchesSerialOnTheConcatenatedBatches) {
   const LayoutCase c = GetParam();
   SL_SKIP_UNLESS_WORLD(c.world);
   constexpr int kMicro = 3;
-  const std::vector<StepRecord> serial = run_serial(kSteps, kMicro);
+  const test_support::SerialRun serial = run_serial(kMicro);
   launch(
       c.world,
       [&](RankContext& ctx) {
@@ -430,10 +399,10 @@ TEST_P(DDPNoSync, AccumulationMatchesSerialOnTheConcatenatedBatches) {
             }
           }
           EXPECT_EQ(ctx.world->ledger()[CommOp::all_reduce].calls - calls_before, ddp.num_buckets());
-          expect_close(grads_of(params), serial[s].grads, "gradient", ctx.rank, s);
+          expect_close(named_grads(model), serial.steps[s].grads, kTol, at("gradient", ctx.rank, s));
           nn::clip_grad_norm(params, 1.0);
           ddp.step(optimizer);
-          expect_close(values_of(params), serial[s].params, "parameter", ctx.rank, s);
+          expect_close(model.named_parameters(), serial.steps[s].params, kTol, at("parameter", ctx.rank, s));
         }
       },
       quick(20000));

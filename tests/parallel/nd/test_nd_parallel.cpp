@@ -28,16 +28,22 @@
 #include "parallel/nd/nd_runner.h"
 #include "parallel/train/factory.h"
 #include "parallel/train/trainer.h"
-#include "tests/support/trainer.h"
 #include "tensor/ledger.h"
+#include "tests/support/compare.h"
+#include "tests/support/serial_run.h"
 #include "tests/support/test_util.h"
+#include "tests/support/trainer.h"
 
 namespace sl::parallel {
 namespace {
 
+using test_support::at;
+using test_support::expect_close;
+using test_support::state_of;
+
 constexpr int kSteps = 3;
 constexpr int64_t kBatch = 8, kT = 8;
-constexpr double kRtol = 1e-5, kAtol = 4e-5;
+constexpr test_support::Tolerance kTol{.atol = 4e-5, .rtol = 1e-5};
 constexpr uint64_t kSeed = 11;
 
 struct NdCase {
@@ -76,47 +82,20 @@ nn::TokenStream masked_tokens() {
   return s;
 }
 
-struct SerialRun {
-  std::vector<double> losses;
-  nn::StateDict last_grads, params;
-  double last_norm = 0;  // of the last step's gradients
-};
-
-SerialRun run_serial(const NdCase& c) {
+// The serial reference (tests/support/serial_run.h), clipped as the case clips.
+test_support::SerialRun run_serial(const NdCase& c) {
   const nn::TokenStream data = masked_tokens();
-  nn::GPT model(config_of(c), kSeed);
-  nn::AdamW optimizer(model.parameters(), parity_adamw());
-  SerialRun run;
-  for (int s = 0; s < kSteps; ++s) {
-    optimizer.zero_grad();
-    nn::Batch batch = data.get_batch(s, kBatch, kT);
-    Tensor loss = model.loss(batch.inputs, batch.targets);
-    loss.backward();
-    run.losses.push_back(loss.item());
-    if (s == kSteps - 1)
-      for (const auto& [name, p] : model.named_parameters()) {
-        run.last_grads[name] = p.grad().clone();
-        for (double g : p.grad().to_vector()) run.last_norm += g * g;
-      }
-    if (s == kSteps - 1) run.last_norm = std::sqrt(run.last_norm);
-    if (c.clip > 0) nn::clip_grad_norm(model.parameters(), c.clip);
-    optimizer.step();
-  }
-  for (const auto& [name, p] : model.named_parameters()) run.params[name] = p.detach().clone();
-  return run;
+  return test_support::serial_run(
+      {.config = config_of(c), .seed = kSeed, .adamw = parity_adamw(), .steps = kSteps, .clip = c.clip},
+      [&](int s) { return data.get_batch(s, kBatch, kT); });
 }
 
-void expect_close(const nn::StateDict& got, const nn::StateDict& want, const std::string& what, int rank) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (const auto& [name, tensor] : want) {
-    auto it = got.find(name);
-    ASSERT_NE(it, got.end()) << what << " " << name << " missing on rank " << rank;
-    ASSERT_EQ(it->second.shape(), tensor.shape()) << what << " " << name;
-    std::vector<double> g = it->second.to_vector(), w = tensor.to_vector();
-    for (size_t i = 0; i < w.size(); ++i)
-      ASSERT_LE(std::abs(g[i] - w[i]), kAtol + kRtol * std::abs(w[i]))
-          << what << " " << name << "[" << i << "] on rank " << rank << ": " << g[i] << " vs serial " << w[i];
-  }
+// The norm of a step's gradients (before clipping), summed in double here.
+double norm_of(const nn::NamedTensors& grads) {
+  double squares = 0;
+  for (const auto& [name, g] : grads)
+    for (double x : g.to_vector()) squares += x * x;
+  return std::sqrt(squares);
 }
 
 TrainPlan plan_of(const NdCase& c) {
@@ -145,7 +124,8 @@ TEST_P(NdParallelParity, MatchesSerialThroughTheTrainer) {
   if (c.zero > 0) SL_SKIP_ON_TEST_CUDA("ZeRO and FSDP run their optimizer loops on host memory");
   SL_SKIP_UNLESS_TEST_DEVICE_RUNS(c.world());
   const DeviceGuard on_device(test_device());  // SL_TEST_DEVICE=cuda: the serial run on cuda:0
-  const SerialRun serial = run_serial(c);
+  const test_support::SerialRun serial = run_serial(c);
+  const test_support::SerialStep& last_step = serial.steps.back();  // its gradients are compared, before its update
   const nn::TokenStream data = masked_tokens();
   const TrainPlan plan = plan_of(c);
   const nn::GPTConfig config = config_of(c);
@@ -173,14 +153,15 @@ TEST_P(NdParallelParity, MatchesSerialThroughTheTrainer) {
           // No clip: a max_norm no gradient reaches, so the strategy still computes the norm.
           const double clip = c.clip > 0 ? c.clip : 1e30;
           const double loss = trainer.train_step(data, s, kBatch, kT, parity_adamw().lr, clip);
-          EXPECT_NEAR(loss, serial.losses[s], kAtol + kRtol * std::abs(serial.losses[s])) << "step " << s;
+          EXPECT_NEAR(loss, serial.steps[s].loss, kTol.bound(serial.steps[s].loss)) << "step " << s;
         }
-        expect_close(trainer.full_gradients(), serial.last_grads, "gradient", ctx.rank);
+        expect_close(trainer.full_gradients(), state_of(last_step.grads), kTol, at("gradient", ctx.rank, kSteps - 1));
         // The strategy's norm over the mesh (from .grad, or from the shards) counts every element
         // once only if the placements are right (AdamW alone is blind to a scale).
-        EXPECT_NEAR(trainer.last_grad_norm(), serial.last_norm, 1e-5 * serial.last_norm)
+        EXPECT_NEAR(trainer.last_grad_norm(), norm_of(last_step.grads), 1e-5 * norm_of(last_step.grads))
             << "gradient norm on rank " << ctx.rank;
-        expect_close(trainer.full_state_dict(), serial.params, "parameter", ctx.rank);
+        expect_close(trainer.full_state_dict(), state_of(last_step.params), kTol,
+                     at("parameter", ctx.rank, kSteps - 1));
       },
       on_test_device(quick(30000), c.world()));
 }
@@ -286,7 +267,7 @@ TEST(NdParallel, LoadsTheSerialWeightsAndGathersThemBack) {
       [&](RankContext& ctx) {
         DeviceMesh mesh(ctx.world, plan_of(c).parallelism);
         std::unique_ptr<ModelRunner> runner = make_model_runner(plan_of(c), config_of(c), kSeed, serial, mesh);
-        expect_close(runner->full_state_dict(), serial, "loaded parameter", ctx.rank);
+        expect_close(runner->full_state_dict(), serial, kTol, at("loaded parameter", ctx.rank));
         if (mesh.pp_rank() == 1) {  // the head's copy of wte holds this tp rank's rows of the serial wte
           Tensor copy = runner->module().state_dict().at("wte.weight");
           const int64_t rows = copy.size(0), start = mesh.tp_rank() * rows;

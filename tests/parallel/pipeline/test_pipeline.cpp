@@ -31,17 +31,21 @@
 #include "parallel/pipeline/pipeline_runner.h"
 #include "parallel/train/trainer.h"
 #include "parallel/zero/zero_adamw.h"
-#include "tests/support/trainer.h"
 #include "tensor/ledger.h"
+#include "tests/support/compare.h"
+#include "tests/support/serial_run.h"
 #include "tests/support/test_util.h"
+#include "tests/support/trainer.h"
 
 namespace sl::parallel {
 namespace {
 
+using test_support::expect_close;  // every element within kTol of the serial one
+
 constexpr int kSteps = 5;
 constexpr int64_t kRowsPerMicro = 2, kBlock = 8;
 constexpr uint64_t kSeed = 7;
-constexpr double kRtol = 1e-5, kAtol = 4e-5;
+constexpr test_support::Tolerance kTol{.atol = 4e-5, .rtol = 1e-5};
 
 nn::GPTConfig config_with(int64_t n_layer) {
   nn::GPTConfig c = parity_config();
@@ -84,35 +88,24 @@ double counted(const std::vector<nn::TokenStream::MicroBatch>& micros) {
   return c;
 }
 
-nn::StateDict clone_grads(const nn::Module& model) {
-  nn::StateDict out;
-  for (const auto& [name, p] : model.named_parameters()) out[name] = p.grad().clone();
-  return out;
-}
-
-// The reference: a whole nn::GPT and nn::AdamW, micro-batches weighted by counted_m / C.
+// The reference (tests/support/serial_run.h): a whole nn::GPT and nn::AdamW, micro-batches weighted
+// by counted_m / C.
 TrainingRun serial(const nn::GPTConfig& config, int64_t rows, int micro, double clip = 0) {
   const nn::TokenStream data = masked_tokens();
-  nn::GPT model(config, kSeed);
-  nn::AdamW adamw(model.parameters(), parity_adamw());
+  const test_support::SerialRun reference = test_support::serial_run_micro(
+      {.config = config, .seed = kSeed, .adamw = parity_adamw(), .steps = kSteps, .clip = clip}, [&](int step) {
+        const auto micros = data.micro_batches(step, rows, kBlock, micro);
+        const double C = counted(micros);
+        std::vector<test_support::WeightedBatch> weighted;
+        for (const auto& m : micros) weighted.push_back({m.batch, static_cast<double>(m.counted) / C});
+        return weighted;
+      });
   TrainingRun run;
-  for (int step = 0; step < kSteps; ++step) {
-    adamw.zero_grad();
-    auto micros = data.micro_batches(step, rows, kBlock, micro);
-    const double C = counted(micros);
-    double loss_sum = 0;
-    for (const auto& m : micros) {
-      const double weight = static_cast<double>(m.counted) / C;
-      Tensor loss = model.loss(m.batch.inputs, m.batch.targets);
-      loss_sum += loss.item() * weight;
-      (weight == 1.0 ? loss : mul(loss, weight)).backward();
-    }
-    run.losses.push_back(loss_sum);
-    run.grads.push_back(clone_grads(model));
-    if (clip > 0) nn::clip_grad_norm(model.parameters(), clip);
-    adamw.step();
+  for (const test_support::SerialStep& step : reference.steps) {
+    run.losses.push_back(step.loss);
+    run.grads.push_back(test_support::state_of(step.grads));  // before the clip and AdamW
   }
-  run.params = model.state_dict();
+  run.params = test_support::state_of(reference.steps.back().params);
   return run;
 }
 
@@ -187,17 +180,6 @@ void expect_bitwise(const nn::StateDict& got, const nn::StateDict& want, const s
   }
 }
 
-void expect_close(const nn::StateDict& got, const nn::StateDict& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (const auto& [name, w] : want) {
-    ASSERT_TRUE(got.count(name)) << what << ": " << name << " missing";
-    const auto g = got.at(name).to_vector(), e = w.to_vector();
-    ASSERT_EQ(g.size(), e.size()) << what << ": " << name;
-    for (size_t i = 0; i < g.size(); ++i)
-      ASSERT_NEAR(g[i], e[i], kAtol + kRtol * std::abs(e[i])) << what << ": " << name << "[" << i << "]";
-  }
-}
-
 int64_t layers_for(const Layout& l) { return static_cast<int64_t>(l.p) * l.v + 1; }  // never divisible by p·v
 
 class PipelineParity : public testing::TestWithParam<Layout> {};
@@ -220,16 +202,18 @@ TEST_P(PipelineParity, MatchesSerial) {
   } else {
     expect_bitwise(pipe.grads[0], same.grads[0], "first step's gradients but wte", /*skip_wte=*/true);
     for (int s = 0; s < kSteps; ++s) {
-      EXPECT_NEAR(pipe.losses[s], same.losses[s], kAtol + kRtol * std::abs(same.losses[s])) << "step " << s;
-      expect_close(pipe.grads[s], same.grads[s], "gradients vs serial with the same micro-batches, step " + std::to_string(s));
+      EXPECT_NEAR(pipe.losses[s], same.losses[s], kTol.bound(same.losses[s])) << "step " << s;
+      expect_close(pipe.grads[s], same.grads[s], kTol,
+                   "gradients vs serial with the same micro-batches, step " + std::to_string(s));
     }
-    expect_close(pipe.params, same.params, "parameters vs serial with the same micro-batches");
+    expect_close(pipe.params, same.params, kTol, "parameters vs serial with the same micro-batches");
   }
   for (int s = 0; s < kSteps; ++s) {
-    EXPECT_NEAR(pipe.losses[s], one.losses[s], kAtol + kRtol * std::abs(one.losses[s])) << "step " << s;
-    expect_close(pipe.grads[s], one.grads[s], "gradients vs serial with one micro-batch, step " + std::to_string(s));
+    EXPECT_NEAR(pipe.losses[s], one.losses[s], kTol.bound(one.losses[s])) << "step " << s;
+    expect_close(pipe.grads[s], one.grads[s], kTol,
+                 "gradients vs serial with one micro-batch, step " + std::to_string(s));
   }
-  expect_close(pipe.params, one.params, "parameters vs serial with one micro-batch");
+  expect_close(pipe.params, one.params, kTol, "parameters vs serial with one micro-batch");
 }
 
 // Every schedule at p = 2 and interleaved at p = 2-4; the Long set (left out of sanitized runs) repeats
@@ -433,8 +417,8 @@ TEST_P(PipelineDataParallel, Dp2Pp2MatchesSerialAndSyncsOncePerStep) {
   const TrainingRun reference = serial(config, kRowsPerMicro * m * 2, 1);
   EXPECT_TRUE(many.run.tied_equal);
   for (int s = 0; s < kSteps; ++s)
-    EXPECT_NEAR(many.run.losses[s], reference.losses[s], kAtol + kRtol * std::abs(reference.losses[s])) << "step " << s;
-  expect_close(many.run.params, reference.params, zero1 ? "ZeRO-1 x PP parameters" : "DDP x PP parameters");
+    EXPECT_NEAR(many.run.losses[s], reference.losses[s], kTol.bound(reference.losses[s])) << "step " << s;
+  expect_close(many.run.params, reference.params, kTol, zero1 ? "ZeRO-1 x PP parameters" : "DDP x PP parameters");
   // m micro-batches cost the dp group exactly what one does: the sync runs after the last backward.
   for (size_t r = 0; r < many.dp_calls_per_step.size(); ++r) {
     if (under_mpirun() && static_cast<int>(r) != mpirun_rank()) continue;  // another process's rank
@@ -514,8 +498,8 @@ TEST_P(PipelineTrainer, TrainerWithPipelineRunnerMatchesSerial) {
   }, on_test_device(quick(20000), 4));
   ASSERT_EQ(losses.size(), static_cast<size_t>(kSteps));
   for (int s = 0; s < kSteps; ++s)
-    EXPECT_NEAR(losses[s], reference.losses[s], kAtol + kRtol * std::abs(reference.losses[s])) << "step " << s;
-  expect_close(params, reference.params, zero ? "Trainer ZeRO-1 x PP" : "Trainer DDP x PP");
+    EXPECT_NEAR(losses[s], reference.losses[s], kTol.bound(reference.losses[s])) << "step " << s;
+  expect_close(params, reference.params, kTol, zero ? "Trainer ZeRO-1 x PP" : "Trainer DDP x PP");
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, PipelineTrainer, testing::Values(0, 1),

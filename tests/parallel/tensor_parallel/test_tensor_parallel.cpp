@@ -27,15 +27,21 @@
 #include "parallel/tensor_parallel/tensor_parallel_runner.h"
 #include "parallel/train/trainer.h"
 #include "parallel/zero/zero_adamw.h"
-#include "tests/support/trainer.h"
+#include "tests/support/compare.h"
+#include "tests/support/serial_run.h"
 #include "tests/support/test_util.h"
+#include "tests/support/trainer.h"
 
 namespace sl::parallel {
 namespace {
 
+using test_support::at;
+using test_support::expect_close;
+using test_support::state_of;
+
 constexpr int kSteps = 5;
 constexpr int64_t kBatch = 4;
-constexpr double kRtol = 1e-5, kAtol = 4e-5;
+constexpr test_support::Tolerance kTol{.atol = 4e-5, .rtol = 1e-5};
 constexpr uint64_t kSeed = 5;
 
 enum class DataParallel { none, ddp, zero1 };
@@ -66,43 +72,12 @@ nn::TokenStream masked_tokens(int64_t vocab) {
   return s;
 }
 
-struct SerialRun {
-  std::vector<double> losses, norms;
-  nn::StateDict last_grads;  // the last step's, before its update
-  nn::StateDict params;      // after the last step
-};
-
-SerialRun run_serial(const TPCase& c) {
+// The serial reference (tests/support/serial_run.h), clipped as the case clips.
+test_support::SerialRun run_serial(const TPCase& c) {
   const nn::TokenStream data = masked_tokens(c.config.vocab_size);
-  nn::GPT model(c.config, kSeed);
-  nn::AdamW optimizer(model.parameters(), parity_adamw());
-  SerialRun run;
-  for (int s = 0; s < kSteps; ++s) {
-    optimizer.zero_grad();
-    nn::Batch batch = data.get_batch(s, kBatch, c.T);
-    Tensor loss = model.loss(batch.inputs, batch.targets);
-    loss.backward();
-    run.losses.push_back(loss.item());
-    if (s == kSteps - 1)
-      for (const auto& [name, p] : model.named_parameters()) run.last_grads[name] = p.grad().clone();
-    if (c.clip > 0) run.norms.push_back(nn::clip_grad_norm(model.parameters(), c.clip));
-    optimizer.step();
-  }
-  for (const auto& [name, p] : model.named_parameters()) run.params[name] = p.detach().clone();
-  return run;
-}
-
-void expect_close(const nn::StateDict& got, const nn::StateDict& want, const std::string& what, int rank) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (const auto& [name, tensor] : want) {
-    auto it = got.find(name);
-    ASSERT_NE(it, got.end()) << what << " " << name << " missing on rank " << rank;
-    ASSERT_EQ(it->second.shape(), tensor.shape()) << what << " " << name;
-    std::vector<double> g = it->second.to_vector(), w = tensor.to_vector();
-    for (size_t i = 0; i < w.size(); ++i)
-      ASSERT_LE(std::abs(g[i] - w[i]), kAtol + kRtol * std::abs(w[i]))
-          << what << " " << name << "[" << i << "] on rank " << rank << ": " << g[i] << " vs serial " << w[i];
-  }
+  return test_support::serial_run(
+      {.config = c.config, .seed = kSeed, .adamw = parity_adamw(), .steps = kSteps, .clip = c.clip},
+      [&](int s) { return data.get_batch(s, kBatch, c.T); });
 }
 
 // Every parameter that is not sharded holds the same bytes on every tp rank.
@@ -131,7 +106,8 @@ TEST_P(TensorParallelParity, MatchesSerialAfterFiveAdamWSteps) {
   if (c.data_parallel == DataParallel::zero1) SL_SKIP_ON_TEST_CUDA("ZeRO-1's optimizer loops run on host memory");
   SL_SKIP_UNLESS_TEST_DEVICE_RUNS(world);
   const DeviceGuard on_device(test_device());  // SL_TEST_DEVICE=cuda: the serial run on cuda:0
-  const SerialRun serial = run_serial(c);
+  const test_support::SerialRun serial = run_serial(c);
+  const test_support::SerialStep& last_step = serial.steps.back();  // its gradients are compared, before its update
   const nn::TokenStream data = masked_tokens(c.config.vocab_size);
   launch(
       world,
@@ -173,11 +149,12 @@ TEST_P(TensorParallelParity, MatchesSerialAfterFiveAdamWSteps) {
           no_sync.reset();
           runner.finish_gradients();
           ctx.world->all_reduce(loss);  // only tp rank 0 of each dp rank holds a share
-          EXPECT_NEAR(loss.item(), serial.losses[s], kAtol + kRtol * std::abs(serial.losses[s])) << "step " << s;
-          if (s == kSteps - 1 && !zero) expect_close(runner.full_gradients(), serial.last_grads, "gradient", ctx.rank);
+          EXPECT_NEAR(loss.item(), serial.steps[s].loss, kTol.bound(serial.steps[s].loss)) << "step " << s;
+          if (s == kSteps - 1 && !zero)
+            expect_close(runner.full_gradients(), state_of(last_step.grads), kTol, at("gradient", ctx.rank, s));
           if (c.clip > 0) {  // each element once: shards on every tp rank, replicas on tp rank 0, padding is 0
             const double norm = clip_grad_norm(runner.mesh_grads(), c.clip, mesh);
-            EXPECT_NEAR(norm, serial.norms[s], 1e-5 * serial.norms[s]) << "step " << s;
+            EXPECT_NEAR(norm, serial.steps[s].norm, 1e-5 * serial.steps[s].norm) << "step " << s;
           }
           if (zero)
             zero->step();
@@ -186,7 +163,7 @@ TEST_P(TensorParallelParity, MatchesSerialAfterFiveAdamWSteps) {
           else
             adamw->step();
         }
-        expect_close(runner.full_state_dict(), serial.params, "parameter", ctx.rank);
+        expect_close(runner.full_state_dict(), state_of(last_step.params), kTol, at("parameter", ctx.rank, kSteps - 1));
         expect_replicas_bitwise_equal(module, mesh.group("tp"), mesh.tp_rank());
       },
       on_test_device(quick(20000), world));
@@ -201,7 +178,8 @@ TEST_P(TensorParallelParity, MatchesSerialThroughTheTrainer) {
   if (c.data_parallel == DataParallel::zero1) SL_SKIP_ON_TEST_CUDA("ZeRO-1's optimizer loops run on host memory");
   SL_SKIP_UNLESS_TEST_DEVICE_RUNS(world);
   const DeviceGuard on_device(test_device());  // SL_TEST_DEVICE=cuda: the serial run on cuda:0
-  const SerialRun serial = run_serial(c);
+  const test_support::SerialRun serial = run_serial(c);
+  const test_support::SerialStep& last_step = serial.steps.back();  // its gradients are compared, before its update
   const nn::TokenStream data = masked_tokens(c.config.vocab_size);
   TrainPlan plan;
   plan.parallelism.tp = c.tp;
@@ -222,10 +200,11 @@ TEST_P(TensorParallelParity, MatchesSerialThroughTheTrainer) {
         for (int s = 0; s < kSteps; ++s) {
           if (s == kSteps - 1) trainer.keep_gradients();
           const double loss = trainer.train_step(data, s, kBatch, c.T, parity_adamw().lr, c.clip);
-          EXPECT_NEAR(loss, serial.losses[s], kAtol + kRtol * std::abs(serial.losses[s])) << "step " << s;
+          EXPECT_NEAR(loss, serial.steps[s].loss, kTol.bound(serial.steps[s].loss)) << "step " << s;
         }
-        expect_close(trainer.full_gradients(), serial.last_grads, "gradient", ctx.rank);
-        expect_close(trainer.full_state_dict(), serial.params, "parameter", ctx.rank);
+        expect_close(trainer.full_gradients(), state_of(last_step.grads), kTol, at("gradient", ctx.rank, kSteps - 1));
+        expect_close(trainer.full_state_dict(), state_of(last_step.params), kTol,
+                     at("parameter", ctx.rank, kSteps - 1));
       },
       on_test_device(quick(20000), world));
 }

@@ -19,8 +19,10 @@
 #include "parallel/data_parallel/ddp.h"
 #include "parallel/zero/fsdp.h"
 #include "parallel/zero/zero_adamw.h"
-#include "tests/support/trainer.h"
+#include "tests/support/compare.h"
+#include "tests/support/serial_run.h"
 #include "tests/support/test_util.h"
+#include "tests/support/trainer.h"
 
 namespace sl::parallel {
 namespace {
@@ -43,29 +45,16 @@ const nn::TokenStream& stream() {
   return tokens;
 }
 
-std::vector<float> flatten(const std::vector<Tensor>& tensors) {
-  std::vector<float> out;
-  for (const Tensor& t : tensors) {
-    std::vector<float> v = t.values<float>();
-    out.insert(out.end(), v.begin(), v.end());
-  }
-  return out;
-}
-
-// The serial run: one backward over all kBatch rows per step. Parameters after every step.
+// The serial run (tests/support/serial_run.h): one backward over all kBatch rows per step.
+// Parameters after every step, flat in parameter order.
 const std::vector<std::vector<float>>& serial() {
   static const std::vector<std::vector<float>> params = [] {
-    DeviceGuard device(Device::cpu(90));
+    DeviceGuard device(Device::cpu(90));  // away from the ranks' cpu:0..3
+    const test_support::SerialRun run =
+        test_support::serial_run({.config = small_config(), .seed = kSeed, .adamw = adamw_options(), .steps = kSteps},
+                                 [](int step) { return stream().get_batch(step, kBatch, kBlock); });
     std::vector<std::vector<float>> out;
-    nn::GPT model(small_config(), kSeed);
-    nn::AdamW optimizer(model.parameters(), adamw_options());
-    for (int step = 0; step < kSteps; ++step) {
-      optimizer.zero_grad();
-      nn::Batch batch = stream().get_batch(step, kBatch, kBlock);
-      model.loss(batch.inputs, batch.targets).backward();
-      optimizer.step();
-      out.push_back(flatten(model.parameters()));
-    }
+    for (const test_support::SerialStep& step : run.steps) out.push_back(test_support::flat_values(step.params));
     return out;
   }();
   return params;
@@ -141,11 +130,11 @@ void train_rank(RankContext& ctx, const Case& c, std::vector<std::vector<float>>
     }
     if (fsdp) {
       nn::StateDict state = fsdp->full_state_dict();  // collective
-      std::vector<Tensor> params;
-      for (const auto& [name, p] : model.named_parameters()) params.push_back(state.at(name));
-      out.push_back(flatten(params));
+      nn::NamedTensors params;
+      for (const auto& [name, p] : model.named_parameters()) params.emplace_back(name, state.at(name));
+      out.push_back(test_support::flat_values(params));
     } else {
-      out.push_back(flatten(model.parameters()));
+      out.push_back(test_support::flat_values(model.named_parameters()));
     }
   }
 }
@@ -162,19 +151,9 @@ TEST_P(GradAccumulation, MicroBatchesEqualSerialOverTheWholeBatch) {
       c.world, [&](RankContext& ctx) { train_rank(ctx, c, got[ctx.rank]); }, quick());
   for (int r = 0; r < c.world; ++r) {
     if (got[r].empty()) continue;  // under mpirun: another process's rank
-    for (int step = 0; step < kSteps; ++step) {
-      const std::vector<float>& g = got[r][step];
-      const std::vector<float>& w = want[step];
-      ASSERT_EQ(g.size(), w.size());
-      int bad = 0;
-      for (size_t i = 0; i < g.size(); ++i) {
-        if (std::abs(g[i] - w[i]) <= 1e-5 + 1.3e-6 * std::abs(w[i])) continue;
-        if (++bad <= 3)
-          ADD_FAILURE() << "rank " << r << " step " << step << " element " << i << ": " << g[i] << " vs serial "
-                        << w[i];
-      }
-      EXPECT_EQ(bad, 0) << "rank " << r << " step " << step << ": parameters out of tolerance";
-    }
+    for (int step = 0; step < kSteps; ++step)
+      test_support::expect_close(got[r][step], want[step], {.atol = 1e-5, .rtol = 1.3e-6},
+                                 test_support::at("parameters", r, step));
   }
 }
 

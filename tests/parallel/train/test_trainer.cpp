@@ -21,18 +21,25 @@
 #include "nn/data.h"
 #include "nn/gpt.h"
 #include "nn/optim.h"
+#include "parallel/comm/launch.h"
 #include "parallel/data_parallel/data_parallel.h"
 #include "parallel/train/trainer.h"
-#include "parallel/comm/launch.h"
+#include "tests/support/compare.h"
 #include "tests/support/parallel.h"
+#include "tests/support/serial_run.h"
 #include "tests/support/test_util.h"
 
 namespace sl::parallel {
 namespace {
 
+using test_support::at;
+using test_support::expect_close;
+using test_support::state_of;
+
 constexpr int64_t kBatch = 12;  // rows: divisible by 2, 3 and 4
 constexpr int kSteps = 5;
-constexpr double kLr = 1e-2, kRtol = 1.3e-6, kAtol = 1e-5;
+constexpr double kLr = 1e-2;
+constexpr test_support::Tolerance kTol{.atol = 1e-5, .rtol = 1.3e-6};  // every element, every loss
 constexpr uint64_t kSeed = 11;
 
 nn::GPTConfig config() { return nn::GPTConfig{32, 8, 2, 2, 16, 0.0}; }
@@ -69,50 +76,12 @@ int64_t counted_targets(const nn::Batch& batch) {
   return count;
 }
 
-struct SerialStep {
-  double loss = 0;
-  nn::StateDict grads;   // before clipping
-  nn::StateDict params;  // after the step
-};
-
-nn::StateDict copies(const nn::StateDict& state) {
-  nn::StateDict out;
-  for (const auto& [name, tensor] : state) out[name] = tensor.detach().clone();
-  return out;
-}
-
-std::vector<SerialStep> run_serial(double grad_clip) {
-  nn::GPT model(config(), kSeed);
-  nn::AdamW optimizer(model.parameters(), adamw_options());
-  std::vector<SerialStep> steps;
-  for (int s = 0; s < kSteps; ++s) {
-    optimizer.zero_grad();
-    nn::Batch batch = masked_tokens().get_batch(s, kBatch, config().block_size);
-    Tensor loss = model.loss(batch.inputs, batch.targets);  // the mean over the counted targets
-    loss.backward();
-    SerialStep step{loss.item(), {}, {}};
-    for (const auto& [name, param] : model.named_parameters()) step.grads[name] = param.grad().clone();
-    if (grad_clip > 0) nn::clip_grad_norm(model.parameters(), grad_clip);
-    optimizer.step();
-    step.params = copies(model.state_dict());
-    steps.push_back(std::move(step));
-  }
-  return steps;
-}
-
-// Every element within rtol/atol of the serial one, and the same names and shapes.
-void expect_close(const nn::StateDict& got, const nn::StateDict& want, const std::string& what, int rank, int step) {
-  ASSERT_EQ(got.size(), want.size()) << what << " on rank " << rank;
-  for (const auto& [name, tensor] : want) {
-    auto it = got.find(name);
-    ASSERT_NE(it, got.end()) << what << " " << name << " missing on rank " << rank;
-    ASSERT_EQ(it->second.shape(), tensor.shape()) << what << " " << name;
-    std::vector<double> g = it->second.to_vector(), w = tensor.to_vector();
-    for (size_t i = 0; i < w.size(); ++i)
-      ASSERT_LE(std::abs(g[i] - w[i]), kAtol + kRtol * std::abs(w[i]))
-          << what << " " << name << "[" << i << "] on rank " << rank << " at step " << step << ": " << g[i]
-          << " vs serial " << w[i];
-  }
+// The serial reference (tests/support/serial_run.h): the whole batch in one backward, its loss the
+// mean over the counted targets; each layout's own clip, when the case clips.
+test_support::SerialRun run_serial(double grad_clip) {
+  return test_support::serial_run(
+      {.config = config(), .seed = kSeed, .adamw = adamw_options(), .steps = kSteps, .clip = grad_clip},
+      [](int s) { return masked_tokens().get_batch(s, kBatch, config().block_size); });
 }
 
 struct TrainerCase {
@@ -175,7 +144,7 @@ class TrainerTest : public testing::TestWithParam<TrainerCase> {};
 TEST_P(TrainerTest, MatchesSerialWithUnequalCountsPerRank) {
   const TrainerCase c = GetParam();
   SL_SKIP_UNLESS_WORLD(c.world);
-  const std::vector<SerialStep> serial = run_serial(c.grad_clip);
+  const test_support::SerialRun serial = run_serial(c.grad_clip);
 
   // The point of the stream: in step 0 the ranks' rows hold different numbers of counted targets.
   std::set<int64_t> counts;
@@ -201,9 +170,10 @@ TEST_P(TrainerTest, MatchesSerialWithUnequalCountsPerRank) {
         trainer.keep_gradients();
         for (int s = 0; s < kSteps; ++s) {
           double loss = trainer.train_step(masked_tokens(), s, kBatch, config().block_size, kLr, c.grad_clip);
-          EXPECT_NEAR(loss, serial[s].loss, kAtol + kRtol * std::abs(serial[s].loss)) << "step " << s;
-          expect_close(trainer.full_gradients(), serial[s].grads, "gradient", ctx.rank, s);
-          expect_close(trainer.full_state_dict(), serial[s].params, "parameter", ctx.rank, s);
+          const test_support::SerialStep& want = serial.steps[s];
+          EXPECT_NEAR(loss, want.loss, kTol.bound(want.loss)) << "step " << s;
+          expect_close(trainer.full_gradients(), state_of(want.grads), kTol, at("gradient", ctx.rank, s));
+          expect_close(trainer.full_state_dict(), state_of(want.params), kTol, at("parameter", ctx.rank, s));
         }
       },
       quick(30000));

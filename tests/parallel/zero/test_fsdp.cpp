@@ -14,8 +14,10 @@
 #include "nn/data.h"
 #include "nn/gpt.h"
 #include "parallel/zero/fsdp.h"
-#include "tests/support/trainer.h"
+#include "tests/support/compare.h"
+#include "tests/support/serial_run.h"
 #include "tests/support/test_util.h"
+#include "tests/support/trainer.h"
 
 namespace sl::parallel {
 namespace {
@@ -24,7 +26,7 @@ constexpr int kSteps = 5;
 constexpr int64_t kBatch = 12, kBlock = 8;
 constexpr double kMaxNorm = 0.5;
 constexpr uint64_t kSeed = 11;
-constexpr double kRtol = 1.3e-6, kAtol = 1e-5;
+constexpr test_support::Tolerance kTol{.atol = 1e-5, .rtol = 1.3e-6};
 
 nn::GPTConfig small_config() { return parity_config(); }
 nn::AdamWOptions adamw_options() { return parity_adamw(); }  // lr 1e-2, wd 0.1, eps 1e-6: tests/support/parallel.h says why
@@ -59,29 +61,24 @@ struct Trace {
   int64_t steps = 0;                  // nn::AdamW's step count of every parameter
 };
 
+// The serial run (tests/support/serial_run.h), clipped at kMaxNorm, as name -> values.
 const Trace& serial() {
   static const Trace trace = [] {
     DeviceGuard device(Device::cpu(80));  // away from the ranks' cpu:0..3
+    const test_support::SerialRun run = test_support::serial_run(
+        {.config = small_config(), .seed = kSeed, .adamw = adamw_options(), .steps = kSteps, .clip = kMaxNorm},
+        [](int step) { return stream().get_batch(step, kBatch, kBlock); });
     Trace t;
-    nn::GPT model(small_config(), kSeed);
-    nn::AdamW optimizer(model.parameters(), adamw_options());
-    t.initial = values_of(model.state_dict());
-    for (int step = 0; step < kSteps; ++step) {
-      nn::Batch batch = stream().get_batch(step, kBatch, kBlock);
-      Tensor loss = model.loss(batch.inputs, batch.targets);
-      loss.backward();
-      t.losses.push_back(loss.item());
-      Values grads;
-      for (const auto& [name, p] : model.named_parameters()) grads[name] = p.grad().values<float>();
-      t.grads.push_back(grads);
-      t.norms.push_back(nn::clip_grad_norm(model.parameters(), kMaxNorm));
-      optimizer.step();
-      optimizer.zero_grad();
-      t.params.push_back(values_of(model.state_dict()));
+    t.initial = values_of(test_support::state_of(run.initial));
+    for (const test_support::SerialStep& step : run.steps) {
+      t.losses.push_back(step.loss);
+      t.norms.push_back(step.norm);
+      t.grads.push_back(values_of(test_support::state_of(step.grads)));
+      t.params.push_back(values_of(test_support::state_of(step.params)));
     }
-    const nn::StateDict state = optimizer.state_dict();  // "state.{i}.exp_avg" in parameter order
+    const nn::StateDict& state = run.optimizer_state;  // "state.{i}.exp_avg" in parameter order
     size_t i = 0;
-    for (const auto& [name, p] : model.named_parameters()) {
+    for (const auto& [name, p] : run.initial) {
       const std::string key = "state." + std::to_string(i++) + ".";
       t.optimizer_state[name + ".exp_avg"] = state.at(key + "exp_avg").values<float>();
       t.optimizer_state[name + ".exp_avg_sq"] = state.at(key + "exp_avg_sq").values<float>();
@@ -92,22 +89,8 @@ const Trace& serial() {
   return trace;
 }
 
-bool close(double got, double want) { return std::abs(got - want) <= kAtol + kRtol * std::abs(want); }
-
-// Every value of every parameter within tolerance; reports the first miss of each parameter.
-void expect_close(const Values& got, const Values& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (const auto& [name, expected] : want) {
-    auto it = got.find(name);
-    ASSERT_NE(it, got.end()) << what << ": " << name << " missing";
-    ASSERT_EQ(it->second.size(), expected.size()) << what << ": " << name;
-    for (size_t i = 0; i < expected.size(); ++i)
-      if (!close(it->second[i], expected[i])) {
-        ADD_FAILURE() << what << ": " << name << "[" << i << "] = " << it->second[i] << ", serial " << expected[i];
-        break;
-      }
-  }
-}
+using test_support::at;
+using test_support::expect_close;  // every value of every parameter within kTol
 
 TEST(FsdpSerial, ReferenceClips) {
   int clipped = 0;
@@ -169,23 +152,22 @@ void matches_serial(const Layout& layout) {
   SL_SKIP_UNLESS_WORLD(layout.world());
   const Trace& want = serial();
   run_layout(layout, [&](RankContext& ctx, FullyShardedGPT& fsdp, nn::GPT&) {
-    expect_close(values_of(fsdp.full_state_dict()), want.initial, "initial parameters");
+    expect_close(values_of(fsdp.full_state_dict()), want.initial, kTol, "initial parameters");
     for (int step = 0; step < kSteps; ++step) {
       nn::Batch batch = rank_batch(step, ctx);
       Tensor loss = fsdp.loss(batch.inputs, batch.targets);
       loss.backward();
       Tensor global_loss = full({1}, loss.item());
       ctx.world->all_reduce(global_loss, ReduceOp::avg);  // mean of equal-sized rows' means
-      EXPECT_TRUE(close(global_loss.item(), want.losses[step]))
+      EXPECT_TRUE(kTol.admits(global_loss.item(), want.losses[step]))
           << "step " << step << " loss " << global_loss.item() << ", serial " << want.losses[step];
-      expect_close(values_of(fsdp.full_grads()), want.grads[step], "step " + std::to_string(step) + " gradients");
+      expect_close(values_of(fsdp.full_grads()), want.grads[step], kTol, at("gradients", ctx.rank, step));
       double norm = fsdp.clip_grad_norm(kMaxNorm);
-      EXPECT_TRUE(close(norm, want.norms[step]))
+      EXPECT_TRUE(kTol.admits(norm, want.norms[step]))
           << "step " << step << " norm " << norm << ", serial " << want.norms[step];
       fsdp.step();
       fsdp.zero_grad();
-      expect_close(values_of(fsdp.full_state_dict()), want.params[step],
-                   "step " + std::to_string(step) + " parameters");
+      expect_close(values_of(fsdp.full_state_dict()), want.params[step], kTol, at("parameters", ctx.rank, step));
     }
     // AdamW's moments, gathered from the shards, against the serial optimizer's.
     nn::StateDict state = fsdp.full_optimizer_state();
@@ -196,7 +178,7 @@ void matches_serial(const Layout& layout) {
       else
         moments[key] = tensor.values<float>();
     }
-    expect_close(moments, want.optimizer_state, "optimizer state after the last step");
+    expect_close(moments, want.optimizer_state, kTol, at("optimizer state after the last step", ctx.rank));
   });
 }
 
@@ -480,8 +462,9 @@ TEST(FsdpForward, NoGradForwardMatchesSerialLogitsAndFreesEveryUnit) {
         std::vector<float> mine = fsdp.forward(rank_batch(0, ctx).inputs).values<float>();
         const size_t row = static_cast<size_t>(kBlock * small_config().vocab_size);
         ASSERT_EQ(mine.size(), 4 * row);
-        for (size_t i = 0; i < mine.size(); ++i)
-          ASSERT_TRUE(close(mine[i], serial_logits[ctx.rank * 4 * row + i])) << "logit " << i;
+        const auto first = serial_logits.begin() + static_cast<std::ptrdiff_t>(ctx.rank * 4 * row);
+        expect_close(mine, std::vector<float>(first, first + static_cast<std::ptrdiff_t>(4 * row)), kTol,
+                     at("logits", ctx.rank));
         EXPECT_EQ(MemoryLedger::instance().current(ctx.device, MemoryCategory::weights), held);
         for (const auto& unit : fsdp.units()) EXPECT_EQ(unit->state(), FsdpUnit::State::sharded) << unit->name();
       },
@@ -502,7 +485,7 @@ TEST(FsdpBackward, GradientsAccumulateOverMicroBatches) {
           nn::Batch batch = stream().get_batch(0, kBatch, kBlock, begin, begin + 3);
           mul(fsdp.loss(batch.inputs, batch.targets), 0.5).backward();
         }
-        expect_close(values_of(fsdp.full_grads()), want.grads[0], "accumulated gradients");
+        expect_close(values_of(fsdp.full_grads()), want.grads[0], kTol, at("accumulated gradients", ctx.rank));
       },
       quick());
 }

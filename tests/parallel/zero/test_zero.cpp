@@ -13,11 +13,16 @@
 #include "nn/data.h"
 #include "nn/gpt.h"
 #include "parallel/zero/zero_adamw.h"
-#include "tests/support/trainer.h"
+#include "tests/support/compare.h"
+#include "tests/support/serial_run.h"
 #include "tests/support/test_util.h"
+#include "tests/support/trainer.h"
 
 namespace sl::parallel {
 namespace {
+
+using test_support::expect_close;
+using test_support::flat_values;
 
 // ---- FlatParams ------------------------------------------------------------------------------------
 
@@ -128,6 +133,7 @@ constexpr int kSteps = 5;
 constexpr int64_t kBatch = 12, kBlock = 8;
 constexpr double kMaxNorm = 0.5;
 constexpr uint64_t kSeed = 5;
+constexpr test_support::Tolerance kTol{.atol = 1e-5, .rtol = 1.3e-6};  // every comparison with the serial run
 
 nn::GPTConfig small_config() { return parity_config(); }
 nn::AdamWOptions adamw_options() { return parity_adamw(); }  // lr 1e-2, wd 0.1, eps 1e-6: tests/support/parallel.h says why
@@ -144,35 +150,26 @@ struct Trace {  // one run, step by step; vectors are the flat (unpadded) parame
   nn::StateDict state;  // the optimizer's full state after the last step
 };
 
-std::vector<float> flatten(const std::vector<Tensor>& tensors) {
-  std::vector<float> out;
-  for (const Tensor& t : tensors) {
-    std::vector<float> v = t.values<float>();
-    out.insert(out.end(), v.begin(), v.end());
-  }
-  return out;
-}
-
+// The serial run (tests/support/serial_run.h), clipped at kMaxNorm: the gradients the update used.
 const Trace& serial() {
   static const Trace trace = [] {
     DeviceGuard device(Device::cpu(70));  // away from the ranks' cpu:0..3
+    const test_support::SerialRun run =
+        test_support::serial_run({.config = small_config(),
+                                  .seed = kSeed,
+                                  .adamw = adamw_options(),
+                                  .steps = kSteps,
+                                  .clip = kMaxNorm,
+                                  .grads_after_clip = true},
+                                 [](int step) { return stream().get_batch(step, kBatch, kBlock); });
     Trace t;
-    nn::GPT model(small_config(), kSeed);
-    nn::AdamW optimizer(model.parameters(), adamw_options());
-    for (int step = 0; step < kSteps; ++step) {
-      optimizer.zero_grad();
-      nn::Batch batch = stream().get_batch(step, kBatch, kBlock);
-      Tensor loss = model.loss(batch.inputs, batch.targets);
-      loss.backward();
-      t.losses.push_back(loss.item());
-      t.norms.push_back(nn::clip_grad_norm(model.parameters(), kMaxNorm));
-      std::vector<Tensor> grads;
-      for (const Tensor& p : model.parameters()) grads.push_back(p.grad());
-      t.grads.push_back(flatten(grads));
-      optimizer.step();
-      t.params.push_back(flatten(model.parameters()));
+    for (const test_support::SerialStep& step : run.steps) {
+      t.losses.push_back(step.loss);
+      t.norms.push_back(step.norm);
+      t.grads.push_back(flat_values(step.grads));
+      t.params.push_back(flat_values(step.params));
     }
-    for (auto& [name, tensor] : optimizer.state_dict()) t.state.emplace(name, tensor.clone());
+    t.state = run.optimizer_state;
     return t;
   }();
   return trace;
@@ -257,7 +254,7 @@ void run_rank(RankContext& ctx, const ZeroCase& c, RankRecord& record) {
 
     // After the accounting: the gradients this step used (gathered at stage 2) and the new parameters.
     record.trace.grads.push_back(optimizer.gather_gradients().values<float>());  // parameter order
-    record.trace.params.push_back(flatten(model.parameters()));
+    record.trace.params.push_back(flat_values(model.named_parameters()));
   }
   for (int k = 0; k < kNumMemoryCategories; ++k) record.peak[k] = ledger.peak(ctx.device, MemoryCategory(k)) - start[k];
   record.trace.state = optimizer.full_state_dict();
@@ -268,17 +265,6 @@ const RankRecord& first_that_ran(const std::vector<RankRecord>& records) {
   for (const RankRecord& record : records)
     if (record.ran) return record;
   return records.at(0);
-}
-
-// |got - want| <= atol + rtol |want| for every element; reports the first few that are not.
-void expect_close(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  int bad = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::abs(got[i] - want[i]) <= 1e-5 + 1.3e-6 * std::abs(want[i])) continue;
-    if (++bad <= 3) ADD_FAILURE() << what << " element " << i << ": " << got[i] << " vs serial " << want[i];
-  }
-  EXPECT_EQ(bad, 0) << what << ": elements out of tolerance";
 }
 
 class Zero : public testing::TestWithParam<ZeroCase> {};
@@ -297,10 +283,10 @@ TEST_P(Zero, MatchesSerial) {
     const std::string at = "rank " + std::to_string(r);
     for (int step = 0; step < kSteps; ++step) {
       const std::string when = at + " step " + std::to_string(step);
-      EXPECT_NEAR(got.trace.losses[step], want.losses[step], 1e-5 + 1.3e-6 * std::abs(want.losses[step])) << when;
-      EXPECT_NEAR(got.trace.norms[step], want.norms[step], 1e-5 + 1.3e-6 * want.norms[step]) << when;
-      expect_close(got.trace.grads[step], want.grads[step], when + " gradients");
-      expect_close(got.trace.params[step], want.params[step], when + " parameters");
+      EXPECT_NEAR(got.trace.losses[step], want.losses[step], kTol.bound(want.losses[step])) << when;
+      EXPECT_NEAR(got.trace.norms[step], want.norms[step], kTol.bound(want.norms[step])) << when;
+      expect_close(got.trace.grads[step], want.grads[step], kTol, when + " gradients");
+      expect_close(got.trace.params[step], want.params[step], kTol, when + " parameters");
     }
     EXPECT_EQ(got.trace.norms, first_that_ran(records).trace.norms) << at << ": every rank must clip by the same norm";
     // The full optimizer state, in nn::AdamW's format.
@@ -312,7 +298,7 @@ TEST_P(Zero, MatchesSerial) {
       if (tensor.dtype() == DType::i64)
         EXPECT_EQ(mine.item(), tensor.item()) << at << " " << name;
       else
-        expect_close(mine.values<float>(), tensor.values<float>(), at + " " + name);
+        expect_close(mine.values<float>(), tensor.values<float>(), kTol, at + " " + name);
     }
   }
 }
@@ -584,7 +570,7 @@ TEST(ZeroUsage, GradientsOutsideTheFlatBufferAreCollected) {
               optimizer.clip_grad_norm(kMaxNorm);
               optimizer.step();
             }
-            if (ctx.rank == 0) params[variant] = flatten(model.parameters());
+            if (ctx.rank == 0) params[variant] = flat_values(model.named_parameters());
           }
         },
         quick());
@@ -611,11 +597,11 @@ TEST(ZeroUsage, GradientAccumulationAcrossAReduce) {
               if (variant == 1 && micro == 0) optimizer.reduce_gradients();
             }
             optimizer.step();
-            if (ctx.rank == 0) params[variant] = flatten(model.parameters());
+            if (ctx.rank == 0) params[variant] = flat_values(model.named_parameters());
           }
         },
         quick());
-    expect_close(params[1], params[0], "stage " + std::to_string(stage) + " reduced between micro-batches");
+    expect_close(params[1], params[0], kTol, "stage " + std::to_string(stage) + " reduced between micro-batches");
   }
 }
 
