@@ -97,8 +97,8 @@ static Measured parallel_median(const nn::GPTConfig& config, const nn::TokenStre
   std::vector<double> times;
   double bytes = 0;
   parallel::launch(world, [&](parallel::RankContext& ctx) {
-    nn::GPT model(config, 0);
-    parallel::Trainer trainer(model, ctx, plan, nn::AdamWOptions{});
+    parallel::Trainer trainer(ctx, plan,
+                              parallel::parallelize(config, 0, ctx.world, plan.parallelize_options(nn::AdamWOptions{})));
     int64_t sent_before = 0;
     for (int step = 0; step < warmup + steps; ++step) {
       if (step == warmup) sent_before = dp_bytes_sent(trainer);

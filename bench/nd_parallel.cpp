@@ -8,7 +8,7 @@
 // replicas of those shards, ppN, tpN, cpN), then optional suffixes: "_zero1" / "_zero2" (ZeRO-1/2
 // over dp instead of DDP), "_sp" (sequence parallel under tp), "_mK" (K micro-batches; default 2·pp
 // with a pipeline, else 1). The pipelines run 1F1B, CP runs zigzag ring attention. FSDP over a cut
-// shards over dp_shard x cp (parallel/nd/fsdp_nd_runner.h).
+// shards over dp_shard x cp (fully_shard, parallel/zero/zero_strategies.h).
 //
 // "dp_formula_kib" (pp 1 only; null otherwise): what the data-parallel groups must send per rank and
 // step for a rank's part of Ψ_tp = Ψ_sliced/tp + Ψ_replicated elements (Megatron's split, counted
@@ -59,7 +59,7 @@
 #include "nn/gpt.h"
 #include "nn/optim.h"
 #include "parallel/pipeline/schedule.h"
-#include "parallel/train/factory.h"
+#include "parallel/nd/parallelize.h"
 #include "parallel/train/trainer.h"
 #include "tensor/cpu/gemm.h"
 #include "tensor/error.h"
@@ -205,21 +205,13 @@ struct Measured {
 static Measured run_layout(const nn::TokenStream& data, const parallel::TrainPlan& plan, int steps, int warmup) {
   const int world = plan.parallelism.world_size();
   plan.validate(world);
-  if (plan.cuts_model()) parallel::check_model_runner(plan, kConfig);
+  parallel::check_model_cut(kConfig, plan.parallelize_options(), plan.micro_batches);
   std::vector<double> times;
   double cpu_ms = 0;
   std::vector<std::map<std::string, int64_t>> sent(world);
   parallel::launch(world, [&](parallel::RankContext& ctx) {
-    std::unique_ptr<nn::GPT> replica;
-    std::unique_ptr<parallel::Trainer> trainer;
-    if (plan.cuts_model())
-      trainer = std::make_unique<parallel::Trainer>(
-          ctx, plan,
-          [&](const parallel::DeviceMesh& mesh) { return parallel::make_model_runner(plan, kConfig, kSeed, {}, mesh); },
-          nn::AdamWOptions{});
-    else
-      replica = std::make_unique<nn::GPT>(kConfig, kSeed),
-      trainer = std::make_unique<parallel::Trainer>(*replica, ctx, plan, nn::AdamWOptions{});
+    std::unique_ptr<parallel::Trainer> trainer = std::make_unique<parallel::Trainer>(
+        ctx, plan, parallel::parallelize(kConfig, kSeed, ctx.world, plan.parallelize_options(nn::AdamWOptions{})));
     auto totals = [&] {  // bytes sent so far per group, DDP's "dp" and ZeRO's "dp_shard" both as "dp"
       std::map<std::string, int64_t> t;
       for (const auto& [name, group] : trainer->ledgers())

@@ -52,7 +52,7 @@
 #include "nn/optim.h"
 #include "parallel/comm/launch.h"
 #include "parallel/planner/planner.h"
-#include "parallel/train/factory.h"
+#include "parallel/nd/parallelize.h"
 #include "parallel/train/trainer.h"
 #include "tensor/ops.h"
 #include "tensor/tensor.h"
@@ -139,14 +139,8 @@ static Measured measure_once(const TrainPlan& plan, const Topology& topology, in
   options.topology = topology;
   Measured m;
   launch(world, [&](RankContext& ctx) {
-    std::unique_ptr<nn::GPT> replica;
-    std::unique_ptr<Trainer> trainer;
-    if (plan.cuts_model())
-      trainer = std::make_unique<Trainer>(
-          ctx, plan, [&](const DeviceMesh& mesh) { return make_model_runner(plan, kConfig, kSeed, {}, mesh); }, adamw());
-    else
-      replica = std::make_unique<nn::GPT>(kConfig, kSeed),
-      trainer = std::make_unique<Trainer>(*replica, ctx, plan, adamw());
+    std::unique_ptr<Trainer> trainer = std::make_unique<Trainer>(
+        ctx, plan, parallelize(kConfig, kSeed, ctx.world, plan.parallelize_options(adamw())));
     trainer->train_step(data, 0, kBatch, kT, adamw().lr, 1.0);
     double links0 = 0;
     for (const auto& [name, group] : trainer->ledgers()) links0 += group->link_seconds();

@@ -40,7 +40,7 @@
 #include "parallel/comm/grad_norm.h"
 #include "parallel/comm/launch.h"
 #include "parallel/comm/mesh.h"
-#include "parallel/tensor_parallel/tensor_parallel_runner.h"
+#include "parallel/nd/parallelize.h"
 
 using namespace sl;
 using Clock = std::chrono::steady_clock;
@@ -95,7 +95,10 @@ static TPResult tp_run(const nn::GPTConfig& config, const nn::TokenStream& data,
   std::vector<double> times, comm;
   parallel::launch(tp, [&](parallel::RankContext& ctx) {
     parallel::DeviceMesh mesh(ctx.world, {.tp = tp});
-    parallel::TensorParallelRunner runner(config, 0, mesh, {.sequence_parallel = sp});
+    // this rank's tp slice, as `train --tp` builds it (apply_tensor_parallel; parallel/nd/parallelize.h)
+    std::unique_ptr<parallel::ModelRunner> owned =
+        parallel::parallelize_model(config, 0, mesh, {.parallelism = mesh.config(), .sequence_parallel = sp});
+    parallel::ModelRunner& runner = *owned;
     nn::AdamW optimizer(runner.module().parameters(), nn::AdamWOptions{});
     parallel::CommLedger& ledger = mesh.group("tp")->ledger();
     for (int step = 0; step < warmup + steps; ++step) {

@@ -36,6 +36,7 @@
 #include "nn/optim.h"
 #include "parallel/comm/launch.h"
 #include "parallel/comm/mesh.h"
+#include "parallel/nd/parallelize.h"
 #include "parallel/tensor_parallel/tensor_parallel.h"
 #include "lesson_args.h"
 #include "lesson_svg.h"
@@ -226,7 +227,9 @@ static void bytes_per_block(const Config& cfg, Checker& check) {
     for (int layers : {1, 2}) {
       nn::GPTConfig c = config;
       c.n_layer = layers;
-      TensorParallelRunner runner(c, 5, mesh);
+      // this rank's tp slice, as `train --tp` builds it (apply_tensor_parallel; parallel/nd/parallelize.h)
+      std::unique_ptr<ModelRunner> owned = parallelize_model(c, 5, mesh, {.parallelism = mesh.config()});
+      ModelRunner& runner = *owned;
       mesh.group("tp")->ledger().reset();
       auto micros = data.micro_batches(0, B, T, 1);
       runner.forward_backward(micros, static_cast<double>(micros[0].counted), 1, {});
@@ -307,7 +310,9 @@ static void trains_like_serial(const Config& cfg, Checker& check) {
   double param_err = 0;
   launch(cfg.tp, [&](RankContext& ctx) {
     DeviceMesh mesh(ctx.world, {.tp = cfg.tp});
-    TensorParallelRunner runner(config, 5, mesh);
+    // this rank's tp slice, as `train --tp` builds it (apply_tensor_parallel; parallel/nd/parallelize.h)
+    std::unique_ptr<ModelRunner> owned = parallelize_model(config, 5, mesh, {.parallelism = mesh.config()});
+    ModelRunner& runner = *owned;
     nn::AdamW opt(runner.module().parameters(), adamw);
     for (int s = 0; s < steps; ++s) {
       opt.zero_grad();

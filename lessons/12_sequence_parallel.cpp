@@ -14,7 +14,7 @@
 //   * the catch: LayerNorm's weight and bias are replicated, but each rank now normalises only its
 //     rows, so each holds a PARTIAL gradient. Without an all-reduce over tp the copies drift apart
 //     (Megatron-LM #1446, gpt-neox #1257). Shown on the page, then as a training run with the fix
-//     (TensorParallelRunner::finish_gradients); --break-ln-allreduce runs both without it.
+//     (ModelRunner::finish_gradients: the gradient sums of the tp cut); --break-ln-allreduce runs both without it.
 //
 // Run:    make lesson N=12   (about a second)
 // Try:    build/lessons/12_sequence_parallel --tp 4 --batch 8 --T 16 --seq 64 --svg /tmp/svg_12
@@ -32,7 +32,8 @@
 #include "nn/optim.h"
 #include "parallel/comm/launch.h"
 #include "parallel/comm/mesh.h"
-#include "parallel/tensor_parallel/tensor_parallel_runner.h"
+#include "parallel/nd/parallelize.h"
+#include "parallel/tensor_parallel/tp_gpt.h"
 #include "tensor/ledger.h"
 #include "lesson_args.h"
 #include "lesson_svg.h"
@@ -77,7 +78,9 @@ static void same_bytes(const Config& cfg, Checker& check) {
   launch(t, [&](RankContext& ctx) {
     DeviceMesh mesh(ctx.world, {.tp = t});
     for (bool sp : {false, true}) {
-      TensorParallelRunner runner(config, 5, mesh, {.sequence_parallel = sp});
+      // this rank's tp slice, as `train --tp` builds it (apply_tensor_parallel; parallel/nd/parallelize.h)
+      std::unique_ptr<ModelRunner> owned = parallelize_model(config, 5, mesh, {.parallelism = mesh.config(), .sequence_parallel = sp});
+      ModelRunner& runner = *owned;
       mesh.group("tp")->ledger().reset();
       auto micros = tokens(32).micro_batches(0, B, T, 1);
       runner.forward_backward(micros, static_cast<double>(micros[0].counted), 1, {});
@@ -214,7 +217,9 @@ static void training_run(const Config& cfg, Checker& check) {
     std::vector<Tensor> ln(t);
     launch(t, [&](RankContext& ctx) {
       DeviceMesh mesh(ctx.world, {.tp = t});
-      TensorParallelRunner runner(config, 5, mesh, {.sequence_parallel = true});
+      // this rank's tp slice, as `train --tp` builds it (apply_tensor_parallel; parallel/nd/parallelize.h)
+      std::unique_ptr<ModelRunner> owned = parallelize_model(config, 5, mesh, {.parallelism = mesh.config(), .sequence_parallel = true});
+      ModelRunner& runner = *owned;
       nn::AdamW opt(runner.module().parameters(), adamw);
       for (int step = 0; step < steps; ++step) {
         opt.zero_grad();
@@ -223,7 +228,7 @@ static void training_run(const Config& cfg, Checker& check) {
         if (fixed) runner.finish_gradients();  // the LayerNorm (and c_proj bias) all-reduce over tp
         opt.step();
       }
-      ln[ctx.rank] = runner.model().gpt().block(0).ln_1->weight.detach().clone();
+      ln[ctx.rank] = runner.module().state_dict().at("h.0.ln_1.weight").detach().clone();
     });
     const Tensor ln1 = ln[t - 1].to(ln[0].device());
     const double drift = max_abs_diff(ln[0], ln1),

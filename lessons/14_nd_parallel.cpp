@@ -21,6 +21,10 @@
 //
 //        model state per rank = 16·Ψ_tp/(dp_shard·cp)       FSDP sends 3·(N-1)/N·4·Ψ_tp per rank and step
 //        HSDP's replica all-reduce = 2·(R-1)/R·4·Ψ_tp/N      (N = dp_shard·cp, R = dp_replicate)
+//   * how every one of those layouts was built: parallel/nd/parallelize.cpp read line by line (section
+//     5, in 14_parallelize_on_the_page.h): cut for the pipeline -> apply_tensor_parallel ->
+//     apply_context_parallel -> the stage's schedule -> the data-parallel strategy, one path for all;
+//     then checked on two layouts of world 8, rank by rank
 //
 // Where each gradient is reduced (parallel/nd/nd_parallelizer.h):
 //                        dp (DDP/ZeRO-1)   cp (sum)   tp (sum)                         pp pair {0, p-1} (sum)
@@ -33,7 +37,8 @@
 // Try:    build/lessons/14_nd_parallel --batch 32 --T 8 --steps 3 --svg /tmp/svg_14   (the meshes drawn)
 //         build/lessons/14_nd_parallel --mesh pp2,cp2,tp4;  --break-order (the page lays ranks out pp-fastest)
 // Prints: 1 the two meshes, rank by rank; 2 the table; 3 the rules, each "OK"; 4 the guide's
-//         sections, each layout's groups, memory and bytes, then its checks; then "lesson 14: OK".
+//         sections, each layout's groups, memory and bytes, then its checks; 5 parallelize, line by
+//         line, and what it built on two layouts; then "lesson 14: OK".
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -50,11 +55,12 @@
 #include "parallel/comm/launch.h"
 #include "parallel/comm/mesh.h"
 #include "parallel/pipeline/schedule.h"
-#include "parallel/train/factory.h"
+#include "parallel/nd/parallelize.h"
 #include "parallel/train/trainer.h"
 #include "tensor/ledger.h"
 #include "lesson_args.h"
 #include "lesson_svg.h"
+#include "14_parallelize_on_the_page.h"  // section 5
 
 using namespace sl;
 using namespace sl::parallel;
@@ -239,14 +245,8 @@ static void train_rank(RankContext& ctx, const TrainPlan& plan, const Run& run, 
   MemoryLedger& ledger = MemoryLedger::instance();
   std::array<int64_t, 4> before_build{};
   for (int c = 0; c < 4; ++c) before_build[c] = ledger.current(ctx.device, kCats[c]);
-  std::unique_ptr<nn::GPT> replica;
-  std::unique_ptr<Trainer> trainer;
-  if (plan.cuts_model())
-    trainer = std::make_unique<Trainer>(
-        ctx, plan, [&](const DeviceMesh& mesh) { return make_model_runner(plan, run.model, run.seed, {}, mesh); }, adamw());
-  else
-    replica = std::make_unique<nn::GPT>(run.model, run.seed),
-    trainer = std::make_unique<Trainer>(*replica, ctx, plan, adamw());
+  std::unique_ptr<Trainer> trainer = std::make_unique<Trainer>(
+      ctx, plan, parallelize(run.model, run.seed, ctx.world, plan.parallelize_options(adamw())));
   auto totals = [&] {  // bytes so far per group
     std::map<std::string, CommStats> t;
     for (const auto& [name, group] : trainer->ledgers())
@@ -283,7 +283,7 @@ static Row measure(const Layout& l, int world, const Run& run) {
   row.losses.assign(run.steps, 0.0);
   const TrainPlan& plan = l.plan;
   plan.validate(world);
-  if (plan.cuts_model()) check_model_runner(plan, run.model);
+  check_model_cut(run.model, plan.parallelize_options(), plan.micro_batches);
   std::vector<RankRecord> records(world);
   launch(world, [&](RankContext& ctx) { train_rank(ctx, plan, run, records[ctx.rank], row); });
   for (const RankRecord& r : records) {
@@ -683,6 +683,7 @@ int main(int argc, char** argv) {
   guide_fsdp_cp(guide);
   guide_hsdp_tp(guide);
   guide_example(guide);
+  lesson14_parallelize::walk_parallelize(run.model, check);
   std::printf("\nlesson 14: %s\n", ok ? "OK" : "FAILED");
   return ok ? 0 : 1;
 }

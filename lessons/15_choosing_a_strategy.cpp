@@ -45,7 +45,7 @@
 #include "parallel/comm/launch.h"
 #include "parallel/comm/topology.h"
 #include "parallel/planner/planner.h"
-#include "parallel/train/factory.h"
+#include "parallel/nd/parallelize.h"
 #include "parallel/train/trainer.h"
 #include "lesson_args.h"
 #include "lesson_svg.h"
@@ -94,20 +94,14 @@ struct Measured {
 static Measured run_once(const TrainPlan& plan, const Topology& topology) {
   const int world = plan.parallelism.world_size();
   plan.validate(world);
-  if (plan.cuts_model()) check_model_runner(plan, kConfig);
+  check_model_cut(kConfig, plan.parallelize_options(), plan.micro_batches);
   static const nn::TokenStream data = tokens();
   LaunchOptions options;
   options.topology = topology;
   Measured m;
   launch(world, [&](RankContext& ctx) {
-    std::unique_ptr<nn::GPT> replica;
-    std::unique_ptr<Trainer> trainer;
-    if (plan.cuts_model())
-      trainer = std::make_unique<Trainer>(
-          ctx, plan, [&](const DeviceMesh& mesh) { return make_model_runner(plan, kConfig, kSeed, {}, mesh); }, adamw());
-    else
-      replica = std::make_unique<nn::GPT>(kConfig, kSeed),
-      trainer = std::make_unique<Trainer>(*replica, ctx, plan, adamw());
+    std::unique_ptr<Trainer> trainer = std::make_unique<Trainer>(
+        ctx, plan, parallelize(kConfig, kSeed, ctx.world, plan.parallelize_options(adamw())));
     trainer->train_step(data, 0, kBatch, kT, adamw().lr, 0.0);  // warm-up: allocations, first touches
     auto totals = [&] {
       CommStats sum;

@@ -32,7 +32,7 @@
 #include "parallel/checkpoint/checkpoint.h"
 #include "parallel/comm/launch.h"
 #include "parallel/train/checkpointing.h"
-#include "parallel/train/factory.h"
+#include "parallel/nd/parallelize.h"
 #include "parallel/train/trainer.h"
 #include "lesson_args.h"
 #include "lesson_svg.h"
@@ -88,13 +88,8 @@ static std::vector<double> run(const Config& cfg, const TrainPlan& plan, int64_t
   std::vector<double> losses(static_cast<size_t>(steps));
   std::mutex mutex;
   launch(plan.parallelism.world_size(), [&](RankContext& ctx) {
-    std::unique_ptr<nn::GPT> whole;
-    std::unique_ptr<Trainer> trainer;
-    if (plan.cuts_model())
-      trainer = std::make_unique<Trainer>(
-          ctx, plan, [&](const DeviceMesh& mesh) { return make_model_runner(plan, kConfig, cfg.seed, {}, mesh); }, adamw());
-    else
-      whole = std::make_unique<nn::GPT>(kConfig, cfg.seed), trainer = std::make_unique<Trainer>(*whole, ctx, plan, adamw());
+    std::unique_ptr<Trainer> trainer = std::make_unique<Trainer>(
+        ctx, plan, parallelize(kConfig, cfg.seed, ctx.world, plan.parallelize_options(adamw())));
     std::vector<StatePiece> pieces = state_pieces(*trainer, kConfig);
     if (!resume_dir.empty()) {
       checkpoint::Reader reader(resume_dir);

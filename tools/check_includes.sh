@@ -7,14 +7,14 @@
 #        ^
 #   parallel/comm/        process groups, backends, launch, mesh, flat buffers, clip_grad_norm
 #        ^
-#   parallel/runner/      the runner interface: ModelRunner, DataParallelStrategy, the one micro-batch loop
+#   parallel/runner/      the runner interface: ModelRunner (PartRunner: the one micro-batch loop), DataParallelStrategy
 #        ^
 #   parallel/data_parallel/  parallel/zero/  parallel/pipeline/  parallel/tensor_parallel/
 #   parallel/context_parallel/ parallel/checkpoint/  (the sibling chapters: each includes only itself and the above)
 #        ^
-#   parallel/nd/          the compositions (several chapters at once)
+#   parallel/nd/          parallelize: the one composition path (every chapter applied to the GPT)
 #        ^
-#   parallel/train/       the Trainer and the plan -> runner + strategy factory
+#   parallel/train/       the Trainer and the run's plan
 #        ^
 #   parallel/planner/     the cost model and the planner (it models the chapters; it runs none of them)
 #        ^

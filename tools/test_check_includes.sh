@@ -28,11 +28,11 @@ expect 1 parallel/runner/micro_batches.cpp parallel/zero/fsdp.h           # the 
 expect 1 parallel/pipeline/stage.cpp parallel/zero/fsdp.h                 # a chapter includes no sibling
 expect 1 parallel/tensor_parallel/vocab.cpp parallel/context_parallel/ring_attention.h
 expect 1 parallel/zero/fsdp.cpp parallel/train/trainer.h                  # nor train/
-expect 1 parallel/data_parallel/ddp.cpp parallel/nd/nd_runner.h           # nor nd/
-expect 1 parallel/nd/nd_parallelizer.cpp parallel/train/factory.h                  # nd below train
+expect 1 parallel/data_parallel/ddp.cpp parallel/nd/parallelize.h          # nor nd/
+expect 1 parallel/nd/parallelize.cpp parallel/train/trainer.h             # nd below train
 expect 1 parallel/train/trainer.cpp tools/train_options.h                 # parallel below tools
-expect 0 parallel/nd/nd_parallelizer.cpp parallel/pipeline/stage.h                 # nd composes the chapters
-expect 0 parallel/train/trainer.cpp parallel/nd/nd_runner.h               # train knows every chapter
+expect 0 parallel/nd/parallelize.cpp parallel/pipeline/stage.h            # nd composes the chapters
+expect 0 parallel/train/trainer.cpp parallel/nd/parallelize.h             # train sits above nd
 expect 1 tests/parallel/comm/test_mesh.cpp parallel/zero/fsdp.h           # a core layer's test, a chapter
 expect 1 tests/nn/test_optim.cpp tests/support/trainer.h                  # ... or the trainer, through support
 expect 0 tests/parallel/zero/test_zero.cpp parallel/train/trainer.h       # a chapter's test may use the Trainer

@@ -37,7 +37,7 @@
 #include "nn/safetensors.h"
 #include "parallel/train/run_report.h"
 #include "parallel/pipeline/pipeline_runner.h"
-#include "parallel/train/factory.h"
+#include "parallel/nd/parallelize.h"
 #include "parallel/train/trainer.h"
 #include "parallel/train/checkpointing.h"
 #include "tensor/cuda_info.h"
@@ -373,7 +373,7 @@ std::vector<double> train_parallel(Run& r, nn::StateDict& weights) {
   const int world = static_cast<int>(o.world());
   const parallel::TrainPlan plan = plan_of(r);
   plan.validate(world);  // before the ranks start: a bad combination is a one-line error
-  parallel::check_model_runner(plan, r.config);  // the chapter's own rules (layers, heads, sequence)
+  parallel::check_model_cut(r.config, plan.parallelize_options(), plan.micro_batches);  // layers, heads, sequence
   r.plan_name = plan.name();
   r.parallelism = plan.parallelism;
   parallel::LaunchOptions launch_options;
@@ -402,19 +402,12 @@ std::vector<double> train_parallel(Run& r, nn::StateDict& weights) {
   std::vector<parallel::RankReport> reports(world);
   std::vector<char> reported(world, 0);
   parallel::launch(world, [&](parallel::RankContext& ctx) {
-    // The same initial weights on every rank: the seed's, or --init-from's file, which the sharded
-    // layouts (ZeRO-1/2's flat buffer, FSDP's units) then cut into this rank's shard.
-    // A chapter that cuts the model builds only this rank's part, from the seed's draw or the file.
-    std::unique_ptr<nn::GPT> replica = plan.cuts_model() ? nullptr : initial_model(r);
+    // Every rank builds only its part of the model, from the seed's draw or --init-from's file,
+    // which the sharded layouts (ZeRO-1/2's flat buffer, FSDP's units) then cut into this rank's shard.
     MemoryLedger::instance().reset_peak(ctx.device);
     const auto start = std::chrono::steady_clock::now();
-    auto make_runner = [&](const parallel::DeviceMesh& mesh) {
-      return parallel::make_model_runner(plan, r.config, o.seed, r.initial, mesh);
-    };
-    std::unique_ptr<parallel::Trainer> made =
-        replica ? std::make_unique<parallel::Trainer>(*replica, ctx, plan, adamw_options(o))
-                : std::make_unique<parallel::Trainer>(ctx, plan, make_runner, adamw_options(o));
-    parallel::Trainer& trainer = *made;
+    const parallel::ParallelizeOptions layout = plan.parallelize_options(adamw_options(o));
+    parallel::Trainer trainer(ctx, plan, parallel::parallelize(r.config, o.seed, ctx.world, layout, r.initial));
     if (r.resume) resume_trainer(trainer, r);
     auto step_fn = [&](int64_t step, double lr) {
       return trainer.train_step(r.stream, step, o.batch_size, o.block_size, lr, o.grad_clip);

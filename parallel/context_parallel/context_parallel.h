@@ -20,7 +20,7 @@
 //   (USP) runs Ulysses over U ranks and the ring over cp/U.
 //
 //   Gradients: every parameter is replicated over cp; each rank's backward gives its tokens' part,
-//   so the runner SUMS gradients over cp after the backward (parallel/comm/flatten.h), before the
+//   so they are SUMMED over cp after the backward (parallel/comm/flatten.h), before the
 //   data-parallel average over dp.
 //
 // Read in this order:
@@ -29,14 +29,15 @@
 //   ring_attention.h          the ring: K/V passed around, dK/dV back in backward
 //   allgather_attention.h     the all-gather variant (Llama 3's)
 //   ulysses_attention.h       Ulysses (all-to-all to a head cut) and hybrid USP (Ulysses inside, ring across)
-//   context_parallel_runner.h the GPT on a sequence shard, in the one training step
+//   cp_gpt.h                  apply_context_parallel: a GPT part's attention over a sequence shard;
+//                             the variants' groups and the chapter's rules
 //
 //   Lesson: lessons/13_ring_attention.cpp
 //   Tests: tests/parallel/context_parallel/test_context_parallel.cpp, tests/parallel/context_parallel/test_context_parallel_runner.cpp
 #pragma once
 #include "parallel/context_parallel/allgather_attention.h"
 #include "parallel/context_parallel/attention_block.h"
-#include "parallel/context_parallel/context_parallel_runner.h"
+#include "parallel/context_parallel/cp_gpt.h"
 #include "parallel/context_parallel/ring_attention.h"
 #include "parallel/context_parallel/sequence_shard.h"
 #include "parallel/context_parallel/ulysses_attention.h"

@@ -27,17 +27,6 @@ NdParallelizer::NdParallelizer(const nn::GPTConfig& config, const DeviceMesh& me
   vocab_ = VocabRange::of(config.vocab_size, tp_.rank(), tp_.size());
 }
 
-std::shared_ptr<nn::GPT> NdParallelizer::build(const nn::GPTConfig& config, uint64_t seed, const nn::GPTShardSpec& spec) const {
-  auto part = std::make_shared<nn::GPT>(config, seed, spec.with_tensor_parallel(tp_.rank(), tp_.size()));
-  if (tp_.size() > 1) parallelize_gpt(*part, tp_);
-  if (shard_.cp > 1) {
-    const nn::GPTShardSpec range = part->spec().resolved(config);
-    for (int64_t layer = range.layer_begin; layer < range.layer_end; ++layer)
-      part->block(layer).attn->core = context_parallel_core(shard_, cp_groups_, variant_);
-  }
-  return part;
-}
-
 Tensor NdParallelizer::forward(nn::GPT& part, const Tensor& input) const {
   return part.forward_part_with(input, [&] { return forward_unhooked(part, input); });  // FSDP's hooks run around it
 }
@@ -49,7 +38,7 @@ Tensor NdParallelizer::forward_unhooked(nn::GPT& part, const Tensor& input) cons
     const int64_t T = input.size(1);
     SL_CHECK(T <= part.config().block_size, "N-D parallel: sequence length ", T, " is longer than block_size ",
              part.config().block_size);
-    shard_.check_length(T);
+    if (shard_.cp > 1) shard_.check_length(T);
     SL_CHECK(!tp_.sequence_parallel || (T / shard_.cp) % tp_.size() == 0, "N-D parallel: sequence parallel needs T / cp (",
              T, " / ", shard_.cp, ") divisible by tp ", tp_.size());
     Tensor ids = shard_.cp > 1 ? shard_.take(input) : input;  // [B, T/cp]
@@ -60,15 +49,13 @@ Tensor NdParallelizer::forward_unhooked(nn::GPT& part, const Tensor& input) cons
   return range.has_head(part.config()) ? part.head(x) : x;  // logits [B, T/cp, Vp/t]
 }
 
-Tensor NdParallelizer::loss(const Tensor& logits, const nn::TokenStream::MicroBatch& micro) const {
+MicroBatchLoss NdParallelizer::loss(const Tensor& logits, const nn::TokenStream::MicroBatch& micro) const {
   Tensor targets = shard_.cp > 1 ? shard_.take(micro.batch.targets) : micro.batch.targets;  // [B, T/cp]
   const int64_t counted = nn::counted_targets(targets);
-  // No counted target here, but backward must still run: the ring's (and SP's) backward is collective.
-  if (counted == 0) return mul(sum(logits), 0.0);
+  if (counted == 0) return zero_loss(logits);  // the ring's (and SP's) backward is collective
   Tensor mean = tp_.size() > 1 ? vocab_parallel_cross_entropy(logits, targets, vocab_, tp_.group)
                                : cross_entropy(logits, targets);  // mean over this rank's counted targets
-  // × counted_m · dp / C (the engine's weight) gives Σ CE over this rank's tokens · dp / C.
-  return counted == micro.counted ? mean : mul(mean, static_cast<double>(counted) / static_cast<double>(micro.counted));
+  return {mean, static_cast<double>(counted)};
 }
 
 Shape NdParallelizer::activation_shape(const Tensor& ids, int64_t n_embd) const {

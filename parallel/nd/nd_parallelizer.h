@@ -1,15 +1,8 @@
-// nd_parallelizer.h — one GPT cut several ways at once on one DeviceMesh: pipeline stages (pp), tensor-
-// parallel slices (tp, with or without SP) and sequence shards (cp); data parallelism (dp) is the
-// Trainer's, around it. The model is cut, never forked: every piece is a chapter's own.
-//
-//   pp   the pipeline's stages, schedule and engine (parallel/pipeline): chunk c is an nn::GPT over
-//        its layer range, built by NdParallelizer::build from GPTShardSpec::layers(b, e)
-//   tp   .with_tensor_parallel(r, t) on that spec, and the TP chapter's hooks installed on the
-//        chunk's own modules (parallelize_gpt); the first chunk embeds vocab-parallel, the
-//        last computes the vocab-parallel cross-entropy
-//   cp   every CausalSelfAttention's AttentionCore swapped for ring / all-gather attention; the
-//        first chunk takes this rank's tokens (SequenceShard) at their global positions, the last
-//        its tokens' targets
+// nd_parallelizer.h — how one part of the GPT runs when it is cut over tp and cp at once (either
+// may be 1): the ChunkParallelizer (parallel/runner/chunk_parallelizer.h) that parallelize.h hands
+// both runners. The part itself was built and changed by the chapters (parallelize.cpp: the tp
+// slice of the pipeline chunk, apply_tensor_parallel, apply_context_parallel); this says how its
+// forward, its loss, its gradient sums and its gathers go.
 //
 //   ids [B, T] ─take T/cp─▶ vocab-parallel wte + wpe ─(SP: T/cp/t)─▶ h.b … h.e ═▶ next stage …
 //     … ═▶ h.b' … h.{L-1} ─▶ ln_f ─(f / SP gather)─▶ x·wte_rᵀ [B, T/cp, Vp/t] ─▶ vocab-parallel CE
@@ -21,9 +14,10 @@
 //     replicated params      avg          yes      SP LayerNorms,        —
 //                                                  c_proj biases, ln_f
 //     wte (tied)             avg          yes         —                 yes
-//   The loss of micro-batch m on a cp rank is its tokens' mean · counted_local / counted_m, so
-//   the engine's weight counted_m · dp / C makes it that rank's share of the serial loss; the sum
-//   over cp then gives each replica the serial gradient of its rows.
+//   The loss of micro-batch m on a cp rank is its tokens' mean over their counted_local targets, so
+//   the weight counted_local · dp / C makes it that rank's share of the serial loss; the sum over cp
+//   then gives each replica the serial gradient of its rows. A cp rank none of whose targets count
+//   still runs its backward (zero_loss): the ring's is collective.
 //
 //   Placements stay the chapters' (clip_grad_norm over the mesh counts every element once):
 //   tp slices sharded(d, "tp"), the first stage's wte sharded(0, "tp"), the last stage's copy
@@ -35,34 +29,37 @@
 #include <optional>
 
 #include "parallel/comm/mesh.h"
-#include "parallel/context_parallel/context_parallel_runner.h"
-#include "parallel/pipeline/pipeline_runner.h"
+#include "parallel/context_parallel/cp_gpt.h"
+#include "parallel/runner/chunk_parallelizer.h"
 #include "parallel/tensor_parallel/tp_gpt.h"
 
 namespace sl::parallel {
 
 struct NdOptions {
-  PipelineOptions pipeline;                        // schedule, virtual stages, stage layers (any pp, 1 included)
-  bool sequence_parallel = false;                  // SP under tp
-  ContextParallelOptions cp;                       // balance, variant
-  std::optional<DType> grad_dtype = std::nullopt;  // FSDP under mixed precision: FsdpOptions::grad_dtype
+  bool sequence_parallel = false;  // SP under tp
+  ContextParallelOptions cp;       // balance, variant
 };
 
 // The rules of cutting this model over tp and cp at once (each chapter's own, and SP's tokens of a cp
 // shard over tp), before any communication: throws sl::Error naming the values.
 void check_nd_layout(const nn::GPTConfig& config, int tp, int cp, const NdOptions& options);
 
-// The tp × cp cut of every pipeline chunk (pipeline/stage.h's ChunkParallelizer).
+// The tp × cp cut of a part (the whole GPT or a pipeline chunk).
 class NdParallelizer : public ChunkParallelizer {
  public:
   // Uses mesh.group("tp") and mesh.group("cp"); no communication but a hybrid's group splits (cp).
   // Throws as check_nd_layout does.
   NdParallelizer(const nn::GPTConfig& config, const DeviceMesh& mesh, const NdOptions& options);
 
-  std::shared_ptr<nn::GPT> build(const nn::GPTConfig& config, uint64_t seed,
-                                 const nn::GPTShardSpec& spec) const override;
+  // What the chapters apply to each part (parallelize.cpp): this rank's tp group and sequence shard.
+  const TPGroup& tp() const { return tp_; }
+  const SequenceShard& sequence() const { return shard_; }
+  const CpGroups& cp_groups() const { return cp_groups_; }
+  CpVariant cp_variant() const { return variant_; }
+
   Tensor forward(nn::GPT& part, const Tensor& input) const override;
-  Tensor loss(const Tensor& logits, const nn::TokenStream::MicroBatch& micro) const override;
+  MicroBatchLoss loss(const Tensor& logits, const nn::TokenStream::MicroBatch& micro) const override;
+  bool holds_loss() const override { return tp_.rank() == 0; }  // every cp rank: its tokens' share
   Shape activation_shape(const Tensor& ids, int64_t n_embd) const override;
   std::vector<GradientSum> gradient_sums(const nn::Module& stage) const override;  // SP partials over tp, all over cp
   Tensor gather(const std::string& name, const Tensor& piece, const nn::Placement& placement) const override;

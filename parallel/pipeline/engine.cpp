@@ -102,7 +102,9 @@ class ScheduleRun {
     const nn::Batch& batch = micros_[a.micro].batch;
     Tensor x = cut_.forward(part, a.chunk == 0 ? batch.inputs : f.input);
     if (a.chunk == last_chunk_) {
-      Tensor loss = cut_.loss(x, micros_[a.micro]);  // the micro-batch's mean (this rank's part of it)
+      // This rank's tokens' mean, scaled to the micro-batch's: × counted_m · dp / C below gives
+      // this rank's part of the serial loss.
+      Tensor loss = scaled_to_micro_batch(cut_.loss(x, micros_[a.micro]), static_cast<double>(micros_[a.micro].counted));
       result_.loss_share += loss.item() * loss_factor_[a.micro];
       x = weights_[a.micro] == 1.0 ? loss : mul(loss, weights_[a.micro]);
     }

@@ -35,6 +35,7 @@
 #include "parallel/pipeline/schedule.h"
 #include "parallel/pipeline/stage.h"
 #include "parallel/pipeline/timeline.h"
+#include "parallel/runner/micro_batches.h"
 
 namespace sl::parallel {
 

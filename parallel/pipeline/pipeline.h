@@ -18,13 +18,14 @@
 //   and the activations of the micro-batches in flight (GPipe: m; 1F1B: at most p - r on rank r).
 //
 // Read in this order:
-//   stage.h             which layers each stage (and virtual chunk) holds; the ChunkParallelizer that builds
-//                       and runs a chunk (parallel/nd cuts it further over tp and cp)
+//   stage.h             which layers each stage (and virtual chunk) holds (parallel/nd/parallelize.cpp
+//                       builds the chunks, cut further over tp and cp)
 //   schedule.h          schedules as data: naive, GPipe, 1F1B, interleaved, zero-bubble
 //   simulate.h          a schedule checked and simulated before it runs (deadlocks found on the page)
 //   engine.h            one engine runs every schedule over point-to-point messages
 //   timeline.h          what each rank did when: the bubble measured, an SVG/ASCII chart
-//   pipeline_runner.h   the stage in the one training step (parallel/runner), the tied wte
+//   pipeline_runner.h   the stage in the one training step (parallel/runner), the tied wte; each chunk
+//                       run by a ChunkParallelizer (parallel/runner/chunk_parallelizer.h)
 //
 //   Lessons: lessons/08_naive_model_parallel.cpp, lessons/09_pipeline_schedules.cpp,
 //            lessons/10_zero_bubble.cpp

@@ -8,15 +8,31 @@
 
 namespace sl::parallel {
 
-PipelineRunner::PipelineRunner(const nn::GPTConfig& config, uint64_t seed, const DeviceMesh& mesh,
-                               const PipelineOptions& options, std::shared_ptr<const ChunkParallelizer> cut)
-    : options_(options), cut_(cut ? std::move(cut) : std::make_shared<const ChunkParallelizer>()), pp_(mesh.group("pp")) {
-  const int p = pp_->size();
-  // Everything that can be wrong is checked before the first byte moves.
+namespace {
+// Everything that can be wrong is checked before the first byte moves.
+Stage checked_stage(const nn::GPTConfig& config, uint64_t seed, const DeviceMesh& mesh, const PipelineOptions& options) {
+  const int p = mesh.size("pp");
   config.validate();
   check_schedule_config(options.schedule, p, options.schedule == ScheduleKind::interleaved ? p : 1,
                         options.virtual_stages);
-  stage_ = make_stage(config, seed, pp_->rank(), p, options.virtual_stages, options.stage_layers, cut_.get());
+  return make_stage(config, seed, mesh.pp_rank(), p, options.virtual_stages, options.stage_layers);
+}
+}  // namespace
+
+PipelineRunner::PipelineRunner(const nn::GPTConfig& config, uint64_t seed, const DeviceMesh& mesh,
+                               const PipelineOptions& options)
+    : PipelineRunner(checked_stage(config, seed, mesh, options), mesh, options,
+                     std::make_shared<const ChunkParallelizer>()) {}
+
+PipelineRunner::PipelineRunner(Stage stage, const DeviceMesh& mesh, const PipelineOptions& options,
+                               std::shared_ptr<const ChunkParallelizer> cut)
+    : options_(options), cut_(std::move(cut)), pp_(mesh.group("pp")), stage_(std::move(stage)) {
+  const int p = pp_->size();
+  SL_CHECK(cut_ != nullptr, "PipelineRunner: no ChunkParallelizer");
+  SL_CHECK(stage_.stages == p && stage_.rank == pp_->rank(), "PipelineRunner: ", stage_.str(), " is not stage ",
+           pp_->rank(), " of the pp group's ", p);
+  check_schedule_config(options.schedule, p, options.schedule == ScheduleKind::interleaved ? p : 1,
+                        options.virtual_stages);
   module_ = std::make_unique<StageModule>(stage_);
   if (p > 1) embedding_group_ = pp_->new_group({0, p - 1});
 }

@@ -19,10 +19,10 @@
 //   {0, p-1} for the tied wte (made in the constructor, collective over pp). Data parallelism is the
 //   Trainer's strategy: it wraps module() over mesh.group("dp") (DDP) or "dp_shard" (ZeRO-1).
 //
-//   The chunks are built and run by a ChunkParallelizer (stage.h): the plain GPT here; NdRunner
-//   (parallel/nd/nd_runner.h) passes one that cuts every chunk over tp and cp, whose gradient sums
-//   come before the tied wte's in gradient_sums(), and whose gathers serve full_state_dict().
-//   FsdpNdRunner (parallel/nd/fsdp_nd_runner.h) shards the stage through the protected gather() below.
+//   The chunks are run by a ChunkParallelizer (parallel/runner/chunk_parallelizer.h): the plain GPT
+//   here; parallel/nd/parallelize.cpp builds the stage itself (each chunk cut over tp and cp) and
+//   passes the cut that runs such chunks, whose gradient sums come before the tied wte's in
+//   gradient_sums(), and whose gathers serve full_state_dict().
 //
 //   Lessons: 08, 09   Tests: tests/parallel/pipeline/test_pipeline.cpp, tests/parallel/nd/test_nd_parallel.cpp
 #pragma once
@@ -51,19 +51,22 @@ class PipelineRunner : public ModelRunner {
  public:
   // Collective over mesh.group("pp"). Throws before any communication when the split cannot be
   // made (more chunks than layers, counts that do not add up) or the schedule's options clash.
-  // `cut` builds and runs each chunk (null: the plain ChunkParallelizer; parallel/nd cuts chunks over tp
-  // and cp with it); its groups are its own.
-  PipelineRunner(const nn::GPTConfig& config, uint64_t seed, const DeviceMesh& mesh, const PipelineOptions& options,
-                 std::shared_ptr<const ChunkParallelizer> cut = nullptr);
+  // Builds the plain GPT's chunks from `seed`.
+  PipelineRunner(const nn::GPTConfig& config, uint64_t seed, const DeviceMesh& mesh, const PipelineOptions& options);
+  // Runs `stage` (this rank's chunks, built by the caller: make_stage) with `cut` (how each chunk
+  // runs; its groups are its own). Collective over mesh.group("pp").
+  PipelineRunner(Stage stage, const DeviceMesh& mesh, const PipelineOptions& options,
+                 std::shared_ptr<const ChunkParallelizer> cut);
 
   nn::Module& module() override { return *module_; }
   double forward_backward(const std::vector<nn::TokenStream::MicroBatch>& micros, double global_count, int dp,
                           const BackwardHooks& hooks) override;
-  bool holds_loss() const override { return stage_.holds_last(); }
+  bool holds_loss() const override { return stage_.holds_last() && cut_->holds_loss(); }
   // The cut's sums, then the tied wte's between the first and last stage.
   std::vector<GradientSum> gradient_sums() override;
   nn::StateDict full_state_dict() override;  // collective over pp
   nn::StateDict full_gradients() override;   // collective over pp (zeros where a stage has none)
+  nn::StateDict full_state_dict_from(const nn::StateDict& part) override { return gather(false, &part); }
   // "pp_tied_wte": the first and last stage's pair, on those two ranks.
   std::vector<std::pair<std::string, const CommLedger*>> own_groups() const override;
   void load_full_state_dict(const nn::StateDict& full) override;  // each parameter: the cut's slice
@@ -78,15 +81,10 @@ class PipelineRunner : public ModelRunner {
   Timeline gather_timeline();
   ProcessGroupPtr pp_group() const { return pp_; }
 
- protected:
-  // Stage by stage over pp, every parameter (or gradient) as the serial tensor. `whole`: this
-  // stage's tensors by name where the stage does not hold them itself (FSDP over it: parallel/nd).
-  nn::StateDict gather(bool gradients, const nn::StateDict* whole = nullptr);
-  // The first and last stage's pair for the tied wte (null elsewhere and at p = 1).
-  const ProcessGroupPtr& embedding_group() const { return embedding_group_; }
-  const ChunkParallelizer& cut() const { return *cut_; }
-
  private:
+  // Stage by stage over pp, every parameter (or gradient) as the serial tensor. `whole`: this
+  // stage's tensors by name where the stage does not hold them itself (FSDP over it).
+  nn::StateDict gather(bool gradients, const nn::StateDict* whole = nullptr);
 
   PipelineOptions options_;
   std::shared_ptr<const ChunkParallelizer> cut_;

@@ -7,20 +7,6 @@
 
 namespace sl::parallel {
 
-std::shared_ptr<nn::GPT> ChunkParallelizer::build(const nn::GPTConfig& config, uint64_t seed, const nn::GPTShardSpec& spec) const {
-  return std::make_shared<nn::GPT>(config, seed, spec);
-}
-
-Tensor ChunkParallelizer::loss(const Tensor& logits, const nn::TokenStream::MicroBatch& micro) const {
-  return cross_entropy(logits, micro.batch.targets);  // mean over the micro-batch's counted targets
-}
-
-Tensor ChunkParallelizer::gather(const std::string&, const Tensor& piece, const nn::Placement&) const {
-  return piece.detach().clone();
-}
-
-Tensor ChunkParallelizer::slice(const std::string&, const Tensor& whole, const nn::Placement&) const { return whole; }
-
 std::vector<nn::GPTShardSpec> split_layers(int64_t n_layer, int chunks, const std::vector<int64_t>& layers_per_chunk) {
   SL_CHECK(chunks >= 1, "pipeline: the model must be cut into at least 1 chunk (got ", chunks, ")");
   std::vector<int64_t> counts = layers_per_chunk;
@@ -44,9 +30,13 @@ std::vector<nn::GPTShardSpec> split_layers(int64_t n_layer, int chunks, const st
 }
 
 Stage make_stage(const nn::GPTConfig& config, uint64_t seed, int rank, int stages, int virtual_stages,
-                 const std::vector<int64_t>& layers_per_chunk, const ChunkParallelizer* cut) {
-  const ChunkParallelizer plain;
-  if (cut == nullptr) cut = &plain;
+                 const std::vector<int64_t>& layers_per_chunk) {
+  return make_stage(config, rank, stages, virtual_stages, layers_per_chunk,
+                    [&](const nn::GPTShardSpec& layers) { return std::make_shared<nn::GPT>(config, seed, layers); });
+}
+
+Stage make_stage(const nn::GPTConfig& config, int rank, int stages, int virtual_stages,
+                 const std::vector<int64_t>& layers_per_chunk, const ChunkBuilder& build) {
   SL_CHECK(stages >= 1 && virtual_stages >= 1, "pipeline: stages (", stages, ") and virtual stages (", virtual_stages,
            ") must be >= 1");
   SL_CHECK(!(stages == 1 && virtual_stages > 1), "pipeline: virtual stages (", virtual_stages,
@@ -56,7 +46,7 @@ Stage make_stage(const nn::GPTConfig& config, uint64_t seed, int rank, int stage
   Stage stage{rank, stages, virtual_stages, {}, {}};
   for (int local = 0; local < virtual_stages; ++local) {
     stage.specs.push_back(all[global_chunk(rank, local, stages)]);
-    stage.parts.push_back(cut->build(config, seed, stage.specs.back()));
+    stage.parts.push_back(build(stage.specs.back()));
   }
   return stage;
 }

@@ -19,44 +19,17 @@
 //   Lesson: lessons/08_naive_model_parallel.cpp   Tests: tests/parallel/pipeline/test_pipeline_schedule.cpp
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "nn/data.h"
 #include "nn/gpt.h"
+#include "parallel/runner/chunk_parallelizer.h"
 #include "parallel/runner/model_runner.h"
 
 namespace sl::parallel {
-
-// How each chunk is built and run, and what its stage adds to the gradients and the gathers. The
-// base class is the plain pipeline: whole chunks, the GPT's own forward, cross-entropy. The N-D
-// chapter (parallel/nd/nd_parallelizer.h) cuts every chunk further over tp and cp by overriding these; the
-// schedule, the engine and the stage bookkeeping stay the pipeline's.
-class ChunkParallelizer {
- public:
-  virtual ~ChunkParallelizer() = default;
-  // The chunk over spec's layers (same seed on every rank: the serial model's slice).
-  virtual std::shared_ptr<nn::GPT> build(const nn::GPTConfig& config, uint64_t seed, const nn::GPTShardSpec& spec) const;
-  // The chunk's forward: ids [B, T] in on the embedding chunk, else the received activation;
-  // logits out of the head chunk, else the activation to send.
-  virtual Tensor forward(nn::GPT& part, const Tensor& input) const { return part.forward_part(input); }
-  // The head chunk's loss for one micro-batch, scaled so that × counted_m · dp / C gives this
-  // rank's part of the serial loss (the plain pipeline: the micro-batch's mean cross-entropy).
-  virtual Tensor loss(const Tensor& logits, const nn::TokenStream::MicroBatch& micro) const;
-  // The activation sent between chunks for ids [B, T]: [B, T, C].
-  virtual Shape activation_shape(const Tensor& ids, int64_t n_embd) const { return {ids.size(0), ids.size(1), n_embd}; }
-  // The cut's own gradient sums over the stage's parameters (before the tied wte's); none here.
-  virtual std::vector<GradientSum> gradient_sums(const nn::Module& stage) const {
-    (void)stage;
-    return {};
-  }
-  // A stage's parameter (or gradient) -> the serial tensor (collective over the cut's groups), and
-  // the inverse (no communication). The plain pipeline holds whole tensors.
-  virtual Tensor gather(const std::string& name, const Tensor& piece, const nn::Placement& placement) const;
-  virtual Tensor slice(const std::string& name, const Tensor& whole, const nn::Placement& placement) const;
-  // Groups of the cut's own, not the mesh's (a hybrid cp's Ulysses and ring groups), for the run report.
-  virtual std::vector<std::pair<std::string, const CommLedger*>> own_groups() const { return {}; }
-};
 
 // The layer ranges of `chunks` consecutive chunks. `layers_per_chunk` empty: balanced by count (the
 // first n_layer % chunks chunks get one more); else its entries are the counts, in chunk order.
@@ -80,9 +53,13 @@ struct Stage {
 };
 
 // Builds rank `rank`'s chunks. Throws before anything is built when the split is impossible.
-// `cut` builds each chunk (null: the plain ChunkParallelizer).
+// `build` makes each chunk from its layer range (parallel/nd/parallelize.cpp: the chunk cut over tp
+// and cp); the plain one builds the serial model's slice from `seed`.
+using ChunkBuilder = std::function<std::shared_ptr<nn::GPT>(const nn::GPTShardSpec& layers)>;
+Stage make_stage(const nn::GPTConfig& config, int rank, int stages, int virtual_stages,
+                 const std::vector<int64_t>& layers_per_chunk, const ChunkBuilder& build);
 Stage make_stage(const nn::GPTConfig& config, uint64_t seed, int rank, int stages, int virtual_stages,
-                 const std::vector<int64_t>& layers_per_chunk = {}, const ChunkParallelizer* cut = nullptr);
+                 const std::vector<int64_t>& layers_per_chunk = {});
 
 // Every parameter of a stage's parts under the serial model's names ("h.3.mlp.c_fc.weight"),
 // as one nn::Module: what DDP, ZeRO and clip_grad_norm wrap. The tensors are the parts' own.

@@ -25,7 +25,7 @@
 #include "parallel/planner/activation_model.h"
 #include "parallel/planner/cost_model.h"
 #include "parallel/planner/rank_part.h"
-#include "parallel/train/factory.h"
+#include "parallel/nd/parallelize_options.h"
 #include "tensor/error.h"
 
 namespace sl::parallel::planner {
@@ -79,7 +79,7 @@ void check_layout(const nn::GPTConfig& model, const TrainPlan& plan, const Batch
   const int world = c.world_size();
   plan.validate(world);
   model.validate();
-  check_model_runner(plan, model);
+  check_model_cut(model, plan.parallelize_options(), plan.micro_batches);
   SL_CHECK(rank >= 0 && rank < world, "cost model: rank ", rank, " is not in the world of ", world, " (",
            c.str(), ")");
   const int64_t dp = static_cast<int64_t>(c.dp_replicate) * c.dp_shard;

@@ -5,7 +5,7 @@
 #include <map>
 #include <optional>
 
-#include "parallel/train/factory.h"
+#include "parallel/nd/parallelize_options.h"
 #include "tensor/error.h"
 
 namespace sl::parallel::planner {
@@ -31,7 +31,7 @@ void check_layout(const Workload& work, const TrainPlan& plan, int world) {
   SL_CHECK(work.batch.batch_size >= 1 && work.batch.batch_size % split == 0, "plan: the global batch of ",
            work.batch.batch_size, " rows does not split into dp_replicate ", c.dp_replicate, " x dp_shard ",
            c.dp_shard, " x ", plan.micro_batches, " micro-batches");
-  check_model_runner(plan, m);
+  check_model_cut(m, plan.parallelize_options(), plan.micro_batches);
 }
 
 int Ranking::fitting() const {

@@ -10,7 +10,7 @@
 //        interleaved (v = 2), zero-bubble; m = p, 2p, 4p, 8p micro-batches (pp = 1: the fewest,
 //        1, 2, 4, ..., that fits)
 //   dp   what is left: DDP, ZeRO-1, ZeRO-2, FSDP, and HSDP sharded within a node
-//   then TrainPlan::validate and the factory's model rules (parallel/train/factory.h), and the
+//   then TrainPlan::validate and the chapters' model rules (parallel/nd/parallelize_options.h), and the
 //   global batch must split into dp × m micro-batches.
 //
 //   Of layouts that differ only in their micro-batch count, the best is kept.

@@ -28,7 +28,7 @@
 #include "parallel/planner/cost_model.h"
 #include "parallel/planner/rank_part.h"
 #include "parallel/planner/traffic_book.h"
-#include "parallel/train/factory.h"
+#include "parallel/nd/parallelize_options.h"
 #include "tensor/error.h"
 
 namespace sl::parallel::planner {

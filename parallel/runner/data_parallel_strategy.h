@@ -17,7 +17,7 @@
 //   strategy.step(lr)                                     AdamW: replicated, on shards, on the host
 //
 //   naive DP (parallel/data_parallel)  DDP (data_parallel)  ZeRO-1/2, FSDP, HSDP (parallel/zero)
-//   FSDP over a pipeline stage (parallel/nd): the runner brings its own (ModelRunner::own_strategy).
+//   parallel/nd/parallelize.cpp builds one for every layout (FSDP: zero/zero_strategies.h's fully_shard).
 //
 // The naive DataParallel is the one strategy that runs the step's passes itself (rank 0 scatters
 // the batch): run_step() returns its loss where the others return nothing.

@@ -19,6 +19,10 @@ RowRange data_parallel_rows(int64_t batch_rows, int rank, int world_size) {
 
 double micro_batch_weight(double counted, double global_count, int dp) { return counted * dp / global_count; }
 
+Tensor scaled_to_micro_batch(const MicroBatchLoss& loss, double counted_m) {
+  return loss.counted == counted_m ? loss.mean : mul(loss.mean, loss.counted / counted_m);
+}
+
 double run_micro_batches(const std::vector<nn::TokenStream::MicroBatch>& micros, double global_count, int dp,
                          const BackwardHooks& hooks, const MicroBatchLossFn& loss_of) {
   SL_CHECK(global_count > 0 && dp >= 1, "run_micro_batches: global_count (", global_count, ") must be > 0 and dp (", dp,
@@ -27,9 +31,11 @@ double run_micro_batches(const std::vector<nn::TokenStream::MicroBatch>& micros,
   for (size_t m = 0; m < micros.size(); ++m) {
     const MicroBatchLoss loss = loss_of(micros[m]);
     if (loss.counted > 0) share += loss.mean.item() * loss.counted / global_count;
-    const double weight = micro_batch_weight(loss.counted, global_count, dp);
+    const double counted_m = static_cast<double>(micros[m].counted);
+    const Tensor scaled = scaled_to_micro_batch(loss, counted_m);
+    const double weight = micro_batch_weight(counted_m, global_count, dp);
     if (hooks.before_backward) hooks.before_backward(m + 1 == micros.size());
-    (weight == 1.0 ? loss.mean : mul(loss.mean, weight)).backward();
+    (weight == 1.0 ? scaled : mul(scaled, weight)).backward();
   }
   return share;
 }

@@ -13,6 +13,8 @@
 //     share       += loss_m · c_m / C             this rank's part of the logged loss
 //     hooks.before_backward(m == M-1)             DDP: no_sync for all but the last
 //     backward(loss_m · c_m · dp / C)             dp undoes the average that data parallelism takes
+//                                                 (computed as (loss_m · c_m / c_M) · c_M · dp / C,
+//                                                 c_M the micro-batch's count: scaled_to_micro_batch)
 //
 // C counts every rank's micro-batches (one all-reduce in the Trainer), so ranks holding different
 // counts (the addition task scores answer digits only) still add up to the serial mean (Megatron's
@@ -49,6 +51,12 @@ struct MicroBatchLoss {
   double counted = 0;
 };
 using MicroBatchLossFn = std::function<MicroBatchLoss(const nn::TokenStream::MicroBatch& micro)>;
+
+// What a rank backpropagates for micro-batch m, before the weight: its mean scaled to the
+// micro-batch's count, mean · counted / counted_m (on a sequence shard its tokens' part; the mean
+// itself when it scores every target). × micro_batch_weight(counted_m, C, dp) = mean · counted · dp / C.
+// The loop below and the pipeline's engine both backpropagate this, so every layout rounds alike.
+Tensor scaled_to_micro_batch(const MicroBatchLoss& loss, double counted_m);
 
 // Runs forward (loss_of) and backward on every micro-batch in order, weighted as above. Returns
 // this rank's share of the serial loss, Σ_m loss_m · c_m / C. Throws unless global_count > 0, dp >= 1.

@@ -1,7 +1,9 @@
-// model_runner.h — what a chapter that cuts the model (pipeline stages, tensor-parallel shards,
-// sequence shards) hands the Trainer: this rank's part of the GPT and how one step runs on it.
+// model_runner.h — what parallel/nd/parallelize.h hands the Trainer: this rank's part of the GPT
+// (the whole model, a pipeline stage, a tp slice, a sequence shard, any mix) and how one step runs
+// on it. Two implementations: PartRunner (part_runner.h: the plain micro-batch loop over one part)
+// and the pipeline's PipelineRunner (parallel/pipeline/pipeline_runner.h: stages run by a schedule).
 //
-//   Trainer::train_step (parallel/train)               a ModelRunner (one per chapter)
+//   Trainer::train_step (parallel/train)               a ModelRunner
 //   ─────────────────────────────────                  ─────────────────────────────────────────
 //   split the global batch over dp, cut micro-batches
 //   C = counted targets of the whole global batch
@@ -34,8 +36,6 @@
 #include "parallel/comm/mesh.h"
 
 namespace sl::parallel {
-
-class DataParallelStrategy;  // data_parallel_strategy.h
 
 // One of a chapter's gradient sums: after the backward passes, the gradients of `params` (this rank's
 // parameter names, module() order) are added over `group`'s ranks. A sum is linear, so it commutes
@@ -77,11 +77,6 @@ class ModelRunner {
   // gradient_sums() applied to the parameters' .grad (a parameter without one gets zeros first).
   void finish_gradients();
 
-  // A runner that brings its own data-parallel strategy (FSDP over a pipeline stage, parallel/nd:
-  // the sharding reaches into how the stage gathers and sums) returns it here; the Trainer asks
-  // when the plan shards parameters. Null by default: the Trainer builds the strategy itself.
-  virtual std::unique_ptr<DataParallelStrategy> own_strategy(const DeviceMesh& mesh, const nn::AdamWOptions& adamw);
-
   // Groups the runner made itself, beyond the mesh's (the pipeline's tied-wte pair), for the run
   // report: (name, ledger). None by default.
   virtual std::vector<std::pair<std::string, const CommLedger*>> own_groups() const { return {}; }
@@ -93,30 +88,13 @@ class ModelRunner {
   // and shapes, on every rank.
   virtual nn::StateDict full_state_dict() = 0;
   virtual nn::StateDict full_gradients() = 0;
+  // The same from this rank's part given whole, by its parameters' names (FSDP gathers its shards
+  // into them first: zero/zero_strategies.h).
+  virtual nn::StateDict full_state_dict_from(const nn::StateDict& part) = 0;
 
   // Starts from the serial model's weights (train --init-from): each rank takes its part of `full`
-  // (no communication). By default every local parameter is the serial one of the same name and
-  // shape (a pipeline stage, a sequence shard's replica); a runner whose parameters are slices (a TP
-  // shard) overrides this to cut them.
-  virtual void load_full_state_dict(const nn::StateDict& full);
-};
-
-// The uncut model: data parallelism alone (DDP, ZeRO, FSDP) runs the whole GPT on every rank.
-// `loss` computes one micro-batch's mean loss (FSDP's gathers its units around the model's forward).
-class WholeModelRunner : public ModelRunner {
- public:
-  using LossFn = std::function<Tensor(const Tensor& inputs, const Tensor& targets)>;
-  WholeModelRunner(nn::Module& model, LossFn loss) : model_(model), loss_(std::move(loss)) {}
-  nn::Module& module() override { return model_; }
-  double forward_backward(const std::vector<nn::TokenStream::MicroBatch>& micros, double global_count, int dp,
-                          const BackwardHooks& hooks) override;
-  bool holds_loss() const override { return true; }
-  nn::StateDict full_state_dict() override;  // this rank's parameters: whole when they are replicas
-  nn::StateDict full_gradients() override;   // this rank's .grad, zeros where there is none
-
- private:
-  nn::Module& model_;
-  LossFn loss_;
+  // (no communication): the serial tensor of the same name, or its slice where the cut slices it.
+  virtual void load_full_state_dict(const nn::StateDict& full) = 0;
 };
 
 // A parameter's gradient, or zeros of its shape, dtype and device where backward left none (a

@@ -3,8 +3,8 @@
 // it knows no technique.
 //
 //   parallel/train   Trainer ── holds ──▶ ModelRunner            (what part of the model this rank
-//                       │                  pipeline/, tensor_parallel/,   computes, and how)
-//                       │                  context_parallel/, nd/
+//                       │                  PartRunner here,               computes, and how)
+//                       │                  PipelineRunner (pipeline/)
 //                       └──── holds ──▶ DataParallelStrategy   (how the replicas agree: average,
 //                                          data_parallel/, zero/          clip, step)
 //
@@ -15,12 +15,17 @@
 //
 // Read in this order:
 //   micro_batches.h             the row split, the micro-batch weights, the one loop
-//   model_runner.h              ModelRunner, and WholeModelRunner for the uncut model
+//   model_runner.h              ModelRunner
+//   chunk_parallelizer.h        ChunkParallelizer: how a part runs (forward, loss, sums, gathers); zero_loss
+//   part_runner.h               PartRunner: the plain micro-batch loop over one part
 //   data_parallel_strategy.h    DataParallelStrategy
 //
-// A new technique that cuts the model writes a ModelRunner; one that changes how replicas agree
-// writes a DataParallelStrategy; either is one line in parallel/train/factory.cpp.
+// parallel/nd/parallelize.h builds both for every layout. A technique that changes a model part
+// offers an apply function; one that changes how replicas agree writes a DataParallelStrategy;
+// either is one line in parallel/nd/parallelize.cpp.
 #pragma once
+#include "parallel/runner/chunk_parallelizer.h"
 #include "parallel/runner/data_parallel_strategy.h"
 #include "parallel/runner/micro_batches.h"
 #include "parallel/runner/model_runner.h"
+#include "parallel/runner/part_runner.h"

@@ -26,7 +26,7 @@
 namespace sl::parallel {
 
 // Installs the hooks and the four Linears' placements on block (built with a tp shard spec of
-// tp.size()); the LayerNorms' placements under SP are parallelize_gpt's (tp_gpt.h).
+// tp.size()); the LayerNorms' placements under SP are apply_tensor_parallel's (tp_gpt.h).
 void parallelize_block(nn::Block& block, const TPGroup& tp);
 
 }  // namespace sl::parallel

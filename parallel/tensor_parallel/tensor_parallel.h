@@ -48,9 +48,10 @@
 //                                implementation: the GPT, lesson 11 and the tests use it)
 //   3 parallel_block.h           a GPT block: attention split by whole heads, the MLP
 //   4 vocab.h                    the vocabulary cut: embedding and cross-entropy over vocabulary shards
-//   5 tp_gpt.h                   the whole GPT on a tp group: placements, SP's partial gradients, the
-//                                gathers back to the serial model's tensors
-//   6 tensor_parallel_runner.h   TensorParallelRunner: what the Trainer runs for `train --tp N [--sp]`
+//   5 tp_gpt.h                   apply_tensor_parallel: a GPT part (built as rank i's slice) gets the
+//                                hooks and placements; the vocab-parallel embedding, the gathers back
+//                                to the serial tensors, and TensorParallelGPT, the whole GPT on a tp group.
+//                                `train --tp N [--sp]` composes it in parallel/nd/parallelize.cpp
 //
 // Lessons: lessons/11_tensor_parallel.cpp (f and g on the page, the head split, bytes, the vocabulary
 //          cut, tp 2 == serial), lessons/12_sequence_parallel.cpp (SP: activation memory and bytes)
@@ -63,6 +64,5 @@
 #include "parallel/tensor_parallel/linear.h"
 #include "parallel/tensor_parallel/mappings.h"
 #include "parallel/tensor_parallel/parallel_block.h"
-#include "parallel/tensor_parallel/tensor_parallel_runner.h"
 #include "parallel/tensor_parallel/tp_gpt.h"
 #include "parallel/tensor_parallel/vocab.h"

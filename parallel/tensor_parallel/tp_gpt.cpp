@@ -29,11 +29,11 @@ TensorParallelGPT::TensorParallelGPT(const nn::GPTConfig& config, uint64_t seed,
   vocab_ = VocabRange::of(config.vocab_size, tp_.rank(), tp_.size());
   gpt_ =
       std::make_unique<nn::GPT>(config, seed, nn::GPTShardSpec::whole().with_tensor_parallel(tp_.rank(), tp_.size()));
-  parallelize_gpt(*gpt_, tp_);
+  apply_tensor_parallel(*gpt_, tp_);
 }
 
-void parallelize_gpt(nn::GPT& g, const TPGroup& tp) {
-  SL_CHECK(g.spec().tp_size == tp.size() && g.spec().tp_rank == tp.rank(), "parallelize_gpt: the part is ",
+void apply_tensor_parallel(nn::GPT& g, const TPGroup& tp) {
+  SL_CHECK(g.spec().tp_size == tp.size() && g.spec().tp_rank == tp.rank(), "apply_tensor_parallel: the part is ",
            g.spec().str(), ", the tp group is rank ", tp.rank(), " of ", tp.size());
   if (g.spec().has_embedding()) g.wte->set_placement("weight", nn::Placement::sharded(0, "tp"));
   const nn::Placement partial = nn::Placement::replicated().with_partial_grad("tp");

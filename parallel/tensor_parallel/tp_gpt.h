@@ -15,7 +15,7 @@
 //     attn.c_proj.weight, mlp.c_proj.weight  sharded(1, "tp")
 //     c_proj biases, LayerNorms, wpe         replicated
 //   Under SP the LayerNorms and the c_proj biases act on T/t rows, so each rank's gradient is a
-//   partial sum (with_partial_grad("tp")): the runner's gradient_sums() adds them over tp, or the
+//   partial sum (with_partial_grad("tp")): the running part's gradient sums add them over tp, or the
 //   replicas drift apart step after step (Megatron #1446, gpt-neox #1257).
 //
 //   Memory per rank: weights L·(12C²/t + 7C/t + 6C) + (Vp/t)·C + block_size·C + 2C floats (the
@@ -36,14 +36,14 @@ struct TensorParallelOptions {
 };
 
 // The pieces TensorParallelGPT is made of, usable on any part of the GPT (a pipeline chunk built
-// from GPTShardSpec::layers(b, e).with_tensor_parallel(r, t): parallel/nd).
-// Installs the hooks and placements on `part`: every block it holds, wte sharded(0, "tp") on the
-// part that embeds (the head's tied copy on a later pipeline stage keeps tied("wte")), f after ln_f
+// from GPTShardSpec::layers(b, e).with_tensor_parallel(r, t): parallel/nd/parallelize.cpp).
+// Tensor parallelism on `part`: the hooks and placements on every block it holds, wte sharded(0,
+// "tp") on the part that embeds (the head's tied copy on a later pipeline stage keeps tied("wte")), f after ln_f
 // on the part with the head, and under SP the partial-gradient LayerNorms and c_proj biases.
-void parallelize_gpt(nn::GPT& part, const TPGroup& tp);
+void apply_tensor_parallel(nn::GPT& part, const TPGroup& tp);
 
-// The chapter's rules for a model over tp ranks, checked before any communication (the runner, the
-// N-D cut and the factory call this one function): whole heads per rank (n_head % tp), and under SP
+// The chapter's rules for a model over tp ranks, checked before any communication
+// (parallel/nd/parallelize.cpp calls this one function): whole heads per rank (n_head % tp), and under SP
 // the sequence splits over tp (block_size % tp). Throws sl::Error naming the values.
 void check_tensor_parallel(const nn::GPTConfig& config, int tp, bool sequence_parallel);
 // The embedding of a part that holds wte and wpe: ids [B, T] at global `positions` [T] ->

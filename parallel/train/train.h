@@ -1,22 +1,22 @@
-// train.h — the training chapter: one step for every layout. It is the one folder that knows every
-// technique: a TrainPlan (train_plan.h) names a layout, the factory (factory.h) builds this rank's
-// ModelRunner and DataParallelStrategy from it, and the Trainer (trainer.h) runs the step.
+// train.h — the training chapter: one step for every layout. A TrainPlan (train_plan.h) names a
+// layout, parallelize (parallel/nd/parallelize.h) builds it on this rank, and the Trainer
+// (trainer.h) runs the step on what parallelize returned.
 //
-//   TrainPlan ──factory──▶ ModelRunner (runner/, built by a chapter) + DataParallelStrategy
+//   TrainPlan ──parallelize──▶ mesh + ModelRunner (this rank's part) + DataParallelStrategy
 //                  │
 //                  ▼
 //   Trainer::train_step: split the batch, count targets, zero_grad, forward_backward,
 //   synchronize, finish_gradients, clip, step; the global loss, the same on every rank
 //
 // Read in this order:
-//   train_plan.h     the layout, typed, and its rules
-//   factory.h        plan -> runner + strategy (a new technique: one line here)
+//   train_plan.h     the layout, typed (its rules: parallel/nd/parallelize_options.h)
 //   trainer.h        the step, the gradients kept for tests, the ledgers
+//   checkpointing.h  the run's state in a sharded checkpoint
 //   run_report.h     what each rank held, sent and waited for (train --report-json)
 //
 //   Program: tools/train.cpp   Tests: tests/parallel/train/test_trainer.cpp, tests/tools/test_train_cli.cpp
 #pragma once
-#include "parallel/train/factory.h"
+#include "parallel/nd/parallelize.h"
 #include "parallel/train/run_report.h"
 #include "parallel/train/train_plan.h"
 #include "parallel/train/trainer.h"

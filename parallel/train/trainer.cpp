@@ -5,7 +5,6 @@
 
 #include "parallel/runner/data_parallel_strategy.h"
 #include "parallel/runner/micro_batches.h"
-#include "parallel/train/factory.h"
 #include "tensor/ops.h"
 
 namespace sl::parallel {
@@ -25,9 +24,13 @@ struct Trainer::Impl {
   double step_seconds = 0;          // inside train_step, summed
   double step_blocked_seconds = 0;  // of which blocked in a group (CommLedger::wait_seconds)
 
-  // The plan was validated by the Trainer's constructor, before this first communication.
-  Impl(RankContext& c, const TrainPlan& p) : ctx(c), plan(p), scaler(p.precision.loss_scale) {
-    mesh = std::make_unique<DeviceMesh>(ctx.world, plan.parallelism);
+  Impl(RankContext& c, const TrainPlan& p, Parallelized parts)
+      : ctx(c),
+        plan(p),
+        mesh(std::move(parts.mesh)),
+        runner(std::move(parts.runner)),
+        strategy(std::move(parts.strategy)),
+        scaler(p.precision.loss_scale) {
     metrics = ctx.world->split(0);
   }
 
@@ -62,31 +65,15 @@ struct Trainer::Impl {
   }
 };
 
-Trainer::Trainer(nn::GPT& model, RankContext& ctx, const TrainPlan& plan, const nn::AdamWOptions& adamw) {
-  plan.validate(ctx.world_size);  // before any communication
-  SL_CHECK(!plan.cuts_model(), "Trainer: ", plan.parallelism.str(),
-           " cuts the model: build the Trainer from a GPTConfig and a RunnerFactory (trainer.h)");
-  impl_ = std::make_unique<Impl>(ctx, plan);
-  Impl& s = *impl_;
-  WholeModel whole = make_whole_model(plan, model, *s.mesh, ctx.world, s.metrics, adamw);
-  s.runner = std::move(whole.runner);
-  s.strategy = std::move(whole.strategy);
-  s.check_param_dtype();
-  s.at_start = s.total();
-}
-
-Trainer::Trainer(RankContext& ctx, const TrainPlan& plan, const RunnerFactory& make_runner,
-                 const nn::AdamWOptions& adamw) {
+Trainer::Trainer(RankContext& ctx, const TrainPlan& plan, Parallelized parts) {
   plan.validate(ctx.world_size);
-  SL_CHECK(plan.cuts_model(), "Trainer: ", plan.parallelism.str(),
-           " does not cut the model: build the Trainer from the nn::GPT itself");
-  impl_ = std::make_unique<Impl>(ctx, plan);
-  Impl& s = *impl_;
-  s.runner = make_runner(*s.mesh);
-  SL_CHECK(s.runner != nullptr, "Trainer: the RunnerFactory returned no runner for ", plan.parallelism.str());
-  s.strategy = make_strategy(plan, *s.runner, *s.mesh, adamw);
-  s.check_param_dtype();
-  s.at_start = s.total();
+  SL_CHECK(parts.mesh && parts.runner && parts.strategy, "Trainer: parallelize() built nothing for ",
+           plan.parallelism.str());
+  SL_CHECK(parts.mesh->config().str() == plan.parallelism.str(), "Trainer: the plan is ", plan.parallelism.str(),
+           " but the parts were built for ", parts.mesh->config().str());
+  impl_ = std::make_unique<Impl>(ctx, plan, std::move(parts));
+  impl_->check_param_dtype();
+  impl_->at_start = impl_->total();
 }
 
 Trainer::~Trainer() = default;

@@ -1,7 +1,12 @@
 // trainer.h — one training step for every layout, over a DeviceMesh. The Trainer holds this rank's
 // ModelRunner (what part of the model it computes: parallel/runner/model_runner.h) and a
 // DataParallelStrategy beside it (how the replicas agree: parallel/runner/data_parallel_strategy.h);
-// the factory (factory.h) builds both from a TrainPlan (train_plan.h). No chapter writes its own loop.
+// parallelize (parallel/nd/parallelize.h) builds both, and the mesh, from a TrainPlan's options:
+//
+//   plan.validate(ctx.world_size);
+//   Trainer trainer(ctx, plan, parallelize(config, seed, ctx.world, plan.parallelize_options(adamw)));
+//
+// No chapter writes its own loop.
 //
 // One step, for every layout (Trainer::train_step):
 //
@@ -32,22 +37,19 @@
 #include "nn/optim.h"
 #include "parallel/comm/launch.h"
 #include "parallel/comm/mesh.h"
+#include "parallel/nd/parallelize.h"
 #include "parallel/runner/data_parallel_strategy.h"
 #include "parallel/runner/model_runner.h"
 #include "parallel/train/train_plan.h"
 
 namespace sl::parallel {
 
-// Builds this rank's part of the model on the mesh (a pipeline stage, a TP shard, ...).
-using RunnerFactory = std::function<std::unique_ptr<ModelRunner>(const DeviceMesh& mesh)>;
-
 class Trainer {
  public:
-  // Collective over ctx.world (builds the mesh). The model must be built with the same seed on every rank.
-  Trainer(nn::GPT& model, RankContext& ctx, const TrainPlan& plan, const nn::AdamWOptions& adamw);
-  // When the plan cuts the model (pp, cp or tp > 1): `make_runner` builds this rank's part, which
-  // the plan's strategy then wraps over the data-parallel group (factory.h's make_strategy).
-  Trainer(RankContext& ctx, const TrainPlan& plan, const RunnerFactory& make_runner, const nn::AdamWOptions& adamw);
+  // Runs `parts`, what parallelize() built for `plan` on ctx.world (collective over it: a group for
+  // the counts and the loss). Throws sl::Error naming the values unless the plan is valid, and
+  // unless the part's weights have the plan's mixed-precision dtype.
+  Trainer(RankContext& ctx, const TrainPlan& plan, Parallelized parts);
   ~Trainer();
 
   // One optimizer step on global batch `step` of `batch_rows` rows (this rank takes its share, cut
@@ -60,7 +62,7 @@ class Trainer {
   nn::StateDict full_state_dict();  // collective: the whole model on every rank
   const DeviceMesh& mesh() const;
   // This rank's part of the model and how it runs (naive DP: the whole model, whose passes its
-  // strategy runs): a chapter's runner can be asked for more (the pipeline's timeline for --trace).
+  // strategy runs): the pipeline's runner can be asked for more (its timeline for --trace).
   ModelRunner* runner() const;
   // How the replicas agree (the optimizer's state lives there: a checkpoint reads and writes it).
   DataParallelStrategy& strategy() const;

@@ -31,8 +31,8 @@
 //   units wte (its own, where the part holds it), root = {wpe} or {ln_f}, then h.b .. h.{e-1}, hooked
 //   on forward_part and the blocks as whoever runs the part calls them; each backward reduce-scatters
 //   into the shards, which add up until zero_grad. A tensor-parallel part's slices
-//   are flattened as they are. parallel/nd/fsdp_nd_runner.h shards every N-D cut this way
-//   (torchtitan's pp x dp_shard, FSDP + TP, FSDP + CP over dp_shard x cp).
+//   are flattened as they are. fully_shard (zero_strategies.h) shards every part this way, the
+//   whole model and every N-D cut (torchtitan's pp x dp_shard, FSDP + TP, FSDP + CP over dp_shard x cp).
 //
 //   HSDP (dp_replicate R x dp_shard S): shard within a group of S ranks as above, then all-reduce (avg)
 //   each gradient shard across the R replicas; the model lives in R copies of S shards.

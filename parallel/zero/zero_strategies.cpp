@@ -5,9 +5,9 @@
 
 namespace sl::parallel {
 
-ZeroStrategy::ZeroStrategy(ModelRunner& runner, const DeviceMesh& mesh, int stage, bool offload, bool cut,
+ZeroStrategy::ZeroStrategy(ModelRunner& runner, const DeviceMesh& mesh, int stage, bool offload,
                            const nn::AdamWOptions& adamw, const nn::MixedPrecision& precision)
-    : runner_(runner), mesh_(mesh), cut_(cut) {
+    : runner_(runner), mesh_(mesh) {
   nn::AdamWOptions options = adamw;
   options.master_weights = options.master_weights || precision.enabled();
   std::optional<DType> grad_dtype;
@@ -46,25 +46,12 @@ static nn::StateDict flat_gradients_by_name(ZeroAdamW& zero, const nn::NamedTens
   return out;
 }
 
-// A cut model: its averaged gradients stand in for the parameters' .grad for as long as the runner
-// gathers them across its groups; then each parameter gets its own .grad back (ZeRO-1's: views of the
-// flat buffer, which holds the sums in place and must not be written over).
+// The averaged gradients of this rank's part, whole, gathered across the runner's groups.
 nn::StateDict ZeroStrategy::full_gradients(ModelRunner& runner) {
-  const nn::NamedTensors named = runner.module().named_parameters();
-  const nn::StateDict averaged = flat_gradients_by_name(*zero_, named);
-  if (!cut_) return averaged;
-  std::vector<Tensor> own;
-  for (const auto& [name, param] : named) {
-    own.push_back(param.grad());
-    param.set_grad(averaged.at(name));
-  }
-  nn::StateDict full = runner.full_gradients();
-  for (size_t i = 0; i < named.size(); ++i) named[i].second.set_grad(own[i]);
-  return full;
+  return runner.full_state_dict_from(flat_gradients_by_name(*zero_, runner.module().named_parameters()));
 }
 
 double ZeroStrategy::clip_grad_norm(double max_norm) {
-  if (!cut_) return zero_->clip_grad_norm(max_norm);
   std::vector<nn::Placement> placements;  // pp/tp-aware: each logical element counted once
   for (auto& [name, placement] : runner_.module().named_placements()) placements.push_back(placement);
   return zero_->clip_grad_norm(max_norm, placements, mesh_);
@@ -79,11 +66,16 @@ std::vector<std::pair<std::string, const CommLedger*>> ZeroStrategy::groups() co
   return {{"dp_shard", &mesh_.group("dp_shard")->ledger()}};
 }
 
-FsdpStrategy::FsdpStrategy(std::shared_ptr<FullyShardedGPT> fsdp) : fsdp_(std::move(fsdp)) {}
+std::unique_ptr<FsdpStrategy> fully_shard(nn::GPT& part, ModelRunner& runner, const DeviceMesh& mesh,
+                                          const nn::AdamWOptions& adamw, FsdpOptions options) {
+  options.gradient_divisor = mesh.size("dp_shard");
+  ProcessGroupPtr replicas = mesh.size("dp_replicate") > 1 ? mesh.group("dp_replicate") : nullptr;
+  auto fsdp = std::make_shared<FullyShardedGPT>(part, mesh.group("dp_shard_cp"), replicas, adamw, options);
+  return std::make_unique<FsdpStrategy>(std::move(fsdp), runner, mesh);
+}
 
-FsdpStrategy::FsdpStrategy(std::shared_ptr<FullyShardedGPT> fsdp, ModelRunner& cut, const DeviceMesh& mesh,
-                           std::vector<std::string> shard_dims)
-    : fsdp_(std::move(fsdp)), cut_(&cut), mesh_(&mesh), shard_dims_(std::move(shard_dims)) {}
+FsdpStrategy::FsdpStrategy(std::shared_ptr<FullyShardedGPT> fsdp, ModelRunner& runner, const DeviceMesh& mesh)
+    : fsdp_(std::move(fsdp)), runner_(runner), mesh_(mesh) {}
 
 std::vector<NamedShard> FsdpStrategy::shards() const {
   fsdp_->finish_backward();  // every unit's shard complete
@@ -95,16 +87,14 @@ std::vector<NamedShard> FsdpStrategy::shards() const {
 }
 
 void FsdpStrategy::finish_gradients(ModelRunner& runner) {
-  if (!cut_) return;  // the whole model: the reduce-scatters did it all
   const std::vector<NamedShard> all = shards();
   for (const GradientSum& sum : runner.gradient_sums())
     if (std::find(shard_dims_.begin(), shard_dims_.end(), sum.over) == shard_dims_.end()) sum_over_shards(all, sum);
 }
 
 double FsdpStrategy::clip_grad_norm(double max_norm) {
-  if (!cut_) return fsdp_->clip_grad_norm(max_norm);
   SL_CHECK(max_norm > 0, "FsdpStrategy::clip_grad_norm: max_norm must be positive (got ", max_norm, ")");
-  return parallel::clip_grad_norm(shard_mesh_grads(shards(), cut_->module(), shard_dims_), max_norm, *mesh_);
+  return parallel::clip_grad_norm(shard_mesh_grads(shards(), runner_.module(), shard_dims_), max_norm, mesh_);
 }
 
 bool FsdpStrategy::unscale_gradients(const nn::GradScaler& scaler) {
@@ -113,12 +103,11 @@ bool FsdpStrategy::unscale_gradients(const nn::GradScaler& scaler) {
   return scaler.unscale(grads);
 }
 
-nn::StateDict FsdpStrategy::full_gradients(ModelRunner& runner) {
-  return cut_ ? runner.full_gradients() : fsdp_->full_grads();
-}
+// This rank's part gathered over the shard group, then across the runner's groups (tp, pp).
+nn::StateDict FsdpStrategy::full_gradients(ModelRunner& runner) { return runner.full_state_dict_from(fsdp_->full_grads()); }
 
 nn::StateDict FsdpStrategy::full_state_dict(ModelRunner& runner) {
-  return cut_ ? runner.full_state_dict() : fsdp_->full_state_dict();
+  return runner.full_state_dict_from(fsdp_->full_state_dict());
 }
 
 std::vector<LocalStateRun> FsdpStrategy::local_state(ModelRunner& runner) {
@@ -148,7 +137,7 @@ void FsdpStrategy::step(double lr) {
 std::vector<std::pair<std::string, const CommLedger*>> FsdpStrategy::groups() const {
   std::string shard_name = "dp_shard";  // over a cut with cp: "dp_shard_cp", as the mesh names it
   for (const std::string& dim : shard_dims_)
-    if (dim != "dp_shard" && mesh_->size(dim) > 1) shard_name += "_" + dim;
+    if (dim != "dp_shard" && mesh_.size(dim) > 1) shard_name += "_" + dim;
   std::vector<std::pair<std::string, const CommLedger*>> all{{shard_name, &fsdp_->shard_group()->ledger()}};
   if (fsdp_->replicate_group() && fsdp_->replicate_group() != fsdp_->shard_group())
     all.emplace_back("dp_replicate", &fsdp_->replicate_group()->ledger());

@@ -13,7 +13,8 @@
 //                    shard, all-gather the weights                zero the shards
 //
 // Both work on whichever part of the model a runner holds: the whole GPT, or a chapter's cut (a
-// pipeline stage, a TP shard, a sequence shard) whose placements the clip reads.
+// pipeline stage, a TP shard, a sequence shard, any mix) whose placements the clip reads.
+// fully_shard() is FSDP's one entry: parallel/nd/parallelize.cpp calls it on every layout it shards.
 #pragma once
 #include <memory>
 
@@ -28,13 +29,13 @@ namespace sl::parallel {
 
 class ZeroStrategy : public DataParallelStrategy {
  public:
-  // ZeRO-`stage` (1 or 2) over mesh.group("dp_shard") on runner.module()'s parameters. `cut`: the
-  // runner holds a cut of the model (its gradients are gathered through it, its clip reads the
-  // placements over the mesh). The runner and the mesh must outlive it.
+  // ZeRO-`stage` (1 or 2) over mesh.group("dp_shard") on runner.module()'s parameters (its gradients
+  // are gathered through the runner, its clip reads the placements over the mesh). The runner and
+  // the mesh must outlive it.
   // Mixed precision (`precision`): the flat buffers hold the model's 16-bit weights, the gradients
   // precision.grad_dtype, and AdamW an f32 master shard.
-  ZeroStrategy(ModelRunner& runner, const DeviceMesh& mesh, int stage, bool offload, bool cut,
-               const nn::AdamWOptions& adamw, const nn::MixedPrecision& precision = {});
+  ZeroStrategy(ModelRunner& runner, const DeviceMesh& mesh, int stage, bool offload, const nn::AdamWOptions& adamw,
+               const nn::MixedPrecision& precision = {});
   void zero_grad() override { zero_->zero_grad(); }
   void finish_gradients(ModelRunner& runner) override;  // ZeRO-2: the runner's sums on the shard
   nn::StateDict full_gradients(ModelRunner& runner) override;
@@ -52,22 +53,18 @@ class ZeroStrategy : public DataParallelStrategy {
  private:
   ModelRunner& runner_;
   const DeviceMesh& mesh_;
-  bool cut_;
   std::unique_ptr<ZeroAdamW> zero_;
   std::vector<std::string> names_;  // runner.module()'s parameters, the flat layout's segments
 };
 
 class FsdpStrategy : public DataParallelStrategy {
  public:
-  // Steps `fsdp` over the whole model (the Trainer built it).
-  explicit FsdpStrategy(std::shared_ptr<FullyShardedGPT> fsdp);
-  // Over a runner's cut (parallel/nd: a pipeline stage, a tp slice, a sequence shard, any mix), the
-  // runner having built `fsdp` over its part: the gradients and weights are gathered through it,
-  // its gradient_sums() act on the units' shards except those over `shard_dims` (the dims the shard
-  // group spans: the reduce-scatter has summed over them), and the clip counts each piece as its
-  // parameter's placement says, split over shard_dims. The runner and mesh must outlive it.
-  FsdpStrategy(std::shared_ptr<FullyShardedGPT> fsdp, ModelRunner& cut, const DeviceMesh& mesh,
-               std::vector<std::string> shard_dims);
+  // Steps `fsdp`, built over the part `runner` runs (fully_shard below): the gradients and weights
+  // are gathered through the runner, its gradient_sums() act on the units' shards except those over
+  // dp_shard and cp (the shard group spans them: the reduce-scatter has summed over them), and the
+  // clip counts each piece as its parameter's placement says, split over dp_shard x cp. The runner
+  // and mesh must outlive it.
+  FsdpStrategy(std::shared_ptr<FullyShardedGPT> fsdp, ModelRunner& runner, const DeviceMesh& mesh);
   // step() zeroes the shards after it, but a step skipped on an fp16 overflow never gets there and
   // leaves them holding inf: they are zeroed here too, or every later step would overflow again.
   void zero_grad() override { fsdp_->zero_grad(); }
@@ -87,9 +84,19 @@ class FsdpStrategy : public DataParallelStrategy {
   std::vector<NamedShard> shards() const;  // every unit's gradient shard
 
   std::shared_ptr<FullyShardedGPT> fsdp_;
-  ModelRunner* cut_ = nullptr;  // null: the whole model
-  const DeviceMesh* mesh_ = nullptr;
-  std::vector<std::string> shard_dims_;
+  ModelRunner& runner_;
+  const DeviceMesh& mesh_;
+  std::vector<std::string> shard_dims_{"dp_shard", "cp"};
 };
+
+// FSDP (ZeRO-3) over `part`, the model part `runner` runs (the whole GPT, or what a cut leaves on
+// this rank: a pipeline stage, a tp slice, a sequence shard): its parameters sharded unit by unit
+// over mesh.group("dp_shard_cp") (torchtitan's dp_shard_cp: the cp ranks hold the same weights), the
+// summed gradients divided by dp_shard alone (the cp ranks' parts of one replica's gradient add),
+// and HSDP's all-reduce of each shard over dp_replicate when it is > 1. `options`: offload and the
+// gradients' dtype (its gradient_divisor is set here). Collective over those groups. Load the
+// part's weights (train --init-from) before: its parameters are freed into the shards.
+std::unique_ptr<FsdpStrategy> fully_shard(nn::GPT& part, ModelRunner& runner, const DeviceMesh& mesh,
+                                          const nn::AdamWOptions& adamw, FsdpOptions options = {});
 
 }  // namespace sl::parallel

@@ -3,7 +3,7 @@
 // reference for all), and a Trainer for any plan.
 //
 //   parity_config(), parity_adamw(), parity_tokens()
-//   make_plan_trainer(ctx, plan, config, seed, adamw, whole)
+//   make_plan_trainer(ctx, plan, config, seed, adamw)
 // The serial loop they are compared with: tests/support/serial_run.h; the comparison: compare.h.
 #pragma once
 #include <memory>
@@ -11,7 +11,7 @@
 #include "nn/data.h"
 #include "nn/gpt.h"
 #include "nn/optim.h"
-#include "parallel/train/factory.h"
+#include "parallel/nd/parallelize.h"
 #include "parallel/train/trainer.h"
 #include "tests/support/parallel.h"
 
@@ -36,17 +36,12 @@ inline nn::TokenStream parity_tokens(int count = 600) {
   return s;
 }
 
-// A Trainer for any plan: the whole GPT (built into `whole`, which must outlive the Trainer) or the
-// plan's cut of it (parallel/train/factory.h), from `seed`.
+// A Trainer for any plan: what parallelize (parallel/nd/parallelize.h) builds from `seed`, after the
+// plan's checks (which throw before any communication).
 inline std::unique_ptr<Trainer> make_plan_trainer(RankContext& ctx, const TrainPlan& plan, const nn::GPTConfig& config,
-                                                  uint64_t seed, const nn::AdamWOptions& adamw,
-                                                  std::unique_ptr<nn::GPT>& whole) {
-  if (!plan.cuts_model()) {
-    whole = std::make_unique<nn::GPT>(config, seed);
-    return std::make_unique<Trainer>(*whole, ctx, plan, adamw);
-  }
-  return std::make_unique<Trainer>(
-      ctx, plan, [&, seed](const DeviceMesh& mesh) { return make_model_runner(plan, config, seed, {}, mesh); }, adamw);
+                                                  uint64_t seed, const nn::AdamWOptions& adamw) {
+  plan.validate(ctx.world_size);
+  return std::make_unique<Trainer>(ctx, plan, parallelize(config, seed, ctx.world, plan.parallelize_options(adamw)));
 }
 
 }  // namespace sl::parallel

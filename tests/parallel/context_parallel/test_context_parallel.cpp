@@ -6,7 +6,7 @@
 //     cp ∈ {2, 4}, contiguous and zigzag: outputs and dQ/dK/dV (max abs error, goal ≤ 2e-6);
 //   * bytes on the ledger per attention call against the formula derived here from the shapes;
 //   * peak memory per rank falling with cp, never as much as one T×T score matrix.
-// The ContextParallelRunner (the whole GPT, parity with serial) is tests/parallel/context_parallel/test_context_parallel_runner.cpp.
+// The GPT over sequence shards (parity with serial) is tests/parallel/context_parallel/test_context_parallel_runner.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>

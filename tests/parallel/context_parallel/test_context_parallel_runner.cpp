@@ -1,4 +1,5 @@
-// test_context_parallel_runner.cpp — ContextParallelRunner, what the trainer calls for --cp, against
+// test_context_parallel_runner.cpp — the GPT over sequence shards as `train --cp N` runs it
+// (apply_context_parallel composed by parallel/nd/parallelize.h, the plain micro-batch loop), against
 // an independent serial run (its own nn::GPT and nn::AdamW over the whole batch) for 5 AdamW steps:
 // losses, gradients (summed over cp, averaged over dp) and parameters within rtol 1e-5, atol 4e-5,
 // for cp ∈ {2, 3, 4} × contiguous/zigzag × ring/all-gather, Ulysses (cp 2, 4) and hybrid Ulysses × ring
@@ -6,7 +7,7 @@
 // Each step here does what Trainer::train_step does around a ModelRunner (model_runner.h): split
 // rows over dp, count the global batch's targets, forward_backward, finish_gradients, average over
 // dp, AdamW. Also: bytes per layer on the cp group against the formula, and invalid configs.
-// (CP 2 × TP 2 waits for the tensor-parallel chapter.)
+// (CP × TP, and CP under the pipeline: tests/parallel/nd/test_nd_parallel.cpp.)
 //
 // What makes the comparison able to fail: a loss-masked stream in which every rank's tokens count
 // a different number of targets (a rank weighting its mean instead of its sum is off), T 24 so
@@ -25,6 +26,8 @@
 #include "parallel/comm/mesh.h"
 #include "parallel/context_parallel/context_parallel.h"
 #include "parallel/data_parallel/data_parallel.h"
+#include "parallel/nd/parallelize.h"
+#include "parallel/runner/part_runner.h"
 #include "tensor/ledger.h"
 #include "tensor/ops.h"
 #include "tests/support/compare.h"
@@ -115,12 +118,17 @@ int64_t expected_cp_bytes(const CpCase& c, int64_t rows) {
   return -1;
 }
 
+// This rank's part of the GPT on `mesh` with its attention over the rank's sequence shard, run by
+// the plain micro-batch loop: what parallelize builds for `train --cp N` (apply_context_parallel).
+std::unique_ptr<ModelRunner> cp_runner(const nn::GPTConfig& g, const DeviceMesh& mesh,
+                                       const ContextParallelOptions& options = {}) {
+  return parallelize_model(g, kSeed, mesh, {.parallelism = mesh.config(), .cp = options});
+}
+
 // What one rank sent on every group the variant talks over (the hybrid's two sub-groups too).
-int64_t bytes_sent(const ContextParallelRunner& runner) {
-  const CpGroups& g = runner.groups();
-  int64_t sent = g.cp->ledger().total().bytes_sent;
-  if (g.ulysses && g.ulysses != g.cp) sent += g.ulysses->ledger().total().bytes_sent;
-  if (g.ring && g.ring != g.cp) sent += g.ring->ledger().total().bytes_sent;
+int64_t bytes_sent(const DeviceMesh& mesh, const ModelRunner& runner) {
+  int64_t sent = mesh.group("cp")->ledger().total().bytes_sent;
+  for (const auto& [name, ledger] : runner.own_groups()) sent += ledger->total().bytes_sent;
   return sent;
 }
 
@@ -138,8 +146,9 @@ TEST_P(ContextParallelParity, MatchesSerialAfterFiveSteps) {
   launch(world, [&](RankContext& ctx) {
     ran[ctx.rank] = 1;
     DeviceMesh mesh(ctx.world, ParallelismConfig{.dp_replicate = c.dp, .cp = c.cp});
-    ContextParallelRunner runner(config(), kSeed, mesh,
-                                 {.balance = c.balance, .variant = c.variant, .ulysses_degree = c.ulysses});
+    std::unique_ptr<ModelRunner> owned =
+        cp_runner(config(), mesh, {.balance = c.balance, .variant = c.variant, .ulysses_degree = c.ulysses});
+    ModelRunner& runner = *owned;
     nn::AdamW adamw(runner.module().parameters(), parity_adamw());
     const RowRange rows = data_parallel_rows(kBatch, mesh.dp_rank(), c.dp);
     auto fail = [&](const std::string& what) {
@@ -151,9 +160,9 @@ TEST_P(ContextParallelParity, MatchesSerialAfterFiveSteps) {
       adamw.zero_grad();
       std::vector<bool> lasts;
       BackwardHooks hooks{[&](bool last) { lasts.push_back(last); }};
-      const int64_t sent_before = bytes_sent(runner);
+      const int64_t sent_before = bytes_sent(mesh, runner);
       const double share = runner.forward_backward(micros, count, c.dp, hooks);
-      const int64_t sent = bytes_sent(runner) - sent_before;
+      const int64_t sent = bytes_sent(mesh, runner) - sent_before;
       if (sent != expected_cp_bytes(c, (rows.end - rows.begin)))
         fail("step " + std::to_string(s) + ": sent " + std::to_string(sent) + " bytes on cp, formula " +
              std::to_string(expected_cp_bytes(c, rows.end - rows.begin)));
@@ -201,33 +210,33 @@ INSTANTIATE_TEST_SUITE_P(Layouts, ContextParallelParity, testing::ValuesIn(parit
 
 // ---- invalid configurations: refused before any communication, naming the values ---------------------
 
-TEST(ContextParallelRunner, RejectsBlockSizeThatDoesNotSplit) {
+TEST(ContextParallelPart, RejectsBlockSizeThatDoesNotSplit) {
   SL_SKIP_UNLESS_WORLD(4);
   nn::GPTConfig bad = config();
   bad.block_size = 12;  // 12 % (2 x 4) = 4
   std::string message = message_of([&] {
     launch(4, [&](RankContext& ctx) {
       DeviceMesh mesh(ctx.world, ParallelismConfig{.cp = 4});
-      ContextParallelRunner runner(bad, kSeed, mesh);
+      cp_runner(bad, mesh);
     }, quick(2000));
   });
   EXPECT_NE(message.find("sequence length T 12 must be divisible by 2 x cp = 8 (T % 8 = 4)"), std::string::npos)
       << message;
 }
 
-TEST(ContextParallelRunner, RejectsBatchLengthBeforeCommunicating) {
+TEST(ContextParallelPart, RejectsBatchLengthBeforeCommunicating) {
   SL_SKIP_UNLESS_WORLD(3);
   std::string message = message_of([&] {
     launch(3, [&](RankContext& ctx) {
       DeviceMesh mesh(ctx.world, ParallelismConfig{.cp = 3});
-      ContextParallelRunner runner(config(), kSeed, mesh, {.balance = CpBalance::none});
+      std::unique_ptr<ModelRunner> runner = cp_runner(config(), mesh, {.balance = CpBalance::none});
       const uint64_t issued = ctx.world->collectives_issued();
-      const int64_t calls = runner.group()->ledger().total().calls;  // the mesh's own setup counts here too
+      const int64_t calls = mesh.group("cp")->ledger().total().calls;  // the mesh's own setup counts here too
       auto micros = masked_tokens().micro_batches(0, 2, 10, 1);  // T 10 does not split over cp 3
       try {
-        runner.forward_backward(micros, 10, 1, {});
+        runner->forward_backward(micros, 10, 1, {});
       } catch (const Error&) {
-        EXPECT_EQ(runner.group()->ledger().total().calls, calls) << "communicated before refusing";
+        EXPECT_EQ(mesh.group("cp")->ledger().total().calls, calls) << "communicated before refusing";
         EXPECT_EQ(ctx.world->collectives_issued(), issued);
         throw;
       }
@@ -236,43 +245,29 @@ TEST(ContextParallelRunner, RejectsBatchLengthBeforeCommunicating) {
   EXPECT_NE(message.find("sequence length T 10 must be divisible by cp 3 (T % 3 = 1)"), std::string::npos) << message;
 }
 
-TEST(ContextParallelRunner, RejectsTensorParallelMeshNamingDegrees) {
-  SL_SKIP_UNLESS_WORLD(4);
-  std::string message = message_of([&] {
-    launch(4, [&](RankContext& ctx) {
-      DeviceMesh mesh(ctx.world, ParallelismConfig{.cp = 2, .tp = 2});
-      ContextParallelRunner runner(config(), kSeed, mesh);
-    }, quick(2000));
-  });
-  EXPECT_NE(message.find("dp_replicate 1 x dp_shard 1 x pp 1 x cp 2 x tp 2: cp runs the whole model on every rank; "
-                         "combining it with pp 1 or tp 2"),
-            std::string::npos)
-      << message;
-}
-
-TEST(ContextParallelRunner, RejectsDropout) {
+TEST(ContextParallelPart, RejectsDropout) {
   SL_SKIP_UNLESS_WORLD(2);
   nn::GPTConfig bad = config();
   bad.dropout = 0.1;
   std::string message = message_of([&] {
     launch(2, [&](RankContext& ctx) {
       DeviceMesh mesh(ctx.world, ParallelismConfig{.cp = 2});
-      ContextParallelRunner runner(bad, kSeed, mesh);
+      cp_runner(bad, mesh);
     }, quick(2000));
   });
   EXPECT_NE(message.find("dropout (0.1) is not supported"), std::string::npos) << message;
 }
 
 // Each cp rank embeds its own tokens' global positions: the wpe rows it touches are exactly those.
-TEST(ContextParallelRunner, EmbedsGlobalPositions) {
+TEST(ContextParallelPart, EmbedsGlobalPositions) {
   SL_SKIP_UNDER_MPI("compares what both ranks touched");
   std::vector<std::vector<int>> touched(2);
   launch(2, [&](RankContext& ctx) {
     DeviceMesh mesh(ctx.world, ParallelismConfig{.cp = 2});
-    ContextParallelRunner runner(config(), kSeed, mesh);  // zigzag: chunks of 6, rank 0 holds 0 and 3
+    std::unique_ptr<ModelRunner> runner = cp_runner(config(), mesh);  // zigzag: chunks of 6, rank 0 holds 0 and 3
     auto micros = masked_tokens().micro_batches(0, 1, kT, 1);
-    runner.forward_backward(micros, static_cast<double>(micros[0].counted), 1, {});
-    std::vector<double> g = runner.model().wpe->weight.grad().to_vector();  // before the cp sum
+    runner->forward_backward(micros, static_cast<double>(micros[0].counted), 1, {});
+    std::vector<double> g = runner->module().state_dict().at("wpe.weight").grad().to_vector();  // before the cp sum
     for (int64_t t = 0; t < kT; ++t) {
       bool any = false;
       for (int64_t ch = 0; ch < config().n_embd; ++ch) any = any || g[t * config().n_embd + ch] != 0;
@@ -287,7 +282,7 @@ TEST(ContextParallelRunner, EmbedsGlobalPositions) {
 // the serial model's blockwise attention keeps no [B, NH, T, T] matrix (it keeps out and lse); a cp
 // rank holds T/cp tokens and one score tile at a time. So the peak falls with cp, from a serial peak
 // that is itself below one T×T matrix per layer.
-TEST(ContextParallelRunner, PeakActivationsPerRankFallWithCp) {
+TEST(ContextParallelPart, PeakActivationsPerRankFallWithCp) {
   SL_SKIP_UNDER_MPI("measures every rank's peak on the shared memory ledger");
   const int64_t T = 256, B = 2;
   nn::GPTConfig g = config();
@@ -313,12 +308,12 @@ TEST(ContextParallelRunner, PeakActivationsPerRankFallWithCp) {
     std::vector<int64_t> peaks(cp);
     launch(cp, [&](RankContext& ctx) {
       DeviceMesh mesh(ctx.world, ParallelismConfig{.cp = cp});
-      ContextParallelRunner runner(g, kSeed, mesh);
+      std::unique_ptr<ModelRunner> runner = cp_runner(g, mesh);
       auto micros = micros_of();
       ctx.world->barrier();
       ledger.reset_peak(ctx.device);
       const int64_t before = ledger.current(ctx.device);
-      runner.forward_backward(micros, static_cast<double>(micros[0].counted), 1, {});
+      runner->forward_backward(micros, static_cast<double>(micros[0].counted), 1, {});
       peaks[ctx.rank] = ledger.peak(ctx.device) - before;
     }, quick(20000));
     const int64_t peak = *std::max_element(peaks.begin(), peaks.end());

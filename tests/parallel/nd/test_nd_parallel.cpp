@@ -1,4 +1,4 @@
-// test_nd_parallel.cpp — the GPT cut several ways at once (parallel/nd: NdRunner = the pipeline's
+// test_nd_parallel.cpp — the GPT cut several ways at once (parallel/nd/parallelize.h: the pipeline's
 // stages, each chunk cut over tp and cp), with dp around it, through parallel::Trainer, against an
 // INDEPENDENT serial nn::GPT + nn::AdamW (lr 1e-2, weight decay 0.1, eps 1e-6): the loss of each of
 // 3 steps, the gathered gradients of the last step (before its update) and the parameters after it,
@@ -25,8 +25,8 @@
 #include "nn/optim.h"
 #include "parallel/comm/grad_norm.h"
 #include "parallel/comm/launch.h"
-#include "parallel/nd/nd_runner.h"
-#include "parallel/train/factory.h"
+#include "parallel/nd/parallelize.h"
+#include "parallel/runner/part_runner.h"
 #include "parallel/train/trainer.h"
 #include "tensor/ledger.h"
 #include "tests/support/compare.h"
@@ -129,24 +129,11 @@ TEST_P(NdParallelParity, MatchesSerialThroughTheTrainer) {
   const nn::TokenStream data = masked_tokens();
   const TrainPlan plan = plan_of(c);
   const nn::GPTConfig config = config_of(c);
-  check_model_runner(plan, config);
+  check_model_cut(config, plan.parallelize_options(), plan.micro_batches);
   launch(
       c.world(),
       [&](RankContext& ctx) {
-        auto nd_runner = [&](const DeviceMesh& mesh) -> std::unique_ptr<ModelRunner> {
-          if (c.zero >= 2) return make_model_runner(plan, config, kSeed, {}, mesh);  // train's
-          NdOptions options{.pipeline = {},
-                            .sequence_parallel = c.sp,
-                            .cp = {.balance = parse_cp_balance(c.balance),
-                                   .variant = parse_cp_variant(c.variant),
-                                   .ulysses_degree = c.ulysses}};
-          options.pipeline.schedule = parse_schedule(c.schedule);
-          options.pipeline.virtual_stages = c.virtual_stages;
-          return std::make_unique<NdRunner>(config, kSeed, mesh, options);
-        };
-        nn::GPT whole(config, kSeed);  // the data-parallel layouts (HSDP alone) train a whole replica
-        auto owned = plan.cuts_model() ? std::make_unique<Trainer>(ctx, plan, nd_runner, parity_adamw())
-                                       : std::make_unique<Trainer>(whole, ctx, plan, parity_adamw());
+        std::unique_ptr<Trainer> owned = make_plan_trainer(ctx, plan, config, kSeed, parity_adamw());  // train's path
         Trainer& trainer = *owned;
         for (int s = 0; s < kSteps; ++s) {
           if (s == kSteps - 1) trainer.keep_gradients();
@@ -238,21 +225,27 @@ std::vector<NdCase> cases() {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, NdParallelParity, testing::ValuesIn(cases()), case_name);
 
-// train's path: a plan with several cuts gets the N-D runner, whose stage is the pipeline's.
-TEST(NdParallel, APlanWithSeveralCutsGetsTheNdRunner) {
+// parallelize: one stage runs the plain micro-batch loop (PartRunner), several the pipeline's
+// schedule; the loss is held on the last stage's tp rank 0, by every cp rank (its tokens' share).
+TEST(NdParallel, ParallelizeRunsOneStageInTheLoopAndSeveralByTheSchedule) {
   SL_SKIP_UNLESS_WORLD(4);
-  const NdCase c{.name = "pp2_cp2", .pp = 2, .cp = 2};
-  launch(
-      4,
-      [&](RankContext& ctx) {
-        DeviceMesh mesh(ctx.world, plan_of(c).parallelism);
-        std::unique_ptr<ModelRunner> runner = make_model_runner(plan_of(c), config_of(c), kSeed, {}, mesh);
-        auto* nd = dynamic_cast<NdRunner*>(runner.get());
-        ASSERT_NE(nd, nullptr);
-        EXPECT_EQ(nd->stage().holds_last(), mesh.pp_rank() == 1);
-        EXPECT_EQ(nd->holds_loss(), mesh.pp_rank() == 1);  // every cp rank holds its tokens' share
-      },
-      quick(10000));
+  for (const NdCase& c : {NdCase{.name = "pp2_cp2", .pp = 2, .cp = 2}, NdCase{.name = "tp2_cp2", .tp = 2, .cp = 2}})
+    launch(
+        4,
+        [&](RankContext& ctx) {
+          Parallelized parts = parallelize(config_of(c), kSeed, ctx.world, plan_of(c).parallelize_options());
+          const DeviceMesh& mesh = *parts.mesh;
+          if (c.pp > 1) {
+            auto* pipeline = dynamic_cast<PipelineRunner*>(parts.runner.get());
+            ASSERT_NE(pipeline, nullptr) << c.name;
+            EXPECT_EQ(pipeline->stage().holds_last(), mesh.pp_rank() == 1);
+            EXPECT_EQ(pipeline->holds_loss(), mesh.pp_rank() == 1);
+          } else {
+            ASSERT_NE(dynamic_cast<PartRunner*>(parts.runner.get()), nullptr) << c.name;
+            EXPECT_EQ(parts.runner->holds_loss(), mesh.tp_rank() == 0);
+          }
+        },
+        quick(10000));
 }
 
 // train --init-from: each rank takes its slice of the serial weights (the last stage's tied wte
@@ -265,8 +258,9 @@ TEST(NdParallel, LoadsTheSerialWeightsAndGathersThemBack) {
   launch(
       8,
       [&](RankContext& ctx) {
-        DeviceMesh mesh(ctx.world, plan_of(c).parallelism);
-        std::unique_ptr<ModelRunner> runner = make_model_runner(plan_of(c), config_of(c), kSeed, serial, mesh);
+        Parallelized parts = parallelize(config_of(c), kSeed, ctx.world, plan_of(c).parallelize_options(), serial);
+        const DeviceMesh& mesh = *parts.mesh;
+        ModelRunner* runner = parts.runner.get();
         expect_close(runner->full_state_dict(), serial, kTol, at("loaded parameter", ctx.rank));
         if (mesh.pp_rank() == 1) {  // the head's copy of wte holds this tp rank's rows of the serial wte
           Tensor copy = runner->module().state_dict().at("wte.weight");
@@ -290,9 +284,7 @@ HeldModelStates held_after_two_steps(RankContext& ctx, const NdCase& c) {
   const int64_t weights0 = now(MemoryCategory::weights), grads0 = now(MemoryCategory::grads),
                 optimizer0 = now(MemoryCategory::optimizer);
   const TrainPlan plan = plan_of(c);
-  Trainer trainer(
-      ctx, plan, [&](const DeviceMesh& mesh) { return make_model_runner(plan, config_of(c), kSeed, {}, mesh); },
-      parity_adamw());
+  Trainer trainer(ctx, plan, parallelize(config_of(c), kSeed, ctx.world, plan.parallelize_options(parity_adamw())));
   const nn::TokenStream data = masked_tokens();
   for (int s = 0; s < 2; ++s) trainer.train_step(data, s, kBatch, kT, parity_adamw().lr, 0);
   return {now(MemoryCategory::weights) - weights0, now(MemoryCategory::grads) - grads0,
@@ -406,19 +398,19 @@ TEST(NdParallel, RefusalsNameTheirValues) {
   NdCase sp{.name = "sp", .tp = 4, .cp = 2, .sp = true};
   nn::GPTConfig config = config_of(sp);
   config.block_size = 12;
-  expect_error([&] { check_model_runner(plan_of(sp), config); },
+  expect_error([&] { check_model_cut(config, plan_of(sp).parallelize_options(), 1); },
                "sequence parallel under cp: the 6 tokens of a cp shard (block_size 12 / cp 2) do not split over tp 4");
   // Ulysses gives each rank whole heads: n_head (4) over cp, times tp; a hybrid's U divides cp.
   NdCase ulysses{.name = "ulysses", .tp = 2, .cp = 4, .variant = "ulysses"};
-  expect_error([&] { check_model_runner(plan_of(ulysses), config_of(ulysses)); },
+  expect_error([&] { check_model_cut(config_of(ulysses), plan_of(ulysses).parallelize_options(), 1); },
                "context parallel (ulysses): n_head 4 must divide by the Ulysses degree 4 x tp 2");
   NdCase hybrid{.name = "hybrid", .cp = 4, .variant = "hybrid", .ulysses = 3};
-  expect_error([&] { check_model_runner(plan_of(hybrid), config_of(hybrid)); },
+  expect_error([&] { check_model_cut(config_of(hybrid), plan_of(hybrid).parallelize_options(), 1); },
                "context parallel (hybrid): the Ulysses degree 3 must divide cp 4 (cp = ulysses x ring)");
   NdCase dropout{.name = "dropout", .pp = 2, .cp = 2};
   config = config_of(dropout);
   config.dropout = 0.1;
-  expect_error([&] { check_model_runner(plan_of(dropout), config); }, "context parallel: dropout (0.1) is not supported");
+  expect_error([&] { check_model_cut(config, plan_of(dropout).parallelize_options(), 1); }, "context parallel: dropout (0.1) is not supported");
 }
 
 }  // namespace

@@ -461,8 +461,8 @@ TEST(PipelineRunnerConfig, RefusesInvalidConfigurationsBeforeCommunicating) {
 }
 
 
-// What train will run: parallel::Trainer over a pp x dp mesh with a PipelineRunner from a
-// RunnerFactory, wrapped by DDP or ZeRO-1, against the serial run on the whole batch.
+// What train will run: parallel::Trainer over a pp x dp mesh with the PipelineRunner parallelize
+// builds, wrapped by DDP or ZeRO-1, against the serial run on the whole batch.
 class PipelineTrainer : public testing::TestWithParam<int> {};
 
 TEST_P(PipelineTrainer, TrainerWithPipelineRunnerMatchesSerial) {
@@ -486,9 +486,9 @@ TEST_P(PipelineTrainer, TrainerWithPipelineRunnerMatchesSerial) {
     (zero ? plan.parallelism.dp_shard : plan.parallelism.dp_replicate) = 2;
     plan.dp_strategy = zero_stage_strategy(zero);
     plan.micro_batches = m;
-    Trainer trainer(ctx, plan, [&](const DeviceMesh& mesh) {
-      return std::make_unique<PipelineRunner>(config, kSeed, mesh, options(ScheduleKind::one_f_one_b));
-    }, parity_adamw());
+    plan.schedule = ScheduleKind::one_f_one_b;
+    Trainer trainer(ctx, plan, parallelize(config, kSeed, ctx.world, plan.parallelize_options(parity_adamw())));
+    ASSERT_NE(dynamic_cast<PipelineRunner*>(trainer.runner()), nullptr);
     for (int step = 0; step < kSteps; ++step) {
       const double loss = trainer.train_step(data, step, rows, kBlock, parity_adamw().lr, kClip);
       if (reports(ctx)) losses.push_back(loss);

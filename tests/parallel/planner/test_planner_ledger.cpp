@@ -25,7 +25,6 @@
 #include "parallel/comm/launch.h"
 #include "parallel/pipeline/schedule.h"
 #include "parallel/planner/cost_model.h"
-#include "parallel/train/factory.h"
 #include "parallel/train/trainer.h"
 #include "tests/support/trainer.h"
 #include "tensor/ledger.h"
@@ -61,8 +60,8 @@ const nn::TokenStream& tokens() {
   return stream;
 }
 
-std::unique_ptr<Trainer> make_trainer(RankContext& ctx, const LedgerCase& c, std::unique_ptr<nn::GPT>& whole) {
-  return make_plan_trainer(ctx, c.plan, config_of(c), kSeed, parity_adamw(), whole);
+std::unique_ptr<Trainer> make_trainer(RankContext& ctx, const LedgerCase& c) {
+  return make_plan_trainer(ctx, c.plan, config_of(c), kSeed, parity_adamw());
 }
 
 using Counts = std::map<std::pair<std::string, CommOp>, CommStats>;
@@ -138,8 +137,7 @@ std::string omitted_term(const LedgerCase& c) {
 int64_t peak_without_omitted_term(const LedgerCase& c, RankContext& ctx) {
   LedgerCase one_f_one_b = c;
   one_f_one_b.plan.schedule = ScheduleKind::one_f_one_b;
-  std::unique_ptr<nn::GPT> whole;
-  std::unique_ptr<Trainer> trainer = make_trainer(ctx, one_f_one_b, whole);
+  std::unique_ptr<Trainer> trainer = make_trainer(ctx, one_f_one_b);
   trainer->train_step(tokens(), 0, kBatch, kT, 1e-3, 1.0);
   return peak_of_second_step(*trainer, ctx);
 }
@@ -159,8 +157,7 @@ TEST_P(PlannerLedger, CostModelMatchesTheLedgers) {
         const int64_t w0 = now(MemoryCategory::weights), g0 = now(MemoryCategory::grads),
                       o0 = now(MemoryCategory::optimizer), h0 = now(MemoryCategory::offload);
         {
-          std::unique_ptr<nn::GPT> whole;
-          std::unique_ptr<Trainer> trainer = make_trainer(ctx, c, whole);
+          std::unique_ptr<Trainer> trainer = make_trainer(ctx, c);
           trainer->train_step(tokens(), 0, kBatch, kT, 1e-3, 1.0);
           const std::vector<GroupTraffic> model = estimate_traffic(config, c.plan, batch, ctx.rank);  // shapes only
           const Counts before = snapshot(*trainer, model);

@@ -1,5 +1,6 @@
-// test_tensor_parallel.cpp — TensorParallelRunner (Megatron TP, with and without sequence
-// parallelism, alone and under DDP / ZeRO-1) against an independent serial nn::GPT + nn::AdamW:
+// test_tensor_parallel.cpp — the GPT's tp slice as `train --tp N [--sp]` runs it (apply_tensor_parallel
+// composed by parallel/nd/parallelize.h; Megatron TP, with and without sequence parallelism, alone
+// and under DDP / ZeRO-1) against an independent serial nn::GPT + nn::AdamW:
 // losses every step, the gathered gradients of the last step and the parameters after 5 steps,
 // within TP's tolerances (rtol 1e-5, atol 4e-5); and, after 5 steps, the replicated parameters
 // bitwise equal on every tp rank. Then the refusals (before any communication).
@@ -24,7 +25,8 @@
 #include "parallel/comm/mesh.h"
 #include "parallel/data_parallel/data_parallel.h"
 #include "parallel/data_parallel/ddp.h"
-#include "parallel/tensor_parallel/tensor_parallel_runner.h"
+#include "parallel/nd/parallelize.h"
+#include "parallel/tensor_parallel/tp_gpt.h"
 #include "parallel/train/trainer.h"
 #include "parallel/zero/zero_adamw.h"
 #include "tests/support/compare.h"
@@ -99,6 +101,12 @@ void expect_replicas_bitwise_equal(nn::Module& module, const ProcessGroupPtr& tp
 
 class TensorParallelParity : public testing::TestWithParam<TPCase> {};
 
+// This rank's tp slice of the GPT on `mesh`, run by the plain micro-batch loop: what parallelize
+// builds for `train --tp N [--sp]` (apply_tensor_parallel on the part, parallel/nd/parallelize.h).
+std::unique_ptr<ModelRunner> tp_runner(const nn::GPTConfig& config, const DeviceMesh& mesh, bool sp = false) {
+  return parallelize_model(config, kSeed, mesh, {.parallelism = mesh.config(), .sequence_parallel = sp});
+}
+
 TEST_P(TensorParallelParity, MatchesSerialAfterFiveAdamWSteps) {
   const TPCase c = GetParam();
   const int world = c.tp * c.dp;
@@ -116,7 +124,8 @@ TEST_P(TensorParallelParity, MatchesSerialAfterFiveAdamWSteps) {
         if (c.data_parallel == DataParallel::ddp) parallelism.dp_replicate = c.dp;
         if (c.data_parallel == DataParallel::zero1) parallelism.dp_shard = c.dp;
         DeviceMesh mesh(ctx.world, parallelism);
-        TensorParallelRunner runner(c.config, kSeed, mesh, {.sequence_parallel = c.sp});
+        std::unique_ptr<ModelRunner> owned = tp_runner(c.config, mesh, c.sp);
+        ModelRunner& runner = *owned;
         nn::Module& module = runner.module();
         std::unique_ptr<nn::AdamW> adamw;
         std::unique_ptr<DistributedDataParallel> ddp;
@@ -169,8 +178,8 @@ TEST_P(TensorParallelParity, MatchesSerialAfterFiveAdamWSteps) {
       on_test_device(quick(20000), world));
 }
 
-// The same layouts through parallel::Trainer (what `train --tp N [--sp]` runs): the runner built by
-// a RunnerFactory, wrapped by DDP or ZeRO-1 over dp, the Trainer's clip over the placements.
+// The same layouts through parallel::Trainer (what `train --tp N [--sp]` runs): built by parallelize,
+// wrapped by DDP or ZeRO-1 over dp, the Trainer's clip over the placements.
 TEST_P(TensorParallelParity, MatchesSerialThroughTheTrainer) {
   const TPCase c = GetParam();
   const int world = c.tp * c.dp;
@@ -190,13 +199,7 @@ TEST_P(TensorParallelParity, MatchesSerialThroughTheTrainer) {
   launch(
       world,
       [&](RankContext& ctx) {
-        Trainer trainer(
-            ctx, plan,
-            [&](const DeviceMesh& mesh) -> std::unique_ptr<ModelRunner> {
-              return std::make_unique<TensorParallelRunner>(c.config, kSeed, mesh,
-                                                            TensorParallelOptions{.sequence_parallel = c.sp});
-            },
-            parity_adamw());
+        Trainer trainer(ctx, plan, parallelize(c.config, kSeed, ctx.world, plan.parallelize_options(parity_adamw())));
         for (int s = 0; s < kSteps; ++s) {
           if (s == kSteps - 1) trainer.keep_gradients();
           const double loss = trainer.train_step(data, s, kBatch, c.T, parity_adamw().lr, c.clip);
@@ -219,7 +222,9 @@ std::vector<TPCase> cases() {
     const std::string s = sp ? "_sp" : "";
     out.push_back({"tp2" + s, gpt(32, 2, 16), 8, 2, sp});
     out.push_back({"tp2_vocab31" + s, gpt(31, 2, 16), 8, 2, sp});
-    out.push_back({"tp3_vocab32_T6" + s, gpt(32, 3, 12), 6, 3, sp});
+    nn::GPTConfig tp3 = gpt(32, 3, 12);
+    if (sp) tp3.block_size = 6;  // SP splits the model's sequence over tp: 6 tokens over 3 ranks
+    out.push_back({"tp3_vocab32_T6" + s, tp3, 6, 3, sp});
     out.push_back({"tp4_vocab30" + s, gpt(30, 4, 16), 8, 4, sp});
     out.push_back({"tp2_micro2" + s, gpt(32, 2, 16), 8, 2, sp, 1, DataParallel::none, 2});
     out.push_back({"dp2_ddp_tp2" + s, gpt(31, 2, 16), 8, 2, sp, 2, DataParallel::ddp});
@@ -270,7 +275,8 @@ TEST(TensorParallel, SequenceParallelLayerNormGradientsArePartialUntilFinished) 
       2,
       [&](RankContext& ctx) {
         DeviceMesh mesh(ctx.world, {.tp = 2});
-        TensorParallelRunner runner(config, kSeed, mesh, {.sequence_parallel = true});
+        std::unique_ptr<ModelRunner> owned = tp_runner(config, mesh, true);
+        ModelRunner& runner = *owned;
         const nn::Module& module = runner.module();
         EXPECT_EQ(module.placement("h.0.attn.c_attn.weight"), nn::Placement::sharded(0, "tp"));
         EXPECT_EQ(module.placement("h.0.mlp.c_proj.weight"), nn::Placement::sharded(1, "tp"));
@@ -303,7 +309,8 @@ TEST(TensorParallel, RunnerHooksAndLossShare) {
       2,
       [&](RankContext& ctx) {
         DeviceMesh mesh(ctx.world, {.tp = 2});
-        TensorParallelRunner runner(config, kSeed, mesh);
+        std::unique_ptr<ModelRunner> owned = tp_runner(config, mesh);
+        ModelRunner& runner = *owned;
         std::vector<bool> calls;
         auto micros = data.micro_batches(0, 6, 8, 3);
         const double global_count = static_cast<double>(nn::counted_targets(batch.targets));
@@ -336,7 +343,8 @@ TEST(TensorParallel, LoadsTheSerialWeightsIntoItsShards) {
       4,
       [&](RankContext& ctx) {
         DeviceMesh mesh(ctx.world, {.tp = 4});
-        TensorParallelRunner runner(config, kSeed, mesh, {.sequence_parallel = true});
+        std::unique_ptr<ModelRunner> owned = tp_runner(config, mesh, true);
+        ModelRunner& runner = *owned;
         runner.load_full_state_dict(serial.state_dict());
         // detach(): the serial leaves are shared by every rank thread, and .to() on a leaf that
         // requires grad would record a graph edge on it from each of them at once (a data race).
@@ -350,7 +358,7 @@ TEST(TensorParallel, LoadsTheSerialWeightsIntoItsShards) {
         nn::StateDict wrong = serial.state_dict();
         wrong["h.0.mlp.c_fc.weight"] = zeros({32, 16});
         expect_error([&] { runner.load_full_state_dict(wrong); },
-                     "'h.0.mlp.c_fc.weight' is [32, 16] in the serial weights, expected [64, 16]");
+                     "'h.0.mlp.c_fc.weight' is [32, 16] in the serial weights, which does not give this rank's [16, 16]");
       },
       quick());
 }
@@ -364,7 +372,7 @@ TEST(TensorParallel, RejectsHeadsNotDivisibleByTp) {
       [&](RankContext& ctx) {
         DeviceMesh mesh(ctx.world, {.tp = 3});
         const uint64_t before = mesh.group("tp")->collectives_issued();
-        expect_error([&] { TensorParallelRunner runner(gpt(32, 4, 16), kSeed, mesh); },
+        expect_error([&] { tp_runner(gpt(32, 4, 16), mesh); },
                      "tensor parallel: n_head 4 does not split over tp 3");
         EXPECT_EQ(mesh.group("tp")->collectives_issued(), before);
       },
@@ -377,11 +385,12 @@ TEST(TensorParallel, RejectsSequenceNotDivisibleByTpUnderSP) {
       2,
       [&](RankContext& ctx) {
         DeviceMesh mesh(ctx.world, {.tp = 2});
-        TensorParallelRunner runner(gpt(32, 2, 16), kSeed, mesh, {.sequence_parallel = true});
+        std::unique_ptr<ModelRunner> runner = tp_runner(gpt(32, 2, 16), mesh, true);
         const uint64_t before = mesh.group("tp")->collectives_issued();
         const nn::TokenStream data = masked_tokens(32);
         auto micros = data.micro_batches(0, 2, 7, 1);
-        expect_error([&] { runner.forward_backward(micros, 10, 1, {}); }, "T (7) divisible by tp (2)");
+        expect_error([&] { runner->forward_backward(micros, 10, 1, {}); },
+                     "sequence parallel needs T / cp (7 / 1) divisible by tp 2");
         EXPECT_EQ(mesh.group("tp")->collectives_issued(), before);
       },
       quick());
@@ -415,7 +424,8 @@ TEST_P(TensorParallelCost, CommunicationPerBlockMatchesMegatron) {
       tp,
       [&](RankContext& ctx) {
         DeviceMesh mesh(ctx.world, {.tp = tp});
-        TensorParallelRunner runner(config, kSeed, mesh, {.sequence_parallel = sp});
+        std::unique_ptr<ModelRunner> owned = tp_runner(config, mesh, sp);
+        ModelRunner& runner = *owned;
         CommLedger& ledger = mesh.group("tp")->ledger();
         ledger.reset();
         auto micros = data.micro_batches(0, B, T, 1);

@@ -139,8 +139,7 @@ std::vector<double> run(const TrainPlan& plan, uint64_t seed, int64_t first, int
   model.param_dtype = plan.precision.param_dtype;
   std::vector<double> losses(static_cast<size_t>(steps));
   launch(plan.parallelism.world_size(), [&](RankContext& ctx) {
-    std::unique_ptr<nn::GPT> whole;
-    std::unique_ptr<Trainer> trainer = make_plan_trainer(ctx, plan, model, seed, parity_adamw(), whole);
+    std::unique_ptr<Trainer> trainer = make_plan_trainer(ctx, plan, model, seed, parity_adamw());
     if (from) load(*trainer, model, *from);
     for (int64_t s = 0; s < steps; ++s) {
       const double loss = trainer->train_step(tokens(), first + s, kRows, 8, parity_adamw().lr, 1.0);

@@ -56,7 +56,6 @@
 #include "nn/optim.h"
 #include "parallel/comm/launch.h"
 #include "parallel/train/checkpointing.h"
-#include "parallel/train/factory.h"
 #include "parallel/train/trainer.h"
 #include "parallel/zero/zero_adamw.h"
 #include "tensor/ledger.h"
@@ -338,16 +337,10 @@ TrainPlan plan_of(const MpCase& c) {
   return plan;
 }
 
-// Runs `c` on its mesh: the whole model under its data-parallel strategy, or train's runner for a cut.
-std::unique_ptr<Trainer> make_trainer(RankContext& ctx, const MpCase& c, std::unique_ptr<nn::GPT>& whole) {
+// Runs `c` on its mesh, as train builds it (parallel/nd/parallelize.h).
+std::unique_ptr<Trainer> make_trainer(RankContext& ctx, const MpCase& c) {
   const TrainPlan plan = plan_of(c);
-  const nn::GPTConfig cfg = config(plan.precision.param_dtype, c.layers());
-  if (!plan.cuts_model()) {
-    whole = std::make_unique<nn::GPT>(cfg, kSeed);
-    return std::make_unique<Trainer>(*whole, ctx, plan, parity_adamw());
-  }
-  return std::make_unique<Trainer>(
-      ctx, plan, [&](const DeviceMesh& mesh) { return make_model_runner(plan, cfg, kSeed, {}, mesh); }, parity_adamw());
+  return make_plan_trainer(ctx, plan, config(plan.precision.param_dtype, c.layers()), kSeed, parity_adamw());
 }
 
 class MixedPrecisionParity : public testing::TestWithParam<MpCase> {};
@@ -365,8 +358,7 @@ TEST_P(MixedPrecisionParity, MatchesTheSerialMixedPrecisionRun) {
   launch(
       c.world(),
       [&](RankContext& ctx) {
-        std::unique_ptr<nn::GPT> whole;
-        std::unique_ptr<Trainer> trainer = make_trainer(ctx, c, whole);
+        std::unique_ptr<Trainer> trainer = make_trainer(ctx, c);
         trainer->keep_gradients();
         AdamState before = gather_adam_state(*trainer, cfg, ctx, numel);
         for (int s = 0; s < kSteps; ++s) {
@@ -504,17 +496,8 @@ TEST_P(MixedPrecisionOverflow, EveryRankSkipsTheStepAndOnlyTheScalerMoves) {
       [&](RankContext& ctx) {
         TrainPlan plan = plan_of(c);
         plan.precision.loss_scale.init_scale = huge;
-        std::unique_ptr<nn::GPT> whole;
-        std::unique_ptr<Trainer> trainer;
         const nn::GPTConfig cfg = config(DType::f16);
-        if (!plan.cuts_model()) {
-          whole = std::make_unique<nn::GPT>(cfg, kSeed);
-          trainer = std::make_unique<Trainer>(*whole, ctx, plan, parity_adamw());
-        } else {
-          trainer = std::make_unique<Trainer>(
-              ctx, plan, [&](const DeviceMesh& mesh) { return make_model_runner(plan, cfg, kSeed, {}, mesh); },
-              parity_adamw());
-        }
+        std::unique_ptr<Trainer> trainer = make_plan_trainer(ctx, plan, cfg, kSeed, parity_adamw());
         nn::GradScaler& scaler = trainer->scaler();
         // This rank's own part, bitwise (FSDP frees its gathered parameters between steps: there the
         // whole state dict, gathered from every rank's shard, is the check).
@@ -598,8 +581,7 @@ TEST(MixedPrecisionMemory, DdpHoldsTwoPlusTwoPlusTwelveBytesPerParameter) {
           const int64_t w0 = now(MemoryCategory::weights), g0 = now(MemoryCategory::grads),
                         o0 = now(MemoryCategory::optimizer);
           {
-            std::unique_ptr<nn::GPT> whole;
-            std::unique_ptr<Trainer> trainer = make_trainer(ctx, mp, whole);
+            std::unique_ptr<Trainer> trainer = make_trainer(ctx, mp);
             for (int s = 0; s < 2; ++s) trainer->train_step(data, s, kBatch, kT, parity_adamw().lr, kClip);
             EXPECT_EQ(now(MemoryCategory::weights) - w0, 2 * psi) << grads;
             EXPECT_EQ(now(MemoryCategory::grads) - g0, (grads == "bf16" ? 2 : 4) * psi) << grads;
@@ -662,8 +644,7 @@ TEST(MixedPrecisionMemory, ShardedStrategiesHoldThePapersBytes) {
           auto now = [&](MemoryCategory cat) { return ledger.current(ctx.device, cat); };
           const int64_t w0 = now(MemoryCategory::weights), g0 = now(MemoryCategory::grads),
                         o0 = now(MemoryCategory::optimizer), h0 = now(MemoryCategory::offload);
-          std::unique_ptr<nn::GPT> whole;
-          std::unique_ptr<Trainer> trainer = make_trainer(ctx, e.mp, whole);
+          std::unique_ptr<Trainer> trainer = make_trainer(ctx, e.mp);
           for (int s = 0; s < 2; ++s) trainer->train_step(data, s, kBatch, kT, parity_adamw().lr, kClip);
           EXPECT_EQ(now(MemoryCategory::weights) - w0, e.weights) << e.mp.name;
           EXPECT_EQ(now(MemoryCategory::grads) - g0, e.grads) << e.mp.name;
@@ -720,10 +701,13 @@ TEST(MixedPrecisionPlan, AModelOfAnotherDtypeIsRefused) {
   launch(
       2,
       [&](RankContext& ctx) {
-        nn::GPT model(config(DType::f32), kSeed);
         TrainPlan plan = TrainPlan::data_parallel(2);
         plan.precision = nn::MixedPrecision::parse("bf16");
-        expect_error([&] { Trainer trainer(model, ctx, plan, parity_adamw()); },
+        expect_error(
+            [&] {
+              Trainer trainer(ctx, plan,
+                              parallelize(config(DType::f32), kSeed, ctx.world, plan.parallelize_options(parity_adamw())));
+            },
                      "build the model with GPTConfig::param_dtype bf16");
       },
       quick(10000));

@@ -36,10 +36,9 @@ TEST_P(RunReport, EveryRowIsWhatTheLedgersHold) {
   std::vector<RankReport> reports(c.world);
   std::vector<std::vector<std::pair<std::string, CommStats>>> expected(c.world);
   launch(c.world, [&](RankContext& ctx) {
-    nn::GPT model(parity_config(), 3);
     const nn::TokenStream tokens = parity_tokens();
     MemoryLedger::instance().reset_peak(ctx.device);
-    Trainer trainer(model, ctx, c.plan, parity_adamw());
+    Trainer trainer(ctx, c.plan, parallelize(parity_config(), 3, ctx.world, c.plan.parallelize_options(parity_adamw())));
     for (int step = 0; step < 2; ++step) trainer.train_step(tokens, step, 12, parity_config().block_size, 1e-2, 1.0);
     RankReport report = collect_rank_report(ctx.rank, trainer.mesh().coordinates(), trainer.ledgers(), ctx.device,
                                             10.0, trainer.step_seconds(), trainer.step_blocked_seconds());

@@ -165,8 +165,7 @@ TEST_P(TrainerTest, MatchesSerialWithUnequalCountsPerRank) {
   launch(
       c.world,
       [&](RankContext& ctx) {
-        nn::GPT model(config(), kSeed);
-        Trainer trainer(model, ctx, c.plan, adamw_options());
+        Trainer trainer(ctx, c.plan, parallelize(config(), kSeed, ctx.world, c.plan.parallelize_options(adamw_options())));
         trainer.keep_gradients();
         for (int s = 0; s < kSteps; ++s) {
           double loss = trainer.train_step(masked_tokens(), s, kBatch, config().block_size, kLr, c.grad_clip);
@@ -193,13 +192,18 @@ TEST(TrainPlan, InvalidPlansNameTheirValues) {
                "stage's wte and the last stage's tied copy sit at different offsets of their stages' gradient shards");
   plan({.dp_shard = 2, .tp = 2}, 2).validate(4);                     // ZeRO-2 over a tp cut
   plan({.dp_replicate = 2, .dp_shard = 2, .cp = 2, .tp = 2}, 3).validate(16);  // the Accelerate guide's example
-  // A plan that cuts the model needs a runner; one that does not, the model itself.
+  // parallelize checks the layout before any communication, and the Trainer refuses what was built
+  // for another plan.
   launch(2, [&](RankContext& ctx) {
-    nn::GPT model(config(), kSeed);
-    expect_error([&] { Trainer(model, ctx, plan({.pp = 2}, 0), adamw_options()); },
-                 "pp 2 x cp 1 x tp 1 cuts the model: build the Trainer from a GPTConfig and a RunnerFactory");
-    expect_error([&] { Trainer(ctx, plan({.dp_replicate = 2}, 0), nullptr, adamw_options()); },
-                 "does not cut the model: build the Trainer from the nn::GPT itself");
+    expect_error([&] { parallelize(config(), kSeed, ctx.world, plan({.dp_shard = 2}, 0).parallelize_options()); },
+                 "Trainer: DDP replicates: dp_shard 2 needs --zero 1, 2 or 3");
+    expect_error(
+        [&] {
+          Trainer(ctx, plan({.pp = 2}, 0),
+                  parallelize(config(), kSeed, ctx.world, plan({.dp_replicate = 2}, 0).parallelize_options()));
+        },
+        "Trainer: the plan is dp_replicate 1 x dp_shard 1 x pp 2 x cp 1 x tp 1 but the parts were built for "
+        "dp_replicate 2 x dp_shard 1 x pp 1 x cp 1 x tp 1");
   });
   expect_error([&] { plan({.dp_shard = 2}, 0).validate(2); }, "Trainer: DDP replicates: dp_shard 2 needs --zero 1, 2 or 3");
   expect_error([&] { plan({.dp_replicate = 2, .dp_shard = 2}, 2).validate(4); },
@@ -221,8 +225,8 @@ TEST(TrainPlan, ABatchThatDoesNotDivideShowsTheArithmetic) {
   launch(
       2,
       [&](RankContext& ctx) {
-        nn::GPT model(config(), kSeed);
-        Trainer trainer(model, ctx, with_micro_batches(TrainPlan::data_parallel(2), 4), adamw_options());
+        const TrainPlan plan = with_micro_batches(TrainPlan::data_parallel(2), 4);
+        Trainer trainer(ctx, plan, parallelize(config(), kSeed, ctx.world, plan.parallelize_options(adamw_options())));
         expect_error([&] { trainer.train_step(masked_tokens(), 0, 12, config().block_size, kLr, 0); },
                      "Trainer: the global batch of 12 rows must be micro-batch rows x 4 micro-batches x dp_replicate "
                      "2 x dp_shard 1 (the pp, tp and cp ranks of a replica share its rows), but 12 % 8 = 4");

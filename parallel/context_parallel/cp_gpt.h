@@ -1,5 +1,5 @@
-// context_parallel_runner.h — context parallelism for the GPT: every rank of a cp group holds the whole
-// model and 1/cp of every sequence; only attention talks (ring, all-gather, Ulysses or hybrid, per layer).
+// cp_gpt.h — context parallelism applied to a GPT part: every rank of a cp group holds the same
+// weights and 1/cp of every sequence; only attention talks (ring, all-gather, Ulysses or hybrid, per layer).
 //
 //   global batch rows, T tokens, labels already shifted (targets[t] = tokens[t + 1])
 //          │ every cp rank gets the same rows, then takes its tokens (SequenceShard::take)
@@ -7,21 +7,23 @@
 //   idx, targets [B, T/cp] ──embed(idx, global positions)──► blocks (attention core = ring, all-gather, Ulysses or hybrid) ──► head
 //          ──► Σ CE over this rank's counted targets · dp / C   (C: counted targets of the global batch)
 //
-//   Per layer, everything but the attention core is per token and runs on the local T/cp tokens
-//   unchanged (the model is cut, never forked: each CausalSelfAttention gets its AttentionCore
-//   swapped). Labels are shifted before the sequence is sharded, so no token's target lives on
-//   another rank; positions are global, so each rank embeds its own wpe rows.
+//   apply_context_parallel(part, shard, groups, variant) swaps each CausalSelfAttention's
+//   AttentionCore in the part's layers; everything else is per token and runs on the local T/cp
+//   tokens unchanged (the model is cut, never forked). Labels are shifted before the sequence is
+//   sharded, so no token's target lives on another rank; positions are global, so each rank embeds
+//   its own wpe rows. Taking the tokens and scoring them is the running part's
+//   (parallel/nd/nd_parallelizer.h, which composes this with tensor parallelism).
 //
 //   Gradients: every parameter is replicated over cp (placement replicated). Each rank's backward
-//   gives the gradient of ITS tokens' part of the loss, so gradient_sums() SUMS them over cp;
-//   the weight dp / C undoes the trainer's average over dp. Summed over cp and averaged over dp,
-//   the gradient is the serial model's.
+//   gives the gradient of ITS tokens' part of the loss, so the gradients are SUMMED over cp; the
+//   weight dp / C undoes the trainer's average over dp. Summed over cp and averaged over dp, the
+//   gradient is the serial model's.
 //
 //   With DDP over dp (the trainer), the sum runs after DDP's all-reduce has finished (synchronize()):
 //   the two commute, but not with a bucket still in flight. Equivalently, DDP over the "dp_cp" group
 //   with the weight dp·cp / C makes the sum unnecessary (Megatron's and torchtitan's way: one
 //   all-reduce over dp × cp); FSDP over a cp cut does exactly that with its reduce-scatter over
-//   dp_shard × cp (parallel/nd/fsdp_nd_runner.h), and ZeRO-2 sums its gradient shards over cp.
+//   dp_shard × cp (parallel/nd/parallelize.cpp), and ZeRO-2 sums its gradient shards over cp.
 //
 //   Activation memory per rank: T/cp tokens through every layer, one [T/cp]² score block at a time
 //   (tests: 0.89 / 0.40 / 0.19 MiB at cp 2 / 4 / 8 where the serial GPT peaks at 4.71 MiB, T 256).
@@ -30,13 +32,14 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "nn/gpt.h"
 #include "parallel/comm/mesh.h"
 #include "parallel/context_parallel/allgather_attention.h"
 #include "parallel/context_parallel/ring_attention.h"
 #include "parallel/context_parallel/ulysses_attention.h"
-#include "parallel/runner/model_runner.h"
 
 namespace sl::parallel {
 
@@ -70,41 +73,14 @@ std::vector<std::pair<std::string, const CommLedger*>> own_ledgers(const CpGroup
 nn::AttentionCore context_parallel_core(const SequenceShard& shard, const CpGroups& groups, CpVariant variant);
 
 // The chapter's rules for a model over cp ranks (tp: the tensor-parallel degree around it), checked
-// before any communication (the runner, the N-D cut and the factory call this one function):
+// before any communication (parallel/nd/parallelize.cpp calls this one function):
 // block_size splits over cp (over 2·cp with zigzag), no dropout (the ring's attention core has none),
 // and for Ulysses and hybrid: U divides cp, and the heads split over U·tp. Throws sl::Error naming
 // the values.
 void check_context_parallel(const nn::GPTConfig& config, int cp, const ContextParallelOptions& options, int tp = 1);
 
-class ContextParallelRunner : public ModelRunner {
- public:
-  // Builds the whole GPT (the same seed on every rank: the same weights) and swaps every layer's
-  // attention core. Uses mesh.group("cp"); no communication but a hybrid's two group splits. Throws naming the values if
-  // block_size does not split over cp (T % cp, or T % 2cp with zigzag).
-  ContextParallelRunner(const nn::GPTConfig& config, uint64_t seed, const DeviceMesh& mesh,
-                        ContextParallelOptions options = {});
-
-  nn::Module& module() override { return *model_; }
-  nn::GPT& model() { return *model_; }
-  // micros: the same full rows on every cp rank. Returns Σ_m (CE summed over this rank's counted
-  // targets of m) / global_count. Throws before any communication unless T splits over cp.
-  double forward_backward(const std::vector<nn::TokenStream::MicroBatch>& micros, double global_count, int dp,
-                          const BackwardHooks& hooks) override;
-  bool holds_loss() const override { return true; }  // each cp rank holds its tokens' share
-  std::vector<GradientSum> gradient_sums() override;  // every gradient summed over cp
-  nn::StateDict full_state_dict() override;            // replicated: this rank's own parameters
-  nn::StateDict full_gradients() override;             // copies (zeros where none)
-  std::vector<std::pair<std::string, const CommLedger*>> own_groups() const override { return own_ledgers(groups_); }
-
-  const SequenceShard& shard() const { return shard_; }
-  const ProcessGroupPtr& group() const { return groups_.cp; }
-  const CpGroups& groups() const { return groups_; }
-
- private:
-  std::unique_ptr<nn::GPT> model_;
-  CpGroups groups_;
-  SequenceShard shard_;
-  ContextParallelOptions options_;
-};
+// Context parallelism on `part`: every CausalSelfAttention of its layers attends through `variant`
+// over `groups` (context_parallel_core), its queries being `shard`'s tokens. No communication.
+void apply_context_parallel(nn::GPT& part, const SequenceShard& shard, const CpGroups& groups, CpVariant variant);
 
 }  // namespace sl::parallel

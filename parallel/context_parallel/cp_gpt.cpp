@@ -1,8 +1,6 @@
-// context_parallel_runner.cpp — see context_parallel_runner.h.
-#include "parallel/context_parallel/context_parallel_runner.h"
+// cp_gpt.cpp — see cp_gpt.h.
+#include "parallel/context_parallel/cp_gpt.h"
 
-#include "parallel/comm/flatten.h"
-#include "parallel/runner/micro_batches.h"
 #include "tensor/ops.h"
 
 namespace sl::parallel {
@@ -84,50 +82,12 @@ nn::AttentionCore context_parallel_core(const SequenceShard& shard, const CpGrou
   };
 }
 
-ContextParallelRunner::ContextParallelRunner(const nn::GPTConfig& config, uint64_t seed, const DeviceMesh& mesh,
-                                             ContextParallelOptions options)
-    : options_(options) {
-  SL_CHECK(mesh.size("pp") == 1 && mesh.size("tp") == 1, "ContextParallelRunner: ", mesh.config().str(),
-           ": cp runs the whole model on every rank; combining it with pp ", mesh.size("pp"), " or tp ",
-           mesh.size("tp"), " is the N-D runner's (parallel/nd/nd_runner.h)");
-  const int cp = mesh.size("cp");
-  check_context_parallel(config, cp, options);  // shorter sequences are checked per batch
-  shard_ = SequenceShard{cp, mesh.cp_rank(), options.balance, ulysses_degree(options, cp)};
-  groups_ = make_cp_groups(mesh.group("cp"), options.variant, shard_.ulysses);
-  SL_ASSERT(groups_.cp->size() == shard_.cp && groups_.cp->rank() == shard_.rank);
-  model_ = std::make_unique<nn::GPT>(config, seed);
-  for (int64_t layer = 0; layer < config.n_layer; ++layer)
-    model_->block(layer).attn->core = context_parallel_core(shard_, groups_, options.variant);
+void apply_context_parallel(nn::GPT& part, const SequenceShard& shard, const CpGroups& groups, CpVariant variant) {
+  SL_CHECK(groups.cp && groups.cp->size() == shard.cp && groups.cp->rank() == shard.rank, "apply_context_parallel: ",
+           "the sequence shard (rank ", shard.rank, " of ", shard.cp, ") is not the cp group's");
+  const nn::GPTShardSpec range = part.spec().resolved(part.config());
+  for (int64_t layer = range.layer_begin; layer < range.layer_end; ++layer)
+    part.block(layer).attn->core = context_parallel_core(shard, groups, variant);
 }
-
-double ContextParallelRunner::forward_backward(const std::vector<nn::TokenStream::MicroBatch>& micros,
-                                               double global_count, int dp, const BackwardHooks& hooks) {
-  // Every check before the first ring step (the first communication).
-  SL_CHECK(global_count > 0 && dp >= 1, "ContextParallelRunner: global_count ", global_count, " and dp ", dp,
-           " must be positive");
-  for (const auto& micro : micros) {
-    const int64_t T = micro.batch.inputs.size(1);
-    SL_CHECK(T <= model_->config().block_size, "ContextParallelRunner: sequence length ", T,
-             " is longer than block_size ", model_->config().block_size);
-    shard_.check_length(T);
-  }
-  return run_micro_batches(micros, global_count, dp, hooks, [&](const nn::TokenStream::MicroBatch& micro) {
-    const int64_t T = micro.batch.inputs.size(1);
-    Tensor idx = shard_.take(micro.batch.inputs), targets = shard_.take(micro.batch.targets);  // [B, T/cp] each
-    Tensor x = model_->embed(idx, shard_.positions(T));                                         // global wpe rows
-    Tensor logits = model_->head(model_->blocks(x, 0, model_->config().n_layer));               // [B, T/cp, V]
-    const int64_t counted = nn::counted_targets(targets);
-    // cross_entropy is the mean over this rank's counted targets. With none here, backward must
-    // still run (the ring's backward is collective): a zero-weighted loss.
-    if (counted == 0) return MicroBatchLoss{sum(logits), 0};
-    return MicroBatchLoss{cross_entropy(logits, targets), static_cast<double>(counted)};
-  });
-}
-
-std::vector<GradientSum> ContextParallelRunner::gradient_sums() { return {{"cp", groups_.cp, parameter_names(*model_)}}; }
-
-nn::StateDict ContextParallelRunner::full_state_dict() { return model_->state_dict(); }
-
-nn::StateDict ContextParallelRunner::full_gradients() { return gradients_of(*model_); }
 
 }  // namespace sl::parallel
