@@ -59,7 +59,7 @@ struct StepResult {
 // rank); weights[m]: the factor loss_m is multiplied by before its backward; loss_factor[m]: its
 // weight in the returned loss share. before_backward(last) runs before each action that fills the
 // parameters' gradients: each B, or each W when the schedule splits the backward (may be empty).
-// cut: how each chunk runs and its loss (null: the plain ChunkParallelizer, stage.h).
+// cut: how each chunk runs and its loss (null: the plain ChunkParallelizer, parallel/runner/chunk_parallelizer.h).
 StepResult run_schedule(const Schedule& schedule, Stage& stage, ProcessGroup& pp,
                         const std::vector<nn::TokenStream::MicroBatch>& micros, const std::vector<double>& weights,
                         const std::vector<double>& loss_factor, const std::function<void(bool last)>& before_backward,
