@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tools/check_docs.sh — the book's links hold. Checks, from the repository root:
-#   1. every relative link and image in README.md and docs/**/*.md, [text](target) and ![alt](target),
+#   1. every relative link and image in README.md and docs/**/*.md, [text](target), ![alt](target) and
+#      reference definitions [name]: target,
 #      resolves to a file or folder that exists (relative to the page; a #anchor suffix is dropped;
 #      http(s)://, mailto: and #anchor-only links are not checked);
 #   2. every lesson lessons/NN_*.cpp has a page docs/lessons/NN-*.md.
@@ -28,6 +29,12 @@ for page in $pages; do
   done < <(awk '
     /^[[:space:]]*```/ { fenced = !fenced; next }
     fenced { next }
+    match($0, /^[ ]*\[[^]]+\]:[ ]*[^ ]+/) {   # a reference-style definition: [name]: target
+      definition = substr($0, RSTART, RLENGTH)
+      sub(/^[ ]*\[[^]]+\]:[ ]*/, "", definition)
+      printf "%d\t%s\n", NR, definition
+      next
+    }
     {
       text = $0
       gsub(/`[^`]*`/, "", text)
