@@ -61,7 +61,7 @@ inline const std::vector<Step>& walk() {
         "runner = std::make_unique<PartRunner>(first, cut);"},
        "4. The stage's schedule: several stages run the pipeline's schedule (1F1B, ...); one stage runs\n"
        "the plain micro-batch loop. These are the only two ModelRunners."},
-      {{"return std::make_unique<DdpStrategy>(runner, mesh, mesh.size(\"dp\") > 1 || !o.cuts_model(), o.adamw, o.precision);",
+      {{"return std::make_unique<DdpStrategy>(runner, mesh, mesh.size(MeshDim::dp) > 1 || !o.cuts_model(), o.adamw,",
         "return std::make_unique<ZeroStrategy>(runner, mesh, zero_stage(o.dp_strategy), o.offload, o.adamw, o.precision);",
         "return fully_shard(part, runner, mesh, adamw, fsdp);"},
        "5. Data parallelism around it: DDP over dp (a cut at dp 1: AdamW alone), ZeRO-1/2 over\n"

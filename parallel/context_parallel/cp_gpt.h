@@ -20,7 +20,7 @@
 //   gradient is the serial model's.
 //
 //   With DDP over dp (the trainer), the sum runs after DDP's all-reduce has finished (synchronize()):
-//   the two commute, but not with a bucket still in flight. Equivalently, DDP over the "dp_cp" group
+//   the two commute, but not with a bucket still in flight. Equivalently, DDP over the MeshDim::dp_cp group
 //   with the weight dp·cp / C makes the sum unnecessary (Megatron's and torchtitan's way: one
 //   all-reduce over dp × cp); FSDP over a cp cut does exactly that with its reduce-scatter over
 //   dp_shard × cp (parallel/nd/parallelize.cpp), and ZeRO-2 sums its gradient shards over cp.

@@ -16,7 +16,7 @@ std::unique_ptr<ModelRunner> build_runner(const nn::GPTConfig& config, uint64_t 
                                           const ParallelizeOptions& o, const nn::StateDict& initial,
                                           std::shared_ptr<nn::GPT>& first) {
   config.validate();
-  const int pp = mesh.size("pp");
+  const int pp = mesh.size(MeshDim::pp);
   // How a part cut over tp and cp runs: its forward, loss, gradient sums and gathers (either may be
   // 1). Checks the chapters' rules for this model first (heads over tp, tokens over cp).
   auto cut = std::make_shared<const NdParallelizer>(
@@ -54,7 +54,8 @@ std::unique_ptr<DataParallelStrategy> data_parallel(nn::GPT& part, ModelRunner& 
       return std::make_unique<NaiveStrategy>(part, world, world->split(0), o.adamw);
     case DpStrategy::ddp:  // over dp; a cut at dp 1 has nothing to average: AdamW alone (the whole
                            // model keeps DDP over its one rank, as the planner models the serial run)
-      return std::make_unique<DdpStrategy>(runner, mesh, mesh.size("dp") > 1 || !o.cuts_model(), o.adamw, o.precision);
+      return std::make_unique<DdpStrategy>(runner, mesh, mesh.size(MeshDim::dp) > 1 || !o.cuts_model(), o.adamw,
+                                           o.precision);
     case DpStrategy::zero1:
     case DpStrategy::zero2:
       return std::make_unique<ZeroStrategy>(runner, mesh, zero_stage(o.dp_strategy), o.offload, o.adamw, o.precision);

@@ -11,7 +11,7 @@ namespace sl::parallel {
 namespace {
 // Everything that can be wrong is checked before the first byte moves.
 Stage checked_stage(const nn::GPTConfig& config, uint64_t seed, const DeviceMesh& mesh, const PipelineOptions& options) {
-  const int p = mesh.size("pp");
+  const int p = mesh.size(MeshDim::pp);
   config.validate();
   check_schedule_config(options.schedule, p, options.schedule == ScheduleKind::interleaved ? p : 1,
                         options.virtual_stages);
@@ -26,7 +26,7 @@ PipelineRunner::PipelineRunner(const nn::GPTConfig& config, uint64_t seed, const
 
 PipelineRunner::PipelineRunner(Stage stage, const DeviceMesh& mesh, const PipelineOptions& options,
                                std::shared_ptr<const ChunkParallelizer> cut)
-    : options_(options), cut_(std::move(cut)), pp_(mesh.group("pp")), stage_(std::move(stage)) {
+    : options_(options), cut_(std::move(cut)), pp_(mesh.group(MeshDim::pp)), stage_(std::move(stage)) {
   const int p = pp_->size();
   SL_CHECK(cut_ != nullptr, "PipelineRunner: no ChunkParallelizer");
   SL_CHECK(stage_.stages == p && stage_.rank == pp_->rank(), "PipelineRunner: ", stage_.str(), " is not stage ",
@@ -60,7 +60,7 @@ std::vector<GradientSum> PipelineRunner::gradient_sums() {
   std::vector<GradientSum> sums = cut_->gradient_sums(*module_);
   // The embedding's wte (first stage) and the head's copy (last stage): one parameter, two
   // gradients. Summing them gives each copy the serial gradient.
-  if (embedding_group_) sums.push_back({"pp_tied_wte", embedding_group_, {"wte.weight"}});
+  if (embedding_group_) sums.push_back({std::nullopt, embedding_group_, {"wte.weight"}});  // its own group
   return sums;
 }
 

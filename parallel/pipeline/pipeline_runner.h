@@ -15,9 +15,9 @@
 //                                                 both copies bitwise equal
 //   strategy: clip over mesh_grads(), AdamW     the last stage's wte is tied("wte"): counted once
 //
-//   Groups: mesh.group("pp") for the activations and gradients, and a 2-rank group of pp ranks
+//   Groups: mesh.group(MeshDim::pp) for the activations and gradients, and a 2-rank group of pp ranks
 //   {0, p-1} for the tied wte (made in the constructor, collective over pp). Data parallelism is the
-//   Trainer's strategy: it wraps module() over mesh.group("dp") (DDP) or "dp_shard" (ZeRO-1).
+//   Trainer's strategy: it wraps module() over mesh.group(MeshDim::dp) (DDP) or dp_shard (ZeRO-1).
 //
 //   The chunks are run by a ChunkParallelizer (parallel/runner/chunk_parallelizer.h): the plain GPT
 //   here; parallel/nd/parallelize.cpp builds the stage itself (each chunk cut over tp and cp) and
@@ -49,12 +49,12 @@ struct PipelineOptions {
 
 class PipelineRunner : public ModelRunner {
  public:
-  // Collective over mesh.group("pp"). Throws before any communication when the split cannot be
+  // Collective over mesh.group(MeshDim::pp). Throws before any communication when the split cannot be
   // made (more chunks than layers, counts that do not add up) or the schedule's options clash.
   // Builds the plain GPT's chunks from `seed`.
   PipelineRunner(const nn::GPTConfig& config, uint64_t seed, const DeviceMesh& mesh, const PipelineOptions& options);
   // Runs `stage` (this rank's chunks, built by the caller: make_stage) with `cut` (how each chunk
-  // runs; its groups are its own). Collective over mesh.group("pp").
+  // runs; its groups are its own). Collective over mesh.group(MeshDim::pp).
   PipelineRunner(Stage stage, const DeviceMesh& mesh, const PipelineOptions& options,
                  std::shared_ptr<const ChunkParallelizer> cut);
 

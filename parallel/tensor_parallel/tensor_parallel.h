@@ -48,6 +48,7 @@
 //                                implementation: the GPT, lesson 11 and the tests use it)
 //   3 parallel_block.h           a GPT block: attention split by whole heads, the MLP
 //   4 vocab.h                    the vocabulary cut: embedding and cross-entropy over vocabulary shards
+//                                (the loss's per-row kernels: tensor/sliced_cross_entropy.h, either device)
 //   5 tp_gpt.h                   apply_tensor_parallel: a GPT part (built as rank i's slice) gets the
 //                                hooks and placements; the vocab-parallel embedding, the gathers back
 //                                to the serial tensors, and TensorParallelGPT, the whole GPT on a tp group.

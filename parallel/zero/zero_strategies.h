@@ -29,7 +29,7 @@ namespace sl::parallel {
 
 class ZeroStrategy : public DataParallelStrategy {
  public:
-  // ZeRO-`stage` (1 or 2) over mesh.group("dp_shard") on runner.module()'s parameters (its gradients
+  // ZeRO-`stage` (1 or 2) over mesh.group(MeshDim::dp_shard) on runner.module()'s parameters (its gradients
   // are gathered through the runner, its clip reads the placements over the mesh). The runner and
   // the mesh must outlive it.
   // Mixed precision (`precision`): the flat buffers hold the model's 16-bit weights, the gradients
@@ -86,12 +86,12 @@ class FsdpStrategy : public DataParallelStrategy {
   std::shared_ptr<FullyShardedGPT> fsdp_;
   ModelRunner& runner_;
   const DeviceMesh& mesh_;
-  std::vector<std::string> shard_dims_{"dp_shard", "cp"};
+  MeshDims shard_dims_{MeshDim::dp_shard, MeshDim::cp};
 };
 
 // FSDP (ZeRO-3) over `part`, the model part `runner` runs (the whole GPT, or what a cut leaves on
 // this rank: a pipeline stage, a tp slice, a sequence shard): its parameters sharded unit by unit
-// over mesh.group("dp_shard_cp") (torchtitan's dp_shard_cp: the cp ranks hold the same weights), the
+// over mesh.group(MeshDim::dp_shard_cp) (torchtitan's dp_shard_cp: the cp ranks hold the same weights), the
 // summed gradients divided by dp_shard alone (the cp ranks' parts of one replica's gradient add),
 // and HSDP's all-reduce of each shard over dp_replicate when it is > 1. `options`: offload and the
 // gradients' dtype (its gradient_divisor is set here). Collective over those groups. Load the

@@ -127,7 +127,7 @@ std::unique_ptr<ModelRunner> cp_runner(const nn::GPTConfig& g, const DeviceMesh&
 
 // What one rank sent on every group the variant talks over (the hybrid's two sub-groups too).
 int64_t bytes_sent(const DeviceMesh& mesh, const ModelRunner& runner) {
-  int64_t sent = mesh.group("cp")->ledger().total().bytes_sent;
+  int64_t sent = mesh.group(MeshDim::cp)->ledger().total().bytes_sent;
   for (const auto& [name, ledger] : runner.own_groups()) sent += ledger->total().bytes_sent;
   return sent;
 }
@@ -171,7 +171,7 @@ TEST_P(ContextParallelParity, MatchesSerialAfterFiveSteps) {
       if (lasts != want_lasts) fail("before_backward was not called once per micro-batch with last on the last");
       runner.finish_gradients();  // sum over cp ...
       for (const auto& [name, p] : runner.module().named_parameters())
-        mesh.group("dp")->all_reduce(p.grad(), ReduceOp::avg);  // ... then the trainer's average over dp
+        mesh.group(MeshDim::dp)->all_reduce(p.grad(), ReduceOp::avg);  // ... then the trainer's average over dp
       Tensor total = from_vector({share}, Shape({1}), DType::f64);
       ctx.world->all_reduce(total);  // every rank holds its tokens' share
       losses[ctx.rank][s] = total.item();
@@ -231,12 +231,12 @@ TEST(ContextParallelPart, RejectsBatchLengthBeforeCommunicating) {
       DeviceMesh mesh(ctx.world, ParallelismConfig{.cp = 3});
       std::unique_ptr<ModelRunner> runner = cp_runner(config(), mesh, {.balance = CpBalance::none});
       const uint64_t issued = ctx.world->collectives_issued();
-      const int64_t calls = mesh.group("cp")->ledger().total().calls;  // the mesh's own setup counts here too
+      const int64_t calls = mesh.group(MeshDim::cp)->ledger().total().calls;  // the mesh's own setup counts here too
       auto micros = masked_tokens().micro_batches(0, 2, 10, 1);  // T 10 does not split over cp 3
       try {
         runner->forward_backward(micros, 10, 1, {});
       } catch (const Error&) {
-        EXPECT_EQ(mesh.group("cp")->ledger().total().calls, calls) << "communicated before refusing";
+        EXPECT_EQ(mesh.group(MeshDim::cp)->ledger().total().calls, calls) << "communicated before refusing";
         EXPECT_EQ(ctx.world->collectives_issued(), issued);
         throw;
       }
