@@ -14,7 +14,8 @@
 //   * the catch: LayerNorm's weight and bias are replicated, but each rank now normalises only its
 //     rows, so each holds a PARTIAL gradient. Without an all-reduce over tp the copies drift apart
 //     (Megatron-LM #1446, gpt-neox #1257). Shown on the page, then as a training run with the fix
-//     (ModelRunner::finish_gradients: the gradient sums of the tp cut); --break-ln-allreduce runs both without it.
+//     (ModelRunner::finish_gradients: the gradient sums of the tp cut); --break-ln-allreduce runs both
+//     without it.
 //
 // Run:    make lesson N=12   (about a second)
 // Try:    build/lessons/12_sequence_parallel --tp 4 --batch 8 --T 16 --seq 64 --svg /tmp/svg_12
@@ -79,7 +80,8 @@ static void same_bytes(const Config& cfg, Checker& check) {
     DeviceMesh mesh(ctx.world, {.tp = t});
     for (bool sp : {false, true}) {
       // this rank's tp slice, as `train --tp` builds it (apply_tensor_parallel; parallel/nd/parallelize.h)
-      std::unique_ptr<ModelRunner> owned = parallelize_model(config, 5, mesh, {.parallelism = mesh.config(), .sequence_parallel = sp});
+      std::unique_ptr<ModelRunner> owned =
+          parallelize_model(config, 5, mesh, {.parallelism = mesh.config(), .sequence_parallel = sp});
       ModelRunner& runner = *owned;
       mesh.group(MeshDim::tp)->ledger().reset();
       auto micros = tokens(32).micro_batches(0, B, T, 1);
@@ -218,7 +220,8 @@ static void training_run(const Config& cfg, Checker& check) {
     launch(t, [&](RankContext& ctx) {
       DeviceMesh mesh(ctx.world, {.tp = t});
       // this rank's tp slice, as `train --tp` builds it (apply_tensor_parallel; parallel/nd/parallelize.h)
-      std::unique_ptr<ModelRunner> owned = parallelize_model(config, 5, mesh, {.parallelism = mesh.config(), .sequence_parallel = true});
+      std::unique_ptr<ModelRunner> owned =
+          parallelize_model(config, 5, mesh, {.parallelism = mesh.config(), .sequence_parallel = true});
       ModelRunner& runner = *owned;
       nn::AdamW opt(runner.module().parameters(), adamw);
       for (int step = 0; step < steps; ++step) {
