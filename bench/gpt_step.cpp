@@ -29,7 +29,7 @@
 // and the versus line's ratios finite.
 // Prints one JSON line per config and variant, e.g. {"bench": "gpt_step", "config": "A", "T": 64, "batch": 16,
 // "threads": 1, "median_ms": ..., "min_ms": ...}. Compare in one run with ../shared/bench/gpt_torch.py (same
-// shapes; see README: Results).
+// shapes; see docs/results.md).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

@@ -33,8 +33,8 @@
 //   SP   forward 2 all-gathers + 2 reduce-scatters, backward the same: 8 · (t-1)/t · S, the same bytes
 //   Around them: the embedding's g and the head's f (2 · 2(t-1)/t · S), the loss's 3 all-reduces of
 //   4·B·T bytes; under SP also the partial LayerNorm and c_proj-bias gradients summed over tp.
-//   Example (README, config B: B 8, T 128, C 256, 6 layers, t 2): 27,275,272 bytes a step, clipping's
-//   8 included.
+//   Example (docs/results.md, config B: B 8, T 128, C 256, 6 layers, t 2): 27,275,272 bytes a step,
+//   clipping's 8 included.
 // Memory per rank: weights per block 12C²/t + 7C/t + 6C floats (the LayerNorms and the c_proj biases
 //   are not cut), wte Vp·C/t (V padded to a multiple of t); activations per layer, Korthikanti's
 //   sbh(10 + 24/t + 5as/(ht)) without SP and sbh(34 + 5as/h)/t with it (fp16 bytes; measured in f32

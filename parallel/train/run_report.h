@@ -1,7 +1,7 @@
 // run_report.h — what one rank did during a run: where it sits in the mesh, the memory it held, the
 // bytes it moved per group and op, and where its time went. `train --report-json PATH` writes one
-// per rank (README: "The run report" gives the schema); tests/parallel/train/test_run_report.cpp checks it against
-// the ledgers it reads.
+// per rank (docs/reference.md: "The run report" gives the schema);
+// tests/parallel/train/test_run_report.cpp checks it against the ledgers it reads.
 //
 //   time, per rank, over the run (every rank measures its own clock):
 //     wall           from the trainer's construction to the report
@@ -64,7 +64,7 @@ RankReport collect_rank_report(int rank, const std::array<int, DeviceMesh::kDims
 // compute / communication / idle split of its wall time.
 std::string run_report_table(const std::vector<RankReport>& ranks, int64_t steps);
 
-// The run report as JSON text: {"plan", "parallelism", "steps", "ranks": [...]} (README: "The run report").
+// The run report as JSON text: {"plan", "parallelism", "steps", "ranks": [...]} (docs/reference.md: "The run report").
 std::string run_report_json(const std::string& plan, const ParallelismConfig& parallelism, int64_t steps,
                             const std::vector<RankReport>& ranks);
 
