@@ -28,7 +28,8 @@
 //   fsdp_unit.h         one FSDP unit: gather, free, reduce-scatter
 //   fsdp.h              FullyShardedGPT: units, hooks, HSDP, offload
 //   sharded_gradients.h a cut model's gradient sums and clip placements, applied to gradient shards
-//   zero_strategies.h   ZeRO-1/2 and FSDP/HSDP as the Trainer's DataParallelStrategy
+//   zero_strategies.h   ZeRO-1/2 and FSDP/HSDP as the Trainer's DataParallelStrategy; fully_shard, FSDP's one
+//                       entry (any part: the whole model or a cut, over dp_shard x cp)
 //
 //   Lesson: lessons/07_zero.cpp
 //   Tests: tests/parallel/zero/test_zero.cpp, tests/parallel/zero/test_fsdp.cpp, tests/parallel/train/test_grad_accumulation.cpp
