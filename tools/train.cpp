@@ -19,7 +19,7 @@
 // --device cuda with ranks runs DDP, --pp, --tp and --cp on GPUs: rank r on cuda:r over NCCL when every
 // rank has a GPU (and NCCL is built), else thread ranks sharing the GPUs (cuda:(r mod GPUs), collectives
 // staged through host memory). The layouts with host code on their path (ZeRO, FSDP, --naive-dp,
-// --links) are refused (tools/train_options.h), and so is --device cuda without a GPU, before any rank starts.
+// --links) are refused (parallel/train/train_options.h), and so is --device cuda without a GPU, before any rank starts.
 #include <unistd.h>
 
 #include <chrono>
@@ -43,7 +43,7 @@
 #include "tensor/cuda_info.h"
 #include "tools/train_checkpoint.h"
 #include "tools/train_files.h"
-#include "tools/train_options.h"
+#include "tools/train_cli.h"
 #include "tools/train_report.h"
 
 using namespace sl;
@@ -379,7 +379,7 @@ std::vector<double> train_parallel(Run& r, nn::StateDict& weights) {
   parallel::LaunchOptions launch_options;
   launch_options.topology = o.topology;
   // --device cuda: rank r on GPU cuda:r over NCCL (under mpirun: one process per GPU, NCCL's MPI bootstrap),
-  // or, with fewer GPUs than ranks or no NCCL, thread ranks sharing the GPUs (tools/train_options.h).
+  // or, with fewer GPUs than ranks or no NCCL, thread ranks sharing the GPUs (parallel/train/train_options.h).
   const bool over_nccl =
       o.device == "cuda" && (parallel::under_mpirun() || cuda_ranks_over_nccl(o, nccl_built(), cuda_info().device_count));
   if (over_nccl) launch_options.backend = parallel::Backend::nccl;
@@ -528,14 +528,12 @@ int train(const Options& options) {
 int main(int argc, char** argv) {
   Options options;
   try {
-    options = parse(argc, argv);
+    bool help = false;
+    options = parse_train(argc, argv, &help);
+    if (help) return 0;
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "train: %s\n%s", e.message.c_str(), kUsage);
+    std::fprintf(stderr, "train: %s\n", e.message.c_str());
     return 2;
-  }
-  if (options.help) {
-    std::printf("%s", kUsage);
-    return 0;
   }
   try {
     int code = train(options);

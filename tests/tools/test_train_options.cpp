@@ -1,4 +1,4 @@
-// tools/train_options.h: the train program's flags, parsed in-process (tests/tools/test_train_cli.cpp runs
+// tools/train_cli.h and parallel/train/train_options.h: the train program's flags, parsed in-process (tests/tools/test_train_cli.cpp runs
 // the binary). Combinations that would be ignored, or refused only after the data is read, are usage
 // errors (exit code 2) with the exact message asserted here.
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "tools/train_options.h"
+#include "tools/train_cli.h"
 
 namespace sl {
 namespace {
@@ -20,7 +20,7 @@ std::string usage_error(const std::string& command_line, Options* parsed = nullp
   std::vector<char*> argv;
   for (std::string& word : words) argv.push_back(word.data());
   try {
-    Options o = parse(static_cast<int>(argv.size()), argv.data());
+    Options o = parse_train(static_cast<int>(argv.size()), argv.data());
     if (parsed) *parsed = o;
   } catch (const UsageError& e) {
     return e.message;
