@@ -69,7 +69,11 @@ class Parser {
     group_ = name;
   }
   // An integer in lo..hi; help gets the range and the slot's value as the default.
-  CLI::Option* integer(const std::string& flag, int64_t& slot, int64_t lo, int64_t hi, const std::string& help);
+  template <typename Int>
+  CLI::Option* integer(const std::string& flag, Int& slot, int64_t lo, int64_t hi, const std::string& help);
+  // Integers in lo..hi, comma-separated (1,16,64) or one after another; the given list replaces the default.
+  CLI::Option* integers(const std::string& flag, std::vector<int64_t>& slot, int64_t lo, int64_t hi,
+                        const std::string& help);
   // A real number; `range` says what `check` accepts in the help ("0..100", "> 0").
   CLI::Option* real(const std::string& flag, double& slot, Check check, const std::string& range,
                     const std::string& help);
@@ -231,12 +235,24 @@ inline CLI::Option* Parser::add(const std::string& flag, const std::string& valu
   return option;
 }
 
-inline CLI::Option* Parser::integer(const std::string& flag, int64_t& slot, int64_t lo, int64_t hi,
-                                    const std::string& help) {
+template <typename Int>
+CLI::Option* Parser::integer(const std::string& flag, Int& slot, int64_t lo, int64_t hi, const std::string& help) {
   const std::string range = std::to_string(lo) + (hi == kNoMaximum ? " or more" : ".." + std::to_string(hi));
-  const std::string fallback = slot < lo || slot > hi ? "unset by default" : "default " + std::to_string(slot);
+  const int64_t value = static_cast<int64_t>(slot);
+  const std::string fallback = value < lo || value > hi ? "unset by default" : "default " + std::to_string(value);
   return add(flag, "N", help + " (" + range + "; " + fallback + ")", integer_in(lo, hi),
              app_.add_option(flag, slot));
+}
+
+inline CLI::Option* Parser::integers(const std::string& flag, std::vector<int64_t>& slot, int64_t lo, int64_t hi,
+                                     const std::string& help) {
+  std::string fallback;
+  for (int64_t value : slot) fallback += (fallback.empty() ? "" : ",") + std::to_string(value);
+  CLI::Option* option = app_.add_option(flag, slot)->delimiter(',')->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  return add(flag, "N,N,...", help + " (each " + std::to_string(lo) + ".." + std::to_string(hi) + "; default " +
+                                  fallback + ")",
+             integer_in(lo, hi), option)
+      ->option_text("N,N,...");
 }
 
 inline CLI::Option* Parser::real(const std::string& flag, double& slot, Check check, const std::string& range,
