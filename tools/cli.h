@@ -57,6 +57,9 @@ inline Check existing_file();
 // %g of a default, for the help.
 inline std::string number(double x);
 
+// Breaks `text` into lines of at most `width` characters at spaces (the help's description column).
+inline std::string wrap(const std::string& text, size_t width = 66);
+
 class Parser {
  public:
   Parser(const std::string& program, const std::string& description);
@@ -90,7 +93,15 @@ class Parser {
   // Whether the flag was given (on the command line or in the config file).
   bool given(const std::string& flag) const { return app_.count(flag) > 0; }
   // Text printed after the flags in --help.
-  void footer(const std::string& text) { app_.footer(text); }
+  void footer(const std::string& text) {
+    std::string wrapped;
+    for (size_t begin = 0; begin <= text.size();) {
+      const size_t end = std::min(text.find('\n', begin), text.size());
+      wrapped += (wrapped.empty() ? "" : "\n") + wrap(text.substr(begin, end - begin), 100);
+      begin = end + 1;
+    }
+    app_.footer(wrapped);
+  }
 
   // Parses argv; true when --help was asked (and printed). A UsageError of one line otherwise.
   bool parse(int argc, const char* const* argv);
@@ -109,8 +120,6 @@ class Parser {
   std::map<std::string, Check> checks_;  // by key (the flag without --): a file's values are checked with them
 };
 
-// Breaks `text` into lines of at most `width` characters at spaces (the help's description column).
-inline std::string wrap(const std::string& text, size_t width = 66);
 
 inline std::string number(double x) {
   char text[32];
@@ -208,10 +217,26 @@ class CheckedToml : public CLI::ConfigBase {
   const Parser* parser_;
 };
 
+// ---- --help -----------------------------------------------------------------------------------------
+
+// CLI11's help with one blank line between the groups (its own puts two).
+class HelpFormat : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App* app, std::string name) const override {
+    return CLI::Formatter::make_usage(app, std::move(name)) + "\n";
+  }
+  std::string make_group(std::string group, bool is_positional, std::vector<const CLI::Option*> opts) const override {
+    std::string text = CLI::Formatter::make_group(std::move(group), is_positional, std::move(opts));
+    if (text.rfind("\n", 0) == 0) text.erase(0, 1);
+    return is_positional ? text + "\n" : text;
+  }
+};
+
 // ---- the parser ----------------------------------------------------------------------------------------
 
 inline Parser::Parser(const std::string& program, const std::string& description)
     : app_(description, program), program_(program) {
+  app_.formatter(std::make_shared<HelpFormat>());
   app_.get_formatter()->column_width(34);
   app_.get_formatter()->label("OPTIONS", "FLAGS");
   app_.set_help_flag("-h,--help", "print this help and exit");

@@ -57,8 +57,11 @@ inline PlanOptions parse_plan(int argc, const char* const* argv, bool* help = nu
   add_plan_flags(cli, o);
   const size_t before = cli.app().get_options().size();
   add_layout_flags(cli, o.layout);
+  cli.group("Pipeline");
   cli.integer("--micro-batches", o.layout.micro_batches, 1, 1 << 20,
               "gradient accumulation: micro-batches per step (the pipeline's M)");
+  cli.footer("Any of train's layout flags (or --layout) evaluates that one layout; without them every layout the "
+             "cluster can run is searched and ranked.\nA bad flag or value exits 2 naming it.");
   const std::vector<CLI::Option*> options = cli.app().get_options();
   const bool asked = cli.parse(argc, argv);
   if (help) *help = asked;
