@@ -3,13 +3,17 @@
 //   build/bin/train                                   # addition, the defaults below (README: "make run")
 //   build/bin/train --task text --data input.txt --steps 2000
 //   build/bin/train --task bin --data train.bin --vocab-size 50304 --save model.safetensors
+//   build/bin/train --config configs/hsdp_cp_tp.toml --steps 100     # a layout from a file; flags win over it
 //
+// The flags (train --help, by chapter) and the TOML keys are tools/train_cli.h's, bound to the
+// library's TrainOptions (parallel/train/train_options.h), which checks them against each other.
 // Prints a progress bar on a terminal, plain lines otherwise; --log-jsonl writes one JSON object
 // per optimizer step; --profile prints where the serial run's training steps spent their time, per
 // op kind: forward, backward and optimizer (clipping and AdamW), held-out evaluations left out.
-// A bad flag or value is a usage error naming the flag (exit code 2). Every other failure exits 1
-// with one line naming what failed: an input that cannot be read, an output path that cannot be
-// written (checked before step 0: tools/train_files.h), a log write or standard output that failed.
+// A bad flag or value is one line naming the flag, the value and what it takes (exit code 2). Every
+// other failure exits 1 with one line naming what failed: an input that cannot be read, an output
+// path that cannot be written (checked before step 0: tools/train_files.h), a log write or standard
+// output that failed.
 //
 // --init-from and --save work with every layout: each rank starts from the serial file's weights,
 // and --save writes the serial model's file (full_state_dict(); rank 0 alone under mpirun).
