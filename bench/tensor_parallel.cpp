@@ -97,7 +97,7 @@ static TPResult tp_run(const nn::GPTConfig& config, const nn::TokenStream& data,
     parallel::DeviceMesh mesh(ctx.world, {.tp = tp});
     parallel::TensorParallelRunner runner(config, 0, mesh, {.sequence_parallel = sp});
     nn::AdamW optimizer(runner.module().parameters(), nn::AdamWOptions{});
-    parallel::CommLedger& ledger = mesh.group("tp")->ledger();
+    parallel::CommLedger& ledger = mesh.group(parallel::MeshDim::tp)->ledger();
     for (int step = 0; step < warmup + steps; ++step) {
       ctx.world->barrier();  // every rank starts together: the time is the slowest rank's
       ledger.reset();

@@ -183,7 +183,7 @@ int main(int argc, char** argv) {
     launch(p, [&](RankContext& ctx) {
       auto micros = data.micro_batches(1, 8, T, m);  // on this rank's device
       DeviceMesh mesh(ctx.world, ParallelismConfig{.pp = p});
-      ProcessGroupPtr pp = mesh.group("pp");
+      ProcessGroupPtr pp = mesh.group(MeshDim::pp);
       Stage mine = make_stage(kConfig, kSeed, ctx.rank, p, 1);
       ProcessGroupPtr embedding = pp->new_group({0, p - 1});
       hand_gpipe(*mine.parts[0], *pp, embedding.get(), micros, Ccount, config.skip_tied_wte_sum);

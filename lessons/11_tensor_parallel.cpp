@@ -227,10 +227,10 @@ static void bytes_per_block(const Config& cfg, Checker& check) {
       nn::GPTConfig c = config;
       c.n_layer = layers;
       TensorParallelRunner runner(c, 5, mesh);
-      mesh.group("tp")->ledger().reset();
+      mesh.group(MeshDim::tp)->ledger().reset();
       auto micros = data.micro_batches(0, B, T, 1);
       runner.forward_backward(micros, static_cast<double>(micros[0].counted), 1, {});
-      if (ctx.rank == 0) stats[layers - 1] = mesh.group("tp")->ledger()[CommOp::all_reduce];
+      if (ctx.rank == 0) stats[layers - 1] = mesh.group(MeshDim::tp)->ledger()[CommOp::all_reduce];
     }
   });
   const int64_t act = B * T * C * 4, per_block = 4 * act * 2 * (t - 1) / t;

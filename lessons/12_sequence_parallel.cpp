@@ -78,10 +78,10 @@ static void same_bytes(const Config& cfg, Checker& check) {
     DeviceMesh mesh(ctx.world, {.tp = t});
     for (bool sp : {false, true}) {
       TensorParallelRunner runner(config, 5, mesh, {.sequence_parallel = sp});
-      mesh.group("tp")->ledger().reset();
+      mesh.group(MeshDim::tp)->ledger().reset();
       auto micros = tokens(32).micro_batches(0, B, T, 1);
       runner.forward_backward(micros, static_cast<double>(micros[0].counted), 1, {});
-      const CommLedger& l = mesh.group("tp")->ledger();
+      const CommLedger& l = mesh.group(MeshDim::tp)->ledger();
       if (ctx.rank == 0) seen[sp] = {l[CommOp::all_reduce], l[CommOp::all_gather], l[CommOp::reduce_scatter]};
     }
   });

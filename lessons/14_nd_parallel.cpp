@@ -144,9 +144,12 @@ static void draw_mesh(const ParallelismConfig& config, const Run& run) {
   const int world = config.world_size();
   std::printf("world %d = %s, grid [pp %d, dp_replicate %d, dp_shard %d, cp %d, tp %d]\n", world, config.str().c_str(),
               degrees[0], degrees[1], degrees[2], degrees[3], degrees[4]);
-  // name -> the dimensions it spans (products too)
-  const std::vector<std::pair<std::string, std::vector<int>>> names = {
-      {"pp", {0}}, {"dp_replicate", {1}}, {"cp", {3}}, {"tp", {4}}, {"dp_cp", {1, 2, 3}}};
+  // a mesh dim -> the grid positions it spans, drawn by hand (products too)
+  const std::vector<std::pair<MeshDim, std::vector<int>>> names = {{MeshDim::pp, {0}},
+                                                                   {MeshDim::dp_replicate, {1}},
+                                                                   {MeshDim::cp, {3}},
+                                                                   {MeshDim::tp, {4}},
+                                                                   {MeshDim::dp_cp, {1, 2, 3}}};
   std::map<std::string, std::vector<std::vector<int>>> library;  // from DeviceMesh, on rank 0
   std::map<std::string, std::vector<std::vector<int>>> drawn;    // the dimensions of more than one rank
   std::vector<std::string> lines(world);
@@ -156,21 +159,22 @@ static void draw_mesh(const ParallelismConfig& config, const Run& run) {
     char head[96];
     std::snprintf(head, sizeof head, "  rank %d = (pp %d, dp %d, cp %d, tp %d):", ctx.rank, c[0], c[1], c[3], c[4]);
     std::string line = head;
-    for (const char* dim : {"tp", "cp", "dp_replicate", "pp"})
+    for (MeshDim dim : {MeshDim::tp, MeshDim::cp, MeshDim::dp_replicate, MeshDim::pp})
       if (mesh.size(dim) > 1) {
         std::vector<int> peers = mesh.members(dim);
         peers.erase(std::find(peers.begin(), peers.end(), ctx.rank));
-        line += std::string("  ") + (dim == std::string("dp_replicate") ? "dp" : dim) + " with " + braces(peers);
+        line += "  " + std::string(dim == MeshDim::dp_replicate ? "dp" : name(dim)) + " with " + braces(peers);
       }
     lines[ctx.rank] = line;
     if (ctx.rank != 0) return;
-    for (const auto& [name, dims] : names) library[name] = mesh.partition(name);
-    for (const char* dim : {"tp", "cp", "dp_shard", "dp_replicate", "pp"})
-      if (mesh.size(dim) > 1) drawn[dim] = mesh.partition(dim);
+    for (const auto& [dim, positions] : names) library[std::string(name(dim))] = mesh.partition(dim);
+    for (MeshDim dim : {MeshDim::tp, MeshDim::cp, MeshDim::dp_shard, MeshDim::dp_replicate, MeshDim::pp})
+      if (mesh.size(dim) > 1) drawn[std::string(name(dim))] = mesh.partition(dim);
   });
   for (const std::string& line : lines) std::printf("%s\n", line.c_str());
-  for (const auto& [name, dims] : names) {
-    std::vector<std::vector<int>> want = groups_on_page(dims, degrees, run.column_major), got = library[name];
+  for (const auto& [dim, positions] : names) {
+    const std::string name = std::string(parallel::name(dim));
+    std::vector<std::vector<int>> want = groups_on_page(positions, degrees, run.column_major), got = library[name];
     std::sort(got.begin(), got.end());
     std::string shown, library_shown;
     for (const auto& g : want) shown += " " + braces(g);
@@ -266,13 +270,14 @@ static void train_rank(RankContext& ctx, const TrainPlan& plan, const Run& run, 
   for (int c = 0; c < 4; ++c) record.held[c] = ledger.current(ctx.device, kCats[c]) - before_build[c];
   const DeviceMesh& mesh = trainer->mesh();
   record.dp_rank = mesh.dp_rank();
-  record.tp_first = mesh.members("tp").front();
+  record.tp_first = mesh.members(MeshDim::tp).front();
   if (ctx.rank != 0) return;
-  row.dp = mesh.size("dp");
-  const bool both = mesh.size("cp") > 1 && mesh.size("dp_shard") > 1;  // else dp_shard_cp is one of them
-  for (const char* name : {"tp", "cp", "dp_shard", "dp_shard_cp", "dp_replicate", "pp"})
-    if (mesh.size(name) > 1 && (both || name != std::string("dp_shard_cp")))
-      row.rank0_groups.push_back({name, mesh.members(name)});
+  row.dp = mesh.size(MeshDim::dp);
+  const bool both = mesh.size(MeshDim::cp) > 1 && mesh.size(MeshDim::dp_shard) > 1;  // else dp_shard_cp is one of them
+  for (MeshDim dim : {MeshDim::tp, MeshDim::cp, MeshDim::dp_shard, MeshDim::dp_shard_cp, MeshDim::dp_replicate,
+                      MeshDim::pp})
+    if (mesh.size(dim) > 1 && (both || dim != MeshDim::dp_shard_cp))
+      row.rank0_groups.push_back({std::string(name(dim)), mesh.members(dim)});
 }
 
 static Row measure(const Layout& l, int world, const Run& run) {

@@ -6,13 +6,13 @@
 
 namespace sl::nn {
 
-Placement Placement::sharded(int tensor_dim, std::string mesh_dim) {
+Placement Placement::sharded(int tensor_dim, std::string_view mesh_dim) {
   SL_CHECK(tensor_dim >= 0 && !mesh_dim.empty(), "Placement::sharded: needs a tensor dim >= 0 (got ", tensor_dim,
            ") and a mesh dim name (got '", mesh_dim, "')");
   Placement p;
   p.kind = Kind::sharded;
   p.tensor_dim = tensor_dim;
-  p.mesh_dim = std::move(mesh_dim);
+  p.mesh_dim = std::string(mesh_dim);
   return p;
 }
 
@@ -24,12 +24,12 @@ Placement Placement::tied(std::string name) {
   return p;
 }
 
-Placement Placement::with_partial_grad(std::string over_mesh_dim) const {
+Placement Placement::with_partial_grad(std::string_view over_mesh_dim) const {
   SL_CHECK(!over_mesh_dim.empty(), "Placement::with_partial_grad: needs the mesh dim to sum over");
   SL_CHECK(kind != Kind::sharded || over_mesh_dim != mesh_dim, "Placement::with_partial_grad: a tensor sharded over '",
            mesh_dim, "' cannot also have partial gradients over it");
   Placement p = *this;
-  p.partial_over = std::move(over_mesh_dim);
+  p.partial_over = std::string(over_mesh_dim);
   return p;
 }
 

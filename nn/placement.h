@@ -2,6 +2,8 @@
 //
 //   replicated            every rank of the data-parallel (and tp/cp) groups holds the whole tensor
 //   sharded(dim, "tp")    each rank of mesh dimension "tp" holds one slice along tensor dim `dim`
+//                         (the mesh dim by its printed name: nn sits below the mesh, whose MeshDim
+//                         names it in code, parallel/comm/mesh_dim.h)
 //   tied("wte")           a copy of a parameter held elsewhere too (the first and last pipeline
 //                         stages both hold wte): the copies' gradients are summed every step
 //
@@ -10,6 +12,7 @@
 // with `partial_over` set (a sequence-parallel LayerNorm's) must still be summed over its mesh dim.
 #pragma once
 #include <string>
+#include <string_view>
 
 namespace sl::nn {
 
@@ -22,9 +25,9 @@ struct Placement {
   std::string partial_over;   // non-empty: each rank's gradient is a partial sum over this mesh dim
 
   static Placement replicated() { return {}; }
-  static Placement sharded(int tensor_dim, std::string mesh_dim);
+  static Placement sharded(int tensor_dim, std::string_view mesh_dim);
   static Placement tied(std::string name);
-  Placement with_partial_grad(std::string over_mesh_dim) const;
+  Placement with_partial_grad(std::string_view over_mesh_dim) const;
   bool grad_partial() const { return !partial_over.empty(); }
 
   bool operator==(const Placement&) const = default;

@@ -21,17 +21,17 @@ using Coordinates = std::array<int, 5>;
 
 namespace exercise14 {
 Coordinates mesh_coordinates(const ParallelismConfig& config, int rank);
-std::vector<int> mesh_group(const ParallelismConfig& config, const std::string& name, int rank);
+std::vector<int> mesh_group(const ParallelismConfig& config, MeshDim dim, int rank);
 }  // namespace exercise14
 
-// The dimensions (indices into kDimNames) a name covers: itself, or a product's parts (mesh.h).
-static std::vector<int> dims_of(const std::string& name) {
-  if (name == "dp") return {1, 2};
-  if (name == "dp_shard_cp") return {2, 3};
-  if (name == "dp_cp") return {1, 2, 3};
-  for (int d = 0; d < 5; ++d)
-    if (name == DeviceMesh::kDimNames[static_cast<size_t>(d)]) return {d};
-  return {};
+// The grid dimensions (indices into kGridDims) `dim` covers: itself, or a product's parts (mesh_dim.h).
+static std::vector<int> dims_of(MeshDim dim) {
+  switch (dim) {
+    case MeshDim::dp: return {1, 2};
+    case MeshDim::dp_shard_cp: return {2, 3};
+    case MeshDim::dp_cp: return {1, 2, 3};
+    default: return {grid_index(dim)};
+  }
 }
 
 // A layout: layout[i] = the dimension at grid position i, outermost first. The library's is
@@ -44,11 +44,11 @@ static std::vector<int> members_in_layout(const ParallelismConfig& config, const
                                           int rank) {
   const Coordinates degrees = config.degrees();
   Coordinates permuted{};
-  std::vector<std::string> names;
+  MeshDims names;
   for (int position = 0; position < 5; ++position) {
     permuted[static_cast<size_t>(position)] = degrees[static_cast<size_t>(layout[static_cast<size_t>(position)])];
     for (int d : dims)
-      if (layout[static_cast<size_t>(position)] == d) names.emplace_back(DeviceMesh::kDimNames[static_cast<size_t>(position)]);
+      if (layout[static_cast<size_t>(position)] == d) names.push_back(kGridDims[static_cast<size_t>(position)]);
   }
   const ParallelismConfig as_laid_out{permuted[1], permuted[2], permuted[0], permuted[3], permuted[4]};
   return DeviceMesh::group_members(as_laid_out, names, rank);
@@ -75,8 +75,8 @@ static Coordinates in_positions(const Coordinates& by_dimension, const Layout& l
 #ifdef SL_SOLUTION
 namespace solution {
 Coordinates mesh_coordinates(const ParallelismConfig& config, int rank) { return coordinates_in_layout(config, kRowMajor, rank); }
-std::vector<int> mesh_group(const ParallelismConfig& config, const std::string& name, int rank) {
-  return DeviceMesh::group_members(config, {name}, rank);
+std::vector<int> mesh_group(const ParallelismConfig& config, MeshDim dim, int rank) {
+  return DeviceMesh::group_members(config, {dim}, rank);
 }
 }  // namespace solution
 namespace impl = solution;
@@ -107,11 +107,12 @@ static void expect_coordinates(const ParallelismConfig& config, int rank, const 
   expect(false, where(config, rank) + ": " + why);
 }
 
-static void expect_group(const ParallelismConfig& config, const std::string& name, int rank) {
-  const std::vector<int> got = impl::mesh_group(config, name, rank), want = DeviceMesh::group_members(config, {name}, rank);
+static void expect_group(const ParallelismConfig& config, MeshDim dim, int rank) {
+  const std::vector<int> got = impl::mesh_group(config, dim, rank), want = DeviceMesh::group_members(config, {dim}, rank);
   if (got == want) return;
+  const std::string name(sl::parallel::name(dim));
   std::string why = "the " + name + " group is " + spell(got) + ", the mesh's is " + spell(want);
-  const std::vector<int> dims = dims_of(name);
+  const std::vector<int> dims = dims_of(dim);
   // A single dimension whose group this is. A product's own parts are tried first, then the dimensions
   // of size > 1: a size-1 dimension's group is the rank alone, which any group of one matches.
   std::vector<int> order = dims.size() > 1 ? dims : std::vector<int>{};
@@ -123,7 +124,7 @@ static void expect_group(const ParallelismConfig& config, const std::string& nam
   std::string other_dimension, part_of;  // part_of: the name is a product and the group is one of its parts
   for (int d : order)
     if (other_dimension.empty() && dims != std::vector<int>{d} && got == members_in_layout(config, kRowMajor, {d}, rank)) {
-      other_dimension = DeviceMesh::kDimNames[static_cast<size_t>(d)];
+      other_dimension = sl::parallel::name(kGridDims[static_cast<size_t>(d)]);
       if (std::find(dims.begin(), dims.end(), d) != dims.end()) part_of = name;
     }
   bool coordinates_right = false;  // then a column-major group is a coincidence, the dimension is wrong
@@ -133,7 +134,7 @@ static void expect_group(const ParallelismConfig& config, const std::string& nam
   }
   if (!part_of.empty() && coordinates_right) {
     std::string parts;
-    for (int d : dims) parts += (parts.empty() ? "" : " x ") + std::string(DeviceMesh::kDimNames[static_cast<size_t>(d)]);
+    for (int d : dims) parts += (parts.empty() ? "" : " x ") + std::string(sl::parallel::name(kGridDims[static_cast<size_t>(d)]));
     why += ": that is the " + other_dimension + " group only; " + name + " is " + parts + ", its group spans them all";
   } else if (!other_dimension.empty() && coordinates_right)
     why += ": that is the " + other_dimension + " group: a stride of the wrong dimension";
@@ -180,7 +181,7 @@ int main() {
   grader.check("lesson 14's world 8 = pp 2 x dp 2 x tp 2: coordinates, tp {0,1}, dp {0,2}, pp {0,4} groups", [&] {
     for (int rank = 0; rank < 8; ++rank) {
       expect_coordinates(lesson, rank, {rank / 4, rank / 2 % 2, 0, 0, rank % 2});
-      for (const char* name : {"tp", "dp_replicate", "pp", "dp"}) expect_group(lesson, name, rank);
+      for (MeshDim dim : {MeshDim::tp, MeshDim::dp_replicate, MeshDim::pp, MeshDim::dp}) expect_group(lesson, dim, rank);
     }
   });
   grader.check("coordinates equal a real DeviceMesh's on thread ranks (worlds 8, 12, 16)", [] {
@@ -196,27 +197,20 @@ int main() {
   grader.check("groups along pp, dp_replicate, dp_shard, cp, tp: every rank of every mesh of worlds 1 to 16", [&] {
     for (const ParallelismConfig& config : meshes)
       for (int rank = 0; rank < config.world_size(); ++rank)
-        for (std::string_view name : DeviceMesh::kDimNames) expect_group(config, std::string(name), rank);
+        for (MeshDim dim : kGridDims) expect_group(config, dim, rank);
   });
   grader.check("the named products dp, dp_shard_cp, dp_cp: every rank of every mesh of worlds 1 to 16", [&] {
     for (const ParallelismConfig& config : meshes)
       for (int rank = 0; rank < config.world_size(); ++rank)
-        for (std::string_view name : DeviceMesh::kProductNames) expect_group(config, std::string(name), rank);
+        for (MeshDim dim : kProductDims) expect_group(config, dim, rank);
   });
-  grader.check("a size-1 dimension's group is the rank alone; an unknown name throws sl::Error", [] {
+  grader.check("a size-1 dimension's group is the rank alone", [] {
     const ParallelismConfig tp_only{1, 1, 1, 1, 4};
     for (int rank = 0; rank < 4; ++rank)
-      for (const char* name : {"pp", "dp_replicate", "dp_shard", "cp", "dp", "dp_cp"})
-        expect(impl::mesh_group(tp_only, name, rank) == std::vector<int>{rank},
-               where(tp_only, rank) + ": the " + name + " group is " + spell(impl::mesh_group(tp_only, name, rank)) +
-                   ", but that dimension has size 1: the group is the rank alone");
-    bool threw = false;
-    try {
-      impl::mesh_group(tp_only, "ep", 0);
-    } catch (const sl::Error&) {
-      threw = true;
-    }
-    expect(threw, "mesh_group(config, \"ep\", 0) returned a group: an unknown name must throw sl::Error (SL_CHECK), naming the known ones");
+      for (MeshDim dim : {MeshDim::pp, MeshDim::dp_replicate, MeshDim::dp_shard, MeshDim::cp, MeshDim::dp, MeshDim::dp_cp})
+        expect(impl::mesh_group(tp_only, dim, rank) == std::vector<int>{rank},
+               where(tp_only, rank) + ": the " + std::string(name(dim)) + " group is " +
+                   spell(impl::mesh_group(tp_only, dim, rank)) + ", but that dimension has size 1: the group is the rank alone");
   });
   return grader.finish();
 }

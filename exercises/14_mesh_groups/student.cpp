@@ -13,17 +13,18 @@
 //
 // A group over a set of dimensions holds the ranks that agree with `rank` on every OTHER coordinate,
 // in ascending order (that order is the rank inside the group). Named products unite dimensions:
-//   "dp"           = dp_replicate x dp_shard         (all of data parallelism)
-//   "dp_shard_cp"  = dp_shard x cp                   (what FSDP shards over when CP is on)
-//   "dp_cp"        = dp_replicate x dp_shard x cp    (where gradients are averaged)
+//   MeshDim::dp           = dp_replicate x dp_shard         (all of data parallelism)
+//   MeshDim::dp_shard_cp  = dp_shard x cp                   (what FSDP shards over when CP is on)
+//   MeshDim::dp_cp        = dp_replicate x dp_shard x cp    (where gradients are averaged)
 // A dimension of size 1 varies nothing: its group is the rank alone.
 //
 // The tools (parallel/comm/mesh.h):
 //   config.degrees()             std::array<int, 5>{pp, dp_replicate, dp_shard, cp, tp}: GRID order
 //   config.world_size()          the product of the degrees
-//   DeviceMesh::kDimNames        {"pp", "dp_replicate", "dp_shard", "cp", "tp"}, the same order
+//   kGridDims                    {MeshDim::pp, dp_replicate, dp_shard, cp, tp}, the same order
+//   grid_index(dim)              a grid dimension's position in that order (MeshDim::tp -> 4)
 // ParallelismConfig's fields are declared dp_replicate, dp_shard, pp, cp, tp: not the grid's order.
-// Do not call DeviceMesh here: the grader compares you with it.
+// Do not call DeviceMesh or grid_mask here: the grader compares you with them.
 //
 // Grade it:  make exercise N=14
 #include <algorithm>
@@ -42,10 +43,10 @@ std::array<int, 5> mesh_coordinates(const sl::parallel::ParallelismConfig& confi
   throw exercises::NotImplemented("mesh_coordinates");
 }
 
-// The world ranks in `rank`'s group along `name` (a dimension of kDimNames, or "dp", "dp_shard_cp",
-// "dp_cp"), ascending. Throw sl::Error (SL_CHECK from tensor/error.h) for any other name.
-std::vector<int> mesh_group(const sl::parallel::ParallelismConfig& config, const std::string& name, int rank) {
-  // TODO: the dimensions the name covers; then every rank whose coordinates agree on all the others.
+// The world ranks in `rank`'s group along `dim` (a grid dimension, or the products dp, dp_shard_cp,
+// dp_cp), ascending.
+std::vector<int> mesh_group(const sl::parallel::ParallelismConfig& config, sl::parallel::MeshDim dim, int rank) {
+  // TODO: the grid dimensions `dim` covers; then every rank whose coordinates agree on all the others.
   throw exercises::NotImplemented("mesh_group");
 }
 

@@ -1,8 +1,8 @@
-// exercises/14_mesh_groups/wrong_dp_without_shard.cpp — a wrong "dp" group: dp_replicate alone.
+// exercises/14_mesh_groups/wrong_dp_without_shard.cpp — a wrong dp group: dp_replicate alone.
 //
-// A common mistake: taking "dp" to mean the dp_replicate dimension, as it does when FSDP is off.
+// A common mistake: taking MeshDim::dp to mean the dp_replicate dimension, as it does when FSDP is off.
 // Data parallelism is every rank that holds the same model slice and different data:
-// dp_replicate x dp_shard. With dp_shard > 1 (FSDP, HSDP) the "dp" group must span both, or the
+// dp_replicate x dp_shard. With dp_shard > 1 (FSDP, HSDP) the dp group must span both, or the
 // loss is averaged over part of the batch only. It shows on meshes with dp_shard > 1.
 // expect: that is the dp_replicate group only; dp is dp_replicate x dp_shard
 #include <algorithm>
@@ -12,7 +12,6 @@
 
 #include "exercises/grader.h"
 #include "parallel/comm/mesh.h"
-#include "tensor/error.h"
 
 namespace exercise14 {
 
@@ -26,18 +25,15 @@ std::array<int, 5> mesh_coordinates(const sl::parallel::ParallelismConfig& confi
   return coords;
 }
 
-std::vector<int> mesh_group(const sl::parallel::ParallelismConfig& config, const std::string& name, int rank) {
+std::vector<int> mesh_group(const sl::parallel::ParallelismConfig& config, sl::parallel::MeshDim dim, int rank) {
+  using sl::parallel::MeshDim;
   std::vector<int> dims;  // indices into {pp, dp_replicate, dp_shard, cp, tp}
-  if (name == "dp")
-    dims = {1};  // the mistake: dp_shard belongs to data parallelism too
-  else if (name == "dp_shard_cp")
-    dims = {2, 3};
-  else if (name == "dp_cp")
-    dims = {1, 2, 3};
-  for (int d = 0; d < 5; ++d)
-    if (name == sl::parallel::DeviceMesh::kDimNames[static_cast<size_t>(d)]) dims = {d};
-  SL_CHECK(!dims.empty(), "mesh_group: unknown name '", name,
-           "' (pp, dp_replicate, dp_shard, cp, tp, dp, dp_shard_cp, dp_cp)");
+  switch (dim) {
+    case MeshDim::dp: dims = {1}; break;  // the mistake: dp_shard belongs to data parallelism too
+    case MeshDim::dp_shard_cp: dims = {2, 3}; break;
+    case MeshDim::dp_cp: dims = {1, 2, 3}; break;
+    default: dims = {sl::parallel::grid_index(dim)}; break;
+  }
   // Every rank that agrees with `rank` on the dimensions outside dims, ascending.
   const std::array<int, 5> mine = mesh_coordinates(config, rank);
   std::vector<int> members;

@@ -25,7 +25,7 @@ std::array<int, 5> mesh_coordinates(const sl::parallel::ParallelismConfig& confi
   return coords;
 }
 
-std::vector<int> mesh_group(const sl::parallel::ParallelismConfig& config, const std::string& name, int rank) {
+std::vector<int> mesh_group(const sl::parallel::ParallelismConfig& config, sl::parallel::MeshDim dim, int rank) {
   throw exercises::NotImplemented("mesh_group");
 }
 

@@ -40,14 +40,14 @@ static LaunchOptions four_seconds() {
   return options;
 }
 
-// The ranks whose PipelineRunner sums wte.weight over "pp_tied_wte" (pp ranks {0, p-1}; none at p = 1).
+// The ranks whose PipelineRunner sums wte.weight over its own tied-wte group (pp ranks {0, p-1}; none at p = 1).
 static std::vector<int> library_tied_wte_stages(const nn::GPTConfig& config, int p) {
   std::vector<int> in_group(p, 0), members;
   launch(p, [&](RankContext& ctx) {
     DeviceMesh mesh(ctx.world, ParallelismConfig{.pp = p});
     PipelineRunner runner(config, kSeed, mesh, PipelineOptions{});
     for (const GradientSum& sum : runner.gradient_sums())
-      if (sum.over == "pp_tied_wte" && sum.group) in_group[ctx.rank] = 1;
+      if (!sum.over && sum.params == std::vector<std::string>{"wte.weight"} && sum.group) in_group[ctx.rank] = 1;
   }, four_seconds());
   for (int r = 0; r < p; ++r)
     if (in_group[r]) members.push_back(r);

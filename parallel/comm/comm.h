@@ -23,6 +23,7 @@
 //   reduce_kernels.h    the arithmetic inside a reducing collective
 //   backends/threads_backend.h, backends/mpi_backend.h, backends/nccl_backend.h
 //   mesh.h              DeviceMesh and ParallelismConfig (Accelerate's names)
+//   mesh_dim.h          MeshDim: the mesh's dimensions as a type; their names only where text comes in or goes out
 //   flatten.h           flat buffers: a model's tensors as one message
 //   grad_norm.h         clip_grad_norm across ranks, each element counted once
 //

@@ -16,27 +16,27 @@ std::function<double(double)> sum_in_rank_order(ProcessGroupPtr group) {
   };
 }
 
-std::vector<std::string> cutting_dims(const std::vector<MeshGrad>& pieces, const DeviceMesh& mesh) {
-  std::vector<std::string> dims;
-  auto add = [&](const std::string& d) {
+MeshDims cutting_dims(const std::vector<MeshGrad>& pieces, const DeviceMesh& mesh) {
+  MeshDims dims;
+  auto add = [&](MeshDim d) {
     if (mesh.size(d) > 1 && std::find(dims.begin(), dims.end(), d) == dims.end()) dims.push_back(d);
   };
-  add("pp");
-  add("tp");
+  add(MeshDim::pp);
+  add(MeshDim::tp);
   for (const MeshGrad& piece : pieces) {
-    if (piece.placement.kind == nn::Placement::Kind::sharded) add(piece.placement.mesh_dim);
-    for (const std::string& d : piece.split_over) add(d);
+    if (piece.placement.kind == nn::Placement::Kind::sharded) add(mesh_dim_from_name(piece.placement.mesh_dim));
+    for (MeshDim d : piece.split_over) add(d);
   }
   return dims;
 }
 
-bool counted_here(const MeshGrad& piece, const std::vector<std::string>& cutting, const DeviceMesh& mesh) {
+bool counted_here(const MeshGrad& piece, const MeshDims& cutting, const DeviceMesh& mesh) {
   const nn::Placement& p = piece.placement;
-  for (const std::string& d : cutting) {
-    const bool split = (p.kind == nn::Placement::Kind::sharded && p.mesh_dim == d) ||
+  for (MeshDim d : cutting) {
+    const bool split = (p.kind == nn::Placement::Kind::sharded && p.mesh_dim == name(d)) ||
                        std::find(piece.split_over.begin(), piece.split_over.end(), d) != piece.split_over.end();
     if (split) continue;                                               // each rank of d its own slice
-    if (d == "pp" && p.kind != nn::Placement::Kind::tied) continue;    // each stage its own layers
+    if (d == MeshDim::pp && p.kind != nn::Placement::Kind::tied) continue;    // each stage its own layers
     if (mesh.coordinate(d) != 0) return false;  // a replica (or the tied copy on the later stage)
   }
   return true;
@@ -51,7 +51,7 @@ std::vector<MeshGrad> mesh_grads(const nn::Module& model) {
 }
 
 double clip_grad_norm(const std::vector<MeshGrad>& pieces, double max_norm, const DeviceMesh& mesh) {
-  const std::vector<std::string> cutting = cutting_dims(pieces, mesh);
+  const MeshDims cutting = cutting_dims(pieces, mesh);
   std::vector<nn::GradPiece> flagged;
   flagged.reserve(pieces.size());
   for (const MeshGrad& piece : pieces) flagged.push_back({piece.grad, counted_here(piece, cutting, mesh)});

@@ -39,13 +39,13 @@ std::function<double(double)> sum_in_rank_order(ProcessGroupPtr group);
 struct MeshGrad {
   Tensor grad;                          // this rank's piece (undefined: no gradient, skipped)
   nn::Placement placement;              // the parameter's placement (nn/placement.h)
-  std::vector<std::string> split_over;  // mesh dims a layout shards this gradient over (ZeRO: "dp_shard")
+  MeshDims split_over;                  // mesh dims a layout shards this gradient over (ZeRO: dp_shard)
 };
 
 // The dims whose ranks hold different pieces: pp, tp and every piece's split_over, those of degree > 1.
-std::vector<std::string> cutting_dims(const std::vector<MeshGrad>& pieces, const DeviceMesh& mesh);
+MeshDims cutting_dims(const std::vector<MeshGrad>& pieces, const DeviceMesh& mesh);
 // Whether this rank counts `piece`, given the cutting dims (the table above).
-bool counted_here(const MeshGrad& piece, const std::vector<std::string>& cutting, const DeviceMesh& mesh);
+bool counted_here(const MeshGrad& piece, const MeshDims& cutting, const DeviceMesh& mesh);
 
 // The pieces of a model whose gradients sit in its parameters' .grad (DDP, a pipeline stage, a TP
 // shard), with their placements, in named_parameters() order.

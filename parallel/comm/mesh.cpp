@@ -13,21 +13,17 @@ namespace sl::parallel {
 
 namespace {
 
-// Bit d is kDimNames[d]: pp 1, dp_replicate 2, dp_shard 4, cp 8, tp 16.
-constexpr std::array<unsigned, 3> kProductMasks = {
-    0b00110u,  // dp          = dp_replicate x dp_shard
-    0b01100u,  // dp_shard_cp = dp_shard x cp
-    0b01110u,  // dp_cp       = dp_replicate x dp_shard x cp
-};
-
 // ParallelismConfig's fields in their declared order (Accelerate's), which is how it prints.
-constexpr std::array<std::string_view, 5> kFieldNames = {"dp_replicate", "dp_shard", "pp", "cp", "tp"};
-std::array<int, 5> field_values(const ParallelismConfig& c) { return {c.dp_replicate, c.dp_shard, c.pp, c.cp, c.tp}; }
+constexpr std::array<MeshDim, kGridDimCount> kFieldOrder = {MeshDim::dp_replicate, MeshDim::dp_shard, MeshDim::pp,
+                                                            MeshDim::cp, MeshDim::tp};
+int field_value(const ParallelismConfig& c, MeshDim dim) {
+  return c.degrees()[static_cast<size_t>(grid_index(dim))];
+}
 
 std::string known_names() {
   std::string out;
-  for (auto name : DeviceMesh::kDimNames) out += (out.empty() ? "" : ", ") + std::string(name);
-  for (auto name : DeviceMesh::kProductNames) out += ", " + std::string(name);
+  for (MeshDim dim : kGridDims) out += (out.empty() ? "" : ", ") + std::string(name(dim));
+  for (MeshDim dim : kProductDims) out += ", " + std::string(name(dim));
   return out;
 }
 
@@ -57,15 +53,6 @@ std::vector<int> grid_members(const std::array<int, DeviceMesh::kDims>& degrees,
   return members;
 }
 
-unsigned mask_for(std::string_view name) {
-  for (int d = 0; d < DeviceMesh::kDims; ++d)
-    if (name == DeviceMesh::kDimNames[d]) return 1u << d;
-  for (size_t p = 0; p < DeviceMesh::kProductNames.size(); ++p)
-    if (name == DeviceMesh::kProductNames[p]) return kProductMasks[p];
-  SL_CHECK(false, "DeviceMesh: unknown dimension '", name, "' (known: ", known_names(), ")");
-  return 0;
-}
-
 std::string braces(const std::vector<int>& ranks) {
   std::string out = "{";
   for (size_t i = 0; i < ranks.size(); ++i) out += (i ? "," : "") + std::to_string(ranks[i]);
@@ -78,17 +65,17 @@ std::string braces(const std::vector<int>& ranks) {
 
 std::string ParallelismConfig::str() const {
   std::ostringstream out;
-  const auto values = field_values(*this);
-  for (int d = 0; d < DeviceMesh::kDims; ++d) out << (d ? " x " : "") << kFieldNames[d] << " " << values[d];
+  for (size_t f = 0; f < kFieldOrder.size(); ++f)
+    out << (f ? " x " : "") << name(kFieldOrder[f]) << " " << field_value(*this, kFieldOrder[f]);
   return out.str();
 }
 
 int ParallelismConfig::world_size() const {
   int64_t product = 1;
-  const auto values = field_values(*this);
-  for (int d = 0; d < DeviceMesh::kDims; ++d) {
-    SL_CHECK(values[d] >= 1, "ParallelismConfig: ", kFieldNames[d], " must be >= 1 (got ", values[d], ")");
-    product *= values[d];  // each factor <= INT_MAX after the check below, so int64 cannot overflow first
+  for (MeshDim dim : kFieldOrder) {
+    const int value = field_value(*this, dim);
+    SL_CHECK(value >= 1, "ParallelismConfig: ", name(dim), " must be >= 1 (got ", value, ")");
+    product *= value;  // each factor <= INT_MAX after the check below, so int64 cannot overflow first
     SL_CHECK(product <= INT_MAX, "ParallelismConfig: ", str(), " overflows int");
   }
   return static_cast<int>(product);
@@ -146,40 +133,39 @@ void DeviceMesh::check_ranks_agree() const {
   Tensor gathered = Tensor::empty({static_cast<int64_t>(n) * kDims}, DType::i64);
   world_->all_gather(gathered, input);
   const std::vector<double> all = gathered.to_vector();
+  auto degrees_of = [&](int r) {
+    std::array<int, kDims> degrees{};
+    for (int d = 0; d < kDims; ++d)
+      degrees[static_cast<size_t>(d)] = static_cast<int>(all[static_cast<size_t>(r * kDims + d)]);
+    return degrees;
+  };
   auto config_of = [&](int r) {
-    auto at = [&](int d) { return static_cast<int>(all[static_cast<size_t>(r * kDims + d)]); };
-    return ParallelismConfig{.dp_replicate = at(1), .dp_shard = at(2), .pp = at(0), .cp = at(3), .tp = at(4)};
+    const auto at = degrees_of(r);
+    auto degree = [&](MeshDim dim) { return at[static_cast<size_t>(grid_index(dim))]; };
+    return ParallelismConfig{.dp_replicate = degree(MeshDim::dp_replicate), .dp_shard = degree(MeshDim::dp_shard),
+                             .pp = degree(MeshDim::pp), .cp = degree(MeshDim::cp), .tp = degree(MeshDim::tp)};
   };
   for (int r = 1; r < n; ++r)
-    SL_CHECK(config_of(r) == config_of(0), "DeviceMesh: ranks disagree on the ParallelismConfig: rank 0 has ",
+    SL_CHECK(degrees_of(r) == degrees_of(0), "DeviceMesh: ranks disagree on the ParallelismConfig: rank 0 has ",
              config_of(0).str(), ", rank ", r, " has ", config_of(r).str());
 }
 
 // ---- names, coordinates, members -------------------------------------------------------------------
 
-DeviceMesh::Mask DeviceMesh::mask_of(std::string_view name) const { return mask_for(name); }
-
-DeviceMesh::Mask DeviceMesh::mask_of_names(const std::vector<std::string_view>& names) const {
-  SL_CHECK(!names.empty(), "DeviceMesh: group() needs at least one dimension name (known: ", known_names(), ")");
-  Mask mask = 0;
-  for (auto name : names) mask |= mask_of(name);
-  return mask;
-}
-
 std::array<int, DeviceMesh::kDims> DeviceMesh::coordinates_of(int rank) const {
   return grid_coordinates(degrees_, rank);
 }
 
-int DeviceMesh::coordinate(std::string_view name) const {
-  const Mask mask = mask_of(name);
+int DeviceMesh::coordinate(MeshDim dim) const {
+  const Mask mask = grid_mask(dim);
   int index = 0;
   for (int d = 0; d < kDims; ++d)
     if (mask & (1u << d)) index = index * degrees_[d] + coords_[d];
   return index;
 }
 
-int DeviceMesh::size(std::string_view name) const {
-  const Mask mask = mask_of(name);
+int DeviceMesh::size(MeshDim dim) const {
+  const Mask mask = grid_mask(dim);
   int product = 1;
   for (int d = 0; d < kDims; ++d)
     if (mask & (1u << d)) product *= degrees_[d];
@@ -190,14 +176,11 @@ std::vector<int> DeviceMesh::members_of(Mask mask, int rank) const {
   return grid_members(degrees_, mask, rank);
 }
 
-std::vector<int> DeviceMesh::group_members(const ParallelismConfig& config, const std::vector<std::string>& names,
-                                           int rank) {
+std::vector<int> DeviceMesh::group_members(const ParallelismConfig& config, const MeshDims& dims, int rank) {
   const int world = config.world_size();
   SL_CHECK(rank >= 0 && rank < world, "DeviceMesh::group_members: rank ", rank, " is outside ", config.str());
-  SL_CHECK(!names.empty(), "DeviceMesh: group_members() needs at least one dimension name (known: ", known_names(), ")");
-  Mask mask = 0;
-  for (const auto& name : names) mask |= mask_for(name);
-  return grid_members(config.degrees(), mask, rank);
+  SL_CHECK(!dims.empty(), "DeviceMesh: group_members() needs at least one dimension (known: ", known_names(), ")");
+  return grid_members(config.degrees(), grid_mask(dims), rank);
 }
 
 std::vector<std::vector<int>> DeviceMesh::partition_of(Mask mask) const {
@@ -211,8 +194,8 @@ std::vector<std::vector<int>> DeviceMesh::partition_of(Mask mask) const {
   return groups;
 }
 
-std::vector<int> DeviceMesh::members(std::string_view name) const { return members_of(mask_of(name), rank_); }
-std::vector<std::vector<int>> DeviceMesh::partition(std::string_view name) const { return partition_of(mask_of(name)); }
+std::vector<int> DeviceMesh::members(MeshDim dim) const { return members_of(grid_mask(dim), rank_); }
+std::vector<std::vector<int>> DeviceMesh::partition(MeshDim dim) const { return partition_of(grid_mask(dim)); }
 
 // ---- groups ------------------------------------------------------------------------------------------
 
@@ -222,14 +205,11 @@ ProcessGroupPtr DeviceMesh::group_of(Mask mask) const {
   return group;
 }
 
-ProcessGroupPtr DeviceMesh::group(std::string_view name) const { return group_of(mask_of(name)); }
+ProcessGroupPtr DeviceMesh::group(MeshDim dim) const { return group_of(grid_mask(dim)); }
 
-ProcessGroupPtr DeviceMesh::group(std::initializer_list<std::string_view> names) const {
-  return group_of(mask_of_names(std::vector<std::string_view>(names)));
-}
-
-ProcessGroupPtr DeviceMesh::group(const std::vector<std::string>& names) const {
-  return group_of(mask_of_names(std::vector<std::string_view>(names.begin(), names.end())));
+ProcessGroupPtr DeviceMesh::group(const MeshDims& dims) const {
+  SL_CHECK(!dims.empty(), "DeviceMesh: group() needs at least one dimension (known: ", known_names(), ")");
+  return group_of(grid_mask(dims));
 }
 
 // ---- drawing -------------------------------------------------------------------------------------------
@@ -240,15 +220,15 @@ std::string DeviceMesh::str() const {
       << ", marked *)\n";
 
   // The grid: one row per (pp, dp_replicate, dp_shard, cp), one column per tp; size-1 labels left out.
-  const int tp = degrees_[4];
+  const int tp = size(MeshDim::tp);
   const int rows = world_size() / tp;
   std::vector<std::string> labels;
   for (int row = 0; row < rows; ++row) {
     const auto coords = coordinates_of(row * tp);
     std::string label;
-    for (int d = 0; d < kDims - 1; ++d)
-      if (degrees_[d] > 1)
-        label += (label.empty() ? "" : "  ") + std::string(kDimNames[d]) + " " + std::to_string(coords[d]);
+    for (int d = 0; d < kDims; ++d)
+      if (kGridDims[d] != MeshDim::tp && degrees_[d] > 1)
+        label += (label.empty() ? "" : "  ") + std::string(name(kGridDims[d])) + " " + std::to_string(coords[d]);
     labels.push_back(label);
   }
   size_t label_width = 0;
@@ -276,16 +256,16 @@ std::string DeviceMesh::str() const {
   }
 
   // The groups, as world ranks: every name of size > 1; a product equal to a line above says so.
-  std::vector<std::pair<std::string_view, Mask>> lines;
-  for (int d = 0; d < kDims; ++d) lines.emplace_back(kDimNames[d], 1u << d);
-  for (size_t p = 0; p < kProductNames.size(); ++p) lines.emplace_back(kProductNames[p], kProductMasks[p]);
+  std::vector<MeshDim> lines(kGridDims.begin(), kGridDims.end());
+  lines.insert(lines.end(), kProductDims.begin(), kProductDims.end());
   for (size_t i = 0; i < lines.size(); ++i) {
-    const auto [name, mask] = lines[i];
-    if (size(name) == 1) continue;
-    out << "  " << name << std::string(12 - name.size(), ' ') << ":";
-    std::string same_as;
+    const std::string_view label = name(lines[i]);
+    const Mask mask = grid_mask(lines[i]);
+    if (size(lines[i]) == 1) continue;
+    out << "  " << label << std::string(12 - label.size(), ' ') << ":";
+    std::string_view same_as;
     for (size_t j = 0; j < i && same_as.empty(); ++j)
-      if ((lines[j].second & nontrivial_) == (mask & nontrivial_)) same_as = lines[j].first;
+      if ((grid_mask(lines[j]) & nontrivial_) == (mask & nontrivial_)) same_as = name(lines[j]);
     if (!same_as.empty()) {
       out << " same as " << same_as << "\n";
       continue;

@@ -22,10 +22,11 @@
 //        pp groups {0,4} {1,5} {2,6} {3,7}     vary pp (the outermost, farthest apart)
 //
 //   A group over a set of dimensions holds the ranks that agree on every *other* coordinate; its
-//   group ranks follow the world ranks (row-major over the set). Named products: "dp" = dp_replicate
-//   x dp_shard (all of data parallelism), "dp_shard_cp" = dp_shard x cp (what FSDP shards over when CP
-//   is on: CP ranks hold the same weights), "dp_cp" = dp_replicate x dp_shard x cp (where gradients
-//   are averaged). Any other set: group({"pp", "tp"}).
+//   group ranks follow the world ranks (row-major over the set). Dimensions are MeshDims (mesh_dim.h).
+//   Named products: MeshDim::dp = dp_replicate x dp_shard (all of data parallelism), dp_shard_cp =
+//   dp_shard x cp (what FSDP shards over when CP is on: CP ranks hold the same weights), dp_cp =
+//   dp_replicate x dp_shard x cp (where gradients are averaged). Any other set:
+//   group({MeshDim::pp, MeshDim::tp}).
 //
 //   Cost: the constructor is collective over the world (every rank builds the mesh with the same
 //   config): one all_gather of the 5 degrees (all ranks must agree), then one split per distinct
@@ -36,11 +37,10 @@
 //   Lesson: lessons/14_nd_parallel.cpp draws the mesh rank by rank   Tests: tests/parallel/comm/test_mesh.cpp
 #pragma once
 #include <array>
-#include <initializer_list>
 #include <string>
-#include <string_view>
 #include <vector>
 
+#include "parallel/comm/mesh_dim.h"
 #include "parallel/comm/process_group.h"
 
 namespace sl::parallel {
@@ -54,18 +54,14 @@ struct ParallelismConfig {
   //   "ParallelismConfig: world size 8 != dp_replicate 1 x dp_shard 2 x pp 2 x cp 1 x tp 3"
   void validate(int world_size) const;
   std::string str() const;  // "dp_replicate 1 x dp_shard 2 x pp 2 x cp 1 x tp 3" (the fields' order)
-  // The degrees in grid order, outermost first: pp, dp_replicate, dp_shard, cp, tp.
-  std::array<int, 5> degrees() const { return {pp, dp_replicate, dp_shard, cp, tp}; }
+  // The degrees in grid order (kGridDims), outermost first: pp, dp_replicate, dp_shard, cp, tp.
+  std::array<int, kGridDimCount> degrees() const { return {pp, dp_replicate, dp_shard, cp, tp}; }
   bool operator==(const ParallelismConfig&) const = default;
 };
 
 class DeviceMesh {
  public:
-  static constexpr int kDims = 5;
-  // The grid's dimensions, outermost first, then the named products; group() and coordinate()
-  // accept all of them.
-  static constexpr std::array<std::string_view, kDims> kDimNames = {"pp", "dp_replicate", "dp_shard", "cp", "tp"};
-  static constexpr std::array<std::string_view, 3> kProductNames = {"dp", "dp_shard_cp", "dp_cp"};
+  static constexpr int kDims = kGridDimCount;
 
   // Collective over `world`: every member calls it with the same config. Throws sl::Error before
   // any communication when the config does not fit world->size(). Ranks are ranks of `world`
@@ -78,39 +74,35 @@ class DeviceMesh {
   int world_size() const { return world_->size(); }
 
   // This rank's index along a dimension or a named product (the product's row-major index, which
-  // is also the rank in its group): coordinate("tp") == group("tp")->rank().
-  int coordinate(std::string_view name) const;
-  int size(std::string_view name) const;  // the degree (a product's: the product)
-  std::array<int, kDims> coordinates() const { return coords_; }  // in kDimNames order
-  int pp_rank() const { return coords_[0]; }
-  int dp_replicate_rank() const { return coords_[1]; }
-  int dp_shard_rank() const { return coords_[2]; }
-  int cp_rank() const { return coords_[3]; }
-  int tp_rank() const { return coords_[4]; }
-  int dp_rank() const { return coordinate("dp"); }
+  // is also the rank in its group): coordinate(MeshDim::tp) == group(MeshDim::tp)->rank().
+  int coordinate(MeshDim dim) const;
+  int size(MeshDim dim) const;  // the degree (a product's: the product)
+  std::array<int, kDims> coordinates() const { return coords_; }  // in kGridDims order
+  int pp_rank() const { return coordinate(MeshDim::pp); }
+  int dp_replicate_rank() const { return coordinate(MeshDim::dp_replicate); }
+  int dp_shard_rank() const { return coordinate(MeshDim::dp_shard); }
+  int cp_rank() const { return coordinate(MeshDim::cp); }
+  int tp_rank() const { return coordinate(MeshDim::tp); }
+  int dp_rank() const { return coordinate(MeshDim::dp); }
 
-  // This rank's group over one name or over a set of names (dimensions or products, united).
+  // This rank's group over one dimension or over a set (dimensions or products, united).
   // Never communicates. A size-1 dimension gives a trivial group (this rank alone).
-  ProcessGroupPtr group(std::string_view name) const;
-  ProcessGroupPtr group(std::initializer_list<std::string_view> names) const;
-  ProcessGroupPtr group(const std::vector<std::string>& names) const;
+  ProcessGroupPtr group(MeshDim dim) const;
+  ProcessGroupPtr group(const MeshDims& dims) const;
 
   // The world ranks in this rank's group, ascending (= group rank order); no communication.
-  std::vector<int> members(std::string_view name) const;
+  std::vector<int> members(MeshDim dim) const;
   // Every group of that kind, each as its world ranks: the partition of the world it induces.
-  std::vector<std::vector<int>> partition(std::string_view name) const;
-  // members() without a mesh or any communication: `rank`'s group over `names` (dimensions or
+  std::vector<std::vector<int>> partition(MeshDim dim) const;
+  // members() without a mesh or any communication: `rank`'s group over `dims` (dimensions or
   // products, united) in a mesh of `config`. The planner's question: who would talk to whom.
-  static std::vector<int> group_members(const ParallelismConfig& config, const std::vector<std::string>& names,
-                                        int rank);
+  static std::vector<int> group_members(const ParallelismConfig& config, const MeshDims& dims, int rank);
 
   // The grid with this rank marked, then the groups of every dimension and product of size > 1.
   std::string str() const;
 
  private:
-  using Mask = unsigned;  // bit d set: dimension d (kDimNames[d]) is in the set
-  Mask mask_of(std::string_view name) const;
-  Mask mask_of_names(const std::vector<std::string_view>& names) const;
+  using Mask = GridMask;  // bit d set: dimension kGridDims[d] is in the set
   ProcessGroupPtr group_of(Mask mask) const;
   std::vector<int> members_of(Mask mask, int rank) const;
   std::vector<std::vector<int>> partition_of(Mask mask) const;

@@ -87,13 +87,13 @@ nn::AttentionCore context_parallel_core(const SequenceShard& shard, const CpGrou
 ContextParallelRunner::ContextParallelRunner(const nn::GPTConfig& config, uint64_t seed, const DeviceMesh& mesh,
                                              ContextParallelOptions options)
     : options_(options) {
-  SL_CHECK(mesh.size("pp") == 1 && mesh.size("tp") == 1, "ContextParallelRunner: ", mesh.config().str(),
-           ": cp runs the whole model on every rank; combining it with pp ", mesh.size("pp"), " or tp ",
-           mesh.size("tp"), " is the N-D runner's (parallel/nd/nd_runner.h)");
-  const int cp = mesh.size("cp");
+  SL_CHECK(mesh.size(MeshDim::pp) == 1 && mesh.size(MeshDim::tp) == 1, "ContextParallelRunner: ", mesh.config().str(),
+           ": cp runs the whole model on every rank; combining it with pp ", mesh.size(MeshDim::pp), " or tp ",
+           mesh.size(MeshDim::tp), " is the N-D runner's (parallel/nd/nd_runner.h)");
+  const int cp = mesh.size(MeshDim::cp);
   check_context_parallel(config, cp, options);  // shorter sequences are checked per batch
   shard_ = SequenceShard{cp, mesh.cp_rank(), options.balance, ulysses_degree(options, cp)};
-  groups_ = make_cp_groups(mesh.group("cp"), options.variant, shard_.ulysses);
+  groups_ = make_cp_groups(mesh.group(MeshDim::cp), options.variant, shard_.ulysses);
   SL_ASSERT(groups_.cp->size() == shard_.cp && groups_.cp->rank() == shard_.rank);
   model_ = std::make_unique<nn::GPT>(config, seed);
   for (int64_t layer = 0; layer < config.n_layer; ++layer)
@@ -124,7 +124,7 @@ double ContextParallelRunner::forward_backward(const std::vector<nn::TokenStream
   });
 }
 
-std::vector<GradientSum> ContextParallelRunner::gradient_sums() { return {{"cp", groups_.cp, parameter_names(*model_)}}; }
+std::vector<GradientSum> ContextParallelRunner::gradient_sums() { return {{MeshDim::cp, groups_.cp, parameter_names(*model_)}}; }
 
 nn::StateDict ContextParallelRunner::full_state_dict() { return model_->state_dict(); }
 

@@ -18,7 +18,7 @@
 //   the gradient is the serial model's.
 //
 //   With DDP over dp (the trainer), the sum runs after DDP's all-reduce has finished (synchronize()):
-//   the two commute, but not with a bucket still in flight. Equivalently, DDP over the "dp_cp" group
+//   the two commute, but not with a bucket still in flight. Equivalently, DDP over the MeshDim::dp_cp group
 //   with the weight dp·cp / C makes the sum unnecessary (Megatron's and torchtitan's way: one
 //   all-reduce over dp × cp); FSDP over a cp cut does exactly that with its reduce-scatter over
 //   dp_shard × cp (parallel/nd/fsdp_nd_runner.h), and ZeRO-2 sums its gradient shards over cp.
@@ -79,7 +79,7 @@ void check_context_parallel(const nn::GPTConfig& config, int cp, const ContextPa
 class ContextParallelRunner : public ModelRunner {
  public:
   // Builds the whole GPT (the same seed on every rank: the same weights) and swaps every layer's
-  // attention core. Uses mesh.group("cp"); no communication but a hybrid's two group splits. Throws naming the values if
+  // attention core. Uses mesh.group(MeshDim::cp); no communication but a hybrid's two group splits. Throws naming the values if
   // block_size does not split over cp (T % cp, or T % 2cp with zigzag).
   ContextParallelRunner(const nn::GPTConfig& config, uint64_t seed, const DeviceMesh& mesh,
                         ContextParallelOptions options = {});

@@ -9,7 +9,7 @@ DdpStrategy::DdpStrategy(ModelRunner& runner, const DeviceMesh& mesh, bool repli
                          const nn::MixedPrecision& precision)
     : runner_(runner), mesh_(mesh), precision_(precision) {
   if (replicate)
-    ddp_ = std::make_unique<DistributedDataParallel>(runner.module(), mesh.group("dp"),
+    ddp_ = std::make_unique<DistributedDataParallel>(runner.module(), mesh.group(MeshDim::dp),
                                                      DDPOptions{.grad_dtype = precision.grad_dtype});
   nn::AdamWOptions options = adamw;
   options.master_weights = options.master_weights || precision.enabled();
@@ -70,14 +70,14 @@ static void set_steps_of(nn::AdamW* adamw, int64_t steps) {
 }
 
 std::vector<LocalStateRun> DdpStrategy::local_state(ModelRunner& runner) {
-  return whole_parameter_runs(runner.module(), adamw_.get(), {"dp", "cp"});
+  return whole_parameter_runs(runner.module(), adamw_.get(), {MeshDim::dp, MeshDim::cp});
 }
 int64_t DdpStrategy::optimizer_steps() const { return steps_of(adamw_.get()); }
 void DdpStrategy::set_optimizer_steps(int64_t steps) { set_steps_of(adamw_.get(), steps); }
 
 std::vector<std::pair<std::string, const CommLedger*>> DdpStrategy::groups() const {
   if (!ddp_) return {};
-  return {{"dp", &mesh_.group("dp")->ledger()}};
+  return {{std::string(name(MeshDim::dp)), &mesh_.group(MeshDim::dp)->ledger()}};
 }
 
 NaiveStrategy::NaiveStrategy(nn::GPT& model, ProcessGroupPtr world, ProcessGroupPtr side, const nn::AdamWOptions& adamw)
@@ -123,7 +123,7 @@ nn::StateDict NaiveStrategy::full_state_dict(ModelRunner& runner) {
 std::vector<LocalStateRun> NaiveStrategy::local_state(ModelRunner& runner) {
   (void)runner;
   if (root() && !adamw_) adamw_ = std::make_unique<nn::AdamW>(model_.parameters(), adamw_options_);
-  return whole_parameter_runs(model_, root() ? adamw_.get() : nullptr, {"dp"});
+  return whole_parameter_runs(model_, root() ? adamw_.get() : nullptr, {MeshDim::dp});
 }
 int64_t NaiveStrategy::optimizer_steps() const { return steps_of(adamw_.get()); }
 void NaiveStrategy::set_optimizer_steps(int64_t steps) { set_steps_of(adamw_.get(), steps); }

@@ -27,7 +27,7 @@ namespace sl::parallel {
 
 class DdpStrategy : public DataParallelStrategy {
  public:
-  // DDP over mesh.group("dp") around runner.module() (collective: broadcasts the weights), unless
+  // DDP over mesh.group(MeshDim::dp) around runner.module() (collective: broadcasts the weights), unless
   // `replicate` is false (one replica: AdamW alone). The runner and the mesh must outlive it.
   // Mixed precision (`precision`): the buckets in its grad_dtype, AdamW with f32 master weights.
   DdpStrategy(ModelRunner& runner, const DeviceMesh& mesh, bool replicate, const nn::AdamWOptions& adamw,

@@ -26,11 +26,11 @@ std::unique_ptr<DataParallelStrategy> FsdpNdRunner::own_strategy(const DeviceMes
                                                                  const nn::AdamWOptions& adamw) {
   SL_CHECK(!fsdp_, "FsdpNdRunner::own_strategy: the part is already sharded");
   SL_ASSERT(stage().parts.size() == 1);  // check_fsdp_cut: one chunk per rank
-  ProcessGroupPtr replicas = mesh.size("dp_replicate") > 1 ? mesh.group("dp_replicate") : nullptr;
+  ProcessGroupPtr replicas = mesh.size(MeshDim::dp_replicate) > 1 ? mesh.group(MeshDim::dp_replicate) : nullptr;
   fsdp_ = std::make_shared<FullyShardedGPT>(
-      *stage().parts[0], mesh.group("dp_shard_cp"), replicas, adamw,
-      FsdpOptions{.gradient_divisor = mesh.size("dp_shard"), .grad_dtype = grad_dtype_});
-  return std::make_unique<FsdpStrategy>(fsdp_, *this, mesh, std::vector<std::string>{"dp_shard", "cp"});
+      *stage().parts[0], mesh.group(MeshDim::dp_shard_cp), replicas, adamw,
+      FsdpOptions{.gradient_divisor = mesh.size(MeshDim::dp_shard), .grad_dtype = grad_dtype_});
+  return std::make_unique<FsdpStrategy>(fsdp_, *this, mesh, MeshDims{MeshDim::dp_shard, MeshDim::cp});
 }
 
 nn::StateDict FsdpNdRunner::full_state_dict() {

@@ -47,7 +47,7 @@ class FsdpNdRunner : public NdRunner {
   // load_full_state_dict (train --init-from) has given it its weights.
   FsdpNdRunner(const nn::GPTConfig& config, uint64_t seed, const DeviceMesh& mesh, const NdOptions& options);
 
-  // Shards the part over mesh.group("dp_shard_cp") (HSDP: replicated over "dp_replicate") with
+  // Shards the part over mesh.group(MeshDim::dp_shard_cp) (HSDP: replicated over dp_replicate) with
   // AdamW on the shards. Once.
   std::unique_ptr<DataParallelStrategy> own_strategy(const DeviceMesh& mesh, const nn::AdamWOptions& adamw) override;
   nn::StateDict full_state_dict() override;  // collective over dp_shard_cp, tp and pp

@@ -18,12 +18,12 @@ void check_nd_layout(const nn::GPTConfig& config, int tp, int cp, const NdOption
 }
 
 NdParallelizer::NdParallelizer(const nn::GPTConfig& config, const DeviceMesh& mesh, const NdOptions& options)
-    : tp_{mesh.group("tp"), options.sequence_parallel && mesh.size("tp") > 1},
-      shard_{mesh.size("cp"), mesh.cp_rank(), options.cp.balance, ulysses_degree(options.cp, mesh.size("cp"))},
+    : tp_{mesh.group(MeshDim::tp), options.sequence_parallel && mesh.size(MeshDim::tp) > 1},
+      shard_{mesh.size(MeshDim::cp), mesh.cp_rank(), options.cp.balance, ulysses_degree(options.cp, mesh.size(MeshDim::cp))},
       variant_(options.cp.variant) {
   config.validate();
   check_nd_layout(config, tp_.size(), shard_.cp, options);
-  cp_groups_ = make_cp_groups(mesh.group("cp"), variant_, shard_.ulysses);
+  cp_groups_ = make_cp_groups(mesh.group(MeshDim::cp), variant_, shard_.ulysses);
   vocab_ = VocabRange::of(config.vocab_size, tp_.rank(), tp_.size());
 }
 
@@ -78,8 +78,8 @@ Shape NdParallelizer::activation_shape(const Tensor& ids, int64_t n_embd) const 
 
 std::vector<GradientSum> NdParallelizer::gradient_sums(const nn::Module& stage) const {
   std::vector<GradientSum> sums;
-  if (tp_.sequence_parallel) sums.push_back({"tp", tp_.group, partial_over(stage, "tp")});  // each tp rank saw T/t rows
-  if (shard_.cp > 1) sums.push_back({"cp", cp_groups_.cp, parameter_names(stage)});  // each cp rank saw its tokens
+  if (tp_.sequence_parallel) sums.push_back({MeshDim::tp, tp_.group, partial_over(stage, MeshDim::tp)});  // each tp rank saw T/t rows
+  if (shard_.cp > 1) sums.push_back({MeshDim::cp, cp_groups_.cp, parameter_names(stage)});  // each cp rank saw its tokens
   return sums;
 }
 
@@ -92,7 +92,7 @@ Tensor NdParallelizer::slice(const std::string& name, const Tensor& whole, const
   if (tp_.size() == 1) return whole;
   // The head's tied wte copy is placed tied("wte") but holds this rank's vocabulary rows, as wte does.
   const bool vocab_rows = name == "wte.weight";
-  return slice_piece(name, whole, vocab_rows ? nn::Placement::sharded(0, "tp") : placement, tp_, vocab_);
+  return slice_piece(name, whole, vocab_rows ? nn::Placement::sharded(0, parallel::name(MeshDim::tp)) : placement, tp_, vocab_);
 }
 
 }  // namespace sl::parallel

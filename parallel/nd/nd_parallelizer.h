@@ -55,7 +55,7 @@ void check_nd_layout(const nn::GPTConfig& config, int tp, int cp, const NdOption
 // The tp × cp cut of every pipeline chunk (pipeline/stage.h's ChunkParallelizer).
 class NdParallelizer : public ChunkParallelizer {
  public:
-  // Uses mesh.group("tp") and mesh.group("cp"); no communication but a hybrid's group splits (cp).
+  // Uses mesh.group(MeshDim::tp) and mesh.group(MeshDim::cp); no communication but a hybrid's group splits (cp).
   // Throws as check_nd_layout does.
   NdParallelizer(const nn::GPTConfig& config, const DeviceMesh& mesh, const NdOptions& options);
 

@@ -1,4 +1,4 @@
-// nd_runner.h — the composed runner: a PipelineRunner over mesh.group("pp") (one stage when pp is
+// nd_runner.h — the composed runner: a PipelineRunner over mesh.group(MeshDim::pp) (one stage when pp is
 // 1) whose chunks NdParallelizer (nd_parallelizer.h) cuts over tp and cp. Collective over pp (the tied wte's group).
 // holds_loss: the last stage's tp rank 0, on every cp rank (each holds its tokens' share).
 //

@@ -10,7 +10,7 @@ namespace sl::parallel {
 
 PipelineRunner::PipelineRunner(const nn::GPTConfig& config, uint64_t seed, const DeviceMesh& mesh,
                                const PipelineOptions& options, std::shared_ptr<const ChunkParallelizer> cut)
-    : options_(options), cut_(cut ? std::move(cut) : std::make_shared<const ChunkParallelizer>()), pp_(mesh.group("pp")) {
+    : options_(options), cut_(cut ? std::move(cut) : std::make_shared<const ChunkParallelizer>()), pp_(mesh.group(MeshDim::pp)) {
   const int p = pp_->size();
   // Everything that can be wrong is checked before the first byte moves.
   config.validate();
@@ -44,7 +44,7 @@ std::vector<GradientSum> PipelineRunner::gradient_sums() {
   std::vector<GradientSum> sums = cut_->gradient_sums(*module_);
   // The embedding's wte (first stage) and the head's copy (last stage): one parameter, two
   // gradients. Summing them gives each copy the serial gradient.
-  if (embedding_group_) sums.push_back({"pp_tied_wte", embedding_group_, {"wte.weight"}});
+  if (embedding_group_) sums.push_back({std::nullopt, embedding_group_, {"wte.weight"}});  // its own group
   return sums;
 }
 

@@ -15,9 +15,9 @@
 //                                                 both copies bitwise equal
 //   strategy: clip over mesh_grads(), AdamW     the last stage's wte is tied("wte"): counted once
 //
-//   Groups: mesh.group("pp") for the activations and gradients, and a 2-rank group of pp ranks
+//   Groups: mesh.group(MeshDim::pp) for the activations and gradients, and a 2-rank group of pp ranks
 //   {0, p-1} for the tied wte (made in the constructor, collective over pp). Data parallelism is the
-//   Trainer's strategy: it wraps module() over mesh.group("dp") (DDP) or "dp_shard" (ZeRO-1).
+//   Trainer's strategy: it wraps module() over mesh.group(MeshDim::dp) (DDP) or dp_shard (ZeRO-1).
 //
 //   The chunks are built and run by a ChunkParallelizer (stage.h): the plain GPT here; NdRunner
 //   (parallel/nd/nd_runner.h) passes one that cuts every chunk over tp and cp, whose gradient sums
@@ -49,7 +49,7 @@ struct PipelineOptions {
 
 class PipelineRunner : public ModelRunner {
  public:
-  // Collective over mesh.group("pp"). Throws before any communication when the split cannot be
+  // Collective over mesh.group(MeshDim::pp). Throws before any communication when the split cannot be
   // made (more chunks than layers, counts that do not add up) or the schedule's options clash.
   // `cut` builds and runs each chunk (null: the plain ChunkParallelizer; parallel/nd cuts chunks over tp
   // and cp with it); its groups are its own.

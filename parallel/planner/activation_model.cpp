@@ -148,7 +148,7 @@ int64_t fsdp_gathered(const TrainPlan& plan, const RankPart& part, int64_t w, in
 int64_t activation_peak(const nn::GPTConfig& model, const TrainPlan& plan, const BatchShape& batch,
                         const RankPart& part, int rank, int64_t held_grads, int64_t zero2_flat) {
   const Shapes x = shapes_of(model, plan, batch);
-  const int stage = mesh_coordinates(plan.parallelism, rank)[0];
+  const int stage = mesh_coordinates(plan.parallelism, rank)[grid_index(MeshDim::pp)];
   const int64_t layers_per_unit = static_cast<int64_t>(part.layers.size()) / part.chunks;
   const int64_t unit = layers_per_unit * layer_bytes(x, plan, model.recompute);
   const int64_t tail = stream_bytes(x) + head_bytes(x);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "nn/gpt.h"
+#include "parallel/comm/mesh_dim.h"
 #include "parallel/comm/process_group.h"
 #include "parallel/train/train_plan.h"
 
@@ -41,12 +42,15 @@ MemoryEstimate estimate_memory(const nn::GPTConfig& model, const TrainPlan& plan
 // counts it. Group names are the trainer's (Trainer::ledgers()): the strategy's groups, then "pp",
 // "cp", "tp", then the runner's own.
 struct GroupTraffic {
-  std::string group;
+  std::string group;  // as reports and ledgers print it: name(dims), or a group of its own ("loss")
   CommOp op = CommOp::all_reduce;
   int64_t calls = 0;
   int64_t bytes_sent = 0, bytes_received = 0;
   // The group's world ranks in ring order (DeviceMesh::group_members): which links its rings cross.
   std::vector<int> members;
+  // A mesh group's dims as its name lists them: the one the trainer names it by (dp_shard_cp), or
+  // a set it does not name ({pp, tp}: "pp+tp"). Empty: a group of its own, or this rank alone ("self").
+  MeshDims dims;
 };
 std::vector<GroupTraffic> estimate_traffic(const nn::GPTConfig& model, const TrainPlan& plan, const BatchShape& batch,
                                            int rank);

@@ -16,10 +16,10 @@ int64_t RankPart::numel() const {
   return total;
 }
 
-std::array<int, 5> mesh_coordinates(const ParallelismConfig& config, int rank) {
-  const std::array<int, 5> degrees = config.degrees();  // pp, dp_replicate, dp_shard, cp, tp
-  std::array<int, 5> coords{};
-  for (int d = 4; d >= 0; --d) {
+std::array<int, kGridDimCount> mesh_coordinates(const ParallelismConfig& config, int rank) {
+  const std::array<int, kGridDimCount> degrees = config.degrees();  // pp, dp_replicate, dp_shard, cp, tp
+  std::array<int, kGridDimCount> coords{};
+  for (int d = kGridDimCount - 1; d >= 0; --d) {
     coords[d] = rank % degrees[d];
     rank /= degrees[d];
   }
@@ -84,8 +84,8 @@ void add_units(RankPart& part, bool whole) {
 
 RankPart rank_part(const nn::GPTConfig& model, const TrainPlan& plan, int rank) {
   const ParallelismConfig& c = plan.parallelism;
-  const std::array<int, 5> coords = mesh_coordinates(c, rank);
-  const int pp = c.pp, stage = coords[0], v = pp > 1 ? plan.virtual_stages : 1;
+  const std::array<int, kGridDimCount> coords = mesh_coordinates(c, rank);
+  const int pp = c.pp, stage = coords[grid_index(MeshDim::pp)], v = pp > 1 ? plan.virtual_stages : 1;
   const int64_t C = model.n_embd, t = c.tp, L = model.n_layer;
   const bool sp = plan.sequence_parallel;
   RankPart part;

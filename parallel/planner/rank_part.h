@@ -54,7 +54,7 @@ struct RankPart {
 RankPart rank_part(const nn::GPTConfig& model, const TrainPlan& plan, int rank);
 
 // The mesh coordinates of `rank` in grid order [pp, dp_replicate, dp_shard, cp, tp].
-std::array<int, 5> mesh_coordinates(const ParallelismConfig& config, int rank);
+std::array<int, kGridDimCount> mesh_coordinates(const ParallelismConfig& config, int rank);
 
 // Buckets as DDP and ZeRO make them (parallel/comm/flatten.h): parameter indices, reverse order.
 std::vector<std::vector<size_t>> reverse_buckets(const std::vector<int64_t>& bytes_per_param, int64_t bucket_bytes);

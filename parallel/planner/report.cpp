@@ -115,7 +115,7 @@ std::string against(const LayoutEstimate& best, const std::optional<LayoutEstima
          format("%.3f s (%+.1f%%)", other->step_time_s, 100 * (other->step_time_s / best.step_time_s - 1));
 }
 
-std::string placement(const Cluster& cluster, const ParallelismConfig& c, const char* dim) {
+std::string placement(const Cluster& cluster, const ParallelismConfig& c, MeshDim dim) {
   const bool crosses = cluster.topology.crosses_nodes(DeviceMesh::group_members(c, {dim}, 0));
   return crosses ? "across nodes (" + cluster.topology.inter.str() + ")"
                  : "inside a node (" + cluster.topology.intra.str() + ")";
@@ -140,15 +140,15 @@ std::string recommendation(const Ranking& r, const Workload& work, const Cluster
                            best.compute_s, best.exposed_comm_s) +
                     format(", bubble %.1f%%), %.1f GB", 100 * best.bubble, gb(best.memory.total())) +
                     format(" of %.0f GB per GPU.\n", cluster.gpu_memory_bytes / 1e9);
-  auto dim = [&](const char* label, int value, const char* name, auto get) {
+  auto dim = [&](const char* label, int value, MeshDim mesh_dim, auto get) {
     const auto other = best_other(r, [&](const LayoutEstimate& e) { return get(e.plan.parallelism) != value; });
     out += "  " + std::string(label) + " " + std::to_string(value) +
-           (value > 1 ? " " + placement(cluster, c, name) : std::string()) + ": " +
-           against(best, other, std::string(name) + " degree", cluster) + ".\n";
+           (value > 1 ? " " + placement(cluster, c, mesh_dim) : std::string()) + ": " +
+           against(best, other, std::string(name(mesh_dim)) + " degree", cluster) + ".\n";
   };
-  dim("TP", c.tp, "tp", [](const ParallelismConfig& p) { return p.tp; });
-  dim("PP", c.pp, "pp", [](const ParallelismConfig& p) { return p.pp; });
-  dim("CP", c.cp, "cp", [](const ParallelismConfig& p) { return p.cp; });
+  dim("TP", c.tp, MeshDim::tp, [](const ParallelismConfig& p) { return p.tp; });
+  dim("PP", c.pp, MeshDim::pp, [](const ParallelismConfig& p) { return p.pp; });
+  dim("CP", c.cp, MeshDim::cp, [](const ParallelismConfig& p) { return p.cp; });
   const auto stage = best_other(r, [&](const LayoutEstimate& e) { return e.plan.zero() != best.plan.zero(); });
   out += "  ZeRO " + std::to_string(best.plan.zero()) + " over dp " + std::to_string(c.dp_replicate * c.dp_shard) +
          ": " + against(best, stage, "ZeRO stage", cluster) + ".\n";

@@ -76,7 +76,22 @@ std::vector<int> representative_ranks(const ParallelismConfig& c) {
   return stages;
 }
 
-bool is_data_parallel(const std::string& group) { return group.rfind("dp", 0) == 0; }
+// Data parallel: a group named first by a data-parallel dim (dp, dp_shard, dp_replicate, dp_shard_cp,
+// dp_cp), alone or leading an unnamed set ("dp_shard+tp").
+bool is_data_parallel(const GroupTraffic& t) {
+  if (t.dims.empty()) return false;
+  switch (t.dims.front()) {
+    case MeshDim::dp_replicate:
+    case MeshDim::dp_shard:
+    case MeshDim::dp:
+    case MeshDim::dp_shard_cp:
+    case MeshDim::dp_cp: return true;
+    default: return false;
+  }
+}
+
+// Whether the group is the mesh's group over `dim` alone, as the trainer names it.
+bool is_group_of(const GroupTraffic& t, MeshDim dim) { return t.dims == MeshDims{dim}; }
 
 // The runner's own groups come without members: the tied wte's pair is the first and the last
 // stage's rank at this rank's other coordinates; the loss's all-reduce spans the world.
@@ -106,7 +121,7 @@ RankTime rank_time(const Workload& work, const Cluster& cluster, const TrainPlan
     GroupTime g{t, traffic_seconds(t, cluster.topology), 0, ""};
     out.comm_s += g.seconds;
     const bool p2p = t.op == CommOp::send || t.op == CommOp::recv;
-    if (is_data_parallel(t.group)) {
+    if (is_data_parallel(t)) {
       // shardlab overlaps DDP's all-reduce and ZeRO-2's reduce-scatter with backward: each bucket
       // goes async from the gradient hooks as it fills, during the last micro-batch's backward
       // (the others accumulate locally). The last bucket fills when backward ends: it cannot hide.
@@ -121,12 +136,12 @@ RankTime rank_time(const Workload& work, const Cluster& cluster, const TrainPlan
       } else {
         out.after_s += g.exposed = g.seconds;
       }
-    } else if (t.group == "pp" && p2p) {
+    } else if (is_group_of(t, MeshDim::pp) && p2p) {
       (t.op == CommOp::send ? send : recv) += g.seconds;
-    } else if (t.group == "cp" && p2p) {  // ring attention: K/V in flight while a block computes
+    } else if (is_group_of(t, MeshDim::cp) && p2p) {  // ring attention: K/V in flight while a block computes
       g.hides_behind = "attention";
       (t.op == CommOp::send ? cp_send : cp_recv) += g.seconds;
-    } else if (t.group == "tp" || t.group == "cp") {
+    } else if (is_group_of(t, MeshDim::tp) || is_group_of(t, MeshDim::cp)) {
       out.stage_s += g.exposed = g.seconds;
     } else {  // the tied wte's all-reduce, naive DP's exchanges, the loss: after the last backward
       out.after_s += g.exposed = g.seconds;
@@ -145,8 +160,8 @@ RankTime rank_time(const Workload& work, const Cluster& cluster, const TrainPlan
     else if (!g.hides_behind.empty())
       g.exposed = g.seconds / static_cast<double>(g.traffic.calls) +
                   (overlappable > 0 ? (g.seconds - g.seconds / static_cast<double>(g.traffic.calls)) * dp_left / overlappable : 0);
-    else if (g.traffic.group == "pp" && sends) g.exposed = g.seconds;
-    else if (g.traffic.group == "pp") g.exposed = std::max(0.0, recv - send) * (recv > 0 ? g.seconds / recv : 0);
+    else if (is_group_of(g.traffic, MeshDim::pp) && sends) g.exposed = g.seconds;
+    else if (is_group_of(g.traffic, MeshDim::pp)) g.exposed = std::max(0.0, recv - send) * (recv > 0 ? g.seconds / recv : 0);
   }
   out.stage_s += cp_left + std::max(send, recv);
   out.after_s += dp_left;

@@ -9,50 +9,50 @@
 #include <utility>
 #include <vector>
 
+#include "parallel/comm/mesh_dim.h"
 #include "parallel/planner/cost_model.h"
 #include "parallel/planner/rank_part.h"
 
 namespace sl::parallel::planner {
 
 constexpr int64_t kBucketBytes = int64_t{1} << 20;  // DDPOptions and ZeroOptions' bucket_bytes
-// Bits of a set of mesh dims, in grid order.
-enum Dim : unsigned { kPp = 1, kDpRep = 2, kDpShard = 4, kCp = 8, kTp = 16 };
-
 // What a step moves, per group and op; bytes are one call's, times calls.
 class Book {
  public:
   Book(const TrainPlan& plan, int rank) : plan_(plan), rank_(rank), coords_(mesh_coordinates(plan.parallelism, rank)) {
     const auto degrees = plan.parallelism.degrees();
-    for (int d = 0; d < 5; ++d)
+    for (int d = 0; d < kGridDimCount; ++d)
       if (degrees[d] > 1) nontrivial_ |= 1u << d;
   }
-  int size(unsigned mask) const {
+  int size(const MeshDims& dims) const {
     int n = 1;
     const auto degrees = plan_.parallelism.degrees();
-    for (int d = 0; d < 5; ++d)
+    const GridMask mask = grid_mask(dims);
+    for (int d = 0; d < kGridDimCount; ++d)
       if (mask & (1u << d)) n *= degrees[d];
     return n;
   }
-  int rank_in(unsigned mask) const {  // row-major over the set's dims
+  int rank_in(const MeshDims& dims) const {  // row-major over the set's dims
     int r = 0;
     const auto degrees = plan_.parallelism.degrees();
-    for (int d = 0; d < 5; ++d)
+    const GridMask mask = grid_mask(dims);
+    for (int d = 0; d < kGridDimCount; ++d)
       if (mask & (1u << d)) r = r * degrees[d] + coords_[d];
     return r;
   }
-  void all_reduce(unsigned mask, int64_t count, int64_t es, int64_t calls = 1) {
-    add(key(mask), CommOp::all_reduce, calls, ring_all_reduce(count, es, size(mask), rank_in(mask)));
+  void all_reduce(const MeshDims& dims, int64_t count, int64_t es, int64_t calls = 1) {
+    add(key(dims), CommOp::all_reduce, calls, ring_all_reduce(count, es, size(dims), rank_in(dims)));
   }
-  void all_gather(unsigned mask, int64_t input_bytes, int64_t calls = 1) {
-    add(key(mask), CommOp::all_gather, calls, ring_all_gather(input_bytes, size(mask)));
+  void all_gather(const MeshDims& dims, int64_t input_bytes, int64_t calls = 1) {
+    add(key(dims), CommOp::all_gather, calls, ring_all_gather(input_bytes, size(dims)));
   }
-  void reduce_scatter(unsigned mask, int64_t output_bytes, int64_t calls = 1) {
-    add(key(mask), CommOp::reduce_scatter, calls, ring_reduce_scatter(output_bytes, size(mask)));
+  void reduce_scatter(const MeshDims& dims, int64_t output_bytes, int64_t calls = 1) {
+    add(key(dims), CommOp::reduce_scatter, calls, ring_reduce_scatter(output_bytes, size(dims)));
   }
-  void p2p(unsigned mask, int64_t bytes, int64_t sends, int64_t receives) { own_p2p(key(mask), bytes, sends, receives); }
+  void p2p(const MeshDims& dims, int64_t bytes, int64_t sends, int64_t receives) { own_p2p(key(dims), bytes, sends, receives); }
   // all_to_all of input_bytes per call (equal chunks): (n-1)/n of it leaves, as much arrives.
-  void all_to_all(unsigned mask, int64_t input_bytes, int64_t calls = 1) {
-    own_all_to_all(key(mask), size(mask), input_bytes, calls);
+  void all_to_all(const MeshDims& dims, int64_t input_bytes, int64_t calls = 1) {
+    own_all_to_all(key(dims), size(dims), input_bytes, calls);
   }
   void own_all_to_all(const std::string& name, int n, int64_t input_bytes, int64_t calls) {
     const int64_t moved = input_bytes / n * (n - 1);
@@ -65,10 +65,12 @@ class Book {
   void own_all_reduce(const std::string& name, int n, int r, int64_t count, int64_t es) {
     add(name, CommOp::all_reduce, 1, ring_all_reduce(count, es, n, r));
   }
-  std::vector<GroupTraffic> finish(const std::vector<std::pair<std::string, unsigned>>& names) const;
+  // `names`: the trainer's, in its order; each names the group of its dims.
+  std::vector<GroupTraffic> finish(const MeshDims& names) const;
 
  private:
-  std::string key(unsigned mask) const { return "#" + std::to_string(mask & nontrivial_); }
+  // A mesh group's key: '#' and its set's grid mask, size-1 dims dropped; own groups go by name.
+  std::string key(const MeshDims& dims) const { return "#" + std::to_string(grid_mask(dims) & nontrivial_); }
   void add(const std::string& group, CommOp op, int64_t calls, RingBytes bytes) {
     GroupTraffic& t = entries_[{group, static_cast<int>(op)}];
     t.op = op;
@@ -78,8 +80,8 @@ class Book {
   }
   const TrainPlan& plan_;
   int rank_;
-  std::array<int, 5> coords_;
-  unsigned nontrivial_ = 0;
+  std::array<int, kGridDimCount> coords_;
+  GridMask nontrivial_ = 0;
   std::map<std::pair<std::string, int>, GroupTraffic> entries_;
 };
 

@@ -52,14 +52,16 @@ std::vector<size_t> all_params(const RankPart& part) {
   return out;
 }
 
-unsigned cutting_mask(const TrainPlan& plan, unsigned split_over) {
+// The dims the clip's all-gather spans (grad_norm.h): pp, tp and `split_over`, those of degree > 1.
+MeshDims clip_dims(const TrainPlan& plan, const MeshDims& split_over) {
   const ParallelismConfig& c = plan.parallelism;
-  unsigned mask = 0;
-  if (c.pp > 1) mask |= kPp;
-  if (c.tp > 1) mask |= kTp;
-  if (split_over & kDpShard && c.dp_shard > 1) mask |= kDpShard;
-  if (split_over & kCp && c.cp > 1) mask |= kCp;
-  return mask;
+  auto splits = [&](MeshDim d) { return std::find(split_over.begin(), split_over.end(), d) != split_over.end(); };
+  MeshDims dims;
+  if (c.pp > 1) dims.push_back(MeshDim::pp);
+  if (splits(MeshDim::dp_shard) && c.dp_shard > 1) dims.push_back(MeshDim::dp_shard);
+  if (splits(MeshDim::cp) && c.cp > 1) dims.push_back(MeshDim::cp);
+  if (c.tp > 1) dims.push_back(MeshDim::tp);
+  return dims;
 }
 
 // The gradient sums a cut adds once a step (ModelRunner::gradient_sums): SP's partials over tp, the
@@ -71,9 +73,9 @@ void gradient_sums(Step& s, bool skip_cp, const std::function<int64_t(const std:
   if (c.tp > 1 && s.plan.sequence_parallel) {
     std::vector<bool> wanted(n);
     for (size_t i = 0; i < n; ++i) wanted[i] = s.part.params[i].tp_partial;
-    s.book.all_reduce(kTp, elements(wanted), es);
+    s.book.all_reduce({MeshDim::tp}, elements(wanted), es);
   }
-  if (c.cp > 1 && !skip_cp) s.book.all_reduce(kCp, elements(std::vector<bool>(n, true)), es);
+  if (c.cp > 1 && !skip_cp) s.book.all_reduce({MeshDim::cp}, elements(std::vector<bool>(n, true)), es);
   if (c.pp > 1 && (s.part.first_stage || s.part.last_stage)) {
     std::vector<bool> wanted(n);
     for (size_t i = 0; i < n; ++i) wanted[i] = s.part.params[i].name == "wte.weight";
@@ -95,11 +97,11 @@ void ddp_traffic(Step& s, bool replicate) {
     for (const auto& bucket : reverse_buckets(bytes, kBucketBytes)) {
       int64_t numel = 0;
       for (size_t i : bucket) numel += s.part.params[i].numel;
-      s.book.all_reduce(kDpRep | kDpShard, numel, s.ges);
+      s.book.all_reduce({MeshDim::dp}, numel, s.ges);
     }
   }
   gradient_sums(s, false, [&](const std::vector<bool>& w) { return numel_of(s.part, w); }, 4);
-  if (const unsigned cut = cutting_mask(s.plan, 0)) s.book.all_gather(cut, 8);
+  if (const MeshDims cut = clip_dims(s.plan, {}); !cut.empty()) s.book.all_gather(cut, 8);
 }
 
 void zero_traffic(Step& s) {
@@ -107,25 +109,25 @@ void zero_traffic(Step& s) {
   const auto buckets = flat_buckets(s.part, all_params(s.part), N, kBucketBytes, s.pes, false);
   const int64_t reduces = s.plan.dp_strategy == DpStrategy::zero2 ? s.M : 1;
   for (const FlatBucketShape& b : buckets) {
-    s.book.reduce_scatter(kDpShard, b.chunk * s.ges, reduces);
-    s.book.all_gather(kDpShard, b.chunk * s.pes);
+    s.book.reduce_scatter({MeshDim::dp_shard}, b.chunk * s.ges, reduces);
+    s.book.all_gather({MeshDim::dp_shard}, b.chunk * s.pes);
   }
   if (s.plan.dp_strategy == DpStrategy::zero2) {
-    const int r = s.book.rank_in(kDpShard);
+    const int r = s.book.rank_in({MeshDim::dp_shard});
     gradient_sums(s, false, [&](const std::vector<bool>& w) { return shard_elements_of(s.part, buckets, r, w); },
                   s.ges);
   } else {
     gradient_sums(s, false, [&](const std::vector<bool>& w) { return numel_of(s.part, w); }, 4);
   }
   const bool cut = s.plan.cuts_model();
-  if (!cut) s.book.all_gather(kDpShard, 8);
-  else if (const unsigned mask = cutting_mask(s.plan, kDpShard)) s.book.all_gather(mask, 8);
+  if (!cut) s.book.all_gather({MeshDim::dp_shard}, 8);
+  else if (const MeshDims dims = clip_dims(s.plan, {MeshDim::dp_shard}); !dims.empty()) s.book.all_gather(dims, 8);
 }
 
 void fsdp_traffic(Step& s) {
   const ParallelismConfig& c = s.plan.parallelism;
   const bool cut = s.plan.cuts_model();
-  const unsigned shard = cut ? (kDpShard | kCp) : kDpShard;
+  const MeshDims shard = {cut ? MeshDim::dp_shard_cp : MeshDim::dp_shard};
   const int N = s.book.size(shard);
   std::vector<FlatBucketShape> all;
   for (const UnitShape& unit : s.part.units) {
@@ -133,7 +135,7 @@ void fsdp_traffic(Step& s) {
     all.push_back(b);
     s.book.all_gather(shard, b.chunk * s.pes, 2 * s.M);  // forward and backward, every micro-batch
     s.book.reduce_scatter(shard, b.chunk * s.ges, s.M);
-    if (c.dp_replicate > 1) s.book.all_reduce(kDpRep, b.chunk, s.ges, s.M);
+    if (c.dp_replicate > 1) s.book.all_reduce({MeshDim::dp_replicate}, b.chunk, s.ges, s.M);
   }
   if (!cut) {
     s.book.all_gather(shard, 8);
@@ -141,7 +143,7 @@ void fsdp_traffic(Step& s) {
   }
   const int r = s.book.rank_in(shard);
   gradient_sums(s, true, [&](const std::vector<bool>& w) { return shard_elements_of(s.part, all, r, w); }, s.ges);
-  if (const unsigned mask = cutting_mask(s.plan, kDpShard | kCp)) s.book.all_gather(mask, 8);
+  if (const MeshDims cut = clip_dims(s.plan, {MeshDim::dp_shard, MeshDim::cp}); !cut.empty()) s.book.all_gather(cut, 8);
 }
 
 // The cuts' activations: pipeline p2p, tp's mappings and vocab-parallel loss, cp's K/V.
@@ -154,7 +156,7 @@ void cut_traffic(Step& s) {
   const int reruns = s.model.recompute == nn::Recompute::none ? 0 : 1;  // forward again in backward
   if (c.pp > 1) {
     const int chunks = c.pp * s.part.chunks;
-    const int stage = s.book.rank_in(kPp);
+    const int stage = s.book.rank_in({MeshDim::pp});
     int64_t boundaries_in = 0, boundaries_out = 0;
     for (int local = 0; local < s.part.chunks; ++local) {
       const int chunk = local * c.pp + stage;
@@ -162,7 +164,7 @@ void cut_traffic(Step& s) {
       boundaries_out += chunk < chunks - 1;
     }
     const int64_t act = (sp ? X / t : X) * s.pes;
-    s.book.p2p(kPp, act, s.M * (boundaries_out + boundaries_in), s.M * (boundaries_in + boundaries_out));
+    s.book.p2p({MeshDim::pp}, act, s.M * (boundaries_out + boundaries_in), s.M * (boundaries_in + boundaries_out));
   }
   if (t > 1) {
     const int64_t per_layer_fwd = 2 * (1 + reruns), per_layer_bwd = 2;
@@ -170,18 +172,18 @@ void cut_traffic(Step& s) {
       int64_t calls = layers * (per_layer_fwd + per_layer_bwd);
       if (s.part.first_stage) calls += 1;  // the embedding's g
       if (s.part.last_stage) calls += 1;   // the head's f (backward)
-      s.book.all_reduce(kTp, X, s.pes, calls * s.M);
+      s.book.all_reduce({MeshDim::tp}, X, s.pes, calls * s.M);
     } else {
       int64_t gathers = layers * (per_layer_fwd + per_layer_bwd), scatters = gathers;
       if (s.part.first_stage) {
-        s.book.all_reduce(kTp, X, s.pes, s.M);  // the vocab-parallel embedding's g, before the scatter
+        s.book.all_reduce({MeshDim::tp}, X, s.pes, s.M);  // the vocab-parallel embedding's g, before the scatter
         gathers += 1;                           // the scatter's backward
       }
       if (s.part.last_stage) gathers += 1, scatters += 1;  // the head's gather and its backward
-      s.book.all_gather(kTp, X / t * s.pes, gathers * s.M);
-      s.book.reduce_scatter(kTp, X / t * s.pes, scatters * s.M);
+      s.book.all_gather({MeshDim::tp}, X / t * s.pes, gathers * s.M);
+      s.book.reduce_scatter({MeshDim::tp}, X / t * s.pes, scatters * s.M);
     }
-    if (s.part.last_stage) s.book.all_reduce(kTp, b * Tl, 4, 3 * s.M);  // max, target logit, Σ exp (f32)
+    if (s.part.last_stage) s.book.all_reduce({MeshDim::tp}, b * Tl, 4, 3 * s.M);  // max, target logit, Σ exp (f32)
   }
   if (c.cp > 1) {
     const int64_t kv = X / t * s.pes;  // K or V of this rank's heads: [b, NH/t, T/cp, HS]
@@ -194,12 +196,12 @@ void cut_traffic(Step& s) {
     // A hybrid with U = cp is Ulysses on the cp group itself (make_cp_groups)
     const CpVariant variant = s.plan.cp_variant == CpVariant::hybrid && U == c.cp ? CpVariant::ulysses : s.plan.cp_variant;
     switch (variant) {
-      case CpVariant::ring: s.book.p2p(kCp, kv, 2 * ring_passes(c.cp) * s.M, 2 * ring_passes(c.cp) * s.M); break;
+      case CpVariant::ring: s.book.p2p({MeshDim::cp}, kv, 2 * ring_passes(c.cp) * s.M, 2 * ring_passes(c.cp) * s.M); break;
       case CpVariant::allgather:
-        s.book.all_gather(kCp, kv, 2 * forwards * layers * s.M);
-        s.book.reduce_scatter(kCp, kv, 2 * layers * s.M);
+        s.book.all_gather({MeshDim::cp}, kv, 2 * forwards * layers * s.M);
+        s.book.reduce_scatter({MeshDim::cp}, kv, 2 * layers * s.M);
         break;
-      case CpVariant::ulysses: s.book.all_to_all(kCp, kv, swaps * s.M); break;
+      case CpVariant::ulysses: s.book.all_to_all({MeshDim::cp}, kv, swaps * s.M); break;
       case CpVariant::hybrid:  // the runner's own groups; a ring block [b, NH/(t·U), T/R, HS] is kv again
         s.book.own_all_to_all("cp_ulysses", U, kv, swaps * s.M);
         s.book.own_p2p("cp_ring", kv, 2 * ring_passes(c.cp / U) * s.M, 2 * ring_passes(c.cp / U) * s.M);
@@ -209,28 +211,28 @@ void cut_traffic(Step& s) {
 }
 
 // The trainer's names in its order (Trainer::named_ledgers): the strategy's groups, then pp, cp, tp.
-std::vector<std::pair<std::string, unsigned>> trainer_names(const TrainPlan& plan) {
-  std::vector<std::pair<std::string, unsigned>> names;
+// A name's set is its own dims (a size-1 dim adds nobody: dp_shard_cp at cp 1 is dp_shard).
+MeshDims trainer_names(const TrainPlan& plan) {
+  MeshDims names;
   const ParallelismConfig& c = plan.parallelism;
   switch (plan.dp_strategy) {
     case DpStrategy::ddp:
-      if (!plan.cuts_model() || c.dp_replicate * c.dp_shard > 1) names.push_back({"dp", kDpRep | kDpShard});
+      if (!plan.cuts_model() || c.dp_replicate * c.dp_shard > 1) names.push_back(MeshDim::dp);
       break;
     case DpStrategy::zero1:
     case DpStrategy::zero2:
-      names.push_back({"dp_shard", kDpShard});
+      names.push_back(MeshDim::dp_shard);
       break;
     case DpStrategy::fsdp:
-      if (plan.cuts_model()) names.push_back({c.cp > 1 ? "dp_shard_cp" : "dp_shard", kDpShard | kCp});
-      else names.push_back({"dp_shard", kDpShard});
-      if (c.dp_replicate > 1) names.push_back({"dp_replicate", kDpRep});
+      names.push_back(plan.cuts_model() && c.cp > 1 ? MeshDim::dp_shard_cp : MeshDim::dp_shard);
+      if (c.dp_replicate > 1) names.push_back(MeshDim::dp_replicate);
       break;
     case DpStrategy::naive:
       break;
   }
-  if (c.pp > 1) names.push_back({"pp", kPp});
-  if (c.cp > 1) names.push_back({"cp", kCp});
-  if (c.tp > 1) names.push_back({"tp", kTp});
+  if (c.pp > 1) names.push_back(MeshDim::pp);
+  if (c.cp > 1) names.push_back(MeshDim::cp);
+  if (c.tp > 1) names.push_back(MeshDim::tp);
   return names;
 }
 
@@ -252,11 +254,11 @@ std::vector<GroupTraffic> naive_traffic(const nn::GPTConfig& model, const TrainP
     const int64_t peers = root ? n - 1 : 1;
     const bool sends = root == root_sends;
     out.push_back({std::string("naive:") + exchange, sends ? CommOp::send : CommOp::recv, peers,
-                   sends ? peers * bytes : 0, sends ? 0 : peers * bytes, everyone});
+                   sends ? peers * bytes : 0, sends ? 0 : peers * bytes, everyone, /*dims=*/{}});
   };
   p2p("scatter_batch", true, R * T * 8);
   out.push_back({"naive:replicate_model", CommOp::broadcast, 1, rank < n - 1 ? 4 * psi : 0, rank > 0 ? 4 * psi : 0,
-                 everyone});
+                 everyone, {}});
   p2p("gather_outputs", false, R * T * V * 4);
   p2p("scatter_loss_grad", true, (R * T * V + 1) * 4);
   p2p("gather_grads", false, 4 * psi);

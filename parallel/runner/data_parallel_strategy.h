@@ -72,7 +72,8 @@ class DataParallelStrategy {
   // AdamW's step count (its bias correction): the same for every parameter, which all step together.
   virtual int64_t optimizer_steps() const = 0;
   virtual void set_optimizer_steps(int64_t steps) = 0;
-  // The groups the strategy talks on, named by what they span ("dp", "dp_shard", "dp_replicate").
+  // The groups the strategy talks on, each under the printed name of what it spans ("dp", "dp_shard",
+  // "dp_replicate": name(MeshDim)), as ledgers and reports show them.
   virtual std::vector<std::pair<std::string, const CommLedger*>> groups() const = 0;
 
   // A strategy that runs the forward and backward passes itself (naive DP) does so here and returns

@@ -57,10 +57,10 @@ std::vector<std::string> parameter_names(const nn::Module& module) {
   return out;
 }
 
-std::vector<std::string> partial_over(const nn::Module& module, const std::string& dim) {
+std::vector<std::string> partial_over(const nn::Module& module, MeshDim dim) {
   std::vector<std::string> out;
-  for (const auto& [name, placement] : module.named_placements())
-    if (placement.partial_over == dim) out.push_back(name);
+  for (const auto& [parameter, placement] : module.named_placements())
+    if (placement.partial_over == name(dim)) out.push_back(parameter);
   return out;
 }
 

@@ -23,6 +23,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,9 +42,10 @@ class DataParallelStrategy;  // data_parallel_strategy.h
 // parameter names, module() order) are added over `group`'s ranks. A sum is linear, so it commutes
 // with data parallelism's average: DDP applies it to .grad after the all-reduce, ZeRO-2 and FSDP to
 // the pieces of their gradient shards that belong to `params` (the shard layouts of a group's ranks
-// are equal). `over` names what the ranks span: a mesh dim ("tp", "cp") or the runner's group.
+// are equal). `over` names what the ranks span: a mesh dim (tp, cp), or none for a group of the
+// runner's own (the pipeline's tied wte copies).
 struct GradientSum {
-  std::string over;
+  std::optional<MeshDim> over;
   ProcessGroupPtr group;
   std::vector<std::string> params;
 };
@@ -126,6 +128,6 @@ Tensor grad_or_zeros(const Tensor& param);
 nn::StateDict gradients_of(const nn::Module& module);
 // The names of module's parameters, all of them or those whose placement is partial over `dim`.
 std::vector<std::string> parameter_names(const nn::Module& module);
-std::vector<std::string> partial_over(const nn::Module& module, const std::string& dim);
+std::vector<std::string> partial_over(const nn::Module& module, MeshDim dim);
 
 }  // namespace sl::parallel

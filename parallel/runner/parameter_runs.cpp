@@ -6,7 +6,7 @@
 namespace sl::parallel {
 
 std::vector<LocalStateRun> whole_parameter_runs(nn::Module& module, nn::AdamW* adamw,
-                                                const std::vector<std::string>& replicated_over) {
+                                                const MeshDims& replicated_over) {
   std::vector<LocalStateRun> runs;
   size_t i = 0;
   for (const auto& [name, param] : module.named_parameters()) {

@@ -26,6 +26,7 @@
 
 #include "nn/module.h"
 #include "nn/optim.h"
+#include "parallel/comm/mesh_dim.h"
 #include "tensor/tensor.h"
 
 namespace sl::parallel {
@@ -59,16 +60,16 @@ struct LocalStateRun {
   std::string parameter;  // module()'s name (the serial one)
   int64_t begin = 0, end = 0;
   std::vector<std::pair<StateKind, Tensor>> data;  // [end - begin] each
-  // Mesh dims ("dp", "dp_shard", "dp_replicate", "cp") whose other ranks hold this same run: only
-  // the rank at coordinate 0 of each saves it.
-  std::vector<std::string> replicated_over;
+  // Mesh dims (dp, dp_shard, dp_replicate, cp) whose other ranks hold this same run: only the rank
+  // at coordinate 0 of each saves it.
+  MeshDims replicated_over;
   bool copy = false;  // a second home of state saved elsewhere (offload's host weights): loaded, never saved
 };
 
 // Runs of a module's parameters held whole, with nn::AdamW's state for them (null: weights only):
 // DDP's replicas, a cut at dp 1, naive DP. Makes the moments (zeros) if AdamW has none yet.
 std::vector<LocalStateRun> whole_parameter_runs(nn::Module& module, nn::AdamW* adamw,
-                                                const std::vector<std::string>& replicated_over);
+                                                const MeshDims& replicated_over);
 
 // The regions of a box that a flat range [begin, end) of `local` elements covers, when the local
 // tensor is `boxes` stacked in order (each box's elements row-major, box after box): one Region per

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "autograd/grad_mode.h"
+#include "parallel/comm/mesh_dim.h"
 #include "parallel/tensor_parallel/mappings.h"
 
 namespace sl::parallel {
@@ -42,8 +43,8 @@ void column_input_after(nn::Module& module, const TPGroup& tp) {
 
 void make_column_parallel(nn::Linear& linear, nn::Module& input_from, const TPGroup& tp, bool gather_output) {
   column_input_after(input_from, tp);  // f (SP: all-gather T) on the input
-  linear.set_placement("weight", nn::Placement::sharded(0, "tp"));
-  if (linear.bias.defined()) linear.set_placement("bias", nn::Placement::sharded(0, "tp"));
+  linear.set_placement("weight", nn::Placement::sharded(0, name(MeshDim::tp)));
+  if (linear.bias.defined()) linear.set_placement("bias", nn::Placement::sharded(0, name(MeshDim::tp)));
   if (gather_output)  // [B, T, out/t] -> [B, T, out]
     linear.register_forward_hook(
         [tp](nn::Module&, const Tensor&, const Tensor& out) { return gather_last_dim(out, tp.group); });
@@ -55,9 +56,9 @@ void make_row_parallel(nn::Linear& linear, const TPGroup& tp) {
   Tensor bias = std::exchange(linear.bias, Tensor());
   linear.register_forward_hook(
       [tp, bias](nn::Module&, const Tensor&, const Tensor& partial) { return row_output(partial, bias, tp); });
-  linear.set_placement("weight", nn::Placement::sharded(1, "tp"));
+  linear.set_placement("weight", nn::Placement::sharded(1, name(MeshDim::tp)));
   if (bias.defined() && tp.sequence_parallel)  // added to T/t rows: each rank's gradient is a part
-    linear.set_placement("bias", nn::Placement::replicated().with_partial_grad("tp"));
+    linear.set_placement("bias", nn::Placement::replicated().with_partial_grad(name(MeshDim::tp)));
 }
 
 std::shared_ptr<nn::Linear> column_shard(const nn::Linear& serial, const TPGroup& tp) {

@@ -7,7 +7,7 @@ namespace sl::parallel {
 
 TensorParallelRunner::TensorParallelRunner(const nn::GPTConfig& config, uint64_t seed, const DeviceMesh& mesh,
                                            TensorParallelOptions options)
-    : model_(config, seed, mesh.group("tp"), options), tp_rank_(mesh.tp_rank()) {}
+    : model_(config, seed, mesh.group(MeshDim::tp), options), tp_rank_(mesh.tp_rank()) {}
 
 double TensorParallelRunner::forward_backward(const std::vector<nn::TokenStream::MicroBatch>& micros,
                                               double global_count, int dp, const BackwardHooks& hooks) {
@@ -20,7 +20,7 @@ double TensorParallelRunner::forward_backward(const std::vector<nn::TokenStream:
 
 std::vector<GradientSum> TensorParallelRunner::gradient_sums() {
   if (!model_.sequence_parallel()) return {};
-  return {{"tp", model_.tp().group, partial_over(model_.gpt(), "tp")}};
+  return {{MeshDim::tp, model_.tp().group, partial_over(model_.gpt(), MeshDim::tp)}};
 }
 
 }  // namespace sl::parallel

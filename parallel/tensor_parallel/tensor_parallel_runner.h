@@ -1,12 +1,12 @@
 // tensor_parallel_runner.h — TensorParallelRunner: the Trainer's ModelRunner
-// (parallel/runner/model_runner.h) for a GPT cut over the mesh's "tp" group (tp_gpt.h), with or
+// (parallel/runner/model_runner.h) for a GPT cut over the mesh's tp group (tp_gpt.h), with or
 // without sequence parallelism.
 //
 //   Every rank of a tp group gets the same micro-batches and computes the same loss (the vocab-
 //   parallel cross-entropy ends with it on every rank): tp rank 0 reports it (holds_loss). Each
 //   micro-batch's loss is weighted by counted_m · dp / C before its backward, as every runner does.
 //   gradient_sums(): under SP the partial gradients summed over tp. Data parallelism (DDP / ZeRO-1 over
-//   module() on mesh.group("dp")) composes as for the whole model: a tp shard's replicas across dp
+//   module() on mesh.group(MeshDim::dp)) composes as for the whole model: a tp shard's replicas across dp
 //   hold the same slice, so their gradients average slice by slice.
 //
 //   Tests: tests/parallel/tensor_parallel/test_tensor_parallel.cpp (parity with serial, tp 2/3/4, SP, DP 2 × TP 2)
@@ -19,7 +19,7 @@ namespace sl::parallel {
 
 class TensorParallelRunner : public ModelRunner {
  public:
-  // Builds this rank's shard over mesh.group("tp"); the same config and seed on every rank. Throws
+  // Builds this rank's shard over mesh.group(MeshDim::tp); the same config and seed on every rank. Throws
   // before any communication for an invalid config (n_head % tp, naming both).
   TensorParallelRunner(const nn::GPTConfig& config, uint64_t seed, const DeviceMesh& mesh,
                        TensorParallelOptions options = {});

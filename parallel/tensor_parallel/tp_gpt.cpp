@@ -35,8 +35,8 @@ TensorParallelGPT::TensorParallelGPT(const nn::GPTConfig& config, uint64_t seed,
 void parallelize_gpt(nn::GPT& g, const TPGroup& tp) {
   SL_CHECK(g.spec().tp_size == tp.size() && g.spec().tp_rank == tp.rank(), "parallelize_gpt: the part is ",
            g.spec().str(), ", the tp group is rank ", tp.rank(), " of ", tp.size());
-  if (g.spec().has_embedding()) g.wte->set_placement("weight", nn::Placement::sharded(0, "tp"));
-  const nn::Placement partial = nn::Placement::replicated().with_partial_grad("tp");
+  if (g.spec().has_embedding()) g.wte->set_placement("weight", nn::Placement::sharded(0, name(MeshDim::tp)));
+  const nn::Placement partial = nn::Placement::replicated().with_partial_grad(name(MeshDim::tp));
   const nn::GPTShardSpec spec = g.spec().resolved(g.config());
   for (int64_t layer = spec.layer_begin; layer < spec.layer_end; ++layer) {
     nn::Block& block = g.block(layer);

@@ -80,7 +80,7 @@ std::vector<Region> tp_boxes(const std::string& name, const std::vector<int64_t>
 std::map<std::string, ParameterPlace> parameter_places(nn::Module& module, const nn::GPTConfig& config,
                                                        const DeviceMesh& mesh) {
   const std::map<std::string, Shape> serial = serial_parameter_shapes(config);
-  const int t = mesh.size("tp"), r = mesh.tp_rank();
+  const int t = mesh.size(MeshDim::tp), r = mesh.tp_rank();
   std::map<std::string, ParameterPlace> places;
   const auto placements = module.named_placements();
   size_t i = 0;
@@ -112,7 +112,7 @@ std::vector<StatePiece> state_pieces(Trainer& trainer, const nn::GPTConfig& conf
   for (const LocalStateRun& run : trainer.strategy().local_state(runner)) {
     const ParameterPlace& place = places.at(run.parameter);
     bool owner = place.saves && !run.copy;
-    for (const std::string& dim : run.replicated_over) owner = owner && mesh.coordinate(dim) == 0;
+    for (MeshDim dim : run.replicated_over) owner = owner && mesh.coordinate(dim) == 0;
     for (const LocalRun& local : runs_of(place.boxes, run.begin, run.end))
       for (const auto& [kind, data] : run.data)
         pieces.push_back({state_tensor_name(kind, run.parameter), place.global_shape, local.region,

@@ -76,7 +76,7 @@ std::unique_ptr<DataParallelStrategy> make_strategy(const TrainPlan& plan, Model
                                                     const nn::AdamWOptions& adamw) {
   switch (plan.dp_strategy) {
     case DpStrategy::ddp:  // a cut model at dp 1 has nothing to average: AdamW alone
-      return std::make_unique<DdpStrategy>(runner, mesh, mesh.size("dp") > 1, adamw, plan.precision);
+      return std::make_unique<DdpStrategy>(runner, mesh, mesh.size(MeshDim::dp) > 1, adamw, plan.precision);
     case DpStrategy::zero1:
     case DpStrategy::zero2:
       return std::make_unique<ZeroStrategy>(runner, mesh, plan.zero(), plan.offload, /*cut=*/true, adamw,
@@ -117,9 +117,9 @@ WholeModel make_whole_model(const TrainPlan& plan, nn::GPT& model, const DeviceM
       if (plan.precision.enabled()) grad_dtype = plan.precision.grad_dtype;
       const nn::AdamWOptions options = with_master_weights(adamw, plan);
       auto fsdp =
-          mesh.size("dp_replicate") > 1
+          mesh.size(MeshDim::dp_replicate) > 1
               ? std::make_shared<FullyShardedGPT>(model, mesh, options, FsdpOptions{.grad_dtype = grad_dtype})
-              : std::make_shared<FullyShardedGPT>(model, mesh.group("dp_shard"), nullptr, options,
+              : std::make_shared<FullyShardedGPT>(model, mesh.group(MeshDim::dp_shard), nullptr, options,
                                                   FsdpOptions{.offload = plan.offload, .grad_dtype = grad_dtype});
       FullyShardedGPT* sharded = fsdp.get();
       out.runner = std::make_unique<WholeModelRunner>(

@@ -44,7 +44,7 @@ std::string run_report_table(const std::vector<RankReport>& ranks, int64_t steps
   for (const RankReport& r : ranks) {
     out += "rank " + std::to_string(r.rank) + " (";
     for (int d = 0; d < DeviceMesh::kDims; ++d)
-      out += std::string(d ? ", " : "") + std::string(DeviceMesh::kDimNames[d]) + " " + std::to_string(r.coordinates[d]);
+      out += std::string(d ? ", " : "") + std::string(name(kGridDims[static_cast<size_t>(d)])) + " " + std::to_string(r.coordinates[d]);
     out += ")\n  memory  ";
     for (const auto& m : r.memory) {
       if (m.peak == 0) continue;
@@ -90,14 +90,14 @@ std::string run_report_json(const std::string& plan, const ParallelismConfig& pa
   out["steps"] = steps;
   json degrees;
   const auto values = parallelism.degrees();
-  for (int d = 0; d < DeviceMesh::kDims; ++d) degrees[std::string(DeviceMesh::kDimNames[d])] = values[d];
+  for (int d = 0; d < DeviceMesh::kDims; ++d) degrees[std::string(name(kGridDims[static_cast<size_t>(d)]))] = values[d];
   out["parallelism"] = degrees;
   out["ranks"] = json::array();
   for (const RankReport& r : ranks) {
     json rank;
     rank["rank"] = r.rank;
     json coords;
-    for (int d = 0; d < DeviceMesh::kDims; ++d) coords[std::string(DeviceMesh::kDimNames[d])] = r.coordinates[d];
+    for (int d = 0; d < DeviceMesh::kDims; ++d) coords[std::string(name(kGridDims[static_cast<size_t>(d)]))] = r.coordinates[d];
     rank["coordinates"] = coords;
     json memory;
     for (const auto& m : r.memory) memory[m.category] = {{"current_bytes", m.current}, {"peak_bytes", m.peak}};

@@ -27,7 +27,7 @@ namespace sl::parallel {
 
 struct RankReport {
   int rank = 0;
-  std::array<int, DeviceMesh::kDims> coordinates{};  // pp, dp_replicate, dp_shard, cp, tp
+  std::array<int, DeviceMesh::kDims> coordinates{};  // in kGridDims order: pp, dp_replicate, dp_shard, cp, tp
   struct Memory {
     std::string category;  // MemoryCategory names, then "total" (peak: of the total, not a sum of peaks)
     int64_t current = 0, peak = 0;

@@ -44,8 +44,8 @@ struct Trainer::Impl {
   // and the runner's own.
   std::vector<std::pair<std::string, const CommLedger*>> named_ledgers() const {
     std::vector<std::pair<std::string, const CommLedger*>> all = strategy->groups();
-    for (const char* dim : {"pp", "cp", "tp"})  // a chapter's groups (the runner asks the mesh for them)
-      if (mesh->size(dim) > 1) all.emplace_back(dim, &mesh->group(dim)->ledger());
+    for (MeshDim dim : {MeshDim::pp, MeshDim::cp, MeshDim::tp})  // a chapter's groups (the runner asks the mesh)
+      if (mesh->size(dim) > 1) all.emplace_back(name(dim), &mesh->group(dim)->ledger());
     for (const auto& group : runner->own_groups()) all.push_back(group);
     return all;
   }
@@ -109,10 +109,10 @@ double Trainer::train_step(const nn::TokenStream& data, int64_t step, int64_t ba
 // This rank's rows of global batch `step`, cut into the plan's micro-batches.
 std::vector<nn::TokenStream::MicroBatch> Trainer::Impl::my_micro_batches(const nn::TokenStream& data, int64_t step,
                                                                          int64_t batch_rows, int64_t block_size) const {
-  const int dp = mesh->size("dp"), micro = plan.micro_batches;
+  const int dp = mesh->size(MeshDim::dp), micro = plan.micro_batches;
   SL_CHECK(batch_rows % (static_cast<int64_t>(dp) * micro) == 0, "Trainer: the global batch of ", batch_rows,
-           " rows must be micro-batch rows x ", micro, " micro-batches x dp_replicate ", mesh->size("dp_replicate"),
-           " x dp_shard ", mesh->size("dp_shard"), " (the pp, tp and cp ranks of a replica share its rows), but ",
+           " rows must be micro-batch rows x ", micro, " micro-batches x dp_replicate ", mesh->size(MeshDim::dp_replicate),
+           " x dp_shard ", mesh->size(MeshDim::dp_shard), " (the pp, tp and cp ranks of a replica share its rows), but ",
            batch_rows, " % ", static_cast<int64_t>(dp) * micro, " = ", batch_rows % (static_cast<int64_t>(dp) * micro));
   const RowRange rows = data_parallel_rows(batch_rows, mesh->dp_rank(), dp);
   return data.micro_batches(step, batch_rows, block_size, micro, rows.begin, rows.end);
@@ -131,7 +131,7 @@ double Trainer::Impl::global_count(const std::vector<nn::TokenStream::MicroBatch
   Tensor counts = from_vector({local_count}, Shape({1}), DType::f64);
   metrics->all_reduce(counts);
   // Every rank of one data-parallel replica (its pp x cp x tp ranks) holds the same rows.
-  return counts.item() / (mesh->world_size() / mesh->size("dp"));
+  return counts.item() / (mesh->world_size() / mesh->size(MeshDim::dp));
 }
 
 // After the gradients are whole: keep them (tests), clip, step.
@@ -170,7 +170,7 @@ double Trainer::Impl::step(const nn::TokenStream& data, int64_t step, int64_t ba
   // The loss scale S enters as a global count S times smaller: every runner's backward weight
   // counted·dp/C is then S times larger, and its share of the loss S times larger (divided back).
   const double scale = scaler.scale();
-  const double share = runner->forward_backward(micros, count / scale, mesh->size("dp"), hooks) / scale;
+  const double share = runner->forward_backward(micros, count / scale, mesh->size(MeshDim::dp), hooks) / scale;
   strategy->synchronize();  // DDP: every bucket's all-reduce done before the chapter adds its sums
   strategy->finish_gradients(*runner);
   const bool skip = scaler.enabled() && overflow_anywhere();

@@ -122,15 +122,15 @@ FullyShardedGPT::~FullyShardedGPT() {
   for (auto [module, id] : hooks_) module->remove_hook(id);
 }
 
-static ProcessGroupPtr mesh_group(const DeviceMesh& mesh, const char* name) {
-  SL_CHECK(mesh.size("pp") == 1 && mesh.size("cp") == 1 && mesh.size("tp") == 1,
+static ProcessGroupPtr mesh_group(const DeviceMesh& mesh, MeshDim dim) {
+  SL_CHECK(mesh.size(MeshDim::pp) == 1 && mesh.size(MeshDim::cp) == 1 && mesh.size(MeshDim::tp) == 1,
            "FullyShardedGPT: the mesh must be data parallel only (", mesh.config().str(), "); pp, cp and tp must be 1");
-  return mesh.group(name);
+  return mesh.group(dim);
 }
 
 FullyShardedGPT::FullyShardedGPT(nn::GPT& model, const DeviceMesh& mesh, const nn::AdamWOptions& adamw,
                                  const FsdpOptions& fsdp)
-    : FullyShardedGPT(model, mesh_group(mesh, "dp_shard"), mesh_group(mesh, "dp_replicate"), adamw, fsdp) {}
+    : FullyShardedGPT(model, mesh_group(mesh, MeshDim::dp_shard), mesh_group(mesh, MeshDim::dp_replicate), adamw, fsdp) {}
 
 // ---- forward: the model's own, with the hooks above gathering and freeing unit by unit ----------
 

@@ -87,7 +87,7 @@ class FullyShardedGPT {
   // unit is gathered: read weights through full_state_dict(). The model must outlive the wrapper.
   FullyShardedGPT(nn::GPT& model, ProcessGroupPtr shard_group, ProcessGroupPtr replicate_group = nullptr,
                   const nn::AdamWOptions& options = {}, const FsdpOptions& fsdp = {});
-  // HSDP from a mesh: shard over "dp_shard", replicate over "dp_replicate" (pp, cp, tp must be 1).
+  // HSDP from a mesh: shard over MeshDim::dp_shard, replicate over dp_replicate (pp, cp, tp must be 1).
   FullyShardedGPT(nn::GPT& model, const DeviceMesh& mesh, const nn::AdamWOptions& options = {},
                   const FsdpOptions& fsdp = {});
   FullyShardedGPT(const FullyShardedGPT&) = delete;

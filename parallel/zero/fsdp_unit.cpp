@@ -188,7 +188,7 @@ void FsdpUnit::gather(const Tensor& shard, nn::StateDict& out) const {
   }
 }
 
-std::vector<LocalStateRun> FsdpUnit::shard_state(const std::vector<std::string>& replicated_over) {
+std::vector<LocalStateRun> FsdpUnit::shard_state(const MeshDims& replicated_over) {
   std::vector<LocalStateRun> runs;
   for (const ShardPiece& piece : adam_->pieces()) {
     const int64_t at = piece.shard_offset, n = piece.numel;

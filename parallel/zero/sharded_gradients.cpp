@@ -41,7 +41,7 @@ void sum_over_shards(const std::vector<NamedShard>& shards, const GradientSum& s
 }
 
 std::vector<MeshGrad> shard_mesh_grads(const std::vector<NamedShard>& shards, const nn::Module& module,
-                                       const std::vector<std::string>& split_over) {
+                                       const MeshDims& split_over) {
   std::map<std::string, nn::Placement> placements;
   for (auto& [name, placement] : module.named_placements()) placements.emplace(name, placement);
   std::vector<MeshGrad> out;

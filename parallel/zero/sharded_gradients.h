@@ -44,6 +44,6 @@ void sum_over_shards(const std::vector<NamedShard>& shards, const GradientSum& s
 // The pieces of `shards` as views, each placed as its parameter in `module` (by name) and split over
 // `split_over`: clip_grad_norm over the mesh then scales the shards themselves.
 std::vector<MeshGrad> shard_mesh_grads(const std::vector<NamedShard>& shards, const nn::Module& module,
-                                       const std::vector<std::string>& split_over);
+                                       const MeshDims& split_over);
 
 }  // namespace sl::parallel

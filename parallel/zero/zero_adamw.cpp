@@ -215,7 +215,7 @@ double ZeroAdamW::clip_grad_norm(double max_norm) {
 }
 
 double ZeroAdamW::clip_grad_norm(double max_norm, const std::vector<nn::Placement>& placements, const DeviceMesh& mesh,
-                                 const std::string& shard_dim) {
+                                 MeshDim shard_dim) {
   SL_CHECK(max_norm > 0, "ZeroAdamW::clip_grad_norm: max_norm must be positive (got ", max_norm, ")");
   SL_CHECK(placements.size() == flat_.params().size(), "ZeroAdamW::clip_grad_norm: ", placements.size(),
            " placements for ", flat_.params().size(), " parameters");

@@ -133,7 +133,7 @@ class ZeroAdamW {
   // stage, a TP shard): `placements[i]` is parameter i's; each piece of this rank's shard counts as
   // that parameter's placement says, split over the mesh dimension `shard_dim` (parallel/comm/grad_norm.h).
   double clip_grad_norm(double max_norm, const std::vector<nn::Placement>& placements, const DeviceMesh& mesh,
-                        const std::string& shard_dim = "dp_shard");
+                        MeshDim shard_dim = MeshDim::dp_shard);
   // Sharded AdamW on this rank's shard (on the host when offloading), then the all-gathers of the
   // weights. Stage 2 then starts a new window (its gradients live in the shard, which
   // model.zero_grad() cannot reach); stage 1, like nn::AdamW, keeps adding until zero_grad().
@@ -164,7 +164,7 @@ class ZeroAdamW {
   // layout's segments), views of the moments, the f32 master (mixed precision; offloaded: the host
   // weights) and, offloaded in f32, the host's copy of my weight chunk (a copy: loaded, not saved).
   std::vector<LocalStateRun> shard_state(const std::vector<std::string>& names,
-                                         const std::vector<std::string>& replicated_over);
+                                         const MeshDims& replicated_over);
   void set_step_count(int64_t steps);  // every parameter's
 
  private:

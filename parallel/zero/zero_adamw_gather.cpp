@@ -95,7 +95,7 @@ void ZeroAdamW::load_full_state_dict(const nn::StateDict& state) {
 }
 
 std::vector<LocalStateRun> ZeroAdamW::shard_state(const std::vector<std::string>& names,
-                                                  const std::vector<std::string>& replicated_over) {
+                                                  const MeshDims& replicated_over) {
   std::vector<LocalStateRun> runs;
   const bool host_master = options_.offload && is_16bit(param_dtype_);
   for (const ShardPiece& piece : adam_->pieces()) {

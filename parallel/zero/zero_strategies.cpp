@@ -13,14 +13,14 @@ ZeroStrategy::ZeroStrategy(ModelRunner& runner, const DeviceMesh& mesh, int stag
   std::optional<DType> grad_dtype;
   if (precision.enabled()) grad_dtype = precision.grad_dtype;
   zero_ = std::make_unique<ZeroAdamW>(
-      runner.module().parameters(), mesh.group("dp_shard"),
+      runner.module().parameters(), mesh.group(MeshDim::dp_shard),
       ZeroOptions{.stage = stage, .offload = offload, .adamw = options, .grad_dtype = grad_dtype});
   names_ = parameter_names(runner.module());
 }
 
 std::vector<LocalStateRun> ZeroStrategy::local_state(ModelRunner& runner) {
-  std::vector<LocalStateRun> runs = whole_parameter_runs(runner.module(), nullptr, {"dp", "cp"});
-  for (LocalStateRun& run : zero_->shard_state(names_, {"dp_replicate", "cp"})) runs.push_back(std::move(run));
+  std::vector<LocalStateRun> runs = whole_parameter_runs(runner.module(), nullptr, {MeshDim::dp, MeshDim::cp});
+  for (LocalStateRun& run : zero_->shard_state(names_, {MeshDim::dp_replicate, MeshDim::cp})) runs.push_back(std::move(run));
   return runs;
 }
 
@@ -76,13 +76,13 @@ void ZeroStrategy::step(double lr) {
 }
 
 std::vector<std::pair<std::string, const CommLedger*>> ZeroStrategy::groups() const {
-  return {{"dp_shard", &mesh_.group("dp_shard")->ledger()}};
+  return {{std::string(name(MeshDim::dp_shard)), &mesh_.group(MeshDim::dp_shard)->ledger()}};
 }
 
 FsdpStrategy::FsdpStrategy(std::shared_ptr<FullyShardedGPT> fsdp) : fsdp_(std::move(fsdp)) {}
 
 FsdpStrategy::FsdpStrategy(std::shared_ptr<FullyShardedGPT> fsdp, ModelRunner& cut, const DeviceMesh& mesh,
-                           std::vector<std::string> shard_dims)
+                           MeshDims shard_dims)
     : fsdp_(std::move(fsdp)), cut_(&cut), mesh_(&mesh), shard_dims_(std::move(shard_dims)) {}
 
 std::vector<NamedShard> FsdpStrategy::shards() const {
@@ -98,7 +98,8 @@ void FsdpStrategy::finish_gradients(ModelRunner& runner) {
   if (!cut_) return;  // the whole model: the reduce-scatters did it all
   const std::vector<NamedShard> all = shards();
   for (const GradientSum& sum : runner.gradient_sums())
-    if (std::find(shard_dims_.begin(), shard_dims_.end(), sum.over) == shard_dims_.end()) sum_over_shards(all, sum);
+    if (!sum.over || std::find(shard_dims_.begin(), shard_dims_.end(), *sum.over) == shard_dims_.end())
+      sum_over_shards(all, sum);
 }
 
 double FsdpStrategy::clip_grad_norm(double max_norm) {
@@ -125,7 +126,7 @@ std::vector<LocalStateRun> FsdpStrategy::local_state(ModelRunner& runner) {
   (void)runner;
   std::vector<LocalStateRun> runs;
   for (const auto& unit : fsdp_->units())
-    for (LocalStateRun& run : unit->shard_state({"dp_replicate"})) runs.push_back(std::move(run));
+    for (LocalStateRun& run : unit->shard_state({MeshDim::dp_replicate})) runs.push_back(std::move(run));
   return runs;
 }
 
@@ -146,12 +147,13 @@ void FsdpStrategy::step(double lr) {
 }
 
 std::vector<std::pair<std::string, const CommLedger*>> FsdpStrategy::groups() const {
-  std::string shard_name = "dp_shard";  // over a cut with cp: "dp_shard_cp", as the mesh names it
-  for (const std::string& dim : shard_dims_)
-    if (dim != "dp_shard" && mesh_->size(dim) > 1) shard_name += "_" + dim;
-  std::vector<std::pair<std::string, const CommLedger*>> all{{shard_name, &fsdp_->shard_group()->ledger()}};
+  // Over a cut with cp > 1 the shards span dp_shard x cp: the mesh's dp_shard_cp.
+  const bool over_cp = std::find(shard_dims_.begin(), shard_dims_.end(), MeshDim::cp) != shard_dims_.end() &&
+                       mesh_->size(MeshDim::cp) > 1;
+  const MeshDim shard = over_cp ? MeshDim::dp_shard_cp : MeshDim::dp_shard;
+  std::vector<std::pair<std::string, const CommLedger*>> all{{std::string(name(shard)), &fsdp_->shard_group()->ledger()}};
   if (fsdp_->replicate_group() && fsdp_->replicate_group() != fsdp_->shard_group())
-    all.emplace_back("dp_replicate", &fsdp_->replicate_group()->ledger());
+    all.emplace_back(name(MeshDim::dp_replicate), &fsdp_->replicate_group()->ledger());
   return all;
 }
 

@@ -28,7 +28,7 @@ namespace sl::parallel {
 
 class ZeroStrategy : public DataParallelStrategy {
  public:
-  // ZeRO-`stage` (1 or 2) over mesh.group("dp_shard") on runner.module()'s parameters. `cut`: the
+  // ZeRO-`stage` (1 or 2) over mesh.group(MeshDim::dp_shard) on runner.module()'s parameters. `cut`: the
   // runner holds a cut of the model (its gradients are gathered through it, its clip reads the
   // placements over the mesh). The runner and the mesh must outlive it.
   // Mixed precision (`precision`): the flat buffers hold the model's 16-bit weights, the gradients
@@ -67,7 +67,7 @@ class FsdpStrategy : public DataParallelStrategy {
   // group spans: the reduce-scatter has summed over them), and the clip counts each piece as its
   // parameter's placement says, split over shard_dims. The runner and mesh must outlive it.
   FsdpStrategy(std::shared_ptr<FullyShardedGPT> fsdp, ModelRunner& cut, const DeviceMesh& mesh,
-               std::vector<std::string> shard_dims);
+               MeshDims shard_dims);
   // step() zeroes the shards after it, but a step skipped on an fp16 overflow never gets there and
   // leaves them holding inf: they are zeroed here too, or every later step would overflow again.
   void zero_grad() override { fsdp_->zero_grad(); }
@@ -89,7 +89,7 @@ class FsdpStrategy : public DataParallelStrategy {
   std::shared_ptr<FullyShardedGPT> fsdp_;
   ModelRunner* cut_ = nullptr;  // null: the whole model
   const DeviceMesh* mesh_ = nullptr;
-  std::vector<std::string> shard_dims_;
+  MeshDims shard_dims_;
 };
 
 }  // namespace sl::parallel

@@ -56,26 +56,26 @@ TEST_P(GradNorm, CountsEveryLogicalElementOnceAndClipsLikeSerial) {
       const bool held = p.stage == stage || (p.stage < 0 && (stage == 0 || stage == c.pp - 1));
       if (!held) continue;
       std::vector<double> values = tp_slice(logical_grad(i, p), p, c.tp, t);
-      nn::Placement placement = p.tp_dim >= 0  ? nn::Placement::sharded(p.tp_dim, "tp")
+      nn::Placement placement = p.tp_dim >= 0  ? nn::Placement::sharded(p.tp_dim, name(MeshDim::tp))
                                 : p.stage < 0 ? nn::Placement::tied("wte")
                                               : nn::Placement::replicated();
-      std::vector<std::string> split;
+      MeshDims split;
       if (layout.zero_split) {  // ZeRO: flat, padded to a multiple of dp_shard, chunk dp_shard_rank
         const int n = c.dp_shard, chunk = static_cast<int>((values.size() + n - 1) / n);
         values.resize(static_cast<size_t>(chunk) * n, 0.0);
         values = std::vector<double>(values.begin() + chunk * mesh.dp_shard_rank(),
                                      values.begin() + chunk * (mesh.dp_shard_rank() + 1));
-        split = {"dp_shard"};
+        split = {MeshDim::dp_shard};
       }
       expected.push_back(values);
       for (double& v : expected.back()) v *= scale;
       pieces.push_back({from_vector(values, {static_cast<int64_t>(values.size())}), placement, split});
     }
     // The dims that cut this model, by the test's own reckoning: the partial sums travel there only.
-    std::vector<std::string> cut;
-    if (c.pp > 1) cut.push_back("pp");
-    if (c.tp > 1) cut.push_back("tp");
-    if (layout.zero_split && c.dp_shard > 1) cut.push_back("dp_shard");
+    MeshDims cut;
+    if (c.pp > 1) cut.push_back(MeshDim::pp);
+    if (c.tp > 1) cut.push_back(MeshDim::tp);
+    if (layout.zero_split && c.dp_shard > 1) cut.push_back(MeshDim::dp_shard);
     ProcessGroupPtr group = cut.empty() ? ctx.world : mesh.group(cut);
     const int64_t before = group->ledger().total().calls;
     norms[ctx.rank] = clip_grad_norm(pieces, max_norm, mesh);

@@ -51,24 +51,24 @@ std::vector<int> reference_members(const std::vector<Coords>& grid, int rank, co
 // Each name and generic set the tests look up, with the dimensions it spans spelled out by hand.
 struct NamedSet {
   std::string label;
-  std::vector<std::string> names;
+  MeshDims names;
   DimSet dims;
 };
 const std::vector<NamedSet>& named_sets() {
   static const std::vector<NamedSet> sets = {
-      {"dp_replicate", {"dp_replicate"}, {0, 1, 0, 0, 0}},
-      {"dp_shard", {"dp_shard"}, {0, 0, 1, 0, 0}},
-      {"pp", {"pp"}, {1, 0, 0, 0, 0}},
-      {"cp", {"cp"}, {0, 0, 0, 1, 0}},
-      {"tp", {"tp"}, {0, 0, 0, 0, 1}},
-      {"dp", {"dp"}, {0, 1, 1, 0, 0}},
-      {"dp_shard_cp", {"dp_shard_cp"}, {0, 0, 1, 1, 0}},
-      {"dp_cp", {"dp_cp"}, {0, 1, 1, 1, 0}},
-      {"{dp_replicate,dp_shard}", {"dp_replicate", "dp_shard"}, {0, 1, 1, 0, 0}},
-      {"{pp,tp}", {"pp", "tp"}, {1, 0, 0, 0, 1}},
-      {"{dp_replicate,cp}", {"dp_replicate", "cp"}, {0, 1, 0, 1, 0}},
-      {"{dp,tp}", {"dp", "tp"}, {0, 1, 1, 0, 1}},
-      {"all five", {"dp_replicate", "dp_shard", "pp", "cp", "tp"}, {1, 1, 1, 1, 1}},
+      {"dp_replicate", {MeshDim::dp_replicate}, {0, 1, 0, 0, 0}},
+      {"dp_shard", {MeshDim::dp_shard}, {0, 0, 1, 0, 0}},
+      {"pp", {MeshDim::pp}, {1, 0, 0, 0, 0}},
+      {"cp", {MeshDim::cp}, {0, 0, 0, 1, 0}},
+      {"tp", {MeshDim::tp}, {0, 0, 0, 0, 1}},
+      {"dp", {MeshDim::dp}, {0, 1, 1, 0, 0}},
+      {"dp_shard_cp", {MeshDim::dp_shard_cp}, {0, 0, 1, 1, 0}},
+      {"dp_cp", {MeshDim::dp_cp}, {0, 1, 1, 1, 0}},
+      {"{dp_replicate,dp_shard}", {MeshDim::dp_replicate, MeshDim::dp_shard}, {0, 1, 1, 0, 0}},
+      {"{pp,tp}", {MeshDim::pp, MeshDim::tp}, {1, 0, 0, 0, 1}},
+      {"{dp_replicate,cp}", {MeshDim::dp_replicate, MeshDim::cp}, {0, 1, 0, 1, 0}},
+      {"{dp,tp}", {MeshDim::dp, MeshDim::tp}, {0, 1, 1, 0, 1}},
+      {"all five", {MeshDim::dp_replicate, MeshDim::dp_shard, MeshDim::pp, MeshDim::cp, MeshDim::tp}, {1, 1, 1, 1, 1}},
   };
   return sets;
 }
@@ -148,7 +148,7 @@ std::vector<RankReport> observe(const ParallelismConfig& config) {
         report.accessors = {mesh.pp_rank(), mesh.dp_replicate_rank(), mesh.dp_shard_rank(), mesh.cp_rank(),
                             mesh.tp_rank()};
         report.dp_rank = mesh.dp_rank();
-        report.shares_dp_handle = mesh.group({"dp_replicate", "dp_shard"}) == mesh.group("dp");
+        report.shares_dp_handle = mesh.group(MeshDims{MeshDim::dp_replicate, MeshDim::dp_shard}) == mesh.group(MeshDim::dp);
         for (const auto& set : named_sets()) {
           ProcessGroupPtr group = lookup(mesh, set);
           report.group_rank[set.label] = group->rank();
@@ -257,8 +257,8 @@ TEST(DeviceMesh, HeaderExampleGroups) {
       8,
       [&](RankContext& ctx) {
         DeviceMesh mesh(ctx.world, config);
-        for (const char* name : {"tp", "pp", "dp", "dp_cp", "cp"})
-          partitions[static_cast<size_t>(ctx.rank)][name] = mesh.partition(name);
+        for (MeshDim dim : {MeshDim::tp, MeshDim::pp, MeshDim::dp, MeshDim::dp_cp, MeshDim::cp})
+          partitions[static_cast<size_t>(ctx.rank)][std::string(name(dim))] = mesh.partition(dim);
         if (ctx.rank == 5) drawing = mesh.str();
       },
       quick_on(Backend::threads, 3000));
@@ -291,7 +291,7 @@ TEST(DeviceMesh, TpAllReduceSumsOnlyTpPeers) {
       [&](RankContext& ctx) {
         DeviceMesh mesh(ctx.world, ParallelismConfig{.dp_replicate = 2, .pp = 2, .tp = 2});
         Tensor t = full({2}, static_cast<double>(ctx.rank));
-        mesh.group("tp")->all_reduce(t);
+        mesh.group(MeshDim::tp)->all_reduce(t);
         sums[static_cast<size_t>(ctx.rank)] = t.to_vector();
       },
       quick_on(Backend::threads, 3000));
@@ -306,17 +306,17 @@ TEST(DeviceMesh, SizeOneDimensionsGetATrivialGroup) {
       4,
       [](RankContext& ctx) {
         DeviceMesh mesh(ctx.world, ParallelismConfig{.dp_shard = 2, .tp = 2});
-        for (const char* name : {"dp_replicate", "pp", "cp"}) {
-          ProcessGroupPtr alone = mesh.group(name);
-          SL_CHECK(alone && alone->size() == 1 && alone->rank() == 0, "trivial group ", name);
+        for (MeshDim dim : {MeshDim::dp_replicate, MeshDim::pp, MeshDim::cp}) {
+          ProcessGroupPtr alone = mesh.group(dim);
+          SL_CHECK(alone && alone->size() == 1 && alone->rank() == 0, "trivial group ", name(dim));
           Tensor t = full({3}, 7.0);
           alone->all_reduce(t);  // a group of one: nothing moves, nothing changes
-          SL_CHECK(t.to_vector() == std::vector<double>({7, 7, 7}), "all_reduce over one rank changed ", name);
+          SL_CHECK(t.to_vector() == std::vector<double>({7, 7, 7}), "all_reduce over one rank changed ", name(dim));
         }
         // Sets that differ only by size-1 dimensions are one group (one handle, one sequence).
-        SL_CHECK(mesh.group("dp") == mesh.group("dp_shard"), "dp is dp_shard when dp_replicate is 1");
-        SL_CHECK(mesh.group({"pp", "tp"}) == mesh.group("tp"), "{pp,tp} is tp when pp is 1");
-        SL_CHECK(mesh.group({"dp_shard", "tp"}) == ctx.world, "the set of every size>1 dimension is the world");
+        SL_CHECK(mesh.group(MeshDim::dp) == mesh.group(MeshDim::dp_shard), "dp is dp_shard when dp_replicate is 1");
+        SL_CHECK(mesh.group(MeshDims{MeshDim::pp, MeshDim::tp}) == mesh.group(MeshDim::tp), "{pp,tp} is tp when pp is 1");
+        SL_CHECK(mesh.group(MeshDims{MeshDim::dp_shard, MeshDim::tp}) == ctx.world, "the set of every size>1 dimension is the world");
       },
       quick_on(Backend::threads, 3000));
 }
@@ -371,24 +371,50 @@ TEST(DeviceMesh, RanksThatDisagreeOnTheConfigAllThrow) {
   for (const auto& message : messages) EXPECT_EQ(message, expected);
 }
 
-TEST(DeviceMesh, UnknownNameListsTheKnownOnes) {
-  std::vector<std::string> messages;
+// Names come in as text only at the edges (command lines, files): the parse names the valid ones.
+TEST(MeshDim, NamesAreAcceleratesAndParseBack) {
+  const std::vector<std::pair<MeshDim, std::string>> all = {
+      {MeshDim::pp, "pp"}, {MeshDim::dp_replicate, "dp_replicate"}, {MeshDim::dp_shard, "dp_shard"},
+      {MeshDim::cp, "cp"}, {MeshDim::tp, "tp"},                     {MeshDim::dp, "dp"},
+      {MeshDim::dp_shard_cp, "dp_shard_cp"}, {MeshDim::dp_cp, "dp_cp"}};
+  ASSERT_EQ(static_cast<int>(all.size()), kMeshDimCount);
+  for (const auto& [dim, text] : all) {
+    EXPECT_EQ(name(dim), text);
+    EXPECT_EQ(mesh_dim_from_name(text), dim) << text;
+  }
+  EXPECT_EQ(name(MeshDims{MeshDim::pp, MeshDim::tp}), "pp+tp");
+  EXPECT_EQ(name(MeshDims{MeshDim::dp_shard}), "dp_shard");
+  EXPECT_EQ(name(MeshDims{}), "");
+}
+
+TEST(MeshDim, UnknownNameListsTheValidOnes) {
+  const std::string valid = "(valid: pp, dp_replicate, dp_shard, cp, tp, dp, dp_shard_cp, dp_cp)";
+  EXPECT_EQ(message_of([] { mesh_dim_from_name("data"); }), "unknown mesh dimension 'data' " + valid);
+  EXPECT_EQ(message_of([] { mesh_dim_from_name("ep"); }), "unknown mesh dimension 'ep' " + valid);
+  EXPECT_EQ(message_of([] { mesh_dim_from_name("TP"); }), "unknown mesh dimension 'TP' " + valid);
+}
+
+// The grid's dimensions come first, in grid order; the products cover their parts.
+TEST(MeshDim, GridOrderAndProducts) {
+  ASSERT_EQ(kGridDimCount, 5);
+  EXPECT_EQ(grid_dims(grid_mask(MeshDim::dp)), (MeshDims{MeshDim::dp_replicate, MeshDim::dp_shard}));
+  EXPECT_EQ(grid_dims(grid_mask(MeshDim::dp_shard_cp)), (MeshDims{MeshDim::dp_shard, MeshDim::cp}));
+  EXPECT_EQ(grid_dims(grid_mask(MeshDim::dp_cp)), (MeshDims{MeshDim::dp_replicate, MeshDim::dp_shard, MeshDim::cp}));
+  EXPECT_EQ(grid_dims(grid_mask(MeshDims{MeshDim::tp, MeshDim::pp})), (MeshDims{MeshDim::pp, MeshDim::tp}));
+  for (int d = 0; d < kGridDimCount; ++d) EXPECT_EQ(grid_mask(kGridDims[static_cast<size_t>(d)]), 1u << d);
+}
+
+TEST(DeviceMesh, AnEmptySetListsTheKnownOnes) {
+  std::string message;
   launch(
-      1,
-      [&](RankContext& ctx) {
+      1, [&](RankContext& ctx) {
         DeviceMesh mesh(ctx.world, ParallelismConfig{});
-        messages.push_back(message_of([&] { mesh.group("data"); }));
-        messages.push_back(message_of([&] { mesh.group({"tp", "sp"}); }));
-        messages.push_back(message_of([&] { mesh.coordinate("ep"); }));
-        messages.push_back(message_of([&] { mesh.group(std::vector<std::string>{}); }));
+        message = message_of([&] { mesh.group(MeshDims{}); });
       },
       quick_on(Backend::threads, 3000));
-  const std::string known = "(known: pp, dp_replicate, dp_shard, cp, tp, dp, dp_shard_cp, dp_cp)";
-  ASSERT_EQ(messages.size(), 4u);
-  EXPECT_EQ(messages[0], "DeviceMesh: unknown dimension 'data' " + known);
-  EXPECT_EQ(messages[1], "DeviceMesh: unknown dimension 'sp' " + known);
-  EXPECT_EQ(messages[2], "DeviceMesh: unknown dimension 'ep' " + known);
-  EXPECT_EQ(messages[3], "DeviceMesh: group() needs at least one dimension name " + known);
+  EXPECT_EQ(message,
+            "DeviceMesh: group() needs at least one dimension (known: pp, dp_replicate, dp_shard, cp, tp, dp, dp_shard_cp, "
+            "dp_cp)");
 }
 
 TEST(DeviceMesh, NullWorldIsAnError) {

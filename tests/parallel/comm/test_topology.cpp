@@ -133,13 +133,13 @@ TEST(SimulatedLinks, GroupsAreChargedByWhereTheirRanksSit) {
   launch(8, [&](RankContext& ctx) {
     DeviceMesh mesh(ctx.world, ParallelismConfig{.dp_replicate = 2, .pp = 2, .tp = 2});
     Tensor x = full({1000}, 1.0);
-    for (const char* dim : {"tp", "pp", "dp"}) {
+    for (MeshDim dim : {MeshDim::tp, MeshDim::pp, MeshDim::dp}) {
       mesh.group(dim)->ledger().reset();
       mesh.group(dim)->all_reduce(x);
     }
-    tp_charge[ctx.rank] = mesh.group("tp")->ledger().link_seconds();
-    pp_charge[ctx.rank] = mesh.group("pp")->ledger().link_seconds();
-    dp_charge[ctx.rank] = mesh.group("dp")->ledger().link_seconds();
+    tp_charge[ctx.rank] = mesh.group(MeshDim::tp)->ledger().link_seconds();
+    pp_charge[ctx.rank] = mesh.group(MeshDim::pp)->ledger().link_seconds();
+    dp_charge[ctx.rank] = mesh.group(MeshDim::dp)->ledger().link_seconds();
   }, options);
   // A pair's all-reduce: 2 steps of half the tensor (2000 bytes).
   for (int r = 0; r < 8; ++r) {

@@ -162,7 +162,7 @@ TEST_P(ContextParallelParity, MatchesSerialAfterFiveSteps) {
       if (lasts != want_lasts) fail("before_backward was not called once per micro-batch with last on the last");
       runner.finish_gradients();  // sum over cp ...
       for (const auto& [name, p] : runner.module().named_parameters())
-        mesh.group("dp")->all_reduce(p.grad(), ReduceOp::avg);  // ... then the trainer's average over dp
+        mesh.group(MeshDim::dp)->all_reduce(p.grad(), ReduceOp::avg);  // ... then the trainer's average over dp
       Tensor total = from_vector({share}, Shape({1}), DType::f64);
       ctx.world->all_reduce(total);  // every rank holds its tokens' share
       losses[ctx.rank][s] = total.item();

@@ -137,7 +137,7 @@ TrainingRun pipelined(const nn::GPTConfig& config, const Layout& layout, const s
     opts.engine.free_sent_outputs = free_sent_outputs;
     PipelineRunner runner(config, kSeed, mesh, opts);
     nn::AdamW adamw(runner.module().parameters(), parity_adamw());
-    ProcessGroupPtr pp = mesh.group("pp");
+    ProcessGroupPtr pp = mesh.group(MeshDim::pp);
     for (int step = 0; step < kSteps; ++step) {
       adamw.zero_grad();
       auto micros = data.micro_batches(step, rows, kBlock, layout.m);
@@ -355,7 +355,7 @@ DataParallelRun pipelined_with_dp(const nn::GPTConfig& config, int m, bool zero1
     (zero1 ? layout.dp_shard : layout.dp_replicate) = dp;
     DeviceMesh mesh(ctx.world, layout);
     PipelineRunner runner(config, kSeed, mesh, options(schedule));
-    ProcessGroupPtr dp_group = mesh.group("dp"), pp = mesh.group("pp");
+    ProcessGroupPtr dp_group = mesh.group(MeshDim::dp), pp = mesh.group(MeshDim::pp);
     std::unique_ptr<DistributedDataParallel> ddp;
     std::unique_ptr<nn::AdamW> adamw;
     std::unique_ptr<ZeroAdamW> zero;
@@ -441,7 +441,7 @@ TEST(PipelineRunnerConfig, RefusesInvalidConfigurationsBeforeCommunicating) {
   const nn::GPTConfig config = config_with(3);
   launch(2, [&](RankContext& ctx) {
     DeviceMesh mesh(ctx.world, ParallelismConfig{.pp = 2});
-    ProcessGroupPtr pp = mesh.group("pp");
+    ProcessGroupPtr pp = mesh.group(MeshDim::pp);
     const int64_t calls = pp->ledger().total().calls;
     expect_error([&] { PipelineRunner(config, kSeed, mesh, options(ScheduleKind::gpipe, 2)); },
                  "--virtual-stages 2 needs --schedule interleaved (got gpipe)");

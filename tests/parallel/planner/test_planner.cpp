@@ -151,11 +151,11 @@ TEST(PlannerPapers, BubbleFormulasAndSimulatedSchedules) {
 // A ring all-reduce of S bytes over n ranks: 2(n-1) steps of S/n at the slowest hop's speed.
 TEST(PlannerStepTime, RingCollectivesRunAtTheSlowestHop) {
   const Topology t = Topology::parse_links("intra=100GB/s,1us;inter=10GB/s,10us;gpus-per-node=4");
-  GroupTraffic inside{"dp", CommOp::all_reduce, 1, 2 * 3 * 100'000'000, 0, {0, 1, 2, 3}};  // S = 400 MB: 2·3/4·S sent
+  GroupTraffic inside{"dp", CommOp::all_reduce, 1, 2 * 3 * 100'000'000, 0, {0, 1, 2, 3}, {MeshDim::dp}};  // S = 400 MB: 2·3/4·S sent
   EXPECT_NEAR(traffic_seconds(inside, t), 6 * (1e-6 + 100e6 / 100e9), 1e-9);
-  GroupTraffic across{"dp", CommOp::all_reduce, 1, 2 * 3 * 100'000'000, 0, {0, 4, 8, 12}};
+  GroupTraffic across{"dp", CommOp::all_reduce, 1, 2 * 3 * 100'000'000, 0, {0, 4, 8, 12}, {MeshDim::dp}};
   EXPECT_NEAR(traffic_seconds(across, t), 6 * (10e-6 + 100e6 / 10e9), 1e-9);
-  GroupTraffic gather{"tp", CommOp::all_gather, 2, 2 * 3 * 1'000'000, 0, {0, 1, 2, 3}};  // 2 calls of S = 4 MB
+  GroupTraffic gather{"tp", CommOp::all_gather, 2, 2 * 3 * 1'000'000, 0, {0, 1, 2, 3}, {MeshDim::tp}};  // 2 calls of S = 4 MB
   EXPECT_NEAR(traffic_seconds(gather, t), 2 * 3 * (1e-6 + 1e6 / 100e9), 1e-12);
 }
 

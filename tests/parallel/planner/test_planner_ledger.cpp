@@ -67,12 +67,12 @@ std::unique_ptr<Trainer> make_trainer(RankContext& ctx, const LedgerCase& c, std
 
 using Counts = std::map<std::pair<std::string, CommOp>, CommStats>;
 
-// "pp+tp" -> {"pp", "tp"}: the dims of a group the cost model names by joining them.
-std::vector<std::string> dims_of(const std::string& joined) {
-  std::vector<std::string> dims;
+// "pp+tp" -> {pp, tp}: the dims of a group the cost model names by joining them, read back from the text.
+MeshDims dims_of(const std::string& joined) {
+  MeshDims dims;
   for (size_t begin = 0, end = 0; end != std::string::npos; begin = end + 1) {
     end = joined.find('+', begin);
-    dims.push_back(joined.substr(begin, end == std::string::npos ? std::string::npos : end - begin));
+    dims.push_back(mesh_dim_from_name(joined.substr(begin, end == std::string::npos ? std::string::npos : end - begin)));
   }
   return dims;
 }

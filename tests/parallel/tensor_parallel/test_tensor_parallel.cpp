@@ -122,12 +122,12 @@ TEST_P(TensorParallelParity, MatchesSerialAfterFiveAdamWSteps) {
         std::unique_ptr<DistributedDataParallel> ddp;
         std::unique_ptr<ZeroAdamW> zero;
         if (c.data_parallel == DataParallel::zero1) {
-          zero = std::make_unique<ZeroAdamW>(module.parameters(), mesh.group("dp"),
+          zero = std::make_unique<ZeroAdamW>(module.parameters(), mesh.group(MeshDim::dp),
                                              ZeroOptions{.stage = 1, .adamw = parity_adamw()});
         } else {
           adamw = std::make_unique<nn::AdamW>(module.parameters(), parity_adamw());
           if (c.data_parallel == DataParallel::ddp)
-            ddp = std::make_unique<DistributedDataParallel>(module, mesh.group("dp"));
+            ddp = std::make_unique<DistributedDataParallel>(module, mesh.group(MeshDim::dp));
         }
         const RowRange rows = data_parallel_rows(kBatch, mesh.dp_rank(), c.dp);
         for (int s = 0; s < kSteps; ++s) {
@@ -164,7 +164,7 @@ TEST_P(TensorParallelParity, MatchesSerialAfterFiveAdamWSteps) {
             adamw->step();
         }
         expect_close(runner.full_state_dict(), state_of(last_step.params), kTol, at("parameter", ctx.rank, kSteps - 1));
-        expect_replicas_bitwise_equal(module, mesh.group("tp"), mesh.tp_rank());
+        expect_replicas_bitwise_equal(module, mesh.group(MeshDim::tp), mesh.tp_rank());
       },
       on_test_device(quick(20000), world));
 }
@@ -272,13 +272,13 @@ TEST(TensorParallel, SequenceParallelLayerNormGradientsArePartialUntilFinished) 
         DeviceMesh mesh(ctx.world, {.tp = 2});
         TensorParallelRunner runner(config, kSeed, mesh, {.sequence_parallel = true});
         const nn::Module& module = runner.module();
-        EXPECT_EQ(module.placement("h.0.attn.c_attn.weight"), nn::Placement::sharded(0, "tp"));
-        EXPECT_EQ(module.placement("h.0.mlp.c_proj.weight"), nn::Placement::sharded(1, "tp"));
+        EXPECT_EQ(module.placement("h.0.attn.c_attn.weight"), nn::Placement::sharded(0, name(MeshDim::tp)));
+        EXPECT_EQ(module.placement("h.0.mlp.c_proj.weight"), nn::Placement::sharded(1, name(MeshDim::tp)));
         auto micros = data.micro_batches(0, kBatch, 8, 1);
         runner.forward_backward(micros, static_cast<double>(micros[0].counted), 1, {});
         const nn::StateDict params = module.state_dict();
         for (const std::string& name : partial) {
-          EXPECT_EQ(module.placement(name), nn::Placement::replicated().with_partial_grad("tp")) << name;
+          EXPECT_EQ(module.placement(name), nn::Placement::replicated().with_partial_grad(parallel::name(MeshDim::tp))) << name;
           EXPECT_GT(max_abs_diff(params.at(name).grad(), serial.state_dict().at(name).grad().to(ctx.device)), 1e-4)
               << name << " is already whole before the all-reduce";
         }
@@ -363,10 +363,10 @@ TEST(TensorParallel, RejectsHeadsNotDivisibleByTp) {
       3,
       [&](RankContext& ctx) {
         DeviceMesh mesh(ctx.world, {.tp = 3});
-        const uint64_t before = mesh.group("tp")->collectives_issued();
+        const uint64_t before = mesh.group(MeshDim::tp)->collectives_issued();
         expect_error([&] { TensorParallelRunner runner(gpt(32, 4, 16), kSeed, mesh); },
                      "tensor parallel: n_head 4 does not split over tp 3");
-        EXPECT_EQ(mesh.group("tp")->collectives_issued(), before);
+        EXPECT_EQ(mesh.group(MeshDim::tp)->collectives_issued(), before);
       },
       quick());
 }
@@ -378,11 +378,11 @@ TEST(TensorParallel, RejectsSequenceNotDivisibleByTpUnderSP) {
       [&](RankContext& ctx) {
         DeviceMesh mesh(ctx.world, {.tp = 2});
         TensorParallelRunner runner(gpt(32, 2, 16), kSeed, mesh, {.sequence_parallel = true});
-        const uint64_t before = mesh.group("tp")->collectives_issued();
+        const uint64_t before = mesh.group(MeshDim::tp)->collectives_issued();
         const nn::TokenStream data = masked_tokens(32);
         auto micros = data.micro_batches(0, 2, 7, 1);
         expect_error([&] { runner.forward_backward(micros, 10, 1, {}); }, "T (7) divisible by tp (2)");
-        EXPECT_EQ(mesh.group("tp")->collectives_issued(), before);
+        EXPECT_EQ(mesh.group(MeshDim::tp)->collectives_issued(), before);
       },
       quick());
 }
@@ -416,7 +416,7 @@ TEST_P(TensorParallelCost, CommunicationPerBlockMatchesMegatron) {
       [&](RankContext& ctx) {
         DeviceMesh mesh(ctx.world, {.tp = tp});
         TensorParallelRunner runner(config, kSeed, mesh, {.sequence_parallel = sp});
-        CommLedger& ledger = mesh.group("tp")->ledger();
+        CommLedger& ledger = mesh.group(MeshDim::tp)->ledger();
         ledger.reset();
         auto micros = data.micro_batches(0, B, T, 1);
         runner.forward_backward(micros, static_cast<double>(micros[0].counted), 1, {});

@@ -15,6 +15,7 @@
 
 #include "autograd/grad_mode.h"
 #include "parallel/comm/launch.h"
+#include "parallel/comm/mesh_dim.h"
 #include "parallel/tensor_parallel/linear.h"
 #include "parallel/tensor_parallel/mappings.h"
 #include "parallel/tensor_parallel/vocab.h"
@@ -144,7 +145,7 @@ TEST_P(TPOps, ColumnThenRowEqualsSerialMLP) {
           EXPECT_LT(max_abs_diff(whole(row_bias.grad()), proj.bias.grad()), 1e-5) << "sp " << sp;
           EXPECT_LT(max_abs_diff(whole(pln.weight.grad()), ln.weight.grad()), 1e-5) << "sp " << sp;
           EXPECT_LT(max_abs_diff(whole(pln.bias.grad()), ln.bias.grad()), 1e-5) << "sp " << sp;
-          EXPECT_EQ(rproj->named_placements()[1].second.partial_over, sp ? "tp" : "") << "sp " << sp;
+          EXPECT_EQ(rproj->named_placements()[1].second.partial_over, sp ? name(MeshDim::tp) : "") << "sp " << sp;
         },
         quick());
   }

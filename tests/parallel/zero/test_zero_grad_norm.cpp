@@ -38,11 +38,11 @@ TEST(ZeroGradNorm, ClipsACutModelByItsPlacements) {
       if (!(p.stage == stage || (p.stage < 0 && (stage == 0 || stage == c.pp - 1)))) continue;
       grads.push_back(tp_slice(logical_grad(i, p), p, c.tp, t));
       params.push_back(zeros({static_cast<int64_t>(grads.back().size())}).set_requires_grad(true));
-      placements.push_back(p.tp_dim >= 0  ? nn::Placement::sharded(p.tp_dim, "tp")
+      placements.push_back(p.tp_dim >= 0  ? nn::Placement::sharded(p.tp_dim, name(MeshDim::tp))
                            : p.stage < 0 ? nn::Placement::tied("wte")
                                          : nn::Placement::replicated());
     }
-    ZeroAdamW zero(params, mesh.group("dp_shard"), ZeroOptions{.stage = 1});
+    ZeroAdamW zero(params, mesh.group(MeshDim::dp_shard), ZeroOptions{.stage = 1});
     zero.zero_grad();
     Tensor loss = zeros({1});
     for (size_t k = 0; k < params.size(); ++k)  // d loss / d param_k = grads[k]
