@@ -16,7 +16,8 @@
 // causal_attention and causal_attention_packed also bf16 and f16 (mixed precision: computed in f32,
 // out and the gradients rounded once to 16 bits, lse kept in f32).
 //
-//   Tests: tests/tensor/test_flash_attention.cpp, tests/tensor/test_flash_attention_16bit.cpp
+//   Tests: tests/tensor/test_flash_attention.cpp, tests/tensor/test_flash_attention_16bit.cpp,
+//   tests/tensor/test_attention_composed.cpp (the CUDA path on CPU tensors, against the kernels)
 #pragma once
 #include <cstdint>
 
@@ -45,7 +46,8 @@ struct AttentionDropoutDraw {
 Tensor causal_attention_packed(const Tensor& qkv, int64_t n_head, double dropout_p = 0, bool training = true,
                                Generator* generator = nullptr);
 
-// The kernels (no autograd). scale > 0.
+// The kernels (no autograd). scale > 0. CPU tensors run the blockwise kernel; CUDA tensors (f32 or
+// f64, no dropout) the same math as engine ops that hold a block's [Tq, Tk] scores (attention_composed.h).
 AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
                                   const AttentionDropoutDraw& dropout = {});
 // Adds the gradients into dq [B, NH, Tq, HS], dk and dv [B, NH, Tk, HS] (an undefined one: not
@@ -55,5 +57,19 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
                         const Tensor& dv, const AttentionDropoutDraw& dropout = {});
 // D = rowsum(dO ∘ O): [B, NH, Tq, HS] x2 -> [B, NH, Tq].
 Tensor attention_delta(const Tensor& dout, const Tensor& out);
+
+// ---- blocks of keys, merged (ring attention's steps: parallel/context_parallel) ----------------------
+// Two blocks (out, lse) and (out_b, lse_b) over disjoint keys merge into the attention over both (the
+// online softmax), only ever exponentiating a non-positive number:
+//     lse' = lse - logsigmoid(lse - lse_b)        out' = out - sigmoid(lse_b - lse) · (out - out_b)
+// A row that saw no key on one side (out 0, lse -inf) takes the other side exactly; both -inf stay
+// -inf. In place, into rows [row_begin, row_begin + Tb) of out [B, NH, T, HS] and lse [B, NH, T] from
+// out_b [B, NH, Tb, HS] and lse_b [B, NH, Tb]. f32 or f64; CPU: a row loop, CUDA: engine ops.
+void merge_attention(const Tensor& out, const Tensor& lse, const Tensor& out_b, const Tensor& lse_b,
+                     int64_t row_begin = 0);
+// dst [B, NH, T, ...] rows [begin, begin + Tb) = src [B, NH, Tb, ...], in place.
+void set_rows(const Tensor& dst, const Tensor& src, int64_t begin);
+// dst [B, NH, T, HS] rows [begin, begin + Tb) += src [B, NH, Tb, HS], in place (f32 or f64).
+void add_rows(const Tensor& dst, const Tensor& src, int64_t begin);
 
 }  // namespace sl

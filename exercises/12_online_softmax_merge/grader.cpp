@@ -2,7 +2,7 @@
 //
 // The reference is a serial softmax attention (serial_attention.h: f64 loops, max trick) over ALL the keys;
 // the student's blocks are random splits of those keys. With -DSL_SOLUTION the library's
-// attention_block_forward and merge_attention (parallel/context_parallel/attention_block.h) stand in.
+// attention_block_forward (parallel/context_parallel/attention_block.h) and merge_attention (tensor/attention.h) stand in.
 #include "exercises/grader.h"
 #include "exercises/grader_values.h"
 

@@ -11,7 +11,8 @@
 //         skip    no key is visible (a block wholly in the future): out 0, lse -inf, no work
 //
 // Two blocks (out, lse) and (out_b, lse_b) over disjoint keys merge into the attention over both
-// (the online softmax): with λ = lse, λ_b the new λ' = log(e^λ + e^λ_b)
+// (the online softmax, the engine's merge_attention in tensor/attention.h): with λ = lse, λ_b the new
+// λ' = log(e^λ + e^λ_b)
 //
 //     lse' = lse - logsigmoid(lse - lse_b)                  = λ + log(1 + e^(λ_b - λ))
 //     out' = out - sigmoid(lse_b - lse) · (out - out_b)     = (e^λ out + e^λ_b out_b) / e^λ'
@@ -27,11 +28,10 @@
 //     dV = Pᵀ dO      dP = dO Vᵀ      dS = P ∘ (dP - D)      dQ = scale · dS K      dK = scale · dSᵀ Q
 // Summed over the key blocks, these are exactly the gradients of attention over the whole row.
 //
-// On the CPU a block is computed by the engine's blockwise kernels (tensor/attention.h, the serial
-// GPT's own attention), in tiles of [32, 128] scores: never a [Tq, Tk] matrix, let alone the T×T of
-// the whole sequence. CUDA tensors run the same math as compositions of engine ops that have CUDA
-// paths (attention_block_composed.h), which do hold the block's [Tq, Tk] scores. f32 (accumulating
-// in f32) or f64 (for gradcheck). lse has q's dtype.
+// A block is computed by the engine's attention kernels (tensor/attention.h, the serial GPT's own
+// attention): on the CPU in tiles of [32, 128] scores, never a [Tq, Tk] matrix, let alone the T×T of
+// the whole sequence; on CUDA the same math as engine ops, which do hold the block's [Tq, Tk] scores
+// (tensor/attention_composed.h). f32 (accumulating in f32) or f64 (for gradcheck). lse has q's dtype.
 //
 //   Lesson: lessons/13_ring_attention.cpp   Tests: tests/parallel/context_parallel/test_context_parallel.cpp (gradcheck, ×1e3),
 //   tests/parallel/context_parallel/test_attention_merge.cpp (merges with rows that saw no key)
@@ -56,10 +56,8 @@ BlockOutput attention_block(const Tensor& q, const Tensor& k, const Tensor& v, B
 // ---- the kernels the ring and all-gather variants call (no autograd) --------------------------------
 BlockOutput attention_block_forward(const Tensor& q, const Tensor& k, const Tensor& v, BlockMask mask,
                                     double scale);
-// Merges (out_b, lse_b) [B, NH, Tb, ...] into rows [row_begin, row_begin + Tb) of (out, lse), in place.
-void merge_attention(const Tensor& out, const Tensor& lse, const Tensor& out_b, const Tensor& lse_b,
-                     int64_t row_begin = 0);
-// D = rowsum(dO ∘ O) is the engine's attention_delta (tensor/attention.h).
+// The merge of (out_b, lse_b) into rows of (out, lse) is the engine's merge_attention, and
+// D = rowsum(dO ∘ O) its attention_delta (tensor/attention.h).
 // Adds one block's gradients into dq [B, NH, Tq, HS], dk and dv [B, NH, Tk, HS] (any of them may be
 // undefined: not wanted). lse and delta are the query rows' final ones.
 void attention_block_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,

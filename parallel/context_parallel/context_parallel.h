@@ -25,7 +25,9 @@
 //
 // Read in this order:
 //   sequence_shard.h          which tokens a rank holds (contiguous or zigzag), global positions
-//   attention_block.h         one Q block against one K/V block, and the LSE merge
+//   attention_block.h         one Q block against one K/V block, and the LSE merge (the math lives in
+//                             the engine, tensor/attention.h: a blockwise kernel on the CPU, engine ops
+//                             on CUDA; the chapter calls the same ops on either device)
 //   ring_attention.h          the ring: K/V passed around, dK/dV back in backward
 //   allgather_attention.h     the all-gather variant (Llama 3's)
 //   ulysses_attention.h       Ulysses (all-to-all to a head cut) and hybrid USP (Ulysses inside, ring across)

@@ -1,10 +1,9 @@
 // sequence_shard.cpp — see sequence_shard.h.
 #include "parallel/context_parallel/sequence_shard.h"
 
-#include <algorithm>
+#include <vector>
 
-#include "parallel/context_parallel/attention_block_composed.h"
-#include "tensor/cpu/dispatch.h"
+#include "tensor/attention.h"
 #include "tensor/ops.h"
 
 namespace sl::parallel {
@@ -79,33 +78,6 @@ Tensor rows(const Tensor& x, int64_t begin, int64_t length) {
 }
 
 }  // namespace
-
-// dst [B, NH, T, HS] rows [begin, begin + Tb) += src [B, NH, Tb, HS].
-void add_rows(const Tensor& dst, const Tensor& src, int64_t begin) {
-  if (dst.device().is_cuda()) return composed::add_rows(dst, src, begin);
-  const int64_t BH = dst.size(0) * dst.size(1), T = dst.size(2), Tb = src.size(2), HS = dst.size(3);
-  dispatch_floating(dst.dtype(), "add_rows", [&](auto tag) {
-    using C = decltype(tag);
-    if constexpr (std::is_same_v<C, float> || std::is_same_v<C, double>) {
-      C* d = dst.data<C>();
-      const C* s = src.data<C>();
-      for (int64_t bh = 0; bh < BH; ++bh)
-        for (int64_t i = 0; i < Tb * HS; ++i) d[(bh * T + begin) * HS + i] += s[bh * Tb * HS + i];
-    }
-  });
-}
-
-// dst [B, NH, T, ...] rows [begin, begin + Tb) = src [B, NH, Tb, ...].
-void set_rows(const Tensor& dst, const Tensor& src, int64_t begin) {
-  if (dst.device().is_cuda()) return composed::set_rows(dst, src, begin);
-  const int64_t BH = dst.size(0) * dst.size(1), T = dst.size(2), Tb = src.size(2), row = dst.numel() / (BH * T);
-  dispatch_floating(dst.dtype(), "set_rows", [&](auto tag) {
-    using C = decltype(tag);
-    C* d = dst.data<C>();
-    const C* s = src.data<C>();
-    for (int64_t bh = 0; bh < BH; ++bh) std::copy(s + bh * Tb * row, s + (bh + 1) * Tb * row, d + (bh * T + begin) * row);
-  });
-}
 
 void attend_step(const StepWork& work, const Tensor& q, const Tensor& k, const Tensor& v, double scale, Tensor& out,
                  Tensor& lse) {

@@ -48,6 +48,7 @@
 //                                implementation: the GPT, lesson 11 and the tests use it)
 //   3 parallel_block.h           a GPT block: attention split by whole heads, the MLP
 //   4 vocab.h                    the vocabulary cut: embedding and cross-entropy over vocabulary shards
+//                                (the loss's per-row kernels: tensor/sliced_cross_entropy.h, either device)
 //   5 tp_gpt.h                   the whole GPT on a tp group: placements, SP's partial gradients, the
 //                                gathers back to the serial model's tensors
 //   6 tensor_parallel_runner.h   TensorParallelRunner: what the Trainer runs for `train --tp N [--sp]`

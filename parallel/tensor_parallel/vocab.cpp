@@ -1,14 +1,14 @@
-// vocab.cpp — see vocab.h. The cross-entropy's row loops below are the CPU path; CUDA logits take the
-// same math as engine ops (vocab_composed.cpp).
+// vocab.cpp — see vocab.h. The cross-entropy's per-row math is the engine's (tensor/sliced_cross_entropy.h:
+// row loops on the CPU, engine ops on CUDA); here are its targets, its all-reduces and its Function.
 #include "parallel/tensor_parallel/vocab.h"
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
+#include <vector>
 
 #include "autograd/function.h"
 #include "parallel/tensor_parallel/mappings.h"
-#include "parallel/tensor_parallel/vocab_composed.h"
+#include "tensor/sliced_cross_entropy.h"
 
 namespace sl::parallel {
 
@@ -53,6 +53,11 @@ Tensor vocab_parallel_embedding(const Tensor& weight, const Tensor& ids, const V
 
 // ---- cross-entropy --------------------------------------------------------------------------------------------
 
+namespace {
+
+// Checked before any communication (a bad target must not leave peers waiting): logits
+// [..., range.rows], host_targets (CPU, i64) one per row, each in the vocabulary or ignore_index.
+// Returns how many targets count (are not ignore_index).
 int64_t check_vocab_targets(const Tensor& logits, const Tensor& host_targets, const VocabRange& range,
                             int64_t ignore_index) {
   SL_CHECK(logits.dim() >= 1 && logits.size(-1) == range.rows, "vocab_parallel_cross_entropy: logits ", logits.shape(),
@@ -71,94 +76,80 @@ int64_t check_vocab_targets(const Tensor& logits, const Tensor& host_targets, co
   return count;
 }
 
-namespace {
+// Per row, on `device`: the target's column in this rank's slice, -1 where another rank owns it or it is
+// ignored (i64); and 1 where ignored (i32). N numbers each, made on the host from the host targets.
+struct TargetColumns {
+  Tensor column, ignored;
+};
 
+TargetColumns target_columns(const Tensor& host_targets, const VocabRange& range, int64_t ignore_index,
+                             Device device) {
+  const int64_t N = host_targets.numel();
+  const auto* t = static_cast<const int64_t*>(host_targets.data_ptr());
+  std::vector<double> column(static_cast<size_t>(N)), ignored(static_cast<size_t>(N));
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t local = t[n] - range.start;
+    const bool mine = t[n] != ignore_index && local >= 0 && local < range.real;
+    column[static_cast<size_t>(n)] = mine ? static_cast<double>(local) : -1.0;
+    ignored[static_cast<size_t>(n)] = t[n] == ignore_index ? 1.0 : 0.0;
+  }
+  return {from_vector(column, {N}, TensorOptions(DType::i64, device)),
+          from_vector(ignored, {N}, TensorOptions(DType::i32, device))};
+}
+
+// loss = Σ over counted rows (log S - xt) / count, in double on the host (N numbers).
+double mean_row_loss(const Tensor& host_targets, const Tensor& S, const Tensor& xt, int64_t ignore_index,
+                     int64_t count) {
+  const Tensor host_S = on_host(S), host_xt = on_host(xt);
+  const auto* t = static_cast<const int64_t*>(host_targets.data_ptr());
+  double total = 0;
+  auto sum_loss = [&](auto zero) {
+    using F = decltype(zero);
+    const F *pxt = static_cast<const F*>(host_xt.data_ptr()), *pS = static_cast<const F*>(host_S.data_ptr());
+    for (int64_t n = 0; n < host_targets.numel(); ++n)
+      if (t[n] != ignore_index) total += static_cast<double>(std::log(pS[n])) - static_cast<double>(pxt[n]);
+  };
+  if (S.dtype() == DType::f64)
+    sum_loss(0.0);
+  else
+    sum_loss(0.0f);
+  return count > 0 ? total / static_cast<double>(count) : 0.0;
+}
+
+// The three all-reduces around the per-row kernels of tensor/sliced_cross_entropy.h, on either device.
 struct VocabParallelCrossEntropy : Function<VocabParallelCrossEntropy> {
   static Tensor forward(FunctionCtx& ctx, const Tensor& logits, const Tensor& targets, const VocabRange& range,
                         const ProcessGroupPtr& group, int64_t ignore_index) {
-    SL_ASSERT(logits.device().is_cpu());  // CUDA logits take vocab_composed.cpp
     Tensor t = on_host(targets.to(DType::i64));
     const int64_t count = check_vocab_targets(logits, t, range, ignore_index);
-    const int64_t Vs = range.rows, N = logits.numel() / Vs, real = range.real;
+    const int64_t Vs = range.rows, N = logits.numel() / Vs;
     const DType stats = logits.dtype() == DType::f64 ? DType::f64 : DType::f32;
-    Tensor x = logits.to(stats);  // [N, Vs] (a copy only for bf16/f16)
-    Tensor m = Tensor::empty({N}, TensorOptions(stats)), xt = zeros({N}, TensorOptions(stats));
-    Tensor S = Tensor::empty({N}, TensorOptions(stats));
-    auto run = [&](auto zero) {
-      using F = decltype(zero);
-      const F* px = static_cast<const F*>(x.data_ptr());
-      const int64_t* pt = static_cast<const int64_t*>(t.data_ptr());
-      F *pm = static_cast<F*>(m.data_ptr()), *pxt = static_cast<F*>(xt.data_ptr()), *pS = static_cast<F*>(S.data_ptr());
-      for (int64_t n = 0; n < N; ++n) {  // 1. the max over my real columns
-        F best = -std::numeric_limits<F>::infinity();
-        for (int64_t v = 0; v < real; ++v) best = std::max(best, px[n * Vs + v]);
-        pm[n] = best;
-      }
-      group->all_reduce(m, ReduceOp::max);
-      for (int64_t n = 0; n < N; ++n) {  // 2. the target's shifted logit, 3. Σ exp over my columns
-        F sum = 0;
-        for (int64_t v = 0; v < real; ++v) sum += std::exp(px[n * Vs + v] - pm[n]);
-        pS[n] = sum;
-        const int64_t target = pt[n];
-        if (target == ignore_index) continue;
-        if (target >= range.start && target < range.start + real) pxt[n] = px[n * Vs + target - range.start] - pm[n];
-      }
-    };
-    if (stats == DType::f64)
-      run(0.0);
-    else
-      run(0.0f);
-    group->all_reduce(xt);
-    group->all_reduce(S);
-    // loss = Σ over counted rows (log S - xt) / count, in double
-    double total = 0;
-    auto sum_loss = [&](auto zero) {
-      using F = decltype(zero);
-      const int64_t* pt = static_cast<const int64_t*>(t.data_ptr());
-      const F *pxt = static_cast<const F*>(xt.data_ptr()), *pS = static_cast<const F*>(S.data_ptr());
-      for (int64_t n = 0; n < N; ++n)
-        if (pt[n] != ignore_index) total += static_cast<double>(std::log(pS[n])) - static_cast<double>(pxt[n]);
-    };
-    if (stats == DType::f64)
-      sum_loss(0.0);
-    else
-      sum_loss(0.0f);
-    ctx.save_for_backward({x, t, m, S});
+    Tensor x = logits.to(stats).reshape({N, Vs});  // (a copy only for bf16/f16)
+    const TargetColumns columns = target_columns(t, range, ignore_index, logits.device());
+    Tensor m = slice_row_max(x, range.real);  // 1. the max over my real columns
+    group->all_reduce(m, ReduceOp::max);
+    SliceRowSums sums = slice_row_sums(x, m, columns.column, range.real);  // 2. Σ exp, 3. the target's logit
+    group->all_reduce(sums.target_logit);
+    group->all_reduce(sums.sum_exp);
+    const double loss = mean_row_loss(t, sums.sum_exp, sums.target_logit, ignore_index, count);
+    ctx.save_for_backward({x, columns.column, columns.ignored, m, sums.sum_exp});
     ctx.set("count", count);
-    ctx.set("range", range);
-    ctx.set("ignore", ignore_index);
+    ctx.set("real", range.real);
+    ctx.set("shape", logits.shape());
     ctx.set("dtype", logits.dtype());
-    return full({}, count > 0 ? total / static_cast<double>(count) : 0.0, TensorOptions(stats));
+    return full({}, loss, TensorOptions(stats, logits.device()));
   }
 
   // dx = (exp(x - m) / S - one_hot(target)) · g / count on my columns; 0 for ignored rows and padding.
   static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {
-    const Tensor &x = ctx.saved()[0], &t = ctx.saved()[1], &m = ctx.saved()[2], &S = ctx.saved()[3];
-    const int64_t count = ctx.get<int64_t>("count"), ignore = ctx.get<int64_t>("ignore");
-    const VocabRange& range = ctx.get<VocabRange>("range");
-    const int64_t Vs = range.rows, N = x.numel() / Vs;
-    Tensor dx = zeros(x.shape(), TensorOptions(x.dtype()));
-    if (count > 0) {
-      const double scale = grads[0].item() / static_cast<double>(count);
-      auto run = [&](auto zero) {
-        using F = decltype(zero);
-        const F *px = static_cast<const F*>(x.data_ptr()), *pm = static_cast<const F*>(m.data_ptr()),
-                *pS = static_cast<const F*>(S.data_ptr());
-        const int64_t* pt = static_cast<const int64_t*>(t.data_ptr());
-        F* pd = static_cast<F*>(dx.data_ptr());
-        for (int64_t n = 0; n < N; ++n) {
-          if (pt[n] == ignore) continue;
-          for (int64_t v = 0; v < range.real; ++v)
-            pd[n * Vs + v] = static_cast<F>(
-                (std::exp(px[n * Vs + v] - pm[n]) / pS[n] - (pt[n] == range.start + v ? F(1) : F(0))) * scale);
-        }
-      };
-      if (x.dtype() == DType::f64)
-        run(0.0);
-      else
-        run(0.0f);
-    }
-    return {dx.to(ctx.get<DType>("dtype")), Tensor()};
+    const Tensor &x = ctx.saved()[0], &column = ctx.saved()[1], &ignored = ctx.saved()[2], &m = ctx.saved()[3],
+                 &S = ctx.saved()[4];
+    const int64_t count = ctx.get<int64_t>("count");
+    Tensor dx = count > 0 ? slice_cross_entropy_grad(x, m, S, column, ignored,
+                                                     grads[0].item() / static_cast<double>(count),
+                                                     ctx.get<int64_t>("real"))
+                          : zeros(x.shape(), x.options());
+    return {dx.reshape(ctx.get<Shape>("shape")).to(ctx.get<DType>("dtype")), Tensor()};
   }
 };
 
@@ -166,8 +157,6 @@ struct VocabParallelCrossEntropy : Function<VocabParallelCrossEntropy> {
 
 Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets, const VocabRange& range,
                                     const ProcessGroupPtr& group, int64_t ignore_index) {
-  if (logits.device().is_cuda())  // the same math as engine ops (vocab_composed.cpp)
-    return vocab_parallel_cross_entropy_composed(logits, targets, range, group, ignore_index);
   return VocabParallelCrossEntropy::apply(logits, targets, range, group, ignore_index);
 }
 

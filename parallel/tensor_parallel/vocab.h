@@ -17,7 +17,8 @@
 //   Backward is local: dx = (exp(x - m)/S - [v == target]) · g / count on my columns; padding
 //   columns (ids >= V) take no part in m, S or the gradient.
 //   Bytes: 3 all-reduces of B·T floats; memory: the local logits [B·T, Vs] kept for backward.
-//   CPU logits run row loops; CUDA logits the same math as engine ops (vocab_composed.h).
+//   The per-row math is the engine's (tensor/sliced_cross_entropy.h: row loops on the CPU, engine ops
+//   on CUDA); this chapter adds the targets' columns, the three all-reduces and the autograd Function.
 //
 //   Tests: tests/parallel/tensor_parallel/test_tensor_parallel_ops.cpp (gradcheck, ×1e3 logits, -100, targets in every shard)
 #pragma once

@@ -17,6 +17,7 @@
 
 #include "autograd/function.h"
 #include "tensor/attention.h"
+#include "tensor/attention_composed.h"
 #include "tensor/cpu/dispatch.h"
 #include "tensor/cpu/flash_attention.h"
 #include "tensor/ops.h"
@@ -36,12 +37,14 @@ void check_inputs(const char* op, const Tensor& q, const Tensor& k, const Tensor
            dtype_name(q.dtype()), ", ", dtype_name(k.dtype()), ", ", dtype_name(v.dtype()));
 }
 
-void check_kernel_inputs(const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
+// CPU: the blockwise kernel; CUDA: the same math as engine ops (attention_composed.h), without dropout.
+void check_kernel_inputs(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                         const AttentionDropoutDraw& dropout) {
   check_inputs("attention", q, k, v, causal);
-  SL_CHECK(q.dtype() == DType::f32 || q.dtype() == DType::f64, "attention: the blockwise kernel runs f32 (or f64 ",
+  SL_CHECK(q.dtype() == DType::f32 || q.dtype() == DType::f64, "attention: the kernels run f32 (or f64 ",
            "for gradcheck), got ", dtype_name(q.dtype()));
-  SL_CHECK(!q.device().is_cuda(), "attention: the blockwise kernel runs on the CPU only (q is on ", q.device().str(),
-           ")");
+  SL_CHECK(!q.device().is_cuda() || dropout.p == 0, "attention: dropout ", dropout.p,
+           " inside the kernels runs on the CPU only (q is on ", q.device().str(), ")");
 }
 
 // f(T{}) for the tensor-level kernels' types, float and double (the callers have checked the dtype).
@@ -77,7 +80,8 @@ DType lse_dtype(DType dtype) { return dtype == DType::f64 ? DType::f64 : DType::
 
 AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
                                   const AttentionDropoutDraw& dropout) {
-  check_kernel_inputs(q, k, v, causal);
+  check_kernel_inputs(q, k, v, causal, dropout);
+  if (q.device().is_cuda()) return composed::attention_forward(q, k, v, causal, scale);
   const int64_t B = q.size(0), NH = q.size(1), Tq = q.size(2), Tk = k.size(2);
   SL_CHECK(Tk > 0 || Tq == 0, "attention: ", Tq, " queries and no key to attend to");
   AttentionOutput o{Tensor::empty(q.shape(), q.options()), Tensor::empty({B, NH, Tq}, q.options())};
@@ -92,7 +96,8 @@ AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
                         const Tensor& delta, bool causal, double scale, const Tensor& dq, const Tensor& dk,
                         const Tensor& dv, const AttentionDropoutDraw& dropout) {
-  check_kernel_inputs(q, k, v, causal);
+  check_kernel_inputs(q, k, v, causal, dropout);
+  if (q.device().is_cuda()) return composed::attention_backward(q, k, v, dout, lse, delta, causal, scale, dq, dk, dv);
   const int64_t B = q.size(0), NH = q.size(1), Tq = q.size(2);
   SL_ASSERT(dout.shape() == q.shape() && lse.numel() == B * NH * Tq && delta.numel() == B * NH * Tq);
   SL_ASSERT((!dq.defined() || dq.shape() == q.shape()) && (!dk.defined() || dk.shape() == k.shape()) &&

@@ -24,7 +24,7 @@
 #include <utility>
 #include <vector>
 
-#include "parallel/context_parallel/attention_block_composed.h"
+#include "tensor/attention_composed.h"
 #include "tensor/cuda_info.h"
 #include "tensor/ops.h"
 #include "tests/support/compare.h"

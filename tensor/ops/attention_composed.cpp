@@ -1,13 +1,13 @@
-// attention_block_composed.cpp — see attention_block_composed.h. Shapes: q [B, NH, Tq, HS],
+// attention_composed.cpp — see tensor/attention_composed.h. Shapes: q [B, NH, Tq, HS],
 // k, v [B, NH, Tk, HS], s and P [B, NH, Tq, Tk], lse and delta [B, NH, Tq] (as [B, NH, Tq, 1] to
 // broadcast along a row).
-#include "parallel/context_parallel/attention_block_composed.h"
+#include "tensor/attention_composed.h"
 
 #include <limits>
 
 #include "tensor/ops.h"
 
-namespace sl::parallel::composed {
+namespace sl::composed {
 
 namespace {
 
@@ -17,9 +17,9 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 Tensor per_row(const Tensor& x) { return x.reshape({x.size(0), x.size(1), x.size(2), 1}); }
 
 // s = scale · q kᵀ, with the future (key j > query i) at -inf on a causal block.
-Tensor block_scores(const Tensor& q, const Tensor& k, BlockMask mask, double scale) {
+Tensor block_scores(const Tensor& q, const Tensor& k, bool causal, double scale) {
   Tensor s = mul(matmul(q, k, false, true), scale);  // [B, NH, Tq, HS] @ [B, NH, Tk, HS]ᵀ
-  if (mask == BlockMask::causal) s = masked_fill(s, causal_mask(q.size(2), q.device()), -kInf);
+  if (causal) s = masked_fill(s, causal_mask(q.size(2), q.device()), -kInf);
   return s;
 }
 
@@ -54,11 +54,10 @@ Tensor with_rows(const Tensor& dst, const Tensor& middle, int64_t begin) {
 
 }  // namespace
 
-BlockOutput attention_block_forward(const Tensor& q, const Tensor& k, const Tensor& v, BlockMask mask, double scale) {
+AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
   const int64_t B = q.size(0), NH = q.size(1), Tq = q.size(2);
-  if (mask == BlockMask::skip) return {zeros(q.shape(), q.options()), full({B, NH, Tq}, -kInf, q.options())};
-  SL_CHECK(k.size(2) > 0 || Tq == 0, "attention_block: ", Tq, " queries and no key to attend to");
-  Tensor s = block_scores(q, k, mask, scale);
+  SL_CHECK(k.size(2) > 0 || Tq == 0, "attention: ", Tq, " queries and no key to attend to");
+  Tensor s = block_scores(q, k, causal, scale);
   Tensor m = max(s, 3, true);  // finite: every row sees at least one key (causal: its own)
   Tensor e = exp(sub(s, m)), l = sum(e, 3, true);
   // out = (e v) / l, not exp(s - lse) v: lse of logits ×1e3 is ~1e3, and its rounding would enter
@@ -68,12 +67,11 @@ BlockOutput attention_block_forward(const Tensor& q, const Tensor& k, const Tens
   return {out, lse.reshape({B, NH, Tq})};
 }
 
-void attention_block_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
-                              const Tensor& delta, BlockMask mask, double scale, const Tensor& dq, const Tensor& dk,
-                              const Tensor& dv) {
-  if (mask == BlockMask::skip) return;
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
+                        const Tensor& delta, bool causal, double scale, const Tensor& dq, const Tensor& dk,
+                        const Tensor& dv) {
   // P = exp(s - lse): this block's share of each row's whole softmax (masked entries exp(-inf) = 0).
-  Tensor P = exp(sub(block_scores(q, k, mask, scale), per_row(lse)));
+  Tensor P = exp(sub(block_scores(q, k, causal, scale), per_row(lse)));
   if (dv.defined()) dv.add_(matmul(P, dout, true, false));  // Pᵀ [Tk, Tq] @ dO [Tq, HS]
   if (!dq.defined() && !dk.defined()) return;
   Tensor dP = matmul(dout, v, false, true);                      // dO [Tq, HS] @ Vᵀ [HS, Tk]
@@ -82,7 +80,7 @@ void attention_block_backward(const Tensor& q, const Tensor& k, const Tensor& v,
   if (dk.defined()) dk.add_(matmul(dS, q, true, false), scale);  // dSᵀ [Tk, Tq] @ [Tq, HS]
 }
 
-// The online-softmax merge (attention_block.h) on rows [row_begin, row_begin + Tb) of (out, lse).
+// The online-softmax merge (tensor/attention.h) on rows [row_begin, row_begin + Tb) of (out, lse).
 void merge_attention(const Tensor& out, const Tensor& lse, const Tensor& out_b, const Tensor& lse_b,
                      int64_t row_begin) {
   const int64_t Tb = out_b.size(2);
@@ -98,14 +96,14 @@ void merge_attention(const Tensor& out, const Tensor& lse, const Tensor& out_b, 
   // values exactly; a row that saw no key yet (lse = -inf, where merged_lse is -inf - -inf = nan)
   // takes the block's. Both -inf: the row stays empty (out 0, lse -inf).
   Tensor block_empty = is_minus_inf(lb), row_empty = is_minus_inf(l);
-  set_rows(out, where(per_row(block_empty), o, where(per_row(row_empty), out_b, merged_out)), row_begin);
-  set_rows(lse, where(block_empty, l, where(row_empty, lb, merged_lse)), row_begin);
+  composed::set_rows(out, where(per_row(block_empty), o, where(per_row(row_empty), out_b, merged_out)), row_begin);
+  composed::set_rows(lse, where(block_empty, l, where(row_empty, lb, merged_lse)), row_begin);
 }
 
 void set_rows(const Tensor& dst, const Tensor& src, int64_t begin) { dst.copy_(with_rows(dst, src, begin)); }
 
 void add_rows(const Tensor& dst, const Tensor& src, int64_t begin) {
-  set_rows(dst, add(dst.narrow(2, begin, src.size(2)), src), begin);
+  composed::set_rows(dst, add(dst.narrow(2, begin, src.size(2)), src), begin);
 }
 
-}  // namespace sl::parallel::composed
+}  // namespace sl::composed
