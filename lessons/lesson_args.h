@@ -10,10 +10,11 @@
 //     args.done();                              // --help prints the list and exits 0; a bad flag exits 2
 //
 // Flags are `--name value` or `--name=value`. Each call declares its flag and reads it at once (the
-// command line is parsed again with what is declared so far; flags not yet declared wait for done()). Defaults are the lesson's own numbers, so `make lessons`
-// (no flags) runs what it always ran; every value a lesson accepts keeps its check meaningful, and a
-// value outside [min, max] is refused with the range. A "break it" switch is `--break-<what>`: with it
-// on, the lesson makes the mistake on purpose, shows what goes wrong, and its check fails (exit 1).
+// command line is parsed again with what is declared so far; flags not yet declared wait for done()).
+// Defaults are the lesson's own numbers, so `make lessons` (no flags) runs what it always ran; every
+// value a lesson accepts keeps its check meaningful, and a value outside [min, max] is refused with
+// the range. A "break it" switch is `--break-<what>`: with it on, the lesson makes the mistake on
+// purpose, shows what goes wrong, and its check fails (exit 1).
 // tools/check_lessons.sh reads the `--break-` lines of every lesson's --help and runs each one.
 #pragma once
 #include <CLI/CLI.hpp>
@@ -47,8 +48,12 @@ class Args {
     CLI::Option* option = app_.add_option("--" + flag)->description(help + " (default " + std::to_string(fallback) + ", " + range + ")");
     option->type_name("N")->check(CLI::Validator(
         [=](std::string& value) {
-          int64_t parsed = 0;
-          if (!CLI::detail::lexical_cast(value, parsed)) return "takes an integer, not '" + value + "'";
+          // Decimal only: CLI11 reads integers in C's base 0, where 010 is 8.
+          const std::string magnitude = value.rfind('-', 0) == 0 ? value.substr(1) : value;
+          const bool digits = !magnitude.empty() && magnitude.size() <= 18 &&
+                              (magnitude.size() == 1 || magnitude[0] != '0') &&
+                              magnitude.find_first_not_of("0123456789") == std::string::npos;
+          if (!digits) return "takes an integer, not '" + value + "'";
           std::string copy = value;
           return in_range(copy).empty() ? std::string() : value + " is outside " + range;
         },

@@ -127,6 +127,15 @@ inline std::string number(double x) {
   return text;
 }
 
+// Written in decimal, without a leading zero, and short enough not to overflow: CLI11 reads integers
+// in C's base 0, where 010 is 8 and 0x10 is 16.
+inline bool decimal(const std::string& value) {
+  const size_t start = !value.empty() && value[0] == '-' ? 1 : 0;
+  const std::string digits = value.substr(start);
+  if (digits.empty() || digits.size() > 18 || (digits.size() > 1 && digits[0] == '0')) return false;
+  return std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+}
+
 // ---- the checks --------------------------------------------------------------------------------------
 
 inline Check integer_in(int64_t lo, int64_t hi) {
@@ -135,7 +144,8 @@ inline Check integer_in(int64_t lo, int64_t hi) {
                                                 : "in " + std::to_string(lo) + ".." + std::to_string(hi);
   return [range, expected](const std::string& value) {
     std::string copy = value;
-    return range(copy).empty() ? std::string() : "expected an integer " + expected + ", got '" + value + "'";
+    return decimal(value) && range(copy).empty() ? std::string()
+                                                 : "expected an integer " + expected + ", got '" + value + "'";
   };
 }
 

@@ -49,6 +49,10 @@ TEST(TrainOptions, BadCombinationsAreUsageErrors) {
            {"--micro-batches 5 --batch-size 12", "--batch-size 12 must be micro-batch rows x 5 micro-batches x dp_replicate 1 x dp_shard 1, but 12 % 5 = 2"},
            {"--naive-dp --dp 2 --micro-batches 2", "--naive-dp scatters one batch per step: it cannot be combined with --micro-batches"},
            {"--micro-batches 0", "--micro-batches: expected an integer in 1..1048576, got '0'"},
+           // Decimal only (C's base 0 would read 010 as 8), and no silent overflow.
+           {"--steps 010", "--steps: expected an integer >= 0, got '010'"},
+           {"--tp 0x2", "--tp: expected an integer in 1..1024, got '0x2'"},
+           {"--steps 99999999999999999999", "--steps: expected an integer >= 0, got '99999999999999999999'"},
            {"--adam-eps 0", "--adam-eps: expected a number > 0, got '0'"},
            {"--adam-eps -1e-8", "--adam-eps: expected a number > 0, got '-1e-8'"},
            {"--adam-eps tiny", "--adam-eps: expected a number > 0, got 'tiny'"},
