@@ -1,13 +1,13 @@
 # shardlab — one Makefile.
 #
 #   make            the library, lessons, tests, benchmarks and tools, into build/
-#   make run        the main job: the GPT learns addition over dp 2 x pp 2 x tp 2, against serial (TRAIN_ARGS=...)
+#   make run        the main job: the GPT learns addition over HSDP 2x2 x cp 2 x tp 2 (configs/hsdp_cp_tp.toml), against serial (TRAIN_ARGS=...)
 #   make test       build and run the whole GoogleTest suite;  make test AREA=parallel/zero  one folder of tests/
 #   make lessons    every lesson in order;  make lesson N=01  one of them
 #   make exercises  the exercises and their status;  make exercise N=01 [SOLUTION=1]  grade one
 #   make coursework every grader: templates, SOLUTION=1 and the wrong solutions (CI grades them)
 #   make bench      the benchmarks (JSON lines);  make bench-quick  each once, in seconds, checking its output
-#   make deps       check for (and, as root, install) Eigen, GoogleTest, nlohmann-json, OpenBLAS, OpenMPI
+#   make deps       check for (and, as root, install) Eigen, GoogleTest, nlohmann-json, CLI11, OpenBLAS, OpenMPI
 #   make format     clang-format every source;  make compdb  compile_commands.json for editors
 #   make fuzz       the libFuzzer targets in fuzz/ (clang), side by side, each for FUZZ_SECONDS (30) from its seeds
 #   make clean
@@ -167,6 +167,14 @@ ifeq ($(CUDA),1)
   endif
 endif
 
+# ---- CLI11 (the command lines of train, plan, checkpoint, the lessons and the benchmarks) ------------
+# Header-only, from Debian's libcli11-dev (make deps installs it). Checked once per make, before
+# anything compiles, so that a missing header is one clear line instead of an error in every program.
+CLI11_HEADER := $(firstword $(wildcard /usr/include/CLI/CLI.hpp /usr/local/include/CLI/CLI.hpp))
+.PHONY: cli11
+cli11:
+	@test -n "$(CLI11_HEADER)" || { echo "CLI11 not found (CLI/CLI.hpp): run make deps, or apt-get install libcli11-dev" >&2; exit 1; }
+
 # ---- what gets built ------------------------------------------------------------------------------
 LIB_SRCS    := $(wildcard tensor/*.cpp tensor/cpu/*.cpp tensor/cuda/*.cpp tensor/ops/*.cpp autograd/*.cpp nn/*.cpp parallel/*/*.cpp parallel/*/*/*.cpp)
 LIB_OBJS    := $(LIB_SRCS:%.cpp=$(BUILD)/%.o) $(CU_SRCS:%.cu=$(BUILD)/%.cu.o)
@@ -230,7 +238,7 @@ programs: $(LIB) $(LESSONS) $(TEST_BIN) $(BENCHES) $(TOOLS)
 FLAGS_FILE := $(BUILD)/.flags
 $(shell mkdir -p $(BUILD) && echo '$(CXX) $(CXXFLAGS) $(NVCCFLAGS)' | cmp -s - $(FLAGS_FILE) || echo '$(CXX) $(CXXFLAGS) $(NVCCFLAGS)' > $(FLAGS_FILE))
 
-$(BUILD)/%.o: %.cpp $(FLAGS_FILE)
+$(BUILD)/%.o: %.cpp $(FLAGS_FILE) | cli11
 	@mkdir -p $(dir $@)
 	$(LAUNCH) $(CXX) $(CXXFLAGS) -c $< -o $@
 
@@ -271,8 +279,9 @@ test: deps
 # The main job, the showcase: the GPT learns addition on 16 thread ranks in the Accelerate guide's
 # first layout (dp_replicate 2 x dp_shard 2 x cp 2 x tp 2: HSDP over tensor- and context-parallel
 # shards), checked against the serial run (--compare-serial); it fails below 90% held-out accuracy.
+# The layout is configs/hsdp_cp_tp.toml (configs/ holds the guide's other layouts: train --config FILE).
 # 1000 steps (99-100% held out) keep it near 110 s on 2 cores. `make run TRAIN_ARGS=` trains serially.
-TRAIN_ARGS ?= --dp-replicate 2 --dp-shard 2 --cp 2 --cp-balance none --tp 2 --steps 1000 --compare-serial --min-accuracy 90
+TRAIN_ARGS ?= --config configs/hsdp_cp_tp.toml --steps 1000 --compare-serial --min-accuracy 90
 run: deps
 	@$(MAKE) --no-print-directory $(BUILD)/bin/train
 	$(SAN_ENV) $(BUILD)/bin/train $(TRAIN_ARGS)

@@ -1,4 +1,4 @@
-// bench_check.h — what every benchmark checks of its own output, and its --quick flag.
+// bench_check.h — what every benchmark checks of its own output, its --quick flag and its flags' parser.
 //
 // A benchmark prints figures nobody reads line by line, so a broken one can go on printing for a
 // long time: a NaN time, a byte count that no longer matches its formula, a row left out. Each
@@ -20,27 +20,34 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <sstream>
 #include <string>
 
+#include "tools/cli.h"
+
 namespace sl::bench {
 
-// Removes every `flag` from argv (argc shrinks) and says whether there was one. Taken out before the
-// benchmark's own parser runs, so parsers that read flags in pairs never see a flag without a value.
-inline bool take_flag(int& argc, char** argv, const char* flag) {
-  bool found = false;
-  int kept = 1;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], flag))
-      found = true;
-    else
-      argv[kept++] = argv[i];
+// --quick, looked up before the flags are declared: it sets the defaults that the other flags override.
+inline bool quick_mode(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (!std::strcmp(argv[i], "--quick")) return true;
+  return false;
+}
+
+// A benchmark's flags on the programs' parser (tools/cli.h), with --quick declared here: --help prints
+// them and exits 0; a bad flag or value exits 2 with one line naming it ("gemm: --reps: expected ...").
+inline void parse_flags(cli::Parser& flags, int argc, char** argv) {
+  static bool quick = false;
+  flags.flag("--quick", quick, "each case once at its smallest size (seconds), its output checked (make bench-quick)");
+  try {
+    if (flags.parse(argc, argv)) std::exit(0);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "%s: %s\n", flags.app().get_name().c_str(), e.message.c_str());
+    std::exit(2);
   }
-  argc = kept;
-  argv[argc] = nullptr;
-  return found;
 }
 
 class Checks {

@@ -142,62 +142,22 @@ void run_case(RankContext& ctx, const Case& c, sl::bench::Checks& checks, int& r
   std::fflush(stdout);
 }
 
-// "1,16,64" -> {1, 16, 64}; false on anything that is not a list of positive integers.
-bool parse_list(const char* text, std::vector<int64_t>& out) {
-  out.clear();
-  std::string s(text);
-  size_t start = 0;
-  while (start <= s.size()) {
-    size_t comma = std::min(s.find(',', start), s.size());
-    std::string item = s.substr(start, comma - start);
-    char* end = nullptr;
-    long long value = std::strtoll(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || value <= 0 || value > (1 << 20)) return false;  // <= 1 TiB, 1M ranks
-    out.push_back(value);
-    start = comma + 1;
-  }
-  return !out.empty();
-}
-
-int usage(const char* program) {
-  std::fprintf(stderr,
-               "usage: %s [--sizes-mib 1,16,64] [--worlds 2,4] [--iters 50] [--warmup 3] [--backend threads|nccl] "
-               "[--quick]\n",
-               program);
-  return 2;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool quick = sl::bench::take_flag(argc, argv, "--quick");
+  const bool quick = sl::bench::quick_mode(argc, argv);
   std::vector<int64_t> sizes_mib = {1, 16, 64}, worlds = {2, 4};
   int iters = 50, warmup = 3;
   if (quick) sizes_mib = {1}, iters = 5, warmup = 1;  // defaults: the flags below still override them
-  bool nccl = false, worlds_given = false;
-  for (int i = 1; i < argc; ++i) {
-    bool has_value = i + 1 < argc;
-    if (!std::strcmp(argv[i], "--sizes-mib") && has_value) {
-      if (!parse_list(argv[++i], sizes_mib)) return usage(argv[0]);
-    } else if (!std::strcmp(argv[i], "--worlds") && has_value) {
-      if (!parse_list(argv[++i], worlds)) return usage(argv[0]);
-      worlds_given = true;
-    } else if (!std::strcmp(argv[i], "--backend") && has_value) {
-      const std::string backend = argv[++i];
-      if (backend != "threads" && backend != "nccl") return usage(argv[0]);
-      nccl = backend == "nccl";
-    } else if (!std::strcmp(argv[i], "--iters") && has_value) {
-      iters = std::atoi(argv[++i]);
-    } else if (!std::strcmp(argv[i], "--warmup") && has_value) {
-      warmup = std::atoi(argv[++i]);
-    } else {
-      return usage(argv[0]);
-    }
-  }
-  if (iters < 1 || warmup < 0) {
-    std::fprintf(stderr, "collectives: need --iters >= 1 and --warmup >= 0 (got %d and %d)\n", iters, warmup);
-    return 2;
-  }
+  std::string backend = "threads";
+  sl::cli::Parser flags("collectives", "collectives: all_reduce bandwidth beside memcpy, over threads, MPI or NCCL");
+  flags.integers("--sizes-mib", sizes_mib, 1, 1 << 20, "message sizes in MiB");
+  flags.integers("--worlds", worlds, 1, 1 << 20, "world sizes (under mpirun: mpirun's -np alone)");
+  flags.integer("--iters", iters, 1, 1 << 20, "timed calls per case");
+  flags.integer("--warmup", warmup, 0, 1 << 20, "untimed calls before them");
+  flags.choice("--backend", backend, {"threads", "nccl"}, "threads (MPI under mpirun), or NCCL: one rank per GPU");
+  sl::bench::parse_flags(flags, argc, argv);
+  const bool nccl = backend == "nccl", worlds_given = flags.given("--worlds");
   // Under mpirun the world is mpirun's -np: one process per rank, whatever --worlds says.
   if (sl::parallel::under_mpirun()) worlds = {sl::parallel::mpirun_world_size()};
   sl::parallel::LaunchOptions options;

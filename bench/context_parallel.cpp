@@ -201,24 +201,16 @@ static void report_case(bench::Checks& checks, const Case& c, int64_t T, int cp,
 }
 
 int main(int argc, char** argv) {
-  const bool quick = bench::take_flag(argc, argv, "--quick");
+  const bool quick = bench::quick_mode(argc, argv);
   int cp = 2, steps = 5, warmup = 1;
   std::vector<int64_t> lengths = {1024, 2048, 4096};
   if (quick) steps = 1, lengths = {256};  // defaults: the flags below still override them
-  for (int i = 1; i < argc; ++i) {
-    auto next = [&] { return i + 1 < argc ? argv[++i] : ""; };
-    if (!std::strcmp(argv[i], "--cp")) cp = std::atoi(next());
-    else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(next());
-    else if (!std::strcmp(argv[i], "--warmup")) warmup = std::atoi(next());
-    else if (!std::strcmp(argv[i], "--T")) {
-      lengths.clear();
-      std::stringstream list(next());
-      for (std::string item; std::getline(list, item, ',');) lengths.push_back(std::stoll(item));
-    } else {
-      std::fprintf(stderr, "usage: context_parallel [--cp N] [--steps N] [--warmup N] [--T 1024,2048] [--quick]\n");
-      return 2;
-    }
-  }
+  cli::Parser flags("context_parallel", "context_parallel: one attention layer's step over cp ranks, per variant");
+  flags.integer("--cp", cp, 2, 1024, "context-parallel ranks");
+  flags.integer("--steps", steps, 1, 1 << 20, "timed steps per case");
+  flags.integer("--warmup", warmup, 0, 1 << 20, "untimed steps before them");
+  flags.integers("--T", lengths, 1, 1 << 20, "sequence lengths");
+  bench::parse_flags(flags, argc, argv);
   bench::Checks checks("context_parallel");
   int64_t rows = 0, asked = 0;
   for (int64_t T : lengths) {

@@ -147,23 +147,17 @@ static void report(bench::Checks& checks, const std::string& mode, int world, co
 }
 
 int main(int argc, char** argv) {
-  const bool quick = bench::take_flag(argc, argv, "--quick");
+  const bool quick = bench::quick_mode(argc, argv);
   int world = parallel::under_mpirun() ? parallel::mpirun_world_size() : 2, steps = 10, warmup = 3;
   if (quick) steps = 1, warmup = 1;  // defaults: the flags below still override them
   const nn::GPTConfig& config = quick ? kQuick : kConfigB;
   std::string modes = "ddp,zero1,zero2,zero3";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--world") world = std::stoi(value);
-    else if (flag == "--steps") steps = std::stoi(value);
-    else if (flag == "--warmup") warmup = std::stoi(value);
-    else if (flag == "--modes") modes = value;
-    else {
-      std::fprintf(stderr,
-                   "usage: data_parallel [--world N] [--steps N] [--warmup N] [--modes ddp,zero1,...] [--quick]\n");
-      return 2;
-    }
-  }
+  cli::Parser flags("data_parallel", "data_parallel: a GPT step under DDP, ZeRO-1/2/3 and naive DP, beside serial");
+  flags.integer("--world", world, 1, 1024, "data-parallel ranks (under mpirun: mpirun's -np)");
+  flags.integer("--steps", steps, 1, 1 << 20, "timed steps per mode");
+  flags.integer("--warmup", warmup, 0, 1 << 20, "untimed steps before them");
+  flags.text("--modes", modes, "ddp,zero1,...", "which strategies, comma-separated: ddp, zero1, zero2, zero3, naive");
+  bench::parse_flags(flags, argc, argv);
   set_num_threads(1);
   nn::TokenStream data = random_tokens(1 << 18);
   const bool print = parallel::mpirun_rank() == 0;

@@ -72,42 +72,16 @@ Timing time_backward(const Tensor& x, const Tensor& y, const Tensor& dy, int rep
       reps, warmup);
 }
 
-[[noreturn]] void usage_error(const std::string& message) {
-  std::fprintf(stderr, "elementwise: %s\nusage: elementwise [--reps N >= 1] [--warmup N >= 0] [--quick]\n",
-               message.c_str());
-  std::exit(2);
-}
-
-int parse_count(const std::string& flag, const std::string& value, int minimum) {
-  size_t used = 0;
-  long parsed = -1;
-  try {
-    parsed = std::stol(value, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (value.empty() || used != value.size() || parsed < minimum || parsed > 1000000)
-    usage_error(flag + ": expected an integer in " + std::to_string(minimum) + "..1000000, got '" + value + "'");
-  return static_cast<int>(parsed);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool quick = bench::take_flag(argc, argv, "--quick");
+  const bool quick = bench::quick_mode(argc, argv);
   int reps = 50, warmup = 5;
   if (quick) reps = 3, warmup = 1;  // defaults: the flags below still override them
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (i + 1 >= argc)
-      usage_error(flag == "--reps" || flag == "--warmup" ? flag + " needs a value" : "unknown flag " + flag);
-    if (flag == "--reps")
-      reps = parse_count(flag, argv[++i], 1);
-    else if (flag == "--warmup")
-      warmup = parse_count(flag, argv[++i], 0);
-    else
-      usage_error("unknown flag " + flag);
-  }
+  cli::Parser flags("elementwise", "elementwise: GELU, exp, softmax and LayerNorm forward and backward, GB/s");
+  flags.integer("--reps", reps, 1, 1 << 20, "timed repetitions per op");
+  flags.integer("--warmup", warmup, 0, 1 << 20, "untimed repetitions before them");
+  bench::parse_flags(flags, argc, argv);
   set_num_threads(1);
   bench::Checks checks("elementwise");
   const int64_t B = 8, T = 128, C = 256, NH = 8;

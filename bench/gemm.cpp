@@ -125,46 +125,22 @@ void print_gpu_results(sl::bench::Checks& checks, const std::vector<Result>& res
         gemm_flops(r.n) / r.best / 1e9, peak, gemm_flops(r.n) / r.median / 1e9 / peak);
 }
 
-// Reads the integers after `flag` up to the next flag, e.g. --sizes 256 512.
-std::vector<int64_t> parse_list(int argc, char** argv, int& i) {
-  std::vector<int64_t> values;
-  while (i + 1 < argc && argv[i + 1][0] != '-') values.push_back(std::atoll(argv[++i]));
-  return values;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool quick = sl::bench::take_flag(argc, argv, "--quick");
+  const bool quick = sl::bench::quick_mode(argc, argv);
   std::vector<int64_t> sizes = {256, 512, 1024, 2048}, threads = {1, 2};
   int reps = 10, warmup = 2;
   if (quick) sizes = {256}, reps = 3, warmup = 1;  // defaults: the flags below still override them
   std::string device_name = "cpu";
-  bool sizes_given = false;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--sizes")) {
-      sizes = parse_list(argc, argv, i);
-      sizes_given = true;
-    } else if (!std::strcmp(argv[i], "--threads")) {
-      threads = parse_list(argc, argv, i);
-    } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
-      reps = std::atoi(argv[++i]);
-    } else if (!std::strcmp(argv[i], "--warmup") && i + 1 < argc) {
-      warmup = std::atoi(argv[++i]);
-    } else if (!std::strcmp(argv[i], "--device") && i + 1 < argc &&
-               (!std::strcmp(argv[i + 1], "cpu") || !std::strcmp(argv[i + 1], "cuda"))) {
-      device_name = argv[++i];
-    } else {
-      std::fprintf(stderr,
-                   "usage: %s [--sizes N...] [--threads T...] [--reps 10] [--warmup 2] [--device cpu|cuda] [--quick]\n",
-                   argv[0]);
-      return 2;
-    }
-  }
-  if (reps < 1 || sizes.empty() || threads.empty()) {
-    std::fprintf(stderr, "gemm: need --reps >= 1 and at least one size and thread count\n");
-    return 2;
-  }
+  sl::cli::Parser flags("gemm", "gemm: square matmuls, GFLOP/s per size and thread count");
+  flags.integers("--sizes", sizes, 1, 1 << 16, "matrix sizes N (N x N times N x N)");
+  flags.integers("--threads", threads, 1, 1024, "GEMM thread counts (CPU)");
+  flags.integer("--reps", reps, 1, 1 << 20, "timed repetitions per case");
+  flags.integer("--warmup", warmup, 0, 1 << 20, "untimed repetitions before them");
+  flags.choice("--device", device_name, {"cpu", "cuda"}, "where the GEMM runs (cuda: sizes from 1024 by default)");
+  sl::bench::parse_flags(flags, argc, argv);
+  const bool sizes_given = flags.given("--sizes");
   const bool gpu = device_name == "cuda";
   if (gpu) {
     const sl::CudaInfo cuda = sl::cuda_info();

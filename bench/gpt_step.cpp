@@ -20,7 +20,7 @@
 // timed step); every timed interval ends with a device synchronize, so it is the GPU's work, not its
 // launches; the activation peak is the ledger's on cuda:0. The JSON lines then carry "device": "cuda:0".
 // Without a GPU it exits 1: "gpt_step: no CUDA device: ...".
-// A bad flag or value prints the usage, naming the flag, and exits 2.
+// --help lists the flags; a bad flag or value is one line naming it, and exit code 2.
 // --quick: config A alone, 2 steps after 1 warm-up (about a second; flags given beside it still
 // apply). In every mode the output is checked (bench/bench_check.h), exiting 1 on a failure: one
 // line per config and variant (and the "versus" line when there is one), --steps x rounds timed
@@ -167,32 +167,6 @@ static double attention_core_forward_ms(const BenchConfig& bench, const Variant&
   return best;
 }
 
-static const char* const kUsage =
-    "usage: gpt_step [--config A|B] [--seq-len T >= 1] [--threads N >= 1] [--steps N >= 1] [--warmup N >= 0] "
-    "[--profile] [--mixed-precision no|bf16|fp16] [--recompute none|selective|full] [--rounds N >= 1] "
-    "[--device cpu|cuda] [--quick]\n";
-
-// A bad flag or value: the message names it, then the usage; exit code 2.
-[[noreturn]] static void usage_error(const std::string& message) {
-  std::fprintf(stderr, "gpt_step: %s\n%s", message.c_str(), kUsage);
-  std::exit(2);
-}
-
-// The value of `flag` as an integer in [minimum, maximum], or a usage error.
-static int parse_int(const std::string& flag, const std::string& value, int minimum, int maximum) {
-  size_t used = 0;
-  long long parsed = 0;
-  try {
-    parsed = std::stoll(value, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (value.empty() || used != value.size() || parsed < minimum || parsed > maximum)
-    usage_error(flag + ": expected an integer in " + std::to_string(minimum) + ".." + std::to_string(maximum) +
-                ", got '" + value + "'");
-  return static_cast<int>(parsed);
-}
-
 struct Options {
   std::string only;
   int threads = 1, steps = 20, warmup = 5, seq_len = 0, rounds = 2;
@@ -203,51 +177,23 @@ struct Options {
 
 // The flags over `o`'s defaults (--quick's, or the plain ones).
 static Options parse_options(int argc, char** argv, const std::vector<BenchConfig>& configs, Options o) {
-  for (int i = 1; i < argc; ++i) {
-    std::string flag = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage_error(flag + " needs a value");
-      return argv[++i];
-    };
-    if (flag == "--config") {
-      o.only = value();
-      bool known = false;
-      for (const BenchConfig& config : configs) known = known || o.only == config.name;
-      if (!known) usage_error("--config: expected A or B, got '" + o.only + "'");
-    } else if (flag == "--seq-len") {
-      o.seq_len = parse_int(flag, value(), 1, 65536);
-    } else if (flag == "--threads") {
-      o.threads = parse_int(flag, value(), 1, 1024);
-    } else if (flag == "--steps") {
-      o.steps = parse_int(flag, value(), 1, 1000000);  // the median needs at least one timed step
-    } else if (flag == "--warmup") {
-      o.warmup = parse_int(flag, value(), 0, 1000000);
-    } else if (flag == "--rounds") {
-      o.rounds = parse_int(flag, value(), 1, 1000);
-    } else if (flag == "--mixed-precision") {
-      o.variant.precision_name = value();
-      if (o.variant.precision_name != "no" && o.variant.precision_name != "bf16" && o.variant.precision_name != "fp16")
-        usage_error("--mixed-precision: expected no, bf16 or fp16, got '" + o.variant.precision_name + "'");
-    } else if (flag == "--recompute") {
-      const std::string name = value();
-      try {
-        o.variant.recompute = nn::parse_recompute(name);
-      } catch (const std::exception&) {
-        usage_error("--recompute: expected none, selective or full, got '" + name + "'");
-      }
-    } else if (flag == "--device") {
-      const std::string name = value();
-      if (name != "cpu" && name != "cuda") usage_error("--device: expected cpu or cuda, got '" + name + "'");
-      o.cuda = name == "cuda";
-    } else if (flag == "--profile") {
-      o.profile = true;
-    } else if (flag == "--help" || flag == "-h") {
-      std::printf("%s", kUsage);
-      std::exit(0);
-    } else {
-      usage_error("unknown flag " + flag);
-    }
-  }
+  std::vector<std::string> names;
+  for (const BenchConfig& config : configs) names.push_back(config.name);
+  std::string recompute = "none", device = "cpu";
+  cli::Parser flags("gpt_step", "gpt_step: one GPT training step's time, per config, precision and recomputation");
+  flags.choice("--config", o.only, names, "one config only (A: 4 layers, 128 wide; B: 6 layers, 256 wide)");
+  flags.integer("--seq-len", o.seq_len, 1, 65536, "another sequence length, the same tokens per step");
+  flags.integer("--threads", o.threads, 1, 1024, "GEMM threads");
+  flags.integer("--steps", o.steps, 1, 1000000, "timed steps per round (the median needs one)");
+  flags.integer("--warmup", o.warmup, 0, 1000000, "untimed steps before them");
+  flags.integer("--rounds", o.rounds, 1, 1000, "rounds of the variants, interleaved");
+  flags.choice("--mixed-precision", o.variant.precision_name, {"no", "bf16", "fp16"}, "the variant's precision");
+  flags.choice("--recompute", recompute, {"none", "selective", "full"}, "the variant's activation recomputation");
+  flags.choice("--device", device, {"cpu", "cuda"}, "where the steps run");
+  flags.flag("--profile", o.profile, "time per op kind");
+  bench::parse_flags(flags, argc, argv);
+  o.variant.recompute = nn::parse_recompute(recompute);
+  o.cuda = device == "cuda";
   return o;
 }
 
@@ -310,7 +256,7 @@ int main(int argc, char** argv) {
       {"B", nn::GPTConfig{256, 128, 6, 8, 256, 0.0}, 8},
   };
   Options defaults;
-  if (bench::take_flag(argc, argv, "--quick")) defaults.only = "A", defaults.steps = 2, defaults.warmup = 1;
+  if (bench::quick_mode(argc, argv)) defaults.only = "A", defaults.steps = 2, defaults.warmup = 1;
   const Options o = parse_options(argc, argv, configs, defaults);
   set_num_threads(o.threads);
   if (o.cuda && cuda_info().device_count == 0) {

@@ -301,25 +301,17 @@ static void report_layout(bench::Checks& checks, const std::string& name, const 
 }
 
 int main(int argc, char** argv) {
-  const bool quick = bench::take_flag(argc, argv, "--quick");
+  const bool quick = bench::quick_mode(argc, argv);
   int steps = 5, warmup = 2;
   std::string layouts =
       "dp8,fsdp8,dp2xpp4,dp4xtp2,dp2xpp2xtp2,dp2xpp2xtp2_zero1,dp2xtp2xcp2,pp2xtp2xcp2,pp2xtp2xcp2_sp,"
       "dp2xtp2,fsdp2xtp2,fsdp4xtp2,rep2xfsdp2xtp2,fsdp2xcp2,fsdp4xcp2,dp2xtp2_zero2,rep2xfsdp2xcp2xtp2";
   if (quick) steps = 1, warmup = 0, layouts = "rep2xfsdp2,dp2xpp2";  // the flags below still override them
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--steps")
-      steps = std::stoi(value);
-    else if (flag == "--warmup")
-      warmup = std::stoi(value);
-    else if (flag == "--layouts")
-      layouts = value;
-    else {
-      std::fprintf(stderr, "usage: nd_parallel [--steps N] [--warmup N] [--layouts dp8,dp2xpp2xtp2,...] [--quick]\n");
-      return 2;
-    }
-  }
+  cli::Parser flags("nd_parallel", "nd_parallel: a GPT step over N-D layouts (dp, FSDP, pp, tp, cp), beside serial");
+  flags.integer("--steps", steps, 1, 1 << 20, "timed steps per layout");
+  flags.integer("--warmup", warmup, 0, 1 << 20, "untimed steps before them");
+  flags.text("--layouts", layouts, "a,b,...", "which layouts, comma-separated");
+  bench::parse_flags(flags, argc, argv);
   if (parallel::under_mpirun()) {
     std::fprintf(stderr, "nd_parallel: runs its own thread ranks (worlds 4 to 16); run it without mpirun\n");
     return 2;

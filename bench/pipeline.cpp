@@ -220,25 +220,21 @@ static void throughput_part(bench::Checks& checks, const char* name, const nn::G
 }
 
 int main(int argc, char** argv) {
-  const bool quick = bench::take_flag(argc, argv, "--quick");
+  const bool quick = bench::quick_mode(argc, argv);
   int steps = 5, warmup = 2;
   double sleep_ms = 2.0;
   if (quick) steps = 1, warmup = 1, sleep_ms = 1.0;  // defaults: the flags below still override them
-  bool throughput = true, bubble = true;
+  int64_t skip_throughput = 0, skip_bubble = 0;
   set_num_threads(1);  // one GEMM thread per rank, and for the serial baseline: one "device" each
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--steps") steps = std::stoi(value);
-    else if (flag == "--warmup") warmup = std::stoi(value);
-    else if (flag == "--sleep-ms") sleep_ms = std::stod(value);
-    else if (flag == "--skip-throughput") throughput = value == "0";
-    else if (flag == "--skip-bubble") bubble = value == "0";
-    else {
-      std::fprintf(stderr, "usage: pipeline [--steps N] [--warmup N] [--sleep-ms X] [--skip-throughput 0|1] "
-                           "[--skip-bubble 0|1] [--quick]\n");
-      return 2;
-    }
-  }
+  cli::Parser flags("pipeline", "pipeline: each schedule's bubble on synthetic layers, and a GPT's throughput");
+  flags.integer("--steps", steps, 1, 1 << 20, "timed steps per case");
+  flags.integer("--warmup", warmup, 0, 1 << 20, "untimed steps before them");
+  flags.real("--sleep-ms", sleep_ms, cli::number_where([](double x) { return x > 0 && x <= 1000; }, "0 < ms <= 1000"),
+             "0 < X <= 1000", "synthetic cost per layer and row, in ms");
+  flags.integer("--skip-throughput", skip_throughput, 0, 1, "1: leave out the GPT throughput part");
+  flags.integer("--skip-bubble", skip_bubble, 0, 1, "1: leave out the bubble part");
+  bench::parse_flags(flags, argc, argv);
+  const bool throughput = skip_throughput == 0, bubble = skip_bubble == 0;
   const std::vector<Case> cases = {
       {ScheduleKind::naive, 4, 4, 1},        {ScheduleKind::gpipe, 2, 4, 1},       {ScheduleKind::gpipe, 4, 4, 1},
       {ScheduleKind::gpipe, 4, 8, 1},        {ScheduleKind::one_f_one_b, 2, 8, 1}, {ScheduleKind::one_f_one_b, 4, 4, 1},

@@ -217,20 +217,17 @@ static void check_layout(bench::Checks& checks, const Layout& layout, const plan
 }
 
 int main(int argc, char** argv) {
-  const bool quick = bench::take_flag(argc, argv, "--quick");
+  const bool quick = bench::quick_mode(argc, argv);
   int steps = 3, repeats = 2;
-  std::string links = "intra=400MB/s,100us;inter=100MB/s,400us;gpus-per-node=4", only;
-  if (quick) steps = 1, repeats = 1, only = ",ddp2,pp2_1f1b_m4,tp2,";  // the flags below still override them
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--steps")) steps = std::max(1, std::atoi(argv[i + 1]));
-    else if (!std::strcmp(argv[i], "--repeats")) repeats = std::max(1, std::atoi(argv[i + 1]));
-    else if (!std::strcmp(argv[i], "--links")) links = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--layouts")) only = "," + std::string(argv[i + 1]) + ",";
-    else {
-      std::fprintf(stderr, "usage: planner [--steps N] [--repeats N] [--links SPEC] [--layouts a,b,...] [--quick]\n");
-      return 2;
-    }
-  }
+  std::string links = "intra=400MB/s,100us;inter=100MB/s,400us;gpus-per-node=4", layouts;
+  if (quick) steps = 1, repeats = 1, layouts = "ddp2,pp2_1f1b_m4,tp2";  // the flags below still override them
+  cli::Parser flags("planner", "planner: the planner's predicted step times against measured ones, per layout");
+  flags.integer("--steps", steps, 1, 1 << 20, "timed steps per measurement");
+  flags.integer("--repeats", repeats, 1, 1 << 20, "measurements per layout (the fastest counts)");
+  flags.text("--links", links, "SPEC", "the simulated links");
+  flags.text("--layouts", layouts, "a,b,...", "which layouts, comma-separated (default: all)");
+  bench::parse_flags(flags, argc, argv);
+  const std::string only = layouts.empty() ? "" : "," + layouts + ",";
   set_num_threads(1);  // one GEMM thread per rank: the ranks are the parallelism
   const Topology topology = Topology::parse_links(links);
   const int cores = std::max(1u, std::thread::hardware_concurrency());

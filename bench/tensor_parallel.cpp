@@ -166,25 +166,17 @@ static void check_mode(bench::Checks& checks, const std::string& mode, const nn:
 }
 
 int main(int argc, char** argv) {
-  const bool quick = bench::take_flag(argc, argv, "--quick");
+  const bool quick = bench::quick_mode(argc, argv);
   int tp = 2, steps = 10, warmup = 3;
   if (quick) steps = 1, warmup = 1;  // defaults: the flags below still override them
   const nn::GPTConfig& config = quick ? kQuick : kConfigB;
   std::string modes = "tp,tp_sp";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--tp"))
-      tp = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--steps"))
-      steps = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--warmup"))
-      warmup = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--modes"))
-      modes = argv[i + 1];
-    else {
-      std::fprintf(stderr, "usage: tensor_parallel [--tp N] [--steps N] [--warmup N] [--modes tp,tp_sp] [--quick]\n");
-      return 2;
-    }
-  }
+  cli::Parser flags("tensor_parallel", "tensor_parallel: a GPT step under Megatron tp and tp + sp, beside serial");
+  flags.integer("--tp", tp, 2, 1024, "tensor-parallel ranks");
+  flags.integer("--steps", steps, 1, 1 << 20, "timed steps per mode");
+  flags.integer("--warmup", warmup, 0, 1 << 20, "untimed steps before them");
+  flags.text("--modes", modes, "tp,tp_sp", "which modes, comma-separated");
+  bench::parse_flags(flags, argc, argv);
   const nn::TokenStream data = random_tokens(200000);
   const double serial = serial_median(config, data, steps, warmup);
   bench::Checks checks("tensor_parallel");

@@ -1,4 +1,5 @@
-// lesson_args.h — what a lesson lets you change, read from its command line (header-only).
+// lesson_args.h — what a lesson lets you change, read from its command line (header-only, on CLI11,
+// as build/bin/train's: tools/cli.h).
 //
 //   int main(int argc, char** argv) {
 //     lesson::Args args(argc, argv, "09_pipeline_schedules", "1F1B and interleaving against GPipe");
@@ -8,18 +9,20 @@
 //     const std::string svg_dir = args.svg();   // --svg DIR: where the lesson writes its pictures
 //     args.done();                              // --help prints the list and exits 0; a bad flag exits 2
 //
-// Flags are `--name value` or `--name=value`. Defaults are the lesson's own numbers, so `make lessons`
-// (no flags) runs what it always ran; every value a lesson accepts keeps its check meaningful, and a
-// value outside [min, max] is refused with the range. A "break it" switch is `--break-<what>`: with it
-// on, the lesson makes the mistake on purpose, shows what goes wrong, and its check fails (exit 1).
+// Flags are `--name value` or `--name=value`. Each call declares its flag and reads it at once (the
+// command line is parsed again with what is declared so far; flags not yet declared wait for done()).
+// Defaults are the lesson's own numbers, so `make lessons` (no flags) runs what it always ran; every
+// value a lesson accepts keeps its check meaningful, and a value outside [min, max] is refused with
+// the range. A "break it" switch is `--break-<what>`: with it on, the lesson makes the mistake on
+// purpose, shows what goes wrong, and its check fails (exit 1).
 // tools/check_lessons.sh reads the `--break-` lines of every lesson's --help and runs each one.
 #pragma once
+#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,99 +31,113 @@ namespace lesson {
 
 class Args {
  public:
-  Args(int argc, char** argv, std::string name, std::string about) : name_(std::move(name)), about_(std::move(about)) {
-    for (int i = 1; i < argc; ++i) {
-      std::string arg = argv[i];
-      if (arg == "--help" || arg == "-h") {
-        help_ = true;
-        continue;
-      }
-      if (arg.rfind("--", 0) != 0) fail("'" + arg + "' is not a flag (flags start with --)");
-      arg = arg.substr(2);
-      const size_t eq = arg.find('=');
-      if (eq != std::string::npos) {
-        given_[arg.substr(0, eq)] = arg.substr(eq + 1);
-      } else if (arg.rfind("break-", 0) == 0) {
-        given_[arg] = "1";  // a switch takes no value
-      } else if (i + 1 < argc) {
-        given_[arg] = argv[++i];
-      } else {
-        fail("--" + arg + " needs a value");
-      }
-    }
+  Args(int argc, char** argv, std::string name, std::string about)
+      : name_(std::move(name)), about_(std::move(about)), app_("", "build/lessons/" + name_), argc_(argc), argv_(argv) {
+    app_.allow_extras();  // until done(): the flags declared later are extras for now
+    app_.set_help_flag();  // --help is read in done(), once every flag is declared
+    app_.add_flag("-h,--help")->description("this list");
+    app_.get_formatter()->column_width(24);
+    app_.get_formatter()->label("OPTIONS", "FLAGS");
+    app_.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   }
 
   // An integer in [lo, hi]; the default when the flag is absent.
   int64_t integer(const std::string& flag, int64_t fallback, const std::string& help, int64_t lo, int64_t hi) {
-    describe("--" + flag + " N", help + " (default " + std::to_string(fallback) + ", " + std::to_string(lo) + ".." +
-                                     std::to_string(hi) + ")");
-    const std::optional<std::string> value = take(flag);
-    if (!value) return fallback;
-    char* end = nullptr;
-    const long long parsed = std::strtoll(value->c_str(), &end, 10);
-    if (value->empty() || *end != '\0') fail("--" + flag + " takes an integer, not '" + *value + "'");
-    if (parsed < lo || parsed > hi)
-      fail("--" + flag + " " + *value + " is outside " + std::to_string(lo) + ".." + std::to_string(hi));
-    return parsed;
+    const std::string range = std::to_string(lo) + ".." + std::to_string(hi);
+    const CLI::Range in_range(lo, hi);
+    CLI::Option* option = app_.add_option("--" + flag)->description(help + " (default " + std::to_string(fallback) + ", " + range + ")");
+    option->type_name("N")->check(CLI::Validator(
+        [=](std::string& value) {
+          // Decimal only: CLI11 reads integers in C's base 0, where 010 is 8.
+          const std::string magnitude = value.rfind('-', 0) == 0 ? value.substr(1) : value;
+          const bool digits = !magnitude.empty() && magnitude.size() <= 18 &&
+                              (magnitude.size() == 1 || magnitude[0] != '0') &&
+                              magnitude.find_first_not_of("0123456789") == std::string::npos;
+          if (!digits) return "takes an integer, not '" + value + "'";
+          std::string copy = value;
+          return in_range(copy).empty() ? std::string() : value + " is outside " + range;
+        },
+        ""));
+    return read<int64_t>(option, fallback);
   }
 
   // A real number in [lo, hi].
   double real(const std::string& flag, double fallback, const std::string& help, double lo, double hi) {
-    describe("--" + flag + " X", help + " (default " + number(fallback) + ", " + number(lo) + ".." + number(hi) + ")");
-    const std::optional<std::string> value = take(flag);
-    if (!value) return fallback;
-    char* end = nullptr;
-    const double parsed = std::strtod(value->c_str(), &end);
-    if (value->empty() || *end != '\0') fail("--" + flag + " takes a number, not '" + *value + "'");
-    if (!(parsed >= lo && parsed <= hi)) fail("--" + flag + " " + *value + " is outside " + number(lo) + ".." + number(hi));
-    return parsed;
+    const std::string range = number(lo) + ".." + number(hi);
+    CLI::Option* option = app_.add_option("--" + flag)->description(help + " (default " + number(fallback) + ", " + range + ")");
+    option->type_name("X")->check(CLI::Validator(
+        [=](std::string& value) {
+          double parsed = 0;
+          if (!CLI::detail::lexical_cast(value, parsed)) return "takes a number, not '" + value + "'";
+          return parsed >= lo && parsed <= hi ? std::string() : value + " is outside " + range;
+        },
+        ""));
+    return read<double>(option, fallback);
   }
 
   // Free text (a link spec, a path); the lesson validates it.
   std::string text(const std::string& flag, const std::string& fallback, const std::string& help) {
-    describe("--" + flag + " TEXT", help + (fallback.empty() ? "" : " (default " + fallback + ")"));
-    const std::optional<std::string> value = take(flag);
-    return value ? *value : fallback;
+    CLI::Option* option = app_.add_option("--" + flag)->type_name("TEXT");
+    option->description(help + (fallback.empty() ? "" : " (default " + fallback + ")"));
+    return read<std::string>(option, fallback);
   }
 
   // A "break it" switch, --break-<what>: true when given.
   bool breaks(const std::string& what, const std::string& mistake) {
-    describe("--break-" + what, "break it: " + mistake + "; the lesson's check then fails");
-    return take("break-" + what).has_value();
+    CLI::Option* option = app_.add_flag("--break-" + what);
+    option->description("break it: " + mistake + "; the lesson's check then fails");
+    parse();
+    return option->count() > 0;
   }
 
   // --svg DIR: the folder the lesson writes its pictures into (created); empty when not asked.
   std::string svg() {
-    describe("--svg DIR", "write this lesson's pictures (.svg) into DIR");
-    const std::optional<std::string> value = take("svg");
-    if (!value) return "";
+    CLI::Option* option = app_.add_option("--svg")->type_name("DIR");
+    option->description("write this lesson's pictures (.svg) into DIR");
+    const std::string dir = read<std::string>(option, "");
+    if (dir.empty()) return "";
     std::error_code error;
-    std::filesystem::create_directories(*value, error);
-    if (error) fail("--svg " + *value + ": cannot create the folder (" + error.message() + ")");
-    return *value;
+    std::filesystem::create_directories(dir, error);
+    if (error) fail("--svg " + dir + ": cannot create the folder (" + error.message() + ")");
+    return dir;
   }
 
   // After the last flag: --help prints them all and exits 0; an unknown flag exits 2.
   void done() {
-    if (help_) {
-      std::printf("%s: %s\n\nusage: build/lessons/%s [flags]\n", name_.c_str(), about_.c_str(), name_.c_str());
-      for (const auto& [flag, help] : described_) std::printf("  %-22s %s\n", flag.c_str(), help.c_str());
-      std::printf("  %-22s %s\n", "--help", "this list");
+    parse();
+    if (app_.count("--help") > 0) {
+      std::printf("%s: %s\n\n%s", name_.c_str(), about_.c_str(), app_.help().c_str());
       std::exit(0);
     }
-    if (!given_.empty()) fail("unknown flag --" + given_.begin()->first + " (--help lists what this lesson takes)");
+    const std::vector<std::string> extra = app_.remaining();
+    if (!extra.empty())
+      fail((extra[0].rfind("--", 0) == 0 ? "unknown flag " + extra[0]
+                                         : "'" + extra[0] + "' is not a flag (flags start with --)") +
+           " (--help lists what this lesson takes)");
   }
 
  private:
-  void describe(std::string flag, std::string help) { described_.emplace_back(std::move(flag), std::move(help)); }
+  // The command line parsed again with every flag declared so far; a bad value exits 2 naming it.
+  void parse() {
+    try {
+      app_.parse(argc_, argv_);
+    } catch (const CLI::ArgumentMismatch& e) {
+      const std::string what = e.what();
+      fail(what.substr(0, what.find(':')) + " needs a value");
+    } catch (const CLI::ValidationError& e) {
+      std::string what = e.what();  // "--p: 9 is outside 2..8" -> "--p 9 is outside 2..8"
+      const size_t colon = what.find(": ");
+      if (colon != std::string::npos) what.replace(colon, 2, " ");
+      fail(what);
+    } catch (const CLI::ParseError& e) {
+      fail(e.what());
+    }
+  }
 
-  // The flag's value, removed from what is left to check; nullopt when absent.
-  std::optional<std::string> take(const std::string& flag) {
-    const auto it = given_.find(flag);
-    if (it == given_.end()) return std::nullopt;
-    std::string value = it->second;
-    given_.erase(it);
-    return value;
+  template <typename T>
+  T read(CLI::Option* option, T fallback) {
+    parse();
+    return option->count() > 0 ? option->as<T>() : fallback;
   }
 
   static std::string number(double x) {
@@ -135,9 +152,9 @@ class Args {
   }
 
   std::string name_, about_;
-  bool help_ = false;
-  std::map<std::string, std::string> given_;
-  std::vector<std::pair<std::string, std::string>> described_;
+  CLI::App app_;
+  int argc_;
+  char** argv_;
 };
 
 // Writes `text` to dir/file and says so; nothing when dir is empty (no --svg).

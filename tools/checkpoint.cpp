@@ -8,6 +8,7 @@
 //                                              state): what train --save writes and --init-from reads
 //
 // DIR is a checkpoint directory, or a --checkpoint-dir root (its newest complete step is used).
+// The command line is CLI11's (tools/cli.h): `checkpoint --help`, `checkpoint info --help`.
 // Bad usage is one line on stderr and exit code 2; a bad checkpoint is one line and exit code 1.
 #include <cstdio>
 #include <exception>
@@ -16,13 +17,11 @@
 
 #include "nn/safetensors.h"
 #include "parallel/checkpoint/checkpoint.h"
+#include "tools/cli.h"
 
 namespace {
 
 using namespace sl::parallel::checkpoint;
-
-constexpr const char* kUsage =
-    "usage: checkpoint info DIR | checkpoint verify DIR | checkpoint consolidate DIR OUT.safetensors";
 
 // A checkpoint directory, or the newest complete step under a root.
 std::string resolve(const std::string& dir) {
@@ -85,24 +84,42 @@ int consolidate(const std::string& dir, const std::string& out) {
   return 0;
 }
 
-int run(const std::vector<std::string>& args) {
-  if (args.size() == 2 && args[0] == "info") return info(args[1]);
-  if (args.size() == 2 && args[0] == "verify") return verify(args[1]);
-  if (args.size() == 3 && args[0] == "consolidate") return consolidate(args[1], args[2]);
-  std::fprintf(stderr, "checkpoint: %s\n", kUsage);
-  return 2;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.size() == 1 && (args[0] == "--help" || args[0] == "-h")) {
-    std::printf("%s\n", kUsage);
-    return 0;
+  sl::cli::Parser cli("checkpoint", "checkpoint: look into a distributed checkpoint (train --checkpoint-dir)");
+  CLI::App& app = cli.app();
+  app.require_subcommand(1);
+  std::string dir, out;
+  const std::string dir_help = "a checkpoint directory, or a --checkpoint-dir root (its newest complete step)";
+  CLI::App* info_command = app.add_subcommand(
+      "info", sl::cli::wrap("DIR: the layout, world size, run_state and every tensor: its shape, dtype and how many "
+                            "pieces it was cut into"));
+  CLI::App* verify_command = app.add_subcommand(
+      "verify", sl::cli::wrap("DIR: every shard's size and SHA-256; exit 1 naming the first file that fails (and the "
+                              "tensors it holds)"));
+  CLI::App* consolidate_command = app.add_subcommand(
+      "consolidate", sl::cli::wrap("DIR OUT.safetensors: the full serial weight file (weights only, no AdamW state): "
+                                   "what train --save writes and --init-from reads"));
+  for (CLI::App* command : {info_command, verify_command, consolidate_command})
+    command->add_option("DIR", dir, dir_help)->type_name("")->required();
+  consolidate_command->add_option("OUT", out, "the .safetensors file to write")->type_name("")->required();
+  app.footer("DIR is a checkpoint directory, or a --checkpoint-dir root (its newest complete step is used).");
+  try {
+    const std::string command = argc > 1 ? argv[1] : "";
+    if (command.empty()) throw sl::UsageError{"a command is needed: info DIR, verify DIR or consolidate DIR OUT"};
+    if (command[0] == '-' && command != "-h" && command != "--help") throw sl::UsageError{"unknown flag " + command};
+    if (command[0] != '-' && command != "info" && command != "verify" && command != "consolidate")
+      throw sl::UsageError{"unknown command '" + command + "' (info, verify, consolidate)"};
+    if (cli.parse(argc, argv)) return 0;
+  } catch (const sl::UsageError& e) {
+    std::fprintf(stderr, "checkpoint: %s (checkpoint --help lists the commands)\n", e.message.c_str());
+    return 2;
   }
   try {
-    const int status = run(args);
+    const int status = info_command->parsed()     ? info(dir)
+                       : verify_command->parsed() ? verify(dir)
+                                                  : consolidate(dir, out);
     return std::fflush(stdout) == 0 ? status : 1;
   } catch (const std::exception& e) {  // sl::Error: a bad or missing checkpoint, named
     std::string message = e.what();

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # deps.sh — finds what shardlab builds against; installs what is missing (as root) or says how.
 #
-#   Eigen 3.4 (headers), GoogleTest, nlohmann-json, OpenBLAS (GEMM), OpenMPI (the MPI backend), ccache
+#   Eigen 3.4 (headers), GoogleTest, nlohmann-json, CLI11 (the programs' command lines and TOML configs,
+#   headers), OpenBLAS (GEMM), OpenMPI (the MPI backend), ccache
 #   (the compiler cache the Makefile uses when it is there);
 #   `deps.sh sanitize` also clang (the AddressSanitizer build compiles faster with it; g++ when it is absent);
 #   `deps.sh fuzz` also clang and its libFuzzer runtime (make fuzz)
@@ -15,6 +16,7 @@ need libeigen3-dev      /usr/include/eigen3/Eigen/Core
 need libgtest-dev       /usr/include/gtest/gtest.h
 need libgtest-dev       /usr/lib/x86_64-linux-gnu/libgtest.a
 need nlohmann-json3-dev /usr/include/nlohmann/json.hpp
+need libcli11-dev       /usr/include/CLI/CLI.hpp
 need libopenblas-dev    /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h
 need libopenblas-dev    /usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so
 need libopenmpi-dev     /usr/include/x86_64-linux-gnu/openmpi/mpi.h

@@ -1,5 +1,5 @@
 // plan.cpp — build/bin/plan: which layout should train a model on a cluster, and why
-// (parallel/planner/planner.h). Flags: tools/plan_options.h; what it does with them: tools/plan_run.h.
+// (parallel/planner/planner.h). Flags: tools/plan_cli.h (plan --help); what it does with them: tools/plan_run.h.
 //
 //   build/bin/plan --model gpt3-175b --nodes 128 --gpus-per-node 8 --gpu-memory 80GB --flops 312TFLOP/s
 //                  --links "intra=300GB/s,1us;inter=25GB/s,5us" --batch-size 1536 --mixed-precision bf16
@@ -15,14 +15,12 @@
 int main(int argc, char** argv) {
   sl::PlanOptions options;
   try {
-    options = sl::parse_plan(argc, argv);
+    bool help = false;
+    options = sl::parse_plan(argc, argv, &help);
+    if (help) return 0;
   } catch (const sl::UsageError& e) {
     std::fprintf(stderr, "plan: %s (plan --help lists the flags)\n", e.message.c_str());
     return 2;
-  }
-  if (options.help) {
-    std::printf("%s", sl::kPlanUsage);
-    return 0;
   }
   try {
     std::fputs(sl::run_plan(options).c_str(), stdout);

@@ -1,4 +1,4 @@
-// plan_run.h — what build/bin/plan does with its flags (tools/plan_options.h): resolve them into a
+// plan_run.h — what build/bin/plan does with its flags (tools/plan_cli.h): resolve them into a
 // workload, a cluster and maybe one layout (sl::Error naming the value when they do not fit
 // together), then evaluate that layout or search them all, as text or JSON. Tests call run_plan.
 #pragma once
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "parallel/planner/planner.h"
-#include "tools/plan_options.h"
+#include "tools/plan_cli.h"
 
 namespace sl {
 
@@ -42,11 +42,7 @@ inline nn::GPTConfig plan_model(const PlanOptions& o, const nn::MixedPrecision& 
 // train's mapping from its flags to a TrainPlan (tools/train.cpp), and its combination checks.
 inline parallel::TrainPlan plan_layout(Options o, int64_t batch_size, const nn::MixedPrecision& precision) {
   o.batch_size = batch_size;
-  try {
-    check_layout_flags(o);
-  } catch (const UsageError& e) {
-    throw Error(e.message);
-  }
+  parallel::check_layout_options(o);
   parallel::TrainPlan plan = parallel::TrainPlan::data_parallel(static_cast<int>(o.data_parallel()),
                                                                 static_cast<int>(o.zero));
   if (o.dp_replicate > 0) {  // HSDP: FSDP within the shards
@@ -91,7 +87,7 @@ inline PlanRequest resolve_plan(const PlanOptions& o) {
   r.work.model = plan_model(o, r.precision);
   const int64_t layout_world = o.layout_given ? o.layout.world() : 0;
   r.cluster = plan_cluster(o, layout_world);
-  SL_CHECK(layout_world <= r.cluster.world(), "plan: the layout's ", layout_world, " ranks do not fit the cluster's ",
+  SL_CHECK(layout_world <= r.cluster.world(), "the layout's ", layout_world, " ranks do not fit the cluster's ",
            r.cluster.world(), " GPUs (", r.cluster.nodes, " nodes x ", r.cluster.gpus_per_node(), ")");
   r.work.batch.batch_size = o.batch_size ? o.batch_size : (layout_world ? layout_world : r.cluster.world());
   r.work.batch.seq_len = o.seq_len ? o.seq_len : r.work.model.block_size;

@@ -30,7 +30,7 @@ expect 1 parallel/tensor_parallel/vocab.cpp parallel/context_parallel/ring_atten
 expect 1 parallel/zero/fsdp.cpp parallel/train/trainer.h                  # nor train/
 expect 1 parallel/data_parallel/ddp.cpp parallel/nd/parallelize.h          # nor nd/
 expect 1 parallel/nd/parallelize.cpp parallel/train/trainer.h             # nd below train
-expect 1 parallel/train/trainer.cpp tools/train_options.h                 # parallel below tools
+expect 1 parallel/train/trainer.cpp tools/train_cli.h                     # parallel below tools
 expect 0 parallel/nd/parallelize.cpp parallel/pipeline/stage.h            # nd composes the chapters
 expect 0 parallel/train/trainer.cpp parallel/nd/parallelize.h             # train sits above nd
 expect 1 tests/parallel/comm/test_mesh.cpp parallel/zero/fsdp.h           # a core layer's test, a chapter

@@ -3,13 +3,17 @@
 //   build/bin/train                                   # addition, the defaults below (README: "make run")
 //   build/bin/train --task text --data input.txt --steps 2000
 //   build/bin/train --task bin --data train.bin --vocab-size 50304 --save model.safetensors
+//   build/bin/train --config configs/hsdp_cp_tp.toml --steps 100     # a layout from a file; flags win over it
 //
+// The flags (train --help, by chapter) and the TOML keys are tools/train_cli.h's, bound to the
+// library's TrainOptions (parallel/train/train_options.h), which checks them against each other.
 // Prints a progress bar on a terminal, plain lines otherwise; --log-jsonl writes one JSON object
 // per optimizer step; --profile prints where the serial run's training steps spent their time, per
 // op kind: forward, backward and optimizer (clipping and AdamW), held-out evaluations left out.
-// A bad flag or value is a usage error naming the flag (exit code 2). Every other failure exits 1
-// with one line naming what failed: an input that cannot be read, an output path that cannot be
-// written (checked before step 0: tools/train_files.h), a log write or standard output that failed.
+// A bad flag or value is one line naming the flag, the value and what it takes (exit code 2). Every
+// other failure exits 1 with one line naming what failed: an input that cannot be read, an output
+// path that cannot be written (checked before step 0: tools/train_files.h), a log write or standard
+// output that failed.
 //
 // --init-from and --save work with every layout: each rank starts from the serial file's weights,
 // and --save writes the serial model's file (full_state_dict(); rank 0 alone under mpirun).
@@ -19,7 +23,7 @@
 // --device cuda with ranks runs DDP, --pp, --tp and --cp on GPUs: rank r on cuda:r over NCCL when every
 // rank has a GPU (and NCCL is built), else thread ranks sharing the GPUs (cuda:(r mod GPUs), collectives
 // staged through host memory). The layouts with host code on their path (ZeRO, FSDP, --naive-dp,
-// --links) are refused (tools/train_options.h), and so is --device cuda without a GPU, before any rank starts.
+// --links) are refused (parallel/train/train_options.h), and so is --device cuda without a GPU, before any rank starts.
 #include <unistd.h>
 
 #include <chrono>
@@ -43,7 +47,7 @@
 #include "tensor/cuda_info.h"
 #include "tools/train_checkpoint.h"
 #include "tools/train_files.h"
-#include "tools/train_options.h"
+#include "tools/train_cli.h"
 #include "tools/train_report.h"
 
 using namespace sl;
@@ -379,7 +383,7 @@ std::vector<double> train_parallel(Run& r, nn::StateDict& weights) {
   parallel::LaunchOptions launch_options;
   launch_options.topology = o.topology;
   // --device cuda: rank r on GPU cuda:r over NCCL (under mpirun: one process per GPU, NCCL's MPI bootstrap),
-  // or, with fewer GPUs than ranks or no NCCL, thread ranks sharing the GPUs (tools/train_options.h).
+  // or, with fewer GPUs than ranks or no NCCL, thread ranks sharing the GPUs (parallel/train/train_options.h).
   const bool over_nccl =
       o.device == "cuda" && (parallel::under_mpirun() || cuda_ranks_over_nccl(o, nccl_built(), cuda_info().device_count));
   if (over_nccl) launch_options.backend = parallel::Backend::nccl;
@@ -521,14 +525,12 @@ int train(const Options& options) {
 int main(int argc, char** argv) {
   Options options;
   try {
-    options = parse(argc, argv);
+    bool help = false;
+    options = parse_train(argc, argv, &help);
+    if (help) return 0;
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "train: %s\n%s", e.message.c_str(), kUsage);
+    std::fprintf(stderr, "train: %s\n", e.message.c_str());
     return 2;
-  }
-  if (options.help) {
-    std::printf("%s", kUsage);
-    return 0;
   }
   try {
     int code = train(options);

@@ -16,13 +16,13 @@
 
 #include "nn/gpt.h"
 #include "parallel/checkpoint/checkpoint.h"
-#include "tools/train_options.h"
+#include "parallel/train/train_options.h"
 
 namespace sl::train_checkpoint {
 
 // What a resumed run must share with the run that saved: the model (a checkpoint of another shape
 // cannot load) and the data's sequence length.
-inline nlohmann::json run_config(const Options& o, const nn::GPTConfig& config) {
+inline nlohmann::json run_config(const parallel::TrainOptions& o, const nn::GPTConfig& config) {
   return {{"n_layer", config.n_layer},       {"n_head", config.n_head},       {"n_embd", config.n_embd},
           {"vocab_size", config.vocab_size}, {"block_size", config.block_size}, {"param_dtype", dtype_name(config.param_dtype)},
           {"task", o.task},                  {"batch_size", o.batch_size},    {"seed", o.seed},
@@ -38,7 +38,7 @@ struct Resume {
 
 // --resume DIR: finds the checkpoint, checks every shard's size and SHA-256, and refuses another
 // model or sequence length before step 0, naming both values.
-inline Resume open(const Options& o, const nn::GPTConfig& config) {
+inline Resume open(const parallel::TrainOptions& o, const nn::GPTConfig& config) {
   std::optional<std::string> dir = parallel::checkpoint::newest_complete(o.resume);
   SL_CHECK(dir.has_value(), "--resume ", o.resume, ": no complete checkpoint there (a directory with metadata.json, or ",
            "step-N directories holding one)");
@@ -59,12 +59,12 @@ inline Resume open(const Options& o, const nn::GPTConfig& config) {
 }
 
 // Whether the step that just finished (`done` steps so far) ends with a checkpoint.
-inline bool due(const Options& o, int64_t done) {
+inline bool due(const parallel::TrainOptions& o, int64_t done) {
   if (o.checkpoint_dir.empty()) return false;
   return done == o.steps || (o.save_every > 0 && done % o.save_every == 0);
 }
 
-inline nlohmann::json run_state(const Options& o, const nn::GPTConfig& config, int64_t done,
+inline nlohmann::json run_state(const parallel::TrainOptions& o, const nn::GPTConfig& config, int64_t done,
                                 const nlohmann::json& trainer) {
   return {{"step", done}, {"config", run_config(o, config)}, {"trainer", trainer}};
 }

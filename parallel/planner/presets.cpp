@@ -44,7 +44,7 @@ std::string preset_names() {
 nn::GPTConfig preset_config(const std::string& name) {
   for (const ModelPreset& p : model_presets())
     if (p.name == name) return p.config;
-  throw Error("plan: unknown model preset '" + name + "' (known: " + preset_names() + ")");
+  throw Error("unknown model preset '" + name + "' (known: " + preset_names() + ")");
 }
 
 int64_t gpt_parameters(const nn::GPTConfig& c) {

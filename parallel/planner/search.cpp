@@ -12,9 +12,9 @@ namespace sl::parallel::planner {
 
 void check_workload(const Workload& work) {
   work.model.validate();
-  SL_CHECK(work.batch.seq_len >= 1 && work.batch.seq_len <= work.model.block_size, "plan: the sequence length ",
+  SL_CHECK(work.batch.seq_len >= 1 && work.batch.seq_len <= work.model.block_size, "the sequence length ",
            work.batch.seq_len, " must be in 1..block_size ", work.model.block_size);
-  SL_CHECK(work.batch.batch_size >= 1, "plan: the batch size must be >= 1 (got ", work.batch.batch_size, ")");
+  SL_CHECK(work.batch.batch_size >= 1, "the batch size must be >= 1 (got ", work.batch.batch_size, ")");
 }
 
 void check_layout(const Workload& work, const TrainPlan& plan, int world) {
@@ -22,13 +22,13 @@ void check_layout(const Workload& work, const TrainPlan& plan, int world) {
   const ParallelismConfig& c = plan.parallelism;
   check_workload(work);
   plan.validate(world);
-  SL_CHECK(m.n_head % c.tp == 0, "plan: tp ", c.tp, " does not divide the ", m.n_head, " heads");
-  SL_CHECK(m.n_layer % (static_cast<int64_t>(c.pp) * plan.virtual_stages) == 0, "plan: pp ", c.pp,
+  SL_CHECK(m.n_head % c.tp == 0, "tp ", c.tp, " does not divide the ", m.n_head, " heads");
+  SL_CHECK(m.n_layer % (static_cast<int64_t>(c.pp) * plan.virtual_stages) == 0, "pp ", c.pp,
            " x virtual stages ", plan.virtual_stages, " does not divide the ", m.n_layer, " layers");
-  SL_CHECK(work.batch.seq_len % c.cp == 0, "plan: cp ", c.cp, " does not divide the sequence length ",
+  SL_CHECK(work.batch.seq_len % c.cp == 0, "cp ", c.cp, " does not divide the sequence length ",
            work.batch.seq_len);
   const int64_t split = static_cast<int64_t>(c.dp_replicate) * c.dp_shard * plan.micro_batches;
-  SL_CHECK(work.batch.batch_size >= 1 && work.batch.batch_size % split == 0, "plan: the global batch of ",
+  SL_CHECK(work.batch.batch_size >= 1 && work.batch.batch_size % split == 0, "the global batch of ",
            work.batch.batch_size, " rows does not split into dp_replicate ", c.dp_replicate, " x dp_shard ",
            c.dp_shard, " x ", plan.micro_batches, " micro-batches");
   check_model_cut(m, plan.parallelize_options(), plan.micro_batches);

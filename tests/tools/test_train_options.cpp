@@ -1,4 +1,4 @@
-// tools/train_options.h: the train program's flags, parsed in-process (tests/tools/test_train_cli.cpp runs
+// tools/train_cli.h and parallel/train/train_options.h: the train program's flags, parsed in-process (tests/tools/test_train_cli.cpp runs
 // the binary). Combinations that would be ignored, or refused only after the data is read, are usage
 // errors (exit code 2) with the exact message asserted here.
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "tools/train_options.h"
+#include "tools/train_cli.h"
 
 namespace sl {
 namespace {
@@ -20,7 +20,7 @@ std::string usage_error(const std::string& command_line, Options* parsed = nullp
   std::vector<char*> argv;
   for (std::string& word : words) argv.push_back(word.data());
   try {
-    Options o = parse(static_cast<int>(argv.size()), argv.data());
+    Options o = parse_train(static_cast<int>(argv.size()), argv.data());
     if (parsed) *parsed = o;
   } catch (const UsageError& e) {
     return e.message;
@@ -49,6 +49,10 @@ TEST(TrainOptions, BadCombinationsAreUsageErrors) {
            {"--micro-batches 5 --batch-size 12", "--batch-size 12 must be micro-batch rows x 5 micro-batches x dp_replicate 1 x dp_shard 1, but 12 % 5 = 2"},
            {"--naive-dp --dp 2 --micro-batches 2", "--naive-dp scatters one batch per step: it cannot be combined with --micro-batches"},
            {"--micro-batches 0", "--micro-batches: expected an integer in 1..1048576, got '0'"},
+           // Decimal only (C's base 0 would read 010 as 8), and no silent overflow.
+           {"--steps 010", "--steps: expected an integer >= 0, got '010'"},
+           {"--tp 0x2", "--tp: expected an integer in 1..1024, got '0x2'"},
+           {"--steps 99999999999999999999", "--steps: expected an integer >= 0, got '99999999999999999999'"},
            {"--adam-eps 0", "--adam-eps: expected a number > 0, got '0'"},
            {"--adam-eps -1e-8", "--adam-eps: expected a number > 0, got '-1e-8'"},
            {"--adam-eps tiny", "--adam-eps: expected a number > 0, got 'tiny'"},

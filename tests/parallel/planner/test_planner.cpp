@@ -251,6 +251,8 @@ TEST(PlannerBadInput, CliRefusesNamingTheValue) {
     EXPECT_EQ(run.exit_code, 2) << args << "\n" << run.output;
     EXPECT_NE(run.output.find(message), std::string::npos) << args << "\n" << run.output;
     EXPECT_EQ(std::count(run.output.begin(), run.output.end(), '\n'), 1) << args << "\n" << run.output;
+    EXPECT_TRUE(run.output.starts_with("plan: " + message) || run.output.starts_with("plan: unknown flag"))
+        << "the program is named once: " << run.output;
   }
 }
 
