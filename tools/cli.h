@@ -16,7 +16,7 @@
 //
 // A TOML file's keys are the flags' names (`tp = 2`, `dp-replicate = 2` or `dp_replicate = 2`,
 // `sp = true`, `cp-variant = "ring"`); each is checked the same way, an error naming the file, the key
-// and the value. A flag on the command line wins over the file.
+// and the value. A flag on the command line wins over the file. The checks themselves: tools/cli_checks.h.
 #pragma once
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -29,6 +29,8 @@
 #include <string>
 #include <vector>
 
+#include "tools/cli_checks.h"
+
 namespace sl {
 
 // A bad flag, value or combination: one line, and exit code 2.
@@ -37,25 +39,6 @@ struct UsageError {
 };
 
 namespace cli {
-
-// A value's check: "" when it is fine, else what was expected and what came, e.g.
-// "expected an integer in 1..1024, got '0'".
-using Check = std::function<std::string(const std::string&)>;
-
-constexpr int64_t kNoMaximum = std::numeric_limits<int64_t>::max();
-
-// An integer in lo..hi (CLI::Range).
-inline Check integer_in(int64_t lo, int64_t hi = kNoMaximum);
-// A finite number that `accept` takes; `expected` names what it takes ("a number > 0").
-inline Check number_where(std::function<bool(double)> accept, const std::string& expected);
-// A finite number >= lo.
-inline Check number_at_least(double lo);
-// One of the names (CLI::IsMember).
-inline Check one_of(const std::vector<std::string>& names);
-// A file that exists (CLI::ExistingFile).
-inline Check existing_file();
-// %g of a default, for the help.
-inline std::string number(double x);
 
 // Breaks `text` into lines of at most `width` characters at spaces (the help's description column).
 inline std::string wrap(const std::string& text, size_t width = 66);
@@ -120,63 +103,6 @@ class Parser {
   std::map<std::string, Check> checks_;  // by key (the flag without --): a file's values are checked with them
 };
 
-
-inline std::string number(double x) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%g", x);
-  return text;
-}
-
-// Written in decimal, without a leading zero, and short enough not to overflow: CLI11 reads integers
-// in C's base 0, where 010 is 8 and 0x10 is 16.
-inline bool decimal(const std::string& value) {
-  const size_t start = !value.empty() && value[0] == '-' ? 1 : 0;
-  const std::string digits = value.substr(start);
-  if (digits.empty() || digits.size() > 18 || (digits.size() > 1 && digits[0] == '0')) return false;
-  return std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
-}
-
-// ---- the checks --------------------------------------------------------------------------------------
-
-inline Check integer_in(int64_t lo, int64_t hi) {
-  const CLI::Range range(lo, hi);
-  const std::string expected = hi == kNoMaximum ? ">= " + std::to_string(lo)
-                                                : "in " + std::to_string(lo) + ".." + std::to_string(hi);
-  return [range, expected](const std::string& value) {
-    std::string copy = value;
-    return decimal(value) && range(copy).empty() ? std::string()
-                                                 : "expected an integer " + expected + ", got '" + value + "'";
-  };
-}
-
-inline Check number_where(std::function<bool(double)> accept, const std::string& expected) {
-  return [accept, expected](const std::string& value) {
-    double x = 0;
-    const bool ok = CLI::detail::lexical_cast(value, x) && std::isfinite(x) && accept(x);
-    return ok ? std::string() : "expected " + expected + ", got '" + value + "'";
-  };
-}
-
-inline Check number_at_least(double lo) {
-  return number_where([lo](double x) { return x >= lo; }, "a number >= " + number(lo));
-}
-
-inline Check one_of(const std::vector<std::string>& names) {
-  std::string listed;
-  for (const std::string& name : names) listed += (listed.empty() ? "" : ", ") + name;
-  return [names, listed](const std::string& value) {
-    std::string copy = value;
-    return CLI::IsMember(names)(copy).empty() ? std::string() : "expected one of " + listed + ", got '" + value + "'";
-  };
-}
-
-inline Check existing_file() {
-  return [](const std::string& value) {
-    std::string copy = value;
-    const std::string why = CLI::ExistingFile(copy);
-    return why.empty() ? std::string() : "expected an existing file, got '" + value + "'";
-  };
-}
 
 inline std::string wrap(const std::string& text, size_t width) {
   std::string out, line;

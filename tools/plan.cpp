@@ -1,5 +1,6 @@
 // plan.cpp — build/bin/plan: which layout should train a model on a cluster, and why
-// (parallel/planner/planner.h). Flags: tools/plan_cli.h (plan --help); what it does with them: tools/plan_run.h.
+// (parallel/planner/planner.h). Flags: tools/plan_cli.h (plan --help); what it does with them:
+// parallel/planner/plan_request.h.
 //
 //   build/bin/plan --model gpt3-175b --nodes 128 --gpus-per-node 8 --gpu-memory 80GB --flops 312TFLOP/s
 //                  --links "intra=300GB/s,1us;inter=25GB/s,5us" --batch-size 1536 --mixed-precision bf16
@@ -10,7 +11,8 @@
 #include <cstdio>
 #include <exception>
 
-#include "tools/plan_run.h"
+#include "parallel/planner/plan_request.h"
+#include "tools/plan_cli.h"
 
 int main(int argc, char** argv) {
   sl::PlanOptions options;
@@ -23,7 +25,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    std::fputs(sl::run_plan(options).c_str(), stdout);
+    std::fputs(sl::parallel::planner::run_plan(options).c_str(), stdout);
     return std::fflush(stdout) == 0 ? 0 : 1;
   } catch (const sl::Error& e) {  // the input does not fit together: the message names the value
     std::string message = e.what();

@@ -4,8 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <iomanip>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,15 +11,6 @@
 #include "nn/module.h"
 
 namespace sl::train_report {
-
-// A number for a JSON line: 9 significant digits, or null where JSON has no number (a diverged
-// run's nan loss, the inf tokens/s of a step that took 0 ms).
-inline std::string json_number(double value) {
-  if (!std::isfinite(value)) return "null";
-  std::ostringstream out;
-  out << std::setprecision(9) << value;
-  return out.str();
-}
 
 // Largest |a - b| between two state dicts with the same names, and the tensor where it is.
 inline std::pair<double, std::string> largest_difference(const nn::StateDict& a, const nn::StateDict& b) {

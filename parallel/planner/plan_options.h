@@ -2,7 +2,7 @@
 // a batch, a cluster (a JSON file, or nodes, GPUs, memory, FLOP/s and links), and maybe one layout to
 // evaluate (train's layout options: the same names, the same checks) instead of a search of them all.
 //
-// tools/plan_cli.h fills it from the command line; tools/plan_run.h turns it into a workload, a
+// tools/plan_cli.h fills it from the command line; plan_request.h turns it into a workload, a
 // cluster and maybe a TrainPlan, and plans. validate() refuses what cannot go together.
 #pragma once
 #include <cstdint>

@@ -37,6 +37,8 @@
 //     step_time.h   one layout's step: compute, collectives on links, overlap, bubble (its assumptions)
 //     search.h      every layout, checked and ranked
 //     report.h      the table, the JSON and the recommendation in words
+//     plan_request.h build/bin/plan's options resolved, evaluated or searched (train's layout flags as
+//                   train maps them: parallel/train/plan_of_options.h)
 //
 //   Tool: build/bin/plan (tools/plan.cpp)   Tests: tests/parallel/planner/test_planner.cpp (the papers),
 //   tests/parallel/planner/test_planner_ledger.cpp (shardlab's own ledgers)

@@ -14,6 +14,15 @@
 //   checkpointing.h  the run's state in a sharded checkpoint
 //   run_report.h     what each rank held, sent and waited for (train --report-json)
 //
+// build/bin/train's run, on top of them:
+//   train_options.h     its flags, checked against each other
+//   plan_of_options.h   the flags as a TrainPlan and AdamW (the planner maps them the same way)
+//   train_run.h         the data, the model's config, --init-from, --resume, the log
+//   run_layout.h        every layout, serial included: parallelize, the Trainer, the reports
+//   run_loop.h          the schedule, the log lines, the progress, the held-out evaluations
+//   serial_reference.h  the plain nn::GPT + nn::AdamW loop that --compare-serial checks against
+//   train_files.h, train_checkpoint.h   its output files; its --checkpoint-dir and --resume
+//
 //   Program: tools/train.cpp   Tests: tests/parallel/train/test_trainer.cpp, tests/tools/test_train_cli.cpp
 #pragma once
 #include "parallel/nd/parallelize.h"

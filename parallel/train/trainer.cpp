@@ -3,6 +3,7 @@
 
 #include <chrono>
 
+#include "autograd/profiler.h"
 #include "parallel/runner/data_parallel_strategy.h"
 #include "parallel/runner/micro_batches.h"
 #include "tensor/ops.h"
@@ -121,10 +122,16 @@ double Trainer::Impl::global_count(const std::vector<nn::TokenStream::MicroBatch
   return counts.item() / (mesh->world_size() / mesh->size(MeshDim::dp));
 }
 
-// After the gradients are whole: keep them (tests), clip, step.
+// After the gradients are whole: keep them (tests), clip, step. A profile (train --profile) shows
+// the clipping and the update in its optimizer column.
 void Trainer::Impl::keep_clip_step(double lr, double grad_clip) {
+  static const std::string clip_op = "clip_grad_norm", optimizer_op = "AdamW.step";
   if (keep_gradients) kept_gradients = strategy->full_gradients(*runner);
-  if (grad_clip > 0) last_grad_norm = strategy->clip_grad_norm(grad_clip);
+  if (grad_clip > 0) {
+    ProfileScope scope(clip_op, ProfilePhase::optimizer);
+    last_grad_norm = strategy->clip_grad_norm(grad_clip);
+  }
+  ProfileScope scope(optimizer_op, ProfilePhase::optimizer);
   strategy->step(lr);
 }
 

@@ -1,4 +1,4 @@
-// tools/train_files.h: the train program's output files. Paths are probed before step 0 without
+// parallel/train/train_files.h: the train program's output files. Paths are probed before step 0 without
 // harming what is there, the log's every write is checked, and --save never replaces a non-regular file.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -12,7 +12,7 @@
 #include "tensor/ops.h"
 #include "tests/support/test_util.h"
 #include "tests/support/train_cli.h"
-#include "tools/train_files.h"
+#include "parallel/train/train_files.h"
 
 namespace sl {
 namespace {

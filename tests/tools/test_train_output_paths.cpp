@@ -16,7 +16,7 @@
 
 #include "tests/support/test_util.h"
 #include "tests/support/train_cli.h"
-#include "tools/train_files.h"
+#include "parallel/train/train_files.h"
 
 namespace sl {
 namespace {

@@ -14,7 +14,8 @@
 #include <vector>
 
 #include "parallel/planner/planner.h"
-#include "tools/plan_run.h"
+#include "parallel/planner/plan_request.h"
+#include "tools/plan_cli.h"
 
 namespace sl::parallel::planner {
 namespace {

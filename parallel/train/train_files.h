@@ -1,4 +1,4 @@
-// train_files.h — the files build/bin/train writes (tools/train.cpp), and how it fails when it cannot.
+// train_files.h — the files build/bin/train writes (parallel/train/train_run.h), and how it fails when it cannot.
 //
 //   check_save_path(flag, path)     before step 0: can PATH be written? (a run must not train for an
 //                                   hour and then lose its weights to a typo in --save)

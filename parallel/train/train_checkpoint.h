@@ -1,4 +1,4 @@
-// train_checkpoint.h — train's distributed checkpoints (parallel/checkpoint, parallel/train/checkpointing.h).
+// train_checkpoint.h — train's distributed checkpoints (parallel/checkpoint, checkpointing.h).
 //
 //   --checkpoint-dir ROOT [--save-every N] [--keep-last K]   ROOT/step-N after step N (every N steps
 //                                                          and at the end); old ones deleted only

@@ -1,0 +1,30 @@
+// run_loop.h — the loop every layout of build/bin/train shares, on every rank: the learning-rate
+// schedule, the step, a checkpoint when one is due, and on the reporting rank the step's timing,
+// its --log-jsonl line, the progress bar (or a line every 100 steps) and the held-out evaluations.
+//
+//   for step in [first_step, steps):
+//     lr = cosine_lr(step)  ─▶  loss = step_fn(step, lr)  ─▶  after_step(step + 1)
+//     report: {"step", "loss", "ms", "tokens_per_s", "lr"} to the log; progress; eval every --eval-every
+//
+//   Tests: tests/tools/test_train_cli.cpp
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "parallel/train/train_run.h"
+
+namespace sl::parallel {
+
+// A number for a JSON line: 9 significant digits, or null where JSON has no number (a diverged
+// run's nan loss, the inf tokens/s of a step that took 0 ms).
+std::string json_number(double value);
+
+// Runs the run's steps. `step_fn(step, lr)` runs one optimizer step and returns its loss; `eval`
+// (may be empty) gives held-out accuracy; `after_step(done)` (may be empty) runs after each step.
+// `report`: this rank logs, prints and evaluates. Returns the losses of the steps run.
+std::vector<double> run_steps(TrainRun& run, bool report, const std::function<double(int64_t, double)>& step_fn,
+                              const std::function<double()>& eval, const std::function<void(int64_t)>& after_step);
+
+}  // namespace sl::parallel

@@ -1,0 +1,32 @@
+// serial_reference.h — the serial run written out by hand: one nn::GPT, one nn::AdamW, the whole
+// batch on one rank, nothing from parallelize or the Trainer. train --compare-serial trains it beside
+// the layout the flags chose and compares losses and weights: a reference that shares none of the
+// code it checks.
+//
+//   for step in [first_step, steps):
+//     lr = cosine_lr(step)                      warm-up, then cosine decay to min_lr
+//     zero the gradients
+//     for each micro-batch m of the step's rows:  backward( loss_m · c_m / C · S )
+//       (c_m its counted targets, C the batch's; S the fp16 loss scale, 1 otherwise)
+//     unscale (fp16); an inf or NaN skips the update
+//     clip_grad_norm(grad_clip), AdamW.step
+//
+//   Tests: tests/tools/test_train_cli.cpp (--compare-serial), tests/parallel/train/test_trainer.cpp
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "nn/data.h"
+#include "nn/gpt.h"
+#include "nn/mixed_precision.h"
+#include "parallel/train/train_options.h"
+
+namespace sl::parallel {
+
+// Trains `model` in place on `data` with the options' schedule, batch (o.block_size resolved: not 0),
+// micro-batches, clipping and AdamW, from step `first_step` to o.steps. Returns each step's loss:
+// the batch's mean over its counted targets, before the update.
+std::vector<double> train_serial_reference(nn::GPT& model, const nn::TokenStream& data, const TrainOptions& o,
+                                           const nn::MixedPrecision& precision, int64_t first_step = 0);
+
+}  // namespace sl::parallel
