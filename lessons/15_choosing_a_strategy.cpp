@@ -1,9 +1,10 @@
 // Lesson 15 — choosing a strategy: the rules of thumb in milliseconds, on a cluster simulated on a laptop.
 //
 // What you will learn
-//   * the seeds' decision guide as the planner's rules (parallel/planner/planner.h, build/bin/plan):
-//     for each of the seeds' scenarios the planner ranks every layout the cluster can run, from
-//     memory, bytes and links, and the lesson checks that its winner agrees with the seeds' advice:
+//   * the decision rules of Hugging Face's multi-GPU training guide ("the guide" below) as the
+//     planner's rules (parallel/planner/planner.h, build/bin/plan):
+//     for each of the guide's scenarios the planner ranks every layout the cluster can run, from
+//     memory, bytes and links, and the lesson checks that its winner agrees with the guide's advice:
 //        the model fits on one GPU                  -> DDP (or ZeRO)
 //        it does not                                -> ZeRO, PP or TP
 //        its largest layer does not                 -> TP (or ZeRO-3)
@@ -15,11 +16,11 @@
 //   * scaling a GPU cluster down to a CPU: a CPU core computes ~1000x slower than a GPU, so the links
 //     are slowed by the same factor, measured here (this machine's FLOP/s against the GPU's). What
 //     decides a strategy is the ratio of compute to communication, and that ratio is kept.
-//   * the seeds' DP against DDP, with and without NVLink (2 TITAN RTX: DP 110 s, DDP 101 s, DDP
+//   * the guide's DP against DDP, with and without NVLink (2 TITAN RTX: DP 110 s, DDP 101 s, DDP
 //     without NVLink 131 s), reproduced in direction and explained in bytes:
 //         naive DP sends 8Ψ per step (replicate + gather), not overlapped; DDP 2(n-1)/n·4Ψ = 4Ψ, overlapped
 //   * TP inside a node against TP across two nodes, measured (the same layout, another placement)
-//   * the seeds' case 2 with links: PP, ZeRO-3 and TP on two nodes are close when the link between
+//   * the guide's case 2 with links: PP, ZeRO-3 and TP on two nodes are close when the link between
 //     them is fast; when it is slow PP wins, because it sends one activation per micro-batch where TP
 //     sends 4 per layer and ZeRO-3 the whole model three times
 //   * lesson 14's rules of thumb, checked again in milliseconds instead of bytes
@@ -200,7 +201,7 @@ static Link scaled(double gpu_bytes_per_s, double latency_s, double scale) {
 
 // ---- 3. DP against DDP, with and without NVLink --------------------------------------------------------
 static void dp_against_ddp(const Machine& machine, lesson::BarChart& chart) {
-  section("3. the seeds' benchmark: DP against DDP, with and without NVLink (2 GPUs in one box)");
+  section("3. the guide's benchmark: DP against DDP, with and without NVLink (2 GPUs in one box)");
   // TITAN RTX: 16.3 TFLOP/s f32. NV2 NVLink: 2 links of 25 GB/s each way. Without it
   // (NCCL_P2P_DISABLE=1) every byte goes through the host over PCIe 3.0 x16: about 10 GB/s.
   const double scale = machine.link_scale;
@@ -217,12 +218,12 @@ static void dp_against_ddp(const Machine& machine, lesson::BarChart& chart) {
   const double psi = static_cast<double>(nn::GPT(kConfig, kSeed).num_parameters());
   std::printf(
       "  Ψ = %.0f: DP's rank 0 sends the model out and gathers the gradients, 8Ψ = %.0f KiB a step on the\n"
-      "  critical path; DDP all-reduces 2(n-1)/n·4Ψ = %.0f KiB, overlapped with backward. The seeds measured\n"
+      "  critical path; DDP all-reduces 2(n-1)/n·4Ψ = %.0f KiB, overlapped with backward. The guide measured\n"
       "  DP 110 s, DDP 101 s, DDP without NVLink 131 s: DP is ~10%% slower than DDP, and faster than DDP\n"
       "  over a link 5x slower, because DP's extra bytes cost less than DDP's bytes on the slow link.\n",
       psi, 8 * psi / 1024, 4 * psi / 1024);
-  check(ddp.step_ms < dp.step_ms, "with NVLink DDP is faster than DP (the seeds: 101 s < 110 s)");
-  check(dp.step_ms < ddp_slow.step_ms, "DP with NVLink is faster than DDP without (the seeds: 110 s < 131 s)");
+  check(ddp.step_ms < dp.step_ms, "with NVLink DDP is faster than DP (the guide: 101 s < 110 s)");
+  check(dp.step_ms < ddp_slow.step_ms, "DP with NVLink is faster than DDP without (the guide: 110 s < 131 s)");
 }
 
 // ---- 4. TP inside a node, or across two ----------------------------------------------------------------------
@@ -251,12 +252,12 @@ static std::pair<Measured, Measured> tp_inside_or_across(const Machine& machine,
   return {a, b};
 }
 
-// ---- 5. the seeds' case 2 on two nodes ------------------------------------------------------------------------
+// ---- 5. the guide's case 2 on two nodes ------------------------------------------------------------------------
 // One GPU per node, so every byte crosses the inter-node link: PP 2 (4 micro-batches, 1F1B), ZeRO-3
-// over 2, TP 2. The seeds: "With very fast inter-node connectivity all three should be mostly on
+// over 2, TP 2. The guide: "With very fast inter-node connectivity all three should be mostly on
 // par; without, PP will be faster than TP or ZeRO."
 static std::vector<double> pp_zero_tp(const Machine& machine, double slow_bytes_per_s, lesson::BarChart& chart) {  // slow link's ms
-  section("5. the seeds' case 2: PP, ZeRO-3 and TP over 2 nodes, on a fast and on a slow link");
+  section("5. the guide's case 2: PP, ZeRO-3 and TP over 2 nodes, on a fast and on a slow link");
   const std::vector<std::pair<const char*, TrainPlan>> layouts = {
       {"PP 2 (1F1B, 4 micro-batches)", plan_of({.pp = 2}, DpStrategy::ddp, 4)},
       {"ZeRO-3 over 2", plan_of({.dp_shard = 2}, DpStrategy::fsdp)},
@@ -290,12 +291,12 @@ static std::vector<double> pp_zero_tp(const Machine& machine, double slow_bytes_
       "  Not on par here, though: TP 2 sends at least %d messages a step (4 all-reduces per layer of 2 ring steps),\n"
       "  each paying the scaled latency of %.2f ms: %.1f ms before a byte moves. A real layer (C in the thousands)\n"
       "  computes for milliseconds between two messages; this one (C = %lld) for well under one. On par needs\n"
-      "  compute per message >> latency, which is the seeds' premise.\n",
+      "  compute per message >> latency, which is the guide's premise.\n",
       tp_messages, fast.inter.latency_s * 1e3, tp_messages * fast.inter.latency_s * 1e3, (long long)kConfig.n_embd);
   return slow_ms;
 }
 
-// ---- 1. the seeds' guide, as the planner's ranking -------------------------------------------------------------
+// ---- 1. the guide's guide, as the planner's ranking -------------------------------------------------------------
 
 static planner::Cluster cluster(int nodes, double gpu_gb, double tflops, const std::string& links) {
   planner::Cluster c;
@@ -333,20 +334,20 @@ static bool any_fitting(const planner::Ranking& r, const std::function<bool(cons
 static bool uncut(const TrainPlan& p) { return !p.cuts_model(); }
 
 static void the_guide_as_rankings() {
-  section("1. the seeds' decision guide, as the planner's ranking");
+  section("1. the guide's decision guide, as the planner's ranking");
   const std::string nvlink = "intra=300GB/s,1us;inter=25GB/s,5us;gpus-per-node=8";
-  // 8 GPUs of 24 GB in one box (the seeds' TITAN RTX class), 16 TFLOP/s each.
+  // 8 GPUs of 24 GB in one box (the guide's TITAN RTX class), 16 TFLOP/s each.
   const planner::Cluster box = cluster(1, 24, 16, "intra=50GB/s,2us;inter=12.5GB/s,10us;gpus-per-node=8");
   planner::Ranking fits = rank_layouts("case 1: GPT-2 (124M) fits on one GPU", planner::preset_config("gpt2"), 64, 1024, box, false);
   const TrainPlan& w1 = fits.layouts.front().plan;
-  check(fits.layouts.front().fits && uncut(w1), "case 1: the winner is data parallel (" + w1.name() + "), as the seeds say: DDP or ZeRO");
+  check(fits.layouts.front().fits && uncut(w1), "case 1: the winner is data parallel (" + w1.name() + "), as the guide says: DDP or ZeRO");
 
   planner::Ranking big = rank_layouts("case 2: GPT-2 XL (1.56B: 16 bytes a parameter = 25 GB) does not fit on one GPU",
                                    planner::preset_config("gpt2-xl"), 64, 1024, box, false);
   const TrainPlan& w2 = big.layouts.front().plan;
   check(big.layouts.front().fits && (w2.zero() > 0 || w2.cuts_model()) &&
             !any_fitting(big, [](const TrainPlan& p) { return uncut(p) && p.zero() == 0; }),
-        "case 2: plain DDP fits nowhere; the winner (" + w2.name() + ") uses ZeRO, PP or TP, as the seeds say");
+        "case 2: plain DDP fits nowhere; the winner (" + w2.name() + ") uses ZeRO, PP or TP, as the guide says");
 
   // One layer of h = 20480 holds 16 x 12h² = 80.5 GB of model state: more than a GPU.
   const planner::Cluster node = cluster(1, 80, 312, nvlink);
@@ -354,7 +355,7 @@ static void the_guide_as_rankings() {
                                     shape(4, 20480, 128, 51200, 2048), 8, 2048, node, true);
   const TrainPlan& w3 = wide.layouts.front().plan;
   check(wide.layouts.front().fits && !any_fitting(wide, [](const TrainPlan& p) { return p.parallelism.tp == 1 && p.zero() == 0; }),
-        "case 3: without ZeRO nothing fits unless TP cuts the layer (the seeds: PP alone cannot); the winner: " + w3.name());
+        "case 3: without ZeRO nothing fits unless TP cuts the layer (the guide: PP alone cannot); the winner: " + w3.name());
   check(w3.parallelism.tp <= node.gpus_per_node(), "case 3: TP stays inside the node (tp " +
                                                       std::to_string(w3.parallelism.tp) + " <= 8 GPUs per node)");
 
@@ -378,10 +379,10 @@ static void the_guide_as_rankings() {
                                                                 std::to_string(best.plan.parallelism.tp) + ")");
   }
   check(zero_only_penalty[0] < 1.5, "case 4: with fast links between the nodes, data parallelism alone (ZeRO) is close to the "
-                                    "best (the seeds: ZeRO, or PP + TP + DP)");
+                                    "best (the guide: ZeRO, or PP + TP + DP)");
   check(zero_only_penalty[1] > 2 * zero_only_penalty[0] && winners[1].parallelism.pp > 1,
         "case 4: with slow links it is not: the winner pipelines across the nodes (pp " +
-            std::to_string(winners[1].parallelism.pp) + ") with TP inside them (the seeds: DP + PP + TP + ZeRO)");
+            std::to_string(winners[1].parallelism.pp) + ") with TP inside them (the guide: DP + PP + TP + ZeRO)");
 
   // 8B-class at 64k tokens a sequence: the activations are what does not fit.
   const planner::Cluster two = cluster(2, 80, 312, nvlink);
