@@ -1,6 +1,6 @@
 // grader.h — the shared harness every exercise's grader.cpp uses (header-only, no GoogleTest).
 //
-//   exercises::Grader grader("01_backward");
+//   exercises::Grader grader("02_backward");
 //   grader.check("forward matches sl::gelu", [] {
 //     ...
 //     exercises::expect(ok, "rank 1's gradient of x is 2x the expected one: did you sum instead of average?");

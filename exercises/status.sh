@@ -3,7 +3,7 @@
 #
 # Status rule: "not started" when student.cpp is unchanged from git (the template as shipped);
 # otherwise the grader is built and run quietly: "passed" (exit 0) or "failed" (its score shown).
-# Usage: bash exercises/status.sh 01_backward 02_ring_collectives ...
+# Usage: bash exercises/status.sh 02_backward 05_ring_collectives ...
 set -u
 cd "$(dirname "$0")/.."
 printf '%-24s %-10s %-30s %s\n' exercise difficulty follows status

@@ -1,0 +1,67 @@
+// exercises/07_zero1_step/wrong_all_reduce.cpp — a wrong solution: the whole gradient all-reduced.
+//
+// A common mistake: the gradients are all-reduced, as in DDP, and each rank then reads its shard out
+// of the result. The weights come out right, but the all-reduce moves 2(N-1)/N · 4P and the all-gather
+// of the weights (N-1)/N · 4P more: 1.5x DDP's traffic. A rank needs only the average of its own shard,
+// which is exactly what a reduce-scatter, half an all-reduce, delivers.
+// expect: an all-reduce was called: ZeRO-1 reduce-scatters the gradients
+#include <algorithm>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "autograd/grad_mode.h"
+#include "exercises/grader.h"
+#include "nn/optim.h"
+#include "parallel/comm/flatten.h"
+#include "parallel/comm/process_group.h"
+#include "tensor/adamw_math.h"
+#include "tensor/ledger.h"
+
+using namespace sl;
+using namespace sl::parallel;
+
+namespace exercise07 {
+
+struct AdamShard {
+  Tensor m, v;
+  int64_t step = 0;
+};
+
+void zero1_step(ProcessGroup& group, const std::vector<Tensor>& params, AdamShard& shard,
+                const nn::AdamWOptions& options) {
+  NoGradGuard no_grad;
+  const int64_t n = group.size(), psi = total_numel(params), S = (psi + n - 1) / n, begin = group.rank() * S;
+  if (!shard.m.defined()) {
+    MemoryScope scope(MemoryCategory::optimizer);
+    shard.m = zeros({S}), shard.v = zeros({S});
+  }
+  const Tensor flat = zeros({n * S});  // the gradients, zeros in the padding
+  flatten_gradients_into(flat.flat_view(0, Shape({psi})), params);
+  group.all_reduce(flat, ReduceOp::avg);  // every rank gets all of it, then keeps 1/N
+  const Tensor grad = flat.flat_view(begin, Shape({S}));
+  const Tensor weights = zeros({n * S});
+  flatten_into(weights.flat_view(0, Shape({psi})), params);
+  ++shard.step;
+  int64_t offset = 0;  // each parameter's piece inside my shard [begin, begin + S)
+  for (const Tensor& p : params) {
+    const int64_t lo = std::max(begin, offset), hi = std::min(begin + S, offset + p.numel());
+    if (lo < hi) {
+      const nn::AdamWStep s = nn::AdamWStep::make(options, options.lr, shard.step, p.dim() >= 2);
+      nn::adamw_update(weights.data<float>() + lo, grad.data<float>() + (lo - begin),
+                       shard.m.data<float>() + (lo - begin), shard.v.data<float>() + (lo - begin), hi - lo, s);
+    }
+    offset += p.numel();
+  }
+  group.all_gather(weights, weights.flat_view(begin, Shape({S})));
+  unflatten_from(weights.flat_view(0, Shape({psi})), params);
+}
+
+// Given: the optimizer the grader drives; each call of the returned function is one step.
+std::function<void()> make_zero1_optimizer(ProcessGroupPtr group, std::vector<Tensor> params,
+                                           nn::AdamWOptions options) {
+  auto shard = std::make_shared<AdamShard>();
+  return [group, params, shard, options] { zero1_step(*group, params, *shard, options); };
+}
+
+}  // namespace exercise07

@@ -1,0 +1,218 @@
+// exercises/16_vocab_parallel_ce/grader.cpp — grades the vocab-parallel cross-entropy (student.cpp).
+//
+// Full logits [N, V] (N = 12, V = 16) and targets [N]; rank r of tp gets columns [r·V/tp, (r+1)·V/tp).
+// At tp 2 and 4 (thread ranks, parallel/comm/launch.h) the loss and the gradient of each rank's slice are
+// held to the serial sl::cross_entropy on the full logits (the library's autograd), also at logits ×1e3
+// and with targets on every slice boundary; the ledger to 3 all-reduces of N floats: 3·2(tp-1)/tp·N·4 bytes.
+// With -DSL_SOLUTION the library's vocab_parallel_cross_entropy (parallel/tensor_parallel/vocab.h) stands in.
+#include "exercises/grader.h"
+#include "exercises/grader_ranks.h"
+#include "exercises/grader_values.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "parallel/comm/launch.h"
+#include "parallel/tensor_parallel/vocab.h"
+#include "tensor/ops.h"
+
+using namespace sl;
+using namespace sl::parallel;
+using exercises::all_close;
+using exercises::expect;
+
+namespace exercise16 {
+Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets, int64_t vocab_start,
+                                    const ProcessGroupPtr& group);
+}  // namespace exercise16
+
+#ifdef SL_SOLUTION
+namespace solution {
+Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets, int64_t vocab_start,
+                                    const ProcessGroupPtr& group) {
+  const VocabRange range = VocabRange::of(logits.size(1) * group->size(), group->rank(), group->size());
+  SL_CHECK(range.start == vocab_start, "vocab_start ", vocab_start, " is not rank ", group->rank(), "'s ", range.start);
+  return sl::parallel::vocab_parallel_cross_entropy(logits, targets, range, group);
+}
+}  // namespace solution
+namespace impl = solution;
+#else
+namespace impl = exercise16;
+#endif
+
+constexpr int64_t kN = 12, kV = 16;  // N = B·T = 2·6 (divisible by tp 2 and 4); V/tp = 8 or 4 columns
+
+using Values = std::vector<double>;
+
+static std::string at(int tp, int rank) { return "tp " + std::to_string(tp) + ", rank " + std::to_string(rank); }
+
+struct Problem {
+  Tensor logits;                 // [N, V] f32
+  std::vector<int64_t> targets;  // N ids in [0, V)
+};
+
+static Problem random_problem(double scale) {
+  Generator g(21);
+  Problem p{mul(randn({kN, kV}, {}, &g), scale), {}};
+  for (int64_t n = 0; n < kN; ++n) p.targets.push_back((n * 7 + 3) % kV);
+  return p;
+}
+
+static Tensor targets_tensor(const std::vector<int64_t>& targets) {
+  return from_vector(Values(targets.begin(), targets.end()), Shape({kN}), TensorOptions(DType::i64));
+}
+
+// The serial loss and dL/dlogits [N, V] by the library's own cross_entropy.
+struct Serial {
+  double loss = 0;
+  Tensor grad;
+};
+
+static Serial serial_loss(const Problem& p) {
+  Tensor logits = p.logits.clone().set_requires_grad();
+  Tensor loss = cross_entropy(logits, targets_tensor(p.targets));
+  loss.backward();
+  return {loss.item(), logits.grad()};
+}
+
+struct RankRun {
+  double loss = 0;
+  Values grad;  // [N, V/tp]
+  int64_t all_reduces = 0, all_reduce_bytes = 0, other_calls = 0;
+};
+
+static std::vector<RankRun> run_parallel(const Problem& p, int tp) {
+  std::vector<RankRun> runs(tp);
+  exercises::run_ranks(tp, [&](RankContext& ctx) {
+    const int64_t Vs = kV / tp, start = ctx.rank * Vs;
+    Tensor mine = p.logits.narrow(1, start, Vs).to(ctx.device).set_requires_grad();  // [N, Vs]
+    CommLedger& ledger = ctx.world->ledger();
+    ledger.reset();
+    Tensor loss =
+        impl::vocab_parallel_cross_entropy(mine, targets_tensor(p.targets).to(ctx.device), start, ctx.world);
+    RankRun& run = runs[ctx.rank];
+    run.all_reduces = ledger[CommOp::all_reduce].calls;
+    run.all_reduce_bytes = ledger[CommOp::all_reduce].bytes_sent;
+    run.other_calls = ledger.total().calls - run.all_reduces;
+    expect(loss.defined() && loss.numel() == 1, at(tp, ctx.rank) + ": the loss must be one number (the mean)");
+    loss.backward();
+    run.loss = loss.item();
+    run.grad = mine.grad().defined() ? mine.grad().to_vector() : Values();
+  }, "a rank waited 4 s for the others (a deadlock?): every rank must call the "
+      "same three all-reduces, even a rank that owns no target. ");
+  return runs;
+}
+
+// The loss a rank computes when it never communicates: log Σ exp over its own columns only, and a
+// target logit only where it owns the target (where it does not, x_t falls back to its own max m).
+static double local_only_loss(const Problem& p, int tp, int rank) {
+  const Values x = p.logits.to_vector();
+  const int64_t Vs = kV / tp, start = rank * Vs;
+  double total = 0;
+  for (int64_t n = 0; n < kN; ++n) {
+    double m = -INFINITY, s = 0;
+    for (int64_t v = start; v < start + Vs; ++v) m = std::max(m, x[n * kV + v]);
+    for (int64_t v = start; v < start + Vs; ++v) s += std::exp(x[n * kV + v] - m);
+    const int64_t t = p.targets[n];
+    total += std::log(s) + m - (t >= start && t < start + Vs ? x[n * kV + t] : m);
+  }
+  return total / kN;
+}
+
+static void expect_loss(const Problem& p, int tp, const Serial& serial, const std::vector<RankRun>& runs) {
+  for (int r = 0; r < tp; ++r) {
+    const std::string who =
+        at(tp, r) + ": the loss " + std::to_string(runs[r].loss) + " (serial " + std::to_string(serial.loss) + ") ";
+    expect(std::isfinite(runs[r].loss), who +
+                                            "is not finite: subtract the global max before exp (exp overflows f32 "
+                                            "beyond 88), and add it back: loss = log S + m - x_t");
+    expect(!all_close({runs[r].loss}, {serial.loss * kN}, 1e-5, 1e-5),
+           who + "is N times the serial one: the loss is the MEAN over N rows");
+    expect(!all_close({runs[r].loss}, {local_only_loss(p, tp, r)}, 1e-5, 1e-5),
+           who +
+               "is the loss over this rank's columns only: all-reduce the max (max), the target logit and the sum "
+               "of exponentials (sum)");
+    expect(all_close({runs[r].loss}, {serial.loss}, 1e-5, 1e-5),
+           who +
+               "differs from the serial cross-entropy on the full logits: is every "
+               "target's logit counted once, by its owner (start <= t < start + Vs)?");
+  }
+}
+
+static void expect_gradient(int tp, const Serial& serial, const std::vector<RankRun>& runs) {
+  for (int r = 0; r < tp; ++r) {
+    const Values want = serial.grad.narrow(1, r * (kV / tp), kV / tp).to_vector();
+    const Values& got = runs[r].grad;
+    const std::string who = at(tp, r) + ": dL/dlogits ";
+    expect(!got.empty(), who + "is missing: backward must return the logits' gradient first");
+    Values scaled_up = want, flipped = want;
+    for (double& v : scaled_up) v *= kN;
+    for (double& v : flipped) v = -v;
+    expect(!all_close(got, scaled_up, 1e-5, 1e-5), who + "is N times the serial one: divide by N (the loss is a mean)");
+    expect(!all_close(got, flipped, 1e-5, 1e-5), who + "has the wrong sign: it is p - one_hot, not one_hot - p");
+    for (size_t i = 0; i < got.size(); ++i)
+      if (std::abs(got[i] - want[i]) > 1e-5 * (1 + std::abs(want[i])))
+        expect(std::abs(std::abs(got[i] - want[i]) - 1.0 / kN) > 1e-5,
+               who + "is off by 1/N at row " + std::to_string(i / (kV / tp)) + ", column " +
+                   std::to_string(r * (kV / tp) + static_cast<int64_t>(i % (kV / tp))) +
+                   ": the one-hot belongs only to the rank that owns the target (start <= t < start + Vs), in its "
+                   "local column t - start");
+    expect(all_close(got, want, 1e-5, 1e-5), who + "differs from the serial gradient's columns of this rank");
+  }
+}
+
+int main() {
+  exercises::Grader grader("16_vocab_parallel_ce");
+  const Problem plain = random_problem(2.0);
+  const Serial plain_serial = serial_loss(plain);
+  for (int tp : {2, 4}) {
+    grader.check("loss, tp " + std::to_string(tp) + ": equals the serial cross-entropy on the full logits",
+                 [&, tp] { expect_loss(plain, tp, plain_serial, run_parallel(plain, tp)); });
+    grader.check("gradient, tp " + std::to_string(tp) + ": each rank's columns of the serial dL/dlogits",
+                 [&, tp] { expect_gradient(tp, plain_serial, run_parallel(plain, tp)); });
+  }
+  grader.check("logits x1e3, tp 2: finite and equal to the serial loss and gradient (the max subtracted)", [] {
+    const Problem big = random_problem(2000.0);
+    const Serial serial = serial_loss(big);
+    const std::vector<RankRun> runs = run_parallel(big, 2);
+    for (const RankRun& run : runs)
+      for (double g : run.grad)
+        expect(std::isfinite(g),
+               "a NaN or inf in the gradient at logits x1e3: subtract the global max m before exp (exp overflows f32 "
+               "beyond 88): p = exp(x - m) / S");
+    expect_loss(big, 2, serial, runs);
+    expect_gradient(2, serial, runs);
+  });
+  grader.check("targets on every slice boundary, tp 4: ids r·Vs and r·Vs + Vs - 1 (ownership)", [] {
+    Problem edges = random_problem(2.0);
+    const int64_t Vs = kV / 4;
+    for (int64_t n = 0; n < kN; ++n) edges.targets[n] = (n / 2 % 4) * Vs + (n % 2 ? Vs - 1 : 0);  // 0, 3, 4, 7, ...
+    const Serial serial = serial_loss(edges);
+    const std::vector<RankRun> runs = run_parallel(edges, 4);
+    for (int r = 0; r < 4; ++r)
+      expect(all_close({runs[r].loss}, {serial.loss}, 1e-5, 1e-5),
+             at(4, r) +
+                 ": the loss is wrong when targets sit on the first or last id of a slice (it is right for "
+                 "others?): a rank owns t when start <= t < start + Vs, nothing off by one");
+    expect_gradient(4, serial, runs);
+  });
+  grader.check("ledger, tp 2 and 4: exactly 3 all-reduces of N floats, 3·2(tp-1)/tp·N·4 bytes", [&] {
+    for (int tp : {2, 4}) {
+      const std::vector<RankRun> runs = run_parallel(plain, tp);
+      const int64_t bytes = 3 * 2 * (tp - 1) * kN * 4 / tp;
+      for (int r = 0; r < tp; ++r) {
+        const RankRun& run = runs[r];
+        expect(run.other_calls == 0, at(tp, r) + ": " + std::to_string(run.other_calls) +
+                                         " collectives other than all-reduce: never gather the [N, V] logits");
+        expect(run.all_reduces == 3, at(tp, r) + ": " + std::to_string(run.all_reduces) +
+                                         " all-reduces, expected 3 (max, target logit, sum of exp); backward is local");
+        expect(run.all_reduce_bytes == bytes,
+               at(tp, r) + ": the all-reduces sent " + std::to_string(run.all_reduce_bytes) + " bytes, expected " +
+                   std::to_string(bytes) + " = 3 ring all-reduces of N = " + std::to_string(kN) +
+                   " floats (2(tp-1)/tp·N·4 each): all-reduce one number per row, not the [N, Vs] logits");
+      }
+    }
+  });
+  return grader.finish();
+}
