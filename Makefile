@@ -254,18 +254,22 @@ $(CORE_LIB): $(CORE_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/lessons/%: $(BUILD)/lessons/%.o $(LIB)
-	$(CXX) $(LDFLAGS) $< $(LINK_LIB) $(LDLIBS) -o $@
+# CLI11 is one large header: each family of programs compiles it once, in one object they all link.
+LESSON_ARGS := $(BUILD)/lessons/support/lesson_args.o
+CLI_OBJ     := $(BUILD)/tools/cli/cli.o
 
-$(BUILD)/bench/%: $(BUILD)/bench/%.o $(LIB)
-	$(CXX) $(LDFLAGS) $< $(LINK_LIB) $(LDLIBS) -o $@
+$(BUILD)/lessons/%: $(BUILD)/lessons/%.o $(LESSON_ARGS) $(LIB)
+	$(CXX) $(LDFLAGS) $< $(LESSON_ARGS) $(LINK_LIB) $(LDLIBS) -o $@
 
-$(BUILD)/bin/%: $(BUILD)/tools/%.o $(LIB)
+$(BUILD)/bench/%: $(BUILD)/bench/%.o $(CLI_OBJ) $(LIB)
+	$(CXX) $(LDFLAGS) $< $(CLI_OBJ) $(LINK_LIB) $(LDLIBS) -o $@
+
+$(BUILD)/bin/%: $(BUILD)/tools/%.o $(CLI_OBJ) $(LIB)
 	@mkdir -p $(dir $@)
-	$(CXX) $(LDFLAGS) $< $(LINK_LIB) $(LDLIBS) -o $@
+	$(CXX) $(LDFLAGS) $< $(CLI_OBJ) $(LINK_LIB) $(LDLIBS) -o $@
 
 # The tests run the tools too (tests/tools/test_train_cli.cpp), so they are built with the test binary.
-$(TEST_BIN): $(TEST_SRCS:%.cpp=$(BUILD)/%.o) $(TEST_LIB) | $(if $(TEST_CORE),,$(TOOLS))
+$(TEST_BIN): $(TEST_SRCS:%.cpp=$(BUILD)/%.o) $(if $(TEST_CORE),,$(CLI_OBJ)) $(TEST_LIB) | $(if $(TEST_CORE),,$(TOOLS))
 	$(CXX) $(LDFLAGS) $(filter %.o,$^) -Wl,--whole-archive $(TEST_LIB) -Wl,--no-whole-archive $(LDLIBS) -lgtest -lgtest_main -o $@
 
 # ---- running things -------------------------------------------------------------------------------

@@ -45,7 +45,7 @@ inline void parse_flags(cli::Parser& flags, int argc, char** argv) {
   try {
     if (flags.parse(argc, argv)) std::exit(0);
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "%s: %s\n", flags.app().get_name().c_str(), e.message.c_str());
+    std::fprintf(stderr, "%s: %s\n", flags.program().c_str(), e.message.c_str());
     std::exit(2);
   }
 }

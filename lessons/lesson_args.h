@@ -1,5 +1,5 @@
-// lesson_args.h — what a lesson lets you change, read from its command line (header-only, on CLI11,
-// as build/bin/train's: tools/cli.h).
+// lesson_args.h — what a lesson lets you change, read from its command line (on CLI11, as
+// build/bin/train's: tools/cli.h; CLI11 is compiled once, in lessons/support/lesson_args.cpp).
 //
 //   int main(int argc, char** argv) {
 //     lesson::Args args(argc, argv, "09_pipeline_schedules", "1F1B and interleaving against GPipe");
@@ -17,142 +17,47 @@
 // purpose, shows what goes wrong, and its check fails (exit 1).
 // tools/check_lessons.sh reads the `--break-` lines of every lesson's --help and runs each one.
 #pragma once
-#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <optional>
+#include <memory>
 #include <string>
-#include <vector>
+
+namespace CLI {
+class App;
+class Option;
+}  // namespace CLI
 
 namespace lesson {
 
 class Args {
  public:
-  Args(int argc, char** argv, std::string name, std::string about)
-      : name_(std::move(name)), about_(std::move(about)), app_("", "build/lessons/" + name_), argc_(argc), argv_(argv) {
-    app_.allow_extras();  // until done(): the flags declared later are extras for now
-    app_.set_help_flag();  // --help is read in done(), once every flag is declared
-    app_.add_flag("-h,--help")->description("this list");
-    app_.get_formatter()->column_width(24);
-    app_.get_formatter()->label("OPTIONS", "FLAGS");
-    app_.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  }
+  Args(int argc, char** argv, std::string name, std::string about);
+  ~Args();
 
   // An integer in [lo, hi]; the default when the flag is absent.
-  int64_t integer(const std::string& flag, int64_t fallback, const std::string& help, int64_t lo, int64_t hi) {
-    const std::string range = std::to_string(lo) + ".." + std::to_string(hi);
-    const CLI::Range in_range(lo, hi);
-    CLI::Option* option = app_.add_option("--" + flag)->description(help + " (default " + std::to_string(fallback) + ", " + range + ")");
-    option->type_name("N")->check(CLI::Validator(
-        [=](std::string& value) {
-          // Decimal only: CLI11 reads integers in C's base 0, where 010 is 8.
-          const std::string magnitude = value.rfind('-', 0) == 0 ? value.substr(1) : value;
-          const bool digits = !magnitude.empty() && magnitude.size() <= 18 &&
-                              (magnitude.size() == 1 || magnitude[0] != '0') &&
-                              magnitude.find_first_not_of("0123456789") == std::string::npos;
-          if (!digits) return "takes an integer, not '" + value + "'";
-          std::string copy = value;
-          return in_range(copy).empty() ? std::string() : value + " is outside " + range;
-        },
-        ""));
-    return read<int64_t>(option, fallback);
-  }
-
+  int64_t integer(const std::string& flag, int64_t fallback, const std::string& help, int64_t lo, int64_t hi);
   // A real number in [lo, hi].
-  double real(const std::string& flag, double fallback, const std::string& help, double lo, double hi) {
-    const std::string range = number(lo) + ".." + number(hi);
-    CLI::Option* option = app_.add_option("--" + flag)->description(help + " (default " + number(fallback) + ", " + range + ")");
-    option->type_name("X")->check(CLI::Validator(
-        [=](std::string& value) {
-          double parsed = 0;
-          if (!CLI::detail::lexical_cast(value, parsed)) return "takes a number, not '" + value + "'";
-          return parsed >= lo && parsed <= hi ? std::string() : value + " is outside " + range;
-        },
-        ""));
-    return read<double>(option, fallback);
-  }
-
+  double real(const std::string& flag, double fallback, const std::string& help, double lo, double hi);
   // Free text (a link spec, a path); the lesson validates it.
-  std::string text(const std::string& flag, const std::string& fallback, const std::string& help) {
-    CLI::Option* option = app_.add_option("--" + flag)->type_name("TEXT");
-    option->description(help + (fallback.empty() ? "" : " (default " + fallback + ")"));
-    return read<std::string>(option, fallback);
-  }
-
+  std::string text(const std::string& flag, const std::string& fallback, const std::string& help);
   // A "break it" switch, --break-<what>: true when given.
-  bool breaks(const std::string& what, const std::string& mistake) {
-    CLI::Option* option = app_.add_flag("--break-" + what);
-    option->description("break it: " + mistake + "; the lesson's check then fails");
-    parse();
-    return option->count() > 0;
-  }
-
+  bool breaks(const std::string& what, const std::string& mistake);
   // --svg DIR: the folder the lesson writes its pictures into (created); empty when not asked.
-  std::string svg() {
-    CLI::Option* option = app_.add_option("--svg")->type_name("DIR");
-    option->description("write this lesson's pictures (.svg) into DIR");
-    const std::string dir = read<std::string>(option, "");
-    if (dir.empty()) return "";
-    std::error_code error;
-    std::filesystem::create_directories(dir, error);
-    if (error) fail("--svg " + dir + ": cannot create the folder (" + error.message() + ")");
-    return dir;
-  }
-
+  std::string svg();
   // After the last flag: --help prints them all and exits 0; an unknown flag exits 2.
-  void done() {
-    parse();
-    if (app_.count("--help") > 0) {
-      std::printf("%s: %s\n\n%s", name_.c_str(), about_.c_str(), app_.help().c_str());
-      std::exit(0);
-    }
-    const std::vector<std::string> extra = app_.remaining();
-    if (!extra.empty())
-      fail((extra[0].rfind("--", 0) == 0 ? "unknown flag " + extra[0]
-                                         : "'" + extra[0] + "' is not a flag (flags start with --)") +
-           " (--help lists what this lesson takes)");
-  }
+  void done();
 
  private:
-  // The command line parsed again with every flag declared so far; a bad value exits 2 naming it.
-  void parse() {
-    try {
-      app_.parse(argc_, argv_);
-    } catch (const CLI::ArgumentMismatch& e) {
-      const std::string what = e.what();
-      fail(what.substr(0, what.find(':')) + " needs a value");
-    } catch (const CLI::ValidationError& e) {
-      std::string what = e.what();  // "--p: 9 is outside 2..8" -> "--p 9 is outside 2..8"
-      const size_t colon = what.find(": ");
-      if (colon != std::string::npos) what.replace(colon, 2, " ");
-      fail(what);
-    } catch (const CLI::ParseError& e) {
-      fail(e.what());
-    }
-  }
-
+  void parse();
   template <typename T>
-  T read(CLI::Option* option, T fallback) {
-    parse();
-    return option->count() > 0 ? option->as<T>() : fallback;
-  }
-
-  static std::string number(double x) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%g", x);
-    return text;
-  }
-
-  [[noreturn]] void fail(const std::string& message) const {
-    std::fprintf(stderr, "%s: %s\n", name_.c_str(), message.c_str());
-    std::exit(2);
-  }
+  T read(CLI::Option* option, T fallback);
+  [[noreturn]] void fail(const std::string& message) const;
 
   std::string name_, about_;
-  CLI::App app_;
+  std::unique_ptr<CLI::App> app_;
   int argc_;
   char** argv_;
 };

@@ -10,6 +10,7 @@
 // DIR is a checkpoint directory, or a --checkpoint-dir root (its newest complete step is used).
 // The command line is CLI11's (tools/cli.h): `checkpoint --help`, `checkpoint info --help`.
 // Bad usage is one line on stderr and exit code 2; a bad checkpoint is one line and exit code 1.
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
 #include <string>

@@ -3,6 +3,7 @@
 // the same names, ranges and checks); the cluster flags are the planner's. Any layout flag (or
 // --layout) evaluates that one layout; without them every layout is searched and ranked.
 #pragma once
+#include <CLI/CLI.hpp>
 #include <string>
 
 #include "parallel/planner/plan_options.h"
