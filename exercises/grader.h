@@ -7,6 +7,12 @@
 //   });
 //   return grader.finish();   // prints "N of M checks passed"; 0 only if every check passed
 //
+// Every exercise opens with a "predict first" question: a number (bytes, a bubble, a peak) the student
+// writes into student.cpp before coding. predict() grades it against what the library's run measured
+// and prints both:
+//   grader.predict("bytes rank 0 sends per step at N = 4", impl::predicted_bytes,
+//                  [] { return measured_bytes(4); }, 0.01, "bytes");
+//
 // A check passes when its function returns. It fails when it throws:
 //   exercises::NotImplemented   a TODO body the student has not written yet: "not implemented yet: <function>"
 //   exercises::CheckFailed      what expect() throws: the message says what is wrong and what to try
@@ -14,6 +20,7 @@
 // launch() rethrows the first rank's exception as it was thrown, so a TODO inside a rank still reads
 // "not implemented yet". The Makefile runs every grader under `timeout 60`: a hang fails too.
 #pragma once
+#include <cmath>
 #include <cstdio>
 #include <exception>
 #include <functional>
@@ -83,6 +90,26 @@ class Grader {
     std::fflush(stdout);
   }
 
+  // Grades the student's prediction (a function in student.cpp that returns their number; its template
+  // throws NotImplemented) against measure(), the value a run of the library measured. It passes when
+  // |predicted - measured| <= rel_tol·|measured| (rel_tol 0: equal), and prints the two side by side
+  // either way; a prediction far off says by what factor, the hint most mistakes leave (N x, 2 x).
+  void predict(const std::string& question, const std::function<double()>& prediction,
+               const std::function<double()>& measure, double rel_tol, const std::string& unit) {
+    check("predict first: " + question, [&] {
+      const double predicted = prediction();
+      const double measured = measure();
+      const bool equal = std::abs(predicted - measured) <= rel_tol * std::abs(measured);
+      std::printf("        you predicted %.6g %s; the run measured %.6g %s\n", predicted, unit.c_str(),
+                  measured, unit.c_str());
+      std::string message = "your prediction " + number(predicted) + " " + unit + " is not the measured " +
+                            number(measured) + " " + unit;
+      if (predicted != 0 && measured != 0 && std::isfinite(predicted))
+        message += " (measured / predicted = " + number(measured / predicted) + ")";
+      expect(equal, message + ": redo the count on paper before you change the code");
+    });
+  }
+
   // Prints the score; the exit code of the grader.
   int finish() const {
     std::printf("%s: %d of %d checks passed\n", exercise_.c_str(), passed_, total_);
@@ -90,6 +117,12 @@ class Grader {
   }
 
  private:
+  static std::string number(double x) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.6g", x);
+    return text;
+  }
+
   std::string exercise_;
   int passed_ = 0, total_ = 0;
 };

@@ -22,12 +22,14 @@ using exercises::expect;
 namespace exercise01 {
 Shape broadcast_shape(const Shape& a, const Shape& b);
 Tensor reduce_to_shape(const Tensor& grad, const Shape& shape);
+double predicted_terms_per_bias_gradient();
 }  // namespace exercise01
 
 #ifdef SL_SOLUTION
 namespace solution {
 Shape broadcast_shape(const Shape& a, const Shape& b) { return sl::broadcast_shapes(a, b, "broadcast_shape"); }
 Tensor reduce_to_shape(const Tensor& grad, const Shape& shape) { return sl::sum_to(grad, shape); }
+double predicted_terms_per_bias_gradient() { return 16.0 * 256; }  // the dims broadcasting added: B·T
 }  // namespace solution
 namespace impl = solution;
 #else
@@ -234,8 +236,20 @@ static void check_backward(exercises::Grader& grader) {
   });
 }
 
+// The prediction's measured value: b.grad[0] of sum(x + b) is the number of output elements that used
+// b[0], since each contributes a gradient of exactly 1.
+static double measured_terms_per_bias_gradient() {
+  const Tensor x = zeros({16, 256, 768});
+  Tensor b = zeros({768});
+  b.set_requires_grad(true);
+  sum(add(x, b)).backward();
+  return b.grad().to_vector()[0];
+}
+
 int main() {
   exercises::Grader grader("01_broadcasting");
+  grader.predict("terms summed into one element of a bias [768]'s gradient under x [16, 256, 768]",
+                 impl::predicted_terms_per_bias_gradient, measured_terms_per_bias_gradient, 0, "terms");
   check_shapes(grader);
   check_backward(grader);
   return grader.finish();

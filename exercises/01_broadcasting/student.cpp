@@ -34,6 +34,13 @@
 
 namespace exercise01 {
 
+// PREDICT FIRST, before any code. GPT-2 small adds the bias b [768] of a Linear to x [16, 256, 768]
+// (B 16, T 256, C 768). In the backward, how many elements of the output's gradient are added into
+// each element of b's gradient? Replace the throw with your number; the grader measures it.
+double predicted_terms_per_bias_gradient() {
+  throw exercises::NotImplemented("predicted_terms_per_bias_gradient (predict first)");
+}
+
 // The shape of add(a, b) under NumPy's rule. A pair that does not broadcast throws sl::Error whose
 // message names both shapes, e.g. "shapes [2, 3] and [2] cannot be broadcast".
 sl::Shape broadcast_shape(const sl::Shape& a, const sl::Shape& b) {
