@@ -46,8 +46,13 @@ struct AttentionDropoutDraw {
 Tensor causal_attention_packed(const Tensor& qkv, int64_t n_head, double dropout_p = 0, bool training = true,
                                Generator* generator = nullptr);
 
-// The kernels (no autograd). scale > 0. CPU tensors run the blockwise kernel; CUDA tensors (f32 or
-// f64, no dropout) the same math as engine ops that hold a block's [Tq, Tk] scores (attention_composed.h).
+// The kernels (no autograd). scale > 0. CPU tensors run the blockwise kernel; CUDA tensors (no dropout)
+// the same math as engine ops that hold a block's [Tq, Tk] scores (attention_composed.h).
+// q, k, v in f32 or f64: out, lse, dout, delta and the gradients in the same dtype. q, k, v in bf16 or
+// f16 (a block of mixed-precision ring attention): out, lse, delta and the gradients dq, dk, dv in f32
+// (a block merges with others and each key block's gradient sums over query blocks before the one
+// rounding to 16 bits), dout in q's dtype. The 16-bit operands are widened per head inside the CPU
+// kernel, per block on CUDA: what travels between ranks stays 16-bit.
 AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
                                   const AttentionDropoutDraw& dropout = {});
 // Adds the gradients into dq [B, NH, Tq, HS], dk and dv [B, NH, Tk, HS] (an undefined one: not
@@ -55,7 +60,7 @@ AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
                         const Tensor& delta, bool causal, double scale, const Tensor& dq, const Tensor& dk,
                         const Tensor& dv, const AttentionDropoutDraw& dropout = {});
-// D = rowsum(dO ∘ O): [B, NH, Tq, HS] x2 -> [B, NH, Tq].
+// D = rowsum(dO ∘ O): [B, NH, Tq, HS] x2 -> [B, NH, Tq] (f32 when either is 16-bit).
 Tensor attention_delta(const Tensor& dout, const Tensor& out);
 
 // ---- blocks of keys, merged (ring attention's steps: parallel/context_parallel) ----------------------

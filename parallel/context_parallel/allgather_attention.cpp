@@ -34,6 +34,7 @@ struct AllGatherAttentionFn : Function<AllGatherAttentionFn> {
       for (const StepWork& work : shard.work(src, q.size(2)))
         attend_step(work, q, block_of(k_all, src, k.shape()), block_of(v_all, src, v.shape()), scale, out, lse);
     }
+    if (out.dtype() != q.dtype()) out = out.to(q.dtype());  // 16-bit q: the f32 merge rounded once
     ctx.save_for_backward({q, k_all, v_all, out, lse});  // the gathered K/V stay alive until backward
     ctx.set("shard", shard);
     ctx.set("group", group);
@@ -49,18 +50,21 @@ struct AllGatherAttentionFn : Function<AllGatherAttentionFn> {
     const Shape& block = q.shape();
     Tensor dout = grads[0].defined() ? grads[0] : zeros_like(out);
     Tensor delta = attention_delta(dout, out);
-    Tensor dq = zeros_like(q), dk_all = zeros_like(k_all), dv_all = zeros_like(v_all);
+    // The gradients sum in f32 for 16-bit q, k, v (attention_block.h) and are rounded once at the end.
+    const TensorOptions acc = is_16bit(q.dtype()) ? q.options().with_dtype(DType::f32) : q.options();
+    Tensor dq = zeros(q.shape(), acc), dk_all = zeros(k_all.shape(), acc), dv_all = zeros(v_all.shape(), acc);
     for (int s = 0; s < cp; ++s) {
       const int src = (shard.rank - s + cp) % cp;
       for (const StepWork& work : shard.work(src, q.size(2)))
         attend_step_backward(work, q, block_of(k_all, src, block), block_of(v_all, src, block), dout, lse, delta,
                              ctx.get<double>("scale"), dq, block_of(dk_all, src, block), block_of(dv_all, src, block));
     }
-    Tensor dk = Tensor::empty(block, q.options()), dv = Tensor::empty(block, q.options());
+    Tensor dk = Tensor::empty(block, acc), dv = Tensor::empty(block, acc);
     const auto& group = ctx.get<ProcessGroupPtr>("group");
     group->reduce_scatter(dk, dk_all);  // block r's gradient, summed over every rank that attended to it
     group->reduce_scatter(dv, dv_all);
-    return {dq, dk, dv};
+    const auto rounded = [&](const Tensor& g) { return g.dtype() == q.dtype() ? g : g.to(q.dtype()); };
+    return {rounded(dq), rounded(dk), rounded(dv)};
   }
 };
 

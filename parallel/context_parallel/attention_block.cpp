@@ -27,15 +27,17 @@ double attention_scale(const Tensor& q, double scale) {
 
 namespace {
 
-void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, BlockMask mask) {
+// f32 or f64 for the autograd Function; the kernels also take bf16 and f16 (`sixteen_bit`).
+void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, BlockMask mask, bool sixteen_bit = false) {
   SL_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "attention_block: q, k, v must be [B, NH, T, HS], got ",
            q.shape(), ", ", k.shape(), ", ", v.shape());
   SL_CHECK(k.shape() == v.shape() && q.size(0) == k.size(0) && q.size(1) == k.size(1) && q.size(3) == k.size(3),
            "attention_block: q ", q.shape(), " does not fit k ", k.shape(), " and v ", v.shape());
   SL_CHECK(mask != BlockMask::causal || q.size(2) == k.size(2), "attention_block: a causal block must be square (Tq ",
            q.size(2), " != Tk ", k.size(2), ")");
-  SL_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype() && (q.dtype() == DType::f32 || q.dtype() == DType::f64),
-           "attention_block: q, k, v must all be f32 (or f64 for gradcheck), got ", dtype_name(q.dtype()), ", ",
+  const bool kernel_dtype = q.dtype() == DType::f32 || q.dtype() == DType::f64 || (sixteen_bit && is_16bit(q.dtype()));
+  SL_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype() && kernel_dtype, "attention_block: q, k, v must all be ",
+           sixteen_bit ? "f32, bf16 or f16" : "f32", " (or f64 for gradcheck), got ", dtype_name(q.dtype()), ", ",
            dtype_name(k.dtype()), ", ", dtype_name(v.dtype()));
   SL_CHECK(q.device() == k.device() && q.device() == v.device(), "attention_block: q, k, v must be on one device, got ",
            q.device().str(), ", ", k.device().str(), ", ", v.device().str());
@@ -69,10 +71,11 @@ struct AttentionBlockFn : Function<AttentionBlockFn> {
 
 BlockOutput attention_block_forward(const Tensor& q, const Tensor& k, const Tensor& v, BlockMask mask,
                                     double scale) {
-  check_inputs(q, k, v, mask);
+  check_inputs(q, k, v, mask, true);
   const int64_t B = q.size(0), NH = q.size(1), Tq = q.size(2);
+  const TensorOptions result = is_16bit(q.dtype()) ? q.options().with_dtype(DType::f32) : q.options();
   if (mask == BlockMask::skip)
-    return {zeros(q.shape(), q.options()), full({B, NH, Tq}, -std::numeric_limits<double>::infinity(), q.options())};
+    return {zeros(q.shape(), result), full({B, NH, Tq}, -std::numeric_limits<double>::infinity(), result)};
   AttentionOutput o = attention_forward(q, k, v, mask == BlockMask::causal, attention_scale(q, scale));
   return {o.out, o.lse};
 }
@@ -80,7 +83,7 @@ BlockOutput attention_block_forward(const Tensor& q, const Tensor& k, const Tens
 void attention_block_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
                               const Tensor& lse, const Tensor& delta, BlockMask mask, double scale, const Tensor& dq,
                               const Tensor& dk, const Tensor& dv) {
-  check_inputs(q, k, v, mask);
+  check_inputs(q, k, v, mask, true);
   if (mask == BlockMask::skip) return;
   attention_backward(q, k, v, dout, lse, delta, mask == BlockMask::causal, attention_scale(q, scale), dq, dk, dv);
 }

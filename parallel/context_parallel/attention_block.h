@@ -31,7 +31,10 @@
 // A block is computed by the engine's attention kernels (tensor/attention.h, the serial GPT's own
 // attention): on the CPU in tiles of [32, 128] scores, never a [Tq, Tk] matrix, let alone the T×T of
 // the whole sequence; on CUDA the same math as engine ops, which do hold the block's [Tq, Tk] scores
-// (tensor/attention_composed.h). f32 (accumulating in f32) or f64 (for gradcheck). lse has q's dtype.
+// (tensor/attention_composed.h). f32 (accumulating in f32) or f64 (for gradcheck): lse has q's dtype.
+// The kernels below also take bf16 and f16 q, k, v (mixed precision): the block's out and lse, and the
+// gradients they add into, are then f32, so that blocks merge and gradients sum before the one
+// rounding to 16 bits, as the serial GPT's kernel rounds once; K and V travel in 16 bits.
 //
 //   Lesson: lessons/13_ring_attention.cpp   Tests: tests/parallel/context_parallel/test_context_parallel.cpp (gradcheck, ×1e3),
 //   tests/parallel/context_parallel/test_attention_merge.cpp (merges with rows that saw no key)

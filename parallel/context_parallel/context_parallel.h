@@ -10,9 +10,12 @@
 //     step 0: Q_r · K_r, V_r       step 1: Q_r · K_{r-1}, V_{r-1}   …   merge the blocks by their
 //     log-sum-exp (attention_block.h: FlashAttention's online softmax, exact)
 //
-//   Bytes per layer per rank: forward (cp-1)/cp of K and V ([B, T, C] each, 2·4·B·T·C·(cp-1)/cp),
-//   backward the same plus dK, dV travelling back. Memory: activations of T/cp tokens and one
-//   [T/cp]² score block at a time (the serial GPT holds [T]² per head).
+//   Bytes per layer per rank: forward (cp-1)/cp of K and V ([B, T, C] each, 2·e·B·T·C·(cp-1)/cp with
+//   e bytes per element: 4 in f32, 2 in bf16/fp16, where K and V travel in 16 bits), backward the same
+//   plus dK, dV travelling back (f32 accumulators: 2·4·B·T·C per rank on the ring). Memory:
+//   activations of T/cp tokens and one [T/cp]² score block at a time (the serial GPT holds [T]² per head).
+//   Mixed precision: each block computes in f32, blocks merge in f32, and out, dQ, dK, dV are rounded
+//   once to 16 bits: within one rounding of the serial 16-bit kernel's result.
 //
 //   Ulysses (ulysses_attention.h) cuts the HEADS instead, for attention only: all-to-all q, k, v from
 //   [T/cp tokens × NH heads] to [T tokens × NH/cp heads], the serial causal attention, all-to-all back;
@@ -35,7 +38,8 @@
 //                             the variants' groups and the chapter's rules
 //
 //   Lesson: lessons/13_ring_attention.cpp
-//   Tests: tests/parallel/context_parallel/test_context_parallel.cpp, tests/parallel/context_parallel/test_context_parallel_runner.cpp
+//   Tests: tests/parallel/context_parallel/test_context_parallel.cpp, tests/parallel/context_parallel/test_context_parallel_runner.cpp,
+//   tests/parallel/context_parallel/test_ring_attention_16bit.cpp
 #pragma once
 #include "parallel/context_parallel/allgather_attention.h"
 #include "parallel/context_parallel/attention_block.h"

@@ -72,14 +72,9 @@ nn::AttentionCore context_parallel_core(const SequenceShard& shard, const CpGrou
       default: return ulysses_attention(q, k, v, shard, groups.ulysses, groups.ring);
     }
   };
-  return [attend, variant](const Tensor& q, const Tensor& k, const Tensor& v) {
-    // Mixed precision: the ring's blocks compute in f32 (attention_block.h), so 16-bit q, k, v are
-    // widened here and the output rounded back; K and V then travel in f32 (twice bf16's bytes).
-    // Plain Ulysses runs the serial GPT's attention, which takes 16-bit inputs as they are.
-    if (is_16bit(q.dtype()) && variant != CpVariant::ulysses)
-      return attend(q.to(DType::f32), k.to(DType::f32), v.to(DType::f32)).to(q.dtype());
-    return attend(q, k, v);
-  };
+  // Mixed precision: 16-bit q, k, v go in as they are and K, V travel in 16 bits; each block computes
+  // in f32, blocks merge in f32 and the output is rounded once (attention_block.h).
+  return attend;
 }
 
 void apply_context_parallel(nn::GPT& part, const SequenceShard& shard, const CpGroups& groups, CpVariant variant) {

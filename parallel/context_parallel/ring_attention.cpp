@@ -33,6 +33,16 @@ void wait_all(std::vector<WorkPtr>& works) {
   works.clear();
 }
 
+// The dtype blocks merge and gradients sum in: q's, or f32 for 16-bit q (attention_block.h).
+TensorOptions accumulator(const Tensor& q) {
+  return is_16bit(q.dtype()) ? q.options().with_dtype(DType::f32) : q.options();
+}
+
+// The accumulated result in x's dtype: rounded once from f32 for 16-bit x.
+Tensor in_dtype_of(const Tensor& x, const Tensor& accumulated) {
+  return accumulated.dtype() == x.dtype() ? accumulated : accumulated.to(x.dtype());
+}
+
 struct RingAttentionFn : Function<RingAttentionFn> {
   static Tensor forward(FunctionCtx& ctx, const Tensor& q, const Tensor& k, const Tensor& v, SequenceShard shard,
                         ProcessGroupPtr group, double scale) {
@@ -50,6 +60,7 @@ struct RingAttentionFn : Function<RingAttentionFn> {
       k_cur = k_next;
       v_cur = v_next;
     }
+    out = in_dtype_of(q, out);
     ctx.save_for_backward({q, k, v, out, lse});
     ctx.set("shard", shard);
     ctx.set("group", group);
@@ -67,7 +78,7 @@ struct RingAttentionFn : Function<RingAttentionFn> {
     Ring ring(ctx.get<ProcessGroupPtr>("group"));
     Tensor dout = grads[0].defined() ? grads[0] : zeros_like(out);
     Tensor delta = attention_delta(dout, out);  // D = rowsum(dO ∘ O) [B, NH, Tl]
-    Tensor dq = zeros_like(q);
+    Tensor dq = zeros(q.shape(), accumulator(q));
     Tensor k_cur = k, v_cur = v;
     Tensor dk_in, dv_in, dk_sent, dv_sent;  // the held block's dK/dV from the holders before us
     std::vector<WorkPtr> grad_works;
@@ -79,8 +90,8 @@ struct RingAttentionFn : Function<RingAttentionFn> {
       const std::vector<StepWork> works = shard.work(src, Tl);
       Tensor dk_part, dv_part;
       if (!works.empty()) {
-        dk_part = zeros_like(k);
-        dv_part = zeros_like(v);
+        dk_part = zeros(k.shape(), accumulator(k));  // travels on in the accumulators' dtype
+        dv_part = zeros(v.shape(), accumulator(v));
         for (const StepWork& work : works)
           attend_step_backward(work, q, k_cur, v_cur, dout, lse, delta, scale, dq, dk_part, dv_part);
       }
@@ -102,7 +113,7 @@ struct RingAttentionFn : Function<RingAttentionFn> {
       v_cur = v_next;
     }
     wait_all(grad_works);
-    return {dq, dk_in, dv_in};
+    return {in_dtype_of(q, dq), in_dtype_of(k, dk_in), in_dtype_of(v, dv_in)};
   }
 };
 

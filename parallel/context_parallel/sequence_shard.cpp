@@ -90,9 +90,9 @@ void attend_step(const StepWork& work, const Tensor& q, const Tensor& k, const T
       lse = block.lse;
       return;
     }
-    if (!out.defined()) {
-      out = Tensor::empty(q.shape(), q.options());
-      lse = Tensor::empty({q.size(0), q.size(1), q.size(2)}, q.options());
+    if (!out.defined()) {  // the block's dtypes: f32 for 16-bit q (attention_block.h)
+      out = Tensor::empty(q.shape(), block.out.options());
+      lse = Tensor::empty({q.size(0), q.size(1), q.size(2)}, block.lse.options());
     }
     set_rows(out, block.out, work.q_begin);
     set_rows(lse, block.lse, work.q_begin);
@@ -108,8 +108,9 @@ void attend_step_backward(const StepWork& work, const Tensor& q, const Tensor& k
   const bool all_q = work.q_begin == 0 && work.q_len == q.size(2);
   const bool all_kv = work.kv_begin == 0 && work.kv_len == k.size(2);
   Tensor q_rows = rows(q, work.q_begin, work.q_len), k_rows = rows(k, work.kv_begin, work.kv_len);
-  Tensor dq_rows = all_q ? dq : zeros_like(q_rows);
-  Tensor dk_rows = all_kv ? dk : zeros_like(k_rows), dv_rows = all_kv ? dv : zeros_like(k_rows);
+  Tensor dq_rows = all_q ? dq : zeros(q_rows.shape(), dq.options());  // the accumulators' dtype
+  Tensor dk_rows = all_kv ? dk : zeros(k_rows.shape(), dk.options());
+  Tensor dv_rows = all_kv ? dv : zeros(k_rows.shape(), dv.options());
   auto lse_rows = [&](const Tensor& t) { return all_q ? t : t.narrow(2, work.q_begin, work.q_len); };
   attention_block_backward(q_rows, k_rows, rows(v, work.kv_begin, work.kv_len), rows(dout, work.q_begin, work.q_len),
                            lse_rows(lse), lse_rows(delta), work.mask, scale, dq_rows, dk_rows, dv_rows);

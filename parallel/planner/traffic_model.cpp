@@ -187,24 +187,34 @@ void cut_traffic(Step& s) {
   }
   if (c.cp > 1) {
     const int64_t kv = X / t * s.pes;  // K or V of this rank's heads: [b, NH/t, T/cp, HS]
+    // dK, dV of the ring and all-gather variants travel in their f32 accumulators, also in 16 bits
+    // (attention_block.h); Ulysses sends the gradients in the weights' dtype.
+    const int64_t dkv = X / t * std::max<int64_t>(s.pes, 4);
     const int64_t forwards = 1 + reruns;
-    // ring: K/V pass cp-1 times per forward, K/V and dK/dV again in backward (ring_attention.h)
-    auto ring_passes = [&](int64_t n) { return layers * ((n - 1) * (forwards + 1) + n); };
+    // ring: K/V pass cp-1 times per forward and once more in backward, dK/dV cp times (ring_attention.h)
+    auto kv_passes = [&](int64_t n) { return layers * (n - 1) * (forwards + 1); };
+    auto grad_passes = [&](int64_t n) { return layers * n; };
+    auto ring = [&](const auto& p2p, int64_t n) {
+      p2p(kv, 2 * kv_passes(n) * s.M);
+      p2p(dkv, 2 * grad_passes(n) * s.M);
+    };
     // Ulysses: q, k, v there and out back per forward, the four gradients in backward
     const int64_t swaps = layers * (4 * forwards + 4);
     const int U = s.plan.cp_variant == CpVariant::hybrid ? s.plan.ulysses_degree : c.cp;
     // A hybrid with U = cp is Ulysses on the cp group itself (make_cp_groups)
     const CpVariant variant = s.plan.cp_variant == CpVariant::hybrid && U == c.cp ? CpVariant::ulysses : s.plan.cp_variant;
     switch (variant) {
-      case CpVariant::ring: s.book.p2p({MeshDim::cp}, kv, 2 * ring_passes(c.cp) * s.M, 2 * ring_passes(c.cp) * s.M); break;
+      case CpVariant::ring:
+        ring([&](int64_t bytes, int64_t n) { s.book.p2p({MeshDim::cp}, bytes, n, n); }, c.cp);
+        break;
       case CpVariant::allgather:
         s.book.all_gather({MeshDim::cp}, kv, 2 * forwards * layers * s.M);
-        s.book.reduce_scatter({MeshDim::cp}, kv, 2 * layers * s.M);
+        s.book.reduce_scatter({MeshDim::cp}, dkv, 2 * layers * s.M);
         break;
       case CpVariant::ulysses: s.book.all_to_all({MeshDim::cp}, kv, swaps * s.M); break;
       case CpVariant::hybrid:  // the runner's own groups; a ring block [b, NH/(t·U), T/R, HS] is kv again
         s.book.own_all_to_all("cp_ulysses", U, kv, swaps * s.M);
-        s.book.own_p2p("cp_ring", kv, 2 * ring_passes(c.cp / U) * s.M, 2 * ring_passes(c.cp / U) * s.M);
+        ring([&](int64_t bytes, int64_t n) { s.book.own_p2p("cp_ring", bytes, n, n); }, c.cp / U);
         break;
     }
   }

@@ -253,9 +253,10 @@ void round_into(const float* wide, int64_t n, int64_t HS, const Rows<S>& x, bool
 // f32 rows [Tq or Tk, HS] per widened operand, after the kernel's own scratch.
 int64_t wide_rows(const AttentionShape& shape) { return std::max(shape.Tq, shape.Tk) * shape.HS; }
 
-template <typename S>
+// O: S (out rounded once to 16 bits) or float (out kept in f32: a block that merges with others).
+template <typename S, typename O>
 void forward_heads_16bit(const AttentionHeads& heads, const AttentionShape& shape, const AttentionDropout& dropout,
-                         const S* q, const S* k, const S* v, S* out, float* lse) {
+                         const S* q, const S* k, const S* v, O* out, float* lse) {
   const int64_t base = scratch_size(shape), n = wide_rows(shape), HS = shape.HS;
   for_each_head<float>(heads, base + 4 * n, [&](int64_t b, int64_t h, float* work) {
     const int64_t bh = b * heads.NH + h;
@@ -269,10 +270,11 @@ void forward_heads_16bit(const AttentionHeads& heads, const AttentionShape& shap
   });
 }
 
-template <typename S>
+// G: S (dq, dk, dv rounded once into 16-bit gradients) or float (added into f32 accumulators).
+template <typename S, typename G>
 void backward_heads_16bit(const AttentionHeads& heads, const AttentionShape& shape, const AttentionDropout& dropout,
                           const S* q, const S* k, const S* v, const S* out, const S* dout, const float* lse,
-                          const float* delta, S* dq, S* dk, S* dv) {
+                          const float* delta, G* dq, G* dk, G* dv) {
   const int64_t base = scratch_size(shape), n = wide_rows(shape), HS = shape.HS;
   for_each_head<float>(heads, base + 7 * n, [&](int64_t b, int64_t h, float* work) {
     const int64_t bh = b * heads.NH + h;
@@ -353,5 +355,31 @@ SL_INSTANTIATE(double)
 SL_INSTANTIATE(bf16)
 SL_INSTANTIATE(f16)
 #undef SL_INSTANTIATE
+
+template <typename S>
+void attention_forward_heads_wide(const AttentionHeads& heads, const AttentionShape& shape,
+                                  const AttentionDropout& dropout, const S* q, const S* k, const S* v, float* out,
+                                  float* lse) {
+  forward_heads_16bit(heads, shape, dropout, q, k, v, out, lse);
+}
+
+template <typename S>
+void attention_backward_heads_wide(const AttentionHeads& heads, const AttentionShape& shape,
+                                   const AttentionDropout& dropout, const S* q, const S* k, const S* v, const S* dout,
+                                   const float* lse, const float* delta, float* dq, float* dk, float* dv) {
+  SL_ASSERT(delta != nullptr);
+  backward_heads_16bit(heads, shape, dropout, q, k, v, static_cast<const S*>(nullptr), dout, lse, delta, dq, dk, dv);
+}
+
+#define SL_INSTANTIATE_WIDE(S)                                                                                   \
+  template void attention_forward_heads_wide<S>(const AttentionHeads&, const AttentionShape&,                   \
+                                                const AttentionDropout&, const S*, const S*, const S*, float*, \
+                                                float*);                                                       \
+  template void attention_backward_heads_wide<S>(const AttentionHeads&, const AttentionShape&,                  \
+                                                 const AttentionDropout&, const S*, const S*, const S*, const S*, \
+                                                 const float*, const float*, float*, float*, float*);
+SL_INSTANTIATE_WIDE(bf16)
+SL_INSTANTIATE_WIDE(f16)
+#undef SL_INSTANTIATE_WIDE
 
 }  // namespace sl::cpu

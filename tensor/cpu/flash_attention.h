@@ -88,4 +88,18 @@ void attention_backward_heads(const AttentionHeads& heads, const AttentionShape&
                               const T* dout, const compute_t<T>* lse, const compute_t<T>* delta, T* dq, T* dk,
                               T* dv);
 
+// The 16-bit heads (S: bf16 or f16) with their results kept in f32: out [B, NH, Tq, HS] f32 (not
+// rounded: a block of ring attention merges with the others in f32 and the whole row is rounded once),
+// and dq, dk, dv f32 accumulators added into (the gradient of each key block sums over query blocks
+// and ranks before it is rounded). delta must be given. The same arithmetic as the 16-bit kernels
+// above up to their final rounding.
+template <typename S>
+void attention_forward_heads_wide(const AttentionHeads& heads, const AttentionShape& shape,
+                                  const AttentionDropout& dropout, const S* q, const S* k, const S* v, float* out,
+                                  float* lse);
+template <typename S>
+void attention_backward_heads_wide(const AttentionHeads& heads, const AttentionShape& shape,
+                                   const AttentionDropout& dropout, const S* q, const S* k, const S* v, const S* dout,
+                                   const float* lse, const float* delta, float* dq, float* dk, float* dv);
+
 }  // namespace sl::cpu

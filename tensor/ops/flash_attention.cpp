@@ -41,8 +41,8 @@ void check_inputs(const char* op, const Tensor& q, const Tensor& k, const Tensor
 void check_kernel_inputs(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                          const AttentionDropoutDraw& dropout) {
   check_inputs("attention", q, k, v, causal);
-  SL_CHECK(q.dtype() == DType::f32 || q.dtype() == DType::f64, "attention: the kernels run f32 (or f64 ",
-           "for gradcheck), got ", dtype_name(q.dtype()));
+  SL_CHECK(q.dtype() == DType::f32 || q.dtype() == DType::f64 || is_16bit(q.dtype()), "attention: the kernels run ",
+           "f32, bf16 or f16 (or f64 for gradcheck), got ", dtype_name(q.dtype()));
   SL_CHECK(!q.device().is_cuda() || dropout.p == 0, "attention: dropout ", dropout.p,
            " inside the kernels runs on the CPU only (q is on ", q.device().str(), ")");
 }
@@ -81,9 +81,23 @@ DType lse_dtype(DType dtype) { return dtype == DType::f64 ? DType::f64 : DType::
 AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
                                   const AttentionDropoutDraw& dropout) {
   check_kernel_inputs(q, k, v, causal, dropout);
-  if (q.device().is_cuda()) return composed::attention_forward(q, k, v, causal, scale);
   const int64_t B = q.size(0), NH = q.size(1), Tq = q.size(2), Tk = k.size(2);
   SL_CHECK(Tk > 0 || Tq == 0, "attention: ", Tq, " queries and no key to attend to");
+  if (is_16bit(q.dtype())) {  // out and lse in f32: this block merges with others before one rounding
+    if (q.device().is_cuda())  // the engine ops compute f32: this block's rows widened, never the sequence
+      return composed::attention_forward(q.to(DType::f32), k.to(DType::f32), v.to(DType::f32), causal, scale);
+    const TensorOptions wide = q.options().with_dtype(DType::f32);
+    AttentionOutput o{Tensor::empty(q.shape(), wide), Tensor::empty({B, NH, Tq}, wide)};
+    dispatch_floating(q.dtype(), "attention", [&](auto tag) {
+      using S = decltype(tag);
+      if constexpr (!std::is_same_v<S, compute_t<S>>)
+        cpu::attention_forward_heads_wide<S>(split_layout(q, k), {Tq, Tk, q.size(3), causal, scale},
+                                             kernel_dropout(dropout), q.data<S>(), k.data<S>(), v.data<S>(),
+                                             o.out.data<float>(), o.lse.data<float>());
+    });
+    return o;
+  }
+  if (q.device().is_cuda()) return composed::attention_forward(q, k, v, causal, scale);
   AttentionOutput o{Tensor::empty(q.shape(), q.options()), Tensor::empty({B, NH, Tq}, q.options())};
   with_kernel_type(q.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -97,11 +111,31 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
                         const Tensor& delta, bool causal, double scale, const Tensor& dq, const Tensor& dk,
                         const Tensor& dv, const AttentionDropoutDraw& dropout) {
   check_kernel_inputs(q, k, v, causal, dropout);
-  if (q.device().is_cuda()) return composed::attention_backward(q, k, v, dout, lse, delta, causal, scale, dq, dk, dv);
   const int64_t B = q.size(0), NH = q.size(1), Tq = q.size(2);
   SL_ASSERT(dout.shape() == q.shape() && lse.numel() == B * NH * Tq && delta.numel() == B * NH * Tq);
   SL_ASSERT((!dq.defined() || dq.shape() == q.shape()) && (!dk.defined() || dk.shape() == k.shape()) &&
             (!dv.defined() || dv.shape() == v.shape()));
+  if (is_16bit(q.dtype())) {  // dout in q's dtype; lse, delta and the accumulators dq, dk, dv in f32
+    for (const Tensor* t : {&lse, &delta, &dq, &dk, &dv})
+      SL_CHECK(!t->defined() || t->dtype() == DType::f32, "attention: with ", dtype_name(q.dtype()),
+               " q, k, v, lse, delta and the gradients dq, dk, dv are f32, got ", dtype_name(t->dtype()));
+    if (q.device().is_cuda()) {
+      const auto wide = [](const Tensor& t) { return t.to(DType::f32); };
+      return composed::attention_backward(wide(q), wide(k), wide(v), wide(dout), lse, delta, causal, scale, dq, dk,
+                                          dv);
+    }
+    dispatch_floating(q.dtype(), "attention", [&](auto tag) {
+      using S = decltype(tag);
+      if constexpr (!std::is_same_v<S, compute_t<S>>)
+        cpu::attention_backward_heads_wide<S>(split_layout(q, k), {Tq, k.size(2), q.size(3), causal, scale},
+                                              kernel_dropout(dropout), q.data<S>(), k.data<S>(), v.data<S>(),
+                                              dout.data<S>(), lse.data<float>(), delta.data<float>(),
+                                              data_or_null<float>(dq), data_or_null<float>(dk),
+                                              data_or_null<float>(dv));
+    });
+    return;
+  }
+  if (q.device().is_cuda()) return composed::attention_backward(q, k, v, dout, lse, delta, causal, scale, dq, dk, dv);
   with_kernel_type(q.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cpu::attention_backward_heads<T>(split_layout(q, k), {Tq, k.size(2), q.size(3), causal, scale},
@@ -111,7 +145,11 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   });
 }
 
-Tensor attention_delta(const Tensor& dout, const Tensor& out) { return sum(mul(dout, out), 3); }
+Tensor attention_delta(const Tensor& dout, const Tensor& out) {
+  if (is_16bit(dout.dtype()) || is_16bit(out.dtype()))  // products and their sum in f32, as the kernels do
+    return sum(mul(dout.to(DType::f32), out.to(DType::f32)), 3);
+  return sum(mul(dout, out), 3);
+}
 
 namespace {
 

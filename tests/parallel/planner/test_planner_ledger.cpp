@@ -258,6 +258,9 @@ std::vector<LedgerCase> cases() {
       {"bf16_ddp2", with(plan({.dp_replicate = 2}), bf16)},
       {"bf16_zero1_dp2", with(plan({.dp_shard = 2}, D::zero1), bf16)},
       {"bf16_pp2_tp2_micro2", with(plan({.pp = 2, .tp = 2}, D::ddp, 2), bf16)},
+      // 16-bit K/V on the ring and in the all-gather, dK/dV in their f32 accumulators
+      {"bf16_cp2_ring_zigzag", with(plan({.cp = 2}), bf16)},
+      {"bf16_cp2_allgather", with(with(plan({.cp = 2}), cp_as(CpBalance::zigzag, CpVariant::allgather)), bf16)},
   };
 }
 

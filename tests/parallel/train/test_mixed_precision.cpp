@@ -318,6 +318,8 @@ struct MpCase {
   bool offload = false;
   int virtual_stages = 1;  // interleaved: model chunks per stage (the GPT then has pp x this many layers)
   CpVariant cp_variant = CpVariant::ring;
+  CpBalance cp_balance = CpBalance::zigzag;
+  int ulysses_degree = 0;  // cp hybrid: U
   int64_t layers() const { return std::max<int64_t>(2, parallelism.pp * virtual_stages); }
   int world() const { return parallelism.world_size(); }
 };
@@ -334,6 +336,8 @@ TrainPlan plan_of(const MpCase& c) {
   plan.offload = c.offload;
   plan.virtual_stages = c.virtual_stages;
   plan.cp_variant = c.cp_variant;
+  plan.cp_balance = c.cp_balance;
+  plan.ulysses_degree = c.ulysses_degree;
   return plan;
 }
 
@@ -421,6 +425,18 @@ std::vector<MpCase> parity_cases() {
   for (std::string mode : {"bf16", "fp16"})
     cases.push_back({mode + "_cp2_ulysses", {.cp = 2}, mode, "", 1, false, f1b, DpStrategy::ddp, false, 1,
                      CpVariant::ulysses});
+  // Context parallelism's 16-bit blocks: q, k, v and the K/V passed round the ring stay 16-bit, each
+  // block and the merges compute in f32, out and the gradients are rounded once. Every variant and
+  // balance, in both modes: the ring over 4 ranks (zigzag), contiguous, all-gather, hybrid (U 2 x R 2).
+  for (std::string mode : {"bf16", "fp16"}) {
+    cases.push_back({mode + "_cp4_zigzag", {.cp = 4}, mode});
+    cases.push_back({mode + "_cp2_contiguous", {.cp = 2}, mode, "", 1, false, f1b, DpStrategy::ddp, false, 1,
+                     CpVariant::ring, CpBalance::none});
+    cases.push_back({mode + "_cp2_allgather", {.cp = 2}, mode, "", 1, false, f1b, DpStrategy::ddp, false, 1,
+                     CpVariant::allgather});
+    cases.push_back({mode + "_cp4_hybrid", {.cp = 4}, mode, "", 1, false, f1b, DpStrategy::ddp, false, 1,
+                     CpVariant::hybrid, CpBalance::zigzag, 2});
+  }
   cases.push_back({"fp16_fsdp2_tp2", {.dp_shard = 2, .tp = 2}, "fp16", "", 1, false, f1b, DpStrategy::fsdp});
   // The schedules not above: naive and GPipe, and interleaved 1F1B (2 chunks per stage, 4 layers).
   cases.push_back({"bf16_pp2_naive", {.pp = 2}, "bf16", "", 2, false, ScheduleKind::naive});
