@@ -4,7 +4,7 @@
 //
 //   build/bench/gpt_step [--config A|B] [--seq-len T] [--threads N] [--steps 20] [--warmup 5] [--profile]
 //                        [--mixed-precision no|bf16|fp16] [--recompute none|selective|full] [--rounds 2]
-//                        [--device cpu|cuda] [--quick]
+//                        [--device cpu|cuda] [--peak-tflops P] [--quick]
 //
 // --seq-len T runs the config's model at sequence length T (block_size T) with batch B·T0/T (at
 // least 1), the same tokens per step as the config: only attention's share grows, as T. PyTorch's
@@ -27,6 +27,9 @@
 // steps each, times finite and positive with the fastest step no slower than the median and its
 // fastest forward faster than it (a step's forward is part of it), an activation peak above zero,
 // and the versus line's ratios finite.
+// Every line carries the model's FLOPs per step and their rate over the median step (bench/model_flops.h:
+// 6N + 6·L·C·T per token) and, on a GPU whose dense peak is known (or with --peak-tflops), MFU.
+// --config gpt2 runs GPT-2 small (V 50,257, T 1024, B 8), the shape MFU is usually quoted at.
 // Prints one JSON line per config and variant, e.g. {"bench": "gpt_step", "config": "A", "T": 64, "batch": 16,
 // "threads": 1, "median_ms": ..., "min_ms": ...}. Compare in one run with ../shared/bench/gpt_torch.py (same
 // shapes; see docs/results.md).
@@ -41,6 +44,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/profiler.h"
 #include "bench/bench_check.h"
+#include "bench/model_flops.h"
 #include "nn/gpt.h"
 #include "nn/mixed_precision.h"
 #include "nn/optim.h"
@@ -57,6 +61,7 @@ struct BenchConfig {
   const char* name;
   nn::GPTConfig model;
   int64_t batch;
+  bool on_request = false;  // runs only when --config names it (too large for the default sweep)
 };
 
 // One way of running the step: its precision (train's --mixed-precision) and recomputation.
@@ -69,6 +74,7 @@ struct Variant {
 struct StepTimes {
   std::vector<double> step_ms, forward_ms;  // every timed step, over all rounds
   int64_t activation_peak = 0;              // bytes, the most any step held at once
+  int64_t params = 0;                       // the model's parameters (N of model_flops.h)
   double median_ms() const { return at_fraction(step_ms, 0.5); }
   double min_ms() const { return at_fraction(step_ms, 0.0); }
   double forward_min_ms() const { return at_fraction(forward_ms, 0.0); }
@@ -92,6 +98,8 @@ static void run(const BenchConfig& bench, const Variant& variant, int steps, int
   config.param_dtype = precision.param_dtype;
   config.recompute = variant.recompute;
   nn::GPT model(config, /*seed=*/0);
+  times.params = 0;
+  for (const Tensor& p : model.parameters()) times.params += p.numel();
   nn::AdamWOptions options;
   options.master_weights = precision.enabled();
   nn::AdamW optimizer(model.parameters(), options);
@@ -172,6 +180,7 @@ struct Options {
   int threads = 1, steps = 20, warmup = 5, seq_len = 0, rounds = 2;
   bool profile = false;
   bool cuda = false;  // --device cuda
+  double peak_tflops = 0;  // --peak-tflops: the device's dense peak for MFU (0: a known GPU's, or none)
   Variant variant{"no"};
 };
 
@@ -181,7 +190,8 @@ static Options parse_options(int argc, char** argv, const std::vector<BenchConfi
   for (const BenchConfig& config : configs) names.push_back(config.name);
   std::string recompute = "none", device = "cpu";
   cli::Parser flags("gpt_step", "gpt_step: one GPT training step's time, per config, precision and recomputation");
-  flags.choice("--config", o.only, names, "one config only (A: 4 layers, 128 wide; B: 6 layers, 256 wide)");
+  flags.choice("--config", o.only, names,
+               "one config only (A: 4 layers, 128 wide; B: 6 layers, 256 wide; gpt2: GPT-2 small, only when named)");
   flags.integer("--seq-len", o.seq_len, 1, 65536, "another sequence length, the same tokens per step");
   flags.integer("--threads", o.threads, 1, 1024, "GEMM threads");
   flags.integer("--steps", o.steps, 1, 1000000, "timed steps per round (the median needs one)");
@@ -191,6 +201,8 @@ static Options parse_options(int argc, char** argv, const std::vector<BenchConfi
   flags.choice("--recompute", recompute, {"none", "selective", "full"}, "the variant's activation recomputation");
   flags.choice("--device", device, {"cpu", "cuda"}, "where the steps run");
   flags.flag("--profile", o.profile, "time per op kind");
+  flags.real("--peak-tflops", o.peak_tflops, cli::number_at_least(0), ">= 0",
+             "the device's dense peak in TFLOP/s for MFU (0: a known GPU's data sheet)");
   bench::parse_flags(flags, argc, argv);
   o.variant.recompute = nn::parse_recompute(recompute);
   o.cuda = device == "cuda";
@@ -214,14 +226,38 @@ static void check_variant(bench::Checks& checks, const BenchConfig& config, cons
   checks.positive(static_cast<double>(times.activation_peak), where, "activation_peak (bytes)");
 }
 
-static void print_variant(const BenchConfig& config, const Variant& variant, const StepTimes& times, int threads) {
+// The model FLOP rate of the median step (model_flops.h), and MFU against the dense peak when known.
+static std::string flops_fields(bench::Checks& checks, const BenchConfig& config, const Variant& variant,
+                                const StepTimes& times, double given_peak) {
+  const double flops = bench::gpt_step_flops(times.params, config.model, config.batch);
+  const double tflops = flops / (times.median_ms() * 1e-3) / 1e12;
+  checks.positive(tflops, "config ", config.name, ": model_tflops");
+  const std::string device_name = current_device().is_cuda() && !cuda_info().names.empty() ? cuda_info().names[0] : "";
+  const bench::PeakRate peak =
+      bench::dense_peak(device_name, nn::MixedPrecision::parse(variant.precision_name).param_dtype, given_peak);
+  char text[512];
+  std::snprintf(text, sizeof text, ", \"vocab\": %lld, \"params\": %lld, \"model_gflop_per_step\": %.3f, "
+                "\"model_tflops\": %.4f", static_cast<long long>(config.model.vocab_size),
+                static_cast<long long>(times.params), flops / 1e9, tflops);
+  std::string out = text;
+  if (peak.tflops > 0) {
+    std::snprintf(text, sizeof text, ", \"peak_tflops\": %.1f, \"peak\": \"%s\", \"mfu\": %.4f", peak.tflops,
+                  peak.source.c_str(), tflops / peak.tflops);
+    out += text;
+  }
+  return out;
+}
+
+static void print_variant(bench::Checks& checks, const BenchConfig& config, const Variant& variant,
+                          const StepTimes& times, int threads, double given_peak) {
   std::printf(
       "{\"bench\": \"gpt_step\", \"config\": \"%s\", \"T\": %lld, \"batch\": %lld, \"threads\": %d, "
       "\"mixed_precision\": \"%s\", \"recompute\": \"%s\", \"median_ms\": %.3f, \"min_ms\": %.3f, "
-      "\"forward_min_ms\": %.3f, \"activation_peak_mib\": %.2f%s}\n",
+      "\"forward_min_ms\": %.3f, \"activation_peak_mib\": %.2f%s%s}\n",
       config.name, static_cast<long long>(config.model.block_size), static_cast<long long>(config.batch), threads,
       variant.precision_name.c_str(), nn::recompute_name(variant.recompute), times.median_ms(), times.min_ms(),
       times.forward_min_ms(), static_cast<double>(times.activation_peak) / (1 << 20),
+      flops_fields(checks, config, variant, times, given_peak).c_str(),
       current_device().is_cuda() ? ", \"device\": \"cuda:0\"" : "");
 }
 
@@ -254,6 +290,8 @@ int main(int argc, char** argv) {
   const std::vector<BenchConfig> configs = {
       {"A", nn::GPTConfig{256, 64, 4, 4, 128, 0.0}, 16},
       {"B", nn::GPTConfig{256, 128, 6, 8, 256, 0.0}, 8},
+      // GPT-2 small: 124M parameters, its 50,257-token vocabulary, T 1024 (a GPU's config: minutes per step on a CPU)
+      {"gpt2", nn::GPTConfig{50257, 1024, 12, 12, 768, 0.0}, 8, true},
   };
   Options defaults;
   if (bench::quick_mode(argc, argv)) defaults.only = "A", defaults.steps = 2, defaults.warmup = 1;
@@ -272,7 +310,7 @@ int main(int argc, char** argv) {
   bench::Checks checks("gpt_step");
   int64_t lines = 0, asked = 0;
   for (BenchConfig config : configs) {
-    if (!o.only.empty() && o.only != config.name) continue;
+    if (o.only.empty() ? config.on_request : o.only != config.name) continue;
     if (o.seq_len > 0) {  // the same tokens per step at another length
       config.batch = std::max<int64_t>(1, config.batch * config.model.block_size / o.seq_len);
       config.model.block_size = o.seq_len;
@@ -282,7 +320,7 @@ int main(int argc, char** argv) {
       for (size_t v = 0; v < variants.size(); ++v) run(config, variants[v], o.steps, o.warmup, o.profile, times[v]);
     for (size_t v = 0; v < variants.size(); ++v) {
       check_variant(checks, config, variants[v], times[v], static_cast<int64_t>(o.steps) * rounds);
-      print_variant(config, variants[v], times[v], o.threads);
+      print_variant(checks, config, variants[v], times[v], o.threads, o.peak_tflops);
       ++lines;
     }
     if (variants.size() > 1) {

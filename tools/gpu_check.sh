@@ -12,7 +12,8 @@
 #    hybrid), N-D and the pipeline Trainer against serial, over NCCL when every rank has a GPU, else as
 #    thread ranks sharing the GPUs through host staging (tests/parallel/comm/test_host_staging.cpp checks that first).
 # 3. Runs the GPU benchmarks: sl::matmul on cuda:0 (cuBLAS SGEMM) against the best rate cuBLAS reached in the
-#    same run (the measured peak: the engine's matmul IS cuBLAS), the GPT step on cuda:0, and the all-reduce's
+#    same run (the measured peak: the engine's matmul IS cuBLAS), the GPT step on cuda:0 (and GPT-2 small's step
+#    in f32 and bf16 with its model FLOPs utilisation, bench/model_flops.h, and its profile), and the all-reduce's
 #    bus bandwidth over NCCL (nccl-tests' busbw = algbw x 2(n-1)/n) when there are 2 GPUs or more.
 # 4. Prints a summary: tests passed / failed / skipped, and the key figures.
 #
@@ -140,6 +141,23 @@ EOF
 else
   cat "$LOG_DIR/gpt_step.jsonl"; failures=$((failures + 1))
   figures+=("GPT step: FAILED (log: $LOG_DIR/gpt_step.jsonl)")
+fi
+# MFU at GPT-2 small's shape (V 50,257, T 1024, B 8) in f32 and bf16, with the profile of what remains.
+if "$BUILD/bench/gpt_step" --device cuda --config gpt2 --mixed-precision bf16 --steps 10 --warmup 3 --rounds 1 \
+    --profile >"$LOG_DIR/gpt2_mfu.jsonl" 2>&1; then
+  cat "$LOG_DIR/gpt2_mfu.jsonl"
+  figures+=("$(python3 - "$LOG_DIR/gpt2_mfu.jsonl" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith('{"bench": "gpt_step"')]
+print("GPT-2 small step on cuda:0 (V 50257, T 1024, B 8): " + ", ".join(
+    f"{r['mixed_precision']} {r['median_ms']:.1f} ms, {r['model_tflops']:.1f} TFLOP/s"
+    + (f", MFU {100 * r['mfu']:.1f}% of {r['peak_tflops']:.0f}" if "mfu" in r else ", MFU: peak unknown")
+    for r in rows))
+EOF
+)")
+else
+  cat "$LOG_DIR/gpt2_mfu.jsonl"; failures=$((failures + 1))
+  figures+=("GPT-2 small MFU: FAILED (log: $LOG_DIR/gpt2_mfu.jsonl)")
 fi
 if [ "$gpus" -lt 2 ]; then
   figures+=("all-reduce over NCCL: not run (needs 2 GPUs, $gpus visible)")
