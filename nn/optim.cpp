@@ -157,6 +157,50 @@ void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, const
   for (int64_t j = 0; j < n; ++j) s.apply(w[j], g[j], m[j], v[j]);  // one fused pass
 }
 
+void adamw_update(const Tensor& w, const Tensor& g, const Tensor& m, const Tensor& v, const AdamWStep& s,
+                  const Tensor& rounded) {
+  const int64_t n = w.numel();
+  SL_CHECK(w.dtype() == DType::f32 && m.dtype() == DType::f32 && v.dtype() == DType::f32,
+           "adamw_update: weights and moments must be f32 (got ", dtype_name(w.dtype()), ", ", dtype_name(m.dtype()),
+           ", ", dtype_name(v.dtype()), ")");
+  SL_CHECK(g.dtype() == DType::f32 || is_16bit(g.dtype()), "adamw_update: a ", dtype_name(g.dtype()), " gradient");
+  SL_CHECK(g.numel() == n && m.numel() == n && v.numel() == n && (!rounded.defined() || rounded.numel() == n),
+           "adamw_update: ", n, " weights with ", g.numel(), " gradients, ", m.numel(), " and ", v.numel(), " moments");
+  SL_CHECK(g.device() == w.device() && m.device() == w.device() && v.device() == w.device() &&
+               (!rounded.defined() || rounded.device() == w.device()),
+           "adamw_update: weights on ", w.device(), ", gradients on ", g.device(), ", moments on ", m.device());
+  SL_CHECK(!rounded.defined() || is_16bit(rounded.dtype()), "adamw_update: the rounded weights are ",
+           dtype_name(rounded.dtype()), "; expected bf16 or f16");
+  auto f32 = [](const Tensor& x) { return static_cast<float*>(x.data_ptr()); };
+  if (w.device().is_cuda()) {  // tensor/cuda/optim.cu
+    if (rounded.defined())
+      return cuda::adamw_update_mixed(f32(w), g.data_ptr(), g.dtype(), f32(m), f32(v), rounded.data_ptr(),
+                                      rounded.dtype(), n, s, w.device().index);
+    const Tensor g32 = g.to(DType::f32);  // a 16-bit gradient without a 16-bit weight to write: widened first
+    return cuda::adamw_update(f32(w), f32(g32), f32(m), f32(v), n, s, w.device().index);
+  }
+  // CPU: host pointers. A 16-bit gradient is widened a block at a time into a small buffer (exactly:
+  // every 16-bit value is a float), so no f32 copy of it is made; element by element the same update.
+  float *wp = w.data<float>(), *mp = m.data<float>(), *vp = v.data<float>();
+  if (g.dtype() == DType::f32) {
+    adamw_update(wp, g.data<float>(), mp, vp, n, s);
+  } else {
+    constexpr int64_t kBlock = 1024;
+    float block[kBlock];
+    const bf16* gb = g.dtype() == DType::bf16 ? g.data<bf16>() : nullptr;
+    const f16* gh = g.dtype() == DType::f16 ? g.data<f16>() : nullptr;
+    for (int64_t at = 0; at < n; at += kBlock) {
+      const int64_t len = std::min(kBlock, n - at);
+      if (gb)
+        for (int64_t i = 0; i < len; ++i) block[i] = gb[at + i];
+      else
+        for (int64_t i = 0; i < len; ++i) block[i] = gh[at + i];
+      adamw_update(wp + at, block, mp + at, vp + at, len, s);
+    }
+  }
+  if (rounded.defined()) rounded.copy_(w);  // the master first, then the 16-bit weights from it
+}
+
 double cosine_lr(int64_t step, int64_t total_steps, int64_t warmup_steps, double max_lr, double min_lr) {
   if (step < warmup_steps) return max_lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
   if (step >= total_steps) return min_lr;

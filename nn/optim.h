@@ -85,6 +85,13 @@ class AdamW : public Optimizer {
 // the ZeRO optimizers (parallel/zero/zero_adamw.h) over each rank's shard, so both compute the same bits.
 // (AdamWStep, the per-element update, is in tensor/adamw_math.h, shared with the CUDA kernel.)
 void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, const AdamWStep& s);
+// The same update on tensors of one device, any device: w, m, v f32, g f32 or 16-bit (read in f32),
+// all [n] views. CPU: the loop above (16-bit gradients widened a block at a time, exactly); CUDA: the
+// kernels of tensor/cuda/optim.cu. `rounded` (optional, 16-bit, [n]): mixed precision's model weights,
+// set to the new w rounded (on CUDA in the same kernel), after w is updated.
+//   AdamW on one shard (parallel/zero/sharded_adamw.h) calls it piece by piece.
+void adamw_update(const Tensor& w, const Tensor& g, const Tensor& m, const Tensor& v, const AdamWStep& s,
+                  const Tensor& rounded = Tensor());
 
 // Linear warm-up from 0 to max_lr over warmup_steps, then cosine decay to min_lr at total_steps
 // (nanoGPT's schedule). Past total_steps it stays at min_lr.

@@ -8,8 +8,8 @@
 #    the files that hold GPU cases would have to be kept in step with tests/; the filters below pick the cases).
 # 2. Runs the CUDA and NCCL tests (a gtest filter over their suites), the train CLI's GPU tests (--device cuda
 #    against the CPU, one rank per GPU against CPU ranks), and with SL_TEST_DEVICE=cuda the suites that
-#    opt in (tests/support/parallel.h): the GPT's on cuda:0; DDP, TP, CP (ring, all-gather, Ulysses,
-#    hybrid), N-D and the pipeline Trainer against serial, over NCCL when every rank has a GPU, else as
+#    opt in (tests/support/parallel.h): the GPT's on cuda:0; DDP, ZeRO-1/2 (and offload), FSDP/HSDP, TP, CP
+#    (ring, all-gather, Ulysses, hybrid), N-D and the pipeline Trainer against serial, over NCCL when every rank has a GPU, else as
 #    thread ranks sharing the GPUs through host staging (tests/parallel/comm/test_host_staging.cpp checks that first).
 # 3. Runs the GPU benchmarks: sl::matmul on cuda:0 (cuBLAS SGEMM) against the best rate cuBLAS reached in the
 #    same run (the measured peak: the engine's matmul IS cuBLAS), the GPT step on cuda:0 (and GPT-2 small's step
@@ -89,7 +89,7 @@ say "tests (GPUs visible: $gpus)"
 run_tests "CUDA, NCCL and train --device cuda" "$LOG_DIR/tests.log" \
   env SL_TRAIN_BIN="$BUILD/bin/train" "$GPU_TESTS" --gtest_filter="$FILTER"
 run_tests "parity suites: SL_TEST_DEVICE=cuda" "$LOG_DIR/tests_device_cuda.log" \
-  env SL_TEST_DEVICE=cuda "$GPU_TESTS" --gtest_filter='GPT.*:Layouts/DataParallel.*:Layouts/TensorParallelParity.*:Layouts/ContextParallelParity.*:Layouts/NdParallelParity.*:Layouts/PipelineTrainer.*'
+  env SL_TEST_DEVICE=cuda "$GPU_TESTS" --gtest_filter='GPT.*:Layouts/DataParallel.*:Stages/Zero.MatchesSerial/*:Layouts/Fsdp.*:Layouts/Hsdp.*:Layouts/TensorParallelParity.*:Layouts/ContextParallelParity.*:Layouts/NdParallelParity.*:Layouts/PipelineTrainer.*'
 
 if [ "$gpus" -eq 0 ]; then
   say "no GPU"

@@ -22,9 +22,9 @@
 // --micro-batches M accumulates gradients over M backward passes per optimizer step, serial or
 // parallel, with the loss weighted so that the step is the M = 1 step (parallel/train/trainer.h).
 // --report-json PATH writes the run report (parallel/train/run_report.h; under mpirun, rank 0's only).
-// --device cuda with ranks runs DDP, --pp, --tp and --cp on GPUs: rank r on cuda:r over NCCL when every
-// rank has a GPU (and NCCL is built), else thread ranks sharing the GPUs (cuda:(r mod GPUs), collectives
-// staged through host memory). The layouts with host code on their path (ZeRO, FSDP, --naive-dp,
+// --device cuda with ranks runs DDP, ZeRO, FSDP/HSDP, --pp, --tp and --cp on GPUs: rank r on cuda:r over
+// NCCL when every rank has a GPU (and NCCL is built), else thread ranks sharing the GPUs (cuda:(r mod GPUs),
+// collectives staged through host memory). The layouts with host code on their path (--naive-dp,
 // --links) are refused (parallel/train/train_options.h), and so is --device cuda without a GPU, before any rank starts.
 #include <chrono>
 #include <cstdio>

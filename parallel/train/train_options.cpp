@@ -41,20 +41,12 @@ void check_run_options(const TrainOptions& o) {
 
 // --device cuda with ranks: rank r runs on GPU cuda:r over NCCL, one rank per GPU (NCCL cannot put
 // two ranks of one communicator on one GPU). What runs there is what uses only the engine's ops,
-// collectives and send/recv on the rank's GPU: DDP (--zero 0), the pipeline, and the cuts of --tp
-// and --cp (their vocabulary-parallel loss and attention block need CUDA paths of their own). The
-// rest keeps host code on its path and is refused here, naming why; the GPU count and NCCL itself
-// are checked by cuda_ranks_refusal() before any rank starts.
+// collectives and send/recv on the rank's GPU: DDP, ZeRO-1/2/3, FSDP and HSDP (their flat buffers and
+// sharded AdamW are tensor ops; --offload keeps the optimizer on each rank's host, parallel/zero/zero.h),
+// the pipeline, and the cuts of --tp and --cp. What keeps host code on its path is refused here,
+// naming why; the GPU count and NCCL itself are checked by cuda_ranks_refusal() before any rank starts.
 void check_cuda_layout(const TrainOptions& o) {
   if (o.device != "cuda" || !o.parallel()) return;
-  if (o.zero == 1 || o.zero == 2)
-    throw OptionError("--device cuda: --zero " + std::to_string(o.zero) +
-                     " (ZeRO) builds its flat buffers and steps its sharded AdamW in host code (parallel/zero), "
-                     "which reads CPU memory only; use --zero 0 (DDP) on the GPU, or --device cpu");
-  if (o.zero == 3 || o.dp_replicate > 0)
-    throw OptionError("--device cuda: FSDP and HSDP (--zero 3, --dp-replicate/--dp-shard) build their flat units and "
-                     "step their sharded AdamW in host code (parallel/zero), which reads CPU memory only; use --zero 0 "
-                     "(DDP) on the GPU, or --device cpu");
   if (o.naive_dp)
     throw OptionError("--device cuda: --naive-dp packs the scattered batches and gathered logits through host "
                      "buffers on rank 0 (parallel/data_parallel/naive_data_parallel.cpp); use --device cpu");

@@ -2,7 +2,6 @@
 #include "parallel/zero/flat_params.h"
 
 #include <algorithm>
-#include <cstring>
 #include <numeric>
 #include <set>
 
@@ -98,12 +97,12 @@ FlatParams::FlatParams(std::vector<Tensor> params, int world_size, int64_t bucke
       MemoryScope scope(MemoryCategory::weights);
       buckets_.push_back(Tensor::empty({bucket.padded_numel}, options));
     }
-    const size_t element = dtype_size(dtype);
-    auto* base = static_cast<std::byte*>(buckets_[b].raw_data());
-    std::memset(base + bucket.numel * element, 0, (bucket.padded_numel - bucket.numel) * element);  // the padding
+    // Tensor copies on the parameters' device (host memory or a GPU's), no host pointers.
+    if (bucket.padded_numel > bucket.numel)  // the padding
+      buckets_[b].flat_view(bucket.numel, {bucket.padded_numel - bucket.numel}).zero_();
     for (size_t i : bucket.segments) {
       const FlatSegment& segment = layout_.segments[i];
-      std::memcpy(base + (segment.offset - bucket.offset) * element, params_[i].raw_data(), segment.numel * element);
+      buckets_[b].flat_view(segment.offset - bucket.offset, segment.shape).copy_(params_[i]);
       point_at(i, buckets_[b], b);
     }
   }

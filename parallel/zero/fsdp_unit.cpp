@@ -2,6 +2,7 @@
 #include "parallel/zero/fsdp_unit.h"
 
 #include "autograd/grad_mode.h"
+#include "parallel/zero/host_link.h"
 #include "tensor/ops.h"
 
 namespace sl::parallel {
@@ -37,8 +38,6 @@ FsdpUnit::FsdpUnit(std::string name, const nn::NamedTensors& params, ProcessGrou
   const int64_t S = layout().shard_numel;
   device_ = flat_->buffer().device();
   host_ = Device::cpu(device_.index);
-  SL_CHECK(!offload_ || device_.is_cpu(), "FSDP unit ", name_, ": offload needs the parameters on a CPU device (got ",
-           device_, ")");
   const Device home = offload_ ? host_ : device_;
   const DType param_dtype = flat_->buffer().dtype();
   grad_dtype_ = options.grad_dtype.value_or(param_dtype);
@@ -47,9 +46,11 @@ FsdpUnit::FsdpUnit(std::string name, const nn::NamedTensors& params, ProcessGrou
   {
     MemoryScope scope(offload_ ? MemoryCategory::offload : MemoryCategory::weights);
     weight_shard_ = zeros({S}, TensorOptions(param_dtype, home));
-    weight_shard_.copy_(flat_->shard(shard_group_->rank()));
   }
-  if (offload_) MemoryLedger::instance().record_transfer(device_, host_, weight_shard_.nbytes());
+  if (offload_)
+    link_copy(weight_shard_, flat_->shard(shard_group_->rank()), param_dtype);  // down to the host (host_link.h)
+  else
+    weight_shard_.copy_(flat_->shard(shard_group_->rank()));
   if (is_16bit(param_dtype)) {  // the master: exactly the 16-bit weights, in f32 (nn::AdamW's "master")
     MemoryScope scope(offload_ ? MemoryCategory::offload : MemoryCategory::optimizer);
     master_ = zeros({S}, TensorOptions(DType::f32, home));
@@ -76,8 +77,7 @@ void FsdpUnit::unshard() {
       MemoryScope scope(MemoryCategory::comm);
       up = Tensor::empty({layout().shard_numel}, weight_shard_.options().with_device(device_));
     }
-    up.copy_(weight_shard_);
-    MemoryLedger::instance().record_transfer(host_, device_, up.nbytes());
+    link_copy(up, weight_shard_, up.dtype());  // host_link.h
     shard_group_->all_gather(flat_->buffer(), up);
   }
   state_ = State::gathered;
@@ -130,8 +130,8 @@ void FsdpUnit::post_backward() {
     reduced.mul_(1.0 / gradient_divisor_);
   }
   if (replicate_group_ && replicate_group_->size() > 1) replicate_group_->all_reduce(reduced, ReduceOp::avg);
-  if (offload_) MemoryLedger::instance().record_transfer(device_, host_, reduced.nbytes());  // gradients down
-  grad_shard_.add_(reduced);  // accumulates across backwards until zero_grad
+  // Accumulates across backwards until zero_grad; offloaded, the reduced shard goes down first (host_link.h).
+  grad_shard_.add_(offload_ ? to_host(reduced, host_) : reduced);
   has_grad_ = true;
   flat_->release_grads();
   full_grads_ = Tensor();
@@ -143,20 +143,15 @@ void FsdpUnit::adamw_step(const nn::AdamWOptions& options, double lr) {
   // A unit's parameters get their gradients together: all of them or (no backward reached it) none.
   const std::vector<char> has_grad(layout().segments.size(), has_grad_ ? 1 : 0);
   if (!master_.defined()) {
-    adam_->step(adam_->chunks_of(weight_shard_.data<float>()), adam_->chunks_of(grad_shard_.data<float>()), has_grad,
-                options, lr);
+    adam_->step(adam_->chunks_of(weight_shard_), adam_->chunks_of(grad_shard_), has_grad, options, lr);
     return;
   }
   // Mixed precision: the master steps on the gradients (read in f32 as it goes), and the 16-bit
   // weight shard is the master rounded.
   SL_CHECK(options.master_weights, "FSDP unit ", name_, ": the parameters are ", dtype_name(weight_shard_.dtype()),
            "; mixed precision updates an f32 master copy: set AdamWOptions::master_weights");
-  std::vector<const void*> grads;
-  for (const FlatBucket& bucket : layout().buckets)
-    grads.push_back(static_cast<const std::byte*>(grad_shard_.raw_data()) +
-                    bucket.shard_offset * dtype_size(grad_dtype_));
-  adam_->step(adam_->chunks_of(master_.data<float>()), grads, grad_dtype_, has_grad, options, lr);
-  weight_shard_.copy_(master_);
+  adam_->step(adam_->chunks_of(master_), adam_->chunks_of(grad_shard_), has_grad, options, lr,
+              adam_->chunks_of(weight_shard_));
 }
 
 void FsdpUnit::zero_grad() {
@@ -179,8 +174,9 @@ void FsdpUnit::gather_optimizer_state(nn::StateDict& out) const {
 void FsdpUnit::gather(const Tensor& shard, nn::StateDict& out) const {
   NoGradGuard no_grad;
   MemoryScope scope(MemoryCategory::other);
-  Tensor full = Tensor::empty({layout().padded_numel}, shard.options());
-  shard_group_->all_gather(full, shard);
+  // On the device the collectives run on (an offloaded shard lives on the host: it goes up first).
+  Tensor full = Tensor::empty({layout().padded_numel}, shard.options().with_device(device_));
+  shard_group_->all_gather(full, shard.to(device_));
   // Unpad: each parameter is its segment; the tail [Ψ_u, P) is padding and is dropped.
   for (size_t i = 0; i < param_names_.size(); ++i) {
     const FlatSegment& segment = layout().segments[i];

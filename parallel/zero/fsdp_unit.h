@@ -36,8 +36,9 @@ namespace sl::parallel {
 struct FsdpOptions {
   // CPU offload (FSDP's CPUOffload, ZeRO-Offload's placement): every unit's weight shard, gradient
   // shard and AdamW state live on the host (ledger "offload", 16 S bytes) and the update runs there.
-  // Per step the weight shards move up before each all-gather (forward and backward: 2 x 4S) and
-  // the reduced gradient shards move down (4S). A rank's host is cpu:i for a device with index i.
+  // Per step the weight shards move up before each all-gather (forward and backward: 2 x eS) and
+  // the reduced gradient shards move down (eS), e the bytes of the model's dtype (parallel/zero/host_link.h).
+  // A rank's host is cpu:i for a device with index i (a CPU rank's: itself).
   bool offload = false;
   // What the summed gradients are divided by; 0: the shard group's size (every rank of it a
   // data-parallel replica: the average). FSDP over dp_shard x cp (parallel/nd) divides by dp_shard:

@@ -3,7 +3,7 @@
 //
 //   shard of rank r (S elements):  | piece of p3 | piece of p4 | piece of p1 |   (parallel/zero/flat_params.h)
 //   exp_avg, exp_avg_sq           [S] each, the same layout: 8S bytes, on the device or (offload) the host
-//   step(w, g):  for each piece:  nn::AdamWStep(lr, t_p, decay_p).apply(w, g, m, v)   element by element
+//   step(w, g):  for each piece:  nn::adamw_update(w, g, m, v views of the piece, AdamWStep(lr, t_p, decay_p))
 //
 // The update is nn::AdamW's, piece by piece, with the rules nn::AdamW applies per parameter:
 //   - decay only on parameters of dim >= 2 (the piece's flag, from the segment table), never on
@@ -13,12 +13,18 @@
 //   - the step count (bias correction) is counted per parameter, on every rank, also on ranks that
 //     hold none of its elements, so every rank can write the same state dict.
 //
-// A rank's shard need not be one piece of memory: step() takes, per bucket, where this rank's chunk
-// of the weights and of the gradients starts (ZeRO-1/2: chunks of the flat buffers, in place; FSDP and
-// offload: a shard [S] of their own, cut by chunks_of()).
+// Devices: the chunks are tensor views on the device the state lives on, and each piece is one
+// nn::adamw_update on views of it (nn/optim.h): on the CPU the loop nn::AdamW runs, on a GPU the
+// kernels of tensor/cuda/optim.cu (the same formula, tensor/adamw_math.h). Mixed precision passes the
+// model's 16-bit chunks as `rounded`: each piece's master is updated first, then rounded into them
+// (on a GPU in the same kernel).
+//
+// A rank's shard need not be one piece of memory: step() takes, per bucket, this rank's chunk of the
+// weights and of the gradients (ZeRO-1/2: chunks of the flat buffers, in place; FSDP and offload: a
+// shard [S] of their own, cut by chunks_of()).
 //
 //   ShardedAdamW adam(layout, rank, device, MemoryCategory::optimizer);
-//   adam.step(weight_chunks, adam.chunks_of(grad_shard.data<float>()), has_grad, options, lr);
+//   adam.step(weight_chunks, adam.chunks_of(grad_shard), has_grad, options, lr);
 //
 //   Tests: tests/parallel/zero/test_zero.cpp, tests/parallel/zero/test_fsdp.cpp (the optimizer state against nn::AdamW's)
 #pragma once
@@ -33,22 +39,21 @@ namespace sl::parallel {
 
 class ShardedAdamW {
  public:
-  // Per bucket, the first element of this rank's chunk of it.
-  using Chunks = std::vector<float*>;
+  // Per bucket, this rank's chunk of it [chunk_numel]: a view, on the device of the state.
+  using Chunks = std::vector<Tensor>;
 
   // Allocates exp_avg and exp_avg_sq [S] (zeros) on `device`, charged to `category`.
   ShardedAdamW(const FlatLayout& layout, int rank, Device device, MemoryCategory category);
 
-  // One AdamW step on this rank's pieces. grads: the averaged gradients, chunk by chunk; has_grad:
-  // per parameter (segment), whether a backward gave it a gradient since the last step.
+  // One AdamW step on this rank's pieces. weights: f32 chunks (mixed precision: the master's);
+  // grads: the averaged gradients, chunk by chunk, f32 or 16-bit (read in f32, never copied whole);
+  // has_grad: per parameter (segment), whether a backward gave it a gradient since the last step.
+  // rounded (mixed precision, else empty): the 16-bit chunks of the model's weights, each stepped
+  // piece set to its new master rounded.
   void step(const Chunks& weights, const Chunks& grads, const std::vector<char>& has_grad,
-            const nn::AdamWOptions& options, double lr);
-  // Mixed precision: `weights` are the f32 master chunks, `grads` hold `grad_dtype` (bf16, f16 or
-  // f32), read in f32 a block at a time, so no f32 copy of the gradient shard is ever made.
-  void step(const Chunks& weights, const std::vector<const void*>& grads, DType grad_dtype,
-            const std::vector<char>& has_grad, const nn::AdamWOptions& options, double lr);
+            const nn::AdamWOptions& options, double lr, const Chunks& rounded = {});
   // A shard [S] in one piece, as Chunks: chunk b starts at the bucket's shard_offset.
-  Chunks chunks_of(float* shard) const;
+  Chunks chunks_of(const Tensor& shard) const;
 
   const std::vector<ShardPiece>& pieces() const { return pieces_; }
   const Tensor& exp_avg() const { return exp_avg_; }        // [S]

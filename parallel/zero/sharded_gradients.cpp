@@ -26,7 +26,8 @@ void sum_over_shards(const std::vector<NamedShard>& shards, const GradientSum& s
   int64_t total = 0;
   for (const Tensor& piece : pieces) total += piece.numel();
   SL_ASSERT(!shards.empty());
-  Tensor flat = Tensor::empty({total}, shards[0].shard.options());
+  // On this rank's device, where its collectives run (an offloaded shard on the host: its pieces go up and back).
+  Tensor flat = Tensor::empty({total}, shards[0].shard.options().with_device(current_device()));
   int64_t offset = 0;
   for (const Tensor& piece : pieces) {
     flat.flat_view(offset, piece.shape()).copy_(piece);

@@ -11,9 +11,37 @@
 //   ZeRO-3 / FSDP 4Ψ/N      4Ψ/N        8Ψ/N        16Ψ/N          all-gather ×2 + reduce-scatter 3(N-1)/N · 4Ψ
 //   (+ one gathered unit and its gradient while it computes)
 //
+//   Mixed precision (16-bit weights and gradients, the f32 master beside the moments: K = 12 bytes of
+//   optimizer state per element), the paper's table:   ZeRO-1 4Ψ + 12Ψ/N   ZeRO-2 2Ψ + 14Ψ/N   ZeRO-3 16Ψ/N
+//
 //   HSDP: FSDP within dp_shard = S ranks, an all-reduce of every gradient shard across dp_replicate
-//   = R replicas (16Ψ/S per rank). Offload: the optimizer state, master shard and update on the
-//   host (ZeRO-Offload).
+//   = R replicas (16Ψ/S per rank).
+//
+//   ZeRO-2 at the PEAK (backward), e bytes per gradient element (4 f32, 2 bf16/f16), P = Ψ padded per
+//   bucket, B_max the largest bucket, Ψ_max the largest parameter:
+//     held (between steps)  e·P/N                  the gradient shard
+//     peak − held  ≤  (kBucketsInFlight + 1) · e · B_max  +  e · Ψ_max
+//   the reduce-scatters launched and not yet waited (kBucketsInFlight = 2), the bucket being filled,
+//   and one gradient that arrived before its bucket existed; a bucket closes at >= bucket_bytes, so
+//   B_max < bucket_bytes/e + Ψ_max (+ N-1 padding). Tests: ZeroStage2.PeakAboveHeldIsAtMostTheBucketsInFlight.
+//
+//   Offload (ZeRO-Offload, Ren et al., 2021; FSDP's CPU offload), DeepSpeed's placement: the moments,
+//   the f32 master shard and the f32 gradient shard live on the rank's host (ledger "offload", 16S
+//   bytes, S = P/N) and AdamW runs there; what crosses the host link is in the model's dtype (e bytes:
+//   16-bit under mixed precision, converted to and from f32 on the host). Per step per rank:
+//     ZeRO-1/2   gradient shard down e·S, weight shard up e·S              (bf16: 2Ψ/N each)
+//     FSDP       each unit's reduced gradient shard down e·S_u, its weight shard up before each of
+//                its two all-gathers (forward, backward) 2·e·S_u
+//   A rank on cuda:i offloads to cpu:i (the copies cross PCIe, Tensor::to records them); a rank on
+//   cpu:r to cpu:r itself: the copies are memcpys and the ledger records the same bytes, so the formulas
+//   are tested on the CPU (host_link.h).
+//
+//   Devices: everything here is tensor ops on the parameters' device (flat views, copy_, mul_, add_,
+//   the collectives) and, for AdamW, nn::adamw_update on views of each shard piece: the CPU loop of
+//   nn::AdamW or the CUDA kernels of tensor/cuda/optim.cu (mixed precision: the master kernel, which
+//   writes the rounded 16-bit weight after the master in one pass). A rank on cuda:r keeps its flat
+//   buffers, shards and (unless offloaded) optimizer state on cuda:r; on the CPU the results are the
+//   CPU loop's bits.
 //
 //   ZeRO-1/2, one rank's step:   grads ──reduce-scatter──▶ my shard's average ──AdamW──▶ my weights'
 //                                shard ──all-gather──▶ every rank's whole weights
@@ -23,6 +51,7 @@
 // Read in this order:
 //   flat_params.h       parameters laid end to end, padded, cut into N shards
 //   sharded_adamw.h     nn::AdamW's update on one shard (every stage and offload share it)
+//   host_link.h         offload's copies between a rank's device and its host, and their bytes
 //   zero_adamw.h        ZeRO-1/2 and offload: reduce-scatter, clip over shards, step, all-gather
 //   zero_reducer.h      ZeRO-2's gradient buckets, filled and reduce-scattered during backward
 //   fsdp_unit.h         one FSDP unit: gather, free, reduce-scatter

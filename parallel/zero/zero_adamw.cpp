@@ -8,7 +8,7 @@
 
 #include "autograd/grad_mode.h"
 #include "parallel/comm/grad_norm.h"
-#include "parallel/comm/reduce_kernels.h"
+#include "parallel/zero/host_link.h"
 #include "parallel/zero/zero_reducer.h"
 #include "tensor/ops.h"
 
@@ -24,13 +24,6 @@ Tensor zeros_in(MemoryCategory category, int64_t numel, Device device, DType dty
 int checked_size(const ProcessGroupPtr& group) {
   SL_CHECK(group != nullptr, "ZeroAdamW: the process group is null");
   return group->size();
-}
-
-// A copy between the rank's device and its host (converting dtypes), charged to the ledger as a
-// transfer of the device side's bytes: under mixed precision 16-bit values cross, f32 lives on the host.
-void move(const Tensor& to, const Tensor& from, Device source, Device target, const Tensor& device_side) {
-  to.copy_(from);
-  MemoryLedger::instance().record_transfer(source, target, device_side.nbytes());
 }
 
 }  // namespace
@@ -50,9 +43,7 @@ ZeroAdamW::ZeroAdamW(std::vector<Tensor> params, ProcessGroupPtr group, const Ze
            dtype_name(grad_dtype_), " for ", dtype_name(param_dtype_), " parameters (the parameters' dtype or f32)");
   SL_CHECK(!is_16bit(param_dtype_) || options_.adamw.master_weights, "ZeroAdamW: the parameters are ",
            dtype_name(param_dtype_), "; mixed precision updates an f32 master copy: set AdamWOptions::master_weights");
-  SL_CHECK(device_.is_cpu(), "ZeroAdamW: the parameters are on ", device_,
-           "; the sharded AdamW update runs on CPU devices (the threads and MPI backends)");
-  host_ = Device::cpu(device_.index);  // on a CPU-only build: the rank's own virtual device
+  host_ = Device::cpu(device_.index);  // a CPU rank: its own virtual device; cuda:i: cpu:i
   if (options_.broadcast_parameters)
     for (size_t b = 0; b < flat_.layout().buckets.size(); ++b) group_->broadcast(flat_.bucket(b), 0);
 
@@ -66,7 +57,7 @@ ZeroAdamW::ZeroAdamW(std::vector<Tensor> params, ProcessGroupPtr group, const Ze
     host_weights_ = zeros_in(MemoryCategory::offload, layout.shard_numel, host_);
     host_grads_ = zeros_in(MemoryCategory::offload, layout.shard_numel, host_);
     for (size_t b = 0; b < layout.buckets.size(); ++b)
-      move(chunks_of_shard(host_weights_)[b], flat_.chunk(b, rank), device_, host_, flat_.chunk(b, rank));
+      link_copy(chunks_of_shard(host_weights_)[b], flat_.chunk(b, rank), param_dtype_);
   } else if (is_16bit(param_dtype_)) {
     master_ = zeros_in(MemoryCategory::optimizer, layout.shard_numel, device_);  // nn::AdamW's "master", sharded
     for (size_t b = 0; b < layout.buckets.size(); ++b) chunks_of_shard(master_)[b].copy_(flat_.chunk(b, rank));
@@ -131,7 +122,7 @@ void ZeroAdamW::collect_gradients() {
     const FlatSegment& segment = flat_.layout().segments[i];
     Tensor slot = flat_grads_.flat_view(segment.offset, segment.shape);
     Tensor g = params[i].grad();
-    if (g.defined() && g.raw_data() == slot.raw_data()) continue;  // backward accumulated in place
+    if (g.defined() && g.data_ptr() == slot.data_ptr()) continue;  // backward accumulated in place
     stray = true;
     if (!g.defined()) {
       slot.zero_();
@@ -186,9 +177,9 @@ void ZeroAdamW::with_averaged_gradients(const std::function<void()>& use) {
   if (!holds_sums()) return use();  // stage 2's shard, 16-bit stage 1's chunks: the average already
   // Stage 1: my chunks hold the sum; the average is sum x 1/N exactly as a reduce-scatter(avg) makes it.
   const double n = group_->size();
-  for (const Tensor& chunk : my_grad_chunks()) scale_buffer(chunk.dtype(), chunk.raw_data(), chunk.numel(), 1.0 / n);
+  for (const Tensor& chunk : my_grad_chunks()) chunk.mul_(1.0 / n);
   use();
-  for (const Tensor& chunk : my_grad_chunks()) scale_buffer(chunk.dtype(), chunk.raw_data(), chunk.numel(), n);
+  for (const Tensor& chunk : my_grad_chunks()) chunk.mul_(n);
 }
 
 Tensor ZeroAdamW::grad_shard() const {
@@ -199,7 +190,7 @@ Tensor ZeroAdamW::grad_shard() const {
   Tensor shard = Tensor::empty({flat_.layout().shard_numel}, TensorOptions(grad_dtype_, device_));
   const std::vector<Tensor> chunks = my_grad_chunks();
   for (size_t b = 0; b < chunks.size(); ++b) chunks_of_shard(shard)[b].copy_(chunks[b]);
-  if (holds_sums()) scale_buffer(shard.dtype(), shard.raw_data(), shard.numel(), 1.0 / group_->size());
+  if (holds_sums()) shard.mul_(1.0 / group_->size());
   return shard;
 }
 
@@ -252,30 +243,24 @@ void ZeroAdamW::step() {
   const int rank = group_->rank();
   const std::vector<Tensor> grads = my_grad_chunks();
   if (options_.offload) {
-    // Gradients down (stage 1: the sums, averaged on the host), the update on the host, the weights up.
+    // Gradients down (stage 1: the sums, averaged on the host), the update on the host, the weights
+    // up: each crossing in the device's dtype (host_link.h).
     const std::vector<Tensor> host_grads = chunks_of_shard(host_grads_), host_weights = chunks_of_shard(host_weights_);
-    for (size_t b = 0; b < layout.buckets.size(); ++b) move(host_grads[b], grads[b], device_, host_, grads[b]);
-    if (holds_sums()) scale_buffer(DType::f32, host_grads_.raw_data(), host_grads_.numel(), 1.0 / group_->size());
-    adam_->step(adam_->chunks_of(host_weights_.data<float>()), adam_->chunks_of(host_grads_.data<float>()), has_grad,
-                options_.adamw, lr);
-    for (size_t b = 0; b < layout.buckets.size(); ++b)
-      move(flat_.chunk(b, rank), host_weights[b], host_, device_, flat_.chunk(b, rank));
-  } else if (master_.defined()) {
-    // Mixed precision: the f32 master shard steps on the averaged gradients (read in f32 as it goes),
-    // and my chunk of the 16-bit weights is the master rounded.
-    std::vector<const void*> grad_chunks;
-    for (const Tensor& chunk : grads) grad_chunks.push_back(chunk.raw_data());
-    with_averaged_gradients([&] {
-      adam_->step(adam_->chunks_of(master_.data<float>()), grad_chunks, grad_dtype_, has_grad, options_.adamw, lr);
-    });
-    for (size_t b = 0; b < layout.buckets.size(); ++b) flat_.chunk(b, rank).copy_(chunks_of_shard(master_)[b]);
+    for (size_t b = 0; b < layout.buckets.size(); ++b) link_copy(host_grads[b], grads[b], grads[b].dtype());
+    if (holds_sums()) host_grads_.mul_(1.0 / group_->size());
+    adam_->step(host_weights, host_grads, has_grad, options_.adamw, lr);
+    for (size_t b = 0; b < layout.buckets.size(); ++b) link_copy(flat_.chunk(b, rank), host_weights[b], param_dtype_);
   } else {
-    ShardedAdamW::Chunks weight_chunks, grad_chunks;  // both in place in the flat buffers
-    for (size_t b = 0; b < layout.buckets.size(); ++b) {
-      weight_chunks.push_back(flat_.chunk(b, rank).data<float>());
-      grad_chunks.push_back(grads[b].data<float>());
-    }
-    with_averaged_gradients([&] { adam_->step(weight_chunks, grad_chunks, has_grad, options_.adamw, lr); });
+    // In place in the flat buffers. Mixed precision: the f32 master shard steps on the averaged
+    // gradients (read in f32 as it goes), and my chunk of the 16-bit weights is the master rounded.
+    std::vector<Tensor> weight_chunks;
+    for (size_t b = 0; b < layout.buckets.size(); ++b) weight_chunks.push_back(flat_.chunk(b, rank));
+    with_averaged_gradients([&] {
+      if (master_.defined())
+        adam_->step(chunks_of_shard(master_), grads, has_grad, options_.adamw, lr, weight_chunks);
+      else
+        adam_->step(weight_chunks, grads, has_grad, options_.adamw, lr);
+    });
   }
   gather_weights();
   if (reducer_) reducer_->start_new_window();  // stage 2: the next backward starts afresh (see step() in zero.h)

@@ -39,15 +39,15 @@
 //     stage 1             2P + 2P (16-bit grads) + 12S   = 4Ψ + 12Ψ/N   (main_grad: 2P + 4P + 12S)
 //     stage 2             2P + 2S + 12S                  = 2Ψ + 14Ψ/N   (main_grad: 2P + 4S + 12S)
 //     16-bit stage 1 reduce-scatters the average (a sum kept in 16 bits and scaled back would round
-//     twice), so a backward after the reduce and before zero_grad() is refused. The step converts
-//     the gradient shard to f32 (a transient 4S), updates the master, and rounds it into the weights.
+//     twice), so a backward after the reduce and before zero_grad() is refused. The step reads the
+//     gradient shard in f32 as it goes (no f32 copy), updates the master, and rounds it into the weights.
 //     offload: the master shard is the host's weight copy (16S on the host as in f32); the moves
-//     carry 16-bit gradients down and 16-bit weights up (2S each).
+//     carry 16-bit gradients down and 16-bit weights up (2S each), converted on the host (host_link.h).
 //     Construction moves the weights into the flat buffers bucket by bucket: 4Ψ + one bucket at most.
 //     offload: the optimizer state, a master copy of the weight shard and the gradient shard live on
 //     the host (category "offload": 16S): the update runs there; per step the gradient shard moves
 //     down (4S) and the updated weight shard moves up (4S). A rank's host is cpu:i for a device with
-//     index i: on a CPU-only build the same virtual device, so the copies are transfers cpu:r -> cpu:r.
+//     index i: for a CPU rank the same virtual device, so the copies are transfers cpu:r -> cpu:r.
 //     The host copy is the master: weights written into the model after construction are not seen.
 //   Communication per rank per step (ledger of the group), as DDP's 2(N-1)/N·4Ψ:
 //     reduce-scatter (N-1)/N·4P  +  all-gather (N-1)/N·4P  (+ (N-1)·8 bytes when clipping)
@@ -106,7 +106,7 @@ class ZeroAdamW {
  public:
   static constexpr int kBucketsInFlight = 2;  // stage 2: reduce-scatters launched and not yet waited
 
-  // Flattens `params` (f32, on this rank's CPU device) into bucketed buffers padded per bucket to a
+  // Flattens `params` (f32, or 16-bit with master_weights, on this rank's device: cpu:r or cuda:r) into bucketed buffers padded per bucket to a
   // multiple of group->size() and allocates this rank's shard of the optimizer state. Collective
   // when broadcast_parameters is set.
   ZeroAdamW(std::vector<Tensor> params, ProcessGroupPtr group, const ZeroOptions& options = {});

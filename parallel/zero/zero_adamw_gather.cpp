@@ -1,9 +1,7 @@
 // zero_adamw_gather.cpp — what ZeroAdamW gathers whole from its shards: the averaged gradient and the
 // optimizer state in nn::AdamW's format, and the state loaded back into a shard (see zero_adamw.h).
-#include <cstring>
 #include <string>
 
-#include "parallel/comm/reduce_kernels.h"
 #include "parallel/zero/zero_adamw.h"
 #include "parallel/zero/zero_reducer.h"
 #include "tensor/ops.h"
@@ -11,8 +9,10 @@
 namespace sl::parallel {
 
 Tensor ZeroAdamW::gather_flat(const std::vector<Tensor>& my_chunks) {
-  Tensor out = Tensor::empty({flat_.layout().padded_numel}, my_chunks.at(0).options());
-  for (size_t b = 0; b < flat_.layout().buckets.size(); ++b) group_->all_gather(flat_.bucket_of(out, b), my_chunks[b]);
+  // On the device the collectives run on (offloaded state lives on the host: it goes up first).
+  Tensor out = Tensor::empty({flat_.layout().padded_numel}, my_chunks.at(0).options().with_device(device_));
+  for (size_t b = 0; b < flat_.layout().buckets.size(); ++b)
+    group_->all_gather(flat_.bucket_of(out, b), my_chunks[b].to(device_));
   return out;
 }
 
@@ -27,7 +27,7 @@ Tensor ZeroAdamW::gather_gradients() {
   SL_CHECK(reduced(),
            "ZeroAdamW::gather_gradients: the gradients have not been reduced since the last zero_grad() or backward");
   Tensor flat = gather_flat(my_grad_chunks());
-  if (holds_sums()) scale_buffer(flat.dtype(), flat.raw_data(), flat.numel(), 1.0 / group_->size());  // stage 1
+  if (holds_sums()) flat.mul_(1.0 / group_->size());  // stage 1
   const FlatLayout& layout = flat_.layout();
   Tensor out = Tensor::empty({layout.numel}, flat.options());
   int64_t at = 0;
@@ -43,7 +43,7 @@ nn::StateDict ZeroAdamW::full_state_dict() {
   const FlatLayout& layout = flat_.layout();
   for (const char* name : {"exp_avg", "exp_avg_sq"}) {
     const Tensor& mine = std::string(name) == "exp_avg" ? adam_->exp_avg() : adam_->exp_avg_sq();
-    Tensor gathered = gather_flat(chunks_of_shard(mine));  // offload: the host is the rank's own virtual device
+    Tensor gathered = gather_flat(chunks_of_shard(mine));
     for (size_t i = 0; i < layout.segments.size(); ++i)
       if (adam_->step_of(i) > 0)  // as nn::AdamW: no state before a parameter's first step
         out.emplace("state." + std::to_string(i) + "." + name,
@@ -86,11 +86,11 @@ void ZeroAdamW::load_full_state_dict(const nn::StateDict& state) {
     if (state.count(key(i, "step"))) adam_->set_step(i, static_cast<int64_t>(state.at(key(i, "step")).item()));
   for (const ShardPiece& piece : adam_->pieces()) {
     if (!state.count(key(piece.segment, "exp_avg"))) continue;
-    const size_t bytes = static_cast<size_t>(piece.numel) * sizeof(float);
-    std::memcpy(adam_->exp_avg().data<float>() + piece.shard_offset,
-                state.at(key(piece.segment, "exp_avg")).data<float>() + piece.segment_offset, bytes);
-    std::memcpy(adam_->exp_avg_sq().data<float>() + piece.shard_offset,
-                state.at(key(piece.segment, "exp_avg_sq")).data<float>() + piece.segment_offset, bytes);
+    const Shape n({piece.numel});  // the state dict's tensors may live on another device: copy_ moves them
+    adam_->exp_avg().flat_view(piece.shard_offset, n)
+        .copy_(state.at(key(piece.segment, "exp_avg")).flat_view(piece.segment_offset, n));
+    adam_->exp_avg_sq().flat_view(piece.shard_offset, n)
+        .copy_(state.at(key(piece.segment, "exp_avg_sq")).flat_view(piece.segment_offset, n));
   }
 }
 

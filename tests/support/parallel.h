@@ -19,10 +19,13 @@
 //                             run rank r on cuda:r over NCCL; fewer run the ranks as threads sharing the
 //                             GPUs (launch's rank_device), their collectives staged through host memory
 //                             (parallel/comm/backends/host_staging.h). Without a GPU the test skips.
-//   Opted in so far: tests/nn/test_gpt.cpp (GPT.*), the DDP cases of tests/parallel/data_parallel/test_data_parallel.cpp, and the
-//   parity suites of tensor, context (ring, all-gather, Ulysses, hybrid) and N-D parallelism, and the
-//   pipeline through the Trainer; tests/parallel/comm/test_host_staging.cpp. Cases that need the CPU skip on cuda, saying why: naive DP and ZeRO/FSDP (their packing
-//   and optimizer loops run on host memory). The other suites run on the CPU whatever it says.
+//   Opted in so far: tests/nn/test_gpt.cpp (GPT.*), the DDP cases of tests/parallel/data_parallel/test_data_parallel.cpp, the
+//   ZeRO-1/2 and FSDP/HSDP parity suites of tests/parallel/zero (Stages/Zero.MatchesSerial,
+//   Layouts/Fsdp.*, Layouts/Hsdp.*; offload keeps the optimizer on each rank's host), the parity suites
+//   of tensor, context (ring, all-gather, Ulysses, hybrid) and N-D parallelism (with their ZeRO and FSDP
+//   cases), and the pipeline through the Trainer; tests/parallel/comm/test_host_staging.cpp. Cases that
+//   need the CPU skip on cuda, saying why: naive DP (its packing runs on host memory). The other suites,
+//   and the ledger's memory suites, run on the CPU whatever it says.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -70,7 +73,7 @@ inline std::string test_device_missing(int /*ranks*/ = 1) {
   return "";
 }
 
-// A case that runs on host memory only (naive DP, ZeRO/FSDP): why it skips on SL_TEST_DEVICE=cuda.
+// A case that runs on host memory only (naive DP): why it skips on SL_TEST_DEVICE=cuda.
 #define SL_SKIP_ON_TEST_CUDA(why)                                                 \
   do {                                                                            \
     if (::sl::test_on_cuda()) GTEST_SKIP() << "SL_TEST_DEVICE=cuda: " << (why);   \

@@ -375,9 +375,9 @@ TEST_F(TrainCli, TenStepsOnTheGpuMatchTheCpuRun) {
 // the run printed); the layouts with host code on their path are usage errors (tests/tools/test_train_options.cpp
 // has them all).
 TEST_F(TrainCli, CudaRanksWithoutAGpuAreRefusedBeforeAnyRankStarts) {
-  CliRun zero = run_train(kTiny + " --steps 1 --dp 2 --zero 1 --device cuda");
-  EXPECT_EQ(zero.exit_code, 2) << zero.output;
-  EXPECT_TRUE(zero.output.starts_with("train: --device cuda: --zero 1 (ZeRO) builds its flat buffers")) << zero.output;
+  CliRun naive = run_train(kTiny + " --steps 1 --dp 2 --naive-dp --device cuda");
+  EXPECT_EQ(naive.exit_code, 2) << naive.output;
+  EXPECT_TRUE(naive.output.starts_with("train: --device cuda: --naive-dp packs the scattered batches")) << naive.output;
   if (cuda_info().device_count > 0) GTEST_SKIP() << "a GPU is visible: the no-GPU refusal cannot show here";
   CliRun run = run_train(kTiny + " --steps 1 --dp 2 --device cuda");
   EXPECT_EQ(run.exit_code, 1) << run.output;

@@ -86,16 +86,10 @@ TEST(TrainOptions, BadCombinationsAreUsageErrors) {
 }
 
 // --device cuda with ranks: the layouts with host code on their path are usage errors naming it; DDP,
-// the pipeline and the tp/cp cuts parse (the GPUs and NCCL are checked at run time, below).
+// ZeRO-1/2/3, FSDP, HSDP (and their offload), the pipeline and the tp/cp cuts parse (the GPUs and NCCL
+// are checked at run time, below).
 TEST(TrainOptions, CudaRefusesTheLayoutsThatRunHostCode) {
   for (const auto& [args, reason] : std::vector<std::pair<std::string, std::string>>{
-           {"--dp 2 --zero 1", "--device cuda: --zero 1 (ZeRO) builds its flat buffers and steps its sharded AdamW in "
-                               "host code (parallel/zero)"},
-           {"--zero 2", "--device cuda: --zero 2 (ZeRO)"},
-           {"--dp 2 --zero 3", "--device cuda: FSDP and HSDP (--zero 3, --dp-replicate/--dp-shard)"},
-           {"--dp-shard 2", "--device cuda: FSDP and HSDP"},
-           {"--dp-replicate 2 --dp-shard 2 --tp 2", "--device cuda: FSDP and HSDP"},
-           {"--dp 2 --zero 1 --offload", "--device cuda: --zero 1 (ZeRO)"},
            {"--dp 2 --naive-dp", "--device cuda: --naive-dp packs the scattered batches and gathered logits through "
                                  "host buffers on rank 0"},
            {"--dp 2 --links intra=300GB/s,1us;inter=25GB/s,5us;gpus-per-node=2",
@@ -105,8 +99,12 @@ TEST(TrainOptions, CudaRefusesTheLayoutsThatRunHostCode) {
     EXPECT_EQ(usage_error(args), "") << args << " runs on CPU ranks";
   }
   Options o;
-  for (const std::string args : {"--dp 2", "--dp 2 --micro-batches 2", "--pp 2", "--dp 2 --pp 2 --micro-batches 2",
-                                 "--tp 2 --sp", "--cp 2", "--dp 2 --tp 2 --cp 2", "--dp 2 --mixed-precision bf16"})
+  for (const std::string args :
+       {"--dp 2", "--dp 2 --micro-batches 2", "--pp 2", "--dp 2 --pp 2 --micro-batches 2", "--tp 2 --sp", "--cp 2",
+        "--dp 2 --tp 2 --cp 2", "--dp 2 --mixed-precision bf16", "--dp 2 --zero 1", "--dp 2 --zero 2",
+        "--dp 2 --zero 1 --offload", "--dp 2 --zero 2 --offload", "--dp 2 --zero 3", "--dp 2 --zero 3 --offload",
+        "--dp-shard 2", "--dp-replicate 2 --dp-shard 2", "--dp-replicate 2 --dp-shard 2 --tp 2", "--dp 2 --zero 3 --tp 2",
+        "--dp 2 --zero 3 --tp 2 --mixed-precision bf16"})
     EXPECT_EQ(usage_error(args + " --device cuda", &o), "") << args;
 }
 

@@ -121,7 +121,6 @@ class NdParallelParity : public testing::TestWithParam<NdCase> {};
 TEST_P(NdParallelParity, MatchesSerialThroughTheTrainer) {
   const NdCase c = GetParam();
   SL_SKIP_UNLESS_WORLD(c.world());
-  if (c.zero > 0) SL_SKIP_ON_TEST_CUDA("ZeRO and FSDP run their optimizer loops on host memory");
   SL_SKIP_UNLESS_TEST_DEVICE_RUNS(c.world());
   const DeviceGuard on_device(test_device());  // SL_TEST_DEVICE=cuda: the serial run on cuda:0
   const test_support::SerialRun serial = run_serial(c);

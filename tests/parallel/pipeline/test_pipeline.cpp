@@ -468,7 +468,6 @@ class PipelineTrainer : public testing::TestWithParam<int> {};
 TEST_P(PipelineTrainer, TrainerWithPipelineRunnerMatchesSerial) {
   SL_SKIP_UNLESS_WORLD(4);
   const int zero = GetParam(), m = 2;
-  if (zero > 0) SL_SKIP_ON_TEST_CUDA("ZeRO-1's optimizer loops run on host memory");
   SL_SKIP_UNLESS_TEST_DEVICE_RUNS(4);
   const DeviceGuard on_device(test_device());  // SL_TEST_DEVICE=cuda: the serial run on cuda:0
   const nn::GPTConfig config = config_with(3);

@@ -111,7 +111,6 @@ TEST_P(TensorParallelParity, MatchesSerialAfterFiveAdamWSteps) {
   const TPCase c = GetParam();
   const int world = c.tp * c.dp;
   SL_SKIP_UNLESS_WORLD(world);
-  if (c.data_parallel == DataParallel::zero1) SL_SKIP_ON_TEST_CUDA("ZeRO-1's optimizer loops run on host memory");
   SL_SKIP_UNLESS_TEST_DEVICE_RUNS(world);
   const DeviceGuard on_device(test_device());  // SL_TEST_DEVICE=cuda: the serial run on cuda:0
   const test_support::SerialRun serial = run_serial(c);
@@ -184,7 +183,6 @@ TEST_P(TensorParallelParity, MatchesSerialThroughTheTrainer) {
   const TPCase c = GetParam();
   const int world = c.tp * c.dp;
   SL_SKIP_UNLESS_WORLD(world);
-  if (c.data_parallel == DataParallel::zero1) SL_SKIP_ON_TEST_CUDA("ZeRO-1's optimizer loops run on host memory");
   SL_SKIP_UNLESS_TEST_DEVICE_RUNS(world);
   const DeviceGuard on_device(test_device());  // SL_TEST_DEVICE=cuda: the serial run on cuda:0
   const test_support::SerialRun serial = run_serial(c);

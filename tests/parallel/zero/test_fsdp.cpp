@@ -49,7 +49,8 @@ using Values = std::map<std::string, std::vector<float>>;  // parameter name -> 
 
 Values values_of(const nn::StateDict& state) {
   Values out;
-  for (const auto& [name, tensor] : state) out[name] = tensor.values<float>();
+  for (const auto& [name, tensor] : state)  // a GPU's tensors (SL_TEST_DEVICE=cuda) come down first
+    out[name] = (tensor.device().is_cuda() ? tensor.to(Device::cpu()) : tensor).values<float>();
   return out;
 }
 
@@ -64,7 +65,8 @@ struct Trace {
 // The serial run (tests/support/serial_run.h), clipped at kMaxNorm, as name -> values.
 const Trace& serial() {
   static const Trace trace = [] {
-    DeviceGuard device(Device::cpu(80));  // away from the ranks' cpu:0..3
+    // SL_TEST_DEVICE=cuda: on cuda:0, as the ranks; else away from the ranks' cpu:0..3.
+    DeviceGuard device(test_on_cuda() ? Device::cuda(0) : Device::cpu(80));
     const test_support::SerialRun run = test_support::serial_run(
         {.config = small_config(), .seed = kSeed, .adamw = adamw_options(), .steps = kSteps, .clip = kMaxNorm},
         [](int step) { return stream().get_batch(step, kBatch, kBlock); });
@@ -80,8 +82,8 @@ const Trace& serial() {
     size_t i = 0;
     for (const auto& [name, p] : run.initial) {
       const std::string key = "state." + std::to_string(i++) + ".";
-      t.optimizer_state[name + ".exp_avg"] = state.at(key + "exp_avg").values<float>();
-      t.optimizer_state[name + ".exp_avg_sq"] = state.at(key + "exp_avg_sq").values<float>();
+      t.optimizer_state[name + ".exp_avg"] = values_of({{"m", state.at(key + "exp_avg")}}).at("m");
+      t.optimizer_state[name + ".exp_avg_sq"] = values_of({{"v", state.at(key + "exp_avg_sq")}}).at("v");
       t.steps = static_cast<int64_t>(state.at(key + "step").item());
     }
     return t;
@@ -121,8 +123,9 @@ std::string layout_name(const testing::TestParamInfo<Layout>& info) {
 
 // Runs fn(ctx, fsdp, model) on every rank of the layout, comparing every collective's fingerprint
 // across ranks (debug mode): the gathers and reduce-scatters fired from inside backward must line up.
+// on_device: on SL_TEST_DEVICE (the parity suite); the ledger's suites stay on the CPU.
 template <typename Fn>
-void run_layout(const Layout& layout, Fn&& fn) {
+void run_layout(const Layout& layout, Fn&& fn, bool on_device = false) {
   launch(
       layout.world(),
       [&](RankContext& ctx) {
@@ -136,7 +139,7 @@ void run_layout(const Layout& layout, Fn&& fn) {
           fn(ctx, fsdp, model);
         }
       },
-      quick(5000, /*debug=*/true));
+      on_device ? on_test_device(quick(20000, /*debug=*/true), layout.world()) : quick(5000, /*debug=*/true));
 }
 
 nn::Batch rank_batch(int step, const RankContext& ctx) {
@@ -148,8 +151,11 @@ nn::Batch rank_batch(int step, const RankContext& ctx) {
 class Fsdp : public testing::TestWithParam<Layout> {};
 class Hsdp : public testing::TestWithParam<Layout> {};
 
+// SL_TEST_DEVICE=cuda (tests/support/parallel.h): the serial run on cuda:0, the ranks on the GPU(s);
+// offload keeps the shards and the update on each rank's host.
 void matches_serial(const Layout& layout) {
   SL_SKIP_UNLESS_WORLD(layout.world());
+  SL_SKIP_UNLESS_TEST_DEVICE_RUNS(layout.world());
   const Trace& want = serial();
   run_layout(layout, [&](RankContext& ctx, FullyShardedGPT& fsdp, nn::GPT&) {
     expect_close(values_of(fsdp.full_state_dict()), want.initial, kTol, "initial parameters");
@@ -176,10 +182,10 @@ void matches_serial(const Layout& layout) {
       if (key.size() > 5 && key.substr(key.size() - 5) == ".step")
         EXPECT_EQ(static_cast<int64_t>(tensor.item()), want.steps) << key;
       else
-        moments[key] = tensor.values<float>();
+        moments[key] = values_of({{key, tensor}}).at(key);
     }
     expect_close(moments, want.optimizer_state, kTol, at("optimizer state after the last step", ctx.rank));
-  });
+  }, /*on_device=*/true);
 }
 
 TEST_P(Fsdp, MatchesSerial) { matches_serial(GetParam()); }

@@ -144,6 +144,14 @@ const nn::TokenStream& stream() {
   return tokens;
 }
 
+// Host copies of what a run made on SL_TEST_DEVICE (a GPU's tensors come down; CPU ones are themselves).
+Tensor on_host(const Tensor& t) { return t.device().is_cuda() ? t.to(Device::cpu()) : t; }
+std::vector<float> host_values(const nn::NamedTensors& named) {
+  nn::NamedTensors host;
+  for (const auto& [name, t] : named) host.emplace_back(name, on_host(t));
+  return flat_values(host);
+}
+
 struct Trace {  // one run, step by step; vectors are the flat (unpadded) parameter order
   std::vector<double> losses, norms;
   std::vector<std::vector<float>> grads, params;
@@ -153,7 +161,8 @@ struct Trace {  // one run, step by step; vectors are the flat (unpadded) parame
 // The serial run (tests/support/serial_run.h), clipped at kMaxNorm: the gradients the update used.
 const Trace& serial() {
   static const Trace trace = [] {
-    DeviceGuard device(Device::cpu(70));  // away from the ranks' cpu:0..3
+    // SL_TEST_DEVICE=cuda: on cuda:0, as the ranks; else away from the ranks' cpu:0..3.
+    DeviceGuard device(test_on_cuda() ? Device::cuda(0) : Device::cpu(70));
     const test_support::SerialRun run =
         test_support::serial_run({.config = small_config(),
                                   .seed = kSeed,
@@ -166,10 +175,10 @@ const Trace& serial() {
     for (const test_support::SerialStep& step : run.steps) {
       t.losses.push_back(step.loss);
       t.norms.push_back(step.norm);
-      t.grads.push_back(flat_values(step.grads));
-      t.params.push_back(flat_values(step.params));
+      t.grads.push_back(host_values(step.grads));
+      t.params.push_back(host_values(step.params));
     }
-    t.state = run.optimizer_state;
+    for (const auto& [key, tensor] : run.optimizer_state) t.state[key] = on_host(tensor);
     return t;
   }();
   return trace;
@@ -253,11 +262,11 @@ void run_rank(RankContext& ctx, const ZeroCase& c, RankRecord& record) {
     record.held.push_back(held);
 
     // After the accounting: the gradients this step used (gathered at stage 2) and the new parameters.
-    record.trace.grads.push_back(optimizer.gather_gradients().values<float>());  // parameter order
-    record.trace.params.push_back(flat_values(model.named_parameters()));
+    record.trace.grads.push_back(on_host(optimizer.gather_gradients()).values<float>());  // parameter order
+    record.trace.params.push_back(host_values(model.named_parameters()));
   }
   for (int k = 0; k < kNumMemoryCategories; ++k) record.peak[k] = ledger.peak(ctx.device, MemoryCategory(k)) - start[k];
-  record.trace.state = optimizer.full_state_dict();
+  for (const auto& [key, tensor] : optimizer.full_state_dict()) record.trace.state[key] = on_host(tensor);
   record.ran = true;
 }
 
@@ -269,13 +278,16 @@ const RankRecord& first_that_ran(const std::vector<RankRecord>& records) {
 
 class Zero : public testing::TestWithParam<ZeroCase> {};
 
+// SL_TEST_DEVICE=cuda (tests/support/parallel.h): the serial run on cuda:0, the ranks on the GPU(s);
+// offload keeps the optimizer state, the master and the update on each rank's host.
 TEST_P(Zero, MatchesSerial) {
   const ZeroCase c = GetParam();
   SL_SKIP_UNLESS_WORLD(c.world);
+  SL_SKIP_UNLESS_TEST_DEVICE_RUNS(c.world);
   const Trace& want = serial();
   std::vector<RankRecord> records(c.world);
   launch(
-      c.world, [&](RankContext& ctx) { run_rank(ctx, c, records[ctx.rank]); }, quick());
+      c.world, [&](RankContext& ctx) { run_rank(ctx, c, records[ctx.rank]); }, on_test_device(quick(20000), c.world));
 
   for (int r = 0; r < c.world; ++r) {
     const RankRecord& got = records[r];
@@ -436,6 +448,68 @@ TEST(ZeroStage2, PeakGradientMemoryIsTheShardPlusBoundedBuckets) {
   }
 }
 
+// ZeRO-2's bound at the peak (zero.h). Between steps a rank holds e·S bytes of gradients: its shard
+// (e = 4 in f32, 2 in bf16; S = P/N, P = Ψ padded per bucket). During backward it holds that plus the
+// buckets in flight: kBucketsInFlight reduce-scatters launched and not yet waited, and the bucket
+// being filled, each at most the largest bucket B_max, plus one gradient that arrived before its
+// bucket existed (at most the largest parameter, Ψ_max):
+//     peak − held  ≤  (kBucketsInFlight + 1) · e · B_max  +  e · Ψ_max
+// B_max, P and Ψ_max come from the model's shapes and the bucket rule (bucket_figures above); the
+// peaks from the ledger's "grads" of each rank's device. The buckets hold the same number of elements
+// in both dtypes, so the bound stays below holding every bucket (e·P), which it must catch.
+TEST(ZeroStage2, PeakAboveHeldIsAtMostTheBucketsInFlight) {
+  for (bool bf16 : {false, true})
+    for (int world : {2, 4}) {
+      SL_SKIP_UNLESS_WORLD(world);
+      std::vector<int64_t> held(world, -1), peak(world, -1);
+      launch(
+          world,
+          [&](RankContext& ctx) {
+            auto& ledger = MemoryLedger::instance();
+            nn::GPTConfig config = small_config();
+            nn::AdamWOptions adamw = adamw_options();
+            if (bf16) {
+              config.param_dtype = DType::bf16;
+              adamw.master_weights = true;
+            }
+            nn::GPT model(config, kSeed);
+            const int64_t start = ledger.current(ctx.device, MemoryCategory::grads);
+            ZeroAdamW optimizer(model.parameters(), ctx.world,
+                                {.stage = 2, .adamw = adamw, .bucket_bytes = kSmallBuckets * (bf16 ? 2 : 4) / 4});
+            const int64_t rows = kBatch / world;
+            for (int step = 0; step < 2; ++step) {
+              optimizer.zero_grad();
+              held[ctx.rank] = ledger.current(ctx.device, MemoryCategory::grads) - start;  // between steps
+              ledger.reset_peak(ctx.device);
+              nn::Batch batch = stream().get_batch(step, kBatch, kBlock, ctx.rank * rows, (ctx.rank + 1) * rows);
+              model.loss(batch.inputs, batch.targets).backward();
+              optimizer.clip_grad_norm(kMaxNorm);
+              optimizer.step();
+              peak[ctx.rank] = std::max(peak[ctx.rank], ledger.peak(ctx.device, MemoryCategory::grads) - start);
+            }
+          },
+          quick());
+      const ModelFigures f = model_figures();
+      const int64_t n = world, e = bf16 ? 2 : 4;
+      // Buckets of kSmallBuckets·e/4 bytes: the same elements per bucket in both dtypes (kSmallBuckets/4).
+      const BucketFigures b = bucket_figures(f, n, kSmallBuckets);
+      const int64_t S = b.padded / n;
+      const int64_t bound = (ZeroAdamW::kBucketsInFlight + 1) * e * b.largest + e * f.largest;
+      ASSERT_LT(bound, e * b.padded) << "the bound must be below holding every bucket, or the test could not fail";
+      for (int r = 0; r < world; ++r) {
+        if (peak[r] < 0) continue;
+        const std::string who = (bf16 ? "bf16" : "f32") + std::string(" world ") + std::to_string(world) +
+                                " rank " + std::to_string(r);
+        EXPECT_EQ(held[r], e * S) << who << ": between steps, the gradient shard alone";
+        EXPECT_LE(peak[r] - held[r], bound) << who << ": peak " << peak[r] << ", held " << held[r];
+        EXPECT_GT(peak[r] - held[r], 0) << who << ": backward fills buckets";
+      }
+      std::printf("[   info   ] %s world %d: peak - held %lld <= bound %lld (every bucket: %lld)\n",
+                  bf16 ? "bf16" : "f32", world, (long long)(peak[0] - held[0]), (long long)bound,
+                  (long long)(e * b.padded));
+    }
+}
+
 // The peak of every category, from before the model is built through two steps, as the paper has it
 // (f32, Ψ from the shapes, N ranks, buckets of kSmallBuckets bytes, P = Ψ padded per bucket, S = P/N).
 // Mixed precision (bf16 cases) is the same table with e = 2 bytes per weight and gradient element and
@@ -455,6 +529,7 @@ TEST_P(ZeroPeak, EveryCategoryAsThePaper) {
   const ZeroCase c = GetParam();
   SL_SKIP_UNLESS_WORLD(c.world);
   std::vector<std::array<int64_t, kNumMemoryCategories>> built(c.world), stepped(c.world);
+  std::vector<int64_t> transferred(c.world, 0);  // cpu:r -> cpu:r: offload's link on this build
   std::vector<char> ran(c.world, 0);
   launch(
       c.world,
@@ -477,6 +552,7 @@ TEST_P(ZeroPeak, EveryCategoryAsThePaper) {
           built[ctx.rank][k] = ledger.peak(ctx.device, MemoryCategory(k)) - start[k];
         ledger.reset_peak(ctx.device);
         const int64_t rows = kBatch / c.world;
+        const int64_t moved0 = ledger.transferred(ctx.device, ctx.device);
         for (int step = 0; step < 2; ++step) {
           optimizer.zero_grad();
           nn::Batch batch = stream().get_batch(step, kBatch, kBlock, ctx.rank * rows, (ctx.rank + 1) * rows);
@@ -486,6 +562,7 @@ TEST_P(ZeroPeak, EveryCategoryAsThePaper) {
         }
         for (int k = 0; k < kNumMemoryCategories; ++k)
           stepped[ctx.rank][k] = ledger.peak(ctx.device, MemoryCategory(k)) - start[k];
+        transferred[ctx.rank] = ledger.transferred(ctx.device, ctx.device) - moved0;
         ran[ctx.rank] = 1;
       },
       quick());
@@ -516,6 +593,9 @@ TEST_P(ZeroPeak, EveryCategoryAsThePaper) {
     EXPECT_EQ(at(stepped[r], MemoryCategory::optimizer), c.offload ? 0 : K * S) << who;
     EXPECT_EQ(at(stepped[r], MemoryCategory::offload), c.offload ? 16 * S : 0) << who;
     EXPECT_LE(at(stepped[r], MemoryCategory::comm), n == 1 ? 0 : 2 * e * b.largest_chunk) << who;
+    // Offload's link per step (zero.h): the gradient shard down and the weight shard up, each in the
+    // device's dtype (e S bytes: 2S in bf16, as DeepSpeed moves 16-bit gradients and weights); two steps.
+    EXPECT_EQ(transferred[r], c.offload ? 2 * (e * S + e * S) : 0) << who << ": bytes over the host link";
     std::printf(
         "[   info   ] %s: peaks weights %lld (built %lld) grads %lld optimizer %lld offload %lld comm %lld;"
         " %lldP %lld %lldS %lld largest bucket %lld\n",
