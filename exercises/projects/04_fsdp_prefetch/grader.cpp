@@ -10,7 +10,9 @@
 //   * every unit is resharded at the end;
 //   * overlap: unit i+1's gather issued before unit i's compute begins (the unit log's order).
 // The two lanes (gathers in flight, computes) are drawn for your pass and the grader's no-prefetch
-// pass, with their wall times. With -DSL_SOLUTION the baseline is FSDP without prefetch: then the
+// pass, with their wall times. At the end, the numbers its written part asks for (ANALYSIS.md): peak
+// gathered weights, bytes and wall times with none, one (yours) and all units prefetched, and the time
+// against each block's compute. Printed, never graded. With -DSL_SOLUTION the baseline is FSDP without prefetch: then the
 // overlap check is reported, not required (README.md).
 #include "exercises/grader.h"
 
@@ -83,7 +85,7 @@ struct Pass {
 
 using Driver = Tensor (*)(const std::vector<ShardedBlock*>&, const Tensor&);
 
-static Pass run(int n, Driver driver) {
+static Pass run(int n, Driver driver, double compute_seconds = 2e-3) {
   Pass pass{{}, std::vector<int64_t>(n), std::vector<int64_t>(n), std::vector<int64_t>(n), std::vector<int>(n), {}};
   LaunchOptions options;
   options.backend = Backend::threads;
@@ -98,7 +100,7 @@ static Pass run(int n, Driver driver) {
         std::vector<std::unique_ptr<ShardedBlock>> owned;
         std::vector<ShardedBlock*> units;
         for (int l = 0; l < kLayers; ++l) {
-          owned.push_back(std::make_unique<ShardedBlock>(l, model.block(l), ctx.world, log, /*compute_seconds=*/2e-3));
+          owned.push_back(std::make_unique<ShardedBlock>(l, model.block(l), ctx.world, log, compute_seconds));
           units.push_back(owned.back().get());
         }
         const Tensor x = model.embed(ids());
@@ -190,9 +192,8 @@ static void grade_world(int n) {
       static_cast<long long>(2 * pass.unit_bytes));
 }
 
-// Unit i+1's gather issued before unit i's compute begins, on rank 0's log.
-static void grade_overlap() {
-  const Pass pass = run(2, impl::forward_with_prefetch);
+// How many i have unit i+1's gather issued before unit i's compute begins, on rank 0's log.
+static int overlapped_gathers(const Pass& pass) {
   auto position = [&](UnitEvent::Kind kind, int unit) {
     for (size_t i = 0; i < pass.log.size(); ++i)
       if (pass.log[i].kind == kind && pass.log[i].unit == unit) return static_cast<int>(i);
@@ -201,6 +202,12 @@ static void grade_overlap() {
   int overlapped = 0;
   for (int i = 0; i + 1 < kLayers; ++i)
     overlapped += position(UnitEvent::Kind::gather_issued, i + 1) < position(UnitEvent::Kind::compute_begin, i);
+  return overlapped;
+}
+
+// Unit i+1's gather issued before unit i's compute begins, on rank 0's log.
+static void grade_overlap() {
+  const int overlapped = overlapped_gathers(run(2, impl::forward_with_prefetch));
   std::printf("        %d of %d next-unit gathers issued before the current unit's compute\n", overlapped, kLayers - 1);
 #ifdef SL_SOLUTION
   std::printf("        (SOLUTION: the baseline is FSDP without prefetch: reported, not required)\n");
@@ -211,6 +218,88 @@ static void grade_overlap() {
 #endif
 }
 
+// ---- the numbers the written part asks for (ANALYSIS.md): measured, printed, never graded ----------
+// Three drivers side by side: none (forward_without_prefetch), yours (one unit ahead), and every unit's
+// gather issued before the first compute (all: what wrong_prefetch_all.cpp does). Peaks from the
+// MemoryLedger, bytes from the group's ledger, times from rank 0's clock and unit log. None is a formula.
+static Tensor forward_prefetch_all(const std::vector<ShardedBlock*>& units, const Tensor& x) {
+  std::vector<WorkPtr> gathers;
+  for (ShardedBlock* unit : units) gathers.push_back(unit->start_gather());
+  Tensor h = x;
+  for (size_t i = 0; i < units.size(); ++i) {
+    units[i]->finish_gather(gathers[i]);
+    h = units[i]->forward(h);
+    units[i]->reshard();
+  }
+  return h;
+}
+
+// The mean over units of the time from one event to another, on rank 0's log, in ms.
+static double mean_ms(const Pass& pass, UnitEvent::Kind from, UnitEvent::Kind to) {
+  double sum = 0;
+  for (int u = 0; u < kLayers; ++u) {
+    double a = 0, b = 0;
+    for (const UnitEvent& e : pass.log) {
+      if (e.unit == u && e.kind == from) a = e.seconds;
+      if (e.unit == u && e.kind == to) b = e.seconds;
+    }
+    sum += b - a;
+  }
+  return 1e3 * sum / kLayers;
+}
+
+static void print_drivers(int n) {
+  const std::pair<const char*, Driver> drivers[] = {
+      {"none", forward_without_prefetch}, {"yours", impl::forward_with_prefetch}, {"all", forward_prefetch_all}};
+  std::printf("    world %d  prefetch  peak gathered (bytes, units of P·4)  all-gather bytes/rank  wall (ms)  "
+              "gathers issued before the previous compute\n", n);
+  for (const auto& [name, driver] : drivers) {
+    Pass pass;
+    try {
+      pass = run(n, driver);
+    } catch (const exercises::NotImplemented& e) {
+      std::printf("             %-8s  (%s not written yet)\n", name, e.function().c_str());
+      continue;
+    }
+    const int64_t peak = *std::max_element(pass.peak_weights.begin(), pass.peak_weights.end());
+    std::printf("             %-8s  %-8lld %-25.2f  %-21lld  %-9.1f  %d of %d\n", name, static_cast<long long>(peak),
+                static_cast<double>(peak) / static_cast<double>(pass.unit_bytes),
+                static_cast<long long>(*std::max_element(pass.bytes.begin(), pass.bytes.end())), 1e3 * pass.wall_s,
+                overlapped_gathers(pass), kLayers - 1);
+  }
+}
+
+static void print_written_part_numbers(exercises::Grader& grader) {
+  grader.numbers("Q1, Q3: L = 4 units, 2 ms of compute per block, none / yours / all prefetched", [] {
+    const Pass plain = run(4, forward_without_prefetch);
+    std::printf("    one unit: P·4 = %lld bytes gathered, S·4 = %lld bytes kept at world 4\n",
+                static_cast<long long>(plain.unit_bytes), static_cast<long long>(plain.shard_bytes));
+    print_drivers(2);
+    print_drivers(4);
+  });
+  grader.numbers("Q2: world 4, without prefetch: one unit's gather and compute, measured (rank 0, mean of 4)", [] {
+    const Pass plain = run(4, forward_without_prefetch);
+    std::printf("    gather (issued to done) %.2f ms, compute (begin to end) %.2f ms, the pass %.1f ms\n",
+                mean_ms(plain, UnitEvent::Kind::gather_issued, UnitEvent::Kind::gather_done),
+                mean_ms(plain, UnitEvent::Kind::compute_begin, UnitEvent::Kind::compute_end), 1e3 * plain.wall_s);
+  });
+  grader.numbers("Q2, Q4: world 4, the pass's wall time (ms, rank 0) against each block's compute", [] {
+    auto wall_ms = [](Driver driver, double compute) -> std::string {
+      char text[16];
+      try {
+        std::snprintf(text, sizeof text, "%-6.1f", 1e3 * run(4, driver, compute).wall_s);
+      } catch (const exercises::NotImplemented&) {
+        return "(not written yet)";
+      }
+      return text;
+    };
+    std::printf("    compute/block  none    all     yours\n");
+    for (double compute : {0.5e-3, 2e-3, 8e-3})
+      std::printf("    %-4.1f ms         %s  %s  %s\n", 1e3 * compute, wall_ms(forward_without_prefetch, compute).c_str(),
+                  wall_ms(forward_prefetch_all, compute).c_str(), wall_ms(impl::forward_with_prefetch, compute).c_str());
+  });
+}
+
 int main() {
   exercises::Grader grader("04_fsdp_prefetch");
   for (int n : {2, 4})
@@ -218,5 +307,6 @@ int main() {
         "world " + std::to_string(n) + ": logits = serial, bytes unchanged, at most two units gathered, all resharded",
         [n] { grade_world(n); });
   grader.check("overlap: unit i+1's all-gather issued before unit i's compute", [] { grade_overlap(); });
+  print_written_part_numbers(grader);
   return grader.finish();
 }
