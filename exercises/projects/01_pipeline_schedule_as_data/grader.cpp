@@ -242,7 +242,8 @@ static void print_bubbles_against_m(int p) {
   for (int m : {p, 2 * p, 4 * p, 8 * p}) {
     auto bubble = [](const Schedule& s) { return simulate(s).timeline.bubble(); };
     std::printf("    %-3d  %.3f   %.3f   %.3f             %.3f         %s\n", m,
-                bubble(make_schedule(ScheduleKind::gpipe, p, m)), bubble(make_schedule(ScheduleKind::one_f_one_b, p, m)),
+                bubble(make_schedule(ScheduleKind::gpipe, p, m)),
+                bubble(make_schedule(ScheduleKind::one_f_one_b, p, m)),
                 bubble(make_schedule(ScheduleKind::interleaved, p, m, 2)),
                 bubble(make_schedule(ScheduleKind::zero_bubble, p, m)), yours_bubble(p, m).c_str());
   }

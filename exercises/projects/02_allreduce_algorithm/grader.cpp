@@ -125,8 +125,10 @@ static Outcome run(int n, int64_t numel, bool integers, const Topology& links = 
         n,
         [&](RankContext& ctx) {
           const Tensor mine = input_of(ctx.rank, numel, integers), theirs = mine.clone();
-          measure(ctx, out.student, mine, [&](const Tensor& t) { impl::my_all_reduce(*ctx.world, t); }, &student_clock);
-          measure(ctx, out.ring, theirs, [&](const Tensor& t) { ctx.world->all_reduce(t); }, &ring_clock);
+          measure(
+              ctx, out.student, mine, [&](const Tensor& t) { impl::my_all_reduce(*ctx.world, t); }, &student_clock);
+          measure(
+              ctx, out.ring, theirs, [&](const Tensor& t) { ctx.world->all_reduce(t); }, &ring_clock);
         },
         options);
   } catch (const TimeoutError& e) {
@@ -175,8 +177,8 @@ static int64_t max_of(const std::vector<int64_t>& v) { return *std::max_element(
 
 // ---- the numbers the written part asks for (ANALYSIS.md): measured, printed, never graded ----------
 // Bytes from the world group's ledger, wall times from the clock (the slowest rank's, every rank
-// starting at one instant, the links really delaying each message), the links' charge from
-// CommLedger::link_seconds. None is a formula.
+// starting at one instant, the links really delaying each message; the fastest of three runs), the
+// links' charge from CommLedger::link_seconds. None is a formula.
 static std::string per_rank(const std::vector<int64_t>& bytes) {
   std::string out;
   for (int64_t b : bytes) out += (out.empty() ? "" : " ") + std::to_string(b);
@@ -192,10 +194,17 @@ static void print_bytes_per_rank(int n, int64_t numel) {
 }
 
 static void print_times(const char* links_spec, int n, int64_t numel) {
+  // The fastest of three runs, each algorithm's own: other work on the cores only ever adds time.
   const Outcome out = run(n, numel, /*integers=*/true, Topology::parse_links(links_spec), /*aligned=*/true);
+  double yours = max_of(out.student.wall_s), ring = max_of(out.ring.wall_s);
+  for (int i = 1; i < 3; ++i) {
+    const Outcome again = run(n, numel, true, Topology::parse_links(links_spec), true);
+    yours = std::min(yours, max_of(again.student.wall_s));
+    ring = std::min(ring, max_of(again.ring.wall_s));
+  }
   std::printf("    %-5d %-9lld %-10lld %9.1f %9.1f   %9.1f %9.1f\n", n, static_cast<long long>(numel),
-              static_cast<long long>(4 * numel), 1e3 * max_of(out.student.wall_s), 1e3 * max_of(out.ring.wall_s),
-              1e3 * max_of(out.student.link_s), 1e3 * max_of(out.ring.link_s));
+              static_cast<long long>(4 * numel), 1e3 * yours, 1e3 * ring, 1e3 * max_of(out.student.link_s),
+              1e3 * max_of(out.ring.link_s));
 }
 
 static void print_written_part_numbers(exercises::Grader& grader) {

@@ -11,19 +11,21 @@
 //   * bytes sent per rank per step (the group's ledger) beside the ring all-reduce's 2(n-1)/n · S;
 //     required without SL_SOLUTION: keep = 0.1 sends less than the uncompressed ring.
 // The loss curves are printed side by side. At the end, the numbers its written part asks for
-// (ANALYSIS.md): bytes against the world size, and the loss with and without error feedback (your
-// averager made new every step) for keep 1, 0.3, 0.1, 0.01. Printed, never graded. With -DSL_SOLUTION the baseline is plain DDP (an
-// all-reduce(avg) per gradient, keep ignored): then the bytes check is reported, not required.
+// (ANALYSIS.md; written_part.h prints them): bytes against the world size, and the loss with and
+// without error feedback (your averager made new every step) for keep 1, 0.3, 0.1, 0.01. Printed,
+// never graded.
+// With -DSL_SOLUTION the baseline is plain DDP (an all-reduce(avg) per gradient, keep ignored): then
+// the bytes check is reported, not required.
 #include "exercises/grader.h"
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "exercises/projects/03_gradient_compression/compression.h"
+#include "exercises/projects/03_gradient_compression/written_part.h"
 #include "nn/data.h"
 #include "nn/gpt.h"
 #include "nn/optim.h"
@@ -34,6 +36,7 @@
 using namespace sl;
 using namespace sl::parallel;
 using exercises::expect;
+using namespace project03::written;
 
 #ifdef SL_SOLUTION
 namespace solution {
@@ -64,22 +67,6 @@ static nn::TokenStream tokens() {
   for (int i = 0; i < 2000; ++i) s.tokens.push_back((i * 7 + i / 5 + (i * i) % 11) % 32);
   return s;
 }
-
-struct Training {
-  std::vector<double> losses;                // per step, the global batch's mean loss
-  std::vector<std::vector<double>> weights;  // [n] every rank's parameters, flattened, after the last step
-  std::vector<int64_t> bytes_per_step;       // [n] bytes rank r sent per step (the last step's)
-  std::vector<int64_t> ring_bytes_per_step;  // [n] what an uncompressed all_reduce of the same gradients sent
-  int64_t gradient_bytes = 0;                // S: every gradient, f32
-};
-
-// How a data-parallel run uses the averager. memoryless: a new averager every step, so nothing is
-// carried from one step to the next (no error feedback, no warm start): top-k of this step's gradient
-// alone. measure_ring: also all-reduce a copy of each step's gradients uncompressed, for its bytes.
-struct RunOptions {
-  bool memoryless = false;
-  bool measure_ring = false;
-};
 
 static std::vector<double> flatten(const nn::Module& model) {
   std::vector<double> out;
@@ -171,9 +158,6 @@ static void expect_replicas_identical(const Training& run, const std::string& wh
 // approaches steps · the average; without, the small entries never arrive. Returns
 // ‖Σ_t arrived_t − steps · average‖ / ‖steps · average‖ (the same on every rank; rank 0's), and the
 // factor f that fits Σ_t arrived_t ≈ f · steps · average best (n when the pieces are summed, not averaged).
-struct FeedbackGap {
-  double gap = 0, factor = 0;
-};
 static FeedbackGap error_feedback_gap(int n, int steps, bool memoryless = false) {
   std::vector<double> given(100);
   for (int i = 0; i < 100; ++i) given[i] = (i + 1) / 100.0 * (i % 3 == 0 ? -1 : 1);
@@ -216,67 +200,6 @@ static void print_bytes(int n, double keep, const Training& run) {
       "(S = %lld): %.1f%%\n",
       n, keep, static_cast<long long>(most), static_cast<long long>(ring), static_cast<long long>(S),
       100.0 * static_cast<double>(most) / static_cast<double>(ring));
-}
-
-// ---- the numbers the written part asks for (ANALYSIS.md): measured, printed, never graded ----------
-// Bytes from the group's ledger (yours, and an uncompressed all_reduce of the same gradients), losses
-// from the runs. "without error feedback" is your averager made new every step (RunOptions::memoryless):
-// whatever it did not send is forgotten. None is a formula.
-static double mean_of_last(const std::vector<double>& v, int count) {
-  double sum = 0;
-  for (size_t i = v.size() - count; i < v.size(); ++i) sum += v[i] / count;
-  return sum;
-}
-
-static int64_t most(const std::vector<int64_t>& v) { return *std::max_element(v.begin(), v.end()); }
-
-static void print_bytes_against_world(double keep) {
-  std::printf("    keep %.2f   world  yours (bytes/rank/step)  uncompressed all_reduce  yours / uncompressed\n", keep);
-  for (int n : {2, 4, 8}) {
-    const Training run = data_parallel(n, keep, 1, {.measure_ring = true});
-    std::printf("                %-5d  %-23lld  %-23lld  %.3f\n", n, static_cast<long long>(most(run.bytes_per_step)),
-                static_cast<long long>(most(run.ring_bytes_per_step)),
-                static_cast<double>(most(run.bytes_per_step)) / static_cast<double>(most(run.ring_bytes_per_step)));
-  }
-}
-
-static void print_written_part_numbers(exercises::Grader& grader, const Training& serial_run, int steps) {
-  grader.numbers("Q1: bytes per rank per step (the ledger's), one step at worlds 2, 4, 8", [] {
-    print_bytes_against_world(0.1);
-    print_bytes_against_world(0.01);
-  });
-  std::map<std::pair<double, bool>, Training> runs;  // (keep, memoryless) at world 4
-  auto run_at = [&](double keep, bool memoryless) -> const Training& {
-    const auto key = std::make_pair(keep, memoryless);
-    if (!runs.count(key)) runs[key] = data_parallel(4, keep, steps, {.memoryless = memoryless});
-    return runs.at(key);
-  };
-  grader.numbers("Q2: world 4, keep 0.10: the loss with and without error feedback", [&] {
-    const Training &with = run_at(0.1, false), &without = run_at(0.1, true);
-    std::printf("    step  serial  with error feedback  without\n");
-    for (int s = 0; s < steps; s += 5)
-      std::printf("    %4d  %.4f  %.4f               %.4f\n", s, serial_run.losses[s], with.losses[s], without.losses[s]);
-    std::printf("    %4d  %.4f  %.4f               %.4f   (the last step)\n", steps - 1, serial_run.losses.back(),
-                with.losses.back(), without.losses.back());
-    std::printf("    mean of the last 5 steps: serial %.4f, with %.4f, without %.4f\n", mean_of_last(serial_run.losses, 5),
-                mean_of_last(with.losses, 5), mean_of_last(without.losses, 5));
-  });
-  grader.numbers("Q3: world 2, keep 0.10: a constant gradient averaged 60 times", [] {
-    const FeedbackGap with = error_feedback_gap(2, 60), without = error_feedback_gap(2, 60, /*memoryless=*/true);
-    std::printf("    ‖Σ arrived − 60 · average‖ / ‖60 · average‖: with error feedback %.3f, without %.3f\n", with.gap,
-                without.gap);
-    std::printf("    Σ arrived ≈ f · 60 · average, best f: with %.3f, without %.3f\n", with.factor, without.factor);
-  });
-  grader.numbers("Q4: world 4, " + std::to_string(steps) + " steps: keep against bytes and loss", [&] {
-    std::printf("    keep  bytes/rank/step  mean loss of the last 5 steps: with error feedback  without  (serial %.4f)\n",
-                mean_of_last(serial_run.losses, 5));
-    for (double keep : {1.0, 0.3, 0.1, 0.01}) {
-      const Training &with = run_at(keep, false), &without = run_at(keep, true);
-      std::printf("    %.2f  %-15lld  %.4f                                     %.4f\n", keep,
-                  static_cast<long long>(most(with.bytes_per_step)), mean_of_last(with.losses, 5),
-                  mean_of_last(without.losses, 5));
-    }
-  });
 }
 
 int main() {
@@ -338,6 +261,6 @@ int main() {
                             std::to_string(ring) + ": send only the kept entries (values and indices), not dense tensors");
 #endif
   });
-  print_written_part_numbers(grader, reference, kSteps);
+  print_written_part_numbers(grader, reference, kSteps, data_parallel, error_feedback_gap);
   return grader.finish();
 }

@@ -10,10 +10,11 @@
 //   * every unit is resharded at the end;
 //   * overlap: unit i+1's gather issued before unit i's compute begins (the unit log's order).
 // The two lanes (gathers in flight, computes) are drawn for your pass and the grader's no-prefetch
-// pass, with their wall times. At the end, the numbers its written part asks for (ANALYSIS.md): peak
-// gathered weights, bytes and wall times with none, one (yours) and all units prefetched, and the time
-// against each block's compute. Printed, never graded. With -DSL_SOLUTION the baseline is FSDP without prefetch: then the
-// overlap check is reported, not required (README.md).
+// pass, with their wall times. At the end, the numbers its written part asks for (ANALYSIS.md,
+// printed by written_part.h): peak gathered weights, bytes and wall times with none, one (yours) and
+// all units prefetched, and the time against each block's compute. Printed, never graded.
+// With -DSL_SOLUTION the baseline is FSDP without prefetch: then the overlap check is reported, not
+// required (README.md).
 #include "exercises/grader.h"
 
 #include <algorithm>
@@ -24,6 +25,7 @@
 
 #include "autograd/grad_mode.h"
 #include "exercises/projects/04_fsdp_prefetch/sharded_block.h"
+#include "exercises/projects/04_fsdp_prefetch/written_part.h"
 #include "nn/gpt.h"
 #include "parallel/comm/launch.h"
 #include "parallel/comm/topology.h"
@@ -36,6 +38,8 @@ using exercises::expect;
 using project04::ShardedBlock;
 using project04::UnitEvent;
 using project04::UnitLog;
+using project04::written::Driver;
+using project04::written::Pass;
 
 namespace project04 {
 Tensor forward_with_prefetch(const std::vector<ShardedBlock*>& units, const Tensor& x);
@@ -72,18 +76,6 @@ static Tensor ids() {  // [2, 8]
   for (int i = 0; i < 16; ++i) v.push_back((i * 5 + 3) % 32);
   return from_vector(v, Shape({2, 8}), TensorOptions(DType::i64));
 }
-
-struct Pass {
-  std::vector<double> logits;               // rank 0's
-  std::vector<int64_t> bytes, calls;        // [N] all-gather bytes sent and calls
-  std::vector<int64_t> peak_weights;        // [N] the most gathered weight bytes at once
-  std::vector<int> left_gathered;           // [N] units still gathered after the pass
-  std::vector<UnitEvent> log;               // rank 0's unit log
-  int64_t unit_bytes = 0, shard_bytes = 0;  // P · 4 and S · 4 of one unit
-  double wall_s = 0;                        // rank 0's
-};
-
-using Driver = Tensor (*)(const std::vector<ShardedBlock*>&, const Tensor&);
 
 static Pass run(int n, Driver driver, double compute_seconds = 2e-3) {
   Pass pass{{}, std::vector<int64_t>(n), std::vector<int64_t>(n), std::vector<int64_t>(n), std::vector<int>(n), {}};
@@ -218,88 +210,6 @@ static void grade_overlap() {
 #endif
 }
 
-// ---- the numbers the written part asks for (ANALYSIS.md): measured, printed, never graded ----------
-// Three drivers side by side: none (forward_without_prefetch), yours (one unit ahead), and every unit's
-// gather issued before the first compute (all: what wrong_prefetch_all.cpp does). Peaks from the
-// MemoryLedger, bytes from the group's ledger, times from rank 0's clock and unit log. None is a formula.
-static Tensor forward_prefetch_all(const std::vector<ShardedBlock*>& units, const Tensor& x) {
-  std::vector<WorkPtr> gathers;
-  for (ShardedBlock* unit : units) gathers.push_back(unit->start_gather());
-  Tensor h = x;
-  for (size_t i = 0; i < units.size(); ++i) {
-    units[i]->finish_gather(gathers[i]);
-    h = units[i]->forward(h);
-    units[i]->reshard();
-  }
-  return h;
-}
-
-// The mean over units of the time from one event to another, on rank 0's log, in ms.
-static double mean_ms(const Pass& pass, UnitEvent::Kind from, UnitEvent::Kind to) {
-  double sum = 0;
-  for (int u = 0; u < kLayers; ++u) {
-    double a = 0, b = 0;
-    for (const UnitEvent& e : pass.log) {
-      if (e.unit == u && e.kind == from) a = e.seconds;
-      if (e.unit == u && e.kind == to) b = e.seconds;
-    }
-    sum += b - a;
-  }
-  return 1e3 * sum / kLayers;
-}
-
-static void print_drivers(int n) {
-  const std::pair<const char*, Driver> drivers[] = {
-      {"none", forward_without_prefetch}, {"yours", impl::forward_with_prefetch}, {"all", forward_prefetch_all}};
-  std::printf("    world %d  prefetch  peak gathered (bytes, units of P·4)  all-gather bytes/rank  wall (ms)  "
-              "gathers issued before the previous compute\n", n);
-  for (const auto& [name, driver] : drivers) {
-    Pass pass;
-    try {
-      pass = run(n, driver);
-    } catch (const exercises::NotImplemented& e) {
-      std::printf("             %-8s  (%s not written yet)\n", name, e.function().c_str());
-      continue;
-    }
-    const int64_t peak = *std::max_element(pass.peak_weights.begin(), pass.peak_weights.end());
-    std::printf("             %-8s  %-8lld %-25.2f  %-21lld  %-9.1f  %d of %d\n", name, static_cast<long long>(peak),
-                static_cast<double>(peak) / static_cast<double>(pass.unit_bytes),
-                static_cast<long long>(*std::max_element(pass.bytes.begin(), pass.bytes.end())), 1e3 * pass.wall_s,
-                overlapped_gathers(pass), kLayers - 1);
-  }
-}
-
-static void print_written_part_numbers(exercises::Grader& grader) {
-  grader.numbers("Q1, Q3: L = 4 units, 2 ms of compute per block, none / yours / all prefetched", [] {
-    const Pass plain = run(4, forward_without_prefetch);
-    std::printf("    one unit: P·4 = %lld bytes gathered, S·4 = %lld bytes kept at world 4\n",
-                static_cast<long long>(plain.unit_bytes), static_cast<long long>(plain.shard_bytes));
-    print_drivers(2);
-    print_drivers(4);
-  });
-  grader.numbers("Q2: world 4, without prefetch: one unit's gather and compute, measured (rank 0, mean of 4)", [] {
-    const Pass plain = run(4, forward_without_prefetch);
-    std::printf("    gather (issued to done) %.2f ms, compute (begin to end) %.2f ms, the pass %.1f ms\n",
-                mean_ms(plain, UnitEvent::Kind::gather_issued, UnitEvent::Kind::gather_done),
-                mean_ms(plain, UnitEvent::Kind::compute_begin, UnitEvent::Kind::compute_end), 1e3 * plain.wall_s);
-  });
-  grader.numbers("Q2, Q4: world 4, the pass's wall time (ms, rank 0) against each block's compute", [] {
-    auto wall_ms = [](Driver driver, double compute) -> std::string {
-      char text[16];
-      try {
-        std::snprintf(text, sizeof text, "%-6.1f", 1e3 * run(4, driver, compute).wall_s);
-      } catch (const exercises::NotImplemented&) {
-        return "(not written yet)";
-      }
-      return text;
-    };
-    std::printf("    compute/block  none    all     yours\n");
-    for (double compute : {0.5e-3, 2e-3, 8e-3})
-      std::printf("    %-4.1f ms         %s  %s  %s\n", 1e3 * compute, wall_ms(forward_without_prefetch, compute).c_str(),
-                  wall_ms(forward_prefetch_all, compute).c_str(), wall_ms(impl::forward_with_prefetch, compute).c_str());
-  });
-}
-
 int main() {
   exercises::Grader grader("04_fsdp_prefetch");
   for (int n : {2, 4})
@@ -307,6 +217,7 @@ int main() {
         "world " + std::to_string(n) + ": logits = serial, bytes unchanged, at most two units gathered, all resharded",
         [n] { grade_world(n); });
   grader.check("overlap: unit i+1's all-gather issued before unit i's compute", [] { grade_overlap(); });
-  print_written_part_numbers(grader);
+  project04::written::print_written_part_numbers(grader, kLayers, run, forward_without_prefetch,
+                                                 impl::forward_with_prefetch, overlapped_gathers);
   return grader.finish();
 }
