@@ -45,7 +45,7 @@ Timing time_it(const std::function<void()>& body, int reps, int warmup) {
   return {us.front(), us[us.size() / 2]};
 }
 
-int lines_printed = 0;  // report()'s, against the ops asked for
+int lines_printed = 0;  // report()'s, one per op this program times (checked: 7)
 
 void report(bench::Checks& checks, const char* op, const Shape& shape, Timing t) {
   const double elements = static_cast<double>(shape.numel());

@@ -13,6 +13,9 @@
 //   grader.predict("bytes rank 0 sends per step at N = 4", impl::predicted_bytes,
 //                  [] { return measured_bytes(4); }, 0.01, "bytes");
 //
+// A project's grader ends with the numbers its written part asks for (ANALYSIS.md), measured by the run
+// and printed under "numbers for your written part" by numbers(): printed, never graded.
+//
 // A check passes when its function returns. It fails when it throws:
 //   exercises::NotImplemented   a TODO body the student has not written yet: "not implemented yet: <function>"
 //   exercises::CheckFailed      what expect() throws: the message says what is wrong and what to try
@@ -110,6 +113,30 @@ class Grader {
     });
   }
 
+  // A project's written part (its ANALYSIS.md) asks questions whose answers are numbers; the grader
+  // measures them (ledger bytes, memory peaks, simulated bubbles, losses) and prints them after the
+  // checks, under one banner, "numbers for your written part". Not a check: nothing here passes or
+  // fails, and the score is unchanged. Each call prints one labelled group; a group that throws (a TODO
+  // not written yet, a deadlock) says why, and the next group still runs.
+  //   grader.numbers("Q1: bubble at p 4, m 8", [] { std::printf("    1F1B %.3f\n", bubble_of(...)); });
+  void numbers(const std::string& group, const std::function<void()>& body) {
+    if (!numbers_printed_)
+      std::printf("---- numbers for your written part (ANALYSIS.md): measured by this run, not graded ----\n");
+    numbers_printed_ = true;
+    std::printf("  %s\n", group.c_str());
+    std::fflush(stdout);
+    try {
+      body();
+    } catch (const NotImplemented& e) {
+      std::printf("    (not measured: %s is not written yet)\n", e.function().c_str());
+    } catch (const std::exception& e) {
+      std::printf("    (not measured: %s)\n", e.what());
+    } catch (...) {
+      std::printf("    (not measured: an unknown exception)\n");
+    }
+    std::fflush(stdout);
+  }
+
   // Prints the score; the exit code of the grader.
   int finish() const {
     std::printf("%s: %d of %d checks passed\n", exercise_.c_str(), passed_, total_);
@@ -125,6 +152,7 @@ class Grader {
 
   std::string exercise_;
   int passed_ = 0, total_ = 0;
+  bool numbers_printed_ = false;
 };
 
 }  // namespace exercises

@@ -36,7 +36,7 @@ using namespace sl::parallel;
 using i64 = long long;
 
 // What a student may change: p stages, m micro-batches, v chunks per rank (interleaved), the
-// synthetic cost per layer per row of the measured runs, the seed. The model has p·v layers, one per
+// synthetic cost per layer per row of the measured runs, the random seed. The model has p·v layers, one per
 // chunk (defaults: 8 layers = 4 stages x 2 chunks of 1).
 struct Config {
   int p = 4, m = 8, v = 2;

@@ -45,7 +45,7 @@ using namespace sl::parallel;
 using i64 = long long;
 
 // What a student may change: p stages (the model has p layers, one per stage), m micro-batches, the
-// synthetic cost per layer per row of the measured run (F, B and W alike; 4 ms: 8 ms a pass), the seed.
+// synthetic cost per layer per row of the measured run (F, B and W alike; 4 ms: 8 ms a pass), the random seed.
 struct Config {
   int p = 4, m = 8;
   double sleep = 4e-3;

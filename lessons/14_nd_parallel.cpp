@@ -78,7 +78,7 @@ static void check(bool condition, const std::string& what) {
 }
 
 // What a student may change (main reads the flags): the batch B (rows, split over dp), the context T
-// (the model's block_size), the AdamW steps, the seed; the mesh order mistake; where pictures go.
+// (the model's block_size), the AdamW steps, the random seed; the mesh order mistake; where pictures go.
 struct Run {
   const nn::TokenStream& data;
   nn::GPTConfig model;

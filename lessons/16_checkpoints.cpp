@@ -51,7 +51,7 @@ static const nn::GPTConfig kConfig{.vocab_size = 32, .block_size = 8, .n_layer =
 constexpr int64_t kRows = 8;
 
 // What a student may change: the saving mesh (ZeRO-3 over `shards` ranks), the resuming one (TP x PP),
-// the steps before and after the checkpoint, the seed, and two mistakes.
+// the steps before and after the checkpoint, the random seed, and two mistakes.
 struct Config {
   int shards = 4, tp = 2, pp = 2;
   int save_steps = 3, resume_steps = 3;

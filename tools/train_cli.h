@@ -54,7 +54,7 @@ cli::Check readable(Read read) {
   };
 }
 
-// What the fields take that are not plain values: the seed (unsigned), the links (a spec or a file).
+// What the fields take that are not plain values: the random seed (unsigned), the links (a spec or a file).
 struct Raw {
   int64_t seed = 1337;
   std::string links, topology;

@@ -10,6 +10,9 @@
 //     formulas, with the peak in-flight micro-batches per rank (reported, not graded).
 // Then the real engine (run_schedule, parallel/pipeline/engine.h, which takes any Schedule) runs it at
 // p = 3, m = 6 on a small GPT: loss and every gradient equal to an independent serial nn::GPT's.
+// At the end, the numbers its written part asks for (ANALYSIS.md), measured on the simulator: bubble,
+// span and peak in flight of GPipe, 1F1B, interleaved, ZB-H1 and yours at p 4, m 8, and the bubble
+// against m at p 4 and 8. Printed, never graded.
 // With -DSL_SOLUTION the baseline is the library's 1F1B (make_schedule), as data.
 #include "exercises/grader.h"
 
@@ -200,6 +203,67 @@ static void expect_close(const Step& got, const Step& want) {
   }
 }
 
+// ---- the numbers the written part asks for (ANALYSIS.md): the simulator's, printed, never graded ---
+// Every number is measured on the simulated timeline (F = 1, B = 2, a split B = W = 1, communication
+// free): the bubble (mean over ranks of idle / span), the span, rank 0's busy time, and the peak
+// in-flight micro-batches per rank (peak_in_flight). None is a formula.
+static void print_measured(const std::string& name, const Schedule& s) {
+  validate(s);  // a malformed schedule is named (sl::Error) instead of measured
+  const Simulation sim = simulate(s);
+  if (sim.deadlocked) {
+    std::printf("    %-22s stuck in the simulator: %s\n", name.c_str(), sim.stuck.c_str());
+    return;
+  }
+  std::printf("    %-22s %d  %6.3f  %5.1f  %5.1f   %s\n", name.c_str(), s.virtual_stages, sim.timeline.bubble(),
+              sim.timeline.span(), sim.timeline.busy(0), join(peak_in_flight(s)).c_str());
+}
+
+static std::string yours_name(const Schedule& s) { return std::string("yours (") + schedule_name(s.kind) + ")"; }
+
+// Your schedule's simulated bubble at (p, m), or why there is none.
+static std::string yours_bubble(int p, int m) {
+  try {
+    const Schedule yours = impl::my_schedule(p, m);
+    validate(yours);
+    const Simulation sim = simulate(yours);
+    if (sim.deadlocked) return "stuck";
+    char text[16];
+    std::snprintf(text, sizeof text, "%.3f", sim.timeline.bubble());
+    return text;
+  } catch (const exercises::NotImplemented&) {
+    return "(my_schedule not written yet)";
+  } catch (const Error& e) {
+    return std::string("(refused: ") + e.what() + ")";
+  }
+}
+
+static void print_bubbles_against_m(int p) {
+  std::printf("    m    gpipe   1f1b    interleaved v 2   zero-bubble   yours\n");
+  for (int m : {p, 2 * p, 4 * p, 8 * p}) {
+    auto bubble = [](const Schedule& s) { return simulate(s).timeline.bubble(); };
+    std::printf("    %-3d  %.3f   %.3f   %.3f             %.3f         %s\n", m,
+                bubble(make_schedule(ScheduleKind::gpipe, p, m)),
+                bubble(make_schedule(ScheduleKind::one_f_one_b, p, m)),
+                bubble(make_schedule(ScheduleKind::interleaved, p, m, 2)),
+                bubble(make_schedule(ScheduleKind::zero_bubble, p, m)), yours_bubble(p, m).c_str());
+  }
+}
+
+static void print_written_part_numbers(exercises::Grader& grader) {
+  constexpr int p = 4, m = 8;
+  grader.numbers("Q1, Q2: p 4, m 8 on the simulator (every chunk F = 1, B = 2; a split backward B = 1, W = 1)", [] {
+    std::printf("    schedule               v  bubble   span  busy(rank 0)  peak in flight per rank 0..p-1\n");
+    print_measured("gpipe", make_schedule(ScheduleKind::gpipe, p, m));
+    print_measured("1f1b", make_schedule(ScheduleKind::one_f_one_b, p, m));
+    print_measured("interleaved", make_schedule(ScheduleKind::interleaved, p, m, 2));
+    print_measured("zero-bubble (ZB-H1)", make_schedule(ScheduleKind::zero_bubble, p, m));
+    const Schedule yours = impl::my_schedule(p, m);
+    print_measured(yours_name(yours), yours);
+  });
+  grader.numbers("Q3: the simulated bubble against m at p 4", [] { print_bubbles_against_m(4); });
+  grader.numbers("Q4: p 8 (m = p, 2p, 4p, 8p): the same table one pipeline deeper", [] { print_bubbles_against_m(8); });
+}
+
 int main() {
   exercises::Grader grader("01_pipeline_schedule_as_data");
   const std::vector<std::pair<int, int>> configs = {{2, 4}, {3, 6}, {4, 4}, {4, 6}, {4, 8}};
@@ -217,5 +281,6 @@ int main() {
     check(s);  // a malformed schedule is refused here rather than hanging the engine
     expect_close(pipelined_step(s, config, C), serial_step(config, micros, C));
   });
+  print_written_part_numbers(grader);
   return grader.finish();
 }

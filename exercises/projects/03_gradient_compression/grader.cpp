@@ -10,16 +10,22 @@
 //   * error feedback: a constant gradient averaged 60 times at keep = 0.1 arrives (nearly) in full;
 //   * bytes sent per rank per step (the group's ledger) beside the ring all-reduce's 2(n-1)/n · S;
 //     required without SL_SOLUTION: keep = 0.1 sends less than the uncompressed ring.
-// The loss curves are printed side by side. With -DSL_SOLUTION the baseline is plain DDP (an
-// all-reduce(avg) per gradient, keep ignored): then the bytes check is reported, not required.
+// The loss curves are printed side by side. At the end, the numbers its written part asks for
+// (ANALYSIS.md; written_part.h prints them): bytes against the world size, and the loss with and
+// without error feedback (your averager made new every step) for keep 1, 0.3, 0.1, 0.01. Printed,
+// never graded.
+// With -DSL_SOLUTION the baseline is plain DDP (an all-reduce(avg) per gradient, keep ignored): then
+// the bytes check is reported, not required.
 #include "exercises/grader.h"
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "exercises/projects/03_gradient_compression/compression.h"
+#include "exercises/projects/03_gradient_compression/written_part.h"
 #include "nn/data.h"
 #include "nn/gpt.h"
 #include "nn/optim.h"
@@ -30,6 +36,7 @@
 using namespace sl;
 using namespace sl::parallel;
 using exercises::expect;
+using namespace project03::written;
 
 #ifdef SL_SOLUTION
 namespace solution {
@@ -61,13 +68,6 @@ static nn::TokenStream tokens() {
   return s;
 }
 
-struct Training {
-  std::vector<double> losses;                // per step, the global batch's mean loss
-  std::vector<std::vector<double>> weights;  // [n] every rank's parameters, flattened, after the last step
-  std::vector<int64_t> bytes_per_step;       // [n] bytes rank r sent per step (the last step's)
-  int64_t gradient_bytes = 0;                // S: every gradient, f32
-};
-
 static std::vector<double> flatten(const nn::Module& model) {
   std::vector<double> out;
   for (const auto& [name, p] : model.named_parameters()) {
@@ -96,12 +96,13 @@ static Training serial(int steps) {
 }
 
 // World n: each rank its rows (equal counts: the mean of the ranks' means is the batch mean).
-static Training data_parallel(int n, double keep, int steps) {
+static Training data_parallel(int n, double keep, int steps, RunOptions how = {}) {
   const nn::TokenStream data = tokens();
   Training run;
   run.losses.assign(steps, 0.0);
   run.weights.resize(n);
   run.bytes_per_step.resize(n);
+  run.ring_bytes_per_step.resize(n);
   LaunchOptions options;
   options.backend = Backend::threads;
   options.timeout = std::chrono::seconds(10);
@@ -110,18 +111,26 @@ static Training data_parallel(int n, double keep, int steps) {
       [&](RankContext& ctx) {
         nn::GPT model(kConfig, kSeed);  // the same seed on every rank: the same start
         nn::AdamW adamw(model.parameters(), kAdamW);
-        impl::CompressedAverager averager(*ctx.world, keep);
+        auto averager = std::make_unique<impl::CompressedAverager>(*ctx.world, keep);
         const RowRange rows = data_parallel_rows(kRows, ctx.rank, n);
         for (int step = 0; step < steps; ++step) {
           adamw.zero_grad();
           const nn::Batch batch = data.get_batch(0, kRows, kBlock, rows.begin, rows.end);
           Tensor loss = model.loss(batch.inputs, batch.targets);
           loss.backward();
-          std::vector<Tensor> grads;
+          std::vector<Tensor> grads, copies;
           for (const Tensor& p : model.parameters()) grads.push_back(p.grad());
+          if (how.measure_ring)
+            for (const Tensor& g : grads) copies.push_back(g.clone());
+          if (how.memoryless && step > 0) averager = std::make_unique<impl::CompressedAverager>(*ctx.world, keep);
           ctx.world->ledger().reset();
-          averager.average(grads);
+          averager->average(grads);
           run.bytes_per_step[ctx.rank] = ctx.world->ledger().total().bytes_sent;
+          if (how.measure_ring) {
+            ctx.world->ledger().reset();
+            for (const Tensor& copy : copies) ctx.world->all_reduce(copy, ReduceOp::avg);
+            run.ring_bytes_per_step[ctx.rank] = ctx.world->ledger().total().bytes_sent;
+          }
           adamw.step();
           Tensor mean_loss = full({1}, loss.item());
           ctx.world->all_reduce(mean_loss, ReduceOp::avg);  // for the report only, after the ledger was read
@@ -149,10 +158,7 @@ static void expect_replicas_identical(const Training& run, const std::string& wh
 // approaches steps · the average; without, the small entries never arrive. Returns
 // ‖Σ_t arrived_t − steps · average‖ / ‖steps · average‖ (the same on every rank; rank 0's), and the
 // factor f that fits Σ_t arrived_t ≈ f · steps · average best (n when the pieces are summed, not averaged).
-struct FeedbackGap {
-  double gap = 0, factor = 0;
-};
-static FeedbackGap error_feedback_gap(int n, int steps) {
+static FeedbackGap error_feedback_gap(int n, int steps, bool memoryless = false) {
   std::vector<double> given(100);
   for (int i = 0; i < 100; ++i) given[i] = (i + 1) / 100.0 * (i % 3 == 0 ? -1 : 1);
   FeedbackGap gap;
@@ -162,11 +168,12 @@ static FeedbackGap error_feedback_gap(int n, int steps) {
   launch(
       n,
       [&](RankContext& ctx) {
-        impl::CompressedAverager averager(*ctx.world, 0.1);
+        auto averager = std::make_unique<impl::CompressedAverager>(*ctx.world, 0.1);
         std::vector<double> arrived(100, 0.0);
         for (int step = 0; step < steps; ++step) {
           Tensor g = mul(from_vector(given, Shape({10, 10})), static_cast<double>(ctx.rank + 1));
-          averager.average({g});
+          if (memoryless && step > 0) averager = std::make_unique<impl::CompressedAverager>(*ctx.world, 0.1);
+          averager->average({g});
           const auto got = g.to_vector();
           for (int i = 0; i < 100; ++i) arrived[i] += got[i];
         }
@@ -254,5 +261,6 @@ int main() {
                             std::to_string(ring) + ": send only the kept entries (values and indices), not dense tensors");
 #endif
   });
+  print_written_part_numbers(grader, reference, kSteps, data_parallel, error_feedback_gap);
   return grader.finish();
 }

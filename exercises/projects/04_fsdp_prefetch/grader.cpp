@@ -10,8 +10,11 @@
 //   * every unit is resharded at the end;
 //   * overlap: unit i+1's gather issued before unit i's compute begins (the unit log's order).
 // The two lanes (gathers in flight, computes) are drawn for your pass and the grader's no-prefetch
-// pass, with their wall times. With -DSL_SOLUTION the baseline is FSDP without prefetch: then the
-// overlap check is reported, not required (README.md).
+// pass, with their wall times. At the end, the numbers its written part asks for (ANALYSIS.md,
+// printed by written_part.h): peak gathered weights, bytes and wall times with none, one (yours) and
+// all units prefetched, and the time against each block's compute. Printed, never graded.
+// With -DSL_SOLUTION the baseline is FSDP without prefetch: then the overlap check is reported, not
+// required (README.md).
 #include "exercises/grader.h"
 
 #include <algorithm>
@@ -22,6 +25,7 @@
 
 #include "autograd/grad_mode.h"
 #include "exercises/projects/04_fsdp_prefetch/sharded_block.h"
+#include "exercises/projects/04_fsdp_prefetch/written_part.h"
 #include "nn/gpt.h"
 #include "parallel/comm/launch.h"
 #include "parallel/comm/topology.h"
@@ -34,6 +38,8 @@ using exercises::expect;
 using project04::ShardedBlock;
 using project04::UnitEvent;
 using project04::UnitLog;
+using project04::written::Driver;
+using project04::written::Pass;
 
 namespace project04 {
 Tensor forward_with_prefetch(const std::vector<ShardedBlock*>& units, const Tensor& x);
@@ -71,19 +77,7 @@ static Tensor ids() {  // [2, 8]
   return from_vector(v, Shape({2, 8}), TensorOptions(DType::i64));
 }
 
-struct Pass {
-  std::vector<double> logits;               // rank 0's
-  std::vector<int64_t> bytes, calls;        // [N] all-gather bytes sent and calls
-  std::vector<int64_t> peak_weights;        // [N] the most gathered weight bytes at once
-  std::vector<int> left_gathered;           // [N] units still gathered after the pass
-  std::vector<UnitEvent> log;               // rank 0's unit log
-  int64_t unit_bytes = 0, shard_bytes = 0;  // P · 4 and S · 4 of one unit
-  double wall_s = 0;                        // rank 0's
-};
-
-using Driver = Tensor (*)(const std::vector<ShardedBlock*>&, const Tensor&);
-
-static Pass run(int n, Driver driver) {
+static Pass run(int n, Driver driver, double compute_seconds = 2e-3) {
   Pass pass{{}, std::vector<int64_t>(n), std::vector<int64_t>(n), std::vector<int64_t>(n), std::vector<int>(n), {}};
   LaunchOptions options;
   options.backend = Backend::threads;
@@ -98,7 +92,7 @@ static Pass run(int n, Driver driver) {
         std::vector<std::unique_ptr<ShardedBlock>> owned;
         std::vector<ShardedBlock*> units;
         for (int l = 0; l < kLayers; ++l) {
-          owned.push_back(std::make_unique<ShardedBlock>(l, model.block(l), ctx.world, log, /*compute_seconds=*/2e-3));
+          owned.push_back(std::make_unique<ShardedBlock>(l, model.block(l), ctx.world, log, compute_seconds));
           units.push_back(owned.back().get());
         }
         const Tensor x = model.embed(ids());
@@ -190,9 +184,8 @@ static void grade_world(int n) {
       static_cast<long long>(2 * pass.unit_bytes));
 }
 
-// Unit i+1's gather issued before unit i's compute begins, on rank 0's log.
-static void grade_overlap() {
-  const Pass pass = run(2, impl::forward_with_prefetch);
+// How many i have unit i+1's gather issued before unit i's compute begins, on rank 0's log.
+static int overlapped_gathers(const Pass& pass) {
   auto position = [&](UnitEvent::Kind kind, int unit) {
     for (size_t i = 0; i < pass.log.size(); ++i)
       if (pass.log[i].kind == kind && pass.log[i].unit == unit) return static_cast<int>(i);
@@ -201,6 +194,12 @@ static void grade_overlap() {
   int overlapped = 0;
   for (int i = 0; i + 1 < kLayers; ++i)
     overlapped += position(UnitEvent::Kind::gather_issued, i + 1) < position(UnitEvent::Kind::compute_begin, i);
+  return overlapped;
+}
+
+// Unit i+1's gather issued before unit i's compute begins, on rank 0's log.
+static void grade_overlap() {
+  const int overlapped = overlapped_gathers(run(2, impl::forward_with_prefetch));
   std::printf("        %d of %d next-unit gathers issued before the current unit's compute\n", overlapped, kLayers - 1);
 #ifdef SL_SOLUTION
   std::printf("        (SOLUTION: the baseline is FSDP without prefetch: reported, not required)\n");
@@ -218,5 +217,7 @@ int main() {
         "world " + std::to_string(n) + ": logits = serial, bytes unchanged, at most two units gathered, all resharded",
         [n] { grade_world(n); });
   grader.check("overlap: unit i+1's all-gather issued before unit i's compute", [] { grade_overlap(); });
+  project04::written::print_written_part_numbers(grader, kLayers, run, forward_without_prefetch,
+                                                 impl::forward_with_prefetch, overlapped_gathers);
   return grader.finish();
 }
