@@ -54,8 +54,8 @@ std::vector<std::vector<double>> start_ticks(const std::vector<std::vector<sl::p
 
 // The bubble of the step that `starts` (start_ticks' answer) describes: the mean over ranks of
 // (span - busy) / span, with span the latest end over every rank.
-double bubble(const std::vector<std::vector<sl::parallel::Action>>& orders, const std::vector<std::vector<double>>& starts,
-              double forward_cost, double backward_cost) {
+double bubble(const std::vector<std::vector<sl::parallel::Action>>& orders,
+              const std::vector<std::vector<double>>& starts, double forward_cost, double backward_cost) {
   // TODO: each rank's busy time, the step's span, the mean idle share.
   throw exercises::NotImplemented("bubble");
 }

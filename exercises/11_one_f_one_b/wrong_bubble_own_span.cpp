@@ -1,4 +1,5 @@
-// exercises/11_one_f_one_b/wrong_bubble_own_span.cpp — a wrong solution: each rank's idle time ends at its own last action.
+// exercises/11_one_f_one_b/wrong_bubble_own_span.cpp — a wrong solution: each rank's idle time ends at its own last
+// action.
 //
 // A common mistake: a rank's idle share measured up to its own last action. The step ends when the
 // LAST rank finishes (the optimizer step waits for every gradient), so a rank that is done early idles
@@ -48,11 +49,13 @@ std::vector<std::vector<double>> start_ticks(const Orders& orders, double forwar
       }
   }
   for (int r = 0; r < p; ++r)
-    if (next[r] < orders[r].size()) throw sl::Error("rank " + std::to_string(r) + " waits forever in " + orders[r][next[r]].str());
+    if (next[r] < orders[r].size())
+      throw sl::Error("rank " + std::to_string(r) + " waits forever in " + orders[r][next[r]].str());
   return starts;
 }
 
-double bubble(const Orders& orders, const std::vector<std::vector<double>>& starts, double forward_cost, double backward_cost) {
+double bubble(const Orders& orders, const std::vector<std::vector<double>>& starts, double forward_cost,
+              double backward_cost) {
   double span = 0;
   std::vector<double> busy(orders.size(), 0), last(orders.size(), 0);
   for (size_t r = 0; r < orders.size(); ++r)

@@ -44,11 +44,13 @@ std::vector<std::vector<double>> start_ticks(const Orders& orders, double forwar
       }
   }
   for (int r = 0; r < p; ++r)
-    if (next[r] < orders[r].size()) throw sl::Error("rank " + std::to_string(r) + " waits forever in " + orders[r][next[r]].str());
+    if (next[r] < orders[r].size())
+      throw sl::Error("rank " + std::to_string(r) + " waits forever in " + orders[r][next[r]].str());
   return starts;
 }
 
-double bubble(const Orders& orders, const std::vector<std::vector<double>>& starts, double forward_cost, double backward_cost) {
+double bubble(const Orders& orders, const std::vector<std::vector<double>>& starts, double forward_cost,
+              double backward_cost) {
   double span = 0;
   std::vector<double> busy(orders.size(), 0), last(orders.size(), 0);
   for (size_t r = 0; r < orders.size(); ++r)

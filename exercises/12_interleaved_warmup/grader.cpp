@@ -4,11 +4,12 @@
 // make_schedule(interleaved) lists, for p <= 6, v <= 4, m = p..3p; the peak against peak_in_flight()
 // of the library's schedule for p <= 8, v <= 4, m = p..4p. With -DSL_SOLUTION the library's lists are
 // read back through small adapters.
+#include "exercises/grader.h"
+
 #include <algorithm>
 #include <string>
 #include <vector>
 
-#include "exercises/grader.h"
 #include "parallel/pipeline/simulate.h"
 
 using namespace sl::parallel;
@@ -33,7 +34,8 @@ static int library_position(int micro, int chunk, int p, int v, bool forward) {
     if (a.micro == micro && a.chunk == chunk) return k;
     ++k;
   }
-  throw sl::Error("library_position: F/B of " + std::to_string(micro) + "." + std::to_string(chunk) + " not in the schedule");
+  throw sl::Error("library_position: F/B of " + std::to_string(micro) + "." + std::to_string(chunk) +
+                  " not in the schedule");
 }
 
 static int library_peak(int p, int m, int v, int r) {
@@ -66,16 +68,21 @@ static void expect_position(int micro, int chunk, int p, int v, bool forward) {
   if (got == want) return;
   const int group = micro / p, in_group = micro % p;
   auto position_with_local = [&](int local) { return group * p * v + local * p + in_group; };
-  std::string why = "p " + std::to_string(p) + ", v " + std::to_string(v) + ": " + (forward ? "F" : "B") + std::to_string(micro) + "." +
-                    std::to_string(chunk) + " runs on rank " + std::to_string(chunk % p) + " at " + (forward ? "forward " : "backward ") +
-                    std::to_string(got) + ", Megatron's order runs it at " + std::to_string(want);
+  std::string why = "p " + std::to_string(p) + ", v " + std::to_string(v) + ": " + (forward ? "F" : "B") +
+                    std::to_string(micro) + "." + std::to_string(chunk) + " runs on rank " + std::to_string(chunk % p) +
+                    " at " + (forward ? "forward " : "backward ") + std::to_string(got) +
+                    ", Megatron's order runs it at " + std::to_string(want);
   if (!forward && got == library_position(micro, chunk, p, v, true))
     why += ": backwards walk the chunks in reverse (local chunk v-1-c): the last chunk's gradient comes back first";
   else if (v > 1 && (got == position_with_local(chunk % v) || got == position_with_local(v - 1 - chunk % v)))
-    why += ": chunks are dealt round-robin (rank r holds r, r+p, r+2p, ...): global chunk c is local chunk c / p of rank c mod p, "
-           "not c mod v";
+    why +=
+        ": chunks are dealt round-robin (rank r holds r, r+p, r+2p, ...): global chunk c is local chunk c / p of rank "
+        "c mod p, "
+        "not c mod v";
   else if (got == micro * v + (forward ? chunk / p : v - 1 - chunk / p))
-    why += ": micro-batches go in groups of p (each group through one chunk before the next), not one micro-batch through every chunk";
+    why +=
+        ": micro-batches go in groups of p (each group through one chunk before the next), not one micro-batch through "
+        "every chunk";
   expect(false, why);
 }
 
@@ -88,9 +95,9 @@ static void expect_peak(int p, int m, int v, int r) {
   const int got = impl::peak_in_flight(p, m, v, r), want = library_peak(p, m, v, r);
   if (got == want) return;
   const int warmup = std::min(2 * (p - r - 1) + (v - 1) * p, m * v);
-  std::string why = "p " + std::to_string(p) + ", m " + std::to_string(m) + ", v " + std::to_string(v) + ", rank " + std::to_string(r) +
-                    ": your peak is " + std::to_string(got) + ", the library's schedule holds " + std::to_string(want) +
-                    " (micro-batch, chunk) pairs at once";
+  std::string why = "p " + std::to_string(p) + ", m " + std::to_string(m) + ", v " + std::to_string(v) + ", rank " +
+                    std::to_string(r) + ": your peak is " + std::to_string(got) + ", the library's schedule holds " +
+                    std::to_string(want) + " (micro-batch, chunk) pairs at once";
   if (got == std::min(2 * (p - r - 1) + 1, m * v) || got == std::min(p - r, m))
     why += ": the (v-1)·p term is missing (a whole round of the other chunks runs before the first gradient is back)";
   else if (got == warmup && warmup < m * v)
@@ -102,9 +109,11 @@ static void expect_peak(int p, int m, int v, int r) {
 
 int main() {
   exercises::Grader grader("12_interleaved_warmup");
-  grader.predict("interleaved 1F1B, p 4, m 8, v 2, 8 layers: the layers' activations rank 0 holds at its peak (1F1B: 8)",
-                 impl::predicted_rank0_peak_layers, measured_rank0_peak_layers, 0, "layers");
-  grader.check("forward positions, lesson 09's p 4, v 2, m 8: every (micro-batch, chunk)", [] { expect_positions(4, 2, 8, true); });
+  grader.predict(
+      "interleaved 1F1B, p 4, m 8, v 2, 8 layers: the layers' activations rank 0 holds at its peak (1F1B: 8)",
+      impl::predicted_rank0_peak_layers, measured_rank0_peak_layers, 0, "layers");
+  grader.check("forward positions, lesson 09's p 4, v 2, m 8: every (micro-batch, chunk)",
+               [] { expect_positions(4, 2, 8, true); });
   grader.check("forward positions, p 2 to 6, v 1 to 4, m = 3p: every (micro-batch, chunk)", [] {
     for (int p = 2; p <= 6; ++p)
       for (int v = 1; v <= 4; ++v) expect_positions(p, v, 3 * p, true);

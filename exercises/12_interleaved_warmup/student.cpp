@@ -35,9 +35,7 @@ namespace exercise12 {
 // 1F1B (2 layers a rank) holds on rank 0 at most 4 micro-batches x 2 layers = 8 layers' activations.
 // Interleaved with v = 2 (1 layer a chunk): how many layers' activations does rank 0 hold at its peak?
 // Replace the throw with your number; the grader measures it on the library's schedule.
-double predicted_rank0_peak_layers() {
-  throw exercises::NotImplemented("predicted_rank0_peak_layers (predict first)");
-}
+double predicted_rank0_peak_layers() { throw exercises::NotImplemented("predicted_rank0_peak_layers (predict first)"); }
 
 // The k (0 .. m·v-1) at which rank chunk mod p runs the forward of (micro, chunk) among its forwards.
 int forward_position(int micro, int chunk, int stages, int virtual_stages) {

@@ -11,7 +11,9 @@
 
 namespace exercise12 {
 
-double predicted_rank0_peak_layers() { return 11; }  // warm-up 2·3 + 4 = 10, plus the first steady forward; 1 layer a chunk
+double predicted_rank0_peak_layers() {
+  return 11;
+}  // warm-up 2·3 + 4 = 10, plus the first steady forward; 1 layer a chunk
 
 int forward_position(int micro, int chunk, int stages, int virtual_stages) {
   const int local = chunk / stages;  // rank chunk mod p holds chunks r, r+p, ...: local chunk c is global c·p + r;

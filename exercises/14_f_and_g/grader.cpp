@@ -25,12 +25,15 @@ using exercises::scaled;
 using exercises::seeded_randn;
 
 namespace exercise14 {
+double predicted_bytes_per_rank();
 Tensor copy_to_tp(const Tensor& x, const ProcessGroupPtr& group);
 Tensor reduce_from_tp(const Tensor& x, const ProcessGroupPtr& group);
 }  // namespace exercise14
 
 #ifdef SL_SOLUTION
 namespace solution {
+// Two ring all-reduces of S = 4·B·T·C bytes (g's forward, f's backward), each sending 2(N-1)/N · S.
+double predicted_bytes_per_rank() { return 2 * (2.0 * (4 - 1) / 4 * 4 * 8 * 1024 * 768); }
 Tensor copy_to_tp(const Tensor& x, const ProcessGroupPtr& group) { return sl::parallel::copy_to_tp(x, group); }
 Tensor reduce_from_tp(const Tensor& x, const ProcessGroupPtr& group) { return sl::parallel::reduce_from_tp(x, group); }
 }  // namespace solution
@@ -189,8 +192,24 @@ static void expect_one_all_reduce_each_way(int tp) {
   }
 }
 
+// The prediction's measured value: the library's copy_to_tp and reduce_from_tp at tp 4 on [8, 1024, 768],
+// forward and backward (the Linears between them send nothing); rank 0's ledger counts what it sent.
+static double measured_bytes_per_rank() {
+  std::vector<int64_t> sent(4);
+  exercises::run_ranks(4, [&](RankContext& ctx) {
+    Tensor x = ones({8, 1024, 768});
+    x.set_requires_grad(true);
+    ctx.world->ledger().reset();
+    sum(sl::parallel::reduce_from_tp(sl::parallel::copy_to_tp(x, ctx.world), ctx.world)).backward();
+    sent[static_cast<size_t>(ctx.rank)] = ctx.world->ledger().total().bytes_sent;
+  }, "the library's f and g did not finish. ");
+  return static_cast<double>(sent[0]);
+}
+
 int main() {
   exercises::Grader grader("14_f_and_g");
+  grader.predict("bytes each rank sends through f and g, forward and backward, at tp 4 on X [8, 1024, 768]",
+                 impl::predicted_bytes_per_rank, measured_bytes_per_rank, 0, "bytes");
   grader.check("f forward (tp 2, 3): the identity, no communication", [] {
     for (int tp : {2, 3}) {
       const Tensor x = seeded_randn({kB, kT, kC}, 7);

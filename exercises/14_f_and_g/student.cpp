@@ -24,6 +24,13 @@
 
 namespace exercise14 {
 
+// PREDICT FIRST, before any code. GPT-2 small's MLP at tp = 4 on X [B, T, C] = [8, 1024, 768] in f32:
+// X goes through f, the two Linears, then g; one forward and one backward. How many bytes does each
+// rank send, f and g together? Replace the throw; the grader measures the library's f and g.
+double predicted_bytes_per_rank() {
+  throw exercises::NotImplemented("predicted_bytes_per_rank (predict first)");
+}
+
 using sl::parallel::ProcessGroupPtr;
 
 // f's forward: x [B, T, C], the same on every rank -> the same x, no communication.

@@ -11,6 +11,8 @@
 
 namespace exercise14 {
 
+double predicted_bytes_per_rank() { return 2 * (2.0 * (4 - 1) / 4 * 4 * 8 * 1024 * 768); }  // g forward, f backward
+
 using sl::parallel::ProcessGroupPtr;
 
 // A summed copy: all_reduce works in place, and autograd may still read the tensor it was handed.

@@ -23,6 +23,13 @@
 
 namespace exercise15 {
 
+// PREDICT FIRST, before any code. GPT-2 small's c_proj, a Linear 3072 -> 768 with bias, row-parallel
+// at tp = 4: how many numbers (weight and bias) does each rank hold? Replace the throw; the grader
+// counts the library's row_shard.
+double predicted_row_shard_numbers() {
+  throw exercises::NotImplemented("predicted_row_shard_numbers (predict first)");
+}
+
 using sl::parallel::ProcessGroupPtr;
 
 // One rank's parameters: new leaves that require grad (not views into the serial Linear: the rank's
