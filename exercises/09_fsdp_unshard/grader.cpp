@@ -25,6 +25,7 @@ using exercises::all_close;
 using exercises::expect;
 
 namespace exercise09 {
+double predicted_step_bytes_per_rank();
 void unshard(ProcessGroup& group, FsdpLinear& unit);
 void reduce_gradients(ProcessGroup& group, FsdpLinear& unit);
 void reshard(FsdpLinear& unit);
@@ -34,6 +35,9 @@ void reshard(FsdpLinear& unit);
 // The library's unit: with a graph to come, pre_backward gathers and binds zeroed full gradients, and
 // its hooks reduce-scatter (avg) into the gradient shard and reshard as soon as backward reaches them.
 namespace solution {
+// An all-gather of the 4Ψ bytes of parameters and a reduce-scatter of the 4Ψ bytes of gradients, each
+// rank sending (N-1)/N of each: 2(N-1)/N · 4Ψ, exactly what DDP's all-reduce sends.
+double predicted_step_bytes_per_rank() { return 2.0 * (4 - 1) / 4 * 4 * (1024 * 1024 + 1024); }
 void unshard(ProcessGroup&, FsdpLinear& unit) {
   if (GradMode::is_enabled())
     unit.library->pre_backward();
@@ -231,8 +235,28 @@ static void check_step_memory() {
   });
 }
 
+// The prediction's measured value: the library's FsdpUnit wraps a Linear 1024 -> 1024 at N = 4 and runs
+// one step (gather, forward, backward, reduce-scatter, reshard); rank 0's ledger counts what it sent.
+static double measured_step_bytes_per_rank() {
+  std::vector<int64_t> sent(4);
+  exercises::run_ranks(4, [&](RankContext& ctx) {
+    Tensor weight = zeros({1024, 1024}), bias = zeros({1024});
+    weight.set_requires_grad(true), bias.set_requires_grad(true);
+    const auto unit = FsdpUnit::make("fc", {{"weight", weight}, {"bias", bias}}, ctx.world, nullptr);
+    ctx.world->ledger().reset();
+    unit->pre_backward();
+    sum(linear(ones({2, 1024}), weight, bias)).backward();
+    unit->finish_backward();
+    unit->reshard();
+    sent[static_cast<size_t>(ctx.rank)] = ctx.world->ledger().total().bytes_sent;
+  }, "the library's FSDP step did not finish. ");
+  return static_cast<double>(sent[0]);
+}
+
 int main() {
   exercises::Grader grader("09_fsdp_unshard");
+  grader.predict("bytes each rank sends in one FSDP step of a Linear 1024 -> 1024 with bias at N = 4",
+                 impl::predicted_step_bytes_per_rank, measured_step_bytes_per_rank, 0, "bytes");
   grader.check("unshard, world 4: weight and bias equal the serial block's, and so does each rank's output",
                check_unshard_values);
   grader.check("unshard, world 4: one all-gather of (N-1)/N · 4P bytes per rank (P = N·S = 20)", check_unshard_bytes);

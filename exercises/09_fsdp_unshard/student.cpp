@@ -33,6 +33,14 @@
 
 namespace exercise09 {
 
+// PREDICT FIRST, before any code. FSDP wraps a Linear 1024 -> 1024 with bias (Ψ = 1024·1024 + 1024
+// numbers in f32, no padding needed) on N = 4 ranks and runs one step: unshard, forward, backward,
+// reduce_gradients, reshard. How many bytes does each rank send? Then compare your number with what
+// DDP's all-reduce of the same gradients sends. Replace the throw; the grader measures it on the ledger.
+double predicted_step_bytes_per_rank() {
+  throw exercises::NotImplemented("predicted_step_bytes_per_rank (predict first)");
+}
+
 // FsdpLinear (fsdp_linear.h): in, out, numel Ψ_u, shard_numel S, weight_shard [S], grad_shard [S],
 // full [N·S], weight [out, in], bias [out].
 

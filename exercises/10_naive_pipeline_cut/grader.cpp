@@ -27,6 +27,7 @@ using exercises::expect;
 using Ranges = std::vector<std::pair<int64_t, int64_t>>;
 
 namespace exercise10 {
+double predicted_stage0_parameters();
 Ranges stage_layers(int64_t n_layer, int stages);
 int64_t stage_parameter_count(const nn::GPTConfig& config, int64_t layer_begin, int64_t layer_end);
 std::vector<int> tied_wte_stages(int stages);
@@ -56,6 +57,9 @@ static std::vector<int> library_tied_wte_stages(const nn::GPTConfig& config, int
 
 #ifdef SL_SOLUTION
 namespace solution {
+// Stage 0: 12 / 4 = 3 blocks of 12C² + 13C, and wte [V, C] and wpe [BS, C]: 21.3 M of blocks and
+// 39.4 M of embeddings, nearly three times a middle stage.
+double predicted_stage0_parameters() { return 3.0 * (12 * 768 * 768 + 13 * 768) + (50257 + 1024) * 768; }
 Ranges stage_layers(int64_t n_layer, int stages) {
   Ranges ranges;
   for (const nn::GPTShardSpec& spec : split_layers(n_layer, stages)) ranges.emplace_back(spec.layer_begin, spec.layer_end);
@@ -177,8 +181,20 @@ static const std::vector<nn::GPTConfig> kConfigs = {
     {17, 5, 5, 1, 8, 0.0},
 };
 
+// The prediction's measured value: the parameters of the library's stage 0 of GPT-2 small over p = 4.
+static double measured_stage0_parameters() {
+  const nn::GPTConfig gpt2_small{50257, 1024, 12, 12, 768, 0.0};
+  const nn::GPTShardSpec first = split_layers(gpt2_small.n_layer, 4).front();
+  nn::GPT stage(gpt2_small, kSeed, first);
+  int64_t count = 0;
+  for (const Tensor& p : stage.parameters()) count += p.numel();
+  return static_cast<double>(count);
+}
+
 int main() {
   exercises::Grader grader("10_naive_pipeline_cut");
+  grader.predict("parameters of stage 0 when GPT-2 small (V 50257, block 1024, 12 layers, C 768) is cut over p = 4",
+                 impl::predicted_stage0_parameters, measured_stage0_parameters, 0, "parameters");
 
   grader.check("the header's cuts: n_layer 6 over p 3, n_layer 7 over p 3", [] {
     expect_ranges(6, 3);

@@ -32,6 +32,13 @@
 
 namespace exercise10 {
 
+// PREDICT FIRST, before any code. GPT-2 small (V 50257, block size 1024, 12 layers, C 768) cut over
+// p = 4 stages: how many parameters (numbers) does stage 0 hold? A middle stage holds 3 blocks. Replace
+// the throw with your number; the grader counts the library's stage.
+double predicted_stage0_parameters() {
+  throw exercises::NotImplemented("predicted_stage0_parameters (predict first)");
+}
+
 // The layer ranges [begin, end) of stages 0 .. p-1, in order. Throw sl::Error (SL_CHECK) when
 // p < 1 or some stage would hold no block (n_layer < p).
 std::vector<std::pair<int64_t, int64_t>> stage_layers(int64_t n_layer, int stages) {

@@ -15,6 +15,8 @@
 
 namespace exercise10 {
 
+double predicted_stage0_parameters() { return 3.0 * (12 * 768 * 768 + 13 * 768) + (50257 + 1024) * 768; }  // + wte, wpe
+
 std::vector<std::pair<int64_t, int64_t>> stage_layers(int64_t n_layer, int stages) {
   SL_CHECK(stages >= 1 && n_layer >= stages, "cannot cut ", n_layer, " blocks into ", stages, " stages");
   std::vector<std::pair<int64_t, int64_t>> ranges;

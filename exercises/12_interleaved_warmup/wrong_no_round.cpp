@@ -1,43 +1,34 @@
-// exercises/12_interleaved_warmup/wrong_no_round.cpp — a wrong solution: the warm-up without (v-1)·p.
+// exercises/12_interleaved_warmup/wrong_no_round.cpp — a wrong solution: the peak without the (v-1)·p round.
 //
 // A common mistake: 1F1B's fill, doubled, 2(p-r-1), and nothing for the chunks. But rank r's first
 // backward needs micro-batch 0 to have run through ALL v·p chunks and come back: before it can arrive,
-// rank r runs a whole round of its other v-1 chunks, (v-1)·p more forwards. Too short a warm-up puts a
-// backward where its gradient cannot have come back yet.
-// expect: the (v-1)·p term is missing (a whole round of the other chunks)
+// rank r runs a whole round of its other v-1 chunks, (v-1)·p more forwards, and holds them all.
+// Interleaving shrinks the bubble but makes the first rank hold more, not less.
+// expect: the (v-1)·p term is missing (a whole round of the other chunks
 #include <algorithm>
-#include <vector>
 
 #include "exercises/grader.h"
-#include "parallel/pipeline/schedule.h"
 
 namespace exercise12 {
 
-using Kind = sl::parallel::Action::Kind;
+double predicted_rank0_peak_layers() {
+  return 11;
+}  // warm-up 2·3 + 4 = 10, plus the first steady forward; 1 layer a chunk
 
-int interleaved_warmup(int stages, int micro_batches, int virtual_stages, int rank) {
-  return std::min(2 * (stages - rank - 1), micro_batches * virtual_stages);  // 1F1B's fill doubled, no (v-1)·p
+int forward_position(int micro, int chunk, int stages, int virtual_stages) {
+  const int local = chunk / stages;  // rank chunk mod p holds chunks r, r+p, ...: local chunk c is global c·p + r;
+  return (micro / stages) * stages * virtual_stages + local * stages + micro % stages;
 }
 
-sl::parallel::Action interleaved_kth_action(int k, int stages, int virtual_stages, int rank, bool forward) {
-  const int group = k / (stages * virtual_stages), in_group = k % (stages * virtual_stages);
-  const int local = forward ? in_group / stages : virtual_stages - 1 - in_group / stages;  // backwards: reversed
-  const int micro = group * stages + in_group % stages;
-  return {forward ? Kind::forward : Kind::backward, micro, local * stages + rank};
+int backward_position(int micro, int chunk, int stages, int virtual_stages) {
+  const int local = virtual_stages - 1 - chunk / stages;  // the gradient comes back through the chunks in reverse;
+  return (micro / stages) * stages * virtual_stages + local * stages + micro % stages;
 }
 
-std::vector<sl::parallel::Action> interleaved_order(int stages, int micro_batches, int virtual_stages, int rank) {
-  const int total = micro_batches * virtual_stages,
-            warmup = interleaved_warmup(stages, micro_batches, virtual_stages, rank);
-  std::vector<sl::parallel::Action> order;
-  for (int k = 0; k < warmup; ++k) order.push_back(interleaved_kth_action(k, stages, virtual_stages, rank, true));
-  for (int k = 0; k < total - warmup; ++k) {  // steady: a forward, then the oldest backward
-    order.push_back(interleaved_kth_action(warmup + k, stages, virtual_stages, rank, true));
-    order.push_back(interleaved_kth_action(k, stages, virtual_stages, rank, false));
-  }
-  for (int k = std::max(total - warmup, 0); k < total; ++k)
-    order.push_back(interleaved_kth_action(k, stages, virtual_stages, rank, false));
-  return order;
+int peak_in_flight(int stages, int micro_batches, int virtual_stages, int rank) {
+  const int all = micro_batches * virtual_stages;
+  const int warmup = std::min(2 * (stages - rank - 1), all);
+  return warmup < all ? warmup + 1 : all;  // the first steady forward runs before its backward;
 }
 
 }  // namespace exercise12

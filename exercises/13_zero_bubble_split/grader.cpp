@@ -5,6 +5,7 @@
 // the library's own split stands in: sl::DeferredGrads (autograd/deferred_grad.h), whose guard lets B
 // compute only dX and queues the weights' work for W.
 #include "exercises/grader.h"
+#include "parallel/pipeline/simulate.h"
 #include "exercises/grader_values.h"
 
 #include <functional>
@@ -25,9 +26,15 @@ using exercises::all_close;
 using exercises::expect;
 using exercise13::SplitLinear;
 
+namespace exercise13 {
+double predicted_zb_h1_bubble();
+}  // namespace exercise13
+
 #ifdef SL_SOLUTION
 // The library's split: F builds the graph, B runs backward under a DeferGradsGuard, W runs the queue.
 namespace solution {
+// Each rank idles p-1 ticks of one pass (not p-1 of F+B+W as in 1F1B) out of 3m + p-1: (p-1)/(3m+p-1).
+double predicted_zb_h1_bubble() { return (4 - 1) / (3.0 * 8 + 4 - 1); }
 class LibrarySplitLinear : public SplitLinear {
  public:
   using SplitLinear::SplitLinear;
@@ -278,8 +285,17 @@ static void check_many_micro_batches(exercises::Grader& grader, const Problem& o
 
 }
 
+// The prediction's measured value: the library's ZB-H1 lists at p 4, m 8, timed by the rendezvous
+// simulator with F = B = W = 1 (a fused backward of 2).
+static double measured_zb_h1_bubble() {
+  const sl::parallel::Schedule zb = sl::parallel::make_schedule(sl::parallel::ScheduleKind::zero_bubble, 4, 8);
+  return sl::parallel::simulate(zb, sl::parallel::Costs{1, 2, 1}).timeline.bubble();
+}
+
 int main() {
   exercises::Grader grader("13_zero_bubble_split");
+  grader.predict("ZB-H1's bubble at p 4, m 8 with F = B = W = 1 (1F1B's is 3/11)", impl::predicted_zb_h1_bubble,
+                 measured_zb_h1_bubble, 1e-9, "of the step");
   // [N, in, out], micro-batches, seed: in != out (a transpose shows as a shape), in == out (only as values).
   const Problem one(6, 5, 4, 1, 17), square(5, 4, 4, 1, 23), three(4, 5, 3, 3, 31);
   check_one_micro_batch(grader, one, square);

@@ -18,6 +18,8 @@ using namespace sl;
 
 namespace exercise13 {
 
+double predicted_zb_h1_bubble() { return (4 - 1) / (3.0 * 8 + 4 - 1); }  // p-1 single passes idle of 3m + p-1
+
 class StudentSplitLinear : public SplitLinear {
  public:
   using SplitLinear::SplitLinear;

@@ -26,6 +26,7 @@ using exercises::expect;
 using exercises::seeded_randn;
 
 namespace exercise15 {
+double predicted_row_shard_numbers();
 struct Shard {
   sl::Tensor weight, bias;
 };
@@ -37,6 +38,8 @@ Tensor row_parallel_forward(const Tensor& x_part, const Shard& shard, const Proc
 
 #ifdef SL_SOLUTION
 namespace solution {
+// W [out, in/tp] = [768, 768], and the whole bias [768]: the bias is added once, after g, on every rank.
+double predicted_row_shard_numbers() { return 768.0 * 3072 / 4 + 768; }
 using exercise15::Shard;
 Shard column_shard(const nn::Linear& serial, const ProcessGroupPtr& group) {
   const auto layer = sl::parallel::column_shard(serial, TPGroup{group});
@@ -256,8 +259,22 @@ static void expect_row_gradients(int tp) {
   }
 }
 
+// The prediction's measured value: the numbers in rank 0's shard from the library's row_shard of a
+// Linear 3072 -> 768 with bias at tp 4.
+static double measured_row_shard_numbers() {
+  std::vector<int64_t> numbers(4);
+  exercises::run_ranks(4, [&](RankContext& ctx) {
+    const nn::Linear c_proj(3072, 768, true);
+    const auto shard = sl::parallel::row_shard(c_proj, TPGroup{ctx.world});
+    numbers[static_cast<size_t>(ctx.rank)] = shard->weight.numel() + shard->bias.numel();
+  }, "the library's row_shard did not finish. ");
+  return static_cast<double>(numbers[0]);
+}
+
 int main() {
   exercises::Grader grader("15_parallel_linear");
+  grader.predict("numbers each rank holds of a row-parallel Linear 3072 -> 768 with bias at tp 4",
+                 impl::predicted_row_shard_numbers, measured_row_shard_numbers, 0, "numbers");
   grader.check("column_shard (tp 2, 3, 4): rows r of W [out/tp, in] and of b, as new leaves",
                [] { expect_shards(true); });
   grader.check("row_shard (tp 2, 3, 4): columns r of W [out, in/tp] and the whole b, as new leaves",

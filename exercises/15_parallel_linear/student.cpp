@@ -12,7 +12,7 @@
 //                    Added before g, every rank's copy of b would be summed: b counted tp times.
 //
 // Tools: Tensor::narrow(dim, start, length) (a copy), Tensor::detach(), set_requires_grad(), sl::linear,
-// sl::add (tensor/ops.h), and the library's f and g (exercise 14): sl::parallel::copy_to_tp and
+// sl::add (tensor/ops.h), and the library's f and g (lesson 11): sl::parallel::copy_to_tp and
 // sl::parallel::reduce_from_tp (parallel/tensor_parallel/mappings.h). group->rank(), group->size().
 //
 // Grade it:  make exercise N=15
@@ -22,6 +22,13 @@
 #include "tensor/ops.h"
 
 namespace exercise15 {
+
+// PREDICT FIRST, before any code. GPT-2 small's c_proj, a Linear 3072 -> 768 with bias, row-parallel
+// at tp = 4: how many numbers (weight and bias) does each rank hold? Replace the throw; the grader
+// counts the library's row_shard.
+double predicted_row_shard_numbers() {
+  throw exercises::NotImplemented("predicted_row_shard_numbers (predict first)");
+}
 
 using sl::parallel::ProcessGroupPtr;
 

@@ -1,0 +1,86 @@
+// exercises/14_sp_mappings/wrong_gather_backward_slice.cpp — a wrong solution: ḡ's backward slices.
+//
+// A common mistake: "ḡ gathers the rows, so its backward scatters them back": keep my rows of the
+// incoming gradient and send nothing. But every rank's branch multiplied ALL T rows of the gathered X,
+// so every rank holds a different gradient of my rows: the gradient of X_r is their sum over the ranks,
+// a reduce-scatter. (Lesson 11's f has the same reason to all-reduce in backward.) The slice is right
+// only where the gradient is the same on every rank, as after a replicated tensor's scatter.
+// expect: ḡ's backward kept only this rank's own gradient of its rows
+// expect: dL/dx_r (rows r of dL/dx; see ḡ's backward) differs from the serial MLP's
+#include <vector>
+
+#include "autograd/function.h"
+#include "exercises/grader.h"
+#include "parallel/comm/process_group.h"
+#include "tensor/ops.h"
+
+namespace exercise14 {
+
+double predicted_bytes_per_rank() { return 4 * (3.0 / 4 * 4 * 8 * 1024 * 768); }  // 4 x (N-1)/N·S
+
+using sl::parallel::ProcessGroupPtr;
+
+// x [B, T/tp, C] on every rank -> [B, T, C]: all-gather into [tp, B, T/tp, C], then T back together.
+static sl::Tensor all_gathered_along_t(const sl::Tensor& x, const ProcessGroupPtr& group) {
+  const int64_t n = group->size(), B = x.size(0), rows = x.size(1), C = x.size(2);
+  sl::Tensor stacked = sl::Tensor::empty({n, B, rows, C}, sl::TensorOptions(x.dtype(), x.device()));
+  group->all_gather(stacked, x);
+  return sl::permute(stacked, {1, 0, 2, 3}).reshape({B, n * rows, C});
+}
+
+// x [B, T, C] partial on every rank -> my rows [B, T/tp, C] of the sum.
+static sl::Tensor reduce_scattered_along_t(const sl::Tensor& x, const ProcessGroupPtr& group) {
+  const int64_t n = group->size(), B = x.size(0), T = x.size(1), C = x.size(2);
+  sl::Tensor stacked = sl::permute(x.reshape({B, n, T / n, C}), {1, 0, 2, 3});  // [tp, B, T/tp, C]
+  sl::Tensor out = sl::Tensor::empty({B, T / n, C}, sl::TensorOptions(x.dtype(), x.device()));
+  group->reduce_scatter(out, stacked);
+  return out;
+}
+
+sl::Tensor gather_forward(const sl::Tensor& x, const ProcessGroupPtr& group) {
+  return all_gathered_along_t(x, group);
+}
+
+sl::Tensor gather_backward(const sl::Tensor& grad, const ProcessGroupPtr& group) {
+  // the mistake: "the inverse of a gather is a scatter": keep my rows of this rank's gradient
+  const int64_t rows = grad.size(1) / group->size();
+  return grad.narrow(1, group->rank() * rows, rows);
+}
+
+sl::Tensor reduce_scatter_forward(const sl::Tensor& x, const ProcessGroupPtr& group) {
+  return reduce_scattered_along_t(x, group);
+}
+
+sl::Tensor reduce_scatter_backward(const sl::Tensor& grad, const ProcessGroupPtr& group) {
+  return all_gathered_along_t(grad, group);  // every rank's rows' gradient, side by side
+}
+
+// The wiring, as given.
+struct GatherSequence : sl::Function<GatherSequence> {
+  static sl::Tensor forward(sl::FunctionCtx& ctx, const sl::Tensor& x, const ProcessGroupPtr& group) {
+    ctx.set("group", group);
+    return gather_forward(x, group);
+  }
+  static sl::TensorList backward(sl::FunctionCtx& ctx, const sl::TensorList& grads) {
+    return {gather_backward(grads[0], ctx.get<ProcessGroupPtr>("group"))};
+  }
+};
+
+struct ReduceScatterSequence : sl::Function<ReduceScatterSequence> {
+  static sl::Tensor forward(sl::FunctionCtx& ctx, const sl::Tensor& x, const ProcessGroupPtr& group) {
+    ctx.set("group", group);
+    return reduce_scatter_forward(x, group);
+  }
+  static sl::TensorList backward(sl::FunctionCtx& ctx, const sl::TensorList& grads) {
+    return {reduce_scatter_backward(grads[0], ctx.get<ProcessGroupPtr>("group"))};
+  }
+};
+
+sl::Tensor gather_sequence(const sl::Tensor& x, const ProcessGroupPtr& group) {
+  return GatherSequence::apply(x, group);
+}
+sl::Tensor reduce_scatter_sequence(const sl::Tensor& x, const ProcessGroupPtr& group) {
+  return ReduceScatterSequence::apply(x, group);
+}
+
+}  // namespace exercise14
