@@ -31,6 +31,7 @@ using exercises::close;
 using exercises::expect;
 
 namespace exercise03 {
+double predicted_first_micro_batch_weight();
 double accumulate_gradients(nn::GPT& model, const Tensor& inputs, const Tensor& targets, int64_t micro_batches);
 }
 
@@ -55,6 +56,9 @@ double accumulate_gradients(nn::GPT& model, const Tensor& inputs, const Tensor& 
                                                                        static_cast<double>(micro.counted)};
                                      });
 }
+// The batch's loss is Σ over all 36 counted targets / 36; micro-batch 1's mean is its 3 targets / 3,
+// so its part of the batch's loss is (3/36)·its mean: n_1 / N.
+double predicted_first_micro_batch_weight() { return 3.0 / 36; }
 }  // namespace solution
 namespace impl = solution;
 #else
@@ -171,8 +175,27 @@ static void expect_whole_batch_gradient(const Tensor& inputs, const Tensor& targ
     expect(false, diagnose(inputs, targets, M, got, want.gradient));
 }
 
+// The prediction's measured value: the gradient the batch's mean loss (sl::cross_entropy over all 8
+// rows, ignored targets left out) puts on rows 0-1, against the gradient of rows 0-1's own mean loss,
+// on the same logits: their ratio is the weight of micro-batch 1 (M = 4) in the batch's loss.
+static double measured_first_micro_batch_weight() {
+  const Tensor targets = with_ignored(random_ids(11));
+  Tensor logits = randn({kRows, kT, kVocab});
+  logits.set_requires_grad(true);
+  cross_entropy(logits, targets).backward();
+  Tensor rows = logits.detach().narrow(0, 0, 2);
+  rows.set_requires_grad(true);
+  cross_entropy(rows, targets.narrow(0, 0, 2)).backward();
+  double whole = 0, own = 0;
+  const std::vector<double> g = logits.grad().to_vector(), g1 = rows.grad().to_vector();
+  for (size_t i = 0; i < g1.size(); ++i) whole += std::abs(g[i]), own += std::abs(g1[i]);
+  return whole / own;
+}
+
 int main() {
   exercises::Grader grader("03_grad_accumulation");
+  grader.predict("the factor on micro-batch 1's mean loss when 4 micro-batches count 3, 7, 11, 15 targets",
+                 impl::predicted_first_micro_batch_weight, measured_first_micro_batch_weight, 1e-6, "(factor)");
   const Tensor inputs = random_ids(101), targets = random_ids(102), sparse = with_ignored(targets);
   for (int64_t M : {1, 2, 4})
     grader.check("M = " + std::to_string(M) + ", every target counted: the gradient of one backward over the batch",

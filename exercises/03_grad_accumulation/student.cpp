@@ -43,6 +43,14 @@ using namespace sl;
 
 namespace exercise03 {
 
+// PREDICT FIRST, before any code. The grader's batch with ignored targets cut into M = 4 micro-batches
+// counts 3, 7, 11 and 15 targets (N = 36). By what factor must micro-batch 1's mean loss (3 targets)
+// be multiplied before its backward, so that its gradient is its share of the whole batch's?
+// (The mean of the means would say 1/4.) Replace the throw with your number.
+double predicted_first_micro_batch_weight() {
+  throw exercises::NotImplemented("predicted_first_micro_batch_weight (predict first)");
+}
+
 // Leaves in every parameter's .grad the gradient of the batch's mean loss over its counted targets,
 // computed over `micro_batches` micro-batches of equal rows; returns that mean loss.
 double accumulate_gradients(nn::GPT& model, const Tensor& inputs, const Tensor& targets, int64_t micro_batches) {

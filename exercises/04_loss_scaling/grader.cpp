@@ -21,6 +21,7 @@ using exercise04::LossScaleState;
 using exercises::expect;
 
 namespace exercise04 {
+double predicted_scale_after_nine_steps();
 Tensor scale_loss(const LossScaleState& state, const Tensor& loss);
 bool unscale_gradients(const LossScaleState& state, const std::vector<Tensor>& grads);
 void update_scale(LossScaleState& state, bool found_inf);
@@ -46,6 +47,9 @@ void update_scale(LossScaleState& state, bool found_inf) {
   state.clean_steps = scaler.clean_steps();
   state.skipped_steps = scaler.skipped_steps();
 }
+// Two overflows halve it twice (16384); clean steps 3-5 double it (32768, count restarts), 6-8 double it
+// again (65536); step 9 is one clean step of the next three: back where it started.
+double predicted_scale_after_nine_steps() { return 65536.0 * 0.5 * 0.5 * 2 * 2; }
 }  // namespace solution
 namespace impl = solution;
 #else
@@ -279,8 +283,17 @@ static void check_fp16() {
              std::to_string(state.skipped_steps) + " skipped");
 }
 
+// The prediction's measured value: nn::GradScaler driven through the same nine steps.
+static double measured_scale_after_nine_steps() {
+  nn::GradScaler scaler({.init_scale = 65536.0, .growth_interval = 3});
+  for (int step = 1; step <= 9; ++step) scaler.update(/*found_inf=*/step <= 2);
+  return scaler.scale();
+}
+
 int main() {
   exercises::Grader grader("04_loss_scaling");
+  grader.predict("the scale after 2 overflows then 7 clean steps, from 65536 at growth_interval 3",
+                 impl::predicted_scale_after_nine_steps, measured_scale_after_nine_steps, 0, "(scale)");
   grader.check("scale_loss: loss · S, on the tape: backward hands S · g to the weights", check_scale_loss);
   grader.check("unscale_gradients: clean f32 gradients divided by S in place, exactly, and no overflow reported",
                check_unscale_f32);

@@ -27,6 +27,12 @@
 
 namespace exercise04 {
 
+// PREDICT FIRST, before any code. A scaler starts at S = 65536 with growth_interval 3. Steps 1 and 2
+// overflow; steps 3 to 9 are clean. What is S after step 9? Replace the throw with your number.
+double predicted_scale_after_nine_steps() {
+  throw exercises::NotImplemented("predicted_scale_after_nine_steps (predict first)");
+}
+
 // LossScaleState (loss_scale_state.h): scale S, growth_interval, clean_steps, skipped_steps.
 
 // loss [] -> loss · S [], differentiable: its backward hands S · g to every gradient.

@@ -13,6 +13,8 @@
 
 namespace exercise04 {
 
+double predicted_scale_after_nine_steps() { return 65536.0; }
+
 sl::Tensor scale_loss(const LossScaleState& state, const sl::Tensor& loss) {
   throw exercises::NotImplemented("scale_loss");
 }

@@ -14,6 +14,8 @@
 
 namespace exercise04 {
 
+double predicted_scale_after_nine_steps() { return 65536.0; }
+
 sl::Tensor scale_loss(const LossScaleState& state, const sl::Tensor& loss) { return sl::mul(loss, state.scale); }
 
 bool unscale_gradients(const LossScaleState& state, const std::vector<sl::Tensor>& grads) {
