@@ -67,7 +67,7 @@ double accumulate_gradients(nn::GPT& model, const MicroBatchSource& next_micro_b
     if (p.grad().defined()) p.grad().mul_(1.0 / counted);
   return loss_sum / counted;
 }
-// Each backward seeds loss_i · n_i, the SUM of micro-batch i's targets' losses; after all four .grad
+// Each backward starts from loss_i · n_i, the SUM of micro-batch i's targets' losses; after all four .grad
 // holds the gradient of the sum over all 10 + 11 + 7 + 8 = 36 counted targets: N = 36 times the
 // gradient of their mean.
 double predicted_gradient_before_the_rescale() { return 10.0 + 11 + 7 + 8; }
