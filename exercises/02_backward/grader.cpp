@@ -19,6 +19,7 @@ using exercises::all_close;
 using exercises::expect;
 
 namespace exercise02 {
+double predicted_slope_at_zero();
 Tensor gelu_forward(const Tensor& x);
 Tensor gelu_backward(const Tensor& x, const Tensor& grad_y);
 Tensor gelu(const Tensor& x);
@@ -38,6 +39,8 @@ Tensor gelu_backward(const Tensor& x, const Tensor& grad_y) {
   return leaf.grad();
 }
 Tensor gelu(const Tensor& x) { return sl::gelu(x); }
+// y = x·Φ(x): dy/dx = Φ(x) + x·Φ'(x); at 0 the second term vanishes and Φ(0) = 0.5 (tanh 0 = 0).
+double predicted_slope_at_zero() { return 0.5 * (1 + 0.0) + 0.0; }
 }  // namespace solution
 namespace impl = solution;
 #else
@@ -92,8 +95,17 @@ static std::string diagnose_backward(const Tensor& x, const std::vector<double>&
   return "";
 }
 
+// The prediction's measured value: autograd's dy/dx of the library's sl::gelu at x = 0.
+static double measured_slope_at_zero() {
+  Tensor x = zeros({1});
+  x.set_requires_grad(true);
+  sum(gelu(x)).backward();
+  return x.grad().to_vector()[0];
+}
+
 int main() {
   exercises::Grader grader("02_backward");
+  grader.predict("GELU's slope dy/dx at x = 0", impl::predicted_slope_at_zero, measured_slope_at_zero, 1e-6, "(dy/dx)");
   // x from -6 to 6 in f64 (and 0 itself): the tails, the bend and the middle.
   std::vector<double> xs;
   for (int i = -24; i <= 24; ++i) xs.push_back(i * 0.25);

@@ -24,6 +24,12 @@
 
 namespace exercise02 {
 
+// PREDICT FIRST, before any code. What is GELU's slope dy/dx at x = 0, in the tanh form below?
+// Work it out from the product rule on paper; replace the throw with your number.
+double predicted_slope_at_zero() {
+  throw exercises::NotImplemented("predicted_slope_at_zero (predict first)");
+}
+
 // y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), elementwise.
 sl::Tensor gelu_forward(const sl::Tensor& x) {
   // TODO: compute u, then y. Keep x's shape and dtype.

@@ -12,6 +12,8 @@
 
 namespace exercise02 {
 
+double predicted_slope_at_zero() { return 0.5; }
+
 static sl::Tensor tanh_u(const sl::Tensor& x) {
   const double k = std::sqrt(2.0 / M_PI);
   const sl::Tensor e = sl::exp(sl::mul(sl::add(x, sl::mul(sl::pow(x, 3.0), 0.044715)), 2 * k));  // exp(2u)

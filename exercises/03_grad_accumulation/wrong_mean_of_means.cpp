@@ -1,13 +1,19 @@
-// exercises/03_grad_accumulation/wrong_mean_of_means.cpp — a wrong accumulation: each micro-batch weighted 1/M.
+// exercises/03_grad_accumulation/wrong_mean_of_means.cpp — a wrong accumulation: the mean loss of each
+// micro-batch, and .grad divided by the number of micro-batches.
 //
-// A common mistake: scaling every micro-batch's loss by 1/M, the textbook recipe for gradient
-// accumulation. It averages the micro-batches' MEANS, which equals the batch mean only when every
-// micro-batch counts the same number of targets. With padding or ignored prompt tokens they do
-// not: a micro-batch of 3 counted targets gets the same say as one of 15, and the gradient is not
-// the batch's. Weight micro-batch i by n_i / N.
+// A common mistake: backward of each micro-batch's MEAN loss, then every .grad divided by M, the
+// number of micro-batches the loader gave (the textbook 1/M recipe, with M counted after the fact).
+// It averages the micro-batches' MEANS, which equals the batch mean only when every micro-batch
+// counts the same number of targets. Packed to a token budget, with ignored prompt tokens, they do
+// not: a micro-batch of 4 counted targets gets the same say as one of 8. Backpropagate L_i · n_i and
+// divide by N.
 // expect: MEAN OF THE MICRO-BATCH MEANS
 #include <cstdint>
+#include <functional>
+#include <optional>
+#include <vector>
 
+#include "autograd/grad_mode.h"
 #include "exercises/grader.h"
 #include "nn/data.h"
 #include "nn/gpt.h"
@@ -18,18 +24,24 @@ using namespace sl;
 
 namespace exercise03 {
 
-double accumulate_gradients(nn::GPT& model, const Tensor& inputs, const Tensor& targets, int64_t micro_batches) {
-  const int64_t B = inputs.size(0), M = micro_batches;
-  SL_CHECK(M >= 1 && B % M == 0, B, " rows do not cut into ", M, " equal micro-batches");
-  SL_CHECK(nn::counted_targets(targets) > 0, "a batch with no counted target has no mean loss");
+using MicroBatchSource = std::function<std::optional<nn::Batch>()>;
+
+double predicted_gradient_before_the_rescale() { return 36; }
+
+double accumulate_gradients(nn::GPT& model, const MicroBatchSource& next_micro_batch) {
   model.zero_grad();
   double loss = 0;
-  for (int64_t i = 0, rows = B / M; i < M; ++i) {
-    const Tensor L_i = model.loss(inputs.narrow(0, i * rows, rows), targets.narrow(0, i * rows, rows));
-    mul(L_i, 1.0 / M).backward();  // the mistake: 1/M, where n_i / N weighs each target once
-    loss += L_i.item() / M;
+  int64_t M = 0, N = 0;
+  while (std::optional<nn::Batch> batch = next_micro_batch()) {
+    const Tensor L_i = model.loss(batch->inputs, batch->targets);
+    L_i.backward();  // the mistake: the mean, where L_i · n_i weighs each target once
+    loss += L_i.item(), ++M, N += nn::counted_targets(batch->targets);
   }
-  return loss;
+  SL_CHECK(N > 0, "a batch with no counted target has no mean loss");
+  NoGradGuard no_grad;
+  for (const Tensor& p : model.parameters())
+    if (p.grad().defined()) p.grad().mul_(1.0 / static_cast<double>(M));
+  return loss / static_cast<double>(M);
 }
 
 }  // namespace exercise03

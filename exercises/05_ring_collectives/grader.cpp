@@ -19,6 +19,7 @@ using exercises::all_close;
 using exercises::expect;
 
 namespace exercise05 {
+double predicted_reduce_scatter_bytes();
 void ring_reduce_scatter(ProcessGroup& group, const Tensor& output, const Tensor& input);
 void ring_all_gather(ProcessGroup& group, const Tensor& output, const Tensor& input);
 }  // namespace exercise05
@@ -29,6 +30,8 @@ void ring_reduce_scatter(ProcessGroup& group, const Tensor& output, const Tensor
   group.reduce_scatter(output, input);
 }
 void ring_all_gather(ProcessGroup& group, const Tensor& output, const Tensor& input) { group.all_gather(output, input); }
+// n - 1 = 7 steps, one chunk of S/n = 600 bytes each: (n-1)/n · S, nearly the whole input at any n.
+double predicted_reduce_scatter_bytes() { return (8.0 - 1) / 8 * 4 * 1200; }
 }  // namespace solution
 namespace impl = solution;
 #else
@@ -158,8 +161,22 @@ static void expect_ring_bytes(int n, const Outcome& out, const char* op) {
   }
 }
 
+// The prediction's measured value: the library's reduce_scatter at world 8, rank 0's ledger.
+static double measured_reduce_scatter_bytes() {
+  int64_t bytes = 0;
+  exercises::run_ranks(8, [&](RankContext& ctx) {
+    const Tensor input = ones({1200}), output = zeros({150});
+    ctx.world->ledger().reset();
+    ctx.world->reduce_scatter(output, input, ReduceOp::sum);
+    if (ctx.rank == 0) bytes = ctx.world->ledger()[CommOp::reduce_scatter].bytes_sent;
+  }, "the library's reduce_scatter did not finish: ");
+  return static_cast<double>(bytes);
+}
+
 int main() {
   exercises::Grader grader("05_ring_collectives");
+  grader.predict("bytes rank 0 sends in a ring reduce-scatter of 1200 floats at world 8",
+                 impl::predicted_reduce_scatter_bytes, measured_reduce_scatter_bytes, 0, "bytes");
   for (int n = 2; n <= 5; ++n) {
     grader.check("ring_reduce_scatter, world " + std::to_string(n) + ": exact sums (integers) and (n-1)/n·S bytes sent", [n] {
       const Outcome out = run(n, /*reduce_scatter=*/true, /*integers=*/true);

@@ -31,6 +31,12 @@
 
 namespace exercise05 {
 
+// PREDICT FIRST, before any code. A ring reduce-scatter of an f32 input of 1200 elements at world 8:
+// how many bytes does rank 0 send? (The input is 4800 bytes.) Replace the throw with your number.
+double predicted_reduce_scatter_bytes() {
+  throw exercises::NotImplemented("predicted_reduce_scatter_bytes (predict first)");
+}
+
 // output [c], input [n·c] (f32, contiguous): output on rank r = the sum over all ranks of input's chunk r.
 void ring_reduce_scatter(sl::parallel::ProcessGroup& group, const sl::Tensor& output, const sl::Tensor& input) {
   // TODO: n - 1 ring steps over a working copy of input, then copy the finished chunk into output.

@@ -1,13 +1,17 @@
-// exercises/06_ddp_bucket_hook/grader.cpp — grades DDP's bucket hooks (student.cpp).
+// exercises/06_ddp_bucket_hook/grader.cpp — grades DDP's bucket hooks with gradient accumulation (student.cpp).
 //
 // A small MLP (6 -> 12 -> 12 -> 6, Ψ = 318, every parameter a multiple of 6 elements) on a batch of
-// B = 12 rows: each of N thread ranks takes B/N rows. After the hooks ran, every rank's gradients
+// B = 12 rows: each of N thread ranks takes B/N rows, in 2 micro-batches: the first under no_sync (no
+// all-reduce may be issued), the second synced, each micro-batch's mean loss scaled by 1/2. Every
+// .grad must be a view of its bucket (params of one bucket share its storage, the same storage in
+// every step; a .grad dropped by model.zero_grad() before the second step must be adopted). After the
+// synced backward, every rank's gradients
 // must equal an independent serial run's gradient of the mean loss over all 12 rows; each bucket's
 // all-reduce must have been launched from inside backward, right after its last gradient (the grader's
 // own hook, registered after the student's, reads the ledger's all-reduce calls at every gradient),
 // and in bucket order even when the gradients arrive against the plan (the layers registered last to first);
 // and the ledger's all-reduce bytes must be 2(N-1)/N · 4Ψ. With -DSL_SOLUTION the library's
-// DistributedDataParallel (parallel/data_parallel/ddp.h) stands in.
+// DistributedDataParallel (parallel/data_parallel/ddp.h, its no_sync and zero_grad) stands in.
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -30,6 +34,9 @@ using exercises::scaled;
 namespace exercise06 {
 std::vector<std::vector<int>> plan_buckets(const std::vector<int64_t>& bytes_per_param, int64_t bucket_bytes);
 std::shared_ptr<void> attach_ddp_hooks(nn::Module& model, ProcessGroupPtr group, int64_t bucket_bytes);
+void set_sync(const std::shared_ptr<void>& state, bool sync);
+void zero_grad(const std::shared_ptr<void>& state);
+double predicted_all_reduce_bytes();
 }  // namespace exercise06
 
 #ifdef SL_SOLUTION
@@ -40,11 +47,26 @@ std::vector<std::vector<int>> plan_buckets(const std::vector<int64_t>& bytes_per
     plan.emplace_back(bucket.begin(), bucket.end());
   return plan;
 }
+struct Ddp {
+  std::unique_ptr<DistributedDataParallel> ddp;
+  std::unique_ptr<DistributedDataParallel::NoSyncGuard> no_sync;  // held while sync is off
+};
 std::shared_ptr<void> attach_ddp_hooks(nn::Module& model, ProcessGroupPtr group, int64_t bucket_bytes) {
   DDPOptions options;
   options.bucket_bytes = bucket_bytes;
-  return std::make_shared<DistributedDataParallel>(model, std::move(group), options);
+  auto state = std::make_shared<Ddp>();
+  state->ddp = std::make_unique<DistributedDataParallel>(model, std::move(group), options);
+  return state;
 }
+void set_sync(const std::shared_ptr<void>& state, bool sync) {
+  Ddp& d = *static_cast<Ddp*>(state.get());
+  if (sync) d.no_sync.reset();
+  else d.no_sync = std::make_unique<DistributedDataParallel::NoSyncGuard>(*d.ddp);
+}
+void zero_grad(const std::shared_ptr<void>& state) { static_cast<Ddp*>(state.get())->ddp->zero_grad(); }
+// no_sync sends nothing; the synced backward all-reduces the accumulated sum once: one ring all-reduce
+// of 4Ψ bytes, 2(N-1)/N of it sent per rank, however many micro-batches were accumulated.
+double predicted_all_reduce_bytes() { return 2.0 * (3 - 1) / 3 * 4 * 318; }
 }  // namespace solution
 namespace impl = solution;
 #else
@@ -122,13 +144,22 @@ struct Arrival {
   int param;
   int64_t calls;  // the ledger's all-reduce calls right after the student's hook for it ran
 };
+struct GradHome {
+  const void* storage;  // the .grad's storage after the synced backward
+  int64_t offset;       // its element offset in it
+};
 struct RankRun {
   std::vector<std::vector<double>> grads;     // per step
-  std::vector<std::vector<Arrival>> arrivals;  // per step
+  std::vector<std::vector<Arrival>> arrivals;  // per step, in the synced backward
+  std::vector<std::vector<GradHome>> homes;    // per step, per parameter
   std::vector<int64_t> calls, bytes_sent;      // all-reduce, per step
+  std::vector<int64_t> no_sync_calls;          // all-reduce calls after the no_sync micro-batch, per step
 };
+constexpr int kMicro = 2;  // micro-batches per step: the first under no_sync
 
-// Two backwards at world n (model.zero_grad() between them), each rank on its B/n rows.
+// Two steps at world n, each rank on its B/n rows in kMicro micro-batches. Step 1 starts with the
+// reducer's zero_grad (the buckets zeroed, .grad their views); step 2 with model.zero_grad(), which
+// drops every .grad: backward then creates fresh ones the hooks must adopt.
 static std::vector<RankRun> run(int n, int64_t bucket_bytes, bool layers_last_first = false) {
   std::vector<RankRun> runs(n);
   exercises::run_ranks(n, [&](RankContext& ctx) {
@@ -137,25 +168,63 @@ static std::vector<RankRun> run(int n, int64_t bucket_bytes, bool layers_last_fi
     std::shared_ptr<void> hooks = impl::attach_ddp_hooks(model, ctx.world, bucket_bytes);
     const std::vector<Tensor> params = model.parameters();
     RankRun& mine = runs[r];
+    bool synced = false;
     for (int i = 0; i < static_cast<int>(params.size()); ++i)
-      params[i].register_post_accumulate_grad_hook([&mine, &ctx, i](Tensor&) {
-        mine.arrivals.back().push_back({i, ctx.world->ledger()[CommOp::all_reduce].calls});
+      params[i].register_post_accumulate_grad_hook([&mine, &ctx, &synced, i](Tensor&) {
+        if (synced) mine.arrivals.back().push_back({i, ctx.world->ledger()[CommOp::all_reduce].calls});
       });
-    const int64_t rows = kBatch / n;
+    const int64_t rows = kBatch / n / kMicro;
     for (int step = 0; step < 2; ++step) {
       auto [x, y] = batch(step);
-      model.zero_grad();
+      if (step == 0) impl::zero_grad(hooks);
+      else model.zero_grad();
       ctx.world->ledger().reset();
       mine.arrivals.emplace_back();
-      model.loss(x.flat_view(r * rows * kIn, Shape({rows, kIn})), y.flat_view(r * rows * kOut, Shape({rows, kOut})))
-          .backward();
+      for (int micro = 0; micro < kMicro; ++micro) {
+        synced = micro == kMicro - 1;
+        impl::set_sync(hooks, synced);
+        const int64_t first = (r * kMicro + micro) * rows;
+        (model.loss(x.flat_view(first * kIn, Shape({rows, kIn})), y.flat_view(first * kOut, Shape({rows, kOut}))) *
+         (1.0 / kMicro)).backward();
+        if (!synced) mine.no_sync_calls.push_back(ctx.world->ledger()[CommOp::all_reduce].calls);
+      }
       mine.grads.push_back(flat_grads(params));
+      mine.homes.emplace_back();
+      for (const Tensor& p : params)
+        mine.homes.back().push_back({p.grad().impl()->storage.get(), p.grad().impl()->storage_offset});
       mine.calls.push_back(ctx.world->ledger()[CommOp::all_reduce].calls);
       mine.bytes_sent.push_back(ctx.world->ledger()[CommOp::all_reduce].bytes_sent);
     }
   }, "a rank waited 4 s for a collective that never came: do all ranks launch "
       "the same buckets in the same order, and wait for each? ");
   return runs;
+}
+
+// No all-reduce under no_sync; every .grad a view of its bucket: the parameters of one bucket share a
+// storage, and each keeps the same storage and offset from one step to the next.
+static void expect_no_sync_and_views(int n, int64_t bucket_bytes, const std::vector<RankRun>& runs) {
+  std::vector<int64_t> bytes;
+  for (const Tensor& p : Mlp(7).parameters()) bytes.push_back(p.nbytes());
+  const std::vector<std::vector<int>> plan = reference_plan(bytes, bucket_bytes);
+  for (int r = 0; r < n; ++r) {
+    const std::string who = "world " + std::to_string(n) + ", rank " + std::to_string(r) + ": ";
+    for (int step = 0; step < 2; ++step)
+      expect(runs[r].no_sync_calls[step] == 0,
+             who + std::to_string(runs[r].no_sync_calls[step]) + " all-reduce(s) during a no_sync backward: under "
+             "no_sync the hooks only accumulate (sync == false: return before counting or launching)");
+    for (const std::vector<int>& bucket : plan)
+      for (int i : bucket)
+        expect(runs[r].homes[0][i].storage == runs[r].homes[0][bucket[0]].storage,
+               who + "parameter " + std::to_string(i) + "'s .grad is not a view of its bucket (it has a storage "
+               "of its own): point every .grad at its view (set_grad(views[i])) so that backward adds into the "
+               "bucket, and hand back no copies");
+    for (size_t i = 0; i < runs[r].homes[0].size(); ++i)
+      expect(runs[r].homes[1][i].storage == runs[r].homes[0][i].storage &&
+                 runs[r].homes[1][i].offset == runs[r].homes[0][i].offset,
+             who + "backward 2, after model.zero_grad() dropped every .grad: parameter " + std::to_string(i) +
+             "'s .grad is the fresh tensor backward created, not its bucket's view: copy it into its view and "
+             "set_grad(view) (adopt it) in the hook");
+  }
 }
 
 // Says in words what is wrong with rank r's gradient of step `step`.
@@ -183,7 +252,8 @@ static void expect_serial_gradients(int n, const std::vector<RankRun>& runs) {
   }
 }
 
-// After each gradient, every bucket whose gradients are all in (in bucket order) must have been launched.
+// After each gradient of a synced backward, every bucket whose gradients are all in (in bucket order)
+// must have been launched.
 static void expect_overlap(int n, int64_t bucket_bytes, const std::vector<RankRun>& runs, bool layers_last_first = false) {
   std::vector<int64_t> bytes;
   for (const Tensor& p : Mlp(7, layers_last_first).parameters()) bytes.push_back(p.nbytes());
@@ -216,7 +286,7 @@ static void expect_overlap(int n, int64_t bucket_bytes, const std::vector<RankRu
     }
 }
 
-// One all-reduce call per bucket, 2(N-1)/N · 4Ψ bytes sent per rank and backward.
+// One all-reduce call per bucket, 2(N-1)/N · 4Ψ bytes sent per rank and step.
 static void expect_bytes(int n, int64_t buckets, const std::vector<RankRun>& runs) {
   int64_t psi = 0;
   for (const Tensor& p : Mlp(7).parameters()) psi += p.numel();
@@ -225,15 +295,45 @@ static void expect_bytes(int n, int64_t buckets, const std::vector<RankRun>& run
     for (int step = 0; step < 2; ++step) {
       const std::string who = "world " + std::to_string(n) + ", rank " + std::to_string(r) + ": ";
       expect(runs[r].calls[step] == buckets, who + std::to_string(runs[r].calls[step]) + " all-reduce calls in one "
-                                                 "backward, expected one per bucket: " + std::to_string(buckets));
+                                                 "step, expected one per bucket: " + std::to_string(buckets));
       expect(runs[r].bytes_sent[step] == formula,
-             who + "sent " + std::to_string(runs[r].bytes_sent[step]) + " bytes in all-reduces, expected 2(N-1)/N · 4Ψ = " +
-                 std::to_string(formula) + " (Ψ = " + std::to_string(psi) + "): every gradient exactly once");
+             who + "sent " + std::to_string(runs[r].bytes_sent[step]) + " bytes in all-reduces over " +
+                 std::to_string(kMicro) + " micro-batches, expected 2(N-1)/N · 4Ψ = " + std::to_string(formula) +
+                 " (Ψ = " + std::to_string(psi) + "): every gradient exactly once per step");
     }
+}
+
+// The prediction's measured value: the library's DistributedDataParallel at world 3, 3 micro-batches
+// (the first 2 under no_sync), rank 0's all-reduce bytes over the step.
+static double measured_all_reduce_bytes() {
+  int64_t bytes = 0;
+  exercises::run_ranks(3, [&](RankContext& ctx) {
+    Mlp model(7);
+    DistributedDataParallel ddp(model, ctx.world);
+    auto [x, y] = batch(0);
+    ctx.world->ledger().reset();
+    for (int micro = 0; micro < 3; ++micro) {
+      const int64_t first = ctx.rank * 4 + micro;
+      auto backward = [&] {
+        (model.loss(x.flat_view(first * kIn, Shape({1, kIn})), y.flat_view(first * kOut, Shape({1, kOut}))) *
+         (1.0 / 3)).backward();
+      };
+      if (micro < 2) {
+        auto guard = ddp.no_sync();
+        backward();
+      } else {
+        backward();
+      }
+    }
+    if (ctx.rank == 0) bytes = ctx.world->ledger()[CommOp::all_reduce].bytes_sent;
+  }, "the library's DistributedDataParallel did not finish: ");
+  return static_cast<double>(bytes);
 }
 
 int main() {
   exercises::Grader grader("06_ddp_bucket_hook");
+  grader.predict("bytes each rank sends in all-reduces per step at world 3, Ψ = 318, 3 micro-batches (2 under no_sync)",
+                 impl::predicted_all_reduce_bytes, measured_all_reduce_bytes, 0, "bytes");
   grader.check("plan_buckets: reverse order, a bucket closes at bucket_bytes or more", [] {
     const std::vector<std::pair<std::vector<int64_t>, int64_t>> cases = {
         {{4, 4, 8, 8}, 10}, {{4, 4, 8, 8}, 1}, {{4, 4, 8, 8}, 1000}, {{12, 4, 4, 4, 20}, 8}, {{8, 8, 8}, 16}};
@@ -251,7 +351,11 @@ int main() {
     }
   });
   const int64_t three_buckets = 300;  // {l3.b, l3.w} 312 B, {l2.b, l2.w} 624 B, {l1.b, l1.w} 336 B
-  grader.check("world 2, 3 buckets: gradients equal the serial whole-batch gradient (2 backwards)", [&] {
+  grader.check("world 2, 3 buckets: nothing sent under no_sync; every .grad a view of its bucket, adopted after "
+               "model.zero_grad()", [&] {
+    expect_no_sync_and_views(2, three_buckets, run(2, three_buckets));
+  });
+  grader.check("world 2, 3 buckets: gradients equal the serial whole-batch gradient (2 steps of 2 micro-batches)", [&] {
     expect_serial_gradients(2, run(2, three_buckets));
   });
   grader.check("world 2: each bucket launched inside backward, as soon as it is full", [&] {
@@ -262,12 +366,14 @@ int main() {
   });
   grader.check("world 3, 3 buckets: serial gradients, overlap and bytes", [&] {
     const std::vector<RankRun> runs = run(3, three_buckets);
+    expect_no_sync_and_views(3, three_buckets, runs);
     expect_serial_gradients(3, runs);
     expect_overlap(3, three_buckets, runs);
     expect_bytes(3, 3, runs);
   });
   grader.check("world 3, a bucket per parameter: serial gradients, overlap and bytes", [&] {
     const std::vector<RankRun> runs = run(3, 1);
+    expect_no_sync_and_views(3, 1, runs);
     expect_serial_gradients(3, runs);
     expect_overlap(3, 1, runs);
     expect_bytes(3, 6, runs);

@@ -1,11 +1,12 @@
 // exercises/07_zero1_step/wrong_all_reduce.cpp — a wrong solution: the whole gradient all-reduced.
 //
 // A common mistake: the gradients are all-reduced, as in DDP, and each rank then reads its shard out
-// of the result. The weights come out right, but the all-reduce moves 2(N-1)/N · 4P and the all-gather
-// of the weights (N-1)/N · 4P more: 1.5x DDP's traffic. A rank needs only the average of its own shard,
-// which is exactly what a reduce-scatter, half an all-reduce, delivers.
-// expect: an all-reduce was called: ZeRO-1 reduce-scatters the gradients
+// of the result. The weights and the norm come out right, but the all-reduce moves 2(N-1)/N · 4P and the
+// all-gather of the weights (N-1)/N · 4P more: 1.5x DDP's traffic. A rank needs only the average of its
+// own shard, which is exactly what a reduce-scatter, half an all-reduce, delivers.
+// expect: more than the norm's scalar: ZeRO-1 reduce-scatters the gradients
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -17,19 +18,22 @@
 #include "parallel/comm/process_group.h"
 #include "tensor/adamw_math.h"
 #include "tensor/ledger.h"
+#include "tensor/ops.h"
 
 using namespace sl;
 using namespace sl::parallel;
 
 namespace exercise07 {
 
+double predicted_bytes_per_step() { return 2.0 * (4 - 1) / 4 * 4 * 320; }
+
 struct AdamShard {
   Tensor m, v;
   int64_t step = 0;
 };
 
-void zero1_step(ProcessGroup& group, const std::vector<Tensor>& params, AdamShard& shard,
-                const nn::AdamWOptions& options) {
+double zero1_step(ProcessGroup& group, const std::vector<Tensor>& params, AdamShard& shard,
+                  const nn::AdamWOptions& options, double max_norm) {
   NoGradGuard no_grad;
   const int64_t n = group.size(), psi = total_numel(params), S = (psi + n - 1) / n, begin = group.rank() * S;
   if (!shard.m.defined()) {
@@ -40,6 +44,11 @@ void zero1_step(ProcessGroup& group, const std::vector<Tensor>& params, AdamShar
   flatten_gradients_into(flat.flat_view(0, Shape({psi})), params);
   group.all_reduce(flat, ReduceOp::avg);  // every rank gets all of it, then keeps 1/N
   const Tensor grad = flat.flat_view(begin, Shape({S}));
+  const double norm = nn::clip_grad_norm({{grad, true}}, max_norm, [&](double mine) {
+    Tensor total = full({1}, mine, TensorOptions{DType::f64});
+    group.all_reduce(total, ReduceOp::sum);  // the N shards' sums of squares
+    return total.item();
+  });
   const Tensor weights = zeros({n * S});
   flatten_into(weights.flat_view(0, Shape({psi})), params);
   ++shard.step;
@@ -55,13 +64,14 @@ void zero1_step(ProcessGroup& group, const std::vector<Tensor>& params, AdamShar
   }
   group.all_gather(weights, weights.flat_view(begin, Shape({S})));
   unflatten_from(weights.flat_view(0, Shape({psi})), params);
+  return norm;
 }
 
 // Given: the optimizer the grader drives; each call of the returned function is one step.
-std::function<void()> make_zero1_optimizer(ProcessGroupPtr group, std::vector<Tensor> params,
-                                           nn::AdamWOptions options) {
+std::function<double()> make_zero1_optimizer(ProcessGroupPtr group, std::vector<Tensor> params,
+                                             nn::AdamWOptions options, double max_norm) {
   auto shard = std::make_shared<AdamShard>();
-  return [group, params, shard, options] { zero1_step(*group, params, *shard, options); };
+  return [group, params, shard, options, max_norm] { return zero1_step(*group, params, *shard, options, max_norm); };
 }
 
 }  // namespace exercise07

@@ -1,11 +1,11 @@
-// exercises/07_zero1_step/wrong_decay_biases.cpp — a wrong solution: weight decay on every element.
+// exercises/07_zero1_step/wrong_decay_biases.cpp — a wrong solution: weight decay on the biases too.
 //
-// A common mistake: every piece of the shard is stepped with decay = true, as if a shard were just a
-// range of floats. But a shard cuts through parameters, and nn::AdamW decays only the weights (dim >= 2), never
-// the biases: each piece of the shard must follow its own parameter's rule.
+// A common mistake: every piece of the shard gets weight decay, biases included. nn::AdamW decays
+// only the parameters with dim() >= 2, so the biases drift from the serial run's.
 // expect: only the biases differ
 // expect: use decay = false for the biases' pieces
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -17,19 +17,22 @@
 #include "parallel/comm/process_group.h"
 #include "tensor/adamw_math.h"
 #include "tensor/ledger.h"
+#include "tensor/ops.h"
 
 using namespace sl;
 using namespace sl::parallel;
 
 namespace exercise07 {
 
+double predicted_bytes_per_step() { return 2.0 * (4 - 1) / 4 * 4 * 320; }
+
 struct AdamShard {
   Tensor m, v;
   int64_t step = 0;
 };
 
-void zero1_step(ProcessGroup& group, const std::vector<Tensor>& params, AdamShard& shard,
-                const nn::AdamWOptions& options) {
+double zero1_step(ProcessGroup& group, const std::vector<Tensor>& params, AdamShard& shard,
+                  const nn::AdamWOptions& options, double max_norm) {
   NoGradGuard no_grad;
   const int64_t n = group.size(), psi = total_numel(params), S = (psi + n - 1) / n, begin = group.rank() * S;
   if (!shard.m.defined()) {
@@ -39,7 +42,13 @@ void zero1_step(ProcessGroup& group, const std::vector<Tensor>& params, AdamShar
   const Tensor flat = zeros({n * S});  // the gradients, zeros in the padding
   flatten_gradients_into(flat.flat_view(0, Shape({psi})), params);
   const Tensor grad = zeros({S});
-  group.reduce_scatter(grad, flat, ReduceOp::avg);
+  group.reduce_scatter(grad, flat, ReduceOp::sum);
+  grad.mul_(1.0 / n);  // the sum -> the average
+  const double norm = nn::clip_grad_norm({{grad, true}}, max_norm, [&](double mine) {
+    Tensor total = full({1}, mine, TensorOptions{DType::f64});
+    group.all_reduce(total, ReduceOp::sum);  // the N shards' sums of squares
+    return total.item();
+  });
   const Tensor weights = zeros({n * S});
   flatten_into(weights.flat_view(0, Shape({psi})), params);
   ++shard.step;
@@ -47,7 +56,7 @@ void zero1_step(ProcessGroup& group, const std::vector<Tensor>& params, AdamShar
   for (const Tensor& p : params) {
     const int64_t lo = std::max(begin, offset), hi = std::min(begin + S, offset + p.numel());
     if (lo < hi) {
-      const nn::AdamWStep s = nn::AdamWStep::make(options, options.lr, shard.step, /*decay=*/true);
+      const nn::AdamWStep s = nn::AdamWStep::make(options, options.lr, shard.step, true);
       nn::adamw_update(weights.data<float>() + lo, grad.data<float>() + (lo - begin),
                        shard.m.data<float>() + (lo - begin), shard.v.data<float>() + (lo - begin), hi - lo, s);
     }
@@ -55,13 +64,14 @@ void zero1_step(ProcessGroup& group, const std::vector<Tensor>& params, AdamShar
   }
   group.all_gather(weights, weights.flat_view(begin, Shape({S})));
   unflatten_from(weights.flat_view(0, Shape({psi})), params);
+  return norm;
 }
 
 // Given: the optimizer the grader drives; each call of the returned function is one step.
-std::function<void()> make_zero1_optimizer(ProcessGroupPtr group, std::vector<Tensor> params,
-                                           nn::AdamWOptions options) {
+std::function<double()> make_zero1_optimizer(ProcessGroupPtr group, std::vector<Tensor> params,
+                                             nn::AdamWOptions options, double max_norm) {
   auto shard = std::make_shared<AdamShard>();
-  return [group, params, shard, options] { zero1_step(*group, params, *shard, options); };
+  return [group, params, shard, options, max_norm] { return zero1_step(*group, params, *shard, options, max_norm); };
 }
 
 }  // namespace exercise07

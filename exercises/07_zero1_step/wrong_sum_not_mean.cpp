@@ -1,11 +1,12 @@
-// exercises/07_zero1_step/wrong_sum_not_mean.cpp — a wrong solution: the reduce-scattered sum kept.
+// exercises/07_zero1_step/wrong_sum_not_mean.cpp — a wrong solution: the reduce-scattered sum never averaged.
 //
-// A common mistake: the shard of the reduce-scatter (ReduceOp::sum) goes to AdamW as it is. It is the
-// SUM of N ranks' mean gradients, N times the gradient of the mean loss. Adam is nearly scale invariant
-// while eps is negligible, which hides it; with eps 0.5 (or tiny gradients late in training) the step
-// differs. Average: times 1/N, or ReduceOp::avg.
-// expect: the weights are those of a gradient N x the mean
+// A common mistake: the reduce-scatter's sum is taken for the gradient. While the clip is active it
+// scales the N x gradient down to max_norm exactly as it scales the mean, so the weights hardly show
+// it; the norm the step returns (and logs) is N times the true one, and an unclipped step would move
+// by the wrong gradient.
+// expect: the norm is N x the serial one: average the reduce-scattered sum (times 1/N) before the norm
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -17,19 +18,22 @@
 #include "parallel/comm/process_group.h"
 #include "tensor/adamw_math.h"
 #include "tensor/ledger.h"
+#include "tensor/ops.h"
 
 using namespace sl;
 using namespace sl::parallel;
 
 namespace exercise07 {
 
+double predicted_bytes_per_step() { return 2.0 * (4 - 1) / 4 * 4 * 320; }
+
 struct AdamShard {
   Tensor m, v;
   int64_t step = 0;
 };
 
-void zero1_step(ProcessGroup& group, const std::vector<Tensor>& params, AdamShard& shard,
-                const nn::AdamWOptions& options) {
+double zero1_step(ProcessGroup& group, const std::vector<Tensor>& params, AdamShard& shard,
+                  const nn::AdamWOptions& options, double max_norm) {
   NoGradGuard no_grad;
   const int64_t n = group.size(), psi = total_numel(params), S = (psi + n - 1) / n, begin = group.rank() * S;
   if (!shard.m.defined()) {
@@ -39,7 +43,12 @@ void zero1_step(ProcessGroup& group, const std::vector<Tensor>& params, AdamShar
   const Tensor flat = zeros({n * S});  // the gradients, zeros in the padding
   flatten_gradients_into(flat.flat_view(0, Shape({psi})), params);
   const Tensor grad = zeros({S});
-  group.reduce_scatter(grad, flat, ReduceOp::sum);  // the sum over ranks, never times 1/N
+  group.reduce_scatter(grad, flat, ReduceOp::sum);  // the sum, never divided by N
+  const double norm = nn::clip_grad_norm({{grad, true}}, max_norm, [&](double mine) {
+    Tensor total = full({1}, mine, TensorOptions{DType::f64});
+    group.all_reduce(total, ReduceOp::sum);  // the N shards' sums of squares
+    return total.item();
+  });
   const Tensor weights = zeros({n * S});
   flatten_into(weights.flat_view(0, Shape({psi})), params);
   ++shard.step;
@@ -55,13 +64,14 @@ void zero1_step(ProcessGroup& group, const std::vector<Tensor>& params, AdamShar
   }
   group.all_gather(weights, weights.flat_view(begin, Shape({S})));
   unflatten_from(weights.flat_view(0, Shape({psi})), params);
+  return norm;
 }
 
 // Given: the optimizer the grader drives; each call of the returned function is one step.
-std::function<void()> make_zero1_optimizer(ProcessGroupPtr group, std::vector<Tensor> params,
-                                           nn::AdamWOptions options) {
+std::function<double()> make_zero1_optimizer(ProcessGroupPtr group, std::vector<Tensor> params,
+                                             nn::AdamWOptions options, double max_norm) {
   auto shard = std::make_shared<AdamShard>();
-  return [group, params, shard, options] { zero1_step(*group, params, *shard, options); };
+  return [group, params, shard, options, max_norm] { return zero1_step(*group, params, *shard, options, max_norm); };
 }
 
 }  // namespace exercise07

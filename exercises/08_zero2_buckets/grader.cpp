@@ -32,6 +32,7 @@ using exercises::expect;
 using exercises::scaled;
 
 namespace exercise08 {
+double predicted_reduce_scatter_bytes();
 std::function<Tensor()> attach_zero2_hooks(std::vector<Tensor> params, ProcessGroupPtr group, int64_t bucket_bytes);
 }
 
@@ -55,6 +56,9 @@ std::function<Tensor()> attach_zero2_hooks(std::vector<Tensor> params, ProcessGr
     return shard;
   };
 }
+// Padding is per bucket: 36 stays 36, 6 becomes 8, so P = 16·(36 + 8) = 704, not 672; a ring
+// reduce-scatter sends (N-1)/N of it: 3/4 · 4 · 704.
+double predicted_reduce_scatter_bytes() { return (4.0 - 1) / 4 * 4 * (16 * (36 + 8)); }
 }  // namespace solution
 namespace impl = solution;
 #else
@@ -285,8 +289,31 @@ static void expect_memory(int n, int64_t bucket_bytes, const std::vector<RankRun
     }
 }
 
+// The prediction's measured value: the library's ZeroAdamW at stage 2, a bucket per parameter, world 4:
+// rank 0's reduce-scatter bytes over one backward.
+static double measured_reduce_scatter_bytes() {
+  int64_t bytes = 0;
+  exercises::run_ranks(4, [&](RankContext& ctx) {
+    DeepMlp model;
+    ZeroOptions zero;
+    zero.stage = 2;
+    zero.bucket_bytes = 1;
+    ZeroAdamW optimizer(model.parameters(), ctx.world, zero);
+    optimizer.zero_grad();
+    auto [x, y] = batch(0);
+    ctx.world->ledger().reset();
+    model.loss(x.flat_view(ctx.rank * 3 * kWidth, Shape({3, kWidth})), y.flat_view(ctx.rank * 3 * kWidth, Shape({3, kWidth})))
+        .backward();
+    optimizer.reduce_gradients();
+    if (ctx.rank == 0) bytes = ctx.world->ledger()[CommOp::reduce_scatter].bytes_sent;
+  }, "the library's ZeroAdamW did not finish: ");
+  return static_cast<double>(bytes);
+}
+
 int main() {
   exercises::Grader grader("08_zero2_buckets");
+  grader.predict("bytes each rank sends in reduce-scatters per backward at N = 4, a bucket per parameter",
+                 impl::predicted_reduce_scatter_bytes, measured_reduce_scatter_bytes, 0, "bytes");
   const int64_t layer_buckets = 168;  // {l_k.bias 24 B, l_k.weight 144 B}: 16 buckets of 42 elements
   grader.check("world 2, a bucket per layer: shards equal the serial gradient's chunks (2 backwards)", [=] {
     expect_shards(2, layer_buckets, run(2, layer_buckets));

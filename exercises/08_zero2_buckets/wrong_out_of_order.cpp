@@ -21,6 +21,8 @@ using namespace sl::parallel;
 
 namespace exercise08 {
 
+double predicted_reduce_scatter_bytes() { return (4.0 - 1) / 4 * 4 * (16 * (36 + 8)); }
+
 struct GradBucket {
   std::vector<int> params;
   std::vector<int64_t> offsets;
