@@ -33,6 +33,11 @@ namespace exercise16 {
 
 using sl::parallel::ProcessGroupPtr;
 
+// PREDICT FIRST, before any code. GPT-2's padded vocabulary V = 50304 cut over tp 4 (12576 columns a
+// rank), N = B·T = 12 rows. How many bytes does one rank send in the loss's forward? Replace the throw
+// with your number; the grader runs the library's vocab-parallel loss and reads the ledger.
+double predicted_forward_bytes_sent() { throw exercises::NotImplemented("predicted_forward_bytes_sent (predict first)"); }
+
 struct VocabParallelCrossEntropy : sl::Function<VocabParallelCrossEntropy> {
   // logits [N, Vs] (this rank's columns), targets [N] i64 (ids in [0, V)), vocab_start = r·Vs
   // -> the mean loss, a one-element tensor, the same on every rank.

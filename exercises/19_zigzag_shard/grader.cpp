@@ -18,6 +18,7 @@ using namespace sl::parallel;
 using exercises::expect;
 
 namespace exercise19 {
+double predicted_rank0_pairs();
 enum class PairWork { none, diagonal, all };  // the same as student.cpp's
 using PairTable = std::array<std::array<PairWork, 2>, 2>;
 std::vector<int64_t> zigzag_positions(int64_t T, int cp, int rank);
@@ -43,6 +44,8 @@ static PairTable library_pairs(int cp, int q_rank, int kv_rank) {
 
 #ifdef SL_SOLUTION
 namespace solution {
+// Zigzag gives every rank the same share of the T(T+1)/2 visible pairs: 64·65/2 / 4 (contiguous: 136).
+double predicted_rank0_pairs() { return 64.0 * 65 / 2 / 4; }
 std::vector<int64_t> zigzag_positions(int64_t T, int cp, int rank) {
   std::vector<int64_t> positions;
   for (double p : SequenceShard{cp, rank, CpBalance::zigzag}.positions(T).to_vector()) positions.push_back(int64_t(p));
@@ -238,8 +241,19 @@ static void check_balance() {
   }
 }
 
+// The prediction's measure: the visible pairs of the blocks SequenceShard::work gives rank 0 of cp 4 at T 64.
+static double measured_rank0_pairs() {
+  int64_t pairs = 0;
+  for (int src = 0; src < 4; ++src)
+    for (const StepWork& w : SequenceShard{4, 0, CpBalance::zigzag}.work(src, 64 / 4))
+      pairs += w.mask == BlockMask::causal ? w.q_len * (w.q_len + 1) / 2 : w.mask == BlockMask::none ? w.q_len * w.kv_len : 0;
+  return static_cast<double>(pairs);
+}
+
 int main() {
   exercises::Grader grader("19_zigzag_shard");
+  grader.predict("visible (q, k) pairs rank 0 computes at cp 4, T 64, zigzag", impl::predicted_rank0_pairs,
+                 measured_rank0_pairs, 0, "pairs");
   grader.check("zigzag_positions == the library's SequenceShard positions (cp 1..6, 4 lengths each, every rank)",
                check_positions);
   grader.check("zigzag_positions throws sl::Error when T is not divisible by 2·cp", check_rejects_lengths);

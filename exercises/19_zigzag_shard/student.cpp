@@ -32,6 +32,12 @@
 
 namespace exercise19 {
 
+// PREDICT FIRST, before any code. Causal attention over T = 64 tokens, context parallel cp 4 with the
+// zigzag shard. How many visible (query, key) pairs does rank 0 compute over all ring steps (a pair is
+// visible when pos_k <= pos_q)? Replace the throw with your number; the grader counts the library's
+// per-step work.
+double predicted_rank0_pairs() { throw exercises::NotImplemented("predicted_rank0_pairs (predict first)"); }
+
 // What a query chunk computes against a key chunk (the grader declares the same enum).
 enum class PairWork { none, diagonal, all };
 

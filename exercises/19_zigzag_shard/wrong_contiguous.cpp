@@ -15,6 +15,8 @@
 
 namespace exercise19 {
 
+double predicted_rank0_pairs() { return 64.0 * 65 / 2 / 4; }  // a fair share of T(T+1)/2
+
 enum class PairWork { none, diagonal, all };
 
 std::vector<int64_t> zigzag_positions(int64_t T, int cp, int rank) {

@@ -20,6 +20,7 @@ using exercises::expect;
 using Coordinates = std::array<int, 5>;
 
 namespace exercise20 {
+double predicted_pp_partner();
 Coordinates mesh_coordinates(const ParallelismConfig& config, int rank);
 std::vector<int> mesh_group(const ParallelismConfig& config, MeshDim dim, int rank);
 }  // namespace exercise20
@@ -74,6 +75,8 @@ static Coordinates in_positions(const Coordinates& by_dimension, const Layout& l
 
 #ifdef SL_SOLUTION
 namespace solution {
+// PP is outermost: its members are world/pp = 8 apart, so rank 3's partner is 3 + 8.
+double predicted_pp_partner() { return 3 + 16 / 2; }
 Coordinates mesh_coordinates(const ParallelismConfig& config, int rank) { return coordinates_in_layout(config, kRowMajor, rank); }
 std::vector<int> mesh_group(const ParallelismConfig& config, MeshDim dim, int rank) {
   return DeviceMesh::group_members(config, {dim}, rank);
@@ -175,8 +178,18 @@ static void expect_like_device_mesh(const ParallelismConfig& config) {
   for (int rank = 0; rank < world; ++rank) expect_coordinates(config, rank, mesh_says[static_cast<size_t>(rank)]);
 }
 
+// The prediction's measure: the member of rank 3's pp group that is not rank 3, from DeviceMesh.
+static double measured_pp_partner() {
+  const ParallelismConfig config{.dp_shard = 2, .pp = 2, .cp = 2, .tp = 2};
+  for (int member : DeviceMesh::group_members(config, {MeshDim::pp}, 3))
+    if (member != 3) return member;
+  return -1;
+}
+
 int main() {
   exercises::Grader grader("20_mesh_groups");
+  grader.predict("the other rank of rank 3's pp group at world 16 = pp 2 x dp_shard 2 x cp 2 x tp 2",
+                 impl::predicted_pp_partner, measured_pp_partner, 0, "(a rank)");
   const ParallelismConfig lesson{2, 1, 2, 1, 2};  // world 8 = pp 2 x dp_replicate 2 x tp 2
   grader.check("lesson 14's world 8 = pp 2 x dp 2 x tp 2: coordinates, tp {0,1}, dp {0,2}, pp {0,4} groups", [&] {
     for (int rank = 0; rank < 8; ++rank) {

@@ -37,6 +37,11 @@
 
 namespace exercise20 {
 
+// PREDICT FIRST, before any code. World 16 = pp 2 x dp_shard 2 x cp 2 x tp 2 (dp_replicate 1). Which
+// rank is the other member of rank 3's pp group (the stage rank 3 sends its activations to)? Replace
+// the throw with your number; the grader asks the library's DeviceMesh.
+double predicted_pp_partner() { throw exercises::NotImplemented("predicted_pp_partner (predict first)"); }
+
 // Rank `rank`'s coordinates in grid order {pp, dp_replicate, dp_shard, cp, tp}.
 std::array<int, 5> mesh_coordinates(const sl::parallel::ParallelismConfig& config, int rank) {
   // TODO: peel the coordinates off from the innermost dimension (tp) outwards.

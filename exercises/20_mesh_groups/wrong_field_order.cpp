@@ -14,6 +14,8 @@
 
 namespace exercise20 {
 
+double predicted_pp_partner() { return 3 + 16 / 2; }  // pp outermost: world/pp apart
+
 std::array<int, 5> mesh_coordinates(const sl::parallel::ParallelismConfig& config, int rank) {
   // The mistake: the fields' order, not the grid's (config.degrees()).
   const std::array<int, 5> degrees = {config.dp_replicate, config.dp_shard, config.pp, config.cp, config.tp};
