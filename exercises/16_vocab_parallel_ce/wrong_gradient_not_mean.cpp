@@ -60,7 +60,7 @@ struct VocabParallelCrossEntropy : sl::Function<VocabParallelCrossEntropy> {
   static sl::TensorList backward(sl::FunctionCtx& ctx, const sl::TensorList& grads) {
     const sl::Tensor& p = ctx.saved()[0];
     const int64_t N = p.size(0), Vs = p.size(1), start = ctx.get<int64_t>("vocab_start");
-    const int64_t ignore_index = ctx.get<int64_t>("ignore_index"), count = ctx.get<int64_t>("count");
+    const int64_t ignore_index = ctx.get<int64_t>("ignore_index");
     const std::vector<double> t = ctx.saved()[1].to_vector();
     std::vector<double> grad = p.to_vector();
     for (int64_t n = 0; n < N; ++n) {

@@ -62,7 +62,7 @@ struct VocabParallelCrossEntropy : sl::Function<VocabParallelCrossEntropy> {
   static sl::TensorList backward(sl::FunctionCtx& ctx, const sl::TensorList& grads) {
     const sl::Tensor& p = ctx.saved()[0];
     const int64_t N = p.size(0), Vs = p.size(1), start = ctx.get<int64_t>("vocab_start");
-    const int64_t ignore_index = ctx.get<int64_t>("ignore_index"), count = ctx.get<int64_t>("count");
+    const int64_t ignore_index = ctx.get<int64_t>("ignore_index");
     const std::vector<double> t = ctx.saved()[1].to_vector();
     std::vector<double> grad = p.to_vector();
     for (int64_t n = 0; n < N; ++n) {
@@ -73,6 +73,7 @@ struct VocabParallelCrossEntropy : sl::Function<VocabParallelCrossEntropy> {
       }
       if (owns(id, start, Vs)) grad[n * Vs + id - start] -= 1.0;  // the one-hot, on the owner only
     }
+    const int64_t count = ctx.get<int64_t>("count");
     const double scale = count > 0 ? grads[0].item() / static_cast<double>(count) : 0.0;  // a mean over the counted rows
     for (double& v : grad) v *= scale;
     return {sl::from_vector(grad, p.shape(), sl::TensorOptions(p.dtype(), p.device())), sl::Tensor()};
