@@ -28,6 +28,7 @@ using exercises::scaled;
 using exercises::seeded_randn;
 
 namespace exercise17 {
+double predicted_ln_sum_bytes_sent();
 Tensor scatter_tokens(const Tensor& x, const ProcessGroupPtr& group);
 Tensor sp_layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const ProcessGroupPtr& group);
 void sum_ln_gradients(const Tensor& weight, const Tensor& bias, const ProcessGroupPtr& group);
@@ -36,6 +37,8 @@ Tensor gather_tokens(const Tensor& y_local, const ProcessGroupPtr& group);
 
 #ifdef SL_SOLUTION
 namespace solution {
+// One ring all-reduce of the 2C gradients: 2(tp-1)/tp of 2C·4 bytes; tokens and B do not appear.
+double predicted_ln_sum_bytes_sent() { return 2.0 * (4 - 1) / 4 * 2 * 768 * 4; }
 Tensor scatter_tokens(const Tensor& x, const ProcessGroupPtr& group) { return scatter_sequence(x, group); }
 Tensor sp_layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const ProcessGroupPtr& group) {
   return layer_norm(scatter_sequence(x, group), weight, bias);
@@ -201,8 +204,23 @@ static void expect_all_reduce_bytes(int tp) {
   }
 }
 
+// The prediction's measure: the library's sum of a LayerNorm's gradients (C = 768) at tp 4, rank 0's ledger.
+static double measured_ln_sum_bytes_sent() {
+  double sent = 0;
+  exercises::run_ranks(4, [&](RankContext& ctx) {
+    Tensor weight = ones({768}).set_requires_grad(), bias = zeros({768}).set_requires_grad();
+    sum(add(weight, bias)).backward();
+    ctx.world->ledger().reset();
+    sum_gradients_over({weight, bias}, *ctx.world);
+    if (ctx.rank == 0) sent = static_cast<double>(ctx.world->ledger().total().bytes_sent);
+  }, "the library's sum timed out: ");
+  return sent;
+}
+
 int main() {
   exercises::Grader grader("17_sp_layernorm");
+  grader.predict("bytes one rank sends to sum a LayerNorm's gradients (C = 768) at tp 4",
+                 impl::predicted_ln_sum_bytes_sent, measured_ln_sum_bytes_sent, 0, "bytes");
   grader.check("scatter_tokens (tp 2, 4): rank r keeps tokens [r·T/tp, (r+1)·T/tp), no communication", [] {
     for (int tp : {2, 4}) {
       const Tensor x = seeded_randn({kB, kT, kC}, 7);

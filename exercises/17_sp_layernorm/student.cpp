@@ -41,6 +41,12 @@ namespace exercise17 {
 
 using sl::parallel::ProcessGroupPtr;
 
+// PREDICT FIRST, before any code. GPT-2 small's LayerNorm (C = 768, weight and bias f32) under
+// sequence parallelism at tp 4: how many bytes does one rank send to sum its weight's and bias's
+// gradients over the tp group? Replace the throw with your number; the grader runs the library's sum
+// and reads the ledger.
+double predicted_ln_sum_bytes_sent() { throw exercises::NotImplemented("predicted_ln_sum_bytes_sent (predict first)"); }
+
 // x [B, T, C], the same on every rank -> this rank's tokens [B, T/tp, C]: rank r keeps
 // [r·T/tp, (r+1)·T/tp). No communication. Throws sl::Error (naming T and tp) unless tp divides T.
 sl::Tensor scatter_tokens(const sl::Tensor& x, const ProcessGroupPtr& group) {

@@ -16,6 +16,8 @@ namespace exercise17 {
 
 using sl::parallel::ProcessGroupPtr;
 
+double predicted_ln_sum_bytes_sent() { return 2.0 * (4 - 1) / 4 * 2 * 768 * 4; }  // all-reduce of 2C floats
+
 sl::Tensor scatter_tokens(const sl::Tensor& x, const ProcessGroupPtr& group) {
   const int64_t T = x.size(1), tp = group->size();
   SL_CHECK(T % tp == 0, "scatter_tokens: T ", T, " does not split over tp ", tp);

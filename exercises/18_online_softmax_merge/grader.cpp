@@ -22,6 +22,7 @@ using exercises::expect;
 using namespace exercise18::serial;
 
 namespace exercise18 {
+double predicted_weight_of_a();
 BlockOutput attend_block(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<int64_t>& pos_q,
                          const std::vector<int64_t>& pos_k, bool causal);
 BlockOutput merge_blocks(const BlockOutput& a, const BlockOutput& b);
@@ -29,6 +30,8 @@ BlockOutput merge_blocks(const BlockOutput& a, const BlockOutput& b);
 
 #ifdef SL_SOLUTION
 namespace solution {
+// Equal scores: softmax weights 1/(visible keys). Keys 0-5 are visible, 4 of them in A: w = 4/6.
+double predicted_weight_of_a() { return 4.0 / 6; }
 // The library's blocks know three masks (none, causal on a square diagonal, skip). For a causal mask
 // by positions with pos_k ascending, query row i sees a prefix of the keys: one library block per row.
 BlockOutput attend_block(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<int64_t>& pos_q,
@@ -198,8 +201,22 @@ static void expect_block(const Problem& p, const Tensor& q, const std::vector<in
     expect(false, diagnose_block(got, p, pos_q, pos_k, q, causal));
 }
 
+// The prediction's measure: the library's blocks for queries at positions 4-7 (q = 0): A = keys 0-3 unmasked,
+// B = keys 4-7 with the diagonal's causal mask; merged; w = e^(lse_A - lse) of the query at position 5.
+static double measured_weight_of_a() {
+  const Tensor q = zeros({1, 1, 4, 4}), k = exercises::seeded_randn({1, 1, 8, 4}, 5),
+               v = exercises::seeded_randn({1, 1, 8, 4}, 6);
+  BlockOutput merged = attention_block_forward(q, k.narrow(2, 0, 4), v.narrow(2, 0, 4), BlockMask::none, 0);
+  const double lse_a = merged.lse.to_vector()[1];
+  const BlockOutput b = attention_block_forward(q, k.narrow(2, 4, 4), v.narrow(2, 4, 4), BlockMask::causal, 0);
+  merge_attention(merged.out, merged.lse, b.out, b.lse);
+  return std::exp(lse_a - merged.lse.to_vector()[1]);
+}
+
 int main() {
   exercises::Grader grader("18_online_softmax_merge");
+  grader.predict("the merged weight w = e^(lse_A - lse) of block A (keys 0-3) for the causal query at position 5",
+                 impl::predicted_weight_of_a, measured_weight_of_a, 1e-5, "(a fraction)");
   grader.check("attend_block, no mask: out and lse == serial softmax attention (B 2, NH 2, T 9, HS 4)", [] {
     const Problem p = problem(9, 1);
     expect_block(p, p.q, p.pos, p.pos, false);

@@ -36,6 +36,12 @@
 
 namespace exercise18 {
 
+// PREDICT FIRST, before any code. Causal attention, the query at position 5, keys at positions 0-7 in
+// two blocks, A = 0-3 and B = 4-7, every score equal (q = 0). After merging, the output is
+// w·out_A + (1 - w)·out_B with w = e^(lse_A - lse). What is w? Replace the throw with your number; the
+// grader merges the library's blocks and measures it.
+double predicted_weight_of_a() { throw exercises::NotImplemented("predicted_weight_of_a (predict first)"); }
+
 // q [B, NH, Tq, HS], k, v [B, NH, Tk, HS] (f64); pos_q [Tq], pos_k [Tk] the tokens' global positions.
 // causal: key j is visible to query i iff pos_k[j] <= pos_q[i]; otherwise every key is visible.
 // Returns out [B, NH, Tq, HS] and lse [B, NH, Tq] over this block's visible keys.

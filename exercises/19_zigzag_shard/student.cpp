@@ -17,8 +17,14 @@
 //   key chunk == query chunk   diagonal   the causal triangle (key j <= query i inside the chunk)
 //   key chunk >  query chunk   none  every key is in the future: skip it
 //
-// The tools: x.size(1) is T; x.narrow(1, start, length) copies tokens [start, start + length) of
-// [B, T, C]; sl::cat({a, b, ...}, 1) joins along T (tensor/ops.h). SL_CHECK(cond, "message", values...)
+// Lesson 13 writes the positions a rank holds on its page; they are given below. Yours is the rest: the
+// inverse map (which rank, and where in it, holds position p), the shard and its inverse along any
+// dimension (attention's tensors are [B, NH, T, HS], the sequence at dim 2), and the causal rule per
+// chunk pair. The grader gathers the library's ring attention's gradients with your unshard and holds
+// them to the serial attention's.
+//
+// The tools: x.size(dim) is T; x.narrow(dim, start, length) copies tokens [start, start + length) along
+// dim; sl::cat({a, b, ...}, dim) joins along it (tensor/ops.h). SL_CHECK(cond, "message", values...)
 // throws sl::Error (tensor/error.h). Do not call the library's SequenceShard: that is the answer.
 //
 // Grade it:  make exercise N=19
@@ -32,25 +38,50 @@
 
 namespace exercise19 {
 
+// PREDICT FIRST, before any code. Causal attention over T = 64 tokens, context parallel cp 4 with the
+// zigzag shard. How many visible (query, key) pairs does rank 0 compute over all ring steps (a pair is
+// visible when pos_k <= pos_q)? Replace the throw with your number; the grader counts the library's
+// per-step work.
+double predicted_rank0_pairs() { throw exercises::NotImplemented("predicted_rank0_pairs (predict first)"); }
+
 // What a query chunk computes against a key chunk (the grader declares the same enum).
 enum class PairWork { none, diagonal, all };
 
-// The global positions of rank `rank`'s tokens, in local order: T / cp of them.
-// Throws sl::Error (naming T and 2·cp) unless T is divisible by 2·cp.
+// Where a global position lives: on rank `rank`, at local index `local` (0 <= local < T / cp).
+struct Owner {
+  int rank = 0;
+  int64_t local = 0;
+};
+
+// GIVEN (lesson 13's positions_on_page): the global positions of rank `rank`'s tokens, in local order,
+// T / cp of them: chunk r's, then chunk 2·cp-1-r's.
 std::vector<int64_t> zigzag_positions(int64_t T, int cp, int rank) {
-  // TODO: chunk r's positions, then chunk 2·cp-1-r's.
-  throw exercises::NotImplemented("zigzag_positions");
+  SL_CHECK(cp >= 1 && T % (2 * cp) == 0, "zigzag: T ", T, " is not divisible by 2·cp = ", 2 * cp);
+  const int64_t c = T / (2 * cp);
+  std::vector<int64_t> positions;
+  for (int64_t chunk : {int64_t(rank), int64_t(2 * cp - 1 - rank)})
+    for (int64_t i = 0; i < c; ++i) positions.push_back(chunk * c + i);
+  return positions;
 }
 
-// x [B, T, C] (the whole sequence) -> rank `rank`'s tokens [B, T / cp, C], in local order.
-sl::Tensor shard(const sl::Tensor& x, int cp, int rank) {
-  // TODO: two narrows along dim 1, joined.
+// The inverse of zigzag_positions: the rank holding global position `position`, and its local index.
+// Throws sl::Error unless T is divisible by 2·cp and 0 <= position < T.
+Owner zigzag_owner(int64_t T, int cp, int64_t position) {
+  // TODO: the chunk of `position`; its rank (chunk k < cp: rank k; else the mirror); where in the rank.
+  throw exercises::NotImplemented("zigzag_owner");
+}
+
+// x, the whole sequence along `dim` (T = x.size(dim)) -> rank `rank`'s tokens, T / cp along `dim`,
+// in local order. [B, T, C] with dim 1; q, k, v [B, NH, T, HS] with dim 2.
+sl::Tensor shard(const sl::Tensor& x, int dim, int cp, int rank) {
+  // TODO: two narrows along dim, joined.
   throw exercises::NotImplemented("shard");
 }
 
-// shards[r] [B, T / cp, C], one per rank (cp = shards.size()) -> the whole sequence [B, T, C].
-sl::Tensor unshard(const std::vector<sl::Tensor>& shards) {
-  // TODO: put every rank's two chunks back in chunk order 0, 1, ..., 2·cp-1.
+// shards[r], rank r's tokens along `dim` (cp = shards.size()) -> the whole sequence in position order:
+// the inverse of shard. An all-gather hands you the shards in rank order; this puts the tokens back.
+sl::Tensor unshard(const std::vector<sl::Tensor>& shards, int dim) {
+  // TODO: every chunk 0, 1, ..., 2·cp-1 from the rank that holds it.
   throw exercises::NotImplemented("unshard");
 }
 

@@ -1,36 +1,61 @@
 // exercises/19_zigzag_shard/wrong_chunks_swapped.cpp — a wrong shard: the rank's two chunks in the wrong order.
 //
-// A common mistake: the right two chunks, joined late chunk first (chunk 2·cp-1-r, then chunk r).
-// The tokens are the right ones, so the work is balanced, but local order matters: every rank's
-// positions, its causal masks and the unshard that puts the sequence back assume chunk r comes
-// first. A shard in another order than SequenceShard's attends with the wrong positions.
+// A common mistake: the right two chunks, joined late chunk first (chunk 2·cp-1-r, then chunk r),
+// and the owner map and unshard written to match. The tokens are the right ones, so the work is
+// balanced, but local order matters: every rank's positions, its causal masks and the library's ring
+// attention assume chunk r comes first. A shard in another order than SequenceShard's attends with
+// the wrong positions.
 // expect: chunk 2·cp-1-r comes first
 #include <array>
 #include <cstdint>
 #include <vector>
 
 #include "exercises/grader.h"
+#include "tensor/error.h"
 #include "tensor/ops.h"
 
 namespace exercise19 {
 
+double predicted_rank0_pairs() { return 64.0 * 65 / 2 / 4; }  // a fair share of T(T+1)/2
+
 enum class PairWork { none, diagonal, all };
 
-std::vector<int64_t> zigzag_positions(int64_t T, int cp, int rank) {
-  throw exercises::NotImplemented("zigzag_positions");
+struct Owner {
+  int rank = 0;
+  int64_t local = 0;
+};
+
+Owner zigzag_owner(int64_t T, int cp, int64_t position) {
+  SL_CHECK(cp >= 1 && T % (2 * cp) == 0, "zigzag: T ", T, " is not divisible by 2·cp = ", 2 * cp);
+  SL_CHECK(position >= 0 && position < T, "zigzag: position ", position, " is not in [0, ", T, ")");
+  const int64_t c = T / (2 * cp), chunk = position / c, offset = position % c;
+  if (chunk < cp) return {static_cast<int>(chunk), c + offset};  // the mistake: chunk r second
+  return {static_cast<int>(2 * cp - 1 - chunk), offset};
 }
 
-// x [B, T, C] -> this rank's two chunks along T, joined.
-sl::Tensor shard(const sl::Tensor& x, int cp, int rank) {
-  const int64_t c = x.size(1) / (2 * cp);
-  const sl::Tensor early = x.narrow(1, rank * c, c), late = x.narrow(1, (2 * cp - 1 - rank) * c, c);
-  return sl::cat({late, early}, 1);  // the mistake: chunk r belongs first
+sl::Tensor shard(const sl::Tensor& x, int dim, int cp, int rank) {
+  const int64_t T = x.size(dim);
+  SL_CHECK(T % (2 * cp) == 0, "zigzag: T ", T, " is not divisible by 2·cp = ", 2 * cp);
+  const int64_t c = T / (2 * cp);
+  return sl::cat({x.narrow(dim, (2 * cp - 1 - rank) * c, c), x.narrow(dim, rank * c, c)}, dim);  // the mistake: late first
 }
 
-sl::Tensor unshard(const std::vector<sl::Tensor>& shards) { throw exercises::NotImplemented("unshard"); }
+sl::Tensor unshard(const std::vector<sl::Tensor>& shards, int dim) {
+  const int cp = static_cast<int>(shards.size());
+  const int64_t c = shards[0].size(dim) / 2;
+  std::vector<sl::Tensor> chunks;  // chunk k: rank k's second half, or rank 2·cp-1-k's first (as shard laid them)
+  for (int k = 0; k < 2 * cp; ++k)
+    chunks.push_back(k < cp ? shards[static_cast<size_t>(k)].narrow(dim, c, c) : shards[static_cast<size_t>(2 * cp - 1 - k)].narrow(dim, 0, c));
+  return sl::cat(chunks, dim);
+}
 
 std::array<std::array<PairWork, 2>, 2> causal_pairs(int cp, int q_rank, int kv_rank) {
-  throw exercises::NotImplemented("causal_pairs");
+  const int q_chunk[2] = {q_rank, 2 * cp - 1 - q_rank}, k_chunk[2] = {kv_rank, 2 * cp - 1 - kv_rank};
+  std::array<std::array<PairWork, 2>, 2> pairs{};
+  for (int a = 0; a < 2; ++a)
+    for (int b = 0; b < 2; ++b)
+      pairs[a][b] = k_chunk[b] < q_chunk[a] ? PairWork::all : k_chunk[b] == q_chunk[a] ? PairWork::diagonal : PairWork::none;
+  return pairs;
 }
 
 }  // namespace exercise19

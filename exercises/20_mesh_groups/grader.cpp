@@ -1,10 +1,13 @@
-// exercises/20_mesh_groups/grader.cpp — grades the mesh's coordinates and groups (student.cpp).
+// exercises/20_mesh_groups/grader.cpp — grades a rank's coordinates and groups on a mesh laid out in any order.
 //
-// Lesson 14's world 8 first; then a real DeviceMesh on thread ranks (parallel/comm/launch.h) for worlds
-// 8, 12 and 16; then every mesh of worlds 1 to 16 (every way to write the world as pp x dp_replicate x
-// dp_shard x cp x tp) against DeviceMesh::group_members, which needs no ranks. A wrong answer is
-// compared with the layouts students mix up: column-major, the config's field order, another
-// dimension's stride. With -DSL_SOLUTION the library's DeviceMesh stands in.
+// The library's DeviceMesh has one order, [pp, dp_replicate, dp_shard, cp, tp]. A mesh in another order
+// is the library's mesh over permuted degrees: grid position i gets the degree of order[i], so
+// DeviceMesh::group_members over a config of those degrees, asked about the positions that `order`
+// gives a set's dimensions, names the set's group in that order; a dimension's coordinate is the rank's
+// index in its group. That composition is the reference (the SL_SOLUTION branch), and a real
+// DeviceMesh on thread ranks (parallel/comm/launch.h) built over the permuted degrees checks it. A wrong
+// answer is compared with the mistakes students make: the order read fastest first, shardlab's own
+// order taken instead of `order`, coordinates filed by position, a product taken as one dimension.
 #include <algorithm>
 #include <array>
 #include <string>
@@ -18,65 +21,98 @@
 using namespace sl::parallel;
 using exercises::expect;
 using Coordinates = std::array<int, 5>;
+using GridOrder = std::array<MeshDim, 5>;
 
 namespace exercise20 {
-Coordinates mesh_coordinates(const ParallelismConfig& config, int rank);
-std::vector<int> mesh_group(const ParallelismConfig& config, MeshDim dim, int rank);
+double predicted_pp_partner();
+Coordinates mesh_coordinates(const ParallelismConfig& config, const GridOrder& order, int rank);
+std::vector<int> mesh_group(const ParallelismConfig& config, const GridOrder& order, MeshDim dim, int rank);
 }  // namespace exercise20
+
+constexpr GridOrder kShardlab = {MeshDim::pp, MeshDim::dp_replicate, MeshDim::dp_shard, MeshDim::cp, MeshDim::tp};
+// Megatron-LM's "tp-cp-ep-pp-dp" (written fastest first): the stages inside data parallelism.
+constexpr GridOrder kMegatronPpInsideDp = {MeshDim::dp_replicate, MeshDim::dp_shard, MeshDim::pp, MeshDim::cp, MeshDim::tp};
+// HSDP's replicas outermost, the stages between them and the shards: dp and dp_cp split by pp.
+constexpr GridOrder kReplicasOutside = {MeshDim::dp_replicate, MeshDim::pp, MeshDim::dp_shard, MeshDim::cp, MeshDim::tp};
+constexpr GridOrder kTpOutermost = {MeshDim::tp, MeshDim::cp, MeshDim::dp_shard, MeshDim::dp_replicate, MeshDim::pp};
+
+static GridOrder reversed(GridOrder order) {
+  std::reverse(order.begin(), order.end());
+  return order;
+}
 
 // The grid dimensions (indices into kGridDims) `dim` covers: itself, or a product's parts (mesh_dim.h).
 static std::vector<int> dims_of(MeshDim dim) {
-  switch (dim) {
-    case MeshDim::dp: return {1, 2};
-    case MeshDim::dp_shard_cp: return {2, 3};
-    case MeshDim::dp_cp: return {1, 2, 3};
-    default: return {grid_index(dim)};
-  }
+  std::vector<int> dims;
+  for (MeshDim part : grid_dims(grid_mask(dim))) dims.push_back(grid_index(part));
+  return dims;
 }
 
-// A layout: layout[i] = the dimension at grid position i, outermost first. The library's is
-// {0, 1, 2, 3, 4}; the mistakes below permute it. The library's group_members over a config whose
-// degrees are permuted the same way gives the groups that layout would make.
-using Layout = std::array<int, 5>;
-constexpr Layout kRowMajor = {0, 1, 2, 3, 4}, kColumnMajor = {4, 3, 2, 1, 0}, kFieldOrder = {1, 2, 0, 3, 4};
-
-static std::vector<int> members_in_layout(const ParallelismConfig& config, const Layout& layout, const std::vector<int>& dims,
-                                          int rank) {
+// The library's config whose grid position i has the degree of order[i].
+static ParallelismConfig laid_out(const ParallelismConfig& config, const GridOrder& order) {
   const Coordinates degrees = config.degrees();
   Coordinates permuted{};
-  MeshDims names;
-  for (int position = 0; position < 5; ++position) {
-    permuted[static_cast<size_t>(position)] = degrees[static_cast<size_t>(layout[static_cast<size_t>(position)])];
-    for (int d : dims)
-      if (layout[static_cast<size_t>(position)] == d) names.push_back(kGridDims[static_cast<size_t>(position)]);
-  }
-  const ParallelismConfig as_laid_out{permuted[1], permuted[2], permuted[0], permuted[3], permuted[4]};
-  return DeviceMesh::group_members(as_laid_out, names, rank);
+  for (size_t position = 0; position < 5; ++position) permuted[position] = degrees[static_cast<size_t>(grid_index(order[position]))];
+  return ParallelismConfig{.dp_replicate = permuted[1], .dp_shard = permuted[2], .pp = permuted[0], .cp = permuted[3], .tp = permuted[4]};
+}
+
+// `rank`'s group over the grid dimensions `dims` on the grid laid out in `order`: the library's group
+// over the positions `order` gives them.
+static std::vector<int> members_in_order(const ParallelismConfig& config, const GridOrder& order, const std::vector<int>& dims,
+                                         int rank) {
+  MeshDims positions;
+  for (size_t position = 0; position < 5; ++position)
+    if (std::find(dims.begin(), dims.end(), grid_index(order[position])) != dims.end()) positions.push_back(kGridDims[position]);
+  return DeviceMesh::group_members(laid_out(config, order), positions, rank);
 }
 
 // A coordinate is the rank's index in its group along that one dimension (coordinate == group rank).
-static Coordinates coordinates_in_layout(const ParallelismConfig& config, const Layout& layout, int rank) {
+static Coordinates coordinates_in_order(const ParallelismConfig& config, const GridOrder& order, int rank) {
   Coordinates coords{};
   for (int d = 0; d < 5; ++d) {
-    const std::vector<int> group = members_in_layout(config, layout, {d}, rank);
-    for (size_t i = 0; i < group.size(); ++i)
-      if (group[i] == rank) coords[static_cast<size_t>(d)] = static_cast<int>(i);
+    const std::vector<int> group = members_in_order(config, order, {d}, rank);
+    coords[static_cast<size_t>(d)] = static_cast<int>(std::find(group.begin(), group.end(), rank) - group.begin());
   }
   return coords;
 }
 
-// The same coordinates listed in the layout's position order (a student's array in the wrong order).
-static Coordinates in_positions(const Coordinates& by_dimension, const Layout& layout) {
+// The same coordinates filed by their position in `order` (coords[i] belongs to order[i]).
+static Coordinates by_position(const Coordinates& by_dimension, const GridOrder& order) {
   Coordinates out{};
-  for (size_t i = 0; i < 5; ++i) out[i] = by_dimension[static_cast<size_t>(layout[i])];
+  for (size_t i = 0; i < 5; ++i) out[i] = by_dimension[static_cast<size_t>(grid_index(order[i]))];
   return out;
+}
+
+// The mistake for a product: one dimension of size (the parts' product) with its innermost part's
+// stride, as if its parts sat next to each other in `order`.
+static std::vector<int> product_as_one_dimension(const ParallelismConfig& config, const GridOrder& order, const std::vector<int>& dims,
+                                                 int rank) {
+  const Coordinates degrees = config.degrees(), coords = coordinates_in_order(config, order, rank);
+  int stride = 1, innermost_stride = 0, base = rank, size = 1;
+  for (int position = 4; position >= 0; --position) {
+    const int d = grid_index(order[static_cast<size_t>(position)]);
+    if (std::find(dims.begin(), dims.end(), d) != dims.end()) {
+      if (innermost_stride == 0) innermost_stride = stride;
+      base -= coords[static_cast<size_t>(d)] * stride;
+      size *= degrees[static_cast<size_t>(d)];
+    }
+    stride *= degrees[static_cast<size_t>(d)];
+  }
+  std::vector<int> members;
+  for (int k = 0; k < size; ++k) members.push_back(base + k * innermost_stride);
+  return members;
 }
 
 #ifdef SL_SOLUTION
 namespace solution {
-Coordinates mesh_coordinates(const ParallelismConfig& config, int rank) { return coordinates_in_layout(config, kRowMajor, rank); }
-std::vector<int> mesh_group(const ParallelismConfig& config, MeshDim dim, int rank) {
-  return DeviceMesh::group_members(config, {dim}, rank);
+// In {dp_replicate, dp_shard, pp, cp, tp} the dimensions inside pp are cp and tp: pp's stride is
+// cp·tp = 4, so rank 3 (pp 0) pairs with rank 3 + 4. In shardlab's order it would be 3 + 16/2 = 11.
+double predicted_pp_partner() { return 3 + 2 * 2; }
+Coordinates mesh_coordinates(const ParallelismConfig& config, const GridOrder& order, int rank) {
+  return coordinates_in_order(config, order, rank);
+}
+std::vector<int> mesh_group(const ParallelismConfig& config, const GridOrder& order, MeshDim dim, int rank) {
+  return members_in_order(config, order, dims_of(dim), rank);
 }
 }  // namespace solution
 namespace impl = solution;
@@ -90,67 +126,93 @@ static std::string spell(const std::vector<int>& values) {
   return out + "}";
 }
 static std::string spell(const Coordinates& c) { return spell(std::vector<int>(c.begin(), c.end())); }
-static std::string where(const ParallelismConfig& config, int rank) {
-  return "mesh [pp, dp_replicate, dp_shard, cp, tp] = " + spell(config.degrees()) + ", rank " + std::to_string(rank);
+static std::string spell(const GridOrder& order) {
+  std::string out = "[";
+  for (size_t i = 0; i < 5; ++i) out += (i ? ", " : "") + std::string(name(order[i]));
+  return out + "]";
+}
+static std::string where(const ParallelismConfig& config, const GridOrder& order, int rank) {
+  std::string degrees;
+  for (MeshDim dim : order) degrees += (degrees.empty() ? "" : " x ") + std::string(name(dim)) + " " + std::to_string(config.degrees()[static_cast<size_t>(grid_index(dim))]);
+  return "order " + spell(order) + ", mesh " + degrees + ", rank " + std::to_string(rank);
 }
 
-static void expect_coordinates(const ParallelismConfig& config, int rank, const Coordinates& want) {
-  const Coordinates got = impl::mesh_coordinates(config, rank);
+static void expect_coordinates(const ParallelismConfig& config, const GridOrder& order, int rank, const Coordinates& want) {
+  const Coordinates got = impl::mesh_coordinates(config, order, rank);
   if (got == want) return;
-  std::string why = "coordinates " + spell(got) + ", the mesh says " + spell(want);
-  if (got == coordinates_in_layout(config, kColumnMajor, rank))
-    why += ": that is column-major (pp innermost); the grid is row-major, tp innermost: t = rank % T first";
-  else if (got == coordinates_in_layout(config, kFieldOrder, rank) || got == in_positions(coordinates_in_layout(config, kFieldOrder, rank), kFieldOrder))
-    why += ": that lays the grid out in ParallelismConfig's field order (dp_replicate, dp_shard, pp, ...); use config.degrees()";
+  std::string why = "coordinates " + spell(got) + " (pp, dp_replicate, dp_shard, cp, tp), the mesh says " + spell(want);
+  if (got == coordinates_in_order(config, reversed(order), rank))
+    why += ": that reads the order fastest first, as Megatron writes its strings; order[0] is the outermost, "
+           "order[4] varies fastest";
+  else if (got == coordinates_in_order(config, kShardlab, rank))
+    why += ": that is shardlab's own order [pp, dp_replicate, dp_shard, cp, tp], lesson 14's grid; lay the ranks out in `order`";
+  else if (got == by_position(want, order))
+    why += ": those are filed by their position in `order`; return them in grid order, coords[grid_index(order[i])]";
   else
-    why += ": peel them off innermost first, coordinate = rank % degree, then rank /= degree";
-  expect(false, where(config, rank) + ": " + why);
+    why += ": peel them off from the last dimension of `order`: coordinate = rank % degree, then rank /= degree";
+  expect(false, where(config, order, rank) + ": " + why);
 }
 
-static void expect_group(const ParallelismConfig& config, MeshDim dim, int rank) {
-  const std::vector<int> got = impl::mesh_group(config, dim, rank), want = DeviceMesh::group_members(config, {dim}, rank);
-  if (got == want) return;
-  const std::string name(sl::parallel::name(dim));
-  std::string why = "the " + name + " group is " + spell(got) + ", the mesh's is " + spell(want);
+static void expect_group(const ParallelismConfig& config, const GridOrder& order, MeshDim dim, int rank) {
   const std::vector<int> dims = dims_of(dim);
-  // A single dimension whose group this is. A product's own parts are tried first, then the dimensions
-  // of size > 1: a size-1 dimension's group is the rank alone, which any group of one matches.
-  std::vector<int> order = dims.size() > 1 ? dims : std::vector<int>{};
-  const Coordinates degrees = config.degrees();
+  const std::vector<int> got = impl::mesh_group(config, order, dim, rank), want = members_in_order(config, order, dims, rank);
+  if (got == want) return;
+  const std::string dim_name(name(dim));
+  std::string why = "the " + dim_name + " group is " + spell(got) + ", the mesh's is " + spell(want);
+  // The student's groups are built from every rank's coordinates: are they right everywhere?
+  bool coordinates_right = true;
+  try {
+    for (int other = 0; other < config.world_size() && coordinates_right; ++other)
+      coordinates_right = impl::mesh_coordinates(config, order, other) == coordinates_in_order(config, order, other);
+  } catch (const exercises::NotImplemented&) {
+    coordinates_right = false;
+  }
+  // A grid dimension whose group this is: a product's own parts first, then the dimensions of size > 1
+  // (a size-1 dimension's group is the rank alone, which any group of one matches).
+  std::vector<int> candidates = dims.size() > 1 ? dims : std::vector<int>{};
   for (int pass = 0; pass < 2; ++pass)
     for (int d = 0; d < 5; ++d)
-      if (std::find(order.begin(), order.end(), d) == order.end() && (degrees[static_cast<size_t>(d)] > 1) == (pass == 0))
-        order.push_back(d);
-  std::string other_dimension, part_of;  // part_of: the name is a product and the group is one of its parts
-  for (int d : order)
-    if (other_dimension.empty() && dims != std::vector<int>{d} && got == members_in_layout(config, kRowMajor, {d}, rank)) {
-      other_dimension = sl::parallel::name(kGridDims[static_cast<size_t>(d)]);
-      if (std::find(dims.begin(), dims.end(), d) != dims.end()) part_of = name;
+      if (std::find(candidates.begin(), candidates.end(), d) == candidates.end() && (config.degrees()[static_cast<size_t>(d)] > 1) == (pass == 0))
+        candidates.push_back(d);
+  std::string other_dimension;
+  bool part_of_product = false;
+  for (int d : candidates)
+    if (other_dimension.empty() && dims != std::vector<int>{d} && got == members_in_order(config, order, {d}, rank)) {
+      other_dimension = name(kGridDims[static_cast<size_t>(d)]);
+      part_of_product = std::find(dims.begin(), dims.end(), d) != dims.end();
     }
-  bool coordinates_right = false;  // then a column-major group is a coincidence, the dimension is wrong
-  try {
-    coordinates_right = impl::mesh_coordinates(config, rank) == coordinates_in_layout(config, kRowMajor, rank);
-  } catch (const exercises::NotImplemented&) {
-  }
-  if (!part_of.empty() && coordinates_right) {
+  if (dims.size() > 1 && got == product_as_one_dimension(config, order, dims, rank)) {
+    why += ": that takes " + dim_name + " as one dimension with its innermost part's stride; in this order its parts are not "
+           "neighbours, so its group is every rank that agrees on the other dimensions";
+  } else if (!coordinates_right) {
+    why += ": mesh_coordinates is wrong for some rank of this mesh: fix it first, the groups follow from the coordinates";
+  } else if (part_of_product) {
     std::string parts;
-    for (int d : dims) parts += (parts.empty() ? "" : " x ") + std::string(sl::parallel::name(kGridDims[static_cast<size_t>(d)]));
-    why += ": that is the " + other_dimension + " group only; " + name + " is " + parts + ", its group spans them all";
-  } else if (!other_dimension.empty() && coordinates_right)
-    why += ": that is the " + other_dimension + " group: a stride of the wrong dimension";
-  else if (got == members_in_layout(config, kColumnMajor, dims, rank))
-    why += ": that is the column-major group (pp innermost); the grid is row-major with tp innermost";
-  else if (got == members_in_layout(config, kFieldOrder, dims, rank))
-    why += ": that is the group in ParallelismConfig's field order; the grid's order is config.degrees()";
-  else if (std::find(got.begin(), got.end(), rank) == got.end())
+    for (int d : dims) parts += (parts.empty() ? "" : " x ") + std::string(name(kGridDims[static_cast<size_t>(d)]));
+    why += ": that is the " + other_dimension + " group only; " + dim_name + " is " + parts + ", its group spans them all";
+  } else if (got == members_in_order(config, reversed(order), dims, rank)) {
+    why += ": that is the group with the order read fastest first; order[0] is the outermost";
+  } else if (got == members_in_order(config, kShardlab, dims, rank)) {
+    why += ": that is the group in shardlab's own order [pp, dp_replicate, dp_shard, cp, tp]; lay the ranks out in `order`";
+  } else if (std::find(got.begin(), got.end(), rank) == got.end()) {
     why += ": it must hold the rank itself";
-  else if (got.size() == want.size() && !std::is_sorted(got.begin(), got.end()))
+  } else if (got.size() == want.size() && !std::is_sorted(got.begin(), got.end())) {
     why += ": list the members ascending (the group rank order)";
-  else if (!coordinates_right)
-    why += ": mesh_coordinates is wrong for this rank too: fix it first, the groups follow from the coordinates";
-  else if (!other_dimension.empty())
+  } else if (!other_dimension.empty()) {
     why += ": that is the " + other_dimension + " group: a stride of the wrong dimension";
-  expect(false, where(config, rank) + ": " + why);
+  }
+  expect(false, where(config, order, rank) + ": " + why);
+}
+
+static void expect_every_group(const ParallelismConfig& config, const GridOrder& order, int rank) {
+  for (MeshDim dim : kGridDims) expect_group(config, order, dim, rank);
+  for (MeshDim dim : kProductDims) expect_group(config, order, dim, rank);
+}
+
+// Every rank's coordinates first (a wrong group is most often wrong coordinates), then every group.
+static void expect_mesh(const ParallelismConfig& config, const GridOrder& order) {
+  for (int rank = 0; rank < config.world_size(); ++rank) expect_coordinates(config, order, rank, coordinates_in_order(config, order, rank));
+  for (int rank = 0; rank < config.world_size(); ++rank) expect_every_group(config, order, rank);
 }
 
 // Every config of worlds 1..16: each degree >= 1, product <= 16.
@@ -164,53 +226,94 @@ static std::vector<ParallelismConfig> every_mesh() {
   return meshes;
 }
 
-// Each rank of a real DeviceMesh (thread ranks) reports its coordinates; the student's must match.
-static void expect_like_device_mesh(const ParallelismConfig& config) {
+// Every permutation of the five grid dimensions: 120 orders.
+static std::vector<GridOrder> every_order() {
+  std::vector<GridOrder> orders;
+  GridOrder order = kShardlab;
+  std::array<int, 5> index = {0, 1, 2, 3, 4};
+  do {
+    for (size_t i = 0; i < 5; ++i) order[i] = kGridDims[static_cast<size_t>(index[i])];
+    orders.push_back(order);
+  } while (std::next_permutation(index.begin(), index.end()));
+  return orders;
+}
+
+// Each rank of a real DeviceMesh over the permuted degrees (thread ranks) reports its coordinates, one
+// per position of `order`; filed under their dimensions, the student's must match.
+static void expect_like_device_mesh(const ParallelismConfig& config, const GridOrder& order) {
   const int world = config.world_size();
-  std::vector<Coordinates> mesh_says(static_cast<size_t>(world));
+  std::vector<Coordinates> by_position_says(static_cast<size_t>(world));
   launch(world, [&](RankContext& ctx) {
-    const DeviceMesh mesh(ctx.world, config);
-    mesh_says[static_cast<size_t>(ctx.rank)] = mesh.coordinates();
+    const DeviceMesh mesh(ctx.world, laid_out(config, order));
+    by_position_says[static_cast<size_t>(ctx.rank)] = mesh.coordinates();
   }, exercises::thread_ranks());
-  for (int rank = 0; rank < world; ++rank) expect_coordinates(config, rank, mesh_says[static_cast<size_t>(rank)]);
+  for (int rank = 0; rank < world; ++rank) {
+    Coordinates want{};
+    for (size_t i = 0; i < 5; ++i) want[static_cast<size_t>(grid_index(order[i]))] = by_position_says[static_cast<size_t>(rank)][i];
+    expect_coordinates(config, order, rank, want);
+  }
+}
+
+const ParallelismConfig kPredictMesh{.dp_shard = 2, .pp = 2, .cp = 2, .tp = 2};  // world 16
+
+// The prediction's measure: the member of rank 3's pp group that is not rank 3, from the library's mesh.
+static double measured_pp_partner() {
+  for (int member : members_in_order(kPredictMesh, kMegatronPpInsideDp, {grid_index(MeshDim::pp)}, 3))
+    if (member != 3) return member;
+  return -1;
 }
 
 int main() {
   exercises::Grader grader("20_mesh_groups");
+  grader.predict("the other rank of rank 3's pp group at world 16 = pp 2 x dp_shard 2 x cp 2 x tp 2 in order "
+                 "{dp_replicate, dp_shard, pp, cp, tp}",
+                 impl::predicted_pp_partner, measured_pp_partner, 0, "(a rank)");
   const ParallelismConfig lesson{2, 1, 2, 1, 2};  // world 8 = pp 2 x dp_replicate 2 x tp 2
-  grader.check("lesson 14's world 8 = pp 2 x dp 2 x tp 2: coordinates, tp {0,1}, dp {0,2}, pp {0,4} groups", [&] {
-    for (int rank = 0; rank < 8; ++rank) {
-      expect_coordinates(lesson, rank, {rank / 4, rank / 2 % 2, 0, 0, rank % 2});
-      for (MeshDim dim : {MeshDim::tp, MeshDim::dp_replicate, MeshDim::pp, MeshDim::dp}) expect_group(lesson, dim, rank);
-    }
+  grader.check("lesson 14's world 8 = pp 2 x dp 2 x tp 2 in shardlab's order: tp {0,1}, dp {0,2}, pp {0,4} groups", [&] {
+    for (int rank = 0; rank < 8; ++rank) expect_coordinates(lesson, kShardlab, rank, {rank / 4, rank / 2 % 2, 0, 0, rank % 2});
+    expect_mesh(lesson, kShardlab);
   });
-  grader.check("coordinates equal a real DeviceMesh's on thread ranks (worlds 8, 12, 16)", [] {
-    expect_like_device_mesh(ParallelismConfig{1, 2, 2, 1, 2});
-    expect_like_device_mesh(ParallelismConfig{1, 3, 2, 1, 2});
-    expect_like_device_mesh(ParallelismConfig{2, 2, 1, 2, 2});  // Accelerate's dp_shard 2 x dp_replicate 2 x cp 2 x tp 2
+  grader.check("the same world 8 in Megatron's tp-cp-ep-pp-dp order: pp {0,2}, dp {0,4} groups", [&] {
+    for (int rank = 0; rank < 8; ++rank) expect_coordinates(lesson, kMegatronPpInsideDp, rank, {rank / 2 % 2, rank / 4, 0, 0, rank % 2});
+    expect_mesh(lesson, kMegatronPpInsideDp);
+  });
+  grader.check("world 16 = pp 2 x dp_shard 2 x cp 2 x tp 2 in Megatron's tp-cp-ep-pp-dp order: every group", [] {
+    expect_mesh(kPredictMesh, kMegatronPpInsideDp);
+  });
+  grader.check("coordinates equal a real DeviceMesh's on thread ranks over the permuted degrees (worlds 8, 12, 16)", [] {
+    expect_like_device_mesh(ParallelismConfig{1, 2, 2, 1, 2}, kMegatronPpInsideDp);
+    expect_like_device_mesh(ParallelismConfig{1, 3, 2, 1, 2}, kTpOutermost);
+    expect_like_device_mesh(ParallelismConfig{2, 2, 1, 2, 2}, kReplicasOutside);
+  });
+  // Five degrees, all different where it fits, so that no mix-up of two dimensions goes unseen.
+  const ParallelismConfig distinct{.dp_replicate = 3, .dp_shard = 2, .pp = 2, .cp = 1, .tp = 4},
+      all_two{.dp_replicate = 2, .dp_shard = 2, .pp = 2, .cp = 2, .tp = 2};
+  const std::vector<GridOrder> orders = every_order();
+  grader.check("coordinates in all 120 orders: every rank of worlds 48 (pp 2, dp_replicate 3, dp_shard 2, tp 4) and 32 (all 2)", [&] {
+    for (const GridOrder& order : orders)
+      for (const ParallelismConfig& config : {distinct, all_two})
+        for (int rank = 0; rank < config.world_size(); ++rank)
+          expect_coordinates(config, order, rank, coordinates_in_order(config, order, rank));
+  });
+  grader.check("the groups of pp, dp_replicate, dp_shard, cp, tp, dp, dp_shard_cp, dp_cp in all 120 orders (worlds 48, 32)", [&] {
+    for (const GridOrder& order : orders)
+      for (const ParallelismConfig& config : {distinct, all_two})
+        for (int rank = 0; rank < config.world_size(); ++rank) expect_every_group(config, order, rank);
   });
   const std::vector<ParallelismConfig> meshes = every_mesh();
-  grader.check("coordinates of every rank of every mesh of worlds 1 to 16", [&] {
-    for (const ParallelismConfig& config : meshes)
-      for (int rank = 0; rank < config.world_size(); ++rank) expect_coordinates(config, rank, coordinates_in_layout(config, kRowMajor, rank));
+  grader.check("coordinates and every group of every mesh of worlds 1 to 16, in four orders", [&] {
+    for (const GridOrder& order : {kShardlab, kMegatronPpInsideDp, kReplicasOutside, kTpOutermost})
+      for (const ParallelismConfig& config : meshes) expect_mesh(config, order);
   });
-  grader.check("groups along pp, dp_replicate, dp_shard, cp, tp: every rank of every mesh of worlds 1 to 16", [&] {
-    for (const ParallelismConfig& config : meshes)
-      for (int rank = 0; rank < config.world_size(); ++rank)
-        for (MeshDim dim : kGridDims) expect_group(config, dim, rank);
-  });
-  grader.check("the named products dp, dp_shard_cp, dp_cp: every rank of every mesh of worlds 1 to 16", [&] {
-    for (const ParallelismConfig& config : meshes)
-      for (int rank = 0; rank < config.world_size(); ++rank)
-        for (MeshDim dim : kProductDims) expect_group(config, dim, rank);
-  });
-  grader.check("a size-1 dimension's group is the rank alone", [] {
+  grader.check("a size-1 dimension's group is the rank alone, in any order", [] {
     const ParallelismConfig tp_only{1, 1, 1, 1, 4};
-    for (int rank = 0; rank < 4; ++rank)
-      for (MeshDim dim : {MeshDim::pp, MeshDim::dp_replicate, MeshDim::dp_shard, MeshDim::cp, MeshDim::dp, MeshDim::dp_cp})
-        expect(impl::mesh_group(tp_only, dim, rank) == std::vector<int>{rank},
-               where(tp_only, rank) + ": the " + std::string(name(dim)) + " group is " +
-                   spell(impl::mesh_group(tp_only, dim, rank)) + ", but that dimension has size 1: the group is the rank alone");
+    for (const GridOrder& order : {kShardlab, kTpOutermost})
+      for (int rank = 0; rank < 4; ++rank)
+        for (MeshDim dim : {MeshDim::pp, MeshDim::dp_replicate, MeshDim::dp_shard, MeshDim::cp, MeshDim::dp, MeshDim::dp_cp}) {
+          const std::vector<int> got = impl::mesh_group(tp_only, order, dim, rank);
+          expect(got == std::vector<int>{rank}, where(tp_only, order, rank) + ": the " + std::string(name(dim)) + " group is " +
+                                                    spell(got) + ", but that dimension has size 1: the group is the rank alone");
+        }
   });
   return grader.finish();
 }

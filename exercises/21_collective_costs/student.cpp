@@ -45,6 +45,12 @@ namespace exercise21 {
 using sl::parallel::CommOp;
 using sl::parallel::Link;
 
+// PREDICT FIRST, before any code. An all-reduce of 1024 f32 (4 KiB) on a ring of 8 ranks whose links
+// have a latency of 50 µs and 1 GB/s of bandwidth: how many microseconds does it take (what each
+// rank's links are charged)? Replace the throw with your number; the grader runs the library's ring
+// over such a simulated link and reads each rank's ledger.
+double predicted_small_all_reduce_us() { throw exercises::NotImplemented("predicted_small_all_reduce_us (predict first)"); }
+
 // Seconds one call of `op` (all_reduce, reduce_scatter or all_gather) takes on a ring of n ranks whose
 // every hop is `link`, for a tensor of S = `bytes` bytes. Throw sl::Error (SL_CHECK) for another op or n < 1.
 double ring_seconds(CommOp op, int n, double bytes, const Link& link) {

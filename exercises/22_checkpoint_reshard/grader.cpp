@@ -1,48 +1,68 @@
-// exercises/22_checkpoint_reshard/grader.cpp — grades the resharding read (student.cpp).
+// exercises/22_checkpoint_reshard/grader.cpp — grades the read plan of a resharded load (student.cpp).
 //
-// A tensor whose element at global flat index i holds i + 1 (exact in f32) is cut into the pieces of a
-// saving layout (the grader's own index arithmetic: zero-3 flat shards of a padded buffer, tp boxes,
-// tp boxes cut into zero runs); every region a loading layout needs must come back exactly as the
-// full tensor's slice, elements no piece holds untouched, and bad regions refused with sl::Error.
-// With -DSL_SOLUTION the library's copy_overlap and checkpoint::region_problem stand in.
+// The saving layouts' regions are the grader's own index arithmetic (zero-3 flat shards of a padded
+// buffer, tp boxes, tp boxes cut into zero runs); every plan is held to the one the library's reader
+// makes (parallel/checkpoint/regions.h: overlap_count and overlap_span, what checkpoint::Reader reads),
+// and executed: reading only the planned bytes of each piece must fill the wanted region exactly.
+// The prediction is measured by saving a checkpoint on thread ranks and counting the Reader's bytes.
+// With -DSL_SOLUTION the library's overlap_count, overlap_span and region_problem stand in.
 #include "exercises/grader.h"
+#include "exercises/grader_ranks.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
-#include "exercises/22_checkpoint_reshard/saved_piece.h"
+#include "exercises/22_checkpoint_reshard/piece_read.h"
+#include "parallel/checkpoint/checkpoint.h"
 #include "parallel/checkpoint/regions.h"
+#include "tensor/ops.h"
 
 using namespace sl;
-using exercise22::SavedPiece;
+using exercise22::PieceRead;
 using exercises::expect;
 using sl::parallel::Region;
 using Shape_ = std::vector<int64_t>;
 
 namespace exercise22 {
-int64_t read_resharded(const Shape_& shape, const Region& want, const std::vector<SavedPiece>& saved,
-                       std::vector<float>& out);
+double predicted_bytes_read();
+std::vector<PieceRead> plan_reads(const Shape_& shape, const Region& want, const std::vector<Region>& saved,
+                                  int64_t element_bytes);
 }  // namespace exercise22
+
+// The library's plan: what checkpoint::Reader::load reads of each saved piece (reader.cpp).
+static std::vector<PieceRead> library_plan(const Shape_& shape, const Region& want, const std::vector<Region>& saved,
+                                           int64_t element_bytes) {
+  const std::string problem = parallel::checkpoint::region_problem(want, shape);
+  SL_CHECK(problem.empty(), "the wanted region ", parallel::checkpoint::describe(want), ": ", problem);
+  SL_CHECK(element_bytes >= 1, "element_bytes ", element_bytes, " < 1");
+  for (const Region& piece : saved) {
+    const std::string bad = parallel::checkpoint::region_problem(piece, shape);
+    SL_CHECK(bad.empty(), "a saved piece ", parallel::checkpoint::describe(piece), ": ", bad);
+  }
+  std::vector<PieceRead> plan;
+  for (size_t i = 0; i < saved.size(); ++i) {
+    const auto [begin, end] = parallel::checkpoint::overlap_span(saved[i], want);
+    if (begin == end) continue;
+    plan.push_back({i, parallel::checkpoint::overlap_count(saved[i], want),
+                    (begin - saved[i].flat_begin) * element_bytes, (end - saved[i].flat_begin) * element_bytes});
+  }
+  return plan;
+}
 
 #ifdef SL_SOLUTION
 namespace solution {
-int64_t read_resharded(const Shape_& shape, const Region& want, const std::vector<SavedPiece>& saved,
-                       std::vector<float>& out) {
-  const std::string problem = parallel::checkpoint::region_problem(want, shape);
-  SL_CHECK(problem.empty(), "the wanted region ", parallel::checkpoint::describe(want), ": ", problem);
-  SL_CHECK(static_cast<int64_t>(out.size()) == want.numel(), "out holds ", out.size(), " for ", want.numel());
-  for (const SavedPiece& piece : saved) {
-    const std::string bad = parallel::checkpoint::region_problem(piece.region, shape);
-    SL_CHECK(bad.empty(), "a saved piece ", parallel::checkpoint::describe(piece.region), ": ", bad);
-    SL_CHECK(static_cast<int64_t>(piece.data.size()) == piece.region.numel(), "a saved piece's data holds ",
-             piece.data.size(), " for ", piece.region.numel());
-  }
-  int64_t filled = 0;
-  for (const SavedPiece& piece : saved)
-    filled += parallel::copy_overlap(want, out.data(), piece.region, piece.data.data(), sizeof(float));
-  return filled;
+// The measured value, derived: a flat shard holds 16 whole rows; the row-parallel half of each is
+// columns [8, 16). The span runs from (first row, col 8) to (last row, col 15): 15 rows of 16 and 8
+// more, 248 elements of the shard's 256, though only 16·8 = 128 are needed. Four shards, 4 bytes each.
+double predicted_bytes_read() { return 4.0 * (15 * 16 + 8) * 4; }
+std::vector<PieceRead> plan_reads(const Shape_& shape, const Region& want, const std::vector<Region>& saved,
+                                  int64_t element_bytes) {
+  return library_plan(shape, want, saved, element_bytes);
 }
 }  // namespace solution
 namespace impl = solution;
@@ -89,94 +109,103 @@ static std::vector<Region> runs_of_box(const Region& box, int n) {
   }
   return runs;
 }
-
-// The global flat index of element k of a region's box.
-static int64_t global_index(const Shape_& shape, const Region& region, int64_t k) {
-  Shape_ at(shape.size());
-  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d)
-    at[d] = region.offsets[d] + k % region.lengths[d], k /= region.lengths[d];
-  int64_t index = 0;
-  for (size_t d = 0; d < shape.size(); ++d) index = index * shape[d] + at[d];
-  return index;
-}
-static std::string coordinates(const Shape_& shape, int64_t flat) {
-  std::string text;
-  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
-    text = std::to_string(flat % shape[d]) + (text.empty() ? "" : ", ") + text;
-    flat /= shape[d];
-  }
-  return "[" + text + "]";
-}
-// The full tensor's elements of a region (value i + 1 at global flat index i).
-static std::vector<float> cut(const Shape_& shape, const Region& region) {
-  std::vector<float> data;
-  for (int64_t k = region.flat_begin; k < region.flat_end; ++k)
-    data.push_back(static_cast<float>(global_index(shape, region, k) + 1));
-  return data;
-}
-static std::vector<SavedPiece> save(const Shape_& shape, const std::vector<Region>& regions) {
-  std::vector<SavedPiece> pieces;
-  for (const Region& region : regions) pieces.push_back({region, cut(shape, region)});
-  return pieces;
-}
 static std::string describe(const Region& r) { return parallel::checkpoint::describe(r); }
-
-// Says what is wrong with element i of `got` (want's order): which element it holds, and the likely slip.
-static std::string diagnose(const Shape_& shape, const Region& want, const std::vector<SavedPiece>& saved, size_t i,
-                            float got) {
-  const int64_t expected = global_index(shape, want, want.flat_begin + static_cast<int64_t>(i));
-  std::string text =
-      "in " + describe(want) + ", element " + std::to_string(i) + " (global " + coordinates(shape, expected) + ") ";
-  if (std::isnan(got))
-    return text +
-           "was never written, yet a saved piece holds it: an element is in a piece when it is inside the "
-           "piece's box in every dimension AND its index in that box lies in [flat_begin, flat_end)";
-  const int64_t held = static_cast<int64_t>(got) - 1;
-  text += "holds global " + coordinates(shape, held) + "'s value. ";
-  Region at_origin = want;
-  at_origin.offsets.assign(shape.size(), 0);
-  if (held == global_index(shape, at_origin, want.flat_begin + static_cast<int64_t>(i)))
-    return text +
-           "Your global coordinates lack want.offsets: the box's coordinates c[d] sit at want.offsets[d] + c[d] "
-           "in the tensor";
-  if (held == want.flat_begin + static_cast<int64_t>(i))
-    return text +
-           "You used the index in your box as a global flat index: unravel it over want.lengths, add "
-           "want.offsets, then ravel over the global shape";
-  for (const SavedPiece& piece : saved) {
-    if (piece.region.flat_begin != 0 && std::abs(held - expected) == piece.region.flat_begin)
-      return text + "It is off by a saved piece's flat_begin (" + std::to_string(piece.region.flat_begin) +
-             "): an element's place in a piece's data is its index in the piece's box MINUS flat_begin";
-  }
-  if (want.flat_begin != 0 && std::abs(held - global_index(shape, want, static_cast<int64_t>(i))) == 0)
-    return text + "Your region starts at flat_begin " + std::to_string(want.flat_begin) +
-           ": out[i] is the box's element flat_begin + i, not element i";
-  return text + "Check the row-major (last dimension fastest) index arithmetic of both boxes";
+static std::string entry(const PieceRead& p) {
+  return "{piece " + std::to_string(p.piece) + ", " + std::to_string(p.elements) + " elements, bytes [" +
+         std::to_string(p.byte_begin) + ", " + std::to_string(p.byte_end) + ")}";
 }
 
-// Loads every wanted region from the saved pieces; each must equal the full tensor's slice exactly.
-static void expect_resharded(const Shape_& shape, const std::vector<Region>& saved_regions,
-                             const std::vector<Region>& wanted, const std::string& layouts) {
-  const std::vector<SavedPiece> saved = save(shape, saved_regions);
-  for (const Region& want : wanted) {
-    std::vector<float> out(static_cast<size_t>(want.numel()), NAN);
-    const int64_t filled = impl::read_resharded(shape, want, saved, out);
-    const std::vector<float> expected = cut(shape, want);
-    for (size_t i = 0; i < out.size(); ++i)
-      if (!(out[i] == expected[i])) expect(false, layouts + ": " + diagnose(shape, want, saved, i, out[i]));
-    expect(filled == want.numel(), layouts + ": " + describe(want) +
-                                       " is filled correctly but read_resharded returned " + std::to_string(filled) +
-                                       " elements filled, not " + std::to_string(want.numel()) +
-                                       (filled > want.numel() ? ": count each element once" : ""));
+// Says what is wrong with a plan that differs from the library's, and the likely slip.
+static std::string diagnose(const Shape_& shape, const Region& want, const std::vector<Region>& saved, int64_t eb,
+                            const std::vector<PieceRead>& got, const std::vector<PieceRead>& expected) {
+  std::string text = "reading " + describe(want) + ": ";
+  Region box_only = want;
+  box_only.flat_begin = 0, box_only.flat_end = want.box_numel();
+  if (want.numel() != want.box_numel() && got == library_plan(shape, box_only, saved, eb))
+    return text + "your plan reads the whole wanted box. A wanted region is also only a range [" +
+           std::to_string(want.flat_begin) + ", " + std::to_string(want.flat_end) +
+           ") of its box's elements (a ZeRO shard of the tensor or of a tp slice): an element is shared only when it lies in "
+           "both regions' ranges";
+  for (const PieceRead& e : expected) {
+    const auto it = std::find_if(got.begin(), got.end(), [&](const PieceRead& g) { return g.piece == e.piece; });
+    if (it == got.end())
+      return text + "saved piece " + std::to_string(e.piece) + " (" + describe(saved[e.piece]) + ") holds " +
+             std::to_string(e.elements) + " of its elements, but your plan does not read it";
+    const Region& p = saved[e.piece];
+    if (it->elements != e.elements) {
+      if (it->elements * eb == it->byte_end - it->byte_begin)
+        return text + "piece " + std::to_string(e.piece) + ": you counted every element of the span (" +
+               std::to_string(it->elements) + "), but only " + std::to_string(e.elements) +
+               " are shared: a span read whole may hold elements the region does not need";
+      return text + "piece " + std::to_string(e.piece) + " shares " + std::to_string(e.elements) +
+             " elements, your plan says " + std::to_string(it->elements);
+    }
+    if (it->byte_begin != e.byte_begin || it->byte_end != e.byte_end) {
+      if (p.flat_begin != 0 && it->byte_begin == e.byte_begin + p.flat_begin * eb)
+        return text + "piece " + std::to_string(e.piece) + " (" + describe(p) + "): your bytes [" +
+               std::to_string(it->byte_begin) + ", " + std::to_string(it->byte_end) +
+               ") count from its box's first element; its data starts at element flat_begin " +
+               std::to_string(p.flat_begin) + ": subtract the piece's flat_begin (the expected range is [" +
+               std::to_string(e.byte_begin) + ", " + std::to_string(e.byte_end) + "))";
+      if (it->byte_begin == e.byte_begin / eb && it->byte_end == e.byte_end / eb)
+        return text + "piece " + std::to_string(e.piece) + ": your range is in elements; multiply by element_bytes (" +
+               std::to_string(eb) + ")";
+      return text + "piece " + std::to_string(e.piece) + " (" + describe(p) + "): your range " + entry(*it) +
+             " is not the smallest one holding its " + std::to_string(e.elements) + " shared elements, " + entry(e) +
+             ": from the first shared element's index in the piece's box to the last's, plus one";
+    }
   }
+  for (const PieceRead& g : got)
+    if (std::none_of(expected.begin(), expected.end(), [&](const PieceRead& e) { return e.piece == g.piece; }))
+      return text + "your plan reads piece " + std::to_string(g.piece) + " (" +
+             (g.piece < saved.size() ? describe(saved[g.piece]) : std::string("no such piece")) +
+             "), which shares no element with it: a piece with nothing shared is not read at all";
+  return text + "your plan lists the right reads in another order or twice; list each piece once, in saved order";
+}
+
+static void expect_plans(const Shape_& shape, const std::vector<Region>& saved, const std::vector<Region>& wanted,
+                         const std::string& layouts, int64_t eb = 4) {
+  for (const Region& want : wanted) {
+    const std::vector<PieceRead> got = impl::plan_reads(shape, want, saved, eb);
+    const std::vector<PieceRead> expected = library_plan(shape, want, saved, eb);
+    if (got != expected) expect(false, layouts + ": " + diagnose(shape, want, saved, eb, got, expected));
+  }
+}
+
+// The plan executed: each piece's data cut from a tensor holding i + 1 at global flat index i, only the
+// planned bytes of it kept, copied into the wanted region; every wanted element must arrive.
+static void expect_plan_fills(const Shape_& shape, const std::vector<Region>& saved, const Region& want,
+                              const std::string& layouts) {
+  const Region all = whole(shape, 0, numel_of(shape));
+  std::vector<float> tensor(static_cast<size_t>(numel_of(shape)));
+  for (size_t i = 0; i < tensor.size(); ++i) tensor[i] = static_cast<float>(i + 1);
+  std::vector<float> out(static_cast<size_t>(want.numel()), NAN), expected(out.size());
+  parallel::copy_overlap(want, expected.data(), all, tensor.data(), 4);
+  int64_t read = 0;
+  for (const PieceRead& p : impl::plan_reads(shape, want, saved, 4)) {
+    expect(p.piece < saved.size() && p.byte_begin >= 0 && p.byte_begin % 4 == 0 && p.byte_end % 4 == 0 &&
+               p.byte_begin <= p.byte_end && p.byte_end <= saved[p.piece].numel() * 4,
+           layouts + ": " + entry(p) + " is not a range of bytes inside that piece's data");
+    Region span = saved[p.piece];
+    span.flat_begin += p.byte_begin / 4, span.flat_end = saved[p.piece].flat_begin + p.byte_end / 4;
+    std::vector<float> bytes(static_cast<size_t>(span.numel()));
+    parallel::copy_overlap(span, bytes.data(), all, tensor.data(), 4);  // what the read returns
+    parallel::copy_overlap(want, out.data(), span, bytes.data(), 4);
+    read += span.numel();
+  }
+  for (size_t i = 0; i < out.size(); ++i)
+    expect(out[i] == expected[i], layouts + ": after reading only the planned bytes, element " + std::to_string(i) +
+                                      " of " + describe(want) + " is missing: some shared element lies outside "
+                                      "the range you read");
+  std::printf("        %s: %lld elements read for %lld needed\n", layouts.c_str(), static_cast<long long>(read),
+              static_cast<long long>(want.numel()));
 }
 
 // The call must throw sl::Error; anything else (no throw, another exception) fails with `what`.
-static void expect_refused(const Shape_& shape, const Region& want, const std::vector<SavedPiece>& saved,
-                           size_t out_size, const std::string& what) {
-  std::vector<float> out(out_size, NAN);
+static void expect_refused(const Shape_& shape, const Region& want, const std::vector<Region>& saved, int64_t eb,
+                           const std::string& what) {
   try {
-    impl::read_resharded(shape, want, saved, out);
+    impl::plan_reads(shape, want, saved, eb);
   } catch (const exercises::NotImplemented&) {
     throw;
   } catch (const sl::Error&) {
@@ -184,74 +213,85 @@ static void expect_refused(const Shape_& shape, const Region& want, const std::v
   } catch (const std::exception& e) {
     expect(false, what + ": it threw " + e.what() + " instead of sl::Error (SL_CHECK(condition, \"message\"))");
   }
-  expect(false, what + " was accepted: check it before reading or writing anything, and throw sl::Error");
+  expect(false, what + " was accepted: check it before planning anything, and throw sl::Error");
+}
+
+// The prediction's measure: ZeRO-3 over 4 thread ranks saves a [64, 16] f32 weight as flat shards;
+// a Reader fills tp 2 row-parallel rank 1's box (columns [8, 16)) and counts the bytes it read.
+static double measured_bytes_read() {
+  const Shape_ shape = {64, 16};
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("shardlab_exercise22_" + std::to_string(std::chrono::steady_clock::now()
+                                                                        .time_since_epoch().count()))).string();
+  const std::vector<Region> shards = flat_shards(shape, 4);
+  exercises::run_ranks(4, [&](parallel::RankContext& ctx) {
+    const Region& mine = shards[static_cast<size_t>(ctx.rank)];
+    Tensor data = arange(static_cast<double>(mine.flat_begin), static_cast<double>(mine.flat_end));
+    parallel::StatePiece piece{"h.0.mlp.c_fc.weight", shape, mine, data};
+    parallel::checkpoint::save(dir, *ctx.world, {piece}, nlohmann::json::object(), "zero-3 x4");
+  }, "saving the checkpoint timed out: ");
+  parallel::checkpoint::Reader reader(dir);
+  std::vector<parallel::StatePiece> wanted{{"h.0.mlp.c_fc.weight", shape, tp_box(shape, 1, 2, 1), zeros({512})}};
+  reader.load(wanted, {.verify = false});
+  std::filesystem::remove_all(dir);
+  return static_cast<double>(reader.data_bytes_read());
 }
 
 int main() {
   exercises::Grader grader("22_checkpoint_reshard");
+  grader.predict("bytes the Reader reads for tp 2 row-parallel rank 1's columns [8, 16) of a [64, 16] f32 weight "
+                 "saved by ZeRO-3 over 4",
+                 impl::predicted_bytes_read, measured_bytes_read, 0, "bytes");
   const Shape_ fc = {8, 6};  // a c_fc-like weight [4C, C]
-  grader.check("zero-3 flat shards over 4 -> tp 2 column-parallel boxes (rows), exact", [&] {
-    expect_resharded(fc, flat_shards(fc, 4), {tp_box(fc, 0, 2, 0), tp_box(fc, 0, 2, 1)}, "zero-3 x4 -> tp 2 rows");
+  grader.check("zero-3 flat shards over 4 -> tp 2 column-parallel boxes (rows): whole pieces, exact", [&] {
+    expect_plans(fc, flat_shards(fc, 4), {tp_box(fc, 0, 2, 0), tp_box(fc, 0, 2, 1)}, "zero-3 x4 -> tp 2 rows");
   });
-  grader.check("zero-3 flat shards over 4 -> tp 2 row-parallel boxes (columns), exact", [&] {
-    expect_resharded(fc, flat_shards(fc, 4), {tp_box(fc, 1, 2, 0), tp_box(fc, 1, 2, 1)}, "zero-3 x4 -> tp 2 columns");
+  grader.check("zero-3 flat shards over 4 -> tp 2 row-parallel boxes (columns): spans wider than the need", [&] {
+    expect_plans(fc, flat_shards(fc, 4), {tp_box(fc, 1, 2, 0), tp_box(fc, 1, 2, 1)}, "zero-3 x4 -> tp 2 columns");
   });
-  grader.check("tp 2 boxes -> uneven flat shards of a buffer the tensor shares (bias [6] first, padded), exact", [&] {
+  grader.check("tp 2 boxes -> uneven flat shards of a buffer the tensor shares (bias [6] first, padded)", [&] {
     // Buffer [bias 6 | weight 48] = 54 over 4: S = 14, the weight's runs [0, 8) [8, 22) [22, 36) [36, 48).
-    expect_resharded(fc, {tp_box(fc, 1, 2, 0), tp_box(fc, 1, 2, 1)}, flat_shards(fc, 4, 6, 54),
-                     "tp 2 columns -> zero-3 x4 of [bias | weight]");
+    expect_plans(fc, {tp_box(fc, 1, 2, 0), tp_box(fc, 1, 2, 1)}, flat_shards(fc, 4, 6, 54),
+                 "tp 2 columns -> zero-3 x4 of [bias | weight]");
   });
-  grader.check("tp 2 x zero 2 (runs inside tp boxes) -> tp 3 row boxes cut in zero 2 runs, exact", [&] {
-    const Shape_ rows = {12, 6};  // tp 2 along columns, each box in 2 zero runs -> tp 3 along rows, 2 runs each
+  grader.check("tp 2 x zero 2 (runs inside tp boxes) -> tp 3 row boxes cut in zero 2 runs (flat_begin != 0)", [&] {
+    const Shape_ rows = {12, 6};
     std::vector<Region> saved, wanted;
     for (int r = 0; r < 2; ++r)
       for (const Region& run : runs_of_box(tp_box(rows, 1, 2, r), 2)) saved.push_back(run);
     for (int r = 0; r < 3; ++r)
       for (const Region& run : runs_of_box(tp_box(rows, 0, 3, r), 2)) wanted.push_back(run);
-    expect_resharded(rows, saved, wanted, "tp 2 x zero 2 -> tp 3 x zero 2");
+    expect_plans(rows, saved, wanted, "tp 2 x zero 2 -> tp 3 x zero 2");
+    expect_plans(rows, wanted, saved, "tp 3 x zero 2 -> tp 2 x zero 2");
   });
-  grader.check("a 3-d tensor [2, 4, 6]: boxes along the middle dimension -> flat shards over 3, exact", [&] {
+  grader.check("a 3-d tensor [2, 4, 6], and bf16 (2 bytes an element)", [&] {
     const Shape_ qkv = {2, 4, 6};
-    expect_resharded(qkv, {tp_box(qkv, 1, 2, 0), tp_box(qkv, 1, 2, 1)}, flat_shards(qkv, 3), "tp 2 (dim 1) -> zero x3");
-    expect_resharded(qkv, flat_shards(qkv, 5), runs_of_box(tp_box(qkv, 2, 3, 1), 2),
-                     "zero x5 -> tp 3 (dim 2) x zero 2");
+    expect_plans(qkv, {tp_box(qkv, 1, 2, 0), tp_box(qkv, 1, 2, 1)}, flat_shards(qkv, 3), "tp 2 (dim 1) -> zero x3");
+    expect_plans(qkv, flat_shards(qkv, 5), runs_of_box(tp_box(qkv, 2, 3, 1), 2), "zero x5 -> tp 3 (dim 2) x zero 2");
+    expect_plans(qkv, flat_shards(qkv, 5), runs_of_box(tp_box(qkv, 2, 3, 1), 2), "bf16 zero x5 -> tp 3 x zero 2", 2);
   });
-  grader.check("7 uneven flat shards -> 5 uneven flat shards, and back, exact", [&] {
-    expect_resharded(fc, flat_shards(fc, 7), flat_shards(fc, 5), "zero x7 -> zero x5");
-    expect_resharded(fc, flat_shards(fc, 5, 3, 51), flat_shards(fc, 7), "zero x5 (offset 3) -> zero x7");
+  grader.check("the plan executed: reading only the planned bytes fills the region exactly", [&] {
+    expect_plan_fills(fc, flat_shards(fc, 7), flat_shards(fc, 5)[2], "zero x7 -> zero x5, rank 2");
+    expect_plan_fills(fc, flat_shards(fc, 4), tp_box(fc, 1, 2, 1), "zero-3 x4 -> tp 2 columns, rank 1");
+    const Shape_ rows = {12, 6};
+    std::vector<Region> saved;
+    for (int r = 0; r < 2; ++r)
+      for (const Region& run : runs_of_box(tp_box(rows, 1, 2, r), 2)) saved.push_back(run);
+    expect_plan_fills(rows, saved, runs_of_box(tp_box(rows, 0, 3, 1), 2)[1], "tp 2 x zero 2 -> tp 3 x zero 2");
   });
-  grader.check("a saved piece missing: the count filled says so, uncovered elements stay untouched", [&] {
-    std::vector<Region> shards = flat_shards(fc, 4);
-    shards.erase(shards.begin() + 2);  // rank 2's run [24, 36): rows 4 and 5
-    const std::vector<SavedPiece> saved = save(fc, shards);
-    const Region want = tp_box(fc, 0, 2, 1);  // rows [4, 8): global [24, 48), half of it lost
-    std::vector<float> out(24, NAN);
-    const int64_t filled = impl::read_resharded(fc, want, saved, out);
-    for (size_t i = 0; i < out.size(); ++i) {
-      if (i < 12)
-        expect(std::isnan(out[i]), "element " + std::to_string(i) + " of " + describe(want) + " (global " +
-                                       coordinates(fc, 24 + i) + ") is in no saved piece, yet it was written (" +
-                                       std::to_string(out[i]) + "): leave uncovered elements alone");
-      else
-        expect(out[i] == 25.0f + i, "with a piece missing, " + diagnose(fc, want, saved, i, out[i]));
-    }
-    expect(filled == 12, "12 of the 24 elements are in a saved piece, but read_resharded returned " +
-                             std::to_string(filled) + " filled: count only the elements you copied");
-  });
-  grader.check("bad regions and sizes refused with sl::Error", [&] {
-    const std::vector<SavedPiece> saved = save(fc, flat_shards(fc, 4));
-    expect_refused(fc, Region{{6, 0}, {4, 6}, 0, 24}, saved, 24, "a wanted box of rows [6, 10) in a tensor of 8 rows");
-    expect_refused(fc, Region{{0, 0}, {4, 6}, 0, 25}, saved, 25, "a wanted range [0, 25) of a box of 24 elements");
-    expect_refused(fc, Region{{0, 0}, {4, 6}, 10, 5}, saved, 0, "a wanted range [10, 5) (flat_begin > flat_end)");
-    expect_refused(fc, Region{{0}, {48}, 0, 48}, saved, 48, "a 1-d wanted region of the 2-d tensor [8, 6]");
-    expect_refused(fc, tp_box(fc, 0, 2, 0), saved, 23, "an out of 23 elements for a region of 24");
-    std::vector<SavedPiece> negative = saved;
-    negative[1].region.offsets = {-1, 0};
-    expect_refused(fc, tp_box(fc, 0, 2, 0), negative, 24, "a saved piece whose box starts at row -1");
-    std::vector<SavedPiece> short_data = saved;
-    short_data[3].data.pop_back();
-    expect_refused(fc, tp_box(fc, 0, 2, 1), short_data, 24,
-                   "a saved piece with 11 elements of data for a region of 12");
+  grader.check("bad regions and element sizes refused with sl::Error", [&] {
+    const std::vector<Region> saved = flat_shards(fc, 4);
+    expect_refused(fc, Region{{6, 0}, {4, 6}, 0, 24}, saved, 4, "a wanted box of rows [6, 10) in a tensor of 8 rows");
+    expect_refused(fc, Region{{0, 0}, {4, 6}, 0, 25}, saved, 4, "a wanted range [0, 25) of a box of 24 elements");
+    expect_refused(fc, Region{{0, 0}, {4, 6}, 10, 5}, saved, 4, "a wanted range [10, 5) (flat_begin > flat_end)");
+    expect_refused(fc, Region{{0}, {48}, 0, 48}, saved, 4, "a 1-d wanted region of the 2-d tensor [8, 6]");
+    std::vector<Region> negative = saved;
+    negative[1].offsets = {-1, 0};
+    expect_refused(fc, tp_box(fc, 0, 2, 0), negative, 4, "a saved piece whose box starts at row -1");
+    std::vector<Region> past = saved;
+    past[3].flat_end = 49;
+    expect_refused(fc, tp_box(fc, 0, 2, 1), past, 4, "a saved piece whose range [36, 49) leaves its box of 48");
+    expect_refused(fc, tp_box(fc, 0, 2, 1), saved, 0, "element_bytes 0");
   });
   return grader.finish();
 }

@@ -1,53 +1,63 @@
-// exercises/22_checkpoint_reshard/student.cpp — a checkpoint read under another layout than the save's.
+// exercises/22_checkpoint_reshard/student.cpp — the read plan of a checkpoint loaded under another layout.
 //
 // A tensor of global shape [d0, d1, ...] is saved as pieces; each piece is a Region
-// (parallel/runner/state_pieces.h) and its elements:
+// (parallel/runner/state_pieces.h) and, in a shard file, its region.numel() elements in order:
 //
 //   region.offsets, region.lengths     a box of the global shape: dims [offsets[d], offsets[d] + lengths[d])
 //   region.flat_begin, flat_end        a range of the box's row-major elements (last dimension fastest)
-//   data[i]                            the box's element flat_begin + i
+//   the piece's data, element i        the box's element flat_begin + i, at bytes [i·eb, (i + 1)·eb)
 //
 //   zero-3 over 4, weight [8, 6]:      box = the whole tensor, flat [0, 12), [12, 24), [24, 36), [36, 48)
 //   tp 2, column parallel (rows):      rank 1: offsets {4, 0}, lengths {4, 6}, flat [0, 24)
 //   tp 2, row parallel (columns):      rank 1: offsets {0, 3}, lengths {8, 3}, flat [0, 24)
 //   tp 2 x zero 2:                     the tp box, flat [0, 12) and [12, 24) of it
 //
-// The reading rank needs `want` (a region of the same tensor under its own layout) as want.numel()
-// elements, in want's own order. For each of them find a saved piece that holds it and copy it:
+// Lesson 16 fills a wanted region element by element from pieces already in memory. A loader does not
+// read whole shard files: before it opens one, it plans, for the region `want` it needs, which saved
+// pieces share elements with it and which bytes of each to read. One contiguous range per piece (one
+// read call): the smallest one that holds every shared element, so it may hold elements `want` does
+// not need. Reading rows [4, 8) of a weight [8, 6] saved by zero-3 over 4 is exact (pieces 2 and 3,
+// all their bytes); reading columns [3, 6) is not: of piece 0 (elements [0, 12): rows 0 and 1) it
+// needs (0, 3), (0, 4), (0, 5), (1, 3), (1, 4), (1, 5), 6 elements, and must read from (0, 3) to
+// (1, 5): elements [3, 12) of the piece, bytes [12, 48) in f32.
 //
-//   k in [want.flat_begin, want.flat_end)   index in want's box
-//     -> box coordinates c[d]                unravel k over want.lengths (row-major)
-//     -> global coordinates g[d] = want.offsets[d] + c[d]
-//   in piece p when  p.offsets[d] <= g[d] < p.offsets[d] + p.lengths[d] for every d,  and its index j
-//   in p's box (ravel g - p.offsets over p.lengths) lies in [p.flat_begin, p.flat_end):
-//     out[k - want.flat_begin] = p.data[j - p.flat_begin]
+//   for each saved piece p, in order:
+//     the elements it shares with want: inside both boxes, and at an index in [flat_begin, flat_end)
+//     of both boxes' ranges;  none: p is not in the plan
+//     elements = how many;  [first, last] = the smallest and largest of their indices in p's box
+//     byte_begin = (first - p.flat_begin)·eb,  byte_end = (last + 1 - p.flat_begin)·eb
 //
-// Elements no piece holds stay as they were (the caller sees want.numel() - filled of them missing).
-// Regions come from files: refuse (throw sl::Error, tensor/error.h: SL_CHECK(cond, "what", ...)) any
-// region whose dims differ from the shape's, whose box leaves the shape (negative offset or length,
-// offset + length > dim) or whose range is not 0 <= flat_begin <= flat_end <= the box's elements, and
-// any piece whose data or an `out` whose size does not match its region's numel().
-// Element by element is fine (lesson 16 does it); row by row is faster. Do not call the library's
-// copy_overlap or checkpoint::Reader: you are writing them.
+// Walking p's elements and asking lesson 16's question of each (is it in want?) is fine; box
+// arithmetic is faster. Regions come from files: refuse (throw sl::Error, tensor/error.h:
+// SL_CHECK(cond, "what", ...)) any region, wanted or saved, whose dims differ from the shape's, whose
+// box leaves the shape (negative offset or length, offset + length > dim) or whose range is not
+// 0 <= flat_begin <= flat_end <= the box's elements, and an element_bytes < 1.
+// Do not call the library's overlap_span or checkpoint::Reader: you are writing them.
 //
 // Grade it:  make exercise N=22
 #include <cstdint>
 #include <vector>
 
-#include "exercises/22_checkpoint_reshard/saved_piece.h"
+#include "exercises/22_checkpoint_reshard/piece_read.h"
 #include "exercises/grader.h"
+#include "parallel/runner/state_pieces.h"
 #include "tensor/error.h"
 
 namespace exercise22 {
 
-// SavedPiece (saved_piece.h): a Region and its data, [region.numel()] floats.
+// PREDICT FIRST, before any code. The weight h.0.mlp.c_fc.weight [64, 16] (f32) is saved by ZeRO-3
+// over 4 ranks: 4 flat shards of 256 elements (16 whole rows each). The run resumes under tp 2, and
+// its row-parallel rank 1 needs columns [8, 16), all 64 rows: 512 elements. How many bytes of the
+// shard files does the library's checkpoint::Reader read to fill it? Replace the throw with your
+// number; the grader saves the checkpoint and counts.
+double predicted_bytes_read() { throw exercises::NotImplemented("predicted_bytes_read (predict first)"); }
 
-// Fills out [want.numel()] with every element of `want` that a saved piece of this tensor (global
-// `shape`) holds; returns how many elements it filled.
-int64_t read_resharded(const std::vector<int64_t>& shape, const sl::parallel::Region& want,
-                       const std::vector<SavedPiece>& saved, std::vector<float>& out) {
-  // TODO: check every region and size, then walk want's elements and find each one's piece.
-  throw exercises::NotImplemented("read_resharded");
+// The read plan of `want` (a region of the tensor of global `shape`) from the `saved` pieces' regions,
+// element_bytes per element: one PieceRead per piece that shares an element with want, in saved order.
+std::vector<PieceRead> plan_reads(const std::vector<int64_t>& shape, const sl::parallel::Region& want,
+                                  const std::vector<sl::parallel::Region>& saved, int64_t element_bytes) {
+  // TODO: check every region, then for each piece the shared elements' count and index span.
+  throw exercises::NotImplemented("plan_reads");
 }
 
 }  // namespace exercise22
