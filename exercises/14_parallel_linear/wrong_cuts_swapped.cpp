@@ -1,4 +1,4 @@
-// exercises/15_parallel_linear/wrong_cuts_swapped.cpp — a wrong solution: column parallel cuts W's columns.
+// exercises/14_parallel_linear/wrong_cuts_swapped.cpp — a wrong solution: column parallel cuts W's columns.
 //
 // A common mistake: read "column parallel" as "cut W's columns" (and row parallel its rows). The name is
 // about the output: W [out, in] is stored transposed, so the column layer's rank r holds the ROWS of W
@@ -10,7 +10,7 @@
 #include "parallel/tensor_parallel/mappings.h"
 #include "tensor/ops.h"
 
-namespace exercise15 {
+namespace exercise14 {
 
 double predicted_row_shard_numbers() { return 768.0 * 3072 / 4 + 768; }  // W [out, in/tp], the whole bias
 
@@ -46,4 +46,4 @@ sl::Tensor row_parallel_forward(const sl::Tensor& x_part, const Shard& shard, co
   return sl::add(sl::parallel::reduce_from_tp(sl::linear(x_part, shard.weight), group), shard.bias);
 }
 
-}  // namespace exercise15
+}  // namespace exercise14

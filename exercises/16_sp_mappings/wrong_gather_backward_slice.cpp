@@ -1,4 +1,4 @@
-// exercises/14_sp_mappings/wrong_gather_backward_slice.cpp — a wrong solution: ḡ's backward slices.
+// exercises/16_sp_mappings/wrong_gather_backward_slice.cpp — a wrong solution: ḡ's backward slices.
 //
 // A common mistake: "ḡ gathers the rows, so its backward scatters them back": keep my rows of the
 // incoming gradient and send nothing. But every rank's branch multiplied ALL T rows of the gathered X,
@@ -14,7 +14,7 @@
 #include "parallel/comm/process_group.h"
 #include "tensor/ops.h"
 
-namespace exercise14 {
+namespace exercise16 {
 
 double predicted_bytes_per_rank() { return 4 * (3.0 / 4 * 4 * 8 * 1024 * 768); }  // 4 x (N-1)/N·S
 
@@ -83,4 +83,4 @@ sl::Tensor reduce_scatter_sequence(const sl::Tensor& x, const ProcessGroupPtr& g
   return ReduceScatterSequence::apply(x, group);
 }
 
-}  // namespace exercise14
+}  // namespace exercise16

@@ -1,9 +1,11 @@
-// exercises/16_vocab_parallel_ce/wrong_gradient_not_mean.cpp — a wrong solution: the gradient of a sum.
+// exercises/15_vocab_parallel_ce/wrong_owner_off_by_one.cpp — a wrong solution: a slice's first id owned by nobody.
 //
-// A common mistake: backward returns g · (p - one_hot), the gradient of the per-row losses. The loss is
-// their MEAN over the counted rows, so every row's gradient carries 1/count as well: without it the
-// step is count times too large, the more so the larger the batch.
-// expect: is N times the serial one: divide by N (the loss is a mean)
+// A common mistake: ownership tested as start < t < start + Vs. A target equal to a slice's first id is
+// then owned by no rank: its logit is counted by nobody (the loss is too large) and its one-hot by
+// nobody (its gradient is 1/N too high). The slice of rank r is the half-open [start, start + Vs).
+// expect: is every target's logit counted once, by its owner
+// expect: the one-hot belongs only to the rank that owns the target
+// expect: a rank owns t when start <= t < start + Vs, nothing off by one
 #include <cmath>
 #include <vector>
 
@@ -12,7 +14,7 @@
 #include "parallel/comm/process_group.h"
 #include "tensor/ops.h"
 
-namespace exercise16 {
+namespace exercise15 {
 
 using sl::parallel::ProcessGroupPtr;
 using sl::parallel::ReduceOp;
@@ -20,7 +22,9 @@ using sl::parallel::ReduceOp;
 double predicted_forward_bytes_sent() { return 3 * 2.0 * (4 - 1) / 4 * 12 * 4; }  // 3 all-reduces of N floats
 
 // Does this rank hold target t's column? Its columns are the ids [start, start + Vs).
-static bool owns(int64_t t, int64_t start, int64_t Vs) { return start <= t && t < start + Vs; }
+static bool owns(int64_t t, int64_t start, int64_t Vs) {
+  return start < t && t < start + Vs;  // should be start <= t
+}
 
 struct VocabParallelCrossEntropy : sl::Function<VocabParallelCrossEntropy> {
   static sl::Tensor forward(sl::FunctionCtx& ctx, const sl::Tensor& logits, const sl::Tensor& targets,
@@ -71,7 +75,8 @@ struct VocabParallelCrossEntropy : sl::Function<VocabParallelCrossEntropy> {
       }
       if (owns(id, start, Vs)) grad[n * Vs + id - start] -= 1.0;  // the one-hot, on the owner only
     }
-    const double scale = grads[0].item();  // the 1/count of the mean is missing
+    const int64_t count = ctx.get<int64_t>("count");
+    const double scale = count > 0 ? grads[0].item() / static_cast<double>(count) : 0.0;  // a mean over the counted rows
     for (double& v : grad) v *= scale;
     return {sl::from_vector(grad, p.shape(), sl::TensorOptions(p.dtype(), p.device())), sl::Tensor()};
   }
@@ -82,4 +87,4 @@ sl::Tensor vocab_parallel_cross_entropy(const sl::Tensor& logits, const sl::Tens
   return VocabParallelCrossEntropy::apply(logits, targets, vocab_start, group, ignore_index);
 }
 
-}  // namespace exercise16
+}  // namespace exercise15

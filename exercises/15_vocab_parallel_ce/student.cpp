@@ -1,4 +1,4 @@
-// exercises/16_vocab_parallel_ce/student.cpp — cross-entropy over a vocabulary cut across tp ranks.
+// exercises/15_vocab_parallel_ce/student.cpp — cross-entropy over a vocabulary cut across tp ranks.
 //
 // The tied head gives rank r the logits of its vocabulary slice only: logits [N, Vs] (N = B·T rows,
 // Vs = V/tp columns), the columns of ids [start, start + Vs) with start = r·Vs. No rank may ever hold
@@ -32,13 +32,13 @@
 // t.to_vector() and sl::from_vector(values, shape, {dtype, device}) are fine for the target column
 // (targets are i64). Keep logits' dtype and device (logits.dtype(), logits.device()).
 //
-// Grade it:  make exercise N=16
+// Grade it:  make exercise N=15
 #include "autograd/function.h"
 #include "exercises/grader.h"
 #include "parallel/comm/process_group.h"
 #include "tensor/ops.h"
 
-namespace exercise16 {
+namespace exercise15 {
 
 using sl::parallel::ProcessGroupPtr;
 
@@ -69,4 +69,4 @@ sl::Tensor vocab_parallel_cross_entropy(const sl::Tensor& logits, const sl::Tens
   return VocabParallelCrossEntropy::apply(logits, targets, vocab_start, group, ignore_index);
 }
 
-}  // namespace exercise16
+}  // namespace exercise15

@@ -1,4 +1,4 @@
-// exercises/15_parallel_linear/student.cpp — column- and row-parallel Linears from a serial Linear's slices.
+// exercises/14_parallel_linear/student.cpp — column- and row-parallel Linears from a serial Linear's slices.
 //
 // A serial Linear y = x·Wᵀ + b, W [out, in], b [out], cut over tp ranks two ways (Megatron-LM §3):
 //
@@ -15,13 +15,13 @@
 // sl::add (tensor/ops.h), and the library's f and g (lesson 11): sl::parallel::copy_to_tp and
 // sl::parallel::reduce_from_tp (parallel/tensor_parallel/mappings.h). group->rank(), group->size().
 //
-// Grade it:  make exercise N=15
+// Grade it:  make exercise N=14
 #include "exercises/grader.h"
 #include "nn/layers.h"
 #include "parallel/tensor_parallel/mappings.h"
 #include "tensor/ops.h"
 
-namespace exercise15 {
+namespace exercise14 {
 
 // PREDICT FIRST, before any code. GPT-2 small's c_proj, a Linear 3072 -> 768 with bias, row-parallel
 // at tp = 4: how many numbers (weight and bias) does each rank hold? Replace the throw; the grader
@@ -64,4 +64,4 @@ sl::Tensor row_parallel_forward(const sl::Tensor& x_part, const Shard& shard, co
   throw exercises::NotImplemented("row_parallel_forward");
 }
 
-}  // namespace exercise15
+}  // namespace exercise14

@@ -1,4 +1,4 @@
-// exercises/16_vocab_parallel_ce/wrong_no_max.cpp — a wrong solution: exp of the raw logits.
+// exercises/15_vocab_parallel_ce/wrong_no_max.cpp — a wrong solution: exp of the raw logits.
 //
 // A common mistake: the max is left out, since log Σ exp(x) - x_t is the same number with or without
 // it. In exact arithmetic, yes; in f32, exp overflows to inf beyond 88, and logits of a few hundred
@@ -13,7 +13,7 @@
 #include "parallel/comm/process_group.h"
 #include "tensor/ops.h"
 
-namespace exercise16 {
+namespace exercise15 {
 
 using sl::parallel::ProcessGroupPtr;
 using sl::parallel::ReduceOp;
@@ -82,4 +82,4 @@ sl::Tensor vocab_parallel_cross_entropy(const sl::Tensor& logits, const sl::Tens
   return VocabParallelCrossEntropy::apply(logits, targets, vocab_start, group, ignore_index);
 }
 
-}  // namespace exercise16
+}  // namespace exercise15

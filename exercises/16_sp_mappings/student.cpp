@@ -1,4 +1,4 @@
-// exercises/14_sp_mappings/student.cpp — sequence parallelism's pair: ḡ (all-gather along T) and ḡ'
+// exercises/16_sp_mappings/student.cpp — sequence parallelism's pair: ḡ (all-gather along T) and ḡ'
 // (reduce-scatter along T), as autograd Functions.
 //
 // Lesson 11's MLP keeps X [B, T, C] whole on every tp rank, with f (identity forward, all-reduce
@@ -29,13 +29,13 @@
 // with grad mode off (autograd/function.h). Do not call the library's sequence ops
 // (parallel/tensor_parallel/mappings.h): they are the answer.
 //
-// Grade it:  make exercise N=14
+// Grade it:  make exercise N=16
 #include "autograd/function.h"
 #include "exercises/grader.h"
 #include "parallel/comm/process_group.h"
 #include "tensor/ops.h"
 
-namespace exercise14 {
+namespace exercise16 {
 
 // PREDICT FIRST, before any code. GPT-2 small's MLP at tp = 4 with sequence parallelism, on
 // X [B, T, C] = [8, 1024, 768] in f32 (rank r holds [8, 256, 768]): X_r goes through ḡ, the two
@@ -100,4 +100,4 @@ sl::Tensor reduce_scatter_sequence(const sl::Tensor& x, const ProcessGroupPtr& g
   return ReduceScatterSequence::apply(x, group);
 }
 
-}  // namespace exercise14
+}  // namespace exercise16

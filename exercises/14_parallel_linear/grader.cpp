@@ -1,4 +1,4 @@
-// exercises/15_parallel_linear/grader.cpp — grades the column- and row-parallel Linears (student.cpp).
+// exercises/14_parallel_linear/grader.cpp — grades the column- and row-parallel Linears (student.cpp).
 //
 // A serial nn::Linear(12, 12) with a nonzero bias, x [2, 3, 12] and loss = Σ w·y. At tp 2, 3, 4 the shards
 // are held to the serial weight's rows / columns; at tp 2 and 3 (thread ranks, parallel/comm/launch.h) the
@@ -25,7 +25,7 @@ using exercises::all_close;
 using exercises::expect;
 using exercises::seeded_randn;
 
-namespace exercise15 {
+namespace exercise14 {
 double predicted_row_shard_numbers();
 struct Shard {
   sl::Tensor weight, bias;
@@ -34,13 +34,13 @@ Shard column_shard(const nn::Linear& serial, const ProcessGroupPtr& group);
 Shard row_shard(const nn::Linear& serial, const ProcessGroupPtr& group);
 Tensor column_parallel_forward(const Tensor& x, const Shard& shard, const ProcessGroupPtr& group);
 Tensor row_parallel_forward(const Tensor& x_part, const Shard& shard, const ProcessGroupPtr& group);
-}  // namespace exercise15
+}  // namespace exercise14
 
 #ifdef SL_SOLUTION
 namespace solution {
 // W [out, in/tp] = [768, 768], and the whole bias [768]: the bias is added once, after g, on every rank.
 double predicted_row_shard_numbers() { return 768.0 * 3072 / 4 + 768; }
-using exercise15::Shard;
+using exercise14::Shard;
 Shard column_shard(const nn::Linear& serial, const ProcessGroupPtr& group) {
   const auto layer = sl::parallel::column_shard(serial, TPGroup{group});
   return {layer->weight, layer->bias};
@@ -58,7 +58,7 @@ Tensor row_parallel_forward(const Tensor& x_part, const Shard& shard, const Proc
 }  // namespace solution
 namespace impl = solution;
 #else
-namespace impl = exercise15;
+namespace impl = exercise14;
 #endif
 
 constexpr int64_t kB = 2, kT = 3, kIn = 12, kOut = 12;  // 12: divisible by tp 2, 3 and 4
@@ -102,7 +102,7 @@ static void expect_shards(bool column) {
   const int dim = column ? 0 : 1;  // column: rows of W; row: columns of W
   const char* name = column ? "column_shard" : "row_shard";
   for (int tp : {2, 3, 4}) {
-    std::vector<exercise15::Shard> shards(tp);
+    std::vector<exercise14::Shard> shards(tp);
     run_ranks(tp, [&](RankContext& ctx) {
       shards[ctx.rank] =
           column ? impl::column_shard(*serial_linear(), ctx.world) : impl::row_shard(*serial_linear(), ctx.world);
@@ -110,7 +110,7 @@ static void expect_shards(bool column) {
     const Shape weight_shape = column ? Shape({kOut / tp, kIn}) : Shape({kOut, kIn / tp});
     const Shape bias_shape = column ? Shape({kOut / tp}) : Shape({kOut});
     for (int r = 0; r < tp; ++r) {
-      const exercise15::Shard& s = shards[r];
+      const exercise14::Shard& s = shards[r];
       const std::string who = std::string(name) + ", " + at(tp, r) + ": ";
       expect(s.weight.defined() && s.bias.defined(), who + "the weight or the bias is undefined");
       expect(
@@ -175,7 +175,7 @@ static std::vector<RankRun> run_parallel(const Reference& ref, int tp, bool colu
   run_ranks(tp, [&](RankContext& ctx) {
     const int r = ctx.rank;
     const auto serial = serial_linear();
-    const exercise15::Shard shard =
+    const exercise14::Shard shard =
         column ? impl::column_shard(*serial, ctx.world) : impl::row_shard(*serial, ctx.world);
     // x and w on the rank's device (cpu:rank), where its layer lives
     Tensor x = (column ? ref.x.clone() : ref.x.narrow(2, r * kIn / tp, kIn / tp)).to(ctx.device);
@@ -272,7 +272,7 @@ static double measured_row_shard_numbers() {
 }
 
 int main() {
-  exercises::Grader grader("15_parallel_linear");
+  exercises::Grader grader("14_parallel_linear");
   grader.predict("numbers each rank holds of a row-parallel Linear 3072 -> 768 with bias at tp 4",
                  impl::predicted_row_shard_numbers, measured_row_shard_numbers, 0, "numbers");
   grader.check("column_shard (tp 2, 3, 4): rows r of W [out/tp, in] and of b, as new leaves",

@@ -1,10 +1,12 @@
-// exercises/14_sp_mappings/wrong_predict_shard_sized.cpp — a wrong prediction, a right solution.
+// exercises/16_sp_mappings/wrong_reduce_scatter_no_permute.cpp — a wrong solution: the reduce-scatter
+// cuts the flat buffer.
 //
-// A common slip in the count: the ring all-gather and reduce-scatter send (N-1)/N·S, with S taken as the
-// shard this rank holds, [8, 256, 768], rather than the whole activation [8, 1024, 768] they gather or
-// reduce. Each rank sends (N-1) chunks of S/N where S is the WHOLE tensor: the four collectives cost
-// exactly what f and g's two all-reduces cost, tp times this prediction.
-// expect: is not the measured
+// A common mistake: reduce_scatter hands rank r chunk r of its input's first dim, so [B, T, C] is
+// reshaped to [tp, B, T/tp, C] and handed over. But a reshape does not move numbers: chunk r of the flat
+// buffer is a run of B·T·C/tp consecutive floats (batch row 0's first rows, ...), not rows r of every
+// batch row. Reshape to [B, tp, T/tp, C] and permute to [tp, B, T/tp, C] first.
+// expect: ḡ' forward cut the flat buffer
+// expect: ḡ's backward cut the flat buffer
 #include <vector>
 
 #include "autograd/function.h"
@@ -12,10 +14,9 @@
 #include "parallel/comm/process_group.h"
 #include "tensor/ops.h"
 
-namespace exercise14 {
+namespace exercise16 {
 
-// the mistake: S taken as the shard this rank holds, [8, 256, 768], not the gathered [8, 1024, 768]
-double predicted_bytes_per_rank() { return 4 * (3.0 / 4 * 4 * 8 * 256 * 768); }
+double predicted_bytes_per_rank() { return 4 * (3.0 / 4 * 4 * 8 * 1024 * 768); }  // 4 x (N-1)/N·S
 
 using sl::parallel::ProcessGroupPtr;
 
@@ -30,7 +31,7 @@ static sl::Tensor all_gathered_along_t(const sl::Tensor& x, const ProcessGroupPt
 // x [B, T, C] partial on every rank -> my rows [B, T/tp, C] of the sum.
 static sl::Tensor reduce_scattered_along_t(const sl::Tensor& x, const ProcessGroupPtr& group) {
   const int64_t n = group->size(), B = x.size(0), T = x.size(1), C = x.size(2);
-  sl::Tensor stacked = sl::permute(x.reshape({B, n, T / n, C}), {1, 0, 2, 3});  // [tp, B, T/tp, C]
+  sl::Tensor stacked = x.reshape({n, B, T / n, C}) /* the mistake: no permute */;  // [tp, B, T/tp, C]
   sl::Tensor out = sl::Tensor::empty({B, T / n, C}, sl::TensorOptions(x.dtype(), x.device()));
   group->reduce_scatter(out, stacked);
   return out;
@@ -80,4 +81,4 @@ sl::Tensor reduce_scatter_sequence(const sl::Tensor& x, const ProcessGroupPtr& g
   return ReduceScatterSequence::apply(x, group);
 }
 
-}  // namespace exercise14
+}  // namespace exercise16

@@ -1,4 +1,4 @@
-// exercises/14_sp_mappings/grader.cpp — grades ḡ (gather_sequence) and ḡ' (reduce_scatter_sequence)
+// exercises/16_sp_mappings/grader.cpp — grades ḡ (gather_sequence) and ḡ' (reduce_scatter_sequence)
 // (student.cpp).
 //
 // At tp 2 and 3 (thread ranks, parallel/comm/launch.h), rank r holding rows r of [B, T, C]: each op's
@@ -28,11 +28,11 @@ using exercises::expect;
 using exercises::scaled;
 using exercises::seeded_randn;
 
-namespace exercise14 {
+namespace exercise16 {
 double predicted_bytes_per_rank();
 Tensor gather_sequence(const Tensor& x, const ProcessGroupPtr& group);
 Tensor reduce_scatter_sequence(const Tensor& x, const ProcessGroupPtr& group);
-}  // namespace exercise14
+}  // namespace exercise16
 
 #ifdef SL_SOLUTION
 namespace solution {
@@ -49,7 +49,7 @@ Tensor reduce_scatter_sequence(const Tensor& x, const ProcessGroupPtr& group) {
 }  // namespace solution
 namespace impl = solution;
 #else
-namespace impl = exercise14;
+namespace impl = exercise16;
 #endif
 
 constexpr int64_t kB = 2, kT = 6, kC = 4, kHidden = 12;  // T = 6 and H = 12: divisible by tp 2 and 3
@@ -335,7 +335,7 @@ static double measured_bytes_per_rank() {
 }
 
 int main() {
-  exercises::Grader grader("14_sp_mappings");
+  exercises::Grader grader("16_sp_mappings");
   grader.predict("bytes each rank sends through ḡ and ḡ', forward and backward, at tp 4 on X [8, 1024, 768]",
                  impl::predicted_bytes_per_rank, measured_bytes_per_rank, 0, "bytes");
   grader.check("ḡ forward (tp 2, 3): my rows [B, T/tp, C] -> the whole [B, T, C]", [] {

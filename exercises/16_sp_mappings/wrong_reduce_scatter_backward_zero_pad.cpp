@@ -1,12 +1,10 @@
-// exercises/14_sp_mappings/wrong_reduce_scatter_averaged.cpp — a wrong solution: the reduce-scatter
-// averages.
+// exercises/16_sp_mappings/wrong_reduce_scatter_backward_zero_pad.cpp — a wrong solution: ḡ' backward
+// gives only my rows a gradient.
 //
-// A common mistake, carried over from data parallelism, where gradients of different batches are
-// averaged: ReduceOp::avg. Here the ranks hold parts of ONE output (each rank's columns of the hidden
-// layer give a partial sum of y) and parts of one gradient (each branch's contribution to dL/dX): the
-// whole is their sum. Averaging makes y and dL/dX tp times too small.
-// expect: ḡ' forward averaged the ranks' partial sums
-// expect: ḡ's backward averaged the ranks' gradients
+// A common mistake: ḡ' returned only my rows of y, so its backward puts dL/dy_r at my rows and zeros
+// elsewhere, with no communication. But ḡ' SUMMED the ranks' partial outputs: my partial sum fed every
+// rank's rows of y, and the gradient of the other rows lives on the other ranks. Gather it.
+// expect: ḡ' backward gave only my rows a gradient (zeros elsewhere)
 #include <vector>
 
 #include "autograd/function.h"
@@ -14,7 +12,7 @@
 #include "parallel/comm/process_group.h"
 #include "tensor/ops.h"
 
-namespace exercise14 {
+namespace exercise16 {
 
 double predicted_bytes_per_rank() { return 4 * (3.0 / 4 * 4 * 8 * 1024 * 768); }  // 4 x (N-1)/N·S
 
@@ -33,7 +31,7 @@ static sl::Tensor reduce_scattered_along_t(const sl::Tensor& x, const ProcessGro
   const int64_t n = group->size(), B = x.size(0), T = x.size(1), C = x.size(2);
   sl::Tensor stacked = sl::permute(x.reshape({B, n, T / n, C}), {1, 0, 2, 3});  // [tp, B, T/tp, C]
   sl::Tensor out = sl::Tensor::empty({B, T / n, C}, sl::TensorOptions(x.dtype(), x.device()));
-  group->reduce_scatter(out, stacked, sl::parallel::ReduceOp::avg  /* the mistake */);
+  group->reduce_scatter(out, stacked);
   return out;
 }
 
@@ -50,7 +48,12 @@ sl::Tensor reduce_scatter_forward(const sl::Tensor& x, const ProcessGroupPtr& gr
 }
 
 sl::Tensor reduce_scatter_backward(const sl::Tensor& grad, const ProcessGroupPtr& group) {
-  return all_gathered_along_t(grad, group);  // every rank's rows' gradient, side by side
+  // the mistake: "only my rows came out of ḡ', so only my rows of the input get a gradient"
+  const int64_t n = group->size();
+  std::vector<sl::Tensor> parts;
+  for (int64_t k = 0; k < n; ++k)
+    parts.push_back(k == group->rank() ? grad : sl::zeros_like(grad));
+  return sl::cat(parts, 1);
 }
 
 // The wiring, as given.
@@ -81,4 +84,4 @@ sl::Tensor reduce_scatter_sequence(const sl::Tensor& x, const ProcessGroupPtr& g
   return ReduceScatterSequence::apply(x, group);
 }
 
-}  // namespace exercise14
+}  // namespace exercise16

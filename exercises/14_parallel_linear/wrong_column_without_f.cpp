@@ -1,15 +1,15 @@
-// exercises/15_parallel_linear/wrong_bias_before_g.cpp — a wrong solution: the row bias added before g.
+// exercises/14_parallel_linear/wrong_column_without_f.cpp — a wrong solution: the column input not through f.
 //
-// A common mistake: the row-parallel rank runs a whole Linear, x_r·W_rᵀ + b, and g sums the results.
-// Every rank holds the whole bias, so the sum holds it tp times. Only the partial products are partial:
-// g sums x_r·W_rᵀ, and the bias is added once, after it.
-// expect: has the bias added tp times: add it once, AFTER g
+// A common mistake: since f's forward is the identity, the column layer uses x directly. The output is
+// right, but backward then leaves each rank with only its own rows' contribution to dL/dx, x·W_rᵀ's
+// part: the layers below need the sum over the ranks, which f's backward all-reduces.
+// expect: pass x through f (copy_to_tp), whose backward sums the ranks' parts
 #include "exercises/grader.h"
 #include "nn/layers.h"
 #include "parallel/tensor_parallel/mappings.h"
 #include "tensor/ops.h"
 
-namespace exercise15 {
+namespace exercise14 {
 
 double predicted_row_shard_numbers() { return 768.0 * 3072 / 4 + 768; }  // W [out, in/tp], the whole bias
 
@@ -38,11 +38,11 @@ Shard row_shard(const sl::nn::Linear& serial, const ProcessGroupPtr& group) {
 }
 
 sl::Tensor column_parallel_forward(const sl::Tensor& x, const Shard& shard, const ProcessGroupPtr& group) {
-  return sl::linear(sl::parallel::copy_to_tp(x, group), shard.weight, shard.bias);
+  return sl::linear(x, shard.weight, shard.bias);  // f skipped: its forward is the identity, its backward is not
 }
 
 sl::Tensor row_parallel_forward(const sl::Tensor& x_part, const Shard& shard, const ProcessGroupPtr& group) {
-  return sl::parallel::reduce_from_tp(sl::linear(x_part, shard.weight, shard.bias), group);  // b summed tp times
+  return sl::add(sl::parallel::reduce_from_tp(sl::linear(x_part, shard.weight), group), shard.bias);
 }
 
-}  // namespace exercise15
+}  // namespace exercise14

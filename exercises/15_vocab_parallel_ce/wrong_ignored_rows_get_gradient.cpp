@@ -1,11 +1,10 @@
-// exercises/16_vocab_parallel_ce/wrong_owner_off_by_one.cpp — a wrong solution: a slice's first id owned by nobody.
+// exercises/15_vocab_parallel_ce/wrong_ignored_rows_get_gradient.cpp — a wrong solution: ignored rows keep p.
 //
-// A common mistake: ownership tested as start < t < start + Vs. A target equal to a slice's first id is
-// then owned by no rank: its logit is counted by nobody (the loss is too large) and its one-hot by
-// nobody (its gradient is 1/N too high). The slice of rank r is the half-open [start, start + Vs).
-// expect: is every target's logit counted once, by its owner
-// expect: the one-hot belongs only to the rank that owns the target
-// expect: a rank owns t when start <= t < start + Vs, nothing off by one
+// A common mistake: the forward leaves the ignored rows out of the loss, and the backward only skips
+// their one-hot (ignore_index is no rank's column), so an ignored row's gradient is its softmax p / count:
+// a gradient for a loss term that is not there. The padding of a batch then pushes every logit of its
+// rows down. An ignored row takes no part in the loss: its gradient is zero.
+// expect: is ignored (its target is ignore_index) but its gradient is not zero
 #include <cmath>
 #include <vector>
 
@@ -14,7 +13,7 @@
 #include "parallel/comm/process_group.h"
 #include "tensor/ops.h"
 
-namespace exercise16 {
+namespace exercise15 {
 
 using sl::parallel::ProcessGroupPtr;
 using sl::parallel::ReduceOp;
@@ -22,9 +21,7 @@ using sl::parallel::ReduceOp;
 double predicted_forward_bytes_sent() { return 3 * 2.0 * (4 - 1) / 4 * 12 * 4; }  // 3 all-reduces of N floats
 
 // Does this rank hold target t's column? Its columns are the ids [start, start + Vs).
-static bool owns(int64_t t, int64_t start, int64_t Vs) {
-  return start < t && t < start + Vs;  // should be start <= t
-}
+static bool owns(int64_t t, int64_t start, int64_t Vs) { return start <= t && t < start + Vs; }
 
 struct VocabParallelCrossEntropy : sl::Function<VocabParallelCrossEntropy> {
   static sl::Tensor forward(sl::FunctionCtx& ctx, const sl::Tensor& logits, const sl::Tensor& targets,
@@ -69,10 +66,7 @@ struct VocabParallelCrossEntropy : sl::Function<VocabParallelCrossEntropy> {
     std::vector<double> grad = p.to_vector();
     for (int64_t n = 0; n < N; ++n) {
       const auto id = static_cast<int64_t>(t[n]);
-      if (id == ignore_index) {  // an ignored row takes no part in the loss: no gradient at all
-        for (int64_t v = 0; v < Vs; ++v) grad[n * Vs + v] = 0.0;
-        continue;
-      }
+      if (id == ignore_index) continue;  // the mistake: the row keeps its softmax p
       if (owns(id, start, Vs)) grad[n * Vs + id - start] -= 1.0;  // the one-hot, on the owner only
     }
     const int64_t count = ctx.get<int64_t>("count");
@@ -87,4 +81,4 @@ sl::Tensor vocab_parallel_cross_entropy(const sl::Tensor& logits, const sl::Tens
   return VocabParallelCrossEntropy::apply(logits, targets, vocab_start, group, ignore_index);
 }
 
-}  // namespace exercise16
+}  // namespace exercise15

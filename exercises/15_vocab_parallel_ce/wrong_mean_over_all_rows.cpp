@@ -1,10 +1,10 @@
-// exercises/16_vocab_parallel_ce/wrong_ignored_rows_get_gradient.cpp — a wrong solution: ignored rows keep p.
+// exercises/15_vocab_parallel_ce/wrong_mean_over_all_rows.cpp — a wrong solution: the mean over every row.
 //
-// A common mistake: the forward leaves the ignored rows out of the loss, and the backward only skips
-// their one-hot (ignore_index is no rank's column), so an ignored row's gradient is its softmax p / count:
-// a gradient for a loss term that is not there. The padding of a batch then pushes every logit of its
-// rows down. An ignored row takes no part in the loss: its gradient is zero.
-// expect: is ignored (its target is ignore_index) but its gradient is not zero
+// A common mistake: the ignored rows are left out of the sum but not out of the count, so the loss and
+// the gradient are divided by all N rows. The loss then shrinks with the padding of the batch (a
+// batch half padding reports half its loss and takes half a step), and a micro-batch's loss depends
+// on how many of its targets are ignored. The mean is over the targets that count.
+// expect: divides by all N rows
 #include <cmath>
 #include <vector>
 
@@ -13,7 +13,7 @@
 #include "parallel/comm/process_group.h"
 #include "tensor/ops.h"
 
-namespace exercise16 {
+namespace exercise15 {
 
 using sl::parallel::ProcessGroupPtr;
 using sl::parallel::ReduceOp;
@@ -51,6 +51,7 @@ struct VocabParallelCrossEntropy : sl::Function<VocabParallelCrossEntropy> {
     int64_t count = 0;
     for (int64_t n = 0; n < N; ++n)
       if (static_cast<int64_t>(t[n]) != ignore_index) total += std::log(s[n]) - target[n], count++;
+    count = N;  // the mistake: every row counted, ignored or not
     ctx.save_for_backward({sl::div(e, S.reshape(sl::Shape({N, 1}))), targets});  // my columns of the softmax
     ctx.set("vocab_start", vocab_start);
     ctx.set("ignore_index", ignore_index);
@@ -66,7 +67,10 @@ struct VocabParallelCrossEntropy : sl::Function<VocabParallelCrossEntropy> {
     std::vector<double> grad = p.to_vector();
     for (int64_t n = 0; n < N; ++n) {
       const auto id = static_cast<int64_t>(t[n]);
-      if (id == ignore_index) continue;  // the mistake: the row keeps its softmax p
+      if (id == ignore_index) {  // an ignored row takes no part in the loss: no gradient at all
+        for (int64_t v = 0; v < Vs; ++v) grad[n * Vs + v] = 0.0;
+        continue;
+      }
       if (owns(id, start, Vs)) grad[n * Vs + id - start] -= 1.0;  // the one-hot, on the owner only
     }
     const int64_t count = ctx.get<int64_t>("count");
@@ -81,4 +85,4 @@ sl::Tensor vocab_parallel_cross_entropy(const sl::Tensor& logits, const sl::Tens
   return VocabParallelCrossEntropy::apply(logits, targets, vocab_start, group, ignore_index);
 }
 
-}  // namespace exercise16
+}  // namespace exercise15

@@ -1,10 +1,10 @@
-// exercises/14_sp_mappings/wrong_reduce_scatter_backward_zero_pad.cpp — a wrong solution: ḡ' backward
-// gives only my rows a gradient.
+// exercises/16_sp_mappings/wrong_predict_shard_sized.cpp — a wrong prediction, a right solution.
 //
-// A common mistake: ḡ' returned only my rows of y, so its backward puts dL/dy_r at my rows and zeros
-// elsewhere, with no communication. But ḡ' SUMMED the ranks' partial outputs: my partial sum fed every
-// rank's rows of y, and the gradient of the other rows lives on the other ranks. Gather it.
-// expect: ḡ' backward gave only my rows a gradient (zeros elsewhere)
+// A common slip in the count: the ring all-gather and reduce-scatter send (N-1)/N·S, with S taken as the
+// shard this rank holds, [8, 256, 768], rather than the whole activation [8, 1024, 768] they gather or
+// reduce. Each rank sends (N-1) chunks of S/N where S is the WHOLE tensor: the four collectives cost
+// exactly what f and g's two all-reduces cost, tp times this prediction.
+// expect: is not the measured
 #include <vector>
 
 #include "autograd/function.h"
@@ -12,9 +12,10 @@
 #include "parallel/comm/process_group.h"
 #include "tensor/ops.h"
 
-namespace exercise14 {
+namespace exercise16 {
 
-double predicted_bytes_per_rank() { return 4 * (3.0 / 4 * 4 * 8 * 1024 * 768); }  // 4 x (N-1)/N·S
+// the mistake: S taken as the shard this rank holds, [8, 256, 768], not the gathered [8, 1024, 768]
+double predicted_bytes_per_rank() { return 4 * (3.0 / 4 * 4 * 8 * 256 * 768); }
 
 using sl::parallel::ProcessGroupPtr;
 
@@ -48,12 +49,7 @@ sl::Tensor reduce_scatter_forward(const sl::Tensor& x, const ProcessGroupPtr& gr
 }
 
 sl::Tensor reduce_scatter_backward(const sl::Tensor& grad, const ProcessGroupPtr& group) {
-  // the mistake: "only my rows came out of ḡ', so only my rows of the input get a gradient"
-  const int64_t n = group->size();
-  std::vector<sl::Tensor> parts;
-  for (int64_t k = 0; k < n; ++k)
-    parts.push_back(k == group->rank() ? grad : sl::zeros_like(grad));
-  return sl::cat(parts, 1);
+  return all_gathered_along_t(grad, group);  // every rank's rows' gradient, side by side
 }
 
 // The wiring, as given.
@@ -84,4 +80,4 @@ sl::Tensor reduce_scatter_sequence(const sl::Tensor& x, const ProcessGroupPtr& g
   return ReduceScatterSequence::apply(x, group);
 }
 
-}  // namespace exercise14
+}  // namespace exercise16

@@ -1,10 +1,9 @@
-// exercises/16_vocab_parallel_ce/wrong_mean_over_all_rows.cpp — a wrong solution: the mean over every row.
+// exercises/15_vocab_parallel_ce/wrong_gradient_not_mean.cpp — a wrong solution: the gradient of a sum.
 //
-// A common mistake: the ignored rows are left out of the sum but not out of the count, so the loss and
-// the gradient are divided by all N rows. The loss then shrinks with the padding of the batch (a
-// batch half padding reports half its loss and takes half a step), and a micro-batch's loss depends
-// on how many of its targets are ignored. The mean is over the targets that count.
-// expect: divides by all N rows
+// A common mistake: backward returns g · (p - one_hot), the gradient of the per-row losses. The loss is
+// their MEAN over the counted rows, so every row's gradient carries 1/count as well: without it the
+// step is count times too large, the more so the larger the batch.
+// expect: is N times the serial one: divide by N (the loss is a mean)
 #include <cmath>
 #include <vector>
 
@@ -13,7 +12,7 @@
 #include "parallel/comm/process_group.h"
 #include "tensor/ops.h"
 
-namespace exercise16 {
+namespace exercise15 {
 
 using sl::parallel::ProcessGroupPtr;
 using sl::parallel::ReduceOp;
@@ -51,7 +50,6 @@ struct VocabParallelCrossEntropy : sl::Function<VocabParallelCrossEntropy> {
     int64_t count = 0;
     for (int64_t n = 0; n < N; ++n)
       if (static_cast<int64_t>(t[n]) != ignore_index) total += std::log(s[n]) - target[n], count++;
-    count = N;  // the mistake: every row counted, ignored or not
     ctx.save_for_backward({sl::div(e, S.reshape(sl::Shape({N, 1}))), targets});  // my columns of the softmax
     ctx.set("vocab_start", vocab_start);
     ctx.set("ignore_index", ignore_index);
@@ -73,8 +71,7 @@ struct VocabParallelCrossEntropy : sl::Function<VocabParallelCrossEntropy> {
       }
       if (owns(id, start, Vs)) grad[n * Vs + id - start] -= 1.0;  // the one-hot, on the owner only
     }
-    const int64_t count = ctx.get<int64_t>("count");
-    const double scale = count > 0 ? grads[0].item() / static_cast<double>(count) : 0.0;  // a mean over the counted rows
+    const double scale = grads[0].item();  // the 1/count of the mean is missing
     for (double& v : grad) v *= scale;
     return {sl::from_vector(grad, p.shape(), sl::TensorOptions(p.dtype(), p.device())), sl::Tensor()};
   }
@@ -85,4 +82,4 @@ sl::Tensor vocab_parallel_cross_entropy(const sl::Tensor& logits, const sl::Tens
   return VocabParallelCrossEntropy::apply(logits, targets, vocab_start, group, ignore_index);
 }
 
-}  // namespace exercise16
+}  // namespace exercise15

@@ -1,12 +1,12 @@
-// exercises/14_sp_mappings/wrong_reduce_scatter_no_permute.cpp — a wrong solution: the reduce-scatter
-// cuts the flat buffer.
+// exercises/16_sp_mappings/wrong_reduce_scatter_averaged.cpp — a wrong solution: the reduce-scatter
+// averages.
 //
-// A common mistake: reduce_scatter hands rank r chunk r of its input's first dim, so [B, T, C] is
-// reshaped to [tp, B, T/tp, C] and handed over. But a reshape does not move numbers: chunk r of the flat
-// buffer is a run of B·T·C/tp consecutive floats (batch row 0's first rows, ...), not rows r of every
-// batch row. Reshape to [B, tp, T/tp, C] and permute to [tp, B, T/tp, C] first.
-// expect: ḡ' forward cut the flat buffer
-// expect: ḡ's backward cut the flat buffer
+// A common mistake, carried over from data parallelism, where gradients of different batches are
+// averaged: ReduceOp::avg. Here the ranks hold parts of ONE output (each rank's columns of the hidden
+// layer give a partial sum of y) and parts of one gradient (each branch's contribution to dL/dX): the
+// whole is their sum. Averaging makes y and dL/dX tp times too small.
+// expect: ḡ' forward averaged the ranks' partial sums
+// expect: ḡ's backward averaged the ranks' gradients
 #include <vector>
 
 #include "autograd/function.h"
@@ -14,7 +14,7 @@
 #include "parallel/comm/process_group.h"
 #include "tensor/ops.h"
 
-namespace exercise14 {
+namespace exercise16 {
 
 double predicted_bytes_per_rank() { return 4 * (3.0 / 4 * 4 * 8 * 1024 * 768); }  // 4 x (N-1)/N·S
 
@@ -31,9 +31,9 @@ static sl::Tensor all_gathered_along_t(const sl::Tensor& x, const ProcessGroupPt
 // x [B, T, C] partial on every rank -> my rows [B, T/tp, C] of the sum.
 static sl::Tensor reduce_scattered_along_t(const sl::Tensor& x, const ProcessGroupPtr& group) {
   const int64_t n = group->size(), B = x.size(0), T = x.size(1), C = x.size(2);
-  sl::Tensor stacked = x.reshape({n, B, T / n, C}) /* the mistake: no permute */;  // [tp, B, T/tp, C]
+  sl::Tensor stacked = sl::permute(x.reshape({B, n, T / n, C}), {1, 0, 2, 3});  // [tp, B, T/tp, C]
   sl::Tensor out = sl::Tensor::empty({B, T / n, C}, sl::TensorOptions(x.dtype(), x.device()));
-  group->reduce_scatter(out, stacked);
+  group->reduce_scatter(out, stacked, sl::parallel::ReduceOp::avg  /* the mistake */);
   return out;
 }
 
@@ -81,4 +81,4 @@ sl::Tensor reduce_scatter_sequence(const sl::Tensor& x, const ProcessGroupPtr& g
   return ReduceScatterSequence::apply(x, group);
 }
 
-}  // namespace exercise14
+}  // namespace exercise16

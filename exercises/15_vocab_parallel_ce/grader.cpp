@@ -1,4 +1,4 @@
-// exercises/16_vocab_parallel_ce/grader.cpp — grades the vocab-parallel cross-entropy (student.cpp).
+// exercises/15_vocab_parallel_ce/grader.cpp — grades the vocab-parallel cross-entropy (student.cpp).
 //
 // Full logits [N, V] (N = 12, V = 16) and targets [N]; rank r of tp gets columns [r·V/tp, (r+1)·V/tp).
 // At tp 2 and 4 (thread ranks, parallel/comm/launch.h) the loss and the gradient of each rank's slice are
@@ -25,11 +25,11 @@ using namespace sl::parallel;
 using exercises::all_close;
 using exercises::expect;
 
-namespace exercise16 {
+namespace exercise15 {
 double predicted_forward_bytes_sent();
 Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets, int64_t vocab_start,
                                     const ProcessGroupPtr& group, int64_t ignore_index);
-}  // namespace exercise16
+}  // namespace exercise15
 
 #ifdef SL_SOLUTION
 namespace solution {
@@ -44,7 +44,7 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
 }  // namespace solution
 namespace impl = solution;
 #else
-namespace impl = exercise16;
+namespace impl = exercise15;
 #endif
 
 constexpr int64_t kN = 12, kV = 16;  // N = B·T = 2·6 (divisible by tp 2 and 4); V/tp = 8 or 4 columns
@@ -205,7 +205,7 @@ static double measured_forward_bytes_sent() {
 }
 
 int main() {
-  exercises::Grader grader("16_vocab_parallel_ce");
+  exercises::Grader grader("15_vocab_parallel_ce");
   grader.predict("bytes one rank sends in the loss's forward at tp 4, V = 50304, N = 12",
                  impl::predicted_forward_bytes_sent, measured_forward_bytes_sent, 0, "bytes");
   const Problem plain = random_problem(2.0);
