@@ -12,7 +12,7 @@
 //                              per micro-batch, forward and backward; the tied wte summed on {0, p-1}
 //                     tp       per layer f/g all-reduces of [b, T, C] (SP: all-gathers and reduce-
 //                              scatters of [b, T/t, C]), embedding g, head f, 3 CE all-reduces of b·T
-//                     cp       ring: K/V passed cp-1 times forward and backward, dK/dV cp times;
+//                     cp       ring: K/V passed cp-1 times forward and backward, dK/dV (f32) cp times;
 //                              all-gather variant: 2 all-gathers forward, 2 reduce-scatters backward
 //   Gradient sums (SP's partial LayerNorms, cp's whole part, the tied wte) run once a step after
 //   backward: f32 all-reduces of the .grad (parallel/comm/flatten.h) or of a shard's pieces.
@@ -186,17 +186,13 @@ void cut_traffic(Step& s) {
     if (s.part.last_stage) s.book.all_reduce({MeshDim::tp}, b * Tl, 4, 3 * s.M);  // max, target logit, Σ exp (f32)
   }
   if (c.cp > 1) {
-    const int64_t kv = X / t * s.pes;  // K or V of this rank's heads: [b, NH/t, T/cp, HS]
-    // dK, dV of the ring and all-gather variants travel in their f32 accumulators, also in 16 bits
-    // (attention_block.h); Ulysses sends the gradients in the weights' dtype.
-    const int64_t dkv = X / t * std::max<int64_t>(s.pes, 4);
-    const int64_t forwards = 1 + reruns;
-    // ring: K/V pass cp-1 times per forward and once more in backward, dK/dV cp times (ring_attention.h)
-    auto kv_passes = [&](int64_t n) { return layers * (n - 1) * (forwards + 1); };
-    auto grad_passes = [&](int64_t n) { return layers * n; };
+    // K or V of this rank's heads [b, NH/t, T/cp, HS]; dK, dV of the ring and all-gather travel in
+    // their f32 accumulators, also in 16 bits (attention_block.h); Ulysses's in the weights' dtype.
+    const int64_t kv = X / t * s.pes, dkv = X / t * std::max<int64_t>(s.pes, 4), forwards = 1 + reruns;
+    // ring: K/V pass n-1 times per forward and once more in backward, dK/dV n times (ring_attention.h)
     auto ring = [&](const auto& p2p, int64_t n) {
-      p2p(kv, 2 * kv_passes(n) * s.M);
-      p2p(dkv, 2 * grad_passes(n) * s.M);
+      p2p(kv, 2 * layers * (n - 1) * (forwards + 1) * s.M);
+      p2p(dkv, 2 * layers * n * s.M);
     };
     // Ulysses: q, k, v there and out back per forward, the four gradients in backward
     const int64_t swaps = layers * (4 * forwards + 4);
@@ -204,9 +200,7 @@ void cut_traffic(Step& s) {
     // A hybrid with U = cp is Ulysses on the cp group itself (make_cp_groups)
     const CpVariant variant = s.plan.cp_variant == CpVariant::hybrid && U == c.cp ? CpVariant::ulysses : s.plan.cp_variant;
     switch (variant) {
-      case CpVariant::ring:
-        ring([&](int64_t bytes, int64_t n) { s.book.p2p({MeshDim::cp}, bytes, n, n); }, c.cp);
-        break;
+      case CpVariant::ring: ring([&](int64_t bytes, int64_t n) { s.book.p2p({MeshDim::cp}, bytes, n, n); }, c.cp); break;
       case CpVariant::allgather:
         s.book.all_gather({MeshDim::cp}, kv, 2 * forwards * layers * s.M);
         s.book.reduce_scatter({MeshDim::cp}, dkv, 2 * layers * s.M);
@@ -230,22 +224,18 @@ MeshDims trainer_names(const TrainPlan& plan) {
       if (!plan.cuts_model() || c.dp_replicate * c.dp_shard > 1) names.push_back(MeshDim::dp);
       break;
     case DpStrategy::zero1:
-    case DpStrategy::zero2:
-      names.push_back(MeshDim::dp_shard);
-      break;
+    case DpStrategy::zero2: names.push_back(MeshDim::dp_shard); break;
     case DpStrategy::fsdp:
       names.push_back(plan.cuts_model() && c.cp > 1 ? MeshDim::dp_shard_cp : MeshDim::dp_shard);
       if (c.dp_replicate > 1) names.push_back(MeshDim::dp_replicate);
       break;
-    case DpStrategy::naive:
-      break;
+    case DpStrategy::naive: break;
   }
   if (c.pp > 1) names.push_back(MeshDim::pp);
   if (c.cp > 1) names.push_back(MeshDim::cp);
   if (c.tp > 1) names.push_back(MeshDim::tp);
   return names;
 }
-
 
 // Naive DP (parallel/data_parallel/naive_data_parallel.h): rank 0 scatters the inputs (i64), gathers
 // the logits [R, T, V], scatters their gradient with the loss (+1 float), gathers 4Ψ of gradients;
