@@ -204,43 +204,8 @@ static double measured_forward_bytes_sent() {
   return sent;
 }
 
-int main() {
-  exercises::Grader grader("15_vocab_parallel_ce");
-  grader.predict("bytes one rank sends in the loss's forward at tp 4, V = 50304, N = 12",
-                 impl::predicted_forward_bytes_sent, measured_forward_bytes_sent, 0, "bytes");
-  const Problem plain = random_problem(2.0);
-  const Serial plain_serial = serial_loss(plain);
-  for (int tp : {2, 4}) {
-    grader.check("loss, tp " + std::to_string(tp) + ": equals the serial cross-entropy on the full logits",
-                 [&, tp] { expect_loss(plain, tp, plain_serial, run_parallel(plain, tp)); });
-    grader.check("gradient, tp " + std::to_string(tp) + ": each rank's columns of the serial dL/dlogits",
-                 [&, tp] { expect_gradient(plain, tp, plain_serial, run_parallel(plain, tp)); });
-  }
-  grader.check("logits x1e3, tp 2: finite and equal to the serial loss and gradient (the max subtracted)", [] {
-    const Problem big = random_problem(2000.0);
-    const Serial serial = serial_loss(big);
-    const std::vector<RankRun> runs = run_parallel(big, 2);
-    for (const RankRun& run : runs)
-      for (double g : run.grad)
-        expect(std::isfinite(g),
-               "a NaN or inf in the gradient at logits x1e3: subtract the global max m before exp (exp overflows f32 "
-               "beyond 88): p = exp(x - m) / S");
-    expect_loss(big, 2, serial, runs);
-    expect_gradient(big, 2, serial, runs);
-  });
-  grader.check("targets on every slice boundary, tp 4: ids r·Vs and r·Vs + Vs - 1 (ownership)", [] {
-    Problem edges = random_problem(2.0);
-    const int64_t Vs = kV / 4;
-    for (int64_t n = 0; n < kN; ++n) edges.targets[n] = (n / 2 % 4) * Vs + (n % 2 ? Vs - 1 : 0);  // 0, 3, 4, 7, ...
-    const Serial serial = serial_loss(edges);
-    const std::vector<RankRun> runs = run_parallel(edges, 4);
-    for (int r = 0; r < 4; ++r)
-      expect(all_close({runs[r].loss}, {serial.loss}, 1e-5, 1e-5),
-             at(4, r) +
-                 ": the loss is wrong when targets sit on the first or last id of a slice (it is right for "
-                 "others?): a rank owns t when start <= t < start + Vs, nothing off by one");
-    expect_gradient(edges, 4, serial, runs);
-  });
+// Targets at ignore_index: the mean over the counted ones, zero gradient rows, a pad id inside V.
+static void check_padding(exercises::Grader& grader) {
   Problem padded = random_problem(2.0);  // 5 of 12 rows padding: the mean is over 7
   for (int64_t n : {1, 4, 5, 8, 11}) padded.targets[static_cast<size_t>(n)] = kDefaultIgnoreIndex;
   const Serial padded_serial = serial_loss(padded);
@@ -278,6 +243,46 @@ int main() {
         expect(g == 0.0, "with no target counted the gradient holds " + std::to_string(g) + ", not 0: no row counts");
     }
   });
+}
+
+int main() {
+  exercises::Grader grader("15_vocab_parallel_ce");
+  grader.predict("bytes one rank sends in the loss's forward at tp 4, V = 50304, N = 12",
+                 impl::predicted_forward_bytes_sent, measured_forward_bytes_sent, 0, "bytes");
+  const Problem plain = random_problem(2.0);
+  const Serial plain_serial = serial_loss(plain);
+  for (int tp : {2, 4}) {
+    grader.check("loss, tp " + std::to_string(tp) + ": equals the serial cross-entropy on the full logits",
+                 [&, tp] { expect_loss(plain, tp, plain_serial, run_parallel(plain, tp)); });
+    grader.check("gradient, tp " + std::to_string(tp) + ": each rank's columns of the serial dL/dlogits",
+                 [&, tp] { expect_gradient(plain, tp, plain_serial, run_parallel(plain, tp)); });
+  }
+  grader.check("logits x1e3, tp 2: finite and equal to the serial loss and gradient (the max subtracted)", [] {
+    const Problem big = random_problem(2000.0);
+    const Serial serial = serial_loss(big);
+    const std::vector<RankRun> runs = run_parallel(big, 2);
+    for (const RankRun& run : runs)
+      for (double g : run.grad)
+        expect(std::isfinite(g),
+               "a NaN or inf in the gradient at logits x1e3: subtract the global max m before exp (exp overflows f32 "
+               "beyond 88): p = exp(x - m) / S");
+    expect_loss(big, 2, serial, runs);
+    expect_gradient(big, 2, serial, runs);
+  });
+  grader.check("targets on every slice boundary, tp 4: ids r·Vs and r·Vs + Vs - 1 (ownership)", [] {
+    Problem edges = random_problem(2.0);
+    const int64_t Vs = kV / 4;
+    for (int64_t n = 0; n < kN; ++n) edges.targets[n] = (n / 2 % 4) * Vs + (n % 2 ? Vs - 1 : 0);  // 0, 3, 4, 7, ...
+    const Serial serial = serial_loss(edges);
+    const std::vector<RankRun> runs = run_parallel(edges, 4);
+    for (int r = 0; r < 4; ++r)
+      expect(all_close({runs[r].loss}, {serial.loss}, 1e-5, 1e-5),
+             at(4, r) +
+                 ": the loss is wrong when targets sit on the first or last id of a slice (it is right for "
+                 "others?): a rank owns t when start <= t < start + Vs, nothing off by one");
+    expect_gradient(edges, 4, serial, runs);
+  });
+  check_padding(grader);
   grader.check("ledger, tp 2 and 4: exactly 3 all-reduces of N floats, 3·2(tp-1)/tp·N·4 bytes", [&] {
     for (int tp : {2, 4}) {
       const std::vector<RankRun> runs = run_parallel(plain, tp);

@@ -525,6 +525,19 @@ TEST(ZeroStage2, PeakAboveHeldIsAtMostTheBucketsInFlight) {
 //              all-gathers write into the weights in place
 class ZeroPeak : public testing::TestWithParam<ZeroCase> {};
 
+void print_peaks(const std::string& who, const std::array<int64_t, kNumMemoryCategories>& stepped,
+                 const std::array<int64_t, kNumMemoryCategories>& built, int64_t e, int64_t P, int64_t S,
+                 int64_t largest) {
+  auto at = [](const std::array<int64_t, kNumMemoryCategories>& a, MemoryCategory k) { return a[static_cast<int>(k)]; };
+  std::printf(
+      "[   info   ] %s: peaks weights %lld (built %lld) grads %lld optimizer %lld offload %lld comm %lld;"
+      " %lldP %lld %lldS %lld largest bucket %lld\n",
+      who.c_str(), (long long)at(stepped, MemoryCategory::weights), (long long)at(built, MemoryCategory::weights),
+      (long long)at(stepped, MemoryCategory::grads), (long long)at(stepped, MemoryCategory::optimizer),
+      (long long)at(stepped, MemoryCategory::offload), (long long)at(stepped, MemoryCategory::comm), (long long)e,
+      (long long)(e * P), (long long)e, (long long)(e * S), (long long)(e * largest));
+}
+
 TEST_P(ZeroPeak, EveryCategoryAsThePaper) {
   const ZeroCase c = GetParam();
   SL_SKIP_UNLESS_WORLD(c.world);
@@ -596,14 +609,7 @@ TEST_P(ZeroPeak, EveryCategoryAsThePaper) {
     // Offload's link per step (zero.h): the gradient shard down and the weight shard up, each in the
     // device's dtype (e S bytes: 2S in bf16, as DeepSpeed moves 16-bit gradients and weights); two steps.
     EXPECT_EQ(transferred[r], c.offload ? 2 * (e * S + e * S) : 0) << who << ": bytes over the host link";
-    std::printf(
-        "[   info   ] %s: peaks weights %lld (built %lld) grads %lld optimizer %lld offload %lld comm %lld;"
-        " %lldP %lld %lldS %lld largest bucket %lld\n",
-        who.c_str(), (long long)at(stepped[r], MemoryCategory::weights),
-        (long long)at(built[r], MemoryCategory::weights), (long long)at(stepped[r], MemoryCategory::grads),
-        (long long)at(stepped[r], MemoryCategory::optimizer), (long long)at(stepped[r], MemoryCategory::offload),
-        (long long)at(stepped[r], MemoryCategory::comm), (long long)e, (long long)(e * P), (long long)e,
-        (long long)(e * S), (long long)(e * b.largest));
+    print_peaks(who, stepped[r], built[r], e, P, S, b.largest);
   }
 }
 
