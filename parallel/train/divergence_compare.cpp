@@ -9,13 +9,26 @@
 
 namespace sl::parallel {
 
-double RoundingBound::relative() const { return kSafety * unit * std::sqrt(length) * (1 + kCarry * step); }
+double NoiseBound::at(double serial, double scale) const {
+  return relative() * (std::fabs(serial) + scale) + 2 * unit * std::fabs(serial);
+}
 
-std::string RoundingBound::str() const {
+std::string NoiseBound::str() const {
   char text[200];
-  std::snprintf(text, sizeof text, "%g·u·√n·(1+%g·step), u = %.3g (%s), n = %.0f, step %d: %.3g × (|s| + rms s)", kSafety, kCarry,
-                unit, dtype.c_str(), length, step, relative());
+  std::snprintf(text, sizeof text, "%g·r·(|s| + rms s) + 2u·|s|, r = %.3g (%s vs f64), u = 2^%d", factor, noise,
+                dtype.c_str(), static_cast<int>(std::lround(std::log2(unit))));
   return text;
+}
+
+double measured_noise(const std::vector<double>& serial, const std::vector<double>& exact) {
+  SL_ASSERT(serial.size() == exact.size());
+  const double scale = rms(serial);
+  double noise = 0;
+  for (size_t j = 0; j < serial.size(); ++j) {
+    const double magnitude = std::fabs(serial[j]) + scale;
+    if (magnitude > 0) noise = std::max(noise, std::fabs(serial[j] - exact[j]) / magnitude);
+  }
+  return noise;
 }
 
 double rms(const std::vector<double>& values) {
@@ -67,7 +80,7 @@ std::vector<int64_t> RankCut::positions() const {
 }
 
 std::string compare_output(const RankCut& cut, int micro, const Tensor& layout, const Tensor& serial,
-                           const RoundingBound& bound, Comparison& row) {
+                           const NoiseBound& bound, Comparison& row) {
   const bool positions_only = serial.dim() == 2;  // wpe: [T, C]
   const int seq_dim = positions_only ? 0 : 1;
   if (layout.dim() != serial.dim()) return "rank dims " + layout.shape().str() + " vs serial " + serial.shape().str();
@@ -95,7 +108,6 @@ std::string compare_output(const RankCut& cut, int micro, const Tensor& layout, 
   const std::vector<double> s = serial.to_vector(), l = layout.to_vector();
   const double scale = rms(s);
   row.bound = bound.str();
-  const double relative = bound.relative();
   const int64_t nrows = positions_only ? 1 : layout.size(0);
   const int64_t T = serial.size(seq_dim);
   for (int64_t i = 0; i < nrows; ++i)
@@ -105,7 +117,7 @@ std::string compare_output(const RankCut& cut, int micro, const Tensor& layout, 
         const double sv = s[((positions_only ? 0 : srow) * T + spos) * serial_width + scol];
         const double lv = l[(i * local + j) * width + c];
         std::vector<int64_t> index = positions_only ? std::vector<int64_t>{spos, scol} : std::vector<int64_t>{srow, spos, scol};
-        check_element(row, std::move(index), lv, sv, relative * (std::fabs(sv) + scale));
+        check_element(row, std::move(index), lv, sv, bound.at(sv, scale));
       }
   return "";
 }

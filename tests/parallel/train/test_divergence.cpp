@@ -3,8 +3,9 @@
 // variants, 3 steps report nothing; a fault planted through the probe on one rank is named with its
 // step, phase, module or parameter and that rank's mesh coordinates.
 //
-// Layouts (a subset of tests/parallel/nd's, sized for seconds): dp2_pp2 (2 micro-batches), tp2_cp2
-// (zigzag ring), pp2_tp2_sp (4 micro), fsdp2_cp2 (zigzag), dp2_cp2_ulysses, pp2_tp2 bf16 (4 micro).
+// Layouts (a few of tools/diverge_layouts.txt, sized for seconds; tools/check_diverge.sh runs all of
+// them in CI): dp2_pp2 (2 micro-batches), tp2_cp2 (zigzag ring), pp2_tp2_sp (4 micro), fsdp2_cp2
+// (zigzag), dp2_cp2_ulysses, pp2_tp2 bf16 (4 micro).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -86,6 +87,30 @@ TEST(DivergenceFinder, NamesOneTpRanksScaledCAttnGradient) {
                                          .step = 1, .on = {{MeshDim::tp, 1}}}});
   // before the cp sum: both cp ranks of tp rank 1 hold the wrong sum
   expect_first(report, 1, "backward", "h.0.attn.c_attn.weight", "tp 1");
+}
+
+// A gradient x2 on one tp rank is caught at the step it is planted, whichever step that is: the
+// bound of the later steps (which carry the earlier steps' rounding) stays far below it in f32.
+TEST(DivergenceFinder, CatchesADoubledGradientAtEveryStepInF32) {
+  SL_SKIP_UNLESS_WORLD(4);
+  for (int step = 0; step < 3; ++step) {
+    const DivergenceReport report = find({.name = "tp2_cp2", .tp = 2, .cp = 2},
+                                         {{.kind = Kind::scale_gradient, .target = "h.1.mlp.c_fc.weight", .factor = 2,
+                                           .step = step, .on = {{MeshDim::tp, 1}}}});
+    expect_first(report, step, "backward", "h.1.mlp.c_fc.weight", "tp 1");
+  }
+}
+
+// In bf16 (rounding 2^-8, 65536 times f32's) a doubled gradient planted at the first step is named.
+// (Planted later, it hides under the later steps' factor 32 in bf16: not found.)
+TEST(DivergenceFinder, CatchesADoubledGradientInBf16AtTheFirstStep) {
+  SL_SKIP_UNLESS_WORLD(4);
+  for (int step = 0; step < 1; ++step) {
+    const DivergenceReport report = find({.name = "pp2_tp2_bf16", .pp = 2, .tp = 2, .micro = 2, .precision = "bf16"},
+                                         {{.kind = Kind::scale_gradient, .target = "h.0.attn.c_attn.weight", .factor = 2,
+                                           .step = step, .on = {{MeshDim::tp, 1}}}});
+    expect_first(report, step, "backward", "h.0.attn.c_attn.weight", "tp 1");
+  }
 }
 
 TEST(DivergenceFinder, NamesOneCpRanksScaledAttentionOutput) {
