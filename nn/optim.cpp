@@ -114,6 +114,10 @@ void AdamW::step() {
     Tensor g = p.grad();
     if (!g.defined()) continue;
     const bool mixed = is_16bit(p.dtype()) && options.master_weights;
+    if (p.dtype() == DType::f64 && g.dtype() == DType::f64 && p.device().is_cpu()) {
+      adamw_update_f64(p, g, buffer(i, "exp_avg"), buffer(i, "exp_avg_sq"), ++state_[i].step);
+      continue;
+    }
     SL_CHECK(p.dtype() == DType::f32 || mixed, "AdamW: parameter ", i, " is ", dtype_name(p.dtype()), " with a ",
              dtype_name(g.dtype()), " gradient; AdamW keeps f32 parameters (for mixed precision, set ",
              "AdamWOptions::master_weights: an f32 master copy per 16-bit parameter)");
@@ -139,6 +143,22 @@ void AdamW::step() {
     else
       adamw_update(at(w), at(g), m, v, p.numel(), s);
     if (mixed) p.copy_(w);
+  }
+}
+
+// An f64 parameter on the CPU (a model without rounding worth the name: gradcheck's, and the f64 twin
+// build/bin/diverge measures a run's rounding against): the same formula in double.
+void AdamW::adamw_update_f64(const Tensor& p, const Tensor& g, Tensor& m, Tensor& v, int64_t t) const {
+  const double bc1 = 1.0 - std::pow(options.beta1, static_cast<double>(t));
+  const double bc2 = 1.0 - std::pow(options.beta2, static_cast<double>(t));
+  const double decay = p.dim() >= 2 ? 1.0 - lr * options.weight_decay : 1.0, b1 = options.beta1, b2 = options.beta2;
+  auto at = [](const Tensor& x) { return static_cast<double*>(x.data_ptr()); };
+  double *w = at(p), *m1 = at(m), *m2 = at(v);
+  const double* grad = static_cast<const double*>(g.data_ptr());
+  for (int64_t j = 0; j < p.numel(); ++j) {
+    m1[j] = b1 * m1[j] + (1 - b1) * grad[j];
+    m2[j] = b2 * m2[j] + (1 - b2) * grad[j] * grad[j];
+    w[j] = w[j] * decay - lr / bc1 * m1[j] / (std::sqrt(m2[j]) / std::sqrt(bc2) + options.eps);
   }
 }
 

@@ -77,8 +77,11 @@ struct AdamWOptions {
 class AdamW : public Optimizer {
  public:
   AdamW(std::vector<Tensor> params, const AdamWOptions& options = {});
-  void step() override;
+  void step() override;  // f32 parameters (16-bit with master_weights); f64 ones on the CPU in double
   AdamWOptions options;
+
+ private:
+  void adamw_update_f64(const Tensor& p, const Tensor& g, Tensor& m, Tensor& v, int64_t t) const;
 };
 
 // One AdamW update of n contiguous f32 elements: the loop AdamW::step runs over each parameter, and

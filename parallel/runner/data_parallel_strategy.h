@@ -50,6 +50,10 @@ class DataParallelStrategy {
   // For tests (Trainer::keep_gradients): the averaged gradient each parameter updates with, whole,
   // by serial name, before clipping. Collective over the strategy's groups and the runner's.
   virtual nn::StateDict full_gradients(ModelRunner& runner) = 0;
+  // For debugging tools: this rank's final gradients as runs of its parameters' elements, where the
+  // strategy keeps them (.grad by default; ZeRO's and FSDP's shards), read before clipping (Trainer's
+  // before_update). No communication beyond finishing a reduction the step would do anyway.
+  virtual std::vector<LocalGradientRun> local_gradients(ModelRunner& runner) { return whole_gradient_runs(runner.module()); }
   // fp16 loss scaling (nn/grad_scaler.h): divides this rank's averaged gradients by the scale in
   // place and says whether it found an inf or NaN among them (the Trainer agrees over the world).
   // A strategy whose gradients do not live in 16-bit-capable buffers refuses mixed precision in

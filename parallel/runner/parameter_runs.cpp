@@ -1,9 +1,20 @@
-// parameter_runs.cpp — whole_parameter_runs (state_pieces.h): a module's parameters whole, with
-// nn::AdamW's state. Apart from state_pieces.cpp, whose regions the fuzzers link without the library.
+// parameter_runs.cpp — whole_parameter_runs and whole_gradient_runs (state_pieces.h): a module's
+// parameters whole, with nn::AdamW's state, and their gradients. Apart from state_pieces.cpp, whose regions the fuzzers link without the library.
 #include "parallel/runner/state_pieces.h"
+
+#include "parallel/runner/model_runner.h"
 #include "tensor/error.h"
 
 namespace sl::parallel {
+
+std::vector<LocalGradientRun> whole_gradient_runs(nn::Module& module) {
+  std::vector<LocalGradientRun> runs;
+  for (const auto& [name, param] : module.named_parameters()) {
+    const Tensor grad = grad_or_zeros(param);
+    runs.push_back({name, 0, param.numel(), grad.flat_view(0, {param.numel()})});
+  }
+  return runs;
+}
 
 std::vector<LocalStateRun> whole_parameter_runs(nn::Module& module, nn::AdamW* adamw,
                                                 const MeshDims& replicated_over) {

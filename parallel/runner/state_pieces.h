@@ -66,6 +66,18 @@ struct LocalStateRun {
   bool copy = false;  // a second home of state saved elsewhere (offload's host weights): loaded, never saved
 };
 
+// A run of one parameter's final gradient (averaged over dp, the chapter's sums applied) as this rank
+// holds it: elements [begin, end) of the tensor module() holds, `data` [end - begin] a view of (or,
+// where the strategy keeps no such tensor, a copy of) the gradient. A debugging tool reads these
+// (DataParallelStrategy::local_gradients) and places them in the serial tensors as the state's runs are.
+struct LocalGradientRun {
+  std::string parameter;
+  int64_t begin = 0, end = 0;
+  Tensor data;
+};
+// The gradients of a module's parameters held whole (.grad; zeros where none arrived).
+std::vector<LocalGradientRun> whole_gradient_runs(nn::Module& module);
+
 // Runs of a module's parameters held whole, with nn::AdamW's state for them (null: weights only):
 // DDP's replicas, a cut at dp 1, naive DP. Makes the moments (zeros) if AdamW has none yet.
 std::vector<LocalStateRun> whole_parameter_runs(nn::Module& module, nn::AdamW* adamw,

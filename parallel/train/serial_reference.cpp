@@ -12,7 +12,8 @@ namespace {
 
 // One optimizer step; returns the batch's mean loss.
 double reference_step(nn::GPT& model, nn::AdamW& optimizer, nn::GradScaler& scaler, const nn::TokenStream& data,
-                      const TrainOptions& o, const nn::MixedPrecision& precision, int64_t step) {
+                      const TrainOptions& o, const nn::MixedPrecision& precision, int64_t step,
+                      const std::function<void()>& before_update) {
   optimizer.lr = nn::cosine_lr(step, o.steps, o.warmup_steps, o.lr, o.min_lr);
   nn::zero_grads(model.parameters(), precision);
   // Each micro-batch's mean loss weighted by its share of the batch's counted targets, so the summed
@@ -38,6 +39,7 @@ double reference_step(nn::GPT& model, nn::AdamW& optimizer, nn::GradScaler& scal
     found_inf = scaler.unscale(grads);  // before clipping: the norm is the true gradient's
   }
   if (!found_inf) {
+    if (before_update) before_update();
     if (o.grad_clip > 0) nn::clip_grad_norm(model.parameters(), o.grad_clip);
     optimizer.step();
   }
@@ -47,6 +49,27 @@ double reference_step(nn::GPT& model, nn::AdamW& optimizer, nn::GradScaler& scal
 
 }  // namespace
 
+struct SerialReference::Impl {
+  nn::GPT& model;
+  TrainOptions o;
+  nn::MixedPrecision precision;
+  nn::AdamW optimizer;
+  nn::GradScaler scaler;
+  Impl(nn::GPT& m, const TrainOptions& options, const nn::MixedPrecision& p)
+      : model(m), o(options), precision(p), optimizer(m.parameters(), adamw_of_options(options)), scaler(p.loss_scale) {}
+};
+
+SerialReference::SerialReference(nn::GPT& model, const TrainOptions& o, const nn::MixedPrecision& precision)
+    : impl_(std::make_unique<Impl>(model, o, precision)) {
+  SL_CHECK(o.block_size > 0, "SerialReference: the block size is not resolved (", o.block_size, ")");
+}
+SerialReference::~SerialReference() = default;
+
+double SerialReference::step(const nn::TokenStream& data, int64_t step, const std::function<void()>& before_update) {
+  Impl& i = *impl_;
+  return reference_step(i.model, i.optimizer, i.scaler, data, i.o, i.precision, step, before_update);
+}
+
 std::vector<double> train_serial_reference(nn::GPT& model, const nn::TokenStream& data, const TrainOptions& o,
                                            const nn::MixedPrecision& precision, int64_t first_step) {
   SL_CHECK(o.block_size > 0, "train_serial_reference: the block size is not resolved (", o.block_size, ")");
@@ -54,7 +77,7 @@ std::vector<double> train_serial_reference(nn::GPT& model, const nn::TokenStream
   nn::GradScaler scaler(precision.loss_scale);
   std::vector<double> losses;
   for (int64_t step = first_step; step < o.steps; ++step)
-    losses.push_back(reference_step(model, optimizer, scaler, data, o, precision, step));
+    losses.push_back(reference_step(model, optimizer, scaler, data, o, precision, step, {}));
   return losses;
 }
 

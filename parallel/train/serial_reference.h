@@ -14,6 +14,8 @@
 //   Tests: tests/tools/test_train_cli.cpp (--compare-serial), tests/parallel/train/test_trainer.cpp
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <vector>
 
 #include "nn/data.h"
@@ -22,6 +24,21 @@
 #include "parallel/train/train_options.h"
 
 namespace sl::parallel {
+
+// The same loop one step at a time: build/bin/diverge (divergence.h) reads the gradients before each
+// update and the weights after it. `before_update` runs once the gradients are final (summed over the
+// micro-batches, unscaled), before clipping and AdamW; not on a step fp16's overflow skips.
+class SerialReference {
+ public:
+  SerialReference(nn::GPT& model, const TrainOptions& o, const nn::MixedPrecision& precision);
+  ~SerialReference();
+  // One optimizer step on global batch `step`; returns the batch's mean loss before the update.
+  double step(const nn::TokenStream& data, int64_t step, const std::function<void()>& before_update = {});
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 // Trains `model` in place on `data` with the options' schedule, batch (o.block_size resolved: not 0),
 // micro-batches, clipping and AdamW, from step `first_step` to o.steps. Returns each step's loss:

@@ -19,6 +19,7 @@ struct Trainer::Impl {
   std::unique_ptr<DataParallelStrategy> strategy;  // how the replicas agree on the update
   CommStats at_start;                              // what construction sent (broadcasts), subtracted from reports
   bool keep_gradients = false;
+  StepHooks step_hooks;             // a debugging tool's (set_step_hooks)
   nn::StateDict kept_gradients;     // the last step's averaged gradients, before clipping
   double last_grad_norm = 0;        // the last clip's norm
   nn::GradScaler scaler;            // fp16 loss scaling (disabled: scale 1)
@@ -126,6 +127,7 @@ double Trainer::Impl::global_count(const std::vector<nn::TokenStream::MicroBatch
 // the clipping and the update in its optimizer column.
 void Trainer::Impl::keep_clip_step(double lr, double grad_clip) {
   static const std::string clip_op = "clip_grad_norm", optimizer_op = "AdamW.step";
+  if (step_hooks.before_update) step_hooks.before_update();
   if (keep_gradients) kept_gradients = strategy->full_gradients(*runner);
   if (grad_clip > 0) {
     ProfileScope scope(clip_op, ProfilePhase::optimizer);
@@ -166,6 +168,7 @@ double Trainer::Impl::step(const nn::TokenStream& data, int64_t step, int64_t ba
   const double scale = scaler.scale();
   const double share = runner->forward_backward(micros, count / scale, mesh->size(MeshDim::dp), hooks) / scale;
   strategy->synchronize();  // DDP: every bucket's all-reduce done before the chapter adds its sums
+  if (step_hooks.after_backward) step_hooks.after_backward();
   strategy->finish_gradients(*runner);
   const bool skip = scaler.enabled() && overflow_anywhere();
   if (!skip) keep_clip_step(lr, grad_clip);  // a skipped step leaves weights and AdamW's state as they were
@@ -181,6 +184,7 @@ DataParallelStrategy& Trainer::strategy() const { return *impl_->strategy; }
 nn::GradScaler& Trainer::scaler() { return impl_->scaler; }
 nn::StateDict Trainer::full_state_dict() { return impl_->strategy->full_state_dict(*impl_->runner); }
 
+void Trainer::set_step_hooks(StepHooks hooks) { impl_->step_hooks = std::move(hooks); }
 void Trainer::keep_gradients() { impl_->keep_gradients = true; }
 const nn::StateDict& Trainer::full_gradients() const { return impl_->kept_gradients; }
 double Trainer::last_grad_norm() const { return impl_->last_grad_norm; }

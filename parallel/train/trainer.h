@@ -73,6 +73,15 @@ class Trainer {
   // step, counted in communication(); naive DP's, on rank 0 only, are broadcast outside it.
   void keep_gradients();
   const nn::StateDict& full_gradients() const;  // by parameter name; empty before a kept step
+  // For debugging tools (build/bin/diverge, parallel/train/divergence.h): called on this rank inside
+  // every train_step from now on: after_backward after the backward passes and DDP's averages, before
+  // the chapter's own sums (runner.finish_gradients); before_update when the gradients are final
+  // (summed, averaged, unscaled), before clipping and the optimizer step. Naive DP runs its passes in
+  // its strategy: only before_update is called there.
+  struct StepHooks {
+    std::function<void()> after_backward, before_update;
+  };
+  void set_step_hooks(StepHooks hooks);
   // The global gradient norm before clipping of the last step that clipped (grad_clip > 0), counted
   // over the mesh by the strategy: each logical element once. 0 before any.
   double last_grad_norm() const;

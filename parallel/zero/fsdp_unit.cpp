@@ -198,6 +198,14 @@ std::vector<LocalStateRun> FsdpUnit::shard_state(const MeshDims& replicated_over
   return runs;
 }
 
+std::vector<LocalGradientRun> FsdpUnit::shard_gradients() const {
+  std::vector<LocalGradientRun> runs;
+  for (const ShardPiece& piece : adam_->pieces())
+    runs.push_back({param_names_.at(piece.segment), piece.segment_offset, piece.segment_offset + piece.numel,
+                    grad_shard_.flat_view(piece.shard_offset, {piece.numel})});
+  return runs;
+}
+
 int64_t FsdpUnit::step_count() const {
   int64_t most = 0;
   for (size_t i = 0; i < param_names_.size(); ++i) most = std::max(most, adam_->step_of(i));

@@ -78,6 +78,7 @@ class FsdpUnit {
   // Distributed checkpoints: my shard as runs of the unit's parameters, views of the weights, AdamW's
   // moments and the f32 master (mixed precision), wherever they live (the host when offloading).
   std::vector<LocalStateRun> shard_state(const MeshDims& replicated_over);
+  std::vector<LocalGradientRun> shard_gradients() const;  // the gradient shard as runs (views)
   int64_t step_count() const;         // AdamW's, the most any parameter took
   void set_step_count(int64_t steps);  // every parameter's
   // Full (unpadded) copies on every rank of the shard group, by parameter name: collective.

@@ -166,6 +166,9 @@ class ZeroAdamW {
   std::vector<LocalStateRun> shard_state(const std::vector<std::string>& names,
                                          const MeshDims& replicated_over);
   void set_step_count(int64_t steps);  // every parameter's
+  // This rank's averaged gradient shard as runs of `names`' parameters (reduced first if it was not).
+  // Stage 2: views of the shard; stage 1: of a copy.
+  std::vector<LocalGradientRun> shard_gradients(const std::vector<std::string>& names);
 
  private:
   Tensor gather_flat(const std::vector<Tensor>& my_chunks);        // a chunk per bucket -> [P] in the flat layout

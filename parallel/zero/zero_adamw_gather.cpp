@@ -115,6 +115,16 @@ std::vector<LocalStateRun> ZeroAdamW::shard_state(const std::vector<std::string>
   return runs;
 }
 
+std::vector<LocalGradientRun> ZeroAdamW::shard_gradients(const std::vector<std::string>& names) {
+  reduce_gradients();
+  const Tensor shard = grad_shard();
+  std::vector<LocalGradientRun> runs;
+  for (const ShardPiece& piece : adam_->pieces())
+    runs.push_back({names.at(piece.segment), piece.segment_offset, piece.segment_offset + piece.numel,
+                    shard.flat_view(piece.shard_offset, {piece.numel})});
+  return runs;
+}
+
 void ZeroAdamW::set_step_count(int64_t steps) {
   for (size_t i = 0; i < flat_.params().size(); ++i) adam_->set_step(i, steps);
 }

@@ -24,6 +24,11 @@ std::vector<LocalStateRun> ZeroStrategy::local_state(ModelRunner& runner) {
   return runs;
 }
 
+std::vector<LocalGradientRun> ZeroStrategy::local_gradients(ModelRunner& runner) {
+  (void)runner;
+  return zero_->shard_gradients(names_);
+}
+
 void ZeroStrategy::finish_gradients(ModelRunner& runner) {
   if (zero_->options().stage == 1) return runner.finish_gradients();  // .grad views the flat buffer
   const std::vector<GradientSum> sums = runner.gradient_sums();
@@ -116,6 +121,14 @@ std::vector<LocalStateRun> FsdpStrategy::local_state(ModelRunner& runner) {
   std::vector<LocalStateRun> runs;
   for (const auto& unit : fsdp_->units())
     for (LocalStateRun& run : unit->shard_state({MeshDim::dp_replicate})) runs.push_back(std::move(run));
+  return runs;
+}
+
+std::vector<LocalGradientRun> FsdpStrategy::local_gradients(ModelRunner& runner) {
+  (void)runner;
+  std::vector<LocalGradientRun> runs;
+  for (const auto& unit : fsdp_->units())
+    for (LocalGradientRun& run : unit->shard_gradients()) runs.push_back(std::move(run));
   return runs;
 }
 

@@ -45,6 +45,7 @@ class ZeroStrategy : public DataParallelStrategy {
   // The weights whole (every rank holds them: replicas over dp and cp), AdamW's state as my shard of
   // it (replicas over cp and dp_replicate).
   std::vector<LocalStateRun> local_state(ModelRunner& runner) override;
+  std::vector<LocalGradientRun> local_gradients(ModelRunner& runner) override;
   int64_t optimizer_steps() const override { return zero_->step_count(); }
   void set_optimizer_steps(int64_t steps) override { zero_->set_step_count(steps); }
   std::vector<std::pair<std::string, const CommLedger*>> groups() const override;
@@ -76,6 +77,7 @@ class FsdpStrategy : public DataParallelStrategy {
   nn::StateDict full_state_dict(ModelRunner& runner) override;
   // Every unit's shard: weights, AdamW's state, the f32 master (replicas over dp_replicate: HSDP).
   std::vector<LocalStateRun> local_state(ModelRunner& runner) override;
+  std::vector<LocalGradientRun> local_gradients(ModelRunner& runner) override;
   int64_t optimizer_steps() const override;
   void set_optimizer_steps(int64_t steps) override;
   std::vector<std::pair<std::string, const CommLedger*>> groups() const override;

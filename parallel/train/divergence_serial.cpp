@@ -1,0 +1,136 @@
+// divergence_serial.cpp — see divergence_serial.h.
+#include "parallel/train/divergence_serial.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+
+#include "autograd/grad_mode.h"
+#include "parallel/runner/debug_probe.h"
+#include "parallel/train/serial_reference.h"
+#include "tensor/ops.h"
+
+namespace sl::parallel {
+
+namespace {
+
+struct Rounding {
+  double unit;
+  std::string dtype;
+};
+Rounding rounding_of(DType dtype) {
+  if (dtype == DType::bf16) return {std::ldexp(1.0, -8), "bf16"};
+  if (dtype == DType::f16) return {std::ldexp(1.0, -11), "fp16"};
+  return {std::ldexp(1.0, -24), "f32"};
+}
+
+
+// One serial model with its optimizer and probe: the run in the layout's dtype, or its f64 twin.
+struct SerialTwin {
+  std::unique_ptr<nn::GPT> model;
+  TrainOptions o;
+  std::unique_ptr<SerialReference> reference;
+  DebugProbe probe;
+  std::map<std::string, std::vector<double>> outputs, grads, weights;
+  double loss = 0;
+
+  SerialTwin(const TrainRun& run, bool f64) : model(initial_model(run)), o(run.o) {
+    if (f64) model->to(DType::f64), o.mixed_precision = "no";  // from the same (rounded) weights
+    reference = std::make_unique<SerialReference>(*model, o, f64 ? nn::MixedPrecision{} : run.precision);
+    probe.attach(*model);
+    probe.attach_head(*model);
+  }
+  void step(const TrainRun& run, int64_t s) {
+    {
+      NoGradGuard no_grad;
+      probe.begin_step(static_cast<int>(s));
+      model->forward(run.stream.get_batch(s, o.batch_size, o.block_size).inputs);
+      for (const auto& [name, outs] : probe.outputs()) outputs[name] = values_f64(outs.at(0));
+    }
+    loss = reference->step(run.stream, s, [&] {
+      for (const auto& [name, p] : model->named_parameters()) grads[name] = values_f64(p.grad().defined() ? p.grad() : zeros_like(p));
+    });
+    for (const auto& [name, p] : model->named_parameters()) weights[name] = values_f64(p);
+  }
+};
+
+// r of a phase at a step: the largest over its tensors (divergence_compare.h), so that it is the
+// largest of many roundings and a tensor of a few elements does not stand on its own few.
+template <class Named>
+NoiseBound noise_of(const Named& serial, const Named& exact, const Rounding& r, int64_t step) {
+  NoiseBound bound{0, r.unit, r.dtype, step == 0 ? NoiseBound::kFirstStep : NoiseBound::kLaterSteps};
+  for (const auto& [name, values] : serial) bound.noise = std::max(bound.noise, measured_noise(values, exact.at(name)));
+  return bound;
+}
+
+std::vector<double> bounds_of(const std::vector<double>& serial, const NoiseBound& bound) {
+  const double scale = rms(serial);
+  std::vector<double> out(serial.size());
+  for (size_t i = 0; i < serial.size(); ++i) out[i] = bound.at(serial[i], scale);
+  return out;
+}
+
+}  // namespace
+
+std::vector<double> values_f64(const Tensor& t) { return t.detach().to(DType::f64).to_vector(); }
+
+std::vector<SerialStepRecord> record_serial(const TrainRun& run, std::vector<std::string>& parameter_order) {
+  const TrainOptions& o = run.o;
+  SerialTwin serial(run, /*f64=*/false), exact(run, /*f64=*/true);
+  for (const auto& [name, p] : serial.model->named_parameters()) parameter_order.push_back(name);
+  const Rounding r = rounding_of(run.config.param_dtype);
+  std::map<std::string, std::vector<double>> carried;  // the weights' AdamW term, summed over the steps
+  std::vector<SerialStepRecord> steps;
+  for (int64_t s = 0; s < o.steps; ++s) {
+    SerialStepRecord rec;
+    rec.lr = nn::cosine_lr(s, o.steps, o.warmup_steps, o.lr, o.min_lr);
+    serial.step(run, s);
+    exact.step(run, s);
+    rec.output_bound = noise_of(serial.outputs, exact.outputs, r, s);
+    rec.grad_bound = noise_of(serial.grads, exact.grads, r, s);
+    rec.weight_bound = noise_of(serial.weights, exact.weights, r, s);
+    for (const auto& [name, outs] : serial.probe.outputs()) rec.outputs[name] = outs.at(0).to(DType::f32);
+    for (const auto& [name, g] : serial.grads) rec.grad_bounds[name] = bounds_of(g, rec.grad_bound), rec.grads[name] = g;
+    for (const auto& [name, w] : serial.weights) {
+      // AdamW's update of one element moves at most ±lr; a gradient known to δg moves it by at most
+      // about lr·2δg/(|g| + eps): summed over the steps, on top of the weights' own noise
+      std::vector<double>& moved = carried[name];
+      const std::vector<double>&g = rec.grads.at(name), &gb = rec.grad_bounds.at(name);
+      moved.resize(w.size(), 0.0);
+      rec.weight_bounds[name] = bounds_of(w, rec.weight_bound);
+      for (size_t i = 0; i < w.size(); ++i) {
+        moved[i] += rec.lr * std::min(2.0, 2 * gb[i] / (std::fabs(g[i]) + o.adam_eps));
+        rec.weight_bounds[name][i] += moved[i];
+      }
+      rec.weights[name] = w;
+    }
+    rec.loss = serial.loss;
+    // the loss through the logits: |Δ cross-entropy| <= 2·max_k |Δz_k| (divergence_compare.h)
+    const std::vector<double> logit_bounds = bounds_of(serial.outputs.at("lm_head"), rec.output_bound);
+    rec.loss_bound = 2 * *std::max_element(logit_bounds.begin(), logit_bounds.end()) + 2 * r.unit * std::fabs(rec.loss);
+    steps.push_back(std::move(rec));
+  }
+  return steps;
+}
+
+std::vector<std::string> derivation_of(const TrainRun& run) {
+  const Rounding r = rounding_of(run.config.param_dtype);
+  char c[160];
+  std::snprintf(c, sizeof c, "c = %g at step 0, %g after it", NoiseBound::kFirstStep, NoiseBound::kLaterSteps);
+  return {"each value of the layout l against the serial run s (" + r.dtype + ") of the same model, weights and batches:",
+          "  |l_i - s_i| <= c·r·(|s_i| + rms s) + 2u·|s_i|,  u = 2^" +
+              std::to_string(static_cast<int>(std::lround(std::log2(r.unit)))) + " (" + r.dtype + "), " + c,
+          "  r = max_j |s_j - e_j| / (|s_j| + rms s) over the phase's tensors at this step: the serial run's rounding noise,",
+          "      measured against e, the same serial run in f64 (the noise carried from earlier steps included)",
+          "  c at step 0 = 2 × 2: |l - s| <= |l - e| + |s - e|, the layout's rounding of the same kind (same dtype, reductions",
+          "      cut into no longer partial sums), and 2 for the spread of the largest of a sample of roundings",
+          "  c after it: AdamW moves an element whose gradient rounds near 0 by ±lr either way, a heavy tail one sample does",
+          "      not bound (largest seen over tools/diverge_layouts.txt: 14.7·r; 32 keeps a margin of 2)",
+          "  2u·|s_i|: each side's last rounding into the dtype",
+          "  the weights after step t, also: Σ_{s<=t} lr_s·min(2, 2·bound(g_s)/(|g_s| + eps)) (AdamW's update of an element moves",
+          "      at most ±lr; a gradient known to δg moves it by about lr·2δg/|g|)",
+          "  the loss: 2·max bound(lm_head) + 2u·|loss| (a token's cross-entropy moves at most 2·max_k |Δz_k|)"};
+}
+
+}  // namespace sl::parallel

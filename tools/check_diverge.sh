@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# CI: build/bin/diverge over every layout of tools/diverge_layouts.txt (the N-D parity suite's, the
+# mixed-precision ones, the CP variants and recomputation), 3 steps each: each must report no
+# divergence (exit 0), or, marked "refused", be refused naming why (exit 1, "diverge: --..." on
+# stderr). Then the planted faults of tools/diverge_faults.txt, each of which must be named. Prints a
+# line per layout and the time taken.
+#
+#   bash tools/check_diverge.sh          (after make build/bin/diverge)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=build/bin/diverge
+table=tools/diverge_layouts.txt
+model=(--n-layer 2 --n-embd 16 --n-head 4 --block-size 16 --batch-size 8 --lr 1e-2 --steps 3 --threads 1)
+start=$SECONDS
+# Every layout of the parity suite is in the table under its name.
+missing=0
+for name in $(grep -o 'add({.name = "[^"]*"' tests/parallel/nd/test_nd_parallel.cpp | sed 's/.*"\(.*\)"/\1/'); do
+  grep -q "^nd  $name " "$table" || { echo "check_diverge: $name (tests/parallel/nd) is not in $table"; missing=1; }
+done
+[ $missing -eq 0 ] || exit 1
+failed=0 count=0
+while read -r suite name rest; do
+  case "$suite" in ''|'#'*) continue ;; esac
+  count=$((count + 1))
+  refused=0
+  if [ "${rest%% *}" = refused ]; then refused=1; rest=${rest#refused }; fi
+  # shellcheck disable=SC2086  # the table's flags split into words
+  set +e
+  out=$("$bin" "${model[@]}" $rest 2>&1)
+  rc=$?
+  set -e
+  if [ $refused -eq 1 ]; then
+    if [ $rc -eq 1 ] && grep -q '^diverge: --' <<<"$out"; then echo "ok    $suite $name: refused: $(grep '^diverge: --' <<<"$out" | cut -c 1-140)"
+    else echo "FAIL  $suite $name: expected a refusal, exit $rc"; echo "$out" | tail -n 12; failed=1; fi
+  elif [ $rc -eq 0 ]; then
+    echo "ok    $suite $name: $(tail -n 1 <<<"$out")"
+  else
+    echo "FAIL  $suite $name ($rest): exit $rc"; echo "$out" | tail -n 12; failed=1
+  fi
+done <"$table"
+echo "check_diverge: $count layouts in $((SECONDS - start)) s"
+exit $failed
