@@ -5,6 +5,7 @@
 
 #include "autograd/checkpoint.h"
 #include "autograd/grad_mode.h"
+#include "nn/moe.h"
 #include "tensor/attention.h"
 
 namespace sl::nn {
@@ -19,6 +20,14 @@ void GPTConfig::validate() const {
            "GPTConfig: recompute ", static_cast<int>(recompute), " is not none, selective or full");
   SL_CHECK(is_floating(param_dtype), "GPTConfig: param_dtype must be floating (f32, bf16, f16, f64), got ",
            dtype_name(param_dtype));
+  if (moe_experts == 0) return;
+  SL_CHECK(moe_experts > 0 && moe_top_k >= 1 && moe_top_k <= moe_experts, "GPTConfig: moe_top_k (", moe_top_k,
+           ") must be in [1, moe_experts = ", moe_experts, "]");
+  SL_CHECK(moe_every >= 0 && moe_capacity_factor >= 0 && moe_aux_weight >= 0 && moe_z_weight >= 0,
+           "GPTConfig: moe_every (", moe_every, "), moe_capacity_factor (", moe_capacity_factor, "), moe_aux_weight (",
+           moe_aux_weight, ") and moe_z_weight (", moe_z_weight, ") must be >= 0");
+  SL_CHECK(recompute != Recompute::full, "GPTConfig: a mixture of experts does not run under recompute full (its ",
+           "auxiliary losses are recorded in forward, which full recomputation reruns without a graph)");
 }
 
 const char* recompute_name(Recompute recompute) {
@@ -125,12 +134,17 @@ MLP::MLP(const GPTConfig& config, const InitOptions& init, const GPTShardSpec& s
 
 Tensor MLP::forward(const Tensor& x) { return (*c_proj)(gelu((*c_fc)(x))); }
 
-Block::Block(const GPTConfig& config, const InitOptions& init, const GPTShardSpec& spec)
+Block::Block(const GPTConfig& config, const InitOptions& init, const GPTShardSpec& spec, bool use_moe)
     : recompute_(config.recompute) {
   ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(config.n_embd));
   attn = register_module("attn", std::make_shared<CausalSelfAttention>(config, init, spec));
   ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(config.n_embd));
-  mlp = register_module("mlp", std::make_shared<MLP>(config, init, spec));
+  if (!use_moe) {
+    mlp = register_module("mlp", std::make_shared<MLP>(config, init, spec));
+    return;
+  }
+  SL_CHECK(spec.tp_size == 1, "Block: a mixture of experts cannot be split over tensor parallelism (", spec.str(), ")");
+  moe = register_module("mlp", std::make_shared<MoE>(config, init));
 }
 
 Tensor Block::forward(const Tensor& x) {
@@ -140,7 +154,7 @@ Tensor Block::forward(const Tensor& x) {
 
 Tensor Block::body(const Tensor& x) {
   Tensor h = add(x, (*attn)((*ln_1)(x)));
-  return add(h, (*mlp)((*ln_2)(h)));
+  return add(h, moe ? (*moe)((*ln_2)(h)) : (*mlp)((*ln_2)(h)));
 }
 
 // ---- the shard spec -----------------------------------------------------------------------------------------
@@ -175,8 +189,11 @@ std::string GPTShardSpec::str() const {
 // ---- GPT --------------------------------------------------------------------------------------------------
 
 uint64_t GPT::block_counter(const GPTConfig& config, int64_t layer) {
-  const uint64_t C = config.n_embd;
-  return (config.vocab_size + config.block_size) * C + static_cast<uint64_t>(layer) * 12 * C * C;
+  const uint64_t C = config.n_embd, E = config.moe_experts;
+  uint64_t counter = (config.vocab_size + config.block_size) * C + static_cast<uint64_t>(layer) * 12 * C * C;
+  for (int64_t before = 0; before < layer; ++before)  // an MoE block draws E·C + E·8C² in place of 8C²
+    if (config.is_moe_layer(before)) counter += E * C + (E - 1) * 8 * C * C;
+  return counter;
 }
 
 GPT::GPT(const GPTConfig& config, uint64_t seed, const GPTShardSpec& spec) : config_(config) {
@@ -209,9 +226,9 @@ GPT::GPT(const GPTConfig& config, uint64_t seed, const GPTShardSpec& spec) : con
   h = register_module("h", std::make_shared<ModuleList>(spec_.layer_begin));
   for (int64_t layer = spec_.layer_begin; layer < spec_.layer_end; ++layer) {
     generator.set_offset(block_counter(config, layer));
-    h->push_back(std::make_shared<Block>(config, init, spec_));
+    h->push_back(std::make_shared<Block>(config, init, spec_, config.is_moe_layer(layer)));
   }
-  // Every block draws exactly 12C² numbers: if a layer ever draws more, the counters above are wrong.
+  // Every block draws exactly what block_counter counts: if a layer ever draws more, the counters are wrong.
   SL_ASSERT(spec_.layer_begin == spec_.layer_end || generator.offset() == block_counter(config, spec_.layer_end));
   if (spec_.has_head(config)) ln_f = register_module("ln_f", std::make_shared<LayerNorm>(config.n_embd));
   if (config.param_dtype != DType::f32) to(config.param_dtype);  // rounded once, from the f32 draw
@@ -276,7 +293,22 @@ Tensor GPT::forward(const Tensor& idx) {
   return forward_part(idx);
 }
 
-Tensor GPT::loss(const Tensor& idx, const Tensor& targets) { return cross_entropy(forward(idx), targets); }
+Tensor GPT::loss(const Tensor& idx, const Tensor& targets) {
+  Tensor mean = cross_entropy(forward(idx), targets);
+  const Tensor aux = moe_loss();
+  return aux.defined() ? add(mean, aux) : mean;
+}
+
+Tensor GPT::moe_loss() const {
+  Tensor total;
+  for (int64_t layer = spec_.layer_begin; layer < spec_.layer_end; ++layer) {
+    const Block& b = block(layer);
+    if (!b.moe) continue;
+    const Tensor aux = b.moe->aux_loss();
+    total = total.defined() ? add(total, aux) : aux;
+  }
+  return total;
+}
 
 Tensor GPT::generate(const Tensor& idx, int64_t max_new_tokens) {
   NoGradGuard no_grad;

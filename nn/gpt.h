@@ -23,6 +23,7 @@
 //
 //   counters:  wte [V, C] | wpe [BS, C] | h.0: c_attn 3C², c_proj C², c_fc 4C², c_proj 4C² | h.1 ...
 //              0            V·C           (V + BS)·C + layer · 12C²
+//   (an MoE block draws its router and E experts in place of c_fc and c_proj: 4C² + E·C + E·8C²)
 //
 // A part that holds the head but not the embedding holds its own copy of wte (placement tied("wte"));
 // the two copies' gradients must be summed every step (parallel/pipeline does that).
@@ -30,6 +31,7 @@
 #include <functional>
 
 #include "nn/layers.h"
+#include "nn/moe_routing.h"
 
 namespace sl::nn {
 
@@ -58,6 +60,19 @@ struct GPTConfig {
   // optimizer (nn::AdamWOptions::master_weights). Matmuls accumulate in f32, softmax, LayerNorm
   // statistics and the loss compute in f32 (tensor/dtype.h: 16-bit is a storage type).
   DType param_dtype = DType::f32;
+  // Mixture of experts (nn/moe.h): with moe_experts E > 0, the MLP of every moe_every-th block
+  // (layers n-1, 2n-1, ...; 0 or 1: every block) is E expert MLPs behind a router that picks
+  // moe_top_k of them per token. The loss adds each MoE's aux_weight · load balance + z_weight · z-loss.
+  int64_t moe_experts = 0;  // 0: the dense GPT
+  int64_t moe_top_k = 2;
+  int64_t moe_every = 1;
+  double moe_capacity_factor = 0;  // capacity = ceil(factor · tokens · k / E); 0: dropless
+  MoERouter moe_router = MoERouter::topk_softmax;
+  double moe_aux_weight = 0.01;
+  double moe_z_weight = 0.001;
+  bool is_moe_layer(int64_t layer) const {
+    return moe_experts > 0 && (moe_every <= 1 || layer % moe_every == moe_every - 1);
+  }
   void validate() const;  // throws naming the values that do not fit together
 };
 
@@ -114,15 +129,19 @@ class MLP : public UnaryModule {
   std::shared_ptr<Linear> c_fc, c_proj;
 };
 
+class MoE;
+
 class Block : public UnaryModule {
  public:
-  Block(const GPTConfig& config, const InitOptions& init, const GPTShardSpec& spec = {});
+  // With moe, the MLP is a mixture of experts (registered as "mlp" too; `mlp` is then null).
+  Block(const GPTConfig& config, const InitOptions& init, const GPTShardSpec& spec = {}, bool moe = false);
   // x + attn(ln_1(x)), then + mlp(ln_2(·)); under Recompute::full inside a checkpoint, so the
   // block's hooks (FSDP's gathers) stay outside it and run once.
   Tensor forward(const Tensor& x) override;
   std::shared_ptr<LayerNorm> ln_1, ln_2;
   std::shared_ptr<CausalSelfAttention> attn;
   std::shared_ptr<MLP> mlp;
+  std::shared_ptr<MoE> moe;
 
  private:
   Tensor body(const Tensor& x);
@@ -151,7 +170,11 @@ class GPT : public Module {
   }
 
   Tensor forward(const Tensor& idx);                      // the whole model: idx [B, T] ints -> logits [B, T, V]
-  Tensor loss(const Tensor& idx, const Tensor& targets);  // mean cross-entropy (ignore index -100)
+  // mean cross-entropy (ignore index -100), plus moe_loss() when the model has experts
+  Tensor loss(const Tensor& idx, const Tensor& targets);
+  // The MoE blocks' weighted auxiliary losses of their last forward, summed (a scalar); undefined
+  // when this part holds no MoE block.
+  Tensor moe_loss() const;
   // Greedy decoding: appends max_new_tokens argmax tokens to each row of idx [B, T0].
   Tensor generate(const Tensor& idx, int64_t max_new_tokens);
 

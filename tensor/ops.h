@@ -123,6 +123,23 @@ Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b);
 // (the same mask on every device). The identity when !training or p == 0.
 Tensor dropout(const Tensor& x, double p, bool training = true, Generator* generator = nullptr);
 
+// ---- rows by index (tensor/ops/index.cpp) ----------------------------------------------------------------
+// index (i32/i64) is 1-D, each entry a row of dim 0; an index out of range is an error naming it.
+// x [N, ...] -> [M, ...]: row m is x[index[m]]. Backward: the gradient's rows added back (index_add).
+Tensor index_select(const Tensor& x, const Tensor& index);
+// base [N, ...], src [M, ...] -> base with src[m] added into row index[m] (repeats add up, in order m).
+// Backward: dbase = dout, dsrc = index_select(dout, index).
+Tensor index_add(const Tensor& base, const Tensor& index, const Tensor& src);
+// x [..., E], index [..., k] (integers in [0, E)) -> [..., k]: x[..., index[..., j]]. Backward: scatter-add.
+Tensor gather(const Tensor& x, const Tensor& index);
+// The k largest entries of x's last dim, largest first (equal values: the lower index first):
+// indices [..., k] i64 (no gradient: the choice) and values = gather(x, indices) (differentiable: the
+// gradient flows to the chosen entries only). The choice is made on the host, for CUDA tensors too.
+struct TopK {
+  Tensor values, indices;
+};
+TopK topk(const Tensor& x, int64_t k);
+
 // ---- layout (tensor/ops/layout.cpp) --------------------------------------------------------------------
 Tensor reshape(const Tensor& x, const Shape& shape);
 Tensor transpose(const Tensor& x, int dim0, int dim1);

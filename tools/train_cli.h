@@ -83,6 +83,22 @@ inline void add_model_flags(cli::Parser& cli, Options& o) {
              "during backward instead of keeping its activations; the same gradients, bitwise");
   cli.text("--init-from", o.init_from, "PATH",
            "load weights (safetensors, strict by name) before training, into any layout");
+  cli.group("Mixture of experts (serial model only)");
+  cli.integer("--moe-experts", o.moe_experts, 0, cli::kNoMaximum,
+              "experts E in place of the MLP (a router picks --moe-top-k per token); 0, the default: the dense MLP");
+  cli.integer("--moe-top-k", o.moe_top_k, 1, cli::kNoMaximum, "experts each token is routed to (<= --moe-experts)");
+  cli.integer("--moe-every", o.moe_every, 0, cli::kNoMaximum,
+              "every N-th block's MLP is a mixture of experts (blocks N-1, 2N-1, ...); 0 or 1: every block");
+  cli.real("--moe-capacity-factor", o.moe_capacity_factor, cli::number_at_least(0), ">= 0",
+           "each expert takes at most ceil(F x tokens x k / E) assignments, the rest dropped (first choices "
+           "first, then token order); 0, the default: dropless");
+  cli.choice("--moe-router", o.moe_router, {"softmax-topk", "topk-softmax"},
+             "softmax over all experts then the k largest as they are (Switch), or the k largest logits then "
+             "softmax over them (Mixtral)");
+  cli.real("--moe-aux-weight", o.moe_aux_weight, cli::number_at_least(0), ">= 0",
+           "weight of Switch's load-balancing loss E x sum f_e P_e");
+  cli.real("--moe-z-weight", o.moe_z_weight, cli::number_at_least(0), ">= 0",
+           "weight of the router z-loss, the mean squared logsumexp of the router logits");
 }
 
 inline void add_training_flags(cli::Parser& cli, Options& o, train_flags::Raw& raw) {

@@ -14,7 +14,10 @@ PartRunner::PartRunner(std::shared_ptr<nn::GPT> part, std::shared_ptr<const Chun
 double PartRunner::forward_backward(const std::vector<nn::TokenStream::MicroBatch>& micros, double global_count,
                                     int dp, const BackwardHooks& hooks) {
   const double share = run_micro_batches(micros, global_count, dp, hooks, [&](const nn::TokenStream::MicroBatch& micro) {
-    return cut_->loss(cut_->forward(*part_, micro.batch.inputs), micro);
+    MicroBatchLoss loss = cut_->loss(cut_->forward(*part_, micro.batch.inputs), micro);
+    // a mixture of experts' auxiliary losses join the mean (the serial model's loss, nn/gpt.h)
+    if (const Tensor aux = part_->moe_loss(); aux.defined()) loss.mean = add(loss.mean, aux);
+    return loss;
   });
   return holds_loss() ? share : 0.0;
 }

@@ -32,6 +32,15 @@ void check_run_options(const TrainOptions& o) {
   } catch (const Error& e) {
     throw OptionError(e.what());
   }
+  if (o.moe_experts > 0 && o.moe_top_k > o.moe_experts)
+    throw OptionError("--moe-top-k (" + std::to_string(o.moe_top_k) + ") picks more experts than --moe-experts (" +
+                     std::to_string(o.moe_experts) + ")");
+  if (o.moe_experts > 0 && o.recompute == "full")
+    throw OptionError("--moe-experts with --recompute full: the experts' auxiliary losses are recorded in forward, "
+                     "which full recomputation reruns; use --recompute none or selective");
+  if (o.moe_experts > 0 && o.parallel())
+    throw OptionError("--moe-experts runs the serial model only: no layout yet shards or replicates a mixture of "
+                     "experts; drop the layout flags");
   if ((o.save_every > 0 || o.keep_last > 0) && o.checkpoint_dir.empty())
     throw OptionError("--save-every and --keep-last write checkpoints: add --checkpoint-dir DIR");
   if (!o.resume.empty() && o.compare_serial)

@@ -37,6 +37,10 @@ struct TrainOptions {
   int64_t n_layer = 2, n_head = 4, n_embd = 128, block_size = 0;  // block 0: one line (addition), 64 otherwise
   double dropout = 0.0;
   std::string recompute = "none";  // activation recomputation (nn::Recompute)
+  // A mixture of experts in place of the MLP (nn/moe.h; nn::GPTConfig's moe_ fields): serial only.
+  int64_t moe_experts = 0, moe_top_k = 2, moe_every = 1;
+  double moe_capacity_factor = 0, moe_aux_weight = 0.01, moe_z_weight = 0.001;
+  std::string moe_router = "topk-softmax";
   std::string init_from;
   // The optimizer and the schedule.
   int64_t batch_size = 128, steps = 1500, micro_batches = 1, warmup_steps = 100, eval_every = 500;

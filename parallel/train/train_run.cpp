@@ -55,6 +55,13 @@ void prepare_run(TrainRun& r, const TrainOptions& options, bool writer) {
   r.precision = nn::MixedPrecision::parse(o.mixed_precision, o.grad_reduce_dtype, o.loss_scale);
   r.config = nn::GPTConfig{o.task == "bin" ? o.vocab_size : 256, o.block_size, o.n_layer, o.n_head, o.n_embd, o.dropout,
                            nn::parse_recompute(o.recompute), r.precision.param_dtype};
+  r.config.moe_experts = o.moe_experts;
+  r.config.moe_top_k = o.moe_top_k;
+  r.config.moe_every = o.moe_every;
+  r.config.moe_capacity_factor = o.moe_capacity_factor;
+  r.config.moe_router = nn::parse_moe_router(o.moe_router);
+  r.config.moe_aux_weight = o.moe_aux_weight;
+  r.config.moe_z_weight = o.moe_z_weight;
   // Read once here; each rank copies the whole file into its replica, and a sharded layout then
   // keeps its rank's shard of it (ZeRO's flat buffer, FSDP's units).
   if (!o.init_from.empty()) r.initial = nn::load_safetensors(o.init_from);

@@ -92,6 +92,13 @@ void embedding_forward(const Tensor& weight, const Tensor& ids, const Tensor& ou
 // segment_ids (i64) the distinct ids; segment_starts (i64, one more entry) where each begins in order.
 void embedding_backward(const Tensor& dout, const Tensor& order, const Tensor& segment_ids,
                         const Tensor& segment_starts, const Tensor& dweight);
+// The grouping above, made on the host from host_ids (any integer dtype), as i64 tensors on `device`:
+// order lists the rows id by id (ascending within an id, the CPU loop's order). Plain host code
+// (tensor/ops/embedding.cpp), so index_add (tensor/ops/index.cpp) groups its rows the same way.
+struct RowsById {
+  Tensor order, segment_ids, segment_starts;
+};
+RowsById rows_by_id(const Tensor& host_ids, Device device);
 
 // ---- layout (layout.cu) -------------------------------------------------------------------------------------
 void permute(const Tensor& x, const std::vector<int>& perm, const Tensor& out);  // out = x.permute(perm)

@@ -31,30 +31,6 @@ void check_ids(const Id* ids, int64_t count, const Tensor& weight) {
   }
 }
 
-// The rows of dout grouped by id, for the GPU's scatter-add (tensor/cuda/embedding.cu): `order`
-// lists the rows id by id (ascending within an id, the CPU's order), segment_ids the distinct ids,
-// segment_starts where each id's rows begin in `order` (and, last, where they end). Made on the host.
-struct RowsById {
-  Tensor order, segment_ids, segment_starts;
-};
-RowsById rows_by_id(const Tensor& host_ids, Device device) {
-  const std::vector<double> id = host_ids.to_vector();
-  std::vector<int64_t> rows(id.size());
-  std::iota(rows.begin(), rows.end(), 0);
-  std::stable_sort(rows.begin(), rows.end(), [&](int64_t a, int64_t b) { return id[a] < id[b]; });
-  std::vector<double> order(rows.begin(), rows.end()), segment_ids, segment_starts;
-  for (size_t k = 0; k < rows.size(); ++k) {
-    if (k > 0 && id[rows[k]] == id[rows[k - 1]]) continue;
-    segment_ids.push_back(id[rows[k]]);
-    segment_starts.push_back(static_cast<double>(k));
-  }
-  segment_starts.push_back(static_cast<double>(rows.size()));
-  const TensorOptions on_device(DType::i64, device);
-  const auto count = [](const std::vector<double>& v) { return static_cast<int64_t>(v.size()); };
-  return {from_vector(order, {count(order)}, on_device), from_vector(segment_ids, {count(segment_ids)}, on_device),
-          from_vector(segment_starts, {count(segment_starts)}, on_device)};
-}
-
 struct EmbeddingFn : Function<EmbeddingFn> {
   static Tensor forward(FunctionCtx& ctx, const Tensor& weight, const Tensor& ids) {
     const int64_t C = weight.size(1);
@@ -97,7 +73,7 @@ struct EmbeddingFn : Function<EmbeddingFn> {
     Tensor dweight =
         zeros(weight_shape, dout.options().with_dtype(weight_dtype == DType::f64 ? DType::f64 : DType::f32));
     if (dout.device().is_cuda()) {
-      const RowsById rows = rows_by_id(ctx.get<Tensor>("host_ids"), dout.device());
+      const cuda::RowsById rows = cuda::rows_by_id(ctx.get<Tensor>("host_ids"), dout.device());
       cuda::embedding_backward(dout, rows.order, rows.segment_ids, rows.segment_starts, dweight);
       return {dweight.to(weight_dtype), Tensor()};
     }
@@ -121,6 +97,26 @@ struct EmbeddingFn : Function<EmbeddingFn> {
 };
 
 }  // namespace
+
+// The rows of dout grouped by id, for the GPU's scatter-add (declared in tensor/cuda/kernels.h).
+// Made on the host, from ids the caller already has there.
+cuda::RowsById cuda::rows_by_id(const Tensor& host_ids, Device device) {
+  const std::vector<double> id = host_ids.to_vector();
+  std::vector<int64_t> rows(id.size());
+  std::iota(rows.begin(), rows.end(), 0);
+  std::stable_sort(rows.begin(), rows.end(), [&](int64_t a, int64_t b) { return id[a] < id[b]; });
+  std::vector<double> order(rows.begin(), rows.end()), segment_ids, segment_starts;
+  for (size_t k = 0; k < rows.size(); ++k) {
+    if (k > 0 && id[rows[k]] == id[rows[k - 1]]) continue;
+    segment_ids.push_back(id[rows[k]]);
+    segment_starts.push_back(static_cast<double>(k));
+  }
+  segment_starts.push_back(static_cast<double>(rows.size()));
+  const TensorOptions on_device(DType::i64, device);
+  const auto count = [](const std::vector<double>& v) { return static_cast<int64_t>(v.size()); };
+  return {from_vector(order, {count(order)}, on_device), from_vector(segment_ids, {count(segment_ids)}, on_device),
+          from_vector(segment_starts, {count(segment_starts)}, on_device)};
+}
 
 Tensor embedding(const Tensor& weight, const Tensor& ids) {
   SL_CHECK(weight.dim() == 2, "embedding: weight must be [V, C] but has shape ", weight.shape());

@@ -232,6 +232,21 @@ std::vector<OpCase> normalisation_cases() {
       });
 }
 
+// The mixture of experts' row moves (tensor/ops/index.cpp): repeated indices add up in backward.
+std::vector<OpCase> index_cases() {
+  return compared(
+      Compare::summed,
+      {
+          {"index_select", {normal({5, 3}), integers({4, 0, 4, 2}, {4})},
+           [](const TensorList& in) { return index_select(in[0], in[1]); }},
+          {"index_add", {normal({4, 3}), integers({1, 3, 1}, {3}, DType::i32), normal({3, 3})},
+           [](const TensorList& in) { return index_add(in[0], in[1], in[2]); }},
+          {"gather", {normal({2, 3, 4}), integers({3, 0, 1, 1, 2, 3, 0, 0, 2, 1, 3, 3}, {2, 3, 2})},
+           [](const TensorList& in) { return gather(in[0], in[1]); }},
+          {"topk_values", {normal({3, 5})}, [](const TensorList& in) { return topk(in[0], 2).values; }},
+      });
+}
+
 std::vector<OpCase> layout_cases() {
   const Shape rows{6, 4}, inferred{4, -1};
   const std::vector<int> order{2, 0, 1};
@@ -365,6 +380,7 @@ TYPED_TEST(CudaOps, BinaryBroadcastAndScalar) { this->expect_gpu_matches_cpu(bin
 TYPED_TEST(CudaOps, MatmulAndLinear) { this->expect_gpu_matches_cpu(matmul_cases()); }
 TYPED_TEST(CudaOps, Reductions) { this->expect_gpu_matches_cpu(reduction_cases()); }
 TYPED_TEST(CudaOps, SoftmaxLayerNormEmbeddingCrossEntropy) { this->expect_gpu_matches_cpu(normalisation_cases()); }
+TYPED_TEST(CudaOps, RowsByIndex) { this->expect_gpu_matches_cpu(index_cases()); }
 TYPED_TEST(CudaOps, Layout) { this->expect_gpu_matches_cpu(layout_cases()); }
 TYPED_TEST(CudaOps, MasksWhereDropout) { this->expect_gpu_matches_cpu(select_cases()); }
 TYPED_TEST(CudaOps, Casts) { this->expect_gpu_matches_cpu(cast_cases()); }

@@ -31,6 +31,16 @@ std::string usage_error(const std::string& command_line, Options* parsed = nullp
 TEST(TrainOptions, BadCombinationsAreUsageErrors) {
   for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
            {"--offload", "--offload moves ZeRO's optimizer to the host: add --zero 1, 2 or 3"},
+           {"--moe-experts 4 --dp 2",
+            "--moe-experts runs the serial model only: no layout yet shards or replicates a mixture of experts; "
+            "drop the layout flags"},
+           {"--moe-experts 4 --tp 2",
+            "--moe-experts runs the serial model only: no layout yet shards or replicates a mixture of experts; "
+            "drop the layout flags"},
+           {"--moe-experts 2 --moe-top-k 3", "--moe-top-k (3) picks more experts than --moe-experts (2)"},
+           {"--moe-experts 2 --recompute full",
+            "--moe-experts with --recompute full: the experts' auxiliary losses are recorded in forward, which full "
+            "recomputation reruns; use --recompute none or selective"},
            {"--dp 2 --offload", "--offload moves ZeRO's optimizer to the host: add --zero 1, 2 or 3"},
            {"--dp-replicate 2 --dp-shard 2 --offload",
             "--offload moves ZeRO's optimizer to the host: add --zero 1, 2 or 3"},
@@ -145,6 +155,13 @@ TEST(TrainOptions, ValidCombinationsParse) {
   EXPECT_EQ(o.adam_eps, 1e-6);
   EXPECT_EQ(usage_error("", &o), "");
   EXPECT_EQ(o.adam_eps, 1e-8);  // the default, as nn::AdamW's
+  EXPECT_EQ(usage_error("--moe-experts 4 --moe-top-k 1 --moe-every 2 --moe-capacity-factor 1.25 "
+                        "--moe-router softmax-topk --moe-aux-weight 0.02 --moe-z-weight 0",
+                        &o),
+            "");
+  EXPECT_EQ(o.moe_experts, 4);
+  EXPECT_EQ(o.moe_capacity_factor, 1.25);
+  EXPECT_EQ(o.moe_router, "softmax-topk");
   // The world is dp x pp x tp x cp; the batch splits over dp only.
   EXPECT_EQ(usage_error("--dp 2 --pp 2 --schedule interleaved --virtual-stages 2 --zero 1 --batch-size 6 --trace t.json", &o), "");
   EXPECT_EQ(o.world(), 4);
