@@ -2,10 +2,13 @@
 # CI: build/bin/diverge over every layout of tools/diverge_layouts.txt (the N-D parity suite's, the
 # mixed-precision ones, the CP variants and recomputation), 3 steps each: each must report no
 # divergence (exit 0), or, marked "refused", be refused naming why (exit 1, "diverge: --..." on
-# stderr). Then the planted faults of tools/diverge_faults.txt, each of which must be named. Prints a
-# line per layout and the time taken.
+# stderr). Then the planted faults of tools/diverge_faults.txt (diverge --inject), each of which must
+# be named: diverge exits 1 and its FIRST DIVERGENCE line gives the table's step, phase and module or
+# parameter, every rank listed under it having the table's mesh coordinate. Prints a line per layout
+# and fault, and the time taken.
 #
-#   bash tools/check_diverge.sh          (after make build/bin/diverge)
+#   bash tools/check_diverge.sh          (after make build/bin/diverge): layouts, then faults
+#   bash tools/check_diverge.sh faults   the faults only
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=build/bin/diverge
@@ -19,6 +22,7 @@ for name in $(grep -o 'add({.name = "[^"]*"' tests/parallel/nd/test_nd_parallel.
 done
 [ $missing -eq 0 ] || exit 1
 failed=0 count=0
+[ "${1:-}" = faults ] && table=/dev/null
 while read -r suite name rest; do
   case "$suite" in ''|'#'*) continue ;; esac
   count=$((count + 1))
@@ -38,5 +42,35 @@ while read -r suite name rest; do
     echo "FAIL  $suite $name ($rest): exit $rc"; echo "$out" | tail -n 12; failed=1
   fi
 done <"$table"
-echo "check_diverge: $count layouts in $((SECONDS - start)) s"
+[ "${1:-}" = faults ] || echo "check_diverge: $count layouts in $((SECONDS - start)) s"
+# One planted fault: diverge must exit 1 naming it where the table says.
+check_fault() {  # name, layout flags, fault, expected "step phase name coordinate"
+  local name=$1 flags=$2 fault=$3 step phase target coordinate out rc first
+  read -r step phase target coordinate <<<"$4"
+  set +e
+  # shellcheck disable=SC2086  # the table's flags split into words
+  out=$("$bin" "${model[@]}" $flags --inject "$fault" 2>&1)
+  rc=$?
+  set -e
+  first=$(grep '^FIRST DIVERGENCE' <<<"$out" || true)
+  if [ $rc -ne 1 ] || [ "$first" != "FIRST DIVERGENCE: step $step, $phase, $target" ] || grep -q 'acted on no rank' <<<"$out"; then
+    echo "FAIL  fault $name: exit $rc, expected 'FIRST DIVERGENCE: step $step, $phase, $target'"; echo "$out" | grep -v '^  \|^bounds' | tail -n 8
+    return 1
+  fi
+  local ranks
+  ranks=$(grep -A 64 '^FIRST DIVERGENCE' <<<"$out" | grep '^  rank ' || true)
+  if [ "$coordinate" != - ] && grep -v "[( ]$coordinate[ )]" <<<"$ranks" | grep -q .; then
+    echo "FAIL  fault $name: a rank named without $coordinate:"; echo "$ranks"; return 1
+  fi
+  echo "ok    fault $name: $first; $(sed 's/^  rank \([0-9]*\) (\([^)]*\)).*/rank \1 (\2)/' <<<"$ranks" | paste -sd ';' | sed 's/;/; /g')"
+}
+faults=0
+fault_start=$SECONDS
+trim() { sed 's/^ *//; s/ *$//' <<<"$1"; }
+while IFS='|' read -r name flags fault expect; do
+  case "$name" in ''|'#'*) continue ;; esac
+  faults=$((faults + 1))
+  check_fault "$(trim "$name")" "$flags" "$(trim "$fault")" "$(trim "$expect")" || failed=1
+done <tools/diverge_faults.txt
+echo "check_diverge: $faults planted faults in $((SECONDS - fault_start)) s"
 exit $failed
