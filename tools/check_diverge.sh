@@ -4,7 +4,8 @@
 # divergence (exit 0), or, marked "refused", be refused naming why (exit 1, "diverge: --..." on
 # stderr). Then the planted faults of tools/diverge_faults.txt (diverge --inject), each of which must
 # be named: diverge exits 1 and its FIRST DIVERGENCE line gives the table's step, phase and module or
-# parameter, every rank listed under it having the table's mesh coordinate. Prints a line per layout
+# parameter, every rank listed under it having the table's mesh coordinate; and every lessons/*.cpp
+# --break- switch must be in that table, planted or said why not. Prints a line per layout
 # and fault, and the time taken.
 #
 #   bash tools/check_diverge.sh          (after make build/bin/diverge): layouts, then faults
@@ -73,4 +74,12 @@ while IFS='|' read -r name flags fault expect; do
   check_fault "$(trim "$name")" "$flags" "$(trim "$fault")" "$(trim "$expect")" || failed=1
 done <tools/diverge_faults.txt
 echo "check_diverge: $faults planted faults in $((SECONDS - fault_start)) s"
+# Every lesson's --break- switch is in the fault table: a row planting its mistake, or a line saying
+# why no probe fault reproduces it.
+for source in lessons/[0-9][0-9]_*.cpp; do
+  for switch in $(grep -o -- '--break-[a-z0-9-]*' "$source" | sort -u); do
+    grep -qE -- "lessons/$(basename "$source" .cpp) $switch([^a-z0-9-]|$)" tools/diverge_faults.txt ||
+      { echo "FAIL  $source $switch is not in tools/diverge_faults.txt"; failed=1; }
+  done
+done
 exit $failed
