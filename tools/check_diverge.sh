@@ -29,8 +29,8 @@ while read -r suite name rest; do
   count=$((count + 1))
   refused=0
   if [ "${rest%% *}" = refused ]; then refused=1; rest=${rest#refused }; fi
-  # shellcheck disable=SC2086  # the table's flags split into words
   set +e
+  # shellcheck disable=SC2086  # the table's flags split into words
   out=$("$bin" "${model[@]}" $rest 2>&1)
   rc=$?
   set -e
@@ -60,7 +60,7 @@ check_fault() {  # name, layout flags, fault, expected "step phase name coordina
   fi
   local ranks
   ranks=$(grep -A 64 '^FIRST DIVERGENCE' <<<"$out" | grep '^  rank ' || true)
-  if [ "$coordinate" != - ] && grep -v "[( ]$coordinate[ )]" <<<"$ranks" | grep -q .; then
+  if [ "$coordinate" != - ] && grep -v "[( ]${coordinate}[ )]" <<<"$ranks" | grep -q .; then
     echo "FAIL  fault $name: a rank named without $coordinate:"; echo "$ranks"; return 1
   fi
   echo "ok    fault $name: $first; $(sed 's/^  rank \([0-9]*\) (\([^)]*\)).*/rank \1 (\2)/' <<<"$ranks" | paste -sd ';' | sed 's/;/; /g')"
