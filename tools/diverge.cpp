@@ -3,6 +3,8 @@
 //
 //   build/bin/diverge --tp 2 --cp 2 --steps 3                  nothing diverges: exit 0
 //   build/bin/diverge --config configs/hsdp_cp_tp.toml --json  the whole table as JSON
+//   build/bin/diverge --tp 2 --cp 2 --inject 'scale-grad h.0.attn.c_attn.weight tp=1 step=1 x2'
+//                                                             a planted fault (debug_probe.h): named, exit 1
 //
 // The flags are train's (tools/train_cli.h: task, model, training, layout); diverge's own defaults
 // are a short run: --steps 3, --batch-size 16, --warmup-steps 0 (a warm-up would keep the first
@@ -12,7 +14,9 @@
 // and the largest elements by serial index. Exit 0: nothing diverged; 1: something did, or the run
 // failed (a layout it cannot compare is refused naming why); 2: a bad flag.
 #include <cstdio>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "parallel/train/divergence.h"
 #include "parallel/train/train_run.h"
@@ -23,7 +27,16 @@ using namespace sl;
 
 namespace {
 
-Options parse_diverge(int argc, const char* const* argv, bool& json, bool& help) {
+// --inject's faults: one or more, separated by ';'.
+std::vector<parallel::ProbeFault> faults_of(const std::string& text) {
+  std::vector<parallel::ProbeFault> faults;
+  std::istringstream in(text);
+  for (std::string one; std::getline(in, one, ';');)
+    if (one.find_first_not_of(' ') != std::string::npos) faults.push_back(parallel::parse_probe_fault(one));
+  return faults;
+}
+
+Options parse_diverge(int argc, const char* const* argv, bool& json, bool& help, std::vector<parallel::ProbeFault>& faults) {
   Options o;
   o.steps = 3, o.batch_size = 16, o.warmup_steps = 0;
   train_flags::Raw raw;
@@ -37,10 +50,22 @@ Options parse_diverge(int argc, const char* const* argv, bool& json, bool& help)
   add_layout_flags(cli, o);
   cli.group("Output");
   cli.flag("--json", json, "print the whole table (every module, parameter, rank and step compared) as JSON");
+  std::string inject;
+  cli.group("Planted faults");
+  cli.text("--inject", inject, "FAULT",
+           "plant a fault in the layout's ranks (several: separated by ';'): 'scale-grad PARAM [DIM=K ...] [step=N] xF' "
+           "scales the parameter's .grad before the chapter's sums; 'scale-output MODULE [DIM=K ...] [step=N] xF' its "
+           "output; 'reuse-output MODULE [DIM=K ...] [step=N] call=A from=B' returns micro-batch B's output for A. "
+           "DIM: pp, dp_replicate, dp_shard, cp, tp (the ranks at those coordinates; none: every rank)");
   cli.footer("Exit 0: no divergence; 1: a divergence (or a failed run); 2: a bad flag.");
   help = cli.parse(argc, argv);
   if (help) return o;
   o.seed = static_cast<uint64_t>(raw.seed);
+  try {
+    faults = faults_of(inject);
+  } catch (const Error& e) {
+    throw UsageError{e.what()};
+  }
   o.resolve();
   try {
     o.validate();
@@ -55,8 +80,9 @@ Options parse_diverge(int argc, const char* const* argv, bool& json, bool& help)
 int main(int argc, char** argv) {
   Options options;
   bool json = false, help = false;
+  std::vector<parallel::ProbeFault> faults;
   try {
-    options = parse_diverge(argc, argv, json, help);
+    options = parse_diverge(argc, argv, json, help, faults);
     if (help) return 0;
   } catch (const UsageError& e) {
     std::fprintf(stderr, "diverge: %s\n", e.message.c_str());
@@ -67,7 +93,7 @@ int main(int argc, char** argv) {
     set_num_threads(static_cast<int>(options.threads));
     parallel::TrainRun run;
     parallel::prepare_run(run, options, /*writer=*/false);
-    const parallel::DivergenceReport report = parallel::find_divergence(run);
+    const parallel::DivergenceReport report = parallel::find_divergence(run, faults);
     if (json) std::printf("%s\n", parallel::divergence_json(report).dump(1).c_str());
     else std::printf("%s", parallel::first_divergence_text(report).c_str());
     return report.first() ? 1 : 0;

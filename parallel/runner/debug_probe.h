@@ -32,8 +32,15 @@
 //                    another micro-batch's activation
 //   scale_gradient   the parameter's .grad × factor after the backward passes, before the chapter's own
 //                    sums (tp, cp, the tied wte between stages) and the optimizer; factor 0 drops this
-//                    rank's contribution to those sums. Needs the gradient in .grad (DDP, ZeRO-1, a cut
+//                    rank's contribution to those sums; target "*": every parameter. Needs the gradient in .grad (DDP, ZeRO-1, a cut
 //                    at dp 1); ZeRO-2's and FSDP's live in shards: applying it there throws.
+//
+// From the command line (build/bin/diverge --inject), one fault in words:
+//   scale-grad PARAM [DIM=K ...] [step=N] xF        scale_gradient  ("scale-grad h.0.attn.c_attn.weight tp=1 step=1 x2";
+//                                                                    PARAM "*": every parameter)
+//   scale-output MODULE [DIM=K ...] [step=N] xF     scale_output    ("scale-output h.1.attn cp=1 step=0 x1.5")
+//   reuse-output MODULE [DIM=K ...] [step=N] call=A from=B           ("reuse-output h.1 pp=1 step=1 call=1 from=0")
+// DIM is a mesh dimension's name (pp, dp_replicate, dp_shard, cp, tp, dp, ...); without step= every step.
 //
 // Thread safety: a probe belongs to one rank thread, which alone runs its modules' hooks; nothing is
 // shared between ranks and nothing is global. Detach by destroying the modules or the probe's hooks
@@ -62,6 +69,9 @@ struct ProbeFault {
   int from_call = 0, at_call = 1;               // reuse_output
   std::string str() const;                      // "scale_gradient h.0.attn.c_attn.weight x2 on tp 1 at step 1"
 };
+
+// One fault from its words (above). Throws sl::Error naming the word it could not read and what it expected.
+ProbeFault parse_probe_fault(const std::string& text);
 
 class DebugProbe {
  public:

@@ -97,6 +97,21 @@ void assemble(DivergenceReport& report, std::vector<std::deque<Comparison>>& row
   std::stable_sort(report.rows.begin(), report.rows.end(), [&](const Comparison& a, const Comparison& b) { return key(a) < key(b); });
 }
 
+// A fault whose target the serial model does not have would act on no rank: refused, naming it.
+void check_targets(const std::vector<ProbeFault>& faults, const std::map<std::string, int>& modules,
+                   const std::map<std::string, int>& parameters) {
+  for (const ProbeFault& f : faults) {
+    const bool gradient = f.kind == ProbeFault::Kind::scale_gradient;
+    const auto& names = gradient ? parameters : modules;
+    if ((names.count(f.target) && f.target != "loss") || (gradient && f.target == "*")) continue;
+    std::string some;
+    for (const auto& [name, order] : names)
+      if (name != "loss" && some.size() < 160) some += (some.empty() ? "" : ", ") + name;
+    throw Error("fault '" + f.str() + "': the model has no " + (gradient ? "parameter" : "module") + " '" + f.target +
+                "' (" + some + ", ...)");
+  }
+}
+
 }  // namespace
 
 void check_comparable(const TrainOptions& o) {
@@ -125,6 +140,7 @@ DivergenceReport find_divergence(const TrainRun& run, const std::vector<ProbeFau
   std::map<std::string, int> parameter_index;
   for (size_t i = 0; i < parameter_order.size(); ++i) parameter_index[parameter_order[i]] = static_cast<int>(i);
   const std::map<std::string, int> depth = module_depths(o.n_layer);
+  check_targets(faults, depth, parameter_index);
   std::vector<std::deque<Comparison>> rows(world);  // a deque: rows are filled through pointers
   std::vector<std::vector<std::string>> uncompared(world);
   std::vector<char> fired(world, 0);

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 
 #include "parallel/train/divergence.h"
 #include "parallel/train/train_run.h"
@@ -146,6 +147,50 @@ TEST(DivergenceFinder, NamesAStageHandedAnotherMicroBatch) {
                                        {{.kind = Kind::reuse_output, .target = "h.1", .step = 1,
                                          .on = {{MeshDim::pp, 1}}, .from_call = 0, .at_call = 1}});
   expect_first(report, 1, "forward", "h.1", "pp 1");
+}
+
+TEST(DivergenceFinder, ReadsAFaultFromItsWords) {
+  const ProbeFault g = parse_probe_fault("scale-grad h.0.attn.c_attn.weight tp=1 step=1 x2");
+  EXPECT_EQ(g.kind, Kind::scale_gradient);
+  EXPECT_EQ(g.target, "h.0.attn.c_attn.weight");
+  EXPECT_EQ(g.factor, 2);
+  EXPECT_EQ(g.step, 1);
+  ASSERT_EQ(g.on.size(), 1u);
+  EXPECT_EQ(g.on[0], std::make_pair(MeshDim::tp, 1));
+  const ProbeFault o = parse_probe_fault("  scale-output h.1.attn cp=1 pp=0 x0.5 ");
+  EXPECT_EQ(o.kind, Kind::scale_output);
+  EXPECT_EQ(o.factor, 0.5);
+  EXPECT_EQ(o.step, -1);
+  EXPECT_EQ(o.on.size(), 2u);
+  const ProbeFault r = parse_probe_fault("reuse-output h.1 pp=1 step=1 call=2 from=0");
+  EXPECT_EQ(r.kind, Kind::reuse_output);
+  EXPECT_EQ(r.at_call, 2);
+  EXPECT_EQ(r.from_call, 0);
+  expect_error([] { parse_probe_fault("scale-grad w tp=1"); }, "no factor");
+  expect_error([] { parse_probe_fault("scale w x2"); }, "unknown fault 'scale'");
+  expect_error([] { parse_probe_fault("scale-grad w tq=1 x2"); }, "'tq=' is not step=");
+  expect_error([] { parse_probe_fault("scale-grad w step=1a x2"); }, "step must be a number, got '1a'");
+  expect_error([] { parse_probe_fault("scale-grad w x"); }, "the factor after x must be a number");
+  expect_error([] { parse_probe_fault("reuse-output h.1 call=1"); }, "needs call=A and from=B");
+  expect_error([] { parse_probe_fault("reuse-output h.1 call=0 from=1"); }, "from=1 must come before call=0");
+}
+
+TEST(DivergenceFinder, RefusesAFaultOnATargetTheModelLacks) {
+  TrainRun run;
+  prepare_run(run, options_of({.name = "dp2", .dp = 2}), /*writer=*/false);
+  expect_error([&] { find_divergence(run, {parse_probe_fault("scale-grad h.0.attn.nope x2")}); },
+               "the model has no parameter 'h.0.attn.nope'");
+  expect_error([&] { find_divergence(run, {parse_probe_fault("scale-output h.9 x2")}); }, "the model has no module 'h.9'");
+}
+
+// Every gradient doubled after DDP's average (the sum left undivided): named at the parameter nearest the loss.
+TEST(DivergenceFinder, NamesAnUnaveragedDataParallelSum) {
+  SL_SKIP_UNLESS_WORLD(2);
+  TrainRun run;
+  prepare_run(run, options_of({.name = "dp2", .dp = 2}), /*writer=*/false);
+  const DivergenceReport report = find_divergence(run, {parse_probe_fault("scale-grad * step=0 x2")});
+  expect_first(report, 0, "backward", "ln_f.bias", "pp 0");
+  EXPECT_EQ(report.at_same_place(*report.first()).size(), 2u) << first_divergence_text(report);
 }
 
 TEST(DivergenceFinder, RefusesWhatItCannotCompare) {
