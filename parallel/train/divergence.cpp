@@ -126,6 +126,14 @@ void check_comparable(const TrainOptions& o) {
   if (o.steps < 1) throw Error("--steps must be at least 1");
 }
 
+namespace {
+// Gives the caller back its GEMM thread count, whatever happens while the finder runs.
+struct CallersThreadCount {
+  int count = num_threads();
+  ~CallersThreadCount() { set_num_threads(count); }
+};
+}  // namespace
+
 DivergenceReport find_divergence(const TrainRun& run, const std::vector<ProbeFault>& faults) {
   const TrainOptions& o = run.o;
   check_comparable(o);
@@ -144,7 +152,8 @@ DivergenceReport find_divergence(const TrainRun& run, const std::vector<ProbeFau
   std::vector<std::deque<Comparison>> rows(world);  // a deque: rows are filled through pointers
   std::vector<std::vector<std::string>> uncompared(world);
   std::vector<char> fired(world, 0);
-  if (o.parallel()) set_num_threads(1);
+  const CallersThreadCount restore_threads;
+  if (o.parallel()) set_num_threads(1);  // ranks are threads: one GEMM thread each
   launch(world, [&](RankContext& ctx) {
     Trainer trainer(ctx, plan, parallelize(run.config, o.seed, ctx.world, plan.parallelize_options(adamw_of_options(o)), run.initial));
     DebugProbe probe(faults);
@@ -202,7 +211,6 @@ DivergenceReport find_divergence(const TrainRun& run, const std::vector<ProbeFau
     }
     fired[ctx.rank] = probe.fired();
   });
-  set_num_threads(static_cast<int>(o.threads));
   assemble(report, rows, uncompared, fired, faults);
   return report;
 }
