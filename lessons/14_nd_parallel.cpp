@@ -90,15 +90,16 @@ struct Run {
 };
 
 // ---- 1. the mesh on the page ------------------------------------------------------------------------
-// Degrees and coordinates in grid order: pp, dp_replicate, dp_shard, cp, tp (outermost first).
-using Coords = std::array<int, 5>;
+// Degrees and coordinates in grid order: pp, dp_replicate, dp_shard, ep, cp, tp (outermost first;
+// ep, expert parallelism, is 1 in this lesson: lesson 17 splits experts over it).
+using Coords = std::array<int, kGridDimCount>;
 static Coords coords_of(int rank, const Coords& degrees, bool column_major = false) {
   Coords c{};
   if (column_major) {  // the mistake: pp varies fastest, so tp pairs land world/tp apart
-    for (int d = 0; d <= 4; ++d) c[d] = rank % degrees[d], rank /= degrees[d];
+    for (int d = 0; d < kGridDimCount; ++d) c[d] = rank % degrees[d], rank /= degrees[d];
     return c;
   }
-  for (int d = 4; d >= 0; --d) c[d] = rank % degrees[d], rank /= degrees[d];  // row-major: the last varies fastest
+  for (int d = kGridDimCount - 1; d >= 0; --d) c[d] = rank % degrees[d], rank /= degrees[d];  // row-major: the last varies fastest
   return c;
 }
 // The groups of the set `dims`: ranks that agree on every coordinate outside it, each ascending.
@@ -141,7 +142,8 @@ static void picture_mesh(const Run& run, const ParallelismConfig& config,
     y += h + 8;
   }
   std::string file = "mesh";
-  for (int d : config.degrees()) file += "_" + std::to_string(d);
+  for (MeshDim dim : {MeshDim::pp, MeshDim::dp_replicate, MeshDim::dp_shard, MeshDim::cp, MeshDim::tp})
+    file += "_" + std::to_string(config.degrees()[grid_index(dim)]);
   lesson::write_picture(run.svg_dir, file + ".svg", canvas.str());
 }
 
@@ -149,13 +151,13 @@ static void draw_mesh(const ParallelismConfig& config, const Run& run) {
   const Coords degrees = config.degrees();
   const int world = config.world_size();
   std::printf("world %d = %s, grid [pp %d, dp_replicate %d, dp_shard %d, cp %d, tp %d]\n", world, config.str().c_str(),
-              degrees[0], degrees[1], degrees[2], degrees[3], degrees[4]);
+              degrees[0], degrees[1], degrees[2], degrees[4], degrees[5]);
   // a mesh dim -> the grid positions it spans, drawn by hand (products too)
   const std::vector<std::pair<MeshDim, std::vector<int>>> names = {{MeshDim::pp, {0}},
                                                                    {MeshDim::dp_replicate, {1}},
-                                                                   {MeshDim::cp, {3}},
-                                                                   {MeshDim::tp, {4}},
-                                                                   {MeshDim::dp_cp, {1, 2, 3}}};
+                                                                   {MeshDim::cp, {4}},
+                                                                   {MeshDim::tp, {5}},
+                                                                   {MeshDim::dp_cp, {1, 2, 3, 4}}};
   std::map<std::string, std::vector<std::vector<int>>> library;  // from DeviceMesh, on rank 0
   std::map<std::string, std::vector<std::vector<int>>> drawn;    // the dimensions of more than one rank
   std::vector<std::string> lines(world);
@@ -163,7 +165,7 @@ static void draw_mesh(const ParallelismConfig& config, const Run& run) {
     DeviceMesh mesh(ctx.world, config);  // collective: every rank builds the same mesh
     const Coords c = mesh.coordinates();
     char head[96];
-    std::snprintf(head, sizeof head, "  rank %d = (pp %d, dp %d, cp %d, tp %d):", ctx.rank, c[0], c[1], c[3], c[4]);
+    std::snprintf(head, sizeof head, "  rank %d = (pp %d, dp %d, cp %d, tp %d):", ctx.rank, c[0], c[1], c[4], c[5]);
     std::string line = head;
     for (MeshDim dim : {MeshDim::tp, MeshDim::cp, MeshDim::dp_replicate, MeshDim::pp})
       if (mesh.size(dim) > 1) {
@@ -515,7 +517,7 @@ static void guide_example(const Guide& g) {
       "tp_size=2), on world 16. Rank 0's groups by section 1's rule, against DeviceMesh's:\n");
   Row all = measure(layout("guide example", par, 3), par.world_size(), g.run);
   const std::vector<std::pair<std::string, std::vector<int>>> dims = {
-      {"tp", {4}}, {"cp", {3}}, {"dp_shard", {2}}, {"dp_shard_cp", {2, 3}}, {"dp_replicate", {1}}};
+      {"tp", {5}}, {"cp", {4}}, {"dp_shard", {2}}, {"dp_shard_cp", {2, 3, 4}}, {"dp_replicate", {1}}};
   for (const auto& [name, set] : dims) {
     const std::vector<int> want = groups_on_page(set, par.degrees(), g.run.column_major).front();  // the group holding rank 0
     const auto& got = all.rank0_groups;

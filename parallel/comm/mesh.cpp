@@ -1,5 +1,5 @@
 // mesh.cpp — the device mesh: coordinates on the grid arange(world).view(pp, dp_replicate, dp_shard,
-// cp, tp) and one process group per set of dimensions. The layout and its cost are drawn in mesh.h.
+// ep, cp, tp) and one process group per set of dimensions. The layout and its cost are drawn in mesh.h.
 #include "parallel/comm/mesh.h"
 
 #include <algorithm>
@@ -15,7 +15,7 @@ namespace {
 
 // ParallelismConfig's fields in their declared order (Accelerate's), which is how it prints.
 constexpr std::array<MeshDim, kGridDimCount> kFieldOrder = {MeshDim::dp_replicate, MeshDim::dp_shard, MeshDim::pp,
-                                                            MeshDim::cp, MeshDim::tp};
+                                                            MeshDim::cp, MeshDim::tp, MeshDim::ep};
 int field_value(const ParallelismConfig& c, MeshDim dim) {
   return c.degrees()[static_cast<size_t>(grid_index(dim))];
 }
@@ -66,7 +66,8 @@ std::string braces(const std::vector<int>& ranks) {
 std::string ParallelismConfig::str() const {
   std::ostringstream out;
   for (size_t f = 0; f < kFieldOrder.size(); ++f)
-    out << (f ? " x " : "") << name(kFieldOrder[f]) << " " << field_value(*this, kFieldOrder[f]);
+    if (kFieldOrder[f] != MeshDim::ep || ep > 1)  // most layouts have no experts: ep shows when it splits
+      out << (f ? " x " : "") << name(kFieldOrder[f]) << " " << field_value(*this, kFieldOrder[f]);
   return out.str();
 }
 
@@ -123,7 +124,7 @@ DeviceMesh::DeviceMesh(ProcessGroupPtr world, const ParallelismConfig& config)
   }
 }
 
-// Every rank shares its degrees (one all_gather of 5 ints): a rank built with a different config would
+// Every rank shares its degrees (one all_gather of 6 ints): a rank built with a different config would
 // otherwise split into groups nobody else makes. All ranks see the same table and throw the same error.
 void DeviceMesh::check_ranks_agree() const {
   const int n = world_->size();
@@ -262,7 +263,9 @@ std::string DeviceMesh::str() const {
     const std::string_view label = name(lines[i]);
     const Mask mask = grid_mask(lines[i]);
     if (size(lines[i]) == 1) continue;
-    out << "  " << label << std::string(12 - label.size(), ' ') << ":";
+    const bool expert = lines[i] == MeshDim::expert_dp_cp || lines[i] == MeshDim::expert_dp_shard_cp;
+    if (expert && config_.ep == 1) continue;  // without ep they are dp_cp and dp_shard_cp
+    out << "  " << label << std::string(label.size() < 12 ? 12 - label.size() : 0, ' ') << ":";
     std::string_view same_as;
     for (size_t j = 0; j < i && same_as.empty(); ++j)
       if ((grid_mask(lines[j]) & nontrivial_) == (mask & nontrivial_)) same_as = name(lines[j]);

@@ -1,13 +1,17 @@
-// mesh.h — the device mesh: every rank placed on one 5-D grid, with a process group per dimension.
+// mesh.h — the device mesh: every rank placed on one 6-D grid, with a process group per dimension.
 //
-//   ParallelismConfig{dp_replicate, dp_shard, pp, cp, tp} (Accelerate's names) splits the world:
+//   ParallelismConfig{dp_replicate, dp_shard, pp, cp, tp, ep} (Accelerate's names) splits the world:
 //     dp_replicate  data parallel, full replicas (DDP; the "replicate" half of HSDP)
 //     dp_shard      data parallel, sharded (ZeRO / FSDP)
 //     pp            pipeline stages       cp  context (sequence) parallel      tp  tensor parallel
-//   The grid is arange(world).view(pp, dp_replicate, dp_shard, cp, tp), as torchtitan lays it out: TP
+//     ep            expert parallel: a mixture of experts' experts split over ep ranks, which for
+//                   every other weight are data-parallel ranks (mesh_dim.h)
+//   The grid is arange(world).view(pp, dp_replicate, dp_shard, ep, cp, tp), as torchtitan lays it out: TP
 //   innermost, so consecutive ranks share a TP group and the chattiest parallelism (an all-reduce
 //   per layer) stays inside a node; PP outermost, since a stage boundary moves one activation per
-//   micro-batch and tolerates the slowest links.
+//   micro-batch and tolerates the slowest links. ep sits between data parallelism and cp, where
+//   Megatron's order tp-cp-ep-dp-pp (fastest first) puts it: its two all-to-alls per MoE layer want
+//   faster links than data parallelism's one gradient reduction per step, slower than cp's ring.
 //
 //   world 8 = pp 2 x dp 2 x tp 2  (dp_replicate 2)          rank = (pp * 2 + dp) * 2 + tp
 //
@@ -23,13 +27,14 @@
 //
 //   A group over a set of dimensions holds the ranks that agree on every *other* coordinate; its
 //   group ranks follow the world ranks (row-major over the set). Dimensions are MeshDims (mesh_dim.h).
-//   Named products: MeshDim::dp = dp_replicate x dp_shard (all of data parallelism), dp_shard_cp =
-//   dp_shard x cp (what FSDP shards over when CP is on: CP ranks hold the same weights), dp_cp =
-//   dp_replicate x dp_shard x cp (where gradients are averaged). Any other set:
+//   Named products: MeshDim::dp = dp_replicate x dp_shard x ep (all of data parallelism), dp_shard_cp =
+//   dp_shard x ep x cp (what FSDP shards over when CP is on: CP ranks hold the same weights), dp_cp =
+//   dp_replicate x dp_shard x ep x cp (where gradients are averaged); expert_dp_cp and
+//   expert_dp_shard_cp, the same without ep, for an expert's weights. Any other set:
 //   group({MeshDim::pp, MeshDim::tp}).
 //
 //   Cost: the constructor is collective over the world (every rank builds the mesh with the same
-//   config): one all_gather of the 5 degrees (all ranks must agree), then one split per distinct
+//   config): one all_gather of the 6 degrees (all ranks must agree), then one split per distinct
 //   group. Sets that differ only by size-1 dimensions have the same members and share one group
 //   handle, so k dimensions of size > 1 cost 2^k - 1 splits (the set of all of them is the world
 //   itself). Every group is made there, in a fixed order; lookups afterwards never communicate.
@@ -47,15 +52,17 @@ namespace sl::parallel {
 
 struct ParallelismConfig {
   int dp_replicate = 1, dp_shard = 1, pp = 1, cp = 1, tp = 1;
+  int ep = 1;  // expert parallel: a mixture of experts' experts split over ep ranks (mesh_dim.h)
 
-  // dp_replicate * dp_shard * pp * cp * tp (throws if a degree is < 1 or the product overflows int).
+  // dp_replicate * dp_shard * pp * cp * tp * ep (throws if a degree is < 1 or the product overflows int).
   int world_size() const;
   // Throws sl::Error unless every degree is >= 1 and their product is world_size:
   //   "ParallelismConfig: world size 8 != dp_replicate 1 x dp_shard 2 x pp 2 x cp 1 x tp 3"
   void validate(int world_size) const;
-  std::string str() const;  // "dp_replicate 1 x dp_shard 2 x pp 2 x cp 1 x tp 3" (the fields' order)
-  // The degrees in grid order (kGridDims), outermost first: pp, dp_replicate, dp_shard, cp, tp.
-  std::array<int, kGridDimCount> degrees() const { return {pp, dp_replicate, dp_shard, cp, tp}; }
+  // "dp_replicate 1 x dp_shard 2 x pp 2 x cp 1 x tp 3" (the fields' order), then " x ep 2" when ep > 1.
+  std::string str() const;
+  // The degrees in grid order (kGridDims), outermost first: pp, dp_replicate, dp_shard, ep, cp, tp.
+  std::array<int, kGridDimCount> degrees() const { return {pp, dp_replicate, dp_shard, ep, cp, tp}; }
   bool operator==(const ParallelismConfig&) const = default;
 };
 
@@ -81,6 +88,7 @@ class DeviceMesh {
   int pp_rank() const { return coordinate(MeshDim::pp); }
   int dp_replicate_rank() const { return coordinate(MeshDim::dp_replicate); }
   int dp_shard_rank() const { return coordinate(MeshDim::dp_shard); }
+  int ep_rank() const { return coordinate(MeshDim::ep); }
   int cp_rank() const { return coordinate(MeshDim::cp); }
   int tp_rank() const { return coordinate(MeshDim::tp); }
   int dp_rank() const { return coordinate(MeshDim::dp); }

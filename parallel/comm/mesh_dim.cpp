@@ -9,7 +9,8 @@ namespace {
 
 // Indexed by the enumerator's value.
 constexpr std::array<std::string_view, kMeshDimCount> kDimNameTable = {
-    "pp", "dp_replicate", "dp_shard", "cp", "tp", "dp", "dp_shard_cp", "dp_cp"};
+    "pp", "dp_replicate", "dp_shard", "ep", "cp", "tp", "dp", "dp_shard_cp", "dp_cp", "expert_dp_cp",
+    "expert_dp_shard_cp"};
 
 std::string valid_names() {
   std::string out;
@@ -30,9 +31,11 @@ constexpr GridMask bit(MeshDim dim) { return 1u << grid_index(dim); }
 
 GridMask grid_mask(MeshDim dim) {
   switch (dim) {
-    case MeshDim::dp: return bit(MeshDim::dp_replicate) | bit(MeshDim::dp_shard);
-    case MeshDim::dp_shard_cp: return bit(MeshDim::dp_shard) | bit(MeshDim::cp);
-    case MeshDim::dp_cp: return bit(MeshDim::dp_replicate) | bit(MeshDim::dp_shard) | bit(MeshDim::cp);
+    case MeshDim::dp: return bit(MeshDim::dp_replicate) | bit(MeshDim::dp_shard) | bit(MeshDim::ep);
+    case MeshDim::dp_shard_cp: return bit(MeshDim::dp_shard) | bit(MeshDim::ep) | bit(MeshDim::cp);
+    case MeshDim::dp_cp: return grid_mask(MeshDim::dp) | bit(MeshDim::cp);
+    case MeshDim::expert_dp_cp: return bit(MeshDim::dp_replicate) | bit(MeshDim::dp_shard) | bit(MeshDim::cp);
+    case MeshDim::expert_dp_shard_cp: return bit(MeshDim::dp_shard) | bit(MeshDim::cp);
     default: break;
   }
   SL_ASSERT(is_grid_dim(dim));

@@ -1,17 +1,25 @@
 // mesh_dim.h — the names of the device mesh's dimensions, as a type.
 //
-//   MeshDim::pp, dp_replicate, dp_shard, cp, tp    the grid's dimensions, outermost first (mesh.h)
-//   MeshDim::dp, dp_shard_cp, dp_cp                 named products of them:
-//     dp = dp_replicate x dp_shard    dp_shard_cp = dp_shard x cp    dp_cp = dp_replicate x dp_shard x cp
+//   MeshDim::pp, dp_replicate, dp_shard, ep, cp, tp    the grid's dimensions, outermost first (mesh.h)
+//   MeshDim::dp, dp_shard_cp, dp_cp, expert_dp_cp, expert_dp_shard_cp    named products of them:
+//     dp          = dp_replicate x dp_shard x ep       every rank that reads other rows of the batch
+//     dp_shard_cp = dp_shard x ep x cp                 what FSDP shards the weights over
+//     dp_cp       = dp_replicate x dp_shard x ep x cp  where a replicated weight's gradient is averaged
+//     expert_dp_cp, expert_dp_shard_cp: dp_cp and dp_shard_cp without ep, the same for an expert's weights
+//   Expert parallelism's ranks (ep) read different rows, like data parallelism's, and hold the same
+//   attention and dense weights, so for every weight but an expert's they are data-parallel ranks
+//   (Megatron and torchtitan carve ep out of the data-parallel ranks the same way). An expert lives
+//   on one ep rank only: its gradient is averaged over the ranks that hold the same experts, the
+//   products without ep. With ep 1 the products are the five-dimension ones.
 //
 //   A set of dimensions is a MeshDims, {MeshDim::pp, MeshDim::tp}: its group holds the ranks that agree
 //   on every other coordinate (mesh.group(MeshDims{...})). Code names dimensions with the enum; the
 //   strings (Accelerate's names, "dp_replicate", "tp", ...) appear only where text comes in or goes
 //   out: name() for reports, ledgers and JSON, mesh_dim_from_name() for command lines and files.
 //
-//   Adding a grid dimension (expert parallel, ep, comes next) is adding its enumerator at its place
-//   in the grid order below, its entry in kGridDims and kDimNameTable, and its degree in
-//   ParallelismConfig::degrees(); everything sized by the grid reads kGridDimCount.
+//   Adding a grid dimension is adding its enumerator at its place in the grid order below, its entry
+//   in kGridDims and kDimNameTable, and its degree in ParallelismConfig::degrees(); everything sized
+//   by the grid reads kGridDimCount.
 #pragma once
 #include <array>
 #include <cstddef>
@@ -22,26 +30,30 @@
 namespace sl::parallel {
 
 enum class MeshDim {
-  // The grid, outermost first (ep would join here, in its grid position).
+  // The grid, outermost first.
   pp,
   dp_replicate,
   dp_shard,
+  ep,
   cp,
   tp,
   // Named products of grid dimensions.
   dp,
   dp_shard_cp,
   dp_cp,
+  expert_dp_cp,
+  expert_dp_shard_cp,
 };
 
 using MeshDims = std::vector<MeshDim>;
 
 // The grid's dimensions in grid order (outermost first): the order of ParallelismConfig::degrees(),
 // DeviceMesh::coordinates() and of the bits of a GridMask.
-inline constexpr std::array kGridDims = {MeshDim::pp, MeshDim::dp_replicate, MeshDim::dp_shard, MeshDim::cp,
-                                         MeshDim::tp};
+inline constexpr std::array kGridDims = {MeshDim::pp, MeshDim::dp_replicate, MeshDim::dp_shard,
+                                         MeshDim::ep, MeshDim::cp,           MeshDim::tp};
 inline constexpr int kGridDimCount = static_cast<int>(kGridDims.size());
-inline constexpr std::array kProductDims = {MeshDim::dp, MeshDim::dp_shard_cp, MeshDim::dp_cp};
+inline constexpr std::array kProductDims = {MeshDim::dp, MeshDim::dp_shard_cp, MeshDim::dp_cp, MeshDim::expert_dp_cp,
+                                            MeshDim::expert_dp_shard_cp};
 // Every MeshDim: the grid's, then the products.
 inline constexpr int kMeshDimCount = kGridDimCount + static_cast<int>(kProductDims.size());
 

@@ -2,7 +2,7 @@
 // traffic that stays inside a group), over layouts of world 1 to 12 on the threads backend.
 //
 // The expected values come from a reference that builds the grid by counting through nested loops
-// (what arange(world).view(pp, dp_replicate, dp_shard, cp, tp) does, as torchtitan lays it out), not from the mesh's own
+// (what arange(world).view(pp, dp_replicate, dp_shard, ep, cp, tp) does, as torchtitan lays it out), not from the mesh's own
 // arithmetic; group members are checked by what the group itself moves (all_gather, all_reduce).
 #include <gtest/gtest.h>
 
@@ -21,8 +21,8 @@
 namespace sl::parallel {
 namespace {
 
-using Coords = std::array<int, 5>;  // pp, dp_replicate, dp_shard, cp, tp (outermost first)
-using DimSet = std::array<bool, 5>;
+using Coords = std::array<int, 6>;  // pp, dp_replicate, dp_shard, ep, cp, tp (outermost first)
+using DimSet = std::array<bool, 6>;
 
 
 // Every rank's coordinates, by counting: rank r is the r-th cell visited with tp changing fastest.
@@ -31,8 +31,9 @@ std::vector<Coords> reference_grid(const ParallelismConfig& c) {
   for (int p = 0; p < c.pp; ++p)
     for (int a = 0; a < c.dp_replicate; ++a)
       for (int b = 0; b < c.dp_shard; ++b)
-        for (int q = 0; q < c.cp; ++q)
-          for (int t = 0; t < c.tp; ++t) grid.push_back({p, a, b, q, t});
+        for (int e = 0; e < c.ep; ++e)
+          for (int q = 0; q < c.cp; ++q)
+            for (int t = 0; t < c.tp; ++t) grid.push_back({p, a, b, e, q, t});
   return grid;
 }
 
@@ -41,7 +42,7 @@ std::vector<int> reference_members(const std::vector<Coords>& grid, int rank, co
   std::vector<int> members;
   for (int other = 0; other < static_cast<int>(grid.size()); ++other) {
     bool same = true;
-    for (int d = 0; d < 5; ++d)
+    for (int d = 0; d < 6; ++d)
       if (!in_set[d] && grid[other][d] != grid[rank][d]) same = false;
     if (same) members.push_back(other);
   }
@@ -56,19 +57,25 @@ struct NamedSet {
 };
 const std::vector<NamedSet>& named_sets() {
   static const std::vector<NamedSet> sets = {
-      {"dp_replicate", {MeshDim::dp_replicate}, {0, 1, 0, 0, 0}},
-      {"dp_shard", {MeshDim::dp_shard}, {0, 0, 1, 0, 0}},
-      {"pp", {MeshDim::pp}, {1, 0, 0, 0, 0}},
-      {"cp", {MeshDim::cp}, {0, 0, 0, 1, 0}},
-      {"tp", {MeshDim::tp}, {0, 0, 0, 0, 1}},
-      {"dp", {MeshDim::dp}, {0, 1, 1, 0, 0}},
-      {"dp_shard_cp", {MeshDim::dp_shard_cp}, {0, 0, 1, 1, 0}},
-      {"dp_cp", {MeshDim::dp_cp}, {0, 1, 1, 1, 0}},
-      {"{dp_replicate,dp_shard}", {MeshDim::dp_replicate, MeshDim::dp_shard}, {0, 1, 1, 0, 0}},
-      {"{pp,tp}", {MeshDim::pp, MeshDim::tp}, {1, 0, 0, 0, 1}},
-      {"{dp_replicate,cp}", {MeshDim::dp_replicate, MeshDim::cp}, {0, 1, 0, 1, 0}},
-      {"{dp,tp}", {MeshDim::dp, MeshDim::tp}, {0, 1, 1, 0, 1}},
-      {"all five", {MeshDim::dp_replicate, MeshDim::dp_shard, MeshDim::pp, MeshDim::cp, MeshDim::tp}, {1, 1, 1, 1, 1}},
+      //                                                   pp dpr dps ep cp tp
+      {"dp_replicate", {MeshDim::dp_replicate}, {0, 1, 0, 0, 0, 0}},
+      {"dp_shard", {MeshDim::dp_shard}, {0, 0, 1, 0, 0, 0}},
+      {"pp", {MeshDim::pp}, {1, 0, 0, 0, 0, 0}},
+      {"ep", {MeshDim::ep}, {0, 0, 0, 1, 0, 0}},
+      {"cp", {MeshDim::cp}, {0, 0, 0, 0, 1, 0}},
+      {"tp", {MeshDim::tp}, {0, 0, 0, 0, 0, 1}},
+      {"dp", {MeshDim::dp}, {0, 1, 1, 1, 0, 0}},
+      {"dp_shard_cp", {MeshDim::dp_shard_cp}, {0, 0, 1, 1, 1, 0}},
+      {"dp_cp", {MeshDim::dp_cp}, {0, 1, 1, 1, 1, 0}},
+      {"expert_dp_cp", {MeshDim::expert_dp_cp}, {0, 1, 1, 0, 1, 0}},
+      {"expert_dp_shard_cp", {MeshDim::expert_dp_shard_cp}, {0, 0, 1, 0, 1, 0}},
+      {"{dp_replicate,dp_shard}", {MeshDim::dp_replicate, MeshDim::dp_shard}, {0, 1, 1, 0, 0, 0}},
+      {"{pp,tp}", {MeshDim::pp, MeshDim::tp}, {1, 0, 0, 0, 0, 1}},
+      {"{dp_replicate,cp}", {MeshDim::dp_replicate, MeshDim::cp}, {0, 1, 0, 0, 1, 0}},
+      {"{dp,tp}", {MeshDim::dp, MeshDim::tp}, {0, 1, 1, 1, 0, 1}},
+      {"{ep,tp}", {MeshDim::ep, MeshDim::tp}, {0, 0, 0, 1, 0, 1}},
+      {"all six", {MeshDim::dp_replicate, MeshDim::dp_shard, MeshDim::pp, MeshDim::ep, MeshDim::cp, MeshDim::tp},
+       {1, 1, 1, 1, 1, 1}},
   };
   return sets;
 }
@@ -83,6 +90,9 @@ TEST(ParallelismConfig, WorldSizeIsTheProduct) {
   EXPECT_EQ(ParallelismConfig{}.world_size(), 1);
   EXPECT_EQ((ParallelismConfig{2, 3, 1, 2, 2}.world_size()), 24);
   EXPECT_EQ((ParallelismConfig{1, 2, 2, 1, 3}.str()), "dp_replicate 1 x dp_shard 2 x pp 2 x cp 1 x tp 3");
+  EXPECT_EQ((ParallelismConfig{1, 2, 2, 1, 3, 2}.world_size()), 24);
+  EXPECT_EQ((ParallelismConfig{1, 2, 2, 1, 3, 2}.str()), "dp_replicate 1 x dp_shard 2 x pp 2 x cp 1 x tp 3 x ep 2");
+  EXPECT_EQ(message_of([] { ParallelismConfig{.ep = 0}.world_size(); }), "ParallelismConfig: ep must be >= 1 (got 0)");
 }
 
 TEST(ParallelismConfig, WorldMismatchNamesEveryValue) {
@@ -122,7 +132,7 @@ std::string case_name(const testing::TestParamInfo<MeshCase>& info) {
   const auto& c = info.param.config;
   return "world" + std::to_string(c.world_size()) + "_dpr" + std::to_string(c.dp_replicate) + "_dps" +
          std::to_string(c.dp_shard) + "_pp" + std::to_string(c.pp) + "_cp" + std::to_string(c.cp) + "_tp" +
-         std::to_string(c.tp);
+         std::to_string(c.tp) + (c.ep > 1 ? "_ep" + std::to_string(c.ep) : "");
 }
 
 // What one rank saw; each rank fills its own slot, the test thread checks after launch() joined.
@@ -145,10 +155,11 @@ std::vector<RankReport> observe(const ParallelismConfig& config) {
         DeviceMesh mesh(ctx.world, config);
         RankReport& report = reports[static_cast<size_t>(ctx.rank)];
         report.coords = mesh.coordinates();
-        report.accessors = {mesh.pp_rank(), mesh.dp_replicate_rank(), mesh.dp_shard_rank(), mesh.cp_rank(),
-                            mesh.tp_rank()};
+        report.accessors = {mesh.pp_rank(), mesh.dp_replicate_rank(), mesh.dp_shard_rank(), mesh.ep_rank(),
+                            mesh.cp_rank(), mesh.tp_rank()};
         report.dp_rank = mesh.dp_rank();
-        report.shares_dp_handle = mesh.group(MeshDims{MeshDim::dp_replicate, MeshDim::dp_shard}) == mesh.group(MeshDim::dp);
+        report.shares_dp_handle =
+            mesh.group(MeshDims{MeshDim::dp_replicate, MeshDim::dp_shard, MeshDim::ep}) == mesh.group(MeshDim::dp);
         for (const auto& set : named_sets()) {
           ProcessGroupPtr group = lookup(mesh, set);
           report.group_rank[set.label] = group->rank();
@@ -184,7 +195,7 @@ TEST_P(DeviceMeshLayout, CoordinatesFollowTheGrid) {
     const RankReport& report = reports[static_cast<size_t>(r)];
     EXPECT_EQ(report.coords, grid[r]);
     EXPECT_EQ(report.accessors, grid[r]);
-    EXPECT_EQ(report.dp_rank, grid[r][1] * config.dp_shard + grid[r][2]);
+    EXPECT_EQ(report.dp_rank, (grid[r][1] * config.dp_shard + grid[r][2]) * config.ep + grid[r][3]);
     for (const auto& set : named_sets()) {
       if (set.names.size() != 1) continue;
       SCOPED_TRACE(set.label);
@@ -244,7 +255,11 @@ INSTANTIATE_TEST_SUITE_P(
                     MeshCase{{.dp_shard = 2, .pp = 2, .cp = 2}}, MeshCase{{.dp_replicate = 2, .dp_shard = 2, .cp = 2}},
                     MeshCase{{.dp_shard = 2, .pp = 2, .tp = 3}},  // world 12
                     MeshCase{{.dp_replicate = 3, .tp = 4}}, MeshCase{{.dp_replicate = 2, .cp = 3, .tp = 2}},
-                    MeshCase{{.dp_replicate = 3, .dp_shard = 2, .pp = 2}}),
+                    MeshCase{{.dp_replicate = 3, .dp_shard = 2, .pp = 2}},
+                    MeshCase{{.ep = 2}}, MeshCase{{.dp_shard = 2, .ep = 2}},  // expert parallel
+                    MeshCase{{.dp_replicate = 2, .tp = 2, .ep = 2}}, MeshCase{{.pp = 2, .cp = 2, .ep = 2}},
+                    MeshCase{{.dp_shard = 2, .pp = 2, .tp = 2, .ep = 2}},  // world 16
+                    MeshCase{{.dp_replicate = 2, .dp_shard = 2, .cp = 2, .tp = 2, .ep = 2}}),  // world 32
     case_name);
 
 // ---- the header's example, written out by hand ------------------------------------------------------
@@ -376,7 +391,8 @@ TEST(MeshDim, NamesAreAcceleratesAndParseBack) {
   const std::vector<std::pair<MeshDim, std::string>> all = {
       {MeshDim::pp, "pp"}, {MeshDim::dp_replicate, "dp_replicate"}, {MeshDim::dp_shard, "dp_shard"},
       {MeshDim::cp, "cp"}, {MeshDim::tp, "tp"},                     {MeshDim::dp, "dp"},
-      {MeshDim::dp_shard_cp, "dp_shard_cp"}, {MeshDim::dp_cp, "dp_cp"}};
+      {MeshDim::dp_shard_cp, "dp_shard_cp"}, {MeshDim::dp_cp, "dp_cp"}, {MeshDim::ep, "ep"},
+      {MeshDim::expert_dp_cp, "expert_dp_cp"}, {MeshDim::expert_dp_shard_cp, "expert_dp_shard_cp"}};
   ASSERT_EQ(static_cast<int>(all.size()), kMeshDimCount);
   for (const auto& [dim, text] : all) {
     EXPECT_EQ(name(dim), text);
@@ -388,18 +404,22 @@ TEST(MeshDim, NamesAreAcceleratesAndParseBack) {
 }
 
 TEST(MeshDim, UnknownNameListsTheValidOnes) {
-  const std::string valid = "(valid: pp, dp_replicate, dp_shard, cp, tp, dp, dp_shard_cp, dp_cp)";
+  const std::string valid =
+      "(valid: pp, dp_replicate, dp_shard, ep, cp, tp, dp, dp_shard_cp, dp_cp, expert_dp_cp, expert_dp_shard_cp)";
   EXPECT_EQ(message_of([] { mesh_dim_from_name("data"); }), "unknown mesh dimension 'data' " + valid);
-  EXPECT_EQ(message_of([] { mesh_dim_from_name("ep"); }), "unknown mesh dimension 'ep' " + valid);
+  EXPECT_EQ(message_of([] { mesh_dim_from_name("etp"); }), "unknown mesh dimension 'etp' " + valid);
   EXPECT_EQ(message_of([] { mesh_dim_from_name("TP"); }), "unknown mesh dimension 'TP' " + valid);
 }
 
 // The grid's dimensions come first, in grid order; the products cover their parts.
 TEST(MeshDim, GridOrderAndProducts) {
-  ASSERT_EQ(kGridDimCount, 5);
-  EXPECT_EQ(grid_dims(grid_mask(MeshDim::dp)), (MeshDims{MeshDim::dp_replicate, MeshDim::dp_shard}));
-  EXPECT_EQ(grid_dims(grid_mask(MeshDim::dp_shard_cp)), (MeshDims{MeshDim::dp_shard, MeshDim::cp}));
-  EXPECT_EQ(grid_dims(grid_mask(MeshDim::dp_cp)), (MeshDims{MeshDim::dp_replicate, MeshDim::dp_shard, MeshDim::cp}));
+  ASSERT_EQ(kGridDimCount, 6);
+  using enum MeshDim;
+  EXPECT_EQ(grid_dims(grid_mask(dp)), (MeshDims{dp_replicate, dp_shard, ep}));
+  EXPECT_EQ(grid_dims(grid_mask(dp_shard_cp)), (MeshDims{dp_shard, ep, cp}));
+  EXPECT_EQ(grid_dims(grid_mask(dp_cp)), (MeshDims{dp_replicate, dp_shard, ep, cp}));
+  EXPECT_EQ(grid_dims(grid_mask(expert_dp_cp)), (MeshDims{dp_replicate, dp_shard, cp}));
+  EXPECT_EQ(grid_dims(grid_mask(expert_dp_shard_cp)), (MeshDims{dp_shard, cp}));
   EXPECT_EQ(grid_dims(grid_mask(MeshDims{MeshDim::tp, MeshDim::pp})), (MeshDims{MeshDim::pp, MeshDim::tp}));
   for (int d = 0; d < kGridDimCount; ++d) EXPECT_EQ(grid_mask(kGridDims[static_cast<size_t>(d)]), 1u << d);
 }
@@ -413,8 +433,8 @@ TEST(DeviceMesh, AnEmptySetListsTheKnownOnes) {
       },
       quick_on(Backend::threads, 3000));
   EXPECT_EQ(message,
-            "DeviceMesh: group() needs at least one dimension (known: pp, dp_replicate, dp_shard, cp, tp, dp, dp_shard_cp, "
-            "dp_cp)");
+            "DeviceMesh: group() needs at least one dimension (known: pp, dp_replicate, dp_shard, ep, cp, tp, dp, "
+            "dp_shard_cp, dp_cp, expert_dp_cp, expert_dp_shard_cp)");
 }
 
 TEST(DeviceMesh, NullWorldIsAnError) {
