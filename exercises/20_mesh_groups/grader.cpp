@@ -1,6 +1,6 @@
 // exercises/20_mesh_groups/grader.cpp — grades a rank's coordinates and groups on a mesh laid out in any order.
 //
-// The library's DeviceMesh has one order, [pp, dp_replicate, dp_shard, cp, tp]. A mesh in another order
+// The library's DeviceMesh has one order, [pp, dp_replicate, dp_shard, ep, cp, tp]. A mesh in another order
 // is the library's mesh over permuted degrees: grid position i gets the degree of order[i], so
 // DeviceMesh::group_members over a config of those degrees, asked about the positions that `order`
 // gives a set's dimensions, names the set's group in that order; a dimension's coordinate is the rank's
@@ -20,8 +20,8 @@
 
 using namespace sl::parallel;
 using exercises::expect;
-using Coordinates = std::array<int, 5>;
-using GridOrder = std::array<MeshDim, 5>;
+using Coordinates = std::array<int, 6>;
+using GridOrder = std::array<MeshDim, 6>;
 
 namespace exercise20 {
 double predicted_pp_partner();
@@ -29,12 +29,13 @@ Coordinates mesh_coordinates(const ParallelismConfig& config, const GridOrder& o
 std::vector<int> mesh_group(const ParallelismConfig& config, const GridOrder& order, MeshDim dim, int rank);
 }  // namespace exercise20
 
-constexpr GridOrder kShardlab = {MeshDim::pp, MeshDim::dp_replicate, MeshDim::dp_shard, MeshDim::cp, MeshDim::tp};
+constexpr GridOrder kShardlab = {MeshDim::pp, MeshDim::dp_replicate, MeshDim::dp_shard, MeshDim::ep, MeshDim::cp, MeshDim::tp};
 // Megatron-LM's "tp-cp-ep-pp-dp" (written fastest first): the stages inside data parallelism.
-constexpr GridOrder kMegatronPpInsideDp = {MeshDim::dp_replicate, MeshDim::dp_shard, MeshDim::pp, MeshDim::cp, MeshDim::tp};
+constexpr GridOrder kMegatronPpInsideDp = {MeshDim::dp_replicate, MeshDim::dp_shard, MeshDim::pp,
+                                           MeshDim::ep,           MeshDim::cp,       MeshDim::tp};
 // HSDP's replicas outermost, the stages between them and the shards: dp and dp_cp split by pp.
-constexpr GridOrder kReplicasOutside = {MeshDim::dp_replicate, MeshDim::pp, MeshDim::dp_shard, MeshDim::cp, MeshDim::tp};
-constexpr GridOrder kTpOutermost = {MeshDim::tp, MeshDim::cp, MeshDim::dp_shard, MeshDim::dp_replicate, MeshDim::pp};
+constexpr GridOrder kReplicasOutside = {MeshDim::dp_replicate, MeshDim::pp, MeshDim::dp_shard, MeshDim::ep, MeshDim::cp, MeshDim::tp};
+constexpr GridOrder kTpOutermost = {MeshDim::tp, MeshDim::cp, MeshDim::ep, MeshDim::dp_shard, MeshDim::dp_replicate, MeshDim::pp};
 
 static GridOrder reversed(GridOrder order) {
   std::reverse(order.begin(), order.end());
@@ -52,8 +53,9 @@ static std::vector<int> dims_of(MeshDim dim) {
 static ParallelismConfig laid_out(const ParallelismConfig& config, const GridOrder& order) {
   const Coordinates degrees = config.degrees();
   Coordinates permuted{};
-  for (size_t position = 0; position < 5; ++position) permuted[position] = degrees[static_cast<size_t>(grid_index(order[position]))];
-  return ParallelismConfig{.dp_replicate = permuted[1], .dp_shard = permuted[2], .pp = permuted[0], .cp = permuted[3], .tp = permuted[4]};
+  for (size_t position = 0; position < 6; ++position) permuted[position] = degrees[static_cast<size_t>(grid_index(order[position]))];
+  return ParallelismConfig{.dp_replicate = permuted[1], .dp_shard = permuted[2], .pp = permuted[0], .cp = permuted[4],
+                           .tp = permuted[5], .ep = permuted[3]};
 }
 
 // `rank`'s group over the grid dimensions `dims` on the grid laid out in `order`: the library's group
@@ -61,7 +63,7 @@ static ParallelismConfig laid_out(const ParallelismConfig& config, const GridOrd
 static std::vector<int> members_in_order(const ParallelismConfig& config, const GridOrder& order, const std::vector<int>& dims,
                                          int rank) {
   MeshDims positions;
-  for (size_t position = 0; position < 5; ++position)
+  for (size_t position = 0; position < 6; ++position)
     if (std::find(dims.begin(), dims.end(), grid_index(order[position])) != dims.end()) positions.push_back(kGridDims[position]);
   return DeviceMesh::group_members(laid_out(config, order), positions, rank);
 }
@@ -69,7 +71,7 @@ static std::vector<int> members_in_order(const ParallelismConfig& config, const 
 // A coordinate is the rank's index in its group along that one dimension (coordinate == group rank).
 static Coordinates coordinates_in_order(const ParallelismConfig& config, const GridOrder& order, int rank) {
   Coordinates coords{};
-  for (int d = 0; d < 5; ++d) {
+  for (int d = 0; d < 6; ++d) {
     const std::vector<int> group = members_in_order(config, order, {d}, rank);
     coords[static_cast<size_t>(d)] = static_cast<int>(std::find(group.begin(), group.end(), rank) - group.begin());
   }
@@ -79,7 +81,7 @@ static Coordinates coordinates_in_order(const ParallelismConfig& config, const G
 // The same coordinates filed by their position in `order` (coords[i] belongs to order[i]).
 static Coordinates by_position(const Coordinates& by_dimension, const GridOrder& order) {
   Coordinates out{};
-  for (size_t i = 0; i < 5; ++i) out[i] = by_dimension[static_cast<size_t>(grid_index(order[i]))];
+  for (size_t i = 0; i < 6; ++i) out[i] = by_dimension[static_cast<size_t>(grid_index(order[i]))];
   return out;
 }
 
@@ -89,7 +91,7 @@ static std::vector<int> product_as_one_dimension(const ParallelismConfig& config
                                                  int rank) {
   const Coordinates degrees = config.degrees(), coords = coordinates_in_order(config, order, rank);
   int stride = 1, innermost_stride = 0, base = rank, size = 1;
-  for (int position = 4; position >= 0; --position) {
+  for (int position = 5; position >= 0; --position) {
     const int d = grid_index(order[static_cast<size_t>(position)]);
     if (std::find(dims.begin(), dims.end(), d) != dims.end()) {
       if (innermost_stride == 0) innermost_stride = stride;
@@ -105,8 +107,8 @@ static std::vector<int> product_as_one_dimension(const ParallelismConfig& config
 
 #ifdef SL_SOLUTION
 namespace solution {
-// In {dp_replicate, dp_shard, pp, cp, tp} the dimensions inside pp are cp and tp: pp's stride is
-// cp·tp = 4, so rank 3 (pp 0) pairs with rank 3 + 4. In shardlab's order it would be 3 + 16/2 = 11.
+// In {dp_replicate, dp_shard, pp, ep, cp, tp} the dimensions inside pp are ep, cp and tp: pp's stride is
+// ep·cp·tp = 4, so rank 3 (pp 0) pairs with rank 3 + 4. In shardlab's order it would be 3 + 16/2 = 11.
 double predicted_pp_partner() { return 3 + 2 * 2; }
 Coordinates mesh_coordinates(const ParallelismConfig& config, const GridOrder& order, int rank) {
   return coordinates_in_order(config, order, rank);
@@ -128,7 +130,7 @@ static std::string spell(const std::vector<int>& values) {
 static std::string spell(const Coordinates& c) { return spell(std::vector<int>(c.begin(), c.end())); }
 static std::string spell(const GridOrder& order) {
   std::string out = "[";
-  for (size_t i = 0; i < 5; ++i) out += (i ? ", " : "") + std::string(name(order[i]));
+  for (size_t i = 0; i < 6; ++i) out += (i ? ", " : "") + std::string(name(order[i]));
   return out + "]";
 }
 static std::string where(const ParallelismConfig& config, const GridOrder& order, int rank) {
@@ -140,12 +142,12 @@ static std::string where(const ParallelismConfig& config, const GridOrder& order
 static void expect_coordinates(const ParallelismConfig& config, const GridOrder& order, int rank, const Coordinates& want) {
   const Coordinates got = impl::mesh_coordinates(config, order, rank);
   if (got == want) return;
-  std::string why = "coordinates " + spell(got) + " (pp, dp_replicate, dp_shard, cp, tp), the mesh says " + spell(want);
+  std::string why = "coordinates " + spell(got) + " (pp, dp_replicate, dp_shard, ep, cp, tp), the mesh says " + spell(want);
   if (got == coordinates_in_order(config, reversed(order), rank))
     why += ": that reads the order fastest first, as Megatron writes its strings; order[0] is the outermost, "
-           "order[4] varies fastest";
+           "order[5] varies fastest";
   else if (got == coordinates_in_order(config, kShardlab, rank))
-    why += ": that is shardlab's own order [pp, dp_replicate, dp_shard, cp, tp], lesson 14's grid; lay the ranks out in `order`";
+    why += ": that is shardlab's own order [pp, dp_replicate, dp_shard, ep, cp, tp], lesson 14's grid; lay the ranks out in `order`";
   else if (got == by_position(want, order))
     why += ": those are filed by their position in `order`; return them in grid order, coords[grid_index(order[i])]";
   else
@@ -171,7 +173,7 @@ static void expect_group(const ParallelismConfig& config, const GridOrder& order
   // (a size-1 dimension's group is the rank alone, which any group of one matches).
   std::vector<int> candidates = dims.size() > 1 ? dims : std::vector<int>{};
   for (int pass = 0; pass < 2; ++pass)
-    for (int d = 0; d < 5; ++d)
+    for (int d = 0; d < 6; ++d)
       if (std::find(candidates.begin(), candidates.end(), d) == candidates.end() && (config.degrees()[static_cast<size_t>(d)] > 1) == (pass == 0))
         candidates.push_back(d);
   std::string other_dimension;
@@ -193,7 +195,7 @@ static void expect_group(const ParallelismConfig& config, const GridOrder& order
   } else if (got == members_in_order(config, reversed(order), dims, rank)) {
     why += ": that is the group with the order read fastest first; order[0] is the outermost";
   } else if (got == members_in_order(config, kShardlab, dims, rank)) {
-    why += ": that is the group in shardlab's own order [pp, dp_replicate, dp_shard, cp, tp]; lay the ranks out in `order`";
+    why += ": that is the group in shardlab's own order [pp, dp_replicate, dp_shard, ep, cp, tp]; lay the ranks out in `order`";
   } else if (std::find(got.begin(), got.end(), rank) == got.end()) {
     why += ": it must hold the rank itself";
   } else if (got.size() == want.size() && !std::is_sorted(got.begin(), got.end())) {
@@ -222,17 +224,18 @@ static std::vector<ParallelismConfig> every_mesh() {
     for (int r = 1; pp * r <= 16; ++r)
       for (int s = 1; pp * r * s <= 16; ++s)
         for (int c = 1; pp * r * s * c <= 16; ++c)
-          for (int t = 1; pp * r * s * c * t <= 16; ++t) meshes.push_back(ParallelismConfig{r, s, pp, c, t});
+          for (int t = 1; pp * r * s * c * t <= 16; ++t)
+            for (int e = 1; pp * r * s * c * t * e <= 16; ++e) meshes.push_back(ParallelismConfig{r, s, pp, c, t, e});
   return meshes;
 }
 
-// Every permutation of the five grid dimensions: 120 orders.
+// Every permutation of the six grid dimensions: 720 orders.
 static std::vector<GridOrder> every_order() {
   std::vector<GridOrder> orders;
   GridOrder order = kShardlab;
-  std::array<int, 5> index = {0, 1, 2, 3, 4};
+  std::array<int, 6> index = {0, 1, 2, 3, 4, 5};
   do {
-    for (size_t i = 0; i < 5; ++i) order[i] = kGridDims[static_cast<size_t>(index[i])];
+    for (size_t i = 0; i < 6; ++i) order[i] = kGridDims[static_cast<size_t>(index[i])];
     orders.push_back(order);
   } while (std::next_permutation(index.begin(), index.end()));
   return orders;
@@ -249,7 +252,7 @@ static void expect_like_device_mesh(const ParallelismConfig& config, const GridO
   }, exercises::thread_ranks());
   for (int rank = 0; rank < world; ++rank) {
     Coordinates want{};
-    for (size_t i = 0; i < 5; ++i) want[static_cast<size_t>(grid_index(order[i]))] = by_position_says[static_cast<size_t>(rank)][i];
+    for (size_t i = 0; i < 6; ++i) want[static_cast<size_t>(grid_index(order[i]))] = by_position_says[static_cast<size_t>(rank)][i];
     expect_coordinates(config, order, rank, want);
   }
 }
@@ -266,38 +269,40 @@ static double measured_pp_partner() {
 int main() {
   exercises::Grader grader("20_mesh_groups");
   grader.predict("the other rank of rank 3's pp group at world 16 = pp 2 x dp_shard 2 x cp 2 x tp 2 in order "
-                 "{dp_replicate, dp_shard, pp, cp, tp}",
+                 "{dp_replicate, dp_shard, pp, ep, cp, tp}",
                  impl::predicted_pp_partner, measured_pp_partner, 0, "(a rank)");
   const ParallelismConfig lesson{2, 1, 2, 1, 2};  // world 8 = pp 2 x dp_replicate 2 x tp 2
   grader.check("lesson 14's world 8 = pp 2 x dp 2 x tp 2 in shardlab's order: tp {0,1}, dp {0,2}, pp {0,4} groups", [&] {
-    for (int rank = 0; rank < 8; ++rank) expect_coordinates(lesson, kShardlab, rank, {rank / 4, rank / 2 % 2, 0, 0, rank % 2});
+    for (int rank = 0; rank < 8; ++rank) expect_coordinates(lesson, kShardlab, rank, {rank / 4, rank / 2 % 2, 0, 0, 0, rank % 2});
     expect_mesh(lesson, kShardlab);
   });
   grader.check("the same world 8 in Megatron's tp-cp-ep-pp-dp order: pp {0,2}, dp {0,4} groups", [&] {
-    for (int rank = 0; rank < 8; ++rank) expect_coordinates(lesson, kMegatronPpInsideDp, rank, {rank / 2 % 2, rank / 4, 0, 0, rank % 2});
+    for (int rank = 0; rank < 8; ++rank) expect_coordinates(lesson, kMegatronPpInsideDp, rank, {rank / 2 % 2, rank / 4, 0, 0, 0, rank % 2});
     expect_mesh(lesson, kMegatronPpInsideDp);
   });
   grader.check("world 16 = pp 2 x dp_shard 2 x cp 2 x tp 2 in Megatron's tp-cp-ep-pp-dp order: every group", [] {
     expect_mesh(kPredictMesh, kMegatronPpInsideDp);
   });
-  grader.check("coordinates equal a real DeviceMesh's on thread ranks over the permuted degrees (worlds 8, 12, 16)", [] {
+  grader.check("coordinates equal a real DeviceMesh's on thread ranks over the permuted degrees (worlds 8, 12, 16, 12 with ep 3)", [] {
     expect_like_device_mesh(ParallelismConfig{1, 2, 2, 1, 2}, kMegatronPpInsideDp);
     expect_like_device_mesh(ParallelismConfig{1, 3, 2, 1, 2}, kTpOutermost);
     expect_like_device_mesh(ParallelismConfig{2, 2, 1, 2, 2}, kReplicasOutside);
+    expect_like_device_mesh(ParallelismConfig{.dp_shard = 2, .cp = 2, .ep = 3}, kTpOutermost);
   });
-  // Five degrees, all different where it fits, so that no mix-up of two dimensions goes unseen.
+  // Degrees all different where it fits, so that no mix-up of two dimensions goes unseen.
   const ParallelismConfig distinct{.dp_replicate = 3, .dp_shard = 2, .pp = 2, .cp = 1, .tp = 4},
-      all_two{.dp_replicate = 2, .dp_shard = 2, .pp = 2, .cp = 2, .tp = 2};
+      experts{.dp_shard = 3, .cp = 2, .ep = 4}, all_two{.dp_replicate = 2, .dp_shard = 2, .pp = 2, .cp = 2, .tp = 2, .ep = 2};
   const std::vector<GridOrder> orders = every_order();
-  grader.check("coordinates in all 120 orders: every rank of worlds 48 (pp 2, dp_replicate 3, dp_shard 2, tp 4) and 32 (all 2)", [&] {
+  grader.check("coordinates in all 720 orders: every rank of worlds 48 (pp 2, dp_replicate 3, dp_shard 2, tp 4), 24 (dp_shard "
+               "3, ep 4, cp 2) and 64 (all 2)", [&] {
     for (const GridOrder& order : orders)
-      for (const ParallelismConfig& config : {distinct, all_two})
+      for (const ParallelismConfig& config : {distinct, experts, all_two})
         for (int rank = 0; rank < config.world_size(); ++rank)
           expect_coordinates(config, order, rank, coordinates_in_order(config, order, rank));
   });
-  grader.check("the groups of pp, dp_replicate, dp_shard, cp, tp, dp, dp_shard_cp, dp_cp in all 120 orders (worlds 48, 32)", [&] {
+  grader.check("the groups of the six dimensions and the five products in all 720 orders (worlds 48, 24, 64)", [&] {
     for (const GridOrder& order : orders)
-      for (const ParallelismConfig& config : {distinct, all_two})
+      for (const ParallelismConfig& config : {distinct, experts, all_two})
         for (int rank = 0; rank < config.world_size(); ++rank) expect_every_group(config, order, rank);
   });
   const std::vector<ParallelismConfig> meshes = every_mesh();
@@ -309,7 +314,8 @@ int main() {
     const ParallelismConfig tp_only{1, 1, 1, 1, 4};
     for (const GridOrder& order : {kShardlab, kTpOutermost})
       for (int rank = 0; rank < 4; ++rank)
-        for (MeshDim dim : {MeshDim::pp, MeshDim::dp_replicate, MeshDim::dp_shard, MeshDim::cp, MeshDim::dp, MeshDim::dp_cp}) {
+        for (MeshDim dim : {MeshDim::pp, MeshDim::dp_replicate, MeshDim::dp_shard, MeshDim::ep, MeshDim::cp, MeshDim::dp,
+                            MeshDim::dp_cp, MeshDim::expert_dp_cp}) {
           const std::vector<int> got = impl::mesh_group(tp_only, order, dim, rank);
           expect(got == std::vector<int>{rank}, where(tp_only, order, rank) + ": the " + std::string(name(dim)) + " group is " +
                                                     spell(got) + ", but that dimension has size 1: the group is the rank alone");

@@ -2,7 +2,7 @@
 //
 // A common mistake: Megatron-LM writes its order fastest first ("tp-cp-ep-dp-pp": tp varies fastest),
 // and a student used to it peels order[0] off first. Here `order` is outermost first, as torch's
-// init_device_mesh takes its names: order[4] varies fastest. Reading it backwards lays the world out
+// init_device_mesh takes its names: order[5] varies fastest. Reading it backwards lays the world out
 // in the reversed order, and in shardlab's order makes pp the fastest dimension.
 // expect: that reads the order fastest first
 #include <algorithm>
@@ -15,27 +15,29 @@
 
 namespace exercise20 {
 
-using GridOrder = std::array<sl::parallel::MeshDim, 5>;
+using GridOrder = std::array<sl::parallel::MeshDim, 6>;
 
-double predicted_pp_partner() { return 3 + 2 * 2; }  // pp's stride: the degrees inside it, cp x tp
+double predicted_pp_partner() { return 3 + 2 * 2; }  // pp's stride: the degrees inside it, ep x cp x tp
 
-std::array<int, 5> mesh_coordinates(const sl::parallel::ParallelismConfig& config, const GridOrder& order, int rank) {
-  const std::array<int, 5> degrees = config.degrees();
-  std::array<int, 5> coords{};
-  for (size_t position = 0; position < 5; ++position) {  // the mistake: order[0] taken as the fastest
+std::array<int, 6> mesh_coordinates(const sl::parallel::ParallelismConfig& config, const GridOrder& order, int rank) {
+  const std::array<int, 6> degrees = config.degrees();
+  std::array<int, 6> coords{};
+  for (size_t position = 0; position < 6; ++position) {  // the mistake: order[0] taken as the fastest
     const size_t d = static_cast<size_t>(sl::parallel::grid_index(order[position]));
     coords[d] = rank % degrees[d];
     rank /= degrees[d];
   }
   return coords;
 }
-// The grid dimensions (indices into {pp, dp_replicate, dp_shard, cp, tp}) `dim` covers.
+// The grid dimensions (indices into {pp, dp_replicate, dp_shard, ep, cp, tp}) `dim` covers.
 static std::vector<int> parts_of(sl::parallel::MeshDim dim) {
   using sl::parallel::MeshDim;
   switch (dim) {
-    case MeshDim::dp: return {1, 2};
-    case MeshDim::dp_shard_cp: return {2, 3};
-    case MeshDim::dp_cp: return {1, 2, 3};
+    case MeshDim::dp: return {1, 2, 3};
+    case MeshDim::dp_shard_cp: return {2, 3, 4};
+    case MeshDim::dp_cp: return {1, 2, 3, 4};
+    case MeshDim::expert_dp_cp: return {1, 2, 4};
+    case MeshDim::expert_dp_shard_cp: return {2, 4};
     default: return {sl::parallel::grid_index(dim)};
   }
 }
@@ -43,12 +45,12 @@ std::vector<int> mesh_group(const sl::parallel::ParallelismConfig& config, const
                             sl::parallel::MeshDim dim, int rank) {
   const std::vector<int> dims = parts_of(dim);
   // Every rank that agrees with `rank` on the dimensions outside dims, ascending.
-  const std::array<int, 5> mine = mesh_coordinates(config, order, rank);
+  const std::array<int, 6> mine = mesh_coordinates(config, order, rank);
   std::vector<int> members;
   for (int other = 0; other < config.world_size(); ++other) {
-    const std::array<int, 5> theirs = mesh_coordinates(config, order, other);
+    const std::array<int, 6> theirs = mesh_coordinates(config, order, other);
     bool same = true;
-    for (int d = 0; d < 5; ++d)
+    for (int d = 0; d < 6; ++d)
       if (std::find(dims.begin(), dims.end(), d) == dims.end() && theirs[static_cast<size_t>(d)] != mine[static_cast<size_t>(d)]) same = false;
     if (same) members.push_back(other);
   }

@@ -15,27 +15,29 @@
 
 namespace exercise20 {
 
-using GridOrder = std::array<sl::parallel::MeshDim, 5>;
+using GridOrder = std::array<sl::parallel::MeshDim, 6>;
 
-double predicted_pp_partner() { return 3 + 2 * 2; }  // pp's stride: the degrees inside it, cp x tp
+double predicted_pp_partner() { return 3 + 2 * 2; }  // pp's stride: the degrees inside it, ep x cp x tp
 
-std::array<int, 5> mesh_coordinates(const sl::parallel::ParallelismConfig& config, const GridOrder& order, int rank) {
-  const std::array<int, 5> degrees = config.degrees();
-  std::array<int, 5> coords{};
-  for (int position = 4; position >= 0; --position) {  // the last of `order` varies fastest
+std::array<int, 6> mesh_coordinates(const sl::parallel::ParallelismConfig& config, const GridOrder& order, int rank) {
+  const std::array<int, 6> degrees = config.degrees();
+  std::array<int, 6> coords{};
+  for (int position = 5; position >= 0; --position) {  // the last of `order` varies fastest
     const size_t d = static_cast<size_t>(sl::parallel::grid_index(order[static_cast<size_t>(position)]));
     coords[d] = rank % degrees[d];
     rank /= degrees[d];
   }
   return coords;
 }
-// The grid dimensions (indices into {pp, dp_replicate, dp_shard, cp, tp}) `dim` covers.
+// The grid dimensions (indices into {pp, dp_replicate, dp_shard, ep, cp, tp}) `dim` covers.
 static std::vector<int> parts_of(sl::parallel::MeshDim dim) {
   using sl::parallel::MeshDim;
   switch (dim) {
-    case MeshDim::dp: return {1, 2};
-    case MeshDim::dp_shard_cp: return {2, 3};
-    case MeshDim::dp_cp: return {1, 2, 3};
+    case MeshDim::dp: return {1, 2, 3};
+    case MeshDim::dp_shard_cp: return {2, 3, 4};
+    case MeshDim::dp_cp: return {1, 2, 3, 4};
+    case MeshDim::expert_dp_cp: return {1, 2, 4};
+    case MeshDim::expert_dp_shard_cp: return {2, 4};
     default: return {sl::parallel::grid_index(dim)};
   }
 }
@@ -43,10 +45,10 @@ static std::vector<int> parts_of(sl::parallel::MeshDim dim) {
 std::vector<int> mesh_group(const sl::parallel::ParallelismConfig& config, const GridOrder& order,
                             sl::parallel::MeshDim dim, int rank) {
   const std::vector<int> dims = parts_of(dim);
-  const std::array<int, 5> degrees = config.degrees(), mine = mesh_coordinates(config, order, rank);
+  const std::array<int, 6> degrees = config.degrees(), mine = mesh_coordinates(config, order, rank);
   // The mistake: one dimension of size (the parts' product), strided like its innermost part.
   int stride = 1, innermost_stride = 0, first = rank, size = 1;
-  for (int position = 4; position >= 0; --position) {
+  for (int position = 5; position >= 0; --position) {
     const size_t d = static_cast<size_t>(sl::parallel::grid_index(order[static_cast<size_t>(position)]));
     if (std::find(dims.begin(), dims.end(), static_cast<int>(d)) != dims.end()) {
       if (innermost_stride == 0) innermost_stride = stride;

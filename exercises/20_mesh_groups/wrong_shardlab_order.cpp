@@ -1,7 +1,7 @@
 // exercises/20_mesh_groups/wrong_shardlab_order.cpp — wrong coordinates: lesson 14's grid, whatever the order.
 //
 // A common mistake: the lesson's coords_of copied, peeling config.degrees() from tp outwards. That is
-// right for shardlab's own order [pp, dp_replicate, dp_shard, cp, tp] and for nothing else: in
+// right for shardlab's own order [pp, dp_replicate, dp_shard, ep, cp, tp] and for nothing else: in
 // Megatron's "tp-cp-ep-pp-dp" the stages sit inside data parallelism, and rank 2 of pp 2 x dp 2 x tp 2
 // is on stage 1 of replica 0, not stage 0 of replica 1.
 // expect: that is shardlab's own order
@@ -15,26 +15,28 @@
 
 namespace exercise20 {
 
-using GridOrder = std::array<sl::parallel::MeshDim, 5>;
+using GridOrder = std::array<sl::parallel::MeshDim, 6>;
 
-double predicted_pp_partner() { return 3 + 2 * 2; }  // pp's stride: the degrees inside it, cp x tp
+double predicted_pp_partner() { return 3 + 2 * 2; }  // pp's stride: the degrees inside it, ep x cp x tp
 
-std::array<int, 5> mesh_coordinates(const sl::parallel::ParallelismConfig& config, const GridOrder& order, int rank) {
-  const std::array<int, 5> degrees = config.degrees();  // the mistake: grid order, `order` unread
-  std::array<int, 5> coords{};
-  for (int d = 4; d >= 0; --d) {
+std::array<int, 6> mesh_coordinates(const sl::parallel::ParallelismConfig& config, const GridOrder& order, int rank) {
+  const std::array<int, 6> degrees = config.degrees();  // the mistake: grid order, `order` unread
+  std::array<int, 6> coords{};
+  for (int d = 5; d >= 0; --d) {
     coords[static_cast<size_t>(d)] = rank % degrees[static_cast<size_t>(d)];
     rank /= degrees[static_cast<size_t>(d)];
   }
   return coords;
 }
-// The grid dimensions (indices into {pp, dp_replicate, dp_shard, cp, tp}) `dim` covers.
+// The grid dimensions (indices into {pp, dp_replicate, dp_shard, ep, cp, tp}) `dim` covers.
 static std::vector<int> parts_of(sl::parallel::MeshDim dim) {
   using sl::parallel::MeshDim;
   switch (dim) {
-    case MeshDim::dp: return {1, 2};
-    case MeshDim::dp_shard_cp: return {2, 3};
-    case MeshDim::dp_cp: return {1, 2, 3};
+    case MeshDim::dp: return {1, 2, 3};
+    case MeshDim::dp_shard_cp: return {2, 3, 4};
+    case MeshDim::dp_cp: return {1, 2, 3, 4};
+    case MeshDim::expert_dp_cp: return {1, 2, 4};
+    case MeshDim::expert_dp_shard_cp: return {2, 4};
     default: return {sl::parallel::grid_index(dim)};
   }
 }
@@ -42,12 +44,12 @@ std::vector<int> mesh_group(const sl::parallel::ParallelismConfig& config, const
                             sl::parallel::MeshDim dim, int rank) {
   const std::vector<int> dims = parts_of(dim);
   // Every rank that agrees with `rank` on the dimensions outside dims, ascending.
-  const std::array<int, 5> mine = mesh_coordinates(config, order, rank);
+  const std::array<int, 6> mine = mesh_coordinates(config, order, rank);
   std::vector<int> members;
   for (int other = 0; other < config.world_size(); ++other) {
-    const std::array<int, 5> theirs = mesh_coordinates(config, order, other);
+    const std::array<int, 6> theirs = mesh_coordinates(config, order, other);
     bool same = true;
-    for (int d = 0; d < 5; ++d)
+    for (int d = 0; d < 6; ++d)
       if (std::find(dims.begin(), dims.end(), d) == dims.end() && theirs[static_cast<size_t>(d)] != mine[static_cast<size_t>(d)]) same = false;
     if (same) members.push_back(other);
   }
