@@ -18,6 +18,7 @@
 #include "parallel/train/checkpointing.h"
 #include "parallel/train/plan_of_options.h"
 #include "parallel/train/divergence_serial.h"
+#include "parallel/train/divergence_sync.h"
 #include "parallel/train/trainer.h"
 #include "tensor/ops.h"
 
@@ -142,8 +143,10 @@ DivergenceReport find_divergence(const TrainRun& run, const std::vector<ProbeFau
   const TrainPlan plan = plan_of_options(o, run.precision);
   plan.validate(world);
   check_model_cut(run.config, plan.parallelize_options(), plan.micro_batches);
-  std::vector<std::string> parameter_order;
-  const std::vector<SerialStepRecord> serial = record_serial(run, parameter_order);
+  SerialRecorder serial_runs(run);
+  const std::vector<std::string>& parameter_order = serial_runs.parameter_order();
+  const std::unique_ptr<LayoutState> layout_state = serial_runs.make_layout_state();
+  std::vector<SerialStepRecord> serial(static_cast<size_t>(o.steps));  // filled by rank 0, step by step
   report.derivation = derivation_of(run);
   std::map<std::string, int> parameter_index;
   for (size_t i = 0; i < parameter_order.size(); ++i) parameter_index[parameter_order[i]] = static_cast<int>(i);
@@ -187,6 +190,19 @@ DivergenceReport find_divergence(const TrainRun& run, const std::vector<ProbeFau
                               }
                             }});
     for (; step < o.steps; ++step) {
+      // The serial runs take this step from the layout's state (divergence_sync.h): every rank adds
+      // the pieces it saves, then rank 0 loads them and steps the serial runs while the others wait.
+      nlohmann::json run_state;
+      if (step > 0) {
+        layout_state->add(state_pieces(trainer, run.config));
+        run_state = trainer_run_state(trainer);  // collective: AdamW's step count, the loss scaler
+        ctx.world->barrier();
+      }
+      if (ctx.rank == 0) {
+        if (step > 0) serial_runs.load(*layout_state, run_state), layout_state->clear();
+        serial[step] = serial_runs.step(step);
+      }
+      ctx.world->barrier();
       const SerialStepRecord& rec = serial[step];
       probe.begin_step(step);
       const double loss = trainer.train_step(run.stream, step, o.batch_size, o.block_size, rec.lr, o.grad_clip);
