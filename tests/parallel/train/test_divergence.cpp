@@ -5,7 +5,8 @@
 //
 // Layouts (a few of tools/diverge_layouts.txt, sized for seconds; tools/check_diverge.sh runs all of
 // them in CI): dp2_pp2 (2 micro-batches), tp2_cp2 (zigzag ring), pp2_tp2_sp (4 micro), fsdp2_cp2
-// (zigzag), dp2_cp2_ulysses, pp2_tp2 bf16 (4 micro).
+// (zigzag), dp2_cp2_ulysses, pp2_tp2 bf16 (4 micro), ZeRO-1 bf16 (its f32 masters and moments
+// sharded), FSDP x TP fp16 (a loss scale).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -62,7 +63,9 @@ INSTANTIATE_TEST_SUITE_P(
                     Layout{.name = "pp2_tp2_sp", .pp = 2, .tp = 2, .micro = 4, .sp = true},
                     Layout{.name = "fsdp2_cp2", .dp = 2, .cp = 2, .zero = 3},
                     Layout{.name = "dp2_cp2_ulysses", .dp = 2, .cp = 2, .variant = "ulysses"},
-                    Layout{.name = "pp2_tp2_bf16", .pp = 2, .tp = 2, .micro = 4, .precision = "bf16"}),
+                    Layout{.name = "pp2_tp2_bf16", .pp = 2, .tp = 2, .micro = 4, .precision = "bf16"},
+                    Layout{.name = "zero1_dp2_bf16", .dp = 2, .zero = 1, .micro = 2, .precision = "bf16"},
+                    Layout{.name = "fsdp2_tp2_fp16", .dp = 2, .tp = 2, .zero = 3, .precision = "fp16"}),
     [](const testing::TestParamInfo<Layout>& info) { return info.param.name; });
 
 // The first divergence is at `step`, in `phase`, at `name`, and every rank that diverged there has
@@ -90,8 +93,7 @@ TEST(DivergenceFinder, NamesOneTpRanksScaledCAttnGradient) {
   expect_first(report, 1, "backward", "h.0.attn.c_attn.weight", "tp 1");
 }
 
-// A gradient x2 on one tp rank is caught at the step it is planted, whichever step that is: the
-// bound of the later steps (which carry the earlier steps' rounding) stays far below it in f32.
+// A gradient x2 on one tp rank is caught at the step it is planted, whichever step that is.
 TEST(DivergenceFinder, CatchesADoubledGradientAtEveryStepInF32) {
   SL_SKIP_UNLESS_WORLD(4);
   for (int step = 0; step < 3; ++step) {
@@ -102,16 +104,28 @@ TEST(DivergenceFinder, CatchesADoubledGradientAtEveryStepInF32) {
   }
 }
 
-// In bf16 (rounding 2^-8, 65536 times f32's) a doubled gradient planted at the first step is named.
-// (Planted later, it hides under the later steps' factor 32 in bf16: not found.)
-TEST(DivergenceFinder, CatchesADoubledGradientInBf16AtTheFirstStep) {
+// In 16-bit precision (rounding 2^-8 in bf16, 2^-11 in fp16) a doubled gradient is named at whichever
+// step it is planted: each step starts from the layout's state, so the bound of a later step is that
+// step's rounding alone, as at the first.
+TEST(DivergenceFinder, CatchesADoubledGradientAtEveryStepIn16Bit) {
   SL_SKIP_UNLESS_WORLD(4);
-  for (int step = 0; step < 1; ++step) {
-    const DivergenceReport report = find({.name = "pp2_tp2_bf16", .pp = 2, .tp = 2, .micro = 2, .precision = "bf16"},
-                                         {{.kind = Kind::scale_gradient, .target = "h.0.attn.c_attn.weight", .factor = 2,
-                                           .step = step, .on = {{MeshDim::tp, 1}}}});
-    expect_first(report, step, "backward", "h.0.attn.c_attn.weight", "tp 1");
-  }
+  for (const std::string precision : {"bf16", "fp16"})
+    for (int step = 0; step < 3; ++step) {
+      SCOPED_TRACE(precision + " step " + std::to_string(step));
+      const DivergenceReport report = find({.name = "pp2_tp2", .pp = 2, .tp = 2, .micro = 2, .precision = precision},
+                                           {{.kind = Kind::scale_gradient, .target = "h.0.attn.c_attn.weight", .factor = 2,
+                                             .step = step, .on = {{MeshDim::tp, 1}}}});
+      expect_first(report, step, "backward", "h.0.attn.c_attn.weight", "tp 1");
+    }
+}
+
+// In f32 a gradient 1% too large on one tp rank, planted at the last step, is named there.
+TEST(DivergenceFinder, CatchesAGradientOnePercentOffAtALaterStepInF32) {
+  SL_SKIP_UNLESS_WORLD(4);
+  const DivergenceReport report = find({.name = "pp2_tp2", .pp = 2, .tp = 2, .micro = 2},
+                                       {{.kind = Kind::scale_gradient, .target = "h.0.attn.c_attn.weight", .factor = 1.01,
+                                         .step = 2, .on = {{MeshDim::tp, 1}}}});
+  expect_first(report, 2, "backward", "h.0.attn.c_attn.weight", "tp 1");
 }
 
 TEST(DivergenceFinder, NamesOneCpRanksScaledAttentionOutput) {
