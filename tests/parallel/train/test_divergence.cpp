@@ -128,6 +128,29 @@ TEST(DivergenceFinder, CatchesAGradientOnePercentOffAtALaterStepInF32) {
   expect_first(report, 2, "backward", "h.0.attn.c_attn.weight", "tp 1");
 }
 
+// Each step starts from the layout's own state: a gradient doubled at step 1 is named there, and step 2,
+// which starts from the weights, AdamW moments and f32 masters the fault left, diverges nowhere. (A
+// serial run that kept its own moments would differ at step 2's update by the doubled gradient's share
+// of them, in f32 by hundreds of times the bound.)
+TEST(DivergenceFinder, ComparesTheStepAfterAFaultFromTheStateItLeft) {
+  SL_SKIP_UNLESS_WORLD(4);
+  for (const std::string precision : {"no", "bf16", "fp16"}) {
+    SCOPED_TRACE(precision);
+    const DivergenceReport report = find({.name = "pp2_tp2", .pp = 2, .tp = 2, .micro = 2, .precision = precision},
+                                         {{.kind = Kind::scale_gradient, .target = "h.0.attn.c_attn.weight", .factor = 2,
+                                           .step = 1, .on = {{MeshDim::tp, 1}}}});
+    expect_first(report, 1, "backward", "h.0.attn.c_attn.weight", "tp 1");
+    int at_step_2 = 0;
+    for (const Comparison& c : report.rows) {
+      if (c.step != 2) continue;
+      ++at_step_2;
+      EXPECT_FALSE(c.diverged()) << c.phase << " " << c.name << " rank " << c.rank << ": " << c.over << " of "
+                                 << c.elements << " over, worst " << c.worst_ratio << " x its bound";
+    }
+    EXPECT_GT(at_step_2, 50);
+  }
+}
+
 TEST(DivergenceFinder, NamesOneCpRanksScaledAttentionOutput) {
   SL_SKIP_UNLESS_WORLD(4);
   const DivergenceReport report = find({.name = "tp2_cp2", .tp = 2, .cp = 2},
