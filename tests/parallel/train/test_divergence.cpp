@@ -12,7 +12,12 @@
 #include <string>
 #include <utility>
 
+#include "autograd/grad_mode.h"
+#include "nn/optim.h"
+#include "parallel/train/checkpointing.h"
 #include "parallel/train/divergence.h"
+#include "parallel/train/divergence_sync.h"
+#include "tensor/ops.h"
 #include "parallel/train/train_run.h"
 #include "tests/support/parallel.h"
 #include "tests/support/test_util.h"
@@ -184,6 +189,50 @@ TEST(DivergenceFinder, NamesAStageHandedAnotherMicroBatch) {
                                        {{.kind = Kind::reuse_output, .target = "h.1", .step = 1,
                                          .on = {{MeshDim::pp, 1}}, .from_call = 0, .at_call = 1}});
   expect_first(report, 1, "forward", "h.1", "pp 1");
+}
+
+// The layout's state as the finder gathers it: owned pieces placed by their regions (two halves of a
+// tensor make it whole, a replica is not read), loaded exactly; a tensor no rank held whole is refused
+// by name, nothing loaded.
+TEST(DivergenceFinder, GathersTheLayoutsStateFromOwnedPiecesOnly) {
+  TrainRun run;
+  prepare_run(run, options_of({.name = "serial"}), /*writer=*/false);
+  const std::unique_ptr<nn::GPT> model = initial_model(run);
+  nn::AdamW adamw(model->parameters());
+  const std::vector<StatePiece> serial = whole_state_pieces(*model, adamw);  // exp_avg: zeros
+  LayoutState state(serial);
+  std::vector<StatePiece> ranks;
+  for (const StatePiece& piece : serial) {
+    if (piece.tensor != "h.0.attn.c_attn.weight") {
+      ranks.push_back(piece);
+      continue;
+    }
+    // [3C, C] in two pieces: elements [0, n/2) and [n/2, n) of the whole box, and a wrong replica
+    const int64_t n = piece.region.numel(), half = n / 2;
+    StatePiece first = piece, second = piece, replica = piece;
+    first.region.flat_end = half, first.data = piece.data.flat_view(0, {half});
+    second.region.flat_begin = half, second.data = piece.data.flat_view(half, {n - half});
+    replica.data = zeros_like(piece.data), replica.owner = false;
+    ranks.insert(ranks.end(), {first, second, replica});
+  }
+  state.add(ranks);
+  const std::unique_ptr<nn::GPT> other = initial_model(run);
+  nn::AdamW other_adamw(other->parameters());
+  {
+    NoGradGuard no_grad;
+    for (const auto& [name, p] : other->named_parameters()) p.detach().copy_(zeros_like(p));
+  }
+  state.load_into(whole_state_pieces(*other, other_adamw));
+  const nn::NamedTensors loaded = other->named_parameters();
+  size_t i = 0;
+  for (const auto& [name, p] : model->named_parameters())
+    EXPECT_EQ(loaded.at(i++).second.detach().to_vector(), p.detach().to_vector()) << name;
+
+  state.clear();
+  std::erase_if(ranks, [](const StatePiece& p) { return p.tensor == "h.0.attn.c_attn.weight" && p.region.flat_begin > 0; });
+  state.add(ranks);
+  expect_error([&] { state.load_into(whole_state_pieces(*other, other_adamw)); },
+               "leave 384 of 768 elements of h.0.attn.c_attn.weight unheld");
 }
 
 TEST(DivergenceFinder, ReadsAFaultFromItsWords) {
