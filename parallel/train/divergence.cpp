@@ -1,5 +1,5 @@
-// divergence.cpp — see divergence.h: the serial run recorded first, then the layout's ranks, each
-// comparing what it holds with the record as it goes.
+// divergence.cpp — see divergence.h: at every step the serial runs first (on rank 0, from the layout's
+// state gathered from every rank), then the layout's ranks, each comparing what it holds with the record.
 #include "parallel/train/divergence.h"
 
 #include <algorithm>
