@@ -1,5 +1,5 @@
-// divergence.cpp — see divergence.h: the serial run recorded first, then the layout's ranks, each
-// comparing what it holds with the record as it goes.
+// divergence.cpp — see divergence.h: at every step the serial runs first (on rank 0, from the layout's
+// state gathered from every rank), then the layout's ranks, each comparing what it holds with the record.
 #include "parallel/train/divergence.h"
 
 #include <algorithm>
@@ -18,6 +18,7 @@
 #include "parallel/train/checkpointing.h"
 #include "parallel/train/plan_of_options.h"
 #include "parallel/train/divergence_serial.h"
+#include "parallel/train/divergence_sync.h"
 #include "parallel/train/trainer.h"
 #include "tensor/ops.h"
 
@@ -77,6 +78,40 @@ void compare_weights(Trainer& trainer, const TrainRun& run, const SerialStepReco
     compare_region(piece.region, piece.global_shape, values_f64(piece.data), 0, rec.weights.at(piece.tensor),
                    rec.weight_bounds.at(piece.tensor), *c);
   }
+}
+
+// Every captured module output of this rank's step against the serial run's; what cannot be placed, in `uncompared`.
+void compare_outputs(const DebugProbe& probe, const RankCut& cut, const SerialStepRecord& rec, int rank,
+                     std::vector<std::string>& uncompared, const std::function<Comparison*(const std::string&)>& row) {
+  for (const auto& [name, outs] : probe.outputs()) {
+    if (!rec.outputs.count(name)) {
+      uncompared.push_back("rank " + std::to_string(rank) + " " + name + ": the serial model has no such module");
+      continue;
+    }
+    Comparison* c = row(name);
+    for (size_t m = 0; m < outs.size(); ++m) {
+      const std::string why = compare_output(cut, static_cast<int>(m), outs[m], rec.outputs.at(name), rec.output_bound, *c);
+      if (!why.empty()) uncompared.push_back("rank " + std::to_string(rank) + " " + name + ": " + why);
+    }
+  }
+}
+
+// The serial runs take `step` from the layout's state (divergence_sync.h): after the first step every
+// rank adds the pieces it saves, then rank 0 loads them and steps the serial runs while the others
+// wait; `serial[step]` is ready on every rank when it returns.
+void step_serial_runs(RankContext& ctx, Trainer& trainer, const TrainRun& run, int step, SerialRecorder& serial_runs,
+                      LayoutState& layout_state, std::vector<SerialStepRecord>& serial) {
+  nlohmann::json run_state;
+  if (step > 0) {
+    layout_state.add(state_pieces(trainer, run.config));
+    run_state = trainer_run_state(trainer);  // collective: AdamW's step count, the loss scaler
+    ctx.world->barrier();
+  }
+  if (ctx.rank == 0) {
+    if (step > 0) serial_runs.load(layout_state, run_state), layout_state.clear();
+    serial[step] = serial_runs.step(step);
+  }
+  ctx.world->barrier();
 }
 
 // The ranks' rows in one table, sorted for first(); the faults with whether they acted.
@@ -142,8 +177,10 @@ DivergenceReport find_divergence(const TrainRun& run, const std::vector<ProbeFau
   const TrainPlan plan = plan_of_options(o, run.precision);
   plan.validate(world);
   check_model_cut(run.config, plan.parallelize_options(), plan.micro_batches);
-  std::vector<std::string> parameter_order;
-  const std::vector<SerialStepRecord> serial = record_serial(run, parameter_order);
+  SerialRecorder serial_runs(run);
+  const std::vector<std::string>& parameter_order = serial_runs.parameter_order();
+  const std::unique_ptr<LayoutState> layout_state = serial_runs.make_layout_state();
+  std::vector<SerialStepRecord> serial(static_cast<size_t>(o.steps));  // filled by rank 0, step by step
   report.derivation = derivation_of(run);
   std::map<std::string, int> parameter_index;
   for (size_t i = 0; i < parameter_order.size(); ++i) parameter_index[parameter_order[i]] = static_cast<int>(i);
@@ -187,21 +224,11 @@ DivergenceReport find_divergence(const TrainRun& run, const std::vector<ProbeFau
                               }
                             }});
     for (; step < o.steps; ++step) {
+      step_serial_runs(ctx, trainer, run, step, serial_runs, *layout_state, serial);
       const SerialStepRecord& rec = serial[step];
       probe.begin_step(step);
       const double loss = trainer.train_step(run.stream, step, o.batch_size, o.block_size, rec.lr, o.grad_clip);
-      for (const auto& [name, outs] : probe.outputs()) {
-        if (!rec.outputs.count(name)) {
-          uncompared[ctx.rank].push_back("rank " + std::to_string(ctx.rank) + " " + name + ": the serial model has no such module");
-          continue;
-        }
-        const NoiseBound& bound = rec.output_bound;
-        Comparison* c = row(step, "forward", name);
-        for (size_t m = 0; m < outs.size(); ++m) {
-          const std::string why = compare_output(cut, static_cast<int>(m), outs[m], rec.outputs.at(name), bound, *c);
-          if (!why.empty()) uncompared[ctx.rank].push_back("rank " + std::to_string(ctx.rank) + " " + name + ": " + why);
-        }
-      }
+      compare_outputs(probe, cut, rec, ctx.rank, uncompared[ctx.rank], [&](const std::string& name) { return row(step, "forward", name); });
       if (ctx.rank == 0) {
         Comparison* c = row(step, "forward", "loss");
         c->bound = "2·max bound(lm_head) + 2u·|loss|";

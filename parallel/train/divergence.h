@@ -13,8 +13,11 @@
 //   step       the weights after the update, as the checkpoint's state pieces place them
 //
 // each element against a bound from its dtype and the roundings on its path (divergence_compare.h,
-// printed with its derivation). The layout's own gathers (full_state_dict, full_gradients) are never
-// used: what a gather would hide, a wrong shard, a replica that drifted, is what is compared.
+// printed with its derivation). Each step starts from the layout's state: before every step after
+// the first the serial run is set to the layout's weights and optimizer state, gathered from the
+// ranks' state pieces (divergence_sync.h), so each step is compared on its own roundings. The
+// layout's own gathers (full_state_dict, full_gradients) are never used: what a gather would hide, a
+// wrong shard, a replica that drifted, is what is compared.
 //
 // It lives in train/ because it drives the Trainer and reads the checkpoint's placement of pieces,
 // both of this layer; the module-level probe it reads is the runner's (parallel/runner/debug_probe.h).

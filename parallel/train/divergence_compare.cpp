@@ -15,7 +15,7 @@ double NoiseBound::at(double serial, double scale) const {
 
 std::string NoiseBound::str() const {
   char text[200];
-  std::snprintf(text, sizeof text, "%g·r·(|s| + rms s) + 2u·|s|, r = %.3g (%s vs f64), u = 2^%d", factor, noise,
+  std::snprintf(text, sizeof text, "%g·r·(|s| + rms s) + 2u·|s|, r = %.3g (%s vs f64), u = 2^%d", kFactor, noise,
                 dtype.c_str(), static_cast<int>(std::lround(std::log2(unit))));
   return text;
 }

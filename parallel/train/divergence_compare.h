@@ -10,35 +10,34 @@
 //   parameters the boxes a local tensor stacks (train/checkpointing.h parameter_places: the placements
 //              and the serial shapes) and the strategy's runs of them (its shards' element ranges)
 //
-// How far (the bound, printed with its derivation): the serial run's rounding noise, measured each run,
-// times a factor (4 at step 0, derived; 32 after, calibrated: see below). Beside the serial run s in
-// the layout's dtype the finder runs the same serial model, from the same weights and batches, in f64:
-// e, a twin whose own rounding is negligible (2^-53). Per tensor and step, the serial run's rounding
-// noise relative to the values' magnitude is measured,
+// How far (the bound, printed with its derivation): the serial run's rounding noise in this step,
+// measured each run, times a derived factor 4. Beside the serial run s in the layout's dtype the
+// finder runs the same serial model, from the same weights and batches, in f64: e, a twin whose own
+// rounding is negligible (2^-53). Each step starts from the layout's state: before every step after
+// the first, s and e are set to the layout's weights, AdamW's moments and f32 masters, its step count
+// and loss scale (divergence_sync.h), so l, s and e enter the step with the same values and what
+// separates them is the step's own rounding. Per tensor and step, the serial run's rounding noise
+// relative to the values' magnitude is measured,
 //
 //   r = max_j |s_j - e_j| / (|s_j| + rms s)
 //
 // and each element of the layout l is allowed
 //
-//   bound_i = c · r · (|s_i| + rms s) + 2·u·|s_i|,   c = 4 at step 0, 32 after it
+//   bound_i = 4 · r · (|s_i| + rms s) + 2·u·|s_i|
 //
-// Why 4 at step 0: |l - s| <= |l - e| + |s - e| (the triangle inequality). The layout rounds in the
-// same dtype through the same operations, its reductions cut into partial sums no longer than the
-// serial run's plus one sum over the ranks, so |l - e| is noise of the same kind and size as
-// |s - e|: together 2·r. The other 2: r is the largest of one sample of roundings (pooled over the
-// phase's tensors, so that a tensor of a few elements does not stand on its own few), and the
-// layout's largest, another sample of the same spread, may lie above it.
-// Why 32 after it: AdamW moves an element whose gradient is within rounding of 0 by ±lr either way,
-// its sign decided by the rounding, and which elements those are differs between any two summation
-// orders; the next step's values feel those few moves with a heavy tail that one sample (e) does not
-// bound. Over the layouts of tools/diverge_layouts.txt the largest |l - s| / (r·(|s| + rms s)) seen
-// after step 0 was 14.7 (at step 0: 3.1); 32 keeps a margin of 2 over it and is still far below a
-// real fault (a gradient x2 is an error of |s_i|, r being 1e-4 or less in f32, 1e-2 in bf16).
+// Why 4: |l - s| <= |l - e| + |s - e| (the triangle inequality). The layout rounds in the same dtype
+// through the same operations, its reductions cut into partial sums no longer than the serial run's
+// plus one sum over the ranks, so |l - e| is noise of the same kind and size as |s - e|: together
+// 2·r. The other 2: r is the largest of one sample of roundings (pooled over the phase's tensors, so
+// that a tensor of a few elements does not stand on its own few), and the layout's largest, another
+// sample of the same spread, may lie above it. Without the re-synchronisation the runs would carry
+// each other's earlier roundings into the step: AdamW moves an element whose gradient is within
+// rounding of 0 by ±lr either way, its sign decided by the rounding, and those moves would make later
+// steps differ with a heavy tail that one sample (e) does not bound.
 // 2·u·|s_i|: the last rounding of each side into the dtype (u = 2^-24 in f32, 2^-8 in bf16, 2^-11 in
 // fp16), which alone bounds a value both runs produce exactly (a lookup).
-// The noise carried from earlier steps is in e's difference too: r grows with it.
-// The weights after step t add Σ_{s<=t} lr_s·min(2, 2·bound(g_s)_i/(|g_s,i| + eps)): AdamW's update of
-// one element moves at most ±lr, and a gradient known to δg moves it by about lr·2δg/|g|.
+// The weights after the step add lr·min(2, 2·bound(g)_i/(|g_i| + eps)): AdamW's update of one element
+// moves at most ±lr, and a gradient known to δg moves it by about lr·2δg/|g| (this step's only).
 //
 // The loss is bounded through the logits: a token's cross-entropy moves by at most 2·max_k |Δz_k|
 // when its logits move by Δz, so |Δloss| <= 2·max_i bound_i(lm_head) + 2·u·|loss|.
@@ -52,14 +51,13 @@
 
 namespace sl::parallel {
 
-// The bound of one tensor at one step (above): bound_i = c·r·(|s_i| + scale) + 2u·|s_i|.
+// The bound of one tensor at one step (above): bound_i = 4·r·(|s_i| + scale) + 2u·|s_i|.
 struct NoiseBound {
-  static constexpr double kFirstStep = 4, kLaterSteps = 32;  // c (above)
-  double noise = 0;                                            // r, measured against the f64 twin
-  double unit = 0;                                             // u of the dtype that rounds
+  static constexpr double kFactor = 4;  // c (above): derived
+  double noise = 0;                     // r, measured against the f64 twin
+  double unit = 0;                      // u of the dtype that rounds
   std::string dtype;
-  double factor = kFirstStep;
-  double relative() const { return factor * noise; }
+  double relative() const { return kFactor * noise; }
   double at(double serial, double scale) const;
   std::string str() const;  // "4·r·(|s| + rms s) + 2u·|s|, r = 3.1e-07 (f32 vs f64), u = 2^-24"
 };

@@ -8,6 +8,7 @@
 
 #include "autograd/grad_mode.h"
 #include "parallel/runner/debug_probe.h"
+#include "parallel/train/checkpointing.h"
 #include "parallel/train/serial_reference.h"
 #include "tensor/ops.h"
 
@@ -26,8 +27,10 @@ Rounding rounding_of(DType dtype) {
 }
 
 
+}  // namespace
+
 // One serial model with its optimizer and probe: the run in the layout's dtype, or its f64 twin.
-struct SerialTwin {
+struct SerialRecorder::Twin {
   std::unique_ptr<nn::GPT> model;
   TrainOptions o;
   std::unique_ptr<SerialReference> reference;
@@ -35,12 +38,13 @@ struct SerialTwin {
   std::map<std::string, std::vector<double>> outputs, grads, weights;
   double loss = 0;
 
-  SerialTwin(const TrainRun& run, bool f64) : model(initial_model(run)), o(run.o) {
+  Twin(const TrainRun& run, bool f64) : model(initial_model(run)), o(run.o) {
     if (f64) model->to(DType::f64), o.mixed_precision = "no";  // from the same (rounded) weights
     reference = std::make_unique<SerialReference>(*model, o, f64 ? nn::MixedPrecision{} : run.precision);
     probe.attach(*model);
     probe.attach_head(*model);
   }
+  std::vector<StatePiece> state() { return whole_state_pieces(*model, reference->optimizer()); }
   void step(const TrainRun& run, int64_t s) {
     {
       NoGradGuard no_grad;
@@ -55,11 +59,13 @@ struct SerialTwin {
   }
 };
 
+namespace {
+
 // r of a phase at a step: the largest over its tensors (divergence_compare.h), so that it is the
 // largest of many roundings and a tensor of a few elements does not stand on its own few.
 template <class Named>
-NoiseBound noise_of(const Named& serial, const Named& exact, const Rounding& r, int64_t step) {
-  NoiseBound bound{0, r.unit, r.dtype, step == 0 ? NoiseBound::kFirstStep : NoiseBound::kLaterSteps};
+NoiseBound noise_of(const Named& serial, const Named& exact, const Rounding& r) {
+  NoiseBound bound{0, r.unit, r.dtype};
   for (const auto& [name, values] : serial) bound.noise = std::max(bound.noise, measured_noise(values, exact.at(name)));
   return bound;
 }
@@ -75,61 +81,65 @@ std::vector<double> bounds_of(const std::vector<double>& serial, const NoiseBoun
 
 std::vector<double> values_f64(const Tensor& t) { return t.detach().to(DType::f64).to_vector(); }
 
-std::vector<SerialStepRecord> record_serial(const TrainRun& run, std::vector<std::string>& parameter_order) {
-  const TrainOptions& o = run.o;
-  SerialTwin serial(run, /*f64=*/false), exact(run, /*f64=*/true);
-  for (const auto& [name, p] : serial.model->named_parameters()) parameter_order.push_back(name);
-  const Rounding r = rounding_of(run.config.param_dtype);
-  std::map<std::string, std::vector<double>> carried;  // the weights' AdamW term, summed over the steps
-  std::vector<SerialStepRecord> steps;
-  for (int64_t s = 0; s < o.steps; ++s) {
-    SerialStepRecord rec;
-    rec.lr = nn::cosine_lr(s, o.steps, o.warmup_steps, o.lr, o.min_lr);
-    serial.step(run, s);
-    exact.step(run, s);
-    rec.output_bound = noise_of(serial.outputs, exact.outputs, r, s);
-    rec.grad_bound = noise_of(serial.grads, exact.grads, r, s);
-    rec.weight_bound = noise_of(serial.weights, exact.weights, r, s);
-    for (const auto& [name, outs] : serial.probe.outputs()) rec.outputs[name] = outs.at(0).to(DType::f32);
-    for (const auto& [name, g] : serial.grads) rec.grad_bounds[name] = bounds_of(g, rec.grad_bound), rec.grads[name] = g;
-    for (const auto& [name, w] : serial.weights) {
-      // AdamW's update of one element moves at most ±lr; a gradient known to δg moves it by at most
-      // about lr·2δg/(|g| + eps): summed over the steps, on top of the weights' own noise
-      std::vector<double>& moved = carried[name];
-      const std::vector<double>&g = rec.grads.at(name), &gb = rec.grad_bounds.at(name);
-      moved.resize(w.size(), 0.0);
-      rec.weight_bounds[name] = bounds_of(w, rec.weight_bound);
-      for (size_t i = 0; i < w.size(); ++i) {
-        moved[i] += rec.lr * std::min(2.0, 2 * gb[i] / (std::fabs(g[i]) + o.adam_eps));
-        rec.weight_bounds[name][i] += moved[i];
-      }
-      rec.weights[name] = w;
-    }
-    rec.loss = serial.loss;
-    // the loss through the logits: |Δ cross-entropy| <= 2·max_k |Δz_k| (divergence_compare.h)
-    const std::vector<double> logit_bounds = bounds_of(serial.outputs.at("lm_head"), rec.output_bound);
-    rec.loss_bound = 2 * *std::max_element(logit_bounds.begin(), logit_bounds.end()) + 2 * r.unit * std::fabs(rec.loss);
-    steps.push_back(std::move(rec));
+SerialRecorder::SerialRecorder(const TrainRun& run)
+    : run_(run), serial_(std::make_unique<Twin>(run, /*f64=*/false)), exact_(std::make_unique<Twin>(run, /*f64=*/true)) {
+  for (const auto& [name, p] : serial_->model->named_parameters()) parameter_order_.push_back(name);
+}
+SerialRecorder::~SerialRecorder() = default;
+
+std::unique_ptr<LayoutState> SerialRecorder::make_layout_state() const { return std::make_unique<LayoutState>(serial_->state()); }
+
+void SerialRecorder::load(const LayoutState& state, const nlohmann::json& run_state) {
+  for (Twin* twin : {serial_.get(), exact_.get()}) {
+    state.load_into(twin->state());
+    restore_serial_run_state(twin->reference->optimizer(), twin->reference->scaler(), run_state);
   }
-  return steps;
+}
+
+SerialStepRecord SerialRecorder::step(int64_t s) {
+  const TrainOptions& o = run_.o;
+  const Rounding r = rounding_of(run_.config.param_dtype);
+  SerialStepRecord rec;
+  rec.lr = nn::cosine_lr(s, o.steps, o.warmup_steps, o.lr, o.min_lr);
+  serial_->step(run_, s);
+  exact_->step(run_, s);
+  rec.output_bound = noise_of(serial_->outputs, exact_->outputs, r);
+  rec.grad_bound = noise_of(serial_->grads, exact_->grads, r);
+  rec.weight_bound = noise_of(serial_->weights, exact_->weights, r);
+  for (const auto& [name, outs] : serial_->probe.outputs()) rec.outputs[name] = outs.at(0).to(DType::f32);
+  for (const auto& [name, g] : serial_->grads) rec.grad_bounds[name] = bounds_of(g, rec.grad_bound), rec.grads[name] = g;
+  for (const auto& [name, w] : serial_->weights) {
+    // AdamW's update of one element moves at most ±lr; a gradient known to δg moves it by at most
+    // about lr·2δg/(|g| + eps): this step's alone, both runs having started it from the same state
+    const std::vector<double>&g = rec.grads.at(name), &gb = rec.grad_bounds.at(name);
+    std::vector<double>& bounds = rec.weight_bounds[name] = bounds_of(w, rec.weight_bound);
+    for (size_t i = 0; i < w.size(); ++i) bounds[i] += rec.lr * std::min(2.0, 2 * gb[i] / (std::fabs(g[i]) + o.adam_eps));
+    rec.weights[name] = w;
+  }
+  rec.loss = serial_->loss;
+  // the loss through the logits: |Δ cross-entropy| <= 2·max_k |Δz_k| (divergence_compare.h)
+  const std::vector<double> logit_bounds = bounds_of(serial_->outputs.at("lm_head"), rec.output_bound);
+  rec.loss_bound = 2 * *std::max_element(logit_bounds.begin(), logit_bounds.end()) + 2 * r.unit * std::fabs(rec.loss);
+  return rec;
 }
 
 std::vector<std::string> derivation_of(const TrainRun& run) {
   const Rounding r = rounding_of(run.config.param_dtype);
   char c[160];
-  std::snprintf(c, sizeof c, "c = %g at step 0, %g after it", NoiseBound::kFirstStep, NoiseBound::kLaterSteps);
+  std::snprintf(c, sizeof c, "u = 2^%d (%s), c = %g", static_cast<int>(std::lround(std::log2(r.unit))), r.dtype.c_str(),
+                NoiseBound::kFactor);
   return {"each value of the layout l against the serial run s (" + r.dtype + ") of the same model, weights and batches:",
-          "  |l_i - s_i| <= c·r·(|s_i| + rms s) + 2u·|s_i|,  u = 2^" +
-              std::to_string(static_cast<int>(std::lround(std::log2(r.unit)))) + " (" + r.dtype + "), " + c,
-          "  r = max_j |s_j - e_j| / (|s_j| + rms s) over the phase's tensors at this step: the serial run's rounding noise,",
-          "      measured against e, the same serial run in f64 (the noise carried from earlier steps included)",
-          "  c at step 0 = 2 × 2: |l - s| <= |l - e| + |s - e|, the layout's rounding of the same kind (same dtype, reductions",
-          "      cut into no longer partial sums), and 2 for the spread of the largest of a sample of roundings",
-          "  c after it: AdamW moves an element whose gradient rounds near 0 by ±lr either way, a heavy tail one sample does",
-          "      not bound (largest seen over tools/diverge_layouts.txt: 14.7·r; 32 keeps a margin of 2)",
+          std::string("  |l_i - s_i| <= c·r·(|s_i| + rms s) + 2u·|s_i|,  ") + c,
+          "  each step starts from the layout's state: before every step after the first, s and e are set to the layout's",
+          "      weights, AdamW moments, f32 masters, step count and loss scale (one saved replica per element, placed by the",
+          "      checkpoint's state pieces), so the three runs enter the step with the same values and differ by its roundings alone",
+          "  r = max_j |s_j - e_j| / (|s_j| + rms s) over the phase's tensors at this step: the serial run's rounding noise in",
+          "      this step, measured against e, the same serial step in f64",
+          "  c = 2 × 2: |l - s| <= |l - e| + |s - e|, the layout's rounding of the same kind (same dtype, reductions cut into",
+          "      no longer partial sums), and 2 for the spread of the largest of a sample of roundings",
           "  2u·|s_i|: each side's last rounding into the dtype",
-          "  the weights after step t, also: Σ_{s<=t} lr_s·min(2, 2·bound(g_s)/(|g_s| + eps)) (AdamW's update of an element moves",
-          "      at most ±lr; a gradient known to δg moves it by about lr·2δg/|g|)",
+          "  the weights after the step, also: lr·min(2, 2·bound(g)/(|g| + eps)) (AdamW's update of an element moves at most",
+          "      ±lr; a gradient known to δg moves it by about lr·2δg/|g|)",
           "  the loss: 2·max bound(lm_head) + 2u·|loss| (a token's cross-entropy moves at most 2·max_k |Δz_k|)"};
 }
 

@@ -70,6 +70,9 @@ double SerialReference::step(const nn::TokenStream& data, int64_t step, const st
   return reference_step(i.model, i.optimizer, i.scaler, data, i.o, i.precision, step, before_update);
 }
 
+nn::AdamW& SerialReference::optimizer() { return impl_->optimizer; }
+nn::GradScaler& SerialReference::scaler() { return impl_->scaler; }
+
 std::vector<double> train_serial_reference(nn::GPT& model, const nn::TokenStream& data, const TrainOptions& o,
                                            const nn::MixedPrecision& precision, int64_t first_step) {
   SL_CHECK(o.block_size > 0, "train_serial_reference: the block size is not resolved (", o.block_size, ")");

@@ -20,7 +20,9 @@
 
 #include "nn/data.h"
 #include "nn/gpt.h"
+#include "nn/grad_scaler.h"
 #include "nn/mixed_precision.h"
+#include "nn/optim.h"
 #include "parallel/train/train_options.h"
 
 namespace sl::parallel {
@@ -34,6 +36,9 @@ class SerialReference {
   ~SerialReference();
   // One optimizer step on global batch `step`; returns the batch's mean loss before the update.
   double step(const nn::TokenStream& data, int64_t step, const std::function<void()>& before_update = {});
+  // Its optimizer and loss scaler, whose state build/bin/diverge sets to the layout's before a step.
+  nn::AdamW& optimizer();
+  nn::GradScaler& scaler();
 
  private:
   struct Impl;

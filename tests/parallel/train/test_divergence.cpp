@@ -5,13 +5,19 @@
 //
 // Layouts (a few of tools/diverge_layouts.txt, sized for seconds; tools/check_diverge.sh runs all of
 // them in CI): dp2_pp2 (2 micro-batches), tp2_cp2 (zigzag ring), pp2_tp2_sp (4 micro), fsdp2_cp2
-// (zigzag), dp2_cp2_ulysses, pp2_tp2 bf16 (4 micro).
+// (zigzag), dp2_cp2_ulysses, pp2_tp2 bf16 (4 micro), ZeRO-1 bf16 (its f32 masters and moments
+// sharded), FSDP x TP fp16 (a loss scale).
 #include <gtest/gtest.h>
 
 #include <string>
 #include <utility>
 
+#include "autograd/grad_mode.h"
+#include "nn/optim.h"
+#include "parallel/train/checkpointing.h"
 #include "parallel/train/divergence.h"
+#include "parallel/train/divergence_sync.h"
+#include "tensor/ops.h"
 #include "parallel/train/train_run.h"
 #include "tests/support/parallel.h"
 #include "tests/support/test_util.h"
@@ -62,7 +68,9 @@ INSTANTIATE_TEST_SUITE_P(
                     Layout{.name = "pp2_tp2_sp", .pp = 2, .tp = 2, .micro = 4, .sp = true},
                     Layout{.name = "fsdp2_cp2", .dp = 2, .cp = 2, .zero = 3},
                     Layout{.name = "dp2_cp2_ulysses", .dp = 2, .cp = 2, .variant = "ulysses"},
-                    Layout{.name = "pp2_tp2_bf16", .pp = 2, .tp = 2, .micro = 4, .precision = "bf16"}),
+                    Layout{.name = "pp2_tp2_bf16", .pp = 2, .tp = 2, .micro = 4, .precision = "bf16"},
+                    Layout{.name = "zero1_dp2_bf16", .dp = 2, .zero = 1, .micro = 2, .precision = "bf16"},
+                    Layout{.name = "fsdp2_tp2_fp16", .dp = 2, .tp = 2, .zero = 3, .precision = "fp16"}),
     [](const testing::TestParamInfo<Layout>& info) { return info.param.name; });
 
 // The first divergence is at `step`, in `phase`, at `name`, and every rank that diverged there has
@@ -90,8 +98,7 @@ TEST(DivergenceFinder, NamesOneTpRanksScaledCAttnGradient) {
   expect_first(report, 1, "backward", "h.0.attn.c_attn.weight", "tp 1");
 }
 
-// A gradient x2 on one tp rank is caught at the step it is planted, whichever step that is: the
-// bound of the later steps (which carry the earlier steps' rounding) stays far below it in f32.
+// A gradient x2 on one tp rank is caught at the step it is planted, whichever step that is.
 TEST(DivergenceFinder, CatchesADoubledGradientAtEveryStepInF32) {
   SL_SKIP_UNLESS_WORLD(4);
   for (int step = 0; step < 3; ++step) {
@@ -102,15 +109,50 @@ TEST(DivergenceFinder, CatchesADoubledGradientAtEveryStepInF32) {
   }
 }
 
-// In bf16 (rounding 2^-8, 65536 times f32's) a doubled gradient planted at the first step is named.
-// (Planted later, it hides under the later steps' factor 32 in bf16: not found.)
-TEST(DivergenceFinder, CatchesADoubledGradientInBf16AtTheFirstStep) {
+// In 16-bit precision (rounding 2^-8 in bf16, 2^-11 in fp16) a doubled gradient is named at whichever
+// step it is planted: each step starts from the layout's state, so the bound of a later step is that
+// step's rounding alone, as at the first.
+TEST(DivergenceFinder, CatchesADoubledGradientAtEveryStepIn16Bit) {
   SL_SKIP_UNLESS_WORLD(4);
-  for (int step = 0; step < 1; ++step) {
-    const DivergenceReport report = find({.name = "pp2_tp2_bf16", .pp = 2, .tp = 2, .micro = 2, .precision = "bf16"},
+  for (const std::string precision : {"bf16", "fp16"})
+    for (int step = 0; step < 3; ++step) {
+      SCOPED_TRACE(precision + " step " + std::to_string(step));
+      const DivergenceReport report = find({.name = "pp2_tp2", .pp = 2, .tp = 2, .micro = 2, .precision = precision},
+                                           {{.kind = Kind::scale_gradient, .target = "h.0.attn.c_attn.weight", .factor = 2,
+                                             .step = step, .on = {{MeshDim::tp, 1}}}});
+      expect_first(report, step, "backward", "h.0.attn.c_attn.weight", "tp 1");
+    }
+}
+
+// In f32 a gradient 1% too large on one tp rank, planted at the last step, is named there.
+TEST(DivergenceFinder, CatchesAGradientOnePercentOffAtALaterStepInF32) {
+  SL_SKIP_UNLESS_WORLD(4);
+  const DivergenceReport report = find({.name = "pp2_tp2", .pp = 2, .tp = 2, .micro = 2},
+                                       {{.kind = Kind::scale_gradient, .target = "h.0.attn.c_attn.weight", .factor = 1.01,
+                                         .step = 2, .on = {{MeshDim::tp, 1}}}});
+  expect_first(report, 2, "backward", "h.0.attn.c_attn.weight", "tp 1");
+}
+
+// Each step starts from the layout's own state: a gradient doubled at step 1 is named there, and step 2,
+// which starts from the weights, AdamW moments and f32 masters the fault left, diverges nowhere. (A
+// serial run that kept its own moments would differ at step 2's update by the doubled gradient's share
+// of them, in f32 by hundreds of times the bound.)
+TEST(DivergenceFinder, ComparesTheStepAfterAFaultFromTheStateItLeft) {
+  SL_SKIP_UNLESS_WORLD(4);
+  for (const std::string precision : {"no", "bf16", "fp16"}) {
+    SCOPED_TRACE(precision);
+    const DivergenceReport report = find({.name = "pp2_tp2", .pp = 2, .tp = 2, .micro = 2, .precision = precision},
                                          {{.kind = Kind::scale_gradient, .target = "h.0.attn.c_attn.weight", .factor = 2,
-                                           .step = step, .on = {{MeshDim::tp, 1}}}});
-    expect_first(report, step, "backward", "h.0.attn.c_attn.weight", "tp 1");
+                                           .step = 1, .on = {{MeshDim::tp, 1}}}});
+    expect_first(report, 1, "backward", "h.0.attn.c_attn.weight", "tp 1");
+    int at_step_2 = 0;
+    for (const Comparison& c : report.rows) {
+      if (c.step != 2) continue;
+      ++at_step_2;
+      EXPECT_FALSE(c.diverged()) << c.phase << " " << c.name << " rank " << c.rank << ": " << c.over << " of "
+                                 << c.elements << " over, worst " << c.worst_ratio << " x its bound";
+    }
+    EXPECT_GT(at_step_2, 50);
   }
 }
 
@@ -147,6 +189,50 @@ TEST(DivergenceFinder, NamesAStageHandedAnotherMicroBatch) {
                                        {{.kind = Kind::reuse_output, .target = "h.1", .step = 1,
                                          .on = {{MeshDim::pp, 1}}, .from_call = 0, .at_call = 1}});
   expect_first(report, 1, "forward", "h.1", "pp 1");
+}
+
+// The layout's state as the finder gathers it: owned pieces placed by their regions (two halves of a
+// tensor make it whole, a replica is not read), loaded exactly; a tensor no rank held whole is refused
+// by name, nothing loaded.
+TEST(DivergenceFinder, GathersTheLayoutsStateFromOwnedPiecesOnly) {
+  TrainRun run;
+  prepare_run(run, options_of({.name = "serial"}), /*writer=*/false);
+  const std::unique_ptr<nn::GPT> model = initial_model(run);
+  nn::AdamW adamw(model->parameters());
+  const std::vector<StatePiece> serial = whole_state_pieces(*model, adamw);  // exp_avg: zeros
+  LayoutState state(serial);
+  std::vector<StatePiece> ranks;
+  for (const StatePiece& piece : serial) {
+    if (piece.tensor != "h.0.attn.c_attn.weight") {
+      ranks.push_back(piece);
+      continue;
+    }
+    // [3C, C] in two pieces: elements [0, n/2) and [n/2, n) of the whole box, and a wrong replica
+    const int64_t n = piece.region.numel(), half = n / 2;
+    StatePiece first = piece, second = piece, replica = piece;
+    first.region.flat_end = half, first.data = piece.data.flat_view(0, {half});
+    second.region.flat_begin = half, second.data = piece.data.flat_view(half, {n - half});
+    replica.data = zeros_like(piece.data), replica.owner = false;
+    ranks.insert(ranks.end(), {first, second, replica});
+  }
+  state.add(ranks);
+  const std::unique_ptr<nn::GPT> other = initial_model(run);
+  nn::AdamW other_adamw(other->parameters());
+  {
+    NoGradGuard no_grad;
+    for (const auto& [name, p] : other->named_parameters()) p.detach().copy_(zeros_like(p));
+  }
+  state.load_into(whole_state_pieces(*other, other_adamw));
+  const nn::NamedTensors loaded = other->named_parameters();
+  size_t i = 0;
+  for (const auto& [name, p] : model->named_parameters())
+    EXPECT_EQ(loaded.at(i++).second.detach().to_vector(), p.detach().to_vector()) << name;
+
+  state.clear();
+  std::erase_if(ranks, [](const StatePiece& p) { return p.tensor == "h.0.attn.c_attn.weight" && p.region.flat_begin > 0; });
+  state.add(ranks);
+  expect_error([&] { state.load_into(whole_state_pieces(*other, other_adamw)); },
+               "leave 384 of 768 elements of h.0.attn.c_attn.weight unheld");
 }
 
 TEST(DivergenceFinder, ReadsAFaultFromItsWords) {
