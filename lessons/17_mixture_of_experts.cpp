@@ -259,14 +259,13 @@ static void draw_load_curves(const Config& cfg, const LoadCurve& without, const 
     const double yb = y0 + panel_h * (1 - balance / static_cast<double>(most));
     for (double x = x0; x < x0 + panel_w; x += 8) canvas.line(x, yb, x + 4, yb, "#999");
     const size_t steps = curve->routed.size();
-    for (int64_t e = 0; e < kToyExperts; ++e)
-      for (size_t s = 1; s < steps; ++s) {
-        auto at = [&](size_t i) {
-          return std::pair{x0 + panel_w * static_cast<double>(i) / static_cast<double>(steps - 1),
-                           y0 + panel_h * (1 - static_cast<double>(curve->routed[i][e]) / static_cast<double>(most))};
-        };
-        canvas.line(at(s - 1).first, at(s - 1).second, at(s).first, at(s).second, colours[e % 8], 1.5);
-      }
+    for (int64_t e = 0; e < kToyExperts; ++e) {
+      std::vector<std::pair<double, double>> points;
+      for (size_t s = 0; s < steps; ++s)
+        points.emplace_back(x0 + panel_w * static_cast<double>(s) / static_cast<double>(steps - 1),
+                            y0 + panel_h * (1 - static_cast<double>(curve->routed[s][e]) / static_cast<double>(most)));
+      canvas.polyline(points, colours[e % 8], 1.5);
+    }
     ++side;
   }
   for (int64_t e = 0; e < kToyExperts; ++e)
