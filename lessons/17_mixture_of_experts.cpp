@@ -187,8 +187,9 @@ static void capacity_and_drops(const Config& cfg, Checker& check) {
   }
   check(dropped[0] == 0 && dropped[1] == 0 && losses[1] == losses[0], "capacity N drops nothing: the loss equals dropless, bitwise");
   check(std::is_sorted(dropped.begin() + 1, dropped.end()) && dropped.back() > 0, "a smaller factor drops more");
-  std::printf("  A drop is not an error: the token skips that expert's MLP. But the model computed differs from\n"
-              "  the one trained, batch by batch: the loss moves with the factor.\n");
+  std::printf("  A drop is not an error: the token skips that expert's MLP. But who is dropped depends on the rest\n"
+              "  of the batch, so the function a token sees changes with the factor (here, at initialisation, the\n"
+              "  experts' outputs are small and the loss moves in the fourth decimal).\n");
 }
 
 // ---- 3. the load-balancing loss at work -----------------------------------------------------------------
