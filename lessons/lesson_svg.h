@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace lesson {
@@ -43,6 +44,12 @@ class Canvas {
   void line(double x1, double y1, double x2, double y2, const std::string& stroke = "#333", double width = 1) {
     body_ << "<line x1='" << x1 << "' y1='" << y1 << "' x2='" << x2 << "' y2='" << y2 << "' stroke='" << stroke
           << "' stroke-width='" << width << "'/>\n";
+  }
+  // A line through the points {x, y}, in order (a curve over steps).
+  void polyline(const std::vector<std::pair<double, double>>& points, const std::string& stroke = "#333", double width = 1) {
+    body_ << "<polyline fill='none' stroke='" << stroke << "' stroke-width='" << width << "' points='";
+    for (const auto& [x, y] : points) body_ << x << ',' << y << ' ';
+    body_ << "'/>\n";
   }
   void arrow(double x1, double y1, double x2, double y2, const std::string& stroke = "#333") {
     body_ << "<line x1='" << x1 << "' y1='" << y1 << "' x2='" << x2 << "' y2='" << y2 << "' stroke='" << stroke
