@@ -94,6 +94,22 @@ void SerialRecorder::load(const LayoutState& state, const nlohmann::json& run_st
     state.load_into(twin->state());
     restore_serial_run_state(twin->reference->optimizer(), twin->reference->scaler(), run_state);
   }
+  check_masters_round_to_weights(serial_->state());
+}
+
+// Under mixed precision each 16-bit weight is its f32 master rounded: a load that set one and not the
+// other would start the serial run from a state no run can be in (and the twin, which has no master,
+// would not see it: r would grow and hide it).
+void SerialRecorder::check_masters_round_to_weights(const std::vector<StatePiece>& pieces) {
+  std::map<std::string, const StatePiece*> by_name;
+  for (const StatePiece& piece : pieces) by_name[piece.tensor] = &piece;
+  for (const auto& [name, piece] : by_name) {
+    if (name.rfind("master.", 0) != 0) continue;
+    const StatePiece& weight = *by_name.at(name.substr(7));
+    const Tensor rounded = piece->data.to(weight.data.dtype());
+    const bool weight_is_master_rounded = max_abs_diff(rounded.to(DType::f64), weight.data.to(DType::f64)) == 0;
+    SL_ASSERT(weight_is_master_rounded);
+  }
 }
 
 SerialStepRecord SerialRecorder::step(int64_t s) {

@@ -42,6 +42,8 @@ class SerialRecorder {
 
  private:
   struct Twin;
+  // After a load: each 16-bit weight equals its f32 master rounded (an internal invariant).
+  static void check_masters_round_to_weights(const std::vector<StatePiece>& pieces);
   const TrainRun& run_;
   std::unique_ptr<Twin> serial_, exact_;
   std::vector<std::string> parameter_order_;
