@@ -151,20 +151,17 @@ void DistributedDataParallel::State::launch_ready_buckets() {
   while (next_to_launch < buckets.size() && buckets[next_to_launch].pending == 0) {
     Bucket& b = buckets[next_to_launch];
     const Clock::time_point launched = Clock::now();  // before the call: the worker may finish it at once
-    if (hook) {  // synchronously, on this thread: done when it returns
-      hook(b.buffer);
-      std::lock_guard lock(mutex);
-      timeline.buckets.push_back({static_cast<int>(next_to_launch), b.buffer.nbytes(), launched, Clock::now()});
-      ++finished_count;
-      ++next_to_launch;
-      continue;
-    }
-    b.work = group->all_reduce_async(b.buffer, ReduceOp::avg);
+    if (hook) hook(b.buffer);  // synchronously, on this thread: done when it returns
+    else b.work = group->all_reduce_async(b.buffer, ReduceOp::avg);
     std::lock_guard lock(mutex);
     timeline.buckets.push_back({static_cast<int>(next_to_launch), b.buffer.nbytes(), launched, {}});
-    to_watch.push_back({pass_number, timeline.buckets.size() - 1, b.work});
-    if (!watcher.joinable()) watcher = std::thread([this] { watch_loop(); });
-    watch_cv.notify_all();
+    if (hook) {
+      timeline.buckets.back().finished = Clock::now(), ++finished_count;
+    } else {
+      to_watch.push_back({pass_number, timeline.buckets.size() - 1, b.work});
+      if (!watcher.joinable()) watcher = std::thread([this] { watch_loop(); });
+      watch_cv.notify_all();
+    }
     ++next_to_launch;
   }
 }

@@ -39,7 +39,8 @@
 //     nn::clip_grad_norm(params, 1.0);         // the same averaged gradients on every rank
 //     ddp.step(optimizer);                     // checks no bucket is in flight, then steps
 //
-//   Lesson: lessons/06_data_parallel.cpp   Tests: tests/parallel/data_parallel/test_data_parallel.cpp
+//   Lesson: lessons/06_data_parallel.cpp   Tests: tests/parallel/data_parallel/test_data_parallel.cpp,
+//   test_comm_hook.cpp
 #pragma once
 #include <chrono>
 #include <cstdint>
