@@ -25,12 +25,14 @@
 // Read in this order:
 //   naive_data_parallel.h   the five exchanges, each on its own group (its own ledger)
 //   ddp.h                   buckets, gradient hooks, no_sync, the overlap timeline
+//   comm_hook.h             communication hooks: a bucket's average by your own code (two-level all-reduce)
 //   data_parallel_strategies.h   both as the Trainer's DataParallelStrategy
 //   (flat buffers: parallel/comm/flatten.h; the row split: parallel/runner/micro_batches.h)
 //
 //   Lesson: lessons/06_data_parallel.cpp   Tests: tests/parallel/data_parallel/test_data_parallel.cpp
 #pragma once
 #include "parallel/comm/flatten.h"
+#include "parallel/data_parallel/comm_hook.h"
 #include "parallel/data_parallel/data_parallel_strategies.h"
 #include "parallel/data_parallel/ddp.h"
 #include "parallel/data_parallel/naive_data_parallel.h"

@@ -6,11 +6,11 @@
 namespace sl::parallel {
 
 DdpStrategy::DdpStrategy(ModelRunner& runner, const DeviceMesh& mesh, bool replicate, const nn::AdamWOptions& adamw,
-                         const nn::MixedPrecision& precision)
+                         const nn::MixedPrecision& precision, const CommHookFactory& comm_hook)
     : runner_(runner), mesh_(mesh), precision_(precision) {
   if (replicate)
-    ddp_ = std::make_unique<DistributedDataParallel>(runner.module(), mesh.group(MeshDim::dp),
-                                                     DDPOptions{.grad_dtype = precision.grad_dtype});
+    ddp_ = std::make_unique<DistributedDataParallel>(
+        runner.module(), mesh.group(MeshDim::dp), DDPOptions{.grad_dtype = precision.grad_dtype, .comm_hook = comm_hook});
   nn::AdamWOptions options = adamw;
   options.master_weights = options.master_weights || precision.enabled();
   adamw_ = std::make_unique<nn::AdamW>(runner.module().parameters(), options);

@@ -30,8 +30,9 @@ class DdpStrategy : public DataParallelStrategy {
   // DDP over mesh.group(MeshDim::dp) around runner.module() (collective: broadcasts the weights), unless
   // `replicate` is false (one replica: AdamW alone). The runner and the mesh must outlive it.
   // Mixed precision (`precision`): the buckets in its grad_dtype, AdamW with f32 master weights.
+  // `comm_hook`: reduces each bucket in place of DDP's all-reduce (comm_hook.h); unused with one replica.
   DdpStrategy(ModelRunner& runner, const DeviceMesh& mesh, bool replicate, const nn::AdamWOptions& adamw,
-              const nn::MixedPrecision& precision = {});
+              const nn::MixedPrecision& precision = {}, const CommHookFactory& comm_hook = {});
   void zero_grad() override;
   void before_backward(bool last) override;
   void synchronize() override;

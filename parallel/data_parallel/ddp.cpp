@@ -31,6 +31,7 @@ struct DistributedDataParallel::State {
   std::vector<int> bucket_of;  // parameter -> bucket
   std::vector<Bucket> buckets;
   bool sync_enabled = true;
+  CommHook hook;  // DDPOptions::comm_hook's, built for this rank; empty: the async all-reduce
 
   // The synced backward in progress.
   bool in_pass = false;
@@ -150,12 +151,17 @@ void DistributedDataParallel::State::launch_ready_buckets() {
   while (next_to_launch < buckets.size() && buckets[next_to_launch].pending == 0) {
     Bucket& b = buckets[next_to_launch];
     const Clock::time_point launched = Clock::now();  // before the call: the worker may finish it at once
-    b.work = group->all_reduce_async(b.buffer, ReduceOp::avg);
+    if (hook) hook(b.buffer);  // synchronously, on this thread: done when it returns
+    else b.work = group->all_reduce_async(b.buffer, ReduceOp::avg);
     std::lock_guard lock(mutex);
     timeline.buckets.push_back({static_cast<int>(next_to_launch), b.buffer.nbytes(), launched, {}});
-    to_watch.push_back({pass_number, timeline.buckets.size() - 1, b.work});
-    if (!watcher.joinable()) watcher = std::thread([this] { watch_loop(); });
-    watch_cv.notify_all();
+    if (hook) {
+      timeline.buckets.back().finished = Clock::now(), ++finished_count;
+    } else {
+      to_watch.push_back({pass_number, timeline.buckets.size() - 1, b.work});
+      if (!watcher.joinable()) watcher = std::thread([this] { watch_loop(); });
+      watch_cv.notify_all();
+    }
     ++next_to_launch;
   }
 }
@@ -163,7 +169,8 @@ void DistributedDataParallel::State::launch_ready_buckets() {
 void DistributedDataParallel::State::finish() {
   SL_ASSERT(next_to_launch == buckets.size());
   for (Bucket& b : buckets) {
-    b.work->wait();  // rethrows what the all-reduce failed with
+    if (!b.work) continue;  // reduced by the comm hook
+    b.work->wait();         // rethrows what the all-reduce failed with
     b.work.reset();
   }
   std::unique_lock lock(mutex);
@@ -231,6 +238,7 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, ProcessGrou
     }
     s.buckets.push_back(std::move(bucket));
   }
+  if (options.comm_hook) s.hook = options.comm_hook(s.group);  // collective: it may split the group
   // The hooks hold the state weakly: once this object is gone they do nothing.
   std::weak_ptr<State> weak = state_;
   for (int i = 0; i < n; ++i)

@@ -22,6 +22,11 @@
 //   overlap more. Buckets are launched strictly in order, so every rank issues the same collectives
 //   in the same order even if its hooks fire in a different one.
 //
+//   A communication hook (DDPOptions::comm_hook, PyTorch's register_comm_hook) replaces the bucket's
+//   all-reduce with the user's code, e.g. a two-level all-reduce over the machines' nodes: it is
+//   called with the bucket when the bucket is ready, in bucket order, and runs synchronously (no
+//   overlap with the rest of backward); it must leave the bucket holding the average (comm_hook.h).
+//
 //   Gradient accumulation: under `auto guard = ddp.no_sync();` backward only accumulates locally;
 //   the next backward outside it all-reduces the sum. With k micro-batches under no_sync and one
 //   more outside, scale each micro-batch's mean loss by 1/(k+1): the result is the gradient of the
@@ -34,7 +39,8 @@
 //     nn::clip_grad_norm(params, 1.0);         // the same averaged gradients on every rank
 //     ddp.step(optimizer);                     // checks no bucket is in flight, then steps
 //
-//   Lesson: lessons/06_data_parallel.cpp   Tests: tests/parallel/data_parallel/test_data_parallel.cpp
+//   Lesson: lessons/06_data_parallel.cpp   Tests: tests/parallel/data_parallel/test_data_parallel.cpp,
+//   test_comm_hook.cpp
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -47,6 +53,7 @@
 #include "nn/module.h"
 #include "nn/optim.h"
 #include "parallel/comm/process_group.h"
+#include "parallel/data_parallel/comm_hook.h"
 
 namespace sl::parallel {
 
@@ -58,6 +65,10 @@ struct DDPOptions {
   // Mixed precision: bf16 parameters with bf16 buckets (ZeRO's 2 bytes per gradient) or f32 buckets
   // (Megatron's main_grad: AccumulateGrad adds each backward's bf16 gradient into the f32 view).
   std::optional<DType> grad_dtype = std::nullopt;
+  // Replaces the built-in all-reduce of each bucket (comm_hook.h: the contract, and the library's
+  // hooks). Built once per rank at construction; each bucket's hook runs synchronously when the bucket
+  // is ready, in bucket order, and must leave it holding the average. Empty: the async all-reduce.
+  CommHookFactory comm_hook = {};
   static constexpr int64_t kBucketPerParameter = 1;                           // every parameter alone
   static constexpr int64_t kOneBucket = std::numeric_limits<int64_t>::max();  // all in one
 };

@@ -55,7 +55,7 @@ std::unique_ptr<DataParallelStrategy> data_parallel(nn::GPT& part, ModelRunner& 
     case DpStrategy::ddp:  // over dp; a cut at dp 1 has nothing to average: AdamW alone (the whole
                            // model keeps DDP over its one rank, as the planner models the serial run)
       return std::make_unique<DdpStrategy>(runner, mesh, mesh.size(MeshDim::dp) > 1 || !o.cuts_model(), o.adamw,
-                                           o.precision);
+                                           o.precision, o.ddp_comm_hook);
     case DpStrategy::zero1:
     case DpStrategy::zero2:
       return std::make_unique<ZeroStrategy>(runner, mesh, zero_stage(o.dp_strategy), o.offload, o.adamw, o.precision);

@@ -80,6 +80,9 @@ void check_layout(const ParallelizeOptions& o, int world_size) {
   SL_CHECK(!o.precision.enabled() || o.dp_strategy != DpStrategy::naive, "Trainer: --mixed-precision ",
            o.precision.str(), " runs with DDP, ZeRO-1/2/3, FSDP, HSDP and offload, over any cut; the naive ",
            "DataParallel keeps f32");
+  SL_CHECK(!o.ddp_comm_hook || o.dp_strategy == DpStrategy::ddp, "Trainer: a DDP communication hook reduces DDP's ",
+           "buckets, but the data-parallel strategy is ", dp_strategy_name(o.dp_strategy),
+           ": run it with DDP (--zero 0, no --naive-dp, no --dp-shard)");
   if (o.dp_strategy == DpStrategy::naive) {
     SL_CHECK(!o.offload, "Trainer: --naive-dp is the classic DataParallel; it cannot be combined with --offload");
     SL_CHECK(c.dp_shard == 1, "Trainer: --naive-dp replicates: dp_shard must be 1 (got ", c.dp_shard, ")");

@@ -23,6 +23,7 @@
 #include "nn/optim.h"
 #include "parallel/comm/mesh.h"
 #include "parallel/context_parallel/cp_gpt.h"
+#include "parallel/data_parallel/comm_hook.h"
 #include "parallel/pipeline/pipeline_runner.h"
 
 namespace sl::parallel {
@@ -43,6 +44,8 @@ struct ParallelizeOptions {
   ContextParallelOptions cp;        // cp: balance, variant, Ulysses degree
   nn::MixedPrecision precision{};   // 16-bit weights and gradients, f32 master weights in AdamW
   nn::AdamWOptions adamw{};
+  // ddp: each bucket reduced by this hook instead of DDP's all-reduce (parallel/data_parallel/comm_hook.h).
+  CommHookFactory ddp_comm_hook = {};
 
   bool cuts_model() const { return parallelism.pp > 1 || parallelism.cp > 1 || parallelism.tp > 1; }
 };

@@ -23,6 +23,7 @@ TrainPlan plan_of_options(const TrainOptions& o, const nn::MixedPrecision& preci
   plan.cp_variant = parse_cp_variant(o.cp_variant);
   plan.ulysses_degree = static_cast<int>(o.ulysses_degree);
   plan.precision = precision;
+  plan.ddp_comm_hook = o.ddp_comm_hook;
   return plan;
 }
 

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "parallel/comm/topology.h"
+#include "parallel/data_parallel/comm_hook.h"
 #include "tensor/error.h"
 
 namespace sl::parallel {
@@ -66,6 +67,9 @@ struct TrainOptions {
   // Outputs.
   std::string log_jsonl, report_json;
   bool profile = false;
+  // Set by a program, no flag: DDP's buckets reduced by this hook instead of the built-in all-reduce
+  // (parallel/data_parallel/comm_hook.h), in every layout that runs DDP (find_divergence's too).
+  CommHookFactory ddp_comm_hook = {};
 
   int64_t data_parallel() const { return dp_replicate > 0 ? dp_replicate * dp_shard : dp; }
   int64_t world() const { return data_parallel() * pp * tp * cp; }

@@ -52,6 +52,7 @@ ParallelizeOptions TrainPlan::parallelize_options(const nn::AdamWOptions& adamw)
   o.cp = {.balance = cp_balance, .variant = cp_variant, .ulysses_degree = ulysses_degree};
   o.precision = precision;
   o.adamw = adamw;
+  o.ddp_comm_hook = ddp_comm_hook;
   return o;
 }
 

@@ -37,6 +37,8 @@ struct TrainPlan {
   // scaling (nn/mixed_precision.h). The model's config must have precision.param_dtype.
   // Runs with DDP (and AdamW alone on a cut at dp 1); ZeRO's and FSDP's flat buffers are f32.
   nn::MixedPrecision precision{};
+  // DDP: each bucket reduced by this hook instead of the all-reduce (parallel/data_parallel/comm_hook.h).
+  CommHookFactory ddp_comm_hook = {};
 
   // Data parallelism over `world` ranks: dp_replicate for DDP (zero 0), dp_shard for ZeRO/FSDP.
   static TrainPlan data_parallel(int world, int zero = 0);
