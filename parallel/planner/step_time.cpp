@@ -21,6 +21,8 @@ double traffic_seconds(const GroupTraffic& t, const Topology& topology) {
     case CommOp::reduce_scatter:
     case CommOp::broadcast:  // a chain, pipelined in n-1 pieces
       return calls * (n - 1) * step(std::max(t.bytes_sent, t.bytes_received) / (calls * (n - 1)));
+    case CommOp::all_to_all:  // pairwise: n-1 steps, each a chunk of S/n to one peer and one from another
+      return calls * (n - 1) * step(std::max(t.bytes_sent, t.bytes_received) / (calls * (n - 1)));
     case CommOp::send:
       return calls * step(t.bytes_sent / calls);
     case CommOp::recv:
@@ -30,15 +32,32 @@ double traffic_seconds(const GroupTraffic& t, const Topology& topology) {
   }
 }
 
+namespace {
+
+// Weights one token multiplies by in one layer, averaged over the layers: attention's 4h², then the
+// dense MLP's 8h², or an MoE's router Eh and the (k·kept + S) expert MLPs it runs (2hF each), kept
+// the share of assignments a capacity factor below 1 leaves.
+double mean_layer_matmul_weights(const ModelShape& m) {
+  const double h = static_cast<double>(m.n_embd), F = static_cast<double>(m.expert_width());
+  const double cf = m.moe_capacity_factor, kept = cf > 0 ? std::min(1.0, cf) : 1.0;
+  const double moe = static_cast<double>(m.moe_experts) * h + (m.moe_top_k * kept + m.shared_experts) * 2 * h * F;
+  const double moe_layers = static_cast<double>(m.moe_layer_count()), L = static_cast<double>(m.n_layer);
+  return 4 * h * h + ((L - moe_layers) * 8 * h * h + moe_layers * moe) / L;
+}
+
+}  // namespace
+
 StageFlops stage_flops(const Workload& work, const TrainPlan& plan, int stage) {
-  const nn::GPTConfig& m = work.model;
+  const ModelShape& m = work.model;
   const ParallelismConfig& c = plan.parallelism;
-  const double rows = static_cast<double>(work.batch.batch_size) / (c.dp_replicate * c.dp_shard);
+  const double rows = static_cast<double>(work.batch.batch_size) / (c.dp_replicate * c.dp_shard * c.ep);
   const double s = static_cast<double>(work.batch.seq_len), h = static_cast<double>(m.n_embd);
   const double cut = static_cast<double>(c.tp) * c.cp;  // each rank computes 1/(tp·cp) of every matmul
   const double layers = static_cast<double>(m.n_layer) / c.pp;
-  // One forward over this rank's rows, per layer: matmuls 24sh², causal attention 2s²h.
-  const double matmul = rows * layers * 24 * s * h * h / cut;
+  // One forward over this rank's rows, per layer: matmuls 24sh² (2 FLOPs per weight and token: 12h²
+  // of them; with experts the active weights), causal attention 2s²h.
+  const double matmul = m.has_experts() ? rows * layers * 2 * s * mean_layer_matmul_weights(m) / cut
+                                        : rows * layers * 24 * s * h * h / cut;
   const double attention = rows * layers * 2 * s * s * h / cut;
   const double logits = stage == c.pp - 1 ? rows * 2 * s * h * static_cast<double>(m.vocab_size) / cut : 0;
   const double rerun = m.recompute == nn::Recompute::full        ? matmul + attention
@@ -85,7 +104,9 @@ bool is_data_parallel(const GroupTraffic& t) {
     case MeshDim::dp_shard:
     case MeshDim::dp:
     case MeshDim::dp_shard_cp:
-    case MeshDim::dp_cp: return true;
+    case MeshDim::dp_cp:
+    case MeshDim::expert_dp_cp:
+    case MeshDim::expert_dp_shard_cp: return true;
     default: return false;
   }
 }
@@ -121,7 +142,9 @@ RankTime rank_time(const Workload& work, const Cluster& cluster, const TrainPlan
     GroupTime g{t, traffic_seconds(t, cluster.topology), 0, ""};
     out.comm_s += g.seconds;
     const bool p2p = t.op == CommOp::send || t.op == CommOp::recv;
-    if (is_data_parallel(t)) {
+    if (t.op == CommOp::all_to_all) {  // ep's dispatch and combine, Ulysses's swaps: the layer waits on them
+      out.stage_s += g.exposed = g.seconds;
+    } else if (is_data_parallel(t)) {
       // shardlab overlaps DDP's all-reduce and ZeRO-2's reduce-scatter with backward: each bucket
       // goes async from the gradient hooks as it fills, during the last micro-batch's backward
       // (the others accumulate locally). The last bucket fills when backward ends: it cannot hide.
