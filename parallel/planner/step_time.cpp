@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "parallel/comm/mesh.h"
 #include "parallel/planner/formulas.h"
 
 namespace sl::parallel::planner {
@@ -115,10 +116,21 @@ bool is_data_parallel(const GroupTraffic& t) {
 bool is_group_of(const GroupTraffic& t, MeshDim dim) { return t.dims == MeshDims{dim}; }
 
 // The runner's own groups come without members: the tied wte's pair is the first and the last
-// stage's rank at this rank's other coordinates; the loss's all-reduce spans the world.
-std::vector<int> own_group_members(const GroupTraffic& t, const ParallelismConfig& c, int rank) {
+// stage's rank at this rank's other coordinates; a CP hybrid's groups split this rank's cp group
+// (cp rank i·U + u: Ulysses over the U ranks of one i, the ring over the R ranks of one u); the
+// loss's all-reduce spans the world.
+std::vector<int> own_group_members(const GroupTraffic& t, const TrainPlan& plan, int rank) {
+  const ParallelismConfig& c = plan.parallelism;
   const int per_stage = c.world_size() / c.pp, other = rank % per_stage;
   if (t.group == "pp_tied_wte") return {other, (c.pp - 1) * per_stage + other};
+  if (t.group == "cp_ulysses" || t.group == "cp_ring") {
+    const std::vector<int> cp = DeviceMesh::group_members(c, {MeshDim::cp}, rank);
+    const int U = plan.ulysses_degree, me = static_cast<int>(std::find(cp.begin(), cp.end(), rank) - cp.begin());
+    std::vector<int> out;
+    for (int j = 0; j < static_cast<int>(cp.size()); ++j)
+      if (t.group == "cp_ulysses" ? j / U == me / U : j % U == me % U) out.push_back(cp[j]);
+    return out;
+  }
   std::vector<int> world(c.world_size());
   for (int r = 0; r < c.world_size(); ++r) world[r] = r;
   return world;
@@ -138,7 +150,7 @@ RankTime rank_time(const Workload& work, const Cluster& cluster, const TrainPlan
   out.stage_s = compute;
   double overlappable = 0, window = backward / plan.micro_batches, send = 0, recv = 0, cp_send = 0, cp_recv = 0;
   for (GroupTraffic t : estimate_traffic(work.model, plan, work.batch, rank)) {
-    if (t.members.empty()) t.members = own_group_members(t, plan.parallelism, rank);
+    if (t.members.empty()) t.members = own_group_members(t, plan, rank);
     GroupTime g{t, traffic_seconds(t, cluster.topology), 0, ""};
     out.comm_s += g.seconds;
     const bool p2p = t.op == CommOp::send || t.op == CommOp::recv;
