@@ -18,7 +18,7 @@ inline void add_plan_flags(cli::Parser& cli, PlanOptions& o) {
   cli.group("Model");
   cli.text("--model", o.model, "PRESET",
            "gpt2, gpt2-medium, gpt2-large, gpt2-xl, zero-7.5b, gpt3-175b, megatron-530b, megatron-1t, llama-8b, "
-           "llama-70b; without it train's model (2 layers, 4 heads, 128 wide, vocabulary 256, block 64)");
+           "llama-70b, mixtral-8x7b, deepseek-v3 (mixtures of experts: ep is searched too); without it train's model (2 layers, 4 heads, 128 wide, vocabulary 256, block 64)");
   cli.integer("--n-layer", o.n_layer, 1, 1 << 20, "transformer blocks, over the preset's");
   cli.integer("--n-head", o.n_head, 1, 1 << 20, "attention heads, over the preset's");
   cli.integer("--n-embd", o.n_embd, 1, 1 << 20, "embedding width, over the preset's");

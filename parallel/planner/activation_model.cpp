@@ -19,6 +19,8 @@
 //     loss    the loss's backward (the model's last chunk): the gradient of the logits and the row lse
 //     block   the last layer's first backward op (MLP c_proj): dy rCw, dx 4rCw/t, dW 4C²w/t, db Cw
 //             (16-bit: through f32 copies of each), with FSDP's gathered units (weights and gradients)
+//   an MoE layer (moe_extra_bytes): the router's f32 logits and probabilities, the k·r dispatched rows
+//     and expert outputs, the experts' c_fc and GELU 2(k + S)·rF/t, in place of the MLP's 8rC/t
 //   plus the batch's token ids and targets (i64), the gradients a cut at dp 1 frees at zero_grad (not
 //   yet made again at the first backward; after it they are back), ZeRO-2's flat gradient buffer.
 #include "parallel/planner/activation_model.h"
@@ -34,10 +36,10 @@ struct Shapes {
   bool sp;
 };
 
-Shapes shapes_of(const nn::GPTConfig& model, const TrainPlan& plan, const BatchShape& batch) {
+Shapes shapes_of(const ModelShape& model, const TrainPlan& plan, const BatchShape& batch) {
   const ParallelismConfig& c = plan.parallelism;
   Shapes x{};
-  x.b = batch.batch_size / (static_cast<int64_t>(c.dp_replicate) * c.dp_shard) / plan.micro_batches;
+  x.b = batch.batch_size / (static_cast<int64_t>(c.dp_replicate) * c.dp_shard * c.ep) / plan.micro_batches;
   x.s = batch.seq_len / c.cp;
   x.r = x.b * x.s;
   x.C = model.n_embd;
@@ -72,6 +74,19 @@ int64_t layer_bytes(const Shapes& x, const TrainPlan& plan, nn::Recompute recomp
   if (plan.parallelism.cp > 1)
     sliced += plan.cp_variant == CpVariant::allgather ? 2 * plan.parallelism.cp * head_rows - head_rows : head_rows;
   return ln_regions + gathered + sliced + lse;
+}
+
+// What an MoE layer keeps beyond a dense one's (none or selective): instead of c_fc's output and GELU
+// (8rC/t), the router's logits and probabilities (f32, r·E each), the dispatched rows and the experts'
+// outputs (k·r·C each, kept before the combine), c_fc's output and GELU of the k routed and S shared
+// experts (2(k + S)·r·F/t); k·min(1, cf) with a capacity factor cf.
+int64_t moe_extra_bytes(const ModelShape& m, const Shapes& x) {
+  const double cf = m.moe_capacity_factor, kept_share = cf > 0 ? std::min(1.0, cf) : 1.0;
+  const auto routed = static_cast<int64_t>(kept_share * static_cast<double>(m.moe_top_k * x.r));
+  const int64_t F = m.expert_width();
+  const int64_t kept = 8 * x.r * m.moe_experts + 2 * routed * x.C * x.w +
+                       2 * (routed + m.shared_experts * x.r) * F / x.t * x.w;
+  return kept - 8 * x.r * x.C / x.t * x.w;
 }
 
 // The head's saved tensors for one micro-batch: ln_f's output and stats, the logits (and the
@@ -132,27 +147,35 @@ int64_t fsdp_gathered(const TrainPlan& plan, const RankPart& part, int64_t w, in
   if (plan.dp_strategy != DpStrategy::fsdp) return 0;
   const ParallelismConfig& c = plan.parallelism;
   const int64_t N = c.dp_shard * (plan.cuts_model() ? c.cp : 1);
-  int64_t block = 0, rest = 0;
+  int64_t block = 0, rest = 0, experts = 0;
   for (const UnitShape& unit : part.units) {
-    const int64_t padded = (unit.numel + N - 1) / N * N;
-    if (unit.name.rfind("h.", 0) == 0)
+    const int64_t n = unit.expert ? N : N * c.ep;  // a block's experts: their own unit, without ep
+    const int64_t padded = (unit.numel + n - 1) / n * n;
+    if (unit.expert)
+      experts = std::max(experts, padded);
+    else if (unit.name.rfind("h.", 0) == 0)
       block = std::max(block, padded);
     else if (part.first_stage)
       rest += padded;
   }
-  return (w + g) * (block + rest);
+  return (w + g) * (block + experts + rest);
 }
 
 }  // namespace
 
-int64_t activation_peak(const nn::GPTConfig& model, const TrainPlan& plan, const BatchShape& batch,
+int64_t activation_peak(const ModelShape& model, const TrainPlan& plan, const BatchShape& batch,
                         const RankPart& part, int rank, int64_t held_grads, int64_t zero2_flat) {
   const Shapes x = shapes_of(model, plan, batch);
   const int stage = mesh_coordinates(plan.parallelism, rank)[grid_index(MeshDim::pp)];
   const int64_t layers_per_unit = static_cast<int64_t>(part.layers.size()) / part.chunks;
-  const int64_t unit = layers_per_unit * layer_bytes(x, plan, model.recompute);
+  int64_t unit = layers_per_unit * layer_bytes(x, plan, model.recompute);
+  if (model.has_experts() && model.recompute != nn::Recompute::full) {
+    const auto moe_layers = std::count_if(part.layers.begin(), part.layers.end(),
+                                          [&](int64_t layer) { return model.moe_layer(layer); });
+    unit += moe_layers * moe_extra_bytes(model, x) / part.chunks;
+  }
   const int64_t tail = stream_bytes(x) + head_bytes(x);
-  const int64_t dp = static_cast<int64_t>(plan.parallelism.dp_replicate) * plan.parallelism.dp_shard;
+  const int64_t dp = static_cast<int64_t>(plan.parallelism.dp_replicate) * plan.parallelism.dp_shard * plan.parallelism.ep;
   const int64_t tokens = 2 * batch.batch_size / dp * batch.seq_len * 8 + batch.seq_len * 8 + 8;
   const int64_t w = x.w;
   const int64_t g = plan.precision.enabled() ? bytes_of(plan.precision.grad_dtype) : w;

@@ -12,7 +12,7 @@ namespace sl::parallel::planner {
 // Bytes above the model states held between steps. held_grads: the gradients memory_model.cpp counts
 // for this rank (a cut at dp 1 sets them to none at zero_grad, so they are missing until backward
 // makes them again); zero2_flat: ZeRO-2's full flat gradient buffer (g·P) that lives through backward.
-int64_t activation_peak(const nn::GPTConfig& model, const TrainPlan& plan, const BatchShape& batch,
+int64_t activation_peak(const ModelShape& model, const TrainPlan& plan, const BatchShape& batch,
                         const RankPart& part, int rank, int64_t held_grads, int64_t zero2_flat);
 
 }  // namespace sl::parallel::planner

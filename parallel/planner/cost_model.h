@@ -4,19 +4,29 @@
 // ledgers of real runs of shardlab's own layouts (bytes exactly, model states exactly, activations
 // within 5%), and tests/parallel/planner/test_planner.cpp to the papers' figures at scale.
 //
-//   inputs   model   nn::GPTConfig (n_layer, n_embd, n_head, vocab_size, block_size, param_dtype, recompute)
+//   inputs   model   a ModelShape (model_shape.h): nn::GPTConfig's n_layer, n_embd, n_head, vocab_size,
+//                    block_size, param_dtype, recompute and moe_ fields, with an expert's width, shared
+//                    experts and leading dense layers
 //            plan    a TrainPlan: the mesh's degrees, the data-parallel strategy (ZeRO stage), offload,
 //                    micro-batches, the pipeline schedule and virtual stages, SP, the CP balance, precision
 //            batch   the global batch in rows (train's --batch-size) and the sequence length T
-//            rank    a world rank of the mesh [pp, dp_replicate, dp_shard, cp, tp] (stages differ)
+//            rank    a world rank of the mesh [pp, dp_replicate, dp_shard, ep, cp, tp] (stages differ)
+//
+//   Expert parallelism (ep, the expert_parallel chapter's rules): a rank holds E/ep routed experts and
+//   every other weight whole (ep ranks are data-parallel ranks for them: dp includes ep, the batch
+//   splits over dp_replicate x dp_shard x ep); per MoE layer and micro-batch two all-to-alls forward
+//   (dispatch, combine) and their two reverses backward on the ep group, each moving the rank's kept
+//   assignments that live on other ranks, tokens·k·min(1, cf)·C·bytes·(ep-1)/ep for a uniform load,
+//   and one all-gather of the routing choices (tokens·k·8 bytes) over the ranks that split the batch
+//   (dp_cp). Expert gradients are reduced without ep (expert_dp_cp), the others with it.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "nn/gpt.h"
 #include "parallel/comm/mesh_dim.h"
 #include "parallel/comm/process_group.h"
+#include "parallel/planner/model_shape.h"
 #include "parallel/train/train_plan.h"
 
 namespace sl::parallel::planner {
@@ -36,7 +46,7 @@ struct MemoryEstimate {
   int64_t model_states() const { return weights + grads + optimizer; }
   int64_t total() const { return weights + grads + optimizer + activations; }
 };
-MemoryEstimate estimate_memory(const nn::GPTConfig& model, const TrainPlan& plan, const BatchShape& batch, int rank);
+MemoryEstimate estimate_memory(const ModelShape& model, const TrainPlan& plan, const BatchShape& batch, int rank);
 
 // What a rank sends and receives in one optimizer step, per (group, op), as its group's CommLedger
 // counts it. Group names are the trainer's (Trainer::ledgers()): the strategy's groups, then "pp",
@@ -52,7 +62,11 @@ struct GroupTraffic {
   // a set it does not name ({pp, tp}: "pp+tp"). Empty: a group of its own, or this rank alone ("self").
   MeshDims dims;
 };
-std::vector<GroupTraffic> estimate_traffic(const nn::GPTConfig& model, const TrainPlan& plan, const BatchShape& batch,
+std::vector<GroupTraffic> estimate_traffic(const ModelShape& model, const TrainPlan& plan, const BatchShape& batch,
                                            int rank);
+
+// The expert rules of a layout: ep > 1 only with experts, ep divides E, tp divides the expert width.
+// Throws sl::Error naming the values.
+void check_experts(const ModelShape& model, const ParallelismConfig& parallelism);
 
 }  // namespace sl::parallel::planner

@@ -10,6 +10,8 @@
 //     FSDP / HSDP          weights wS     grads gS                     optimizer 8S (+4S), per unit
 //     offload              the optimizer (ZeRO) or every shard (FSDP) on the host: 16S in f32
 //                          (moments, master weights, f32 gradient shard); FSDP adds its w+g shards' bytes
+//   with experts, Ψ holds this ep rank's E/ep routed experts (rank_part.h); ZeRO and FSDP shard the
+//   other weights over N·ep ranks (dp_shard_cp includes ep) and the experts over N (expert_dp_shard_cp)
 //
 //   activations: what one step holds above those at its peak (the start of the last backward): per
 //   layer and micro-batch in flight the tensors backward reads, Korthikanti et al.'s accounting in
@@ -45,14 +47,14 @@ States ddp_states(const RankPart& part, int64_t w, int64_t g, int64_t master) {
 }
 
 States zero_states(const RankPart& part, const TrainPlan& plan, int64_t w, int64_t g, int64_t master) {
-  const int N = plan.parallelism.dp_shard;
-  std::vector<size_t> all(part.params.size());
-  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  const int N = plan.parallelism.dp_shard, ep = plan.parallelism.ep;
   int64_t padded = 0, shard = 0;
-  for (const FlatBucketShape& b : flat_buckets(part, all, N, kBucketBytes, w, false)) {
-    padded += b.padded;
-    shard += b.chunk;
-  }
+  for (bool expert : {false, true})
+    for (const FlatBucketShape& b : flat_buckets(part, params_where(part, expert), expert ? N : N * ep, kBucketBytes,
+                                                 w, false)) {
+      padded += b.padded;
+      shard += b.chunk;
+    }
   States s{w * padded, plan.dp_strategy == DpStrategy::zero1 ? g * padded : g * shard, (8 + master) * shard, 0};
   if (plan.dp_strategy == DpStrategy::zero2) s.zero2_flat = g * padded;
   if (plan.offload) {
@@ -66,7 +68,10 @@ States fsdp_states(const RankPart& part, const TrainPlan& plan, int64_t w, int64
   const ParallelismConfig& c = plan.parallelism;
   const int N = c.dp_shard * (plan.cuts_model() ? c.cp : 1);
   int64_t shard = 0;
-  for (const UnitShape& unit : part.units) shard += (unit.numel + N - 1) / N;
+  for (const UnitShape& unit : part.units) {
+    const int n = unit.expert ? N : N * c.ep;  // expert_dp_shard_cp or dp_shard_cp
+    shard += (unit.numel + n - 1) / n;
+  }
   States s{w * shard, g * shard, (8 + master) * shard, 0};
   if (plan.offload) s = {0, 0, 0, (w + g + 8 + master) * shard};
   return s;
@@ -74,7 +79,7 @@ States fsdp_states(const RankPart& part, const TrainPlan& plan, int64_t w, int64
 
 }  // namespace
 
-void check_layout(const nn::GPTConfig& model, const TrainPlan& plan, const BatchShape& batch, int rank) {
+void check_layout(const ModelShape& model, const TrainPlan& plan, const BatchShape& batch, int rank) {
   const ParallelismConfig& c = plan.parallelism;
   const int world = c.world_size();
   plan.validate(world);
@@ -82,16 +87,28 @@ void check_layout(const nn::GPTConfig& model, const TrainPlan& plan, const Batch
   check_model_cut(model, plan.parallelize_options(), plan.micro_batches);
   SL_CHECK(rank >= 0 && rank < world, "cost model: rank ", rank, " is not in the world of ", world, " (",
            c.str(), ")");
-  const int64_t dp = static_cast<int64_t>(c.dp_replicate) * c.dp_shard;
+  check_experts(model, c);
+  const int64_t dp = static_cast<int64_t>(c.dp_replicate) * c.dp_shard * c.ep;
   SL_CHECK(batch.batch_size > 0 && batch.batch_size % (dp * plan.micro_batches) == 0, "cost model: the batch of ",
-           batch.batch_size, " rows does not split into ", plan.micro_batches, " micro-batches x dp ", dp);
+           batch.batch_size, " rows does not split into ", plan.micro_batches, " micro-batches x dp ", dp,
+           c.ep > 1 ? " (ep included)" : "");
   SL_CHECK(batch.seq_len > 0 && batch.seq_len <= model.block_size && batch.seq_len % c.cp == 0, "cost model: T ",
            batch.seq_len, " must be in [1, block_size ", model.block_size, "] and divisible by cp ", c.cp);
   SL_CHECK(!plan.sequence_parallel || (batch.seq_len / c.cp) % c.tp == 0, "cost model: sequence parallel needs T/cp (",
            batch.seq_len / c.cp, ") divisible by tp (", c.tp, ")");
 }
 
-MemoryEstimate estimate_memory(const nn::GPTConfig& model, const TrainPlan& plan, const BatchShape& batch, int rank) {
+void check_experts(const ModelShape& model, const ParallelismConfig& c) {
+  model.validate();
+  SL_CHECK(c.ep == 1 || model.has_experts(), "cost model: ep ", c.ep, " splits experts, but the model has none");
+  if (!model.has_experts()) return;
+  SL_CHECK(model.moe_experts % c.ep == 0, "cost model: ep ", c.ep, " does not divide the ", model.moe_experts,
+           " experts");
+  SL_CHECK(model.expert_width() % c.tp == 0, "cost model: tp ", c.tp, " does not divide the expert width ",
+           model.expert_width());
+}
+
+MemoryEstimate estimate_memory(const ModelShape& model, const TrainPlan& plan, const BatchShape& batch, int rank) {
   check_layout(model, plan, batch, rank);
   const RankPart part = rank_part(model, plan, rank);
   const int64_t w = bytes_of(plan.precision.param_dtype);

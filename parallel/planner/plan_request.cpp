@@ -11,8 +11,8 @@
 namespace sl::parallel::planner {
 
 // The preset (or train's defaults: 2 layers, 4 heads, 128 wide, V 256, T 64) with the flags' overrides.
-nn::GPTConfig plan_model(const PlanOptions& o, const nn::MixedPrecision& precision) {
-  nn::GPTConfig m;
+ModelShape plan_model(const PlanOptions& o, const nn::MixedPrecision& precision) {
+  ModelShape m;
   if (!o.model.empty()) m = preset_config(o.model);
   else m.n_layer = 2, m.n_head = 4, m.n_embd = 128, m.vocab_size = 256, m.block_size = 64;
   if (o.n_layer) m.n_layer = o.n_layer;
@@ -70,8 +70,8 @@ PlanRequest resolve_plan(const PlanOptions& o) {
 }
 
 // One layout: its row, where its time goes per group, as text.
-std::string layout_text(const LayoutEstimate& e) {
-  std::string out = layout_table({e});
+std::string layout_text(const LayoutEstimate& e, bool show_ep) {
+  std::string out = layout_table({e}, 1, show_ep);
   out += "\ngroup          op              calls   bytes (sent|recv)     seconds     exposed  hides behind\n";
   char line[256];
   for (const GroupTime& g : e.groups) {
@@ -90,19 +90,24 @@ std::string run_plan(const PlanOptions& o) {
   const PlanRequest r = resolve_plan(o);
   if (r.layout) {
     const LayoutEstimate e = estimate_layout(r.work, r.cluster, *r.layout);
-    return o.json ? layouts_json(r.work, r.cluster, {e}) : layout_text(e);
+    return o.json ? layouts_json(r.work, r.cluster, {e}) : layout_text(e, r.work.model.has_experts());
   }
   const Ranking ranking = search(r.work, r.cluster, {.precision = r.precision});
   const size_t shown = o.top == 0 ? ranking.layouts.size() : std::min<size_t>(o.top, ranking.layouts.size());
   const std::vector<LayoutEstimate> top(ranking.layouts.begin(), ranking.layouts.begin() + shown);
   if (o.json) return layouts_json(r.work, r.cluster, top, ranking.considered, ranking.impossible);
-  char head[512];
-  std::snprintf(head, sizeof head, "%s: %.3g parameters, batch %lld x %lld tokens on %s\n%lld layouts considered, "
+  char head[512], active[64] = "";
+  const ModelShape& m = r.work.model;
+  const ParameterCount count = model_parameters(m);
+  if (m.has_experts())
+    std::snprintf(active, sizeof active, " (%.3g active: %lld of %lld experts a token)", (double)count.active,
+                  (long long)(m.moe_top_k + m.shared_experts), (long long)(m.moe_experts + m.shared_experts));
+  std::snprintf(head, sizeof head, "%s: %.3g parameters%s, batch %lld x %lld tokens on %s\n%lld layouts considered, "
                 "%lld impossible, %d fit; the first %zu:\n\n", o.model.empty() ? "model" : o.model.c_str(),
-                (double)gpt_parameters(r.work.model), (long long)r.work.batch.batch_size,
+                m.has_experts() ? (double)count.total : (double)gpt_parameters(m), active, (long long)r.work.batch.batch_size,
                 (long long)r.work.batch.seq_len, r.cluster.str().c_str(), (long long)ranking.considered,
                 (long long)ranking.impossible, ranking.fitting(), shown);
-  return head + layout_table(top) + "\n" + recommendation(ranking, r.work, r.cluster);
+  return head + layout_table(top, 1, m.has_experts()) + "\n" + recommendation(ranking, r.work, r.cluster);
 }
 
 }  // namespace sl::parallel::planner

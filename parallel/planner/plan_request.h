@@ -24,14 +24,15 @@ struct PlanRequest {
 };
 
 // The preset (or train's defaults: 2 layers, 4 heads, 128 wide, V 256, T 64) with the flags' overrides.
-nn::GPTConfig plan_model(const PlanOptions& o, const nn::MixedPrecision& precision);
+ModelShape plan_model(const PlanOptions& o, const nn::MixedPrecision& precision);
 // train's layout options as the TrainPlan train would run, checked as train checks them.
 TrainPlan plan_layout(TrainOptions o, int64_t batch_size, const nn::MixedPrecision& precision);
 // --cluster FILE, or the flags; without --nodes: enough nodes for `world` ranks (search: 1 node).
 Cluster plan_cluster(const PlanOptions& o, int64_t world);
 PlanRequest resolve_plan(const PlanOptions& o);
 // One layout: its row, where its time goes per group, as text.
-std::string layout_text(const LayoutEstimate& e);
+// show_ep: the table's ep column (a model with experts).
+std::string layout_text(const LayoutEstimate& e, bool show_ep = false);
 // The whole answer: one layout's estimate, or the search's ranking and recommendation (text or JSON).
 std::string run_plan(const PlanOptions& o);
 

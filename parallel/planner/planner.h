@@ -6,15 +6,16 @@
 //   sentences into numbers: for every layout a cluster can run, what one rank holds, what each group
 //   sends, and how long a step takes, without running anything, then it ranks them.
 //
-//   model + batch ──▶ enumerate (pp, dp_replicate, dp_shard, cp, tp, ZeRO stage, schedule, m)
-//                         │ drop the impossible (TrainPlan::validate, heads % tp, layers % pp, T % cp, batch)
+//   model + batch ──▶ enumerate (pp, dp_replicate, dp_shard, ep, cp, tp, ZeRO stage, schedule, m)
+//                         │ drop the impossible (TrainPlan::validate, heads % tp, layers % pp, T % cp,
+//                         │ experts % ep, batch)
 //                         ▼
 //                     estimate_memory  (cost_model.h: weights, grads, optimizer, activations per rank)
 //                     estimate_traffic (cost_model.h: per group and op, calls and bytes, members)
 //                         │
 //                         ▼
 //                     step time = stage time × (1 + bubble) + exposed data-parallel communication
-//                       stage time = FLOPs / (FLOP/s) + TP + exposed CP + pipeline sends
+//                       stage time = FLOPs / (FLOP/s) + TP + all-to-alls + exposed CP + pipeline sends
 //                       a ring all-reduce of S bytes over n ranks: 2(n-1) × (latency + S/n / bandwidth)
 //                       of its slowest hop; all-gather, reduce-scatter: n-1 steps
 //                         │
@@ -29,8 +30,20 @@
 //   Korthikanti et al.'s activations sbh(34 + 5as/h) and its TP/SP/recompute variants, and the
 //   bubbles (p-1)/m, (p-1)/(v·m) and ZB-H1's (p-1)/(3m).
 //
+//   Mixtures of experts (mixtral-8x7b, deepseek-v3): ep, expert parallelism, joins the search for a
+//   model with experts, carved from the data-parallel ranks (dp × ep read other rows). What it costs
+//   and saves, from the expert-parallel chapter's rules:
+//     memory    E/ep experts per rank (weights, gradients, Adam state), the rest whole; ZeRO/FSDP shard
+//               the rest over dp_shard_cp (ep included) and the experts over expert_dp_shard_cp
+//     traffic   per MoE layer and micro-batch 4 all-to-alls on the ep group (dispatch, combine and
+//               their reverses), tokens·k·C·bytes·(ep-1)/ep each, in the stage time; the routing
+//               choices all-gathered over dp_cp; expert gradients reduced without ep
+//     compute   the active weights: the router and the k routed + shared experts a token runs
+//
 //   Read in this order:
-//     presets.h     the models by name: GPT-2 sizes, ZeRO's 7.5B, Megatron's 175B/530B/1T, Llama-like
+//     presets.h     the models by name: GPT-2 sizes, ZeRO's 7.5B, Megatron's 175B/530B/1T, Llama-like,
+//                   Mixtral-like and DeepSeek-V3-like mixtures of experts
+//     model_shape.h the GPT plus an expert's width, shared experts and leading dense layers; parameters
 //     formulas.h    the papers' formulas, and a schedule's bubble from its action lists
 //     cluster.h     nodes, GPUs, memory, FLOP/s and links (comm/topology.h)
 //     cost_model.h  memory and traffic of one rank of a layout, from the chapters' rules
@@ -41,7 +54,8 @@
 //                   train maps them: parallel/train/plan_of_options.h)
 //
 //   Tool: build/bin/plan (tools/plan.cpp)   Tests: tests/parallel/planner/test_planner.cpp (the papers),
-//   tests/parallel/planner/test_planner_ledger.cpp (shardlab's own ledgers)
+//   tests/parallel/planner/test_planner_ledger.cpp (shardlab's own ledgers),
+//   tests/parallel/planner/test_planner_experts.cpp (the MoE presets, all-to-all bytes, expert memory)
 #pragma once
 #include "parallel/planner/cluster.h"
 #include "parallel/planner/cost_model.h"

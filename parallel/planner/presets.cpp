@@ -7,13 +7,25 @@ namespace sl::parallel::planner {
 
 namespace {
 
-nn::GPTConfig shape(int64_t layers, int64_t n_embd, int64_t heads, int64_t vocab, int64_t block) {
-  nn::GPTConfig config;
+ModelShape shape(int64_t layers, int64_t n_embd, int64_t heads, int64_t vocab, int64_t block) {
+  ModelShape config;
   config.n_layer = layers;
   config.n_embd = n_embd;
   config.n_head = heads;
   config.vocab_size = vocab;
   config.block_size = block;
+  return config;
+}
+
+// A mixture of experts on that shape: E routed experts of width F, k per token, S shared, the first
+// `dense` layers dense, every block after them MoE.
+ModelShape moe(ModelShape config, int64_t experts, int64_t top_k, int64_t width, int64_t shared, int64_t dense) {
+  config.moe_experts = experts;
+  config.moe_top_k = top_k;
+  config.moe_every = 1;
+  config.expert_hidden = width;
+  config.shared_experts = shared;
+  config.dense_layers = dense;
   return config;
 }
 
@@ -31,6 +43,10 @@ const std::vector<ModelPreset>& model_presets() {
       {"megatron-1t", "1T, Megatron 2021 Table 1", shape(128, 25600, 160, 51200, 2048)},
       {"llama-8b", "Llama-like 8B (GELU 4h MLP, no GQA, learned positions)", shape(36, 4096, 32, 128256, 8192)},
       {"llama-70b", "Llama-like 70B (GELU 4h MLP, no GQA, learned positions)", shape(84, 8192, 64, 128256, 8192)},
+      {"mixtral-8x7b", "Mixtral-like 8x7B (8 experts, top-2; GELU experts as wide as SwiGLU's weights, no GQA)",
+       moe(shape(32, 4096, 32, 32000, 4096), 8, 2, 21504, 0, 0)},
+      {"deepseek-v3", "DeepSeek-V3-like (256 + 1 shared experts, top-8, 3 dense layers; MHA for MLA)",
+       moe(shape(61, 7168, 128, 129280, 4096), 256, 8, 3072, 1, 3)},
   };
   return presets;
 }
@@ -41,7 +57,7 @@ std::string preset_names() {
   return names;
 }
 
-nn::GPTConfig preset_config(const std::string& name) {
+ModelShape preset_config(const std::string& name) {
   for (const ModelPreset& p : model_presets())
     if (p.name == name) return p.config;
   throw Error("unknown model preset '" + name + "' (known: " + preset_names() + ")");

@@ -39,10 +39,13 @@ std::vector<int64_t> chunk_layer_counts(int64_t n_layer, int chunks, const std::
 
 // A block's twelve parameters under a tp cut of t: [3C/t, C] rows of c_attn, [C, C/t] columns of
 // c_proj (its bias whole), [4C/t, C] rows of c_fc, [C, 4C/t] columns of mlp.c_proj (bias whole).
-void add_block(std::vector<ParamShape>& out, int64_t layer, int64_t C, int64_t t, bool sp) {
+// An MoE block's MLP: the router [E, C] whole, then `count` experts of width F cut the same way,
+// stacked (this ep rank's routed ones, or the shared ones).
+void add_block(std::vector<ParamShape>& out, int64_t layer, const ModelShape& m, int64_t t, bool sp, int ep) {
+  const int64_t C = m.n_embd;
   const std::string h = "h." + std::to_string(layer) + ".";
-  auto add = [&](const std::string& name, int64_t numel, bool matrix, bool partial, bool sharded) {
-    out.push_back({h + name, numel, matrix, false, partial && sp && t > 1, sharded && t > 1});
+  auto add = [&](const std::string& name, int64_t numel, bool matrix, bool partial, bool sharded, bool expert = false) {
+    out.push_back({h + name, numel, matrix, false, partial && sp && t > 1, sharded && t > 1, expert});
   };
   add("ln_1.weight", C, false, true, false);
   add("ln_1.bias", C, false, true, false);
@@ -52,20 +55,34 @@ void add_block(std::vector<ParamShape>& out, int64_t layer, int64_t C, int64_t t
   add("attn.c_proj.bias", C, false, true, false);
   add("ln_2.weight", C, false, true, false);
   add("ln_2.bias", C, false, true, false);
-  add("mlp.c_fc.weight", 4 * C / t * C, true, false, true);
-  add("mlp.c_fc.bias", 4 * C / t, false, false, true);
-  add("mlp.c_proj.weight", C * (4 * C / t), true, false, true);
-  add("mlp.c_proj.bias", C, false, true, false);
+  if (!m.moe_layer(layer)) {
+    add("mlp.c_fc.weight", 4 * C / t * C, true, false, true);
+    add("mlp.c_fc.bias", 4 * C / t, false, false, true);
+    add("mlp.c_proj.weight", C * (4 * C / t), true, false, true);
+    add("mlp.c_proj.bias", C, false, true, false);
+    return;
+  }
+  const int64_t F = m.expert_width();
+  auto experts = [&](const std::string& name, int64_t count, bool routed) {
+    if (count == 0) return;
+    add("mlp." + name + ".c_fc.weight", count * (F / t) * C, true, false, true, routed);
+    add("mlp." + name + ".c_fc.bias", count * (F / t), false, false, true, routed);
+    add("mlp." + name + ".c_proj.weight", count * C * (F / t), true, false, true, routed);
+    add("mlp." + name + ".c_proj.bias", count * C, false, true, false, routed);
+  };
+  add("mlp.router.weight", m.moe_experts * C, true, false, false);
+  experts("shared_experts", m.shared_experts, false);
+  experts("experts", m.moe_experts / ep, true);
 }
 
 // FSDP's units (parallel/zero/fsdp.cpp): the whole model's root {wte, wpe, ln_f}; a part's wte
-// alone, then root {wpe} or {ln_f}; then one unit per block.
+// alone, then root {wpe} or {ln_f}; then one unit per block, its routed experts one more.
 void add_units(RankPart& part, bool whole) {
-  auto unit_of = [&](const std::string& name, const std::vector<std::string>& prefixes) {
-    UnitShape unit{name, {}, 0};
+  auto unit_of = [&](const std::string& name, const std::vector<std::string>& prefixes, bool expert = false) {
+    UnitShape unit{name, {}, 0, expert};
     for (size_t i = 0; i < part.params.size(); ++i)
       for (const std::string& prefix : prefixes)
-        if (part.params[i].name.rfind(prefix, 0) == 0) {
+        if (part.params[i].name.rfind(prefix, 0) == 0 && part.params[i].expert == expert) {
           unit.params.push_back(i);
           unit.numel += part.params[i].numel;
         }
@@ -77,12 +94,16 @@ void add_units(RankPart& part, bool whole) {
     unit_of("wte", {"wte."});
     unit_of("root", {"wpe.", "ln_f."});
   }
-  for (int64_t layer : part.layers) unit_of("h." + std::to_string(layer), {"h." + std::to_string(layer) + "."});
+  for (int64_t layer : part.layers) {
+    const std::string h = "h." + std::to_string(layer);
+    unit_of(h, {h + "."});
+    unit_of(h + ".experts", {h + "."}, true);
+  }
 }
 
 }  // namespace
 
-RankPart rank_part(const nn::GPTConfig& model, const TrainPlan& plan, int rank) {
+RankPart rank_part(const ModelShape& model, const TrainPlan& plan, int rank) {
   const ParallelismConfig& c = plan.parallelism;
   const std::array<int, kGridDimCount> coords = mesh_coordinates(c, rank);
   const int pp = c.pp, stage = coords[grid_index(MeshDim::pp)], v = pp > 1 ? plan.virtual_stages : 1;
@@ -105,13 +126,20 @@ RankPart rank_part(const nn::GPTConfig& model, const TrainPlan& plan, int rank) 
   if (part.first_stage || part.last_stage)
     part.params.push_back({"wte.weight", vocab_rows * C, true, !part.first_stage, false, t > 1});
   if (part.first_stage) part.params.push_back({"wpe.weight", model.block_size * C, true, false, false, false});
-  for (int64_t layer : part.layers) add_block(part.params, layer, C, t, sp);
+  for (int64_t layer : part.layers) add_block(part.params, layer, model, t, sp, c.ep);
   if (part.last_stage) {
     part.params.push_back({"ln_f.weight", C, false, false, sp && t > 1, false});
     part.params.push_back({"ln_f.bias", C, false, false, sp && t > 1, false});
   }
   add_units(part, pp == 1);  // FullyShardedGPT on a whole model (tp/cp cuts keep every layer): one root
   return part;
+}
+
+std::vector<size_t> params_where(const RankPart& part, bool expert) {
+  std::vector<size_t> out;
+  for (size_t i = 0; i < part.params.size(); ++i)
+    if (part.params[i].expert == expert) out.push_back(i);
+  return out;
 }
 
 std::vector<std::vector<size_t>> reverse_buckets(const std::vector<int64_t>& bytes_per_param, int64_t bucket_bytes) {

@@ -6,9 +6,12 @@
 //   RankPart    this rank's parameters in named_parameters() order, sliced as the cut slices them:
 //               a pipeline stage's chunks (layers [b, e), wte/wpe on chunk 0, ln_f + a tied wte copy
 //               on the last), tp's slices (c_attn/c_fc rows, c_proj columns, wte rows of Vp/t, V
-//               padded up to a multiple of t; LayerNorms, wpe and c_proj biases whole)
+//               padded up to a multiple of t; LayerNorms, wpe and c_proj biases whole); an MoE block's
+//               router whole, its shared experts cut like the MLP, and its E/ep routed experts (those
+//               of this ep rank) cut like the MLP and stacked, one tensor per weight (expert = true)
 //   units       FSDP's units of that part: root {wte, wpe, ln_f} for the whole model; a part's own
-//               wte, then root {wpe} or {ln_f}; then one unit per block (parallel/zero/fsdp.h)
+//               wte, then root {wpe} or {ln_f}; then one unit per block (parallel/zero/fsdp.h), an
+//               MoE block's routed experts a unit of their own (sharded over expert_dp_shard_cp)
 //   flat_layout the bucket rule DDP and ZeRO share (reverse order, a bucket closes at >= bucket_bytes)
 //               and the padding of each bucket to a multiple of N (parallel/zero/flat_params.h)
 //   ring_*      the bytes a rank sends and receives in the threads backend's rings
@@ -20,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "nn/gpt.h"
+#include "parallel/planner/model_shape.h"
 #include "parallel/train/train_plan.h"
 
 namespace sl::parallel::planner {
@@ -32,6 +35,7 @@ struct ParamShape {
   bool tied_copy = false;  // the last stage's wte (placement tied("wte"))
   bool tp_partial = false; // SP: LayerNorms and c_proj biases, whose gradients are summed over tp
   bool tp_sharded = false; // a slice cut over tp (c_attn, c_fc, c_proj weights, ...; wte rows)
+  bool expert = false;     // this ep rank's routed experts: not replicated over ep (mesh_dim.h)
 };
 
 // One FSDP unit: a run of this part's parameters (indices into RankPart::params), flattened.
@@ -39,6 +43,7 @@ struct UnitShape {
   std::string name;
   std::vector<size_t> params;
   int64_t numel = 0;
+  bool expert = false;  // a block's routed experts
 };
 
 struct RankPart {
@@ -51,9 +56,11 @@ struct RankPart {
 };
 
 // This rank's part of the model (pp stage + tp slice; cp and dp hold whole copies of it).
-RankPart rank_part(const nn::GPTConfig& model, const TrainPlan& plan, int rank);
+RankPart rank_part(const ModelShape& model, const TrainPlan& plan, int rank);
+// The indices of this part's expert (or non-expert) parameters, in order.
+std::vector<size_t> params_where(const RankPart& part, bool expert);
 
-// The mesh coordinates of `rank` in grid order [pp, dp_replicate, dp_shard, cp, tp].
+// The mesh coordinates of `rank` in grid order [pp, dp_replicate, dp_shard, ep, cp, tp].
 std::array<int, kGridDimCount> mesh_coordinates(const ParallelismConfig& config, int rank);
 
 // Buckets as DDP and ZeRO make them (parallel/comm/flatten.h): parameter indices, reverse order.

@@ -28,18 +28,19 @@ std::string schedule_label(const TrainPlan& p) {
 
 }  // namespace
 
-std::string layout_table(const std::vector<LayoutEstimate>& layouts, size_t first_rank) {
-  std::string out =
-      "rank  layout                              tp  pp  cp  dp(rxs)  zero  schedule        m   weights   grads   optim"
-      "     act   total GB  step s  exposed s  bubble  fits\n";
+std::string layout_table(const std::vector<LayoutEstimate>& layouts, size_t first_rank, bool show_ep) {
+  std::string out = std::string("rank  layout                              tp  pp  cp") + (show_ep ? "  ep" : "") +
+                    "  dp(rxs)  zero  schedule        m   weights   grads   optim"
+                    "     act   total GB  step s  exposed s  bubble  fits\n";
   for (size_t i = 0; i < layouts.size(); ++i) {
     const LayoutEstimate& e = layouts[i];
     const ParallelismConfig& c = e.plan.parallelism;
     char line[512];
     const std::string dp = std::to_string(c.dp_replicate) + "x" + std::to_string(c.dp_shard);
+    const std::string ep = show_ep ? format(" %3.0f", c.ep) : "";
     std::snprintf(line, sizeof line,
-                  "%4zu  %-34s %3d %3d %3d  %-8s %4d  %-14s %3d %9.2f %7.2f %7.2f %7.2f %10.2f %7.3f %10.3f %6.1f%%  %s\n",
-                  first_rank + i, e.plan.name().c_str(), c.tp, c.pp, c.cp, dp.c_str(), e.plan.zero(),
+                  "%4zu  %-34s %3d %3d %3d%s  %-8s %4d  %-14s %3d %9.2f %7.2f %7.2f %7.2f %10.2f %7.3f %10.3f %6.1f%%  %s\n",
+                  first_rank + i, layout_name(e.plan).c_str(), c.tp, c.pp, c.cp, ep.c_str(), dp.c_str(), e.plan.zero(),
                   schedule_label(e.plan).c_str(), e.plan.micro_batches, gb(e.memory.weights), gb(e.memory.grads),
                   gb(e.memory.optimizer), gb(e.memory.activations), gb(e.memory.total()), e.step_time_s,
                   e.exposed_comm_s, 100 * e.bubble, e.fits ? "yes" : "no");
@@ -51,11 +52,19 @@ std::string layout_table(const std::vector<LayoutEstimate>& layouts, size_t firs
 std::string layouts_json(const Workload& work, const Cluster& cluster, const std::vector<LayoutEstimate>& layouts,
                          int64_t considered, int64_t impossible) {
   using json = nlohmann::ordered_json;
-  const nn::GPTConfig& m = work.model;
+  const ModelShape& m = work.model;
   json out;
   out["model"] = {{"n_layer", m.n_layer}, {"n_embd", m.n_embd},         {"n_head", m.n_head},
                   {"vocab_size", m.vocab_size}, {"block_size", m.block_size}, {"parameters", gpt_parameters(m)},
                   {"param_dtype", dtype_name(m.param_dtype)}, {"recompute", nn::recompute_name(m.recompute)}};
+  if (m.has_experts()) {
+    const ParameterCount count = model_parameters(m);
+    out["model"]["parameters"] = count.total;
+    out["model"]["active_parameters"] = count.active;
+    out["model"]["experts"] = {{"routed", m.moe_experts}, {"top_k", m.moe_top_k}, {"shared", m.shared_experts},
+                               {"width", m.expert_width()}, {"moe_layers", m.moe_layer_count()},
+                               {"capacity_factor", m.moe_capacity_factor}};
+  }
   out["batch"] = {{"batch_size", work.batch.batch_size}, {"seq_len", work.batch.seq_len}};
   out["cluster"] = {{"nodes", cluster.nodes},       {"gpus_per_node", cluster.gpus_per_node()},
                     {"gpu_memory_bytes", cluster.gpu_memory_bytes}, {"flops", cluster.flops},
@@ -65,10 +74,11 @@ std::string layouts_json(const Workload& work, const Cluster& cluster, const std
   out["layouts"] = json::array();
   for (const LayoutEstimate& e : layouts) {
     const ParallelismConfig& c = e.plan.parallelism;
-    json l = {{"name", e.plan.name()}, {"pp", c.pp}, {"dp_replicate", c.dp_replicate}, {"dp_shard", c.dp_shard},
+    json l = {{"name", layout_name(e.plan)}, {"pp", c.pp}, {"dp_replicate", c.dp_replicate}, {"dp_shard", c.dp_shard},
               {"cp", c.cp}, {"tp", c.tp}, {"sp", e.plan.sequence_parallel}, {"zero", e.plan.zero()},
               {"schedule", schedule_name(e.plan.schedule)}, {"virtual_stages", e.plan.virtual_stages},
               {"micro_batches", e.plan.micro_batches}};
+    if (m.has_experts()) l["ep"] = c.ep;
     l["memory_bytes"] = {{"weights", e.memory.weights}, {"grads", e.memory.grads}, {"optimizer", e.memory.optimizer},
                          {"activations", e.memory.activations}, {"total", e.memory.total()},
                          {"host_offload", e.memory.host_offload}, {"rank", e.most_loaded_rank}};
@@ -107,7 +117,7 @@ std::optional<LayoutEstimate> best_other(const Ranking& r, const std::function<b
 std::string against(const LayoutEstimate& best, const std::optional<LayoutEstimate>& other, const std::string& what,
                     const Cluster& cluster) {
   if (!other) return "no layout with another " + what + " can run here";
-  const std::string name = other->plan.name();
+  const std::string name = layout_name(other->plan);
   if (!other->fits)
     return "no layout with another " + what + " fits: the best, " + name + ", needs " +
            format("%.1f GB of %.0f GB", gb(other->memory.total()), cluster.gpu_memory_bytes / 1e9);
@@ -128,14 +138,21 @@ std::string recommendation(const Ranking& r, const Workload& work, const Cluster
                                 " GPUs (check the heads, layers, sequence length and batch size).\n";
   const LayoutEstimate& best = r.layouts.front();
   const double h = static_cast<double>(work.model.n_embd);
-  const std::string layer = format("one layer's weights, gradients and Adam state take %.1f GB (16 bytes x 12h^2)",
-                                   16 * 12 * h * h / 1e9);
+  const ModelShape& m = work.model;
+  const std::string layer =
+      m.has_experts()
+          ? format("one MoE layer's weights, gradients and Adam state take %.1f GB (16 bytes x (4h^2 + %.0f experts "
+                   "of 2hF)), %.1f GB of them the experts'",
+                   16 * (4 * h * h + static_cast<double>((m.moe_experts + m.shared_experts) * m.expert_numel())) / 1e9,
+                   static_cast<double>(m.moe_experts + m.shared_experts),
+                   16 * static_cast<double>(m.moe_experts * m.expert_numel()) / 1e9)
+          : format("one layer's weights, gradients and Adam state take %.1f GB (16 bytes x 12h^2)", 16 * 12 * h * h / 1e9);
   if (!best.fits)
     return "Nothing fits in " + format("%.0f GB", cluster.gpu_memory_bytes / 1e9) + ": the least any layout needs is " +
-           format("%.1f GB", gb(best.memory.total())) + " (" + best.plan.name() + "); " + layer +
+           format("%.1f GB", gb(best.memory.total())) + " (" + layout_name(best.plan) + "); " + layer +
            ". Add GPUs, shorten the sequence or the batch, or recompute activations.\n";
   const ParallelismConfig& c = best.plan.parallelism;
-  std::string out = "Recommended: " + best.plan.name() +
+  std::string out = "Recommended: " + layout_name(best.plan) +
                     format(": %.3f s a step (compute %.3f s, exposed communication %.3f s", best.step_time_s,
                            best.compute_s, best.exposed_comm_s) +
                     format(", bubble %.1f%%), %.1f GB", 100 * best.bubble, gb(best.memory.total())) +
@@ -149,9 +166,10 @@ std::string recommendation(const Ranking& r, const Workload& work, const Cluster
   dim("TP", c.tp, MeshDim::tp, [](const ParallelismConfig& p) { return p.tp; });
   dim("PP", c.pp, MeshDim::pp, [](const ParallelismConfig& p) { return p.pp; });
   dim("CP", c.cp, MeshDim::cp, [](const ParallelismConfig& p) { return p.cp; });
+  if (work.model.has_experts()) dim("EP", c.ep, MeshDim::ep, [](const ParallelismConfig& p) { return p.ep; });
   const auto stage = best_other(r, [&](const LayoutEstimate& e) { return e.plan.zero() != best.plan.zero(); });
   out += "  ZeRO " + std::to_string(best.plan.zero()) + " over dp " + std::to_string(c.dp_replicate * c.dp_shard) +
-         ": " + against(best, stage, "ZeRO stage", cluster) + ".\n";
+         (c.ep > 1 ? " x ep " + std::to_string(c.ep) : "") + ": " + against(best, stage, "ZeRO stage", cluster) + ".\n";
   out += "  For scale: " + layer + format(" (%.0f GB per GPU).\n", cluster.gpu_memory_bytes / 1e9);
   return out;
 }

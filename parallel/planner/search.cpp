@@ -18,7 +18,7 @@ void check_workload(const Workload& work) {
 }
 
 void check_layout(const Workload& work, const TrainPlan& plan, int world) {
-  const nn::GPTConfig& m = work.model;
+  const ModelShape& m = work.model;
   const ParallelismConfig& c = plan.parallelism;
   check_workload(work);
   plan.validate(world);
@@ -27,10 +27,12 @@ void check_layout(const Workload& work, const TrainPlan& plan, int world) {
            " x virtual stages ", plan.virtual_stages, " does not divide the ", m.n_layer, " layers");
   SL_CHECK(work.batch.seq_len % c.cp == 0, "cp ", c.cp, " does not divide the sequence length ",
            work.batch.seq_len);
-  const int64_t split = static_cast<int64_t>(c.dp_replicate) * c.dp_shard * plan.micro_batches;
+  check_experts(m, c);
+  const int64_t split = static_cast<int64_t>(c.dp_replicate) * c.dp_shard * c.ep * plan.micro_batches;
   SL_CHECK(work.batch.batch_size >= 1 && work.batch.batch_size % split == 0, "the global batch of ",
            work.batch.batch_size, " rows does not split into dp_replicate ", c.dp_replicate, " x dp_shard ",
-           c.dp_shard, " x ", plan.micro_batches, " micro-batches");
+           c.dp_shard, c.ep > 1 ? " x ep " + std::to_string(c.ep) : std::string(), " x ", plan.micro_batches,
+           " micro-batches");
   check_model_cut(m, plan.parallelize_options(), plan.micro_batches);
 }
 
@@ -38,11 +40,19 @@ int Ranking::fitting() const {
   return static_cast<int>(std::count_if(layouts.begin(), layouts.end(), [](const auto& l) { return l.fits; }));
 }
 
+std::string layout_name(const TrainPlan& plan) {
+  const ParallelismConfig& c = plan.parallelism;
+  if (c.ep == 1) return plan.name();
+  TrainPlan named = plan;  // DDP over the ep ranks alone: name it as over dp > 1 ("pp8 ddp", not "pp8")
+  if (plan.zero() == 0 && c.dp_replicate * c.dp_shard == 1) named.parallelism.dp_replicate = 2;
+  return "ep" + std::to_string(c.ep) + " " + named.name();
+}
+
 bool ranks_before(const LayoutEstimate& a, const LayoutEstimate& b) {
   if (a.fits != b.fits) return a.fits;
   if (a.fits && a.step_time_s != b.step_time_s) return a.step_time_s < b.step_time_s;
   if (!a.fits && a.memory.total() != b.memory.total()) return a.memory.total() < b.memory.total();
-  return a.plan.name() < b.plan.name();
+  return layout_name(a.plan) < layout_name(b.plan);
 }
 
 namespace {
@@ -54,10 +64,12 @@ std::vector<int> divisors(int n, int limit) {
   return out;
 }
 
-// The data-parallel choices over dp ranks: DDP, ZeRO-1/2, FSDP, HSDP sharded within a node.
+// The data-parallel choices over dp ranks: DDP, ZeRO-1/2, FSDP, HSDP sharded within a node. With ep > 1
+// the ep ranks are data-parallel ranks for every weight but the experts: ZeRO has something to shard
+// even at dp 1.
 std::vector<TrainPlan> data_parallel_choices(TrainPlan cut, int dp, int shard_in_node) {
   std::vector<TrainPlan> out;
-  for (int zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero) {
+  for (int zero = 0; zero <= (dp * cut.parallelism.ep > 1 ? 3 : 0); ++zero) {
     TrainPlan p = cut;
     p.dp_strategy = zero_stage_strategy(zero);
     (zero == 0 ? p.parallelism.dp_replicate : p.parallelism.dp_shard) = dp;
@@ -123,25 +135,29 @@ Ranking search(const Workload& work, const Cluster& cluster, const SearchOptions
   check_workload(work);
   Searcher s{work, cluster, {}, {}};
   const int world = cluster.world();
-  const nn::GPTConfig& m = work.model;
+  const ModelShape& m = work.model;
   for (int tp : divisors(world, world))
     for (int cp : divisors(world / tp, options.max_cp))
       for (int pp : divisors(world / (tp * cp), world)) {
         if (m.n_head % tp || m.n_layer % pp || work.batch.seq_len % cp) continue;  // counted by check_layout otherwise
-        const int dp = world / (tp * cp * pp);
-        if (work.batch.batch_size % dp) continue;
-        TrainPlan cut;
-        cut.precision = options.precision;
-        cut.parallelism = {.dp_replicate = 1, .dp_shard = 1, .pp = pp, .cp = cp, .tp = tp};
-        cut.sequence_parallel = options.sequence_parallel && tp > 1;
-        const int shard_in_node = std::max(1, cluster.gpus_per_node() / (tp * cp));
-        for (const TrainPlan& data : data_parallel_choices(cut, dp, shard_in_node))
-          for (auto [kind, v] : schedules(pp)) {
-            TrainPlan plan = data;
-            plan.schedule = kind;
-            plan.virtual_stages = v;
-            s.try_micro_batches(plan, micro_batch_counts(pp, work.batch.batch_size / dp));
-          }
+        const int data = world / (tp * cp * pp);  // the ranks that read other rows: dp x ep
+        if (work.batch.batch_size % data) continue;
+        for (int ep : divisors(data, m.has_experts() ? data : 1)) {
+          if (m.has_experts() && m.moe_experts % ep) continue;
+          const int dp = data / ep;
+          TrainPlan cut;
+          cut.precision = options.precision;
+          cut.parallelism = {.dp_replicate = 1, .dp_shard = 1, .pp = pp, .cp = cp, .tp = tp, .ep = ep};
+          cut.sequence_parallel = options.sequence_parallel && tp > 1;
+          const int shard_in_node = std::max(1, cluster.gpus_per_node() / (tp * cp * ep));
+          for (const TrainPlan& strategy : data_parallel_choices(cut, dp, shard_in_node))
+            for (auto [kind, v] : schedules(pp)) {
+              TrainPlan plan = strategy;
+              plan.schedule = kind;
+              plan.virtual_stages = v;
+              s.try_micro_batches(plan, micro_batch_counts(pp, work.batch.batch_size / data));
+            }
+        }
       }
   std::sort(s.ranking.layouts.begin(), s.ranking.layouts.end(), ranks_before);
   return std::move(s.ranking);

@@ -1,7 +1,7 @@
 // search.h — every layout a cluster can run a model in, the impossible ones dropped, the rest
 // estimated (step_time.h) and ranked: those that fit by step time, then the others by memory.
 //
-//   world = nodes × gpus_per_node = pp × dp_replicate × dp_shard × cp × tp
+//   world = nodes × gpus_per_node = pp × dp_replicate × dp_shard × ep × cp × tp
 //
 //   tp   divides the heads (whole heads per rank); Megatron-SP on whenever tp > 1 (the same bytes
 //        as TP's all-reduces, 1/tp of the LayerNorm and dropout activations)
@@ -9,6 +9,8 @@
 //   pp   divides the layers (v·pp with interleaving: balanced stages); schedules 1f1b, gpipe,
 //        interleaved (v = 2), zero-bubble; m = p, 2p, 4p, 8p micro-batches (pp = 1: the fewest,
 //        1, 2, 4, ..., that fits)
+//   ep   with experts: divides E and what tp, cp and pp leave (ep ranks read other rows: dp × ep is
+//        the data-parallel degree); a dense model has ep 1
 //   dp   what is left: DDP, ZeRO-1, ZeRO-2, FSDP, and HSDP sharded within a node
 //   then TrainPlan::validate and the chapters' model rules (parallel/nd/parallelize_options.h), and the
 //   global batch must split into dp × m micro-batches.
@@ -26,7 +28,8 @@ namespace sl::parallel::planner {
 // Throws sl::Error naming the value unless 1 <= T <= block_size and the batch has rows.
 void check_workload(const Workload& work);
 // Throws sl::Error naming the value when `plan` cannot train `work` on `world` ranks: the plan's
-// own rules, heads % tp, layers % (pp·v), T % cp, T <= block_size, batch % (dp · micro-batches).
+// own rules, heads % tp, layers % (pp·v), T % cp, T <= block_size, batch % (dp · ep · micro-batches), and
+// the expert rules (cost_model.h: check_experts).
 void check_layout(const Workload& work, const TrainPlan& plan, int world);
 
 struct SearchOptions {
@@ -43,6 +46,8 @@ struct Ranking {
 
 Ranking search(const Workload& work, const Cluster& cluster, const SearchOptions& options = {});
 
+// The layout's name: TrainPlan::name(), led by "ep8 " when ep > 1.
+std::string layout_name(const TrainPlan& plan);
 // The layouts' order: fitting before not, then step time (fitting) or memory (not), then name.
 bool ranks_before(const LayoutEstimate& a, const LayoutEstimate& b);
 

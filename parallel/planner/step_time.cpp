@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "parallel/comm/mesh.h"
 #include "parallel/planner/formulas.h"
 
 namespace sl::parallel::planner {
@@ -21,6 +22,8 @@ double traffic_seconds(const GroupTraffic& t, const Topology& topology) {
     case CommOp::reduce_scatter:
     case CommOp::broadcast:  // a chain, pipelined in n-1 pieces
       return calls * (n - 1) * step(std::max(t.bytes_sent, t.bytes_received) / (calls * (n - 1)));
+    case CommOp::all_to_all:  // pairwise: n-1 steps, each a chunk of S/n to one peer and one from another
+      return calls * (n - 1) * step(std::max(t.bytes_sent, t.bytes_received) / (calls * (n - 1)));
     case CommOp::send:
       return calls * step(t.bytes_sent / calls);
     case CommOp::recv:
@@ -30,15 +33,32 @@ double traffic_seconds(const GroupTraffic& t, const Topology& topology) {
   }
 }
 
+namespace {
+
+// Weights one token multiplies by in one layer, averaged over the layers: attention's 4h², then the
+// dense MLP's 8h², or an MoE's router Eh and the (k·kept + S) expert MLPs it runs (2hF each), kept
+// the share of assignments a capacity factor below 1 leaves.
+double mean_layer_matmul_weights(const ModelShape& m) {
+  const double h = static_cast<double>(m.n_embd), F = static_cast<double>(m.expert_width());
+  const double cf = m.moe_capacity_factor, kept = cf > 0 ? std::min(1.0, cf) : 1.0;
+  const double moe = static_cast<double>(m.moe_experts) * h + (m.moe_top_k * kept + m.shared_experts) * 2 * h * F;
+  const double moe_layers = static_cast<double>(m.moe_layer_count()), L = static_cast<double>(m.n_layer);
+  return 4 * h * h + ((L - moe_layers) * 8 * h * h + moe_layers * moe) / L;
+}
+
+}  // namespace
+
 StageFlops stage_flops(const Workload& work, const TrainPlan& plan, int stage) {
-  const nn::GPTConfig& m = work.model;
+  const ModelShape& m = work.model;
   const ParallelismConfig& c = plan.parallelism;
-  const double rows = static_cast<double>(work.batch.batch_size) / (c.dp_replicate * c.dp_shard);
+  const double rows = static_cast<double>(work.batch.batch_size) / (c.dp_replicate * c.dp_shard * c.ep);
   const double s = static_cast<double>(work.batch.seq_len), h = static_cast<double>(m.n_embd);
   const double cut = static_cast<double>(c.tp) * c.cp;  // each rank computes 1/(tp·cp) of every matmul
   const double layers = static_cast<double>(m.n_layer) / c.pp;
-  // One forward over this rank's rows, per layer: matmuls 24sh², causal attention 2s²h.
-  const double matmul = rows * layers * 24 * s * h * h / cut;
+  // One forward over this rank's rows, per layer: matmuls 24sh² (2 FLOPs per weight and token: 12h²
+  // of them; with experts the active weights), causal attention 2s²h.
+  const double matmul = m.has_experts() ? rows * layers * 2 * s * mean_layer_matmul_weights(m) / cut
+                                        : rows * layers * 24 * s * h * h / cut;
   const double attention = rows * layers * 2 * s * s * h / cut;
   const double logits = stage == c.pp - 1 ? rows * 2 * s * h * static_cast<double>(m.vocab_size) / cut : 0;
   const double rerun = m.recompute == nn::Recompute::full        ? matmul + attention
@@ -85,7 +105,9 @@ bool is_data_parallel(const GroupTraffic& t) {
     case MeshDim::dp_shard:
     case MeshDim::dp:
     case MeshDim::dp_shard_cp:
-    case MeshDim::dp_cp: return true;
+    case MeshDim::dp_cp:
+    case MeshDim::expert_dp_cp:
+    case MeshDim::expert_dp_shard_cp: return true;
     default: return false;
   }
 }
@@ -94,10 +116,21 @@ bool is_data_parallel(const GroupTraffic& t) {
 bool is_group_of(const GroupTraffic& t, MeshDim dim) { return t.dims == MeshDims{dim}; }
 
 // The runner's own groups come without members: the tied wte's pair is the first and the last
-// stage's rank at this rank's other coordinates; the loss's all-reduce spans the world.
-std::vector<int> own_group_members(const GroupTraffic& t, const ParallelismConfig& c, int rank) {
+// stage's rank at this rank's other coordinates; a CP hybrid's groups split this rank's cp group
+// (cp rank i·U + u: Ulysses over the U ranks of one i, the ring over the R ranks of one u); the
+// loss's all-reduce spans the world.
+std::vector<int> own_group_members(const GroupTraffic& t, const TrainPlan& plan, int rank) {
+  const ParallelismConfig& c = plan.parallelism;
   const int per_stage = c.world_size() / c.pp, other = rank % per_stage;
   if (t.group == "pp_tied_wte") return {other, (c.pp - 1) * per_stage + other};
+  if (t.group == "cp_ulysses" || t.group == "cp_ring") {
+    const std::vector<int> cp = DeviceMesh::group_members(c, {MeshDim::cp}, rank);
+    const int U = plan.ulysses_degree, me = static_cast<int>(std::find(cp.begin(), cp.end(), rank) - cp.begin());
+    std::vector<int> out;
+    for (int j = 0; j < static_cast<int>(cp.size()); ++j)
+      if (t.group == "cp_ulysses" ? j / U == me / U : j % U == me % U) out.push_back(cp[j]);
+    return out;
+  }
   std::vector<int> world(c.world_size());
   for (int r = 0; r < c.world_size(); ++r) world[r] = r;
   return world;
@@ -117,11 +150,13 @@ RankTime rank_time(const Workload& work, const Cluster& cluster, const TrainPlan
   out.stage_s = compute;
   double overlappable = 0, window = backward / plan.micro_batches, send = 0, recv = 0, cp_send = 0, cp_recv = 0;
   for (GroupTraffic t : estimate_traffic(work.model, plan, work.batch, rank)) {
-    if (t.members.empty()) t.members = own_group_members(t, plan.parallelism, rank);
+    if (t.members.empty()) t.members = own_group_members(t, plan, rank);
     GroupTime g{t, traffic_seconds(t, cluster.topology), 0, ""};
     out.comm_s += g.seconds;
     const bool p2p = t.op == CommOp::send || t.op == CommOp::recv;
-    if (is_data_parallel(t)) {
+    if (t.op == CommOp::all_to_all) {  // ep's dispatch and combine, Ulysses's swaps: the layer waits on them
+      out.stage_s += g.exposed = g.seconds;
+    } else if (is_data_parallel(t)) {
       // shardlab overlaps DDP's all-reduce and ZeRO-2's reduce-scatter with backward: each bucket
       // goes async from the gradient hooks as it fills, during the last micro-batch's backward
       // (the others accumulate locally). The last bucket fills when backward ends: it cannot hide.

@@ -18,12 +18,13 @@
 //               reduce-scatter go async from the gradient hooks during the last micro-batch's backward
 //               (earlier ones accumulate locally) and hide behind it, except the last bucket, which
 //               fills when backward ends. Ring attention's K/V pass hides behind the attention core.
-//               Everything else is on the critical path: TP and SP collectives, pipeline sends and
+//               Everything else is on the critical path: TP and SP collectives, all-to-alls (ep's
+//               dispatch and combine, Ulysses's swaps: n-1 steps of S/n), pipeline sends and
 //               receives (a pair's two directions at once: the longer counts), ZeRO-1's reduce-scatter,
 //               every all-gather, FSDP's gathers and reduce-scatters (shardlab's FSDP gathers a unit
 //               when it is needed, without prefetching: PyTorch's prefetches the next unit and would
 //               hide most of them), HSDP's replica all-reduce, the tied wte's all-reduce, the loss.
-//   pipeline    stage time = compute + TP + exposed CP + p2p; bubble = stage time × bubble over ideal
+//   pipeline    stage time = compute + TP + all-to-alls + exposed CP + p2p; bubble = stage time × bubble over ideal
 //               (formulas.h, simulated from the action lists when cheap); the data-parallel
 //               exposure and the tied-wte all-reduce come after.
 //
@@ -46,7 +47,7 @@ namespace sl::parallel::planner {
 
 // What the planner plans for: the model (param_dtype and recompute set) and the batch.
 struct Workload {
-  nn::GPTConfig model;
+  ModelShape model;
   BatchShape batch;
 };
 

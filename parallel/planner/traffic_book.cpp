@@ -5,6 +5,13 @@
 
 namespace sl::parallel::planner {
 
+void Book::named_all_to_all(const std::string& name, const MeshDims& dims, int64_t input_bytes, int64_t calls) {
+  own_all_to_all(name, size(dims), input_bytes, calls);
+  GroupTraffic& t = entries_[{name, static_cast<int>(CommOp::all_to_all)}];
+  t.dims = dims;
+  t.members = DeviceMesh::group_members(plan_.parallelism, dims, rank_);
+}
+
 std::vector<GroupTraffic> Book::finish(const MeshDims& names) const {
   std::vector<GroupTraffic> out;
   for (const auto& [key, entry] : entries_) {

@@ -58,6 +58,9 @@ class Book {
     const int64_t moved = input_bytes / n * (n - 1);
     add(name, CommOp::all_to_all, calls, {moved, moved});
   }
+  // A mesh group's all-to-all under a name of its own, whatever else shares its ranks (the "ep"
+  // exchange: at dp_replicate x dp_shard 1 the ep group is also dp's, whose name would win).
+  void named_all_to_all(const std::string& name, const MeshDims& dims, int64_t input_bytes, int64_t calls);
   void own_p2p(const std::string& name, int64_t bytes, int64_t sends, int64_t receives) {
     add(name, CommOp::send, sends, {bytes, 0});
     add(name, CommOp::recv, receives, {0, bytes});

@@ -17,6 +17,9 @@
 //   Gradient sums (SP's partial LayerNorms, cp's whole part, the tied wte) run once a step after
 //   backward: f32 all-reduces of the .grad (parallel/comm/flatten.h) or of a shard's pieces.
 //   Clipping (train's default --grad-clip 1.0) all-gathers one f64 over the dims that cut the model.
+//   experts           ep       per MoE layer and micro-batch 4 all-to-alls of the kept assignments
+//                              (expert_traffic.cpp); the routing choices all-gathered over dp_cp
+// The data-parallel strategies' part is data_parallel_traffic.cpp, the experts' expert_traffic.cpp.
 //
 // Groups are the mesh's (several names may share one group: "dp" at dp_shard 1 is "dp_replicate");
 // each group is reported once, under the first name the trainer gives it; a group the trainer does
@@ -27,124 +30,13 @@
 #include "parallel/comm/mesh.h"
 #include "parallel/planner/cost_model.h"
 #include "parallel/planner/rank_part.h"
-#include "parallel/planner/traffic_book.h"
+#include "parallel/planner/traffic_step.h"
 #include "parallel/nd/parallelize_options.h"
 #include "tensor/error.h"
 
 namespace sl::parallel::planner {
 
 namespace {
-
-struct Step {
-  const nn::GPTConfig& model;
-  const TrainPlan& plan;
-  const RankPart& part;
-  Book& book;
-  int64_t micro_rows, tokens;  // rows per micro-batch, tokens of a row on this rank (T / cp)
-  int M;
-  int64_t pes, ges;            // parameter and gradient element bytes
-};
-
-// A bucketed all-reduce / reduce-scatter / all-gather layout over this part's parameters.
-std::vector<size_t> all_params(const RankPart& part) {
-  std::vector<size_t> out(part.params.size());
-  for (size_t i = 0; i < out.size(); ++i) out[i] = i;
-  return out;
-}
-
-// The dims the clip's all-gather spans (grad_norm.h): pp, tp and `split_over`, those of degree > 1.
-MeshDims clip_dims(const TrainPlan& plan, const MeshDims& split_over) {
-  const ParallelismConfig& c = plan.parallelism;
-  auto splits = [&](MeshDim d) { return std::find(split_over.begin(), split_over.end(), d) != split_over.end(); };
-  MeshDims dims;
-  if (c.pp > 1) dims.push_back(MeshDim::pp);
-  if (splits(MeshDim::dp_shard) && c.dp_shard > 1) dims.push_back(MeshDim::dp_shard);
-  if (splits(MeshDim::cp) && c.cp > 1) dims.push_back(MeshDim::cp);
-  if (c.tp > 1) dims.push_back(MeshDim::tp);
-  return dims;
-}
-
-// The gradient sums a cut adds once a step (ModelRunner::gradient_sums): SP's partials over tp, the
-// whole part over cp, the tied wte over {first, last} stage. `elements` says what one sum moves.
-void gradient_sums(Step& s, bool skip_cp, const std::function<int64_t(const std::vector<bool>&)>& elements,
-                   int64_t es) {
-  const ParallelismConfig& c = s.plan.parallelism;
-  const size_t n = s.part.params.size();
-  if (c.tp > 1 && s.plan.sequence_parallel) {
-    std::vector<bool> wanted(n);
-    for (size_t i = 0; i < n; ++i) wanted[i] = s.part.params[i].tp_partial;
-    s.book.all_reduce({MeshDim::tp}, elements(wanted), es);
-  }
-  if (c.cp > 1 && !skip_cp) s.book.all_reduce({MeshDim::cp}, elements(std::vector<bool>(n, true)), es);
-  if (c.pp > 1 && (s.part.first_stage || s.part.last_stage)) {
-    std::vector<bool> wanted(n);
-    for (size_t i = 0; i < n; ++i) wanted[i] = s.part.params[i].name == "wte.weight";
-    s.book.own_all_reduce("pp_tied_wte", 2, s.part.first_stage ? 0 : 1, elements(wanted), es);
-  }
-}
-
-int64_t numel_of(const RankPart& part, const std::vector<bool>& wanted) {
-  int64_t total = 0;
-  for (size_t i = 0; i < part.params.size(); ++i)
-    if (wanted[i]) total += part.params[i].numel;
-  return total;
-}
-
-void ddp_traffic(Step& s, bool replicate) {
-  if (replicate) {
-    std::vector<int64_t> bytes;
-    for (const ParamShape& p : s.part.params) bytes.push_back(p.numel * s.ges);
-    for (const auto& bucket : reverse_buckets(bytes, kBucketBytes)) {
-      int64_t numel = 0;
-      for (size_t i : bucket) numel += s.part.params[i].numel;
-      s.book.all_reduce({MeshDim::dp}, numel, s.ges);
-    }
-  }
-  gradient_sums(s, false, [&](const std::vector<bool>& w) { return numel_of(s.part, w); }, 4);
-  if (const MeshDims cut = clip_dims(s.plan, {}); !cut.empty()) s.book.all_gather(cut, 8);
-}
-
-void zero_traffic(Step& s) {
-  const int N = s.plan.parallelism.dp_shard;
-  const auto buckets = flat_buckets(s.part, all_params(s.part), N, kBucketBytes, s.pes, false);
-  const int64_t reduces = s.plan.dp_strategy == DpStrategy::zero2 ? s.M : 1;
-  for (const FlatBucketShape& b : buckets) {
-    s.book.reduce_scatter({MeshDim::dp_shard}, b.chunk * s.ges, reduces);
-    s.book.all_gather({MeshDim::dp_shard}, b.chunk * s.pes);
-  }
-  if (s.plan.dp_strategy == DpStrategy::zero2) {
-    const int r = s.book.rank_in({MeshDim::dp_shard});
-    gradient_sums(s, false, [&](const std::vector<bool>& w) { return shard_elements_of(s.part, buckets, r, w); },
-                  s.ges);
-  } else {
-    gradient_sums(s, false, [&](const std::vector<bool>& w) { return numel_of(s.part, w); }, 4);
-  }
-  const bool cut = s.plan.cuts_model();
-  if (!cut) s.book.all_gather({MeshDim::dp_shard}, 8);
-  else if (const MeshDims dims = clip_dims(s.plan, {MeshDim::dp_shard}); !dims.empty()) s.book.all_gather(dims, 8);
-}
-
-void fsdp_traffic(Step& s) {
-  const ParallelismConfig& c = s.plan.parallelism;
-  const bool cut = s.plan.cuts_model();
-  const MeshDims shard = {cut ? MeshDim::dp_shard_cp : MeshDim::dp_shard};
-  const int N = s.book.size(shard);
-  std::vector<FlatBucketShape> all;
-  for (const UnitShape& unit : s.part.units) {
-    const FlatBucketShape b = flat_buckets(s.part, unit.params, N, kBucketBytes, s.pes, true)[0];
-    all.push_back(b);
-    s.book.all_gather(shard, b.chunk * s.pes, 2 * s.M);  // forward and backward, every micro-batch
-    s.book.reduce_scatter(shard, b.chunk * s.ges, s.M);
-    if (c.dp_replicate > 1) s.book.all_reduce({MeshDim::dp_replicate}, b.chunk, s.ges, s.M);
-  }
-  if (!cut) {
-    s.book.all_gather(shard, 8);
-    return;
-  }
-  const int r = s.book.rank_in(shard);
-  gradient_sums(s, true, [&](const std::vector<bool>& w) { return shard_elements_of(s.part, all, r, w); }, s.ges);
-  if (const MeshDims cut = clip_dims(s.plan, {MeshDim::dp_shard, MeshDim::cp}); !cut.empty()) s.book.all_gather(cut, 8);
-}
 
 // The cuts' activations: pipeline p2p, tp's mappings and vocab-parallel loss, cp's K/V.
 void cut_traffic(Step& s) {
@@ -226,7 +118,8 @@ MeshDims trainer_names(const TrainPlan& plan) {
     case DpStrategy::zero1:
     case DpStrategy::zero2: names.push_back(MeshDim::dp_shard); break;
     case DpStrategy::fsdp:
-      names.push_back(plan.cuts_model() && c.cp > 1 ? MeshDim::dp_shard_cp : MeshDim::dp_shard);
+      names.push_back((plan.cuts_model() && c.cp > 1) || c.ep > 1 ? MeshDim::dp_shard_cp : MeshDim::dp_shard);
+      if (c.ep > 1) names.push_back(MeshDim::expert_dp_shard_cp);
       if (c.dp_replicate > 1) names.push_back(MeshDim::dp_replicate);
       break;
     case DpStrategy::naive: break;
@@ -241,7 +134,7 @@ MeshDims trainer_names(const TrainPlan& plan) {
 // the logits [R, T, V], scatters their gradient with the loss (+1 float), gathers 4Ψ of gradients;
 // the weights go down a broadcast chain (every rank but the last forwards 4Ψ). No loss all-reduce:
 // its step is the strategy's own.
-std::vector<GroupTraffic> naive_traffic(const nn::GPTConfig& model, const TrainPlan& plan, const BatchShape& batch,
+std::vector<GroupTraffic> naive_traffic(const ModelShape& model, const TrainPlan& plan, const BatchShape& batch,
                                         int rank) {
   const int n = plan.parallelism.world_size();
   const RankPart part = rank_part(model, plan, rank);
@@ -268,15 +161,15 @@ std::vector<GroupTraffic> naive_traffic(const nn::GPTConfig& model, const TrainP
 
 }  // namespace
 
-void check_layout(const nn::GPTConfig& model, const TrainPlan& plan, const BatchShape& batch, int rank);
+void check_layout(const ModelShape& model, const TrainPlan& plan, const BatchShape& batch, int rank);
 
-std::vector<GroupTraffic> estimate_traffic(const nn::GPTConfig& model, const TrainPlan& plan, const BatchShape& batch,
+std::vector<GroupTraffic> estimate_traffic(const ModelShape& model, const TrainPlan& plan, const BatchShape& batch,
                                            int rank) {
   check_layout(model, plan, batch, rank);
   const ParallelismConfig& c = plan.parallelism;
   const RankPart part = rank_part(model, plan, rank);
   Book book(plan, rank);
-  const int dp = c.dp_replicate * c.dp_shard;
+  const int dp = c.dp_replicate * c.dp_shard * c.ep;  // ep ranks read other rows too
   const int64_t pes = bytes_of(plan.precision.param_dtype);
   const int64_t ges = plan.precision.enabled() ? bytes_of(plan.precision.grad_dtype) : pes;
   Step s{model, plan, part, book, batch.batch_size / dp / plan.micro_batches, batch.seq_len / c.cp,
@@ -294,6 +187,7 @@ std::vector<GroupTraffic> estimate_traffic(const nn::GPTConfig& model, const Tra
     case DpStrategy::naive: break;
   }
   cut_traffic(s);
+  expert_traffic(s);
   return book.finish(trainer_names(plan));
 }
 
