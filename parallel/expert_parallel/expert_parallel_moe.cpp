@@ -1,0 +1,150 @@
+// expert_parallel_moe.cpp — see expert_parallel_moe.h and, for the steps, expert_parallel.h.
+#include "parallel/expert_parallel/expert_parallel_moe.h"
+
+#include "parallel/comm/flatten.h"
+#include "parallel/expert_parallel/expert_exchange.h"
+
+namespace sl::parallel {
+
+namespace {
+
+std::vector<int64_t> host_ids(const Tensor& t) {
+  std::vector<int64_t> out;
+  for (double v : t.to(Device::cpu()).to_vector()) out.push_back(static_cast<int64_t>(v));
+  return out;
+}
+
+// The global plan cut for the ep group: what this rank sends, and what each source sends to it.
+struct Traffic {
+  nn::DispatchPlan mine;                      // this rank's tokens' kept assignments, by expert (so by owner)
+  std::vector<int64_t> send, receive;         // [ep] rows to / from each ep rank
+  std::vector<std::vector<int64_t>> from;     // [ep][local experts] rows of each source for each of my experts
+};
+
+Traffic cut_plan(const nn::DispatchPlan& global, int64_t n_local, int64_t k, int64_t per_rank, int ep, int ep_rank,
+                 int batch_rank, Device device) {
+  Traffic t;
+  t.send.assign(static_cast<size_t>(ep), 0);
+  t.receive.assign(static_cast<size_t>(ep), 0);
+  t.from.assign(static_cast<size_t>(ep), std::vector<int64_t>(static_cast<size_t>(per_rank), 0));
+  const std::vector<int64_t> token = host_ids(global.token), choice = host_ids(global.choice);
+  const int64_t first_source = batch_rank - ep_rank;  // the ep peers are consecutive batch ranks
+  std::vector<double> my_token, my_choice;
+  size_t m = 0;
+  for (size_t e = 0; e < global.kept.size(); ++e) {
+    const int owner = static_cast<int>(static_cast<int64_t>(e) / per_rank);
+    for (int64_t i = 0; i < global.kept[e]; ++i, ++m) {
+      const int64_t source = token[m] / n_local - first_source;
+      if (source == ep_rank) {
+        my_token.push_back(static_cast<double>(token[m] - batch_rank * n_local));
+        my_choice.push_back(static_cast<double>(choice[m] - batch_rank * n_local * k));
+        ++t.send[static_cast<size_t>(owner)];
+      }
+      if (owner == ep_rank && source >= 0 && source < ep) {
+        ++t.receive[static_cast<size_t>(source)];
+        ++t.from[static_cast<size_t>(source)][static_cast<size_t>(static_cast<int64_t>(e) % per_rank)];
+      }
+    }
+  }
+  const TensorOptions ids(DType::i64, device);
+  t.mine.token = from_vector(my_token, {static_cast<int64_t>(my_token.size())}, ids);
+  t.mine.choice = from_vector(my_choice, {static_cast<int64_t>(my_choice.size())}, ids);
+  return t;
+}
+
+// The received rows (source by source, each source's by expert) as expert-major indices, and back.
+std::vector<double> expert_major(const Traffic& t, int64_t per_rank) {
+  const size_t ep = t.from.size();
+  std::vector<int64_t> start(ep, 0);
+  for (size_t s = 1; s < ep; ++s) start[s] = start[s - 1] + t.receive[s - 1];
+  std::vector<double> order;
+  for (int64_t e = 0; e < per_rank; ++e)
+    for (size_t s = 0; s < ep; ++s) {
+      int64_t offset = start[s];
+      for (int64_t before = 0; before < e; ++before) offset += t.from[s][static_cast<size_t>(before)];
+      for (int64_t i = 0; i < t.from[s][static_cast<size_t>(e)]; ++i) order.push_back(static_cast<double>(offset + i));
+    }
+  return order;
+}
+
+}  // namespace
+
+ExpertParallelMoE::ExpertParallelMoE(const nn::MoE& serial, ExpertGroups groups)
+    : groups_(std::move(groups)),
+      num_experts_(serial.num_experts()),
+      top_k_(serial.top_k),
+      capacity_factor_(serial.capacity_factor),
+      aux_weight_(serial.aux_weight),
+      z_weight_(serial.z_weight),
+      order_(serial.order) {
+  SL_CHECK(groups_.ep && groups_.batch && groups_.replicas, "ExpertParallelMoE: every group must be set");
+  const int ep = groups_.ep->size();
+  if (num_experts_ % ep != 0)
+    throw Error("expert parallel: " + std::to_string(num_experts_) + " experts do not split over ep " +
+                std::to_string(ep) + " (E % ep = " + std::to_string(num_experts_ % ep) + ")");
+  SL_CHECK(groups_.batch->size() == ep * groups_.replicas->size() &&
+               groups_.batch->rank() == groups_.replicas->rank() * ep + groups_.ep->rank(),
+           "ExpertParallelMoE: the batch group (rank ", groups_.batch->rank(), " of ", groups_.batch->size(),
+           ") is not replicas x ep with ep innermost");
+  const int64_t per_rank = num_experts_ / ep;
+  first_ = groups_.ep->rank() * per_rank;
+  router = register_module("router", serial.router);
+  experts = register_module("experts", std::make_shared<nn::ModuleList>(first_));
+  for (int64_t e = first_; e < first_ + per_rank; ++e) experts->push_back(serial.experts->children().at(static_cast<size_t>(e)).second);
+}
+
+
+Tensor ExpertParallelMoE::forward(const Tensor& x) {
+  SL_CHECK(x.dim() >= 2, "ExpertParallelMoE: x must be [..., C], got ", x.shape());
+  const int64_t C = x.size(-1), N = x.numel() / C, E = num_experts_, k = top_k_, per_rank = local_experts();
+  const int ep = groups_.ep->size(), R = groups_.batch->size();
+  Tensor tokens = x.reshape({N, C});              // [N_l, C]
+  Tensor logits = (*router)(tokens);              // [N_l, E]
+  nn::Routing routing = nn::route(logits, k, order_);  // local choices and weights [N_l, k]
+
+  // 1. The global batch's choices, in global token order, and the serial model's plan over them.
+  Tensor all = Tensor::empty({R * N, k}, routing.experts.options());  // [R·N_l, k]
+  groups_.batch->all_gather(all, routing.experts);
+  const int64_t capacity = nn::expert_capacity(capacity_factor_, R * N, k, E);
+  const nn::DispatchPlan global = nn::plan_dispatch(all, E, capacity, Device::cpu());
+  stats_ = {global.routed, global.kept, R * N, capacity};
+  // Global f_e = routed_e / (R·N_l·k): the loss reads N from the probs' N_l rows, so divide by R.
+  balance_ = div(nn::load_balancing_loss(routing.probs, global.routed, k), static_cast<double>(R));  // local P
+  z_ = nn::router_z_loss(logits);
+  Traffic t = cut_plan(global, N, k, per_rank, ep, groups_.ep->rank(), groups_.batch->rank(), x.device());
+
+  // 2. Dispatch: my rows to their experts' ranks.
+  Tensor received = exchange_rows(nn::dispatch(tokens, t.mine), groups_.ep, t.receive, t.send);
+  // 3. The experts, each on its rows from every source. The 1/R on their gradient: see the header.
+  const Tensor order = from_vector(expert_major(t, per_rank), {received.size(0)}, TensorOptions(DType::i64, x.device()));
+  Tensor rows = scale_gradient(index_select(received, order), static_cast<double>(R));
+  std::vector<Tensor> outputs;
+  int64_t first = 0;
+  for (int64_t e = 0; e < per_rank; ++e) {
+    int64_t count = 0;
+    for (const auto& source : t.from) count += source[static_cast<size_t>(e)];
+    if (count > 0) outputs.push_back(experts->at<nn::MLP>(static_cast<size_t>(e))(rows.narrow(0, first, count)));
+    first += count;
+  }
+  Tensor y = outputs.empty() ? rows : outputs.size() == 1 ? outputs[0] : cat(outputs, 0);
+  std::vector<double> inverse(static_cast<size_t>(order.numel()));
+  const std::vector<double> forward_order = order.to(Device::cpu()).to_vector();
+  for (size_t i = 0; i < forward_order.size(); ++i) inverse[static_cast<size_t>(forward_order[i])] = static_cast<double>(i);
+  y = index_select(scale_gradient(y, 1.0 / R), from_vector(inverse, {y.size(0)}, order.options()));  // source by source
+  // 4. Combine: the outputs back to their tokens' ranks, weighted there.
+  Tensor back = exchange_rows(y, groups_.ep, t.send, t.receive);  // [M_l, C], in the order sent
+  return nn::combine(back, routing.weights, t.mine).reshape(x.shape());
+}
+
+Tensor ExpertParallelMoE::aux_loss() const {
+  SL_CHECK(balance_.defined(), "ExpertParallelMoE::aux_loss: no forward has run yet");
+  return add(mul(balance_, aux_weight_), mul(z_, z_weight_));
+}
+
+void ExpertParallelMoE::sum_expert_gradients() {
+  if (groups_.replicas->size() == 1) return;
+  std::vector<Tensor> params = experts->parameters();
+  sum_gradients_over(params, *groups_.replicas);
+}
+
+}  // namespace sl::parallel
