@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "autograd/function.h"
+#include "autograd/grad_mode.h"
 #include "tensor/ledger.h"
 
 namespace sl::parallel {
@@ -54,6 +55,14 @@ Tensor exchange_rows(const Tensor& x, const ProcessGroupPtr& group, const std::v
   SL_CHECK(group && static_cast<int>(receive.size()) == group->size() && static_cast<int>(send.size()) == group->size(),
            "exchange_rows: ", receive.size(), " receive and ", send.size(), " send counts for a group of ",
            group ? group->size() : 0);
+  // The reverse exchange is collective: under grad mode it must run on every rank of the group, so an
+  // input that needs no gradient here (a rank whose experts received no rows, while its peers' did)
+  // enters as a leaf that does; its gradient is dropped.
+  if (GradMode::is_enabled() && !x.requires_grad()) {
+    Tensor anchored = x.detach();
+    anchored.set_requires_grad(true);
+    return ExchangeRowsFn::apply(anchored, group, receive, send);
+  }
   return ExchangeRowsFn::apply(x, group, receive, send);
 }
 

@@ -10,6 +10,8 @@
 namespace sl::parallel {
 
 // x [Σ send, ...] -> [Σ receive, ...]: send[d] rows go to group rank d, receive[s] rows come from s.
+// Collective over `group`, and so is its backward: under grad mode it runs on every rank, whether x
+// needs a gradient there or not (a rank none of whose experts got rows computes nothing from a weight).
 Tensor exchange_rows(const Tensor& x, const ProcessGroupPtr& group, const std::vector<int64_t>& receive,
                      const std::vector<int64_t>& send);
 

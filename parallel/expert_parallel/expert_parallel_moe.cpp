@@ -19,6 +19,7 @@ struct Traffic {
   nn::DispatchPlan mine;                      // this rank's tokens' kept assignments, by expert (so by owner)
   std::vector<int64_t> send, receive;         // [ep] rows to / from each ep rank
   std::vector<std::vector<int64_t>> from;     // [ep][local experts] rows of each source for each of my experts
+  std::vector<std::vector<int>> sources;      // [local experts] the source of each of its rows, in the plan's order
 };
 
 Traffic cut_plan(const nn::DispatchPlan& global, int64_t n_local, int64_t k, int64_t per_rank, int ep, int ep_rank,
@@ -27,6 +28,7 @@ Traffic cut_plan(const nn::DispatchPlan& global, int64_t n_local, int64_t k, int
   t.send.assign(static_cast<size_t>(ep), 0);
   t.receive.assign(static_cast<size_t>(ep), 0);
   t.from.assign(static_cast<size_t>(ep), std::vector<int64_t>(static_cast<size_t>(per_rank), 0));
+  t.sources.resize(static_cast<size_t>(per_rank));
   const std::vector<int64_t> token = host_ids(global.token), choice = host_ids(global.choice);
   const int64_t first_source = batch_rank - ep_rank;  // the ep peers are consecutive batch ranks
   std::vector<double> my_token, my_choice;
@@ -43,6 +45,7 @@ Traffic cut_plan(const nn::DispatchPlan& global, int64_t n_local, int64_t k, int
       if (owner == ep_rank && source >= 0 && source < ep) {
         ++t.receive[static_cast<size_t>(source)];
         ++t.from[static_cast<size_t>(source)][static_cast<size_t>(static_cast<int64_t>(e) % per_rank)];
+        t.sources[static_cast<size_t>(static_cast<int64_t>(e) % per_rank)].push_back(static_cast<int>(source));
       }
     }
   }
@@ -52,18 +55,19 @@ Traffic cut_plan(const nn::DispatchPlan& global, int64_t n_local, int64_t k, int
   return t;
 }
 
-// The received rows (source by source, each source's by expert) as expert-major indices, and back.
+// The received rows (source by source, each source's by expert) put expert by expert, each expert's
+// in the global plan's order: the rows, and their order, that expert computes in the serial model
+// (the same GEMM, so the same bits, when one replica serves the whole batch).
 std::vector<double> expert_major(const Traffic& t, int64_t per_rank) {
   const size_t ep = t.from.size();
-  std::vector<int64_t> start(ep, 0);
+  std::vector<int64_t> start(ep, 0);  // where each source's block (and its expert e's rows) begins
   for (size_t s = 1; s < ep; ++s) start[s] = start[s - 1] + t.receive[s - 1];
   std::vector<double> order;
-  for (int64_t e = 0; e < per_rank; ++e)
-    for (size_t s = 0; s < ep; ++s) {
-      int64_t offset = start[s];
-      for (int64_t before = 0; before < e; ++before) offset += t.from[s][static_cast<size_t>(before)];
-      for (int64_t i = 0; i < t.from[s][static_cast<size_t>(e)]; ++i) order.push_back(static_cast<double>(offset + i));
-    }
+  for (int64_t e = 0; e < per_rank; ++e) {
+    std::vector<int64_t> next = start;
+    for (int source : t.sources[static_cast<size_t>(e)]) order.push_back(static_cast<double>(next[static_cast<size_t>(source)]++));
+    for (size_t s = 0; s < ep; ++s) start[s] += t.from[s][static_cast<size_t>(e)];
+  }
   return order;
 }
 
