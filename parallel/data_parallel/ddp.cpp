@@ -179,7 +179,10 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, ProcessGrou
            options.bucket_bytes, ")");
   State& s = *state_;
   s.group = std::move(group);
+  const auto placements = module.named_placements();
+  size_t index = 0;
   for (auto& [name, param] : module.named_parameters()) {
+    if (options.include && !options.include(placements[index++].second)) continue;
     SL_CHECK(is_floating(param.dtype()) && (s.params.empty() || param.dtype() == s.params[0].dtype()),
              "DistributedDataParallel: parameter '", name, "' is ", dtype_name(param.dtype()), "; every parameter ",
              "must have one floating dtype (the first is ", s.params.empty() ? "-" : dtype_name(s.params[0].dtype()),

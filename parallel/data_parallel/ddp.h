@@ -38,6 +38,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -58,6 +59,9 @@ struct DDPOptions {
   // Mixed precision: bf16 parameters with bf16 buckets (ZeRO's 2 bytes per gradient) or f32 buckets
   // (Megatron's main_grad: AccumulateGrad adds each backward's bf16 gradient into the f32 view).
   std::optional<DType> grad_dtype = std::nullopt;
+  // Which of the module's parameters it reduces (every one when empty): expert parallelism's experts go
+  // to a DDP of their own, over expert_dp_cp (parallel/runner/data_parallel_strategy.h).
+  std::function<bool(const nn::Placement& placement)> include;
   static constexpr int64_t kBucketPerParameter = 1;                           // every parameter alone
   static constexpr int64_t kOneBucket = std::numeric_limits<int64_t>::max();  // all in one
 };

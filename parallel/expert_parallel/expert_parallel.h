@@ -14,30 +14,49 @@
 //   dispatch   rows of my kept assignments, grouped by expert, so by owner ─all-to-all #1─►
 //              each rank receives the rows for its experts, source by source (splits: from the plan,
 //              no exchange of counts)
-//   experts    rows regrouped expert by expert, MLP_e on each block, put back source by source
+//   experts    rows regrouped expert by expert, each in the global plan's order (the serial GEMM),
+//              MLP_e on each block, put back source by source
 //   combine    ─all-to-all #2─► the outputs back in the order sent ─combine (local weights)─► [N_l, C]
 //
 //   Backward: the reverse of each all-to-all (the splits swapped), in the reverse order.
 //
-// The losses over the global batch: the load-balancing loss E·Σ f_e P_e takes f_e from the gathered
-// counts (global) and P_e from this rank's tokens; the average over the R ranks of that loss (what
-// data parallelism's gradient average takes) is the serial loss, since P_e is a mean over equal
-// shares. The z-loss is a mean over tokens: the same argument. A per-rank capacity or per-rank f_e
-// would be a different model (its drops and loss differ from the serial one): not offered.
+// One MoE batch: micro-batch m of every rank that splits the batch (dp, which holds ep), in rank
+// order: the rows the serial model routes in one forward. Its capacity, drops and load are the serial
+// model's. The auxiliary losses over it: E·Σ f_e P_e takes f_e from the gathered counts and P_e's sum
+// over this rank's tokens divided by the batch's N; the z-loss likewise. Each rank's aux_loss() is its
+// part, the parts sum to the serial loss of that batch, and ExpertParallelRunner weights it by the
+// batch's counted targets, as the serial run weights a micro-batch (expert_parallel_runner.h). A
+// per-rank capacity or per-rank f_e would be a different model (its drops and loss differ): not offered.
 //
-// Gradients: replicated weights are averaged over the R ranks that split the batch, as DDP does.
-// An expert's gradient on its owner is the sum of what every ep source sent back; the layer scales
-// it by 1/R on the way (GradScale, an identity forward) and the dp replicas of the same expert (the
-// ranks with the same ep coordinate) sum it: expert gradient = Σ over all R ranks' losses / R, the
-// serial gradient. Averaging it over ep instead would mix different experts.
+// Gradients (the rule every strategy keeps: parallel/runner/data_parallel_strategy.h): the router,
+// attention and dense weights are replicated over ep and averaged over dp_cp (ep included) like any
+// data-parallel weight. An expert lives on one ep rank and is placed sharded(0, "ep"): the strategy
+// leaves it out of its dp buckets and averages it over expert_dp_cp, the ranks holding the same
+// experts. Its gradient on its owner sums what every ep source sent back; the layer scales it by 1/ep
+// on the way (scale_gradient, identity forward), so the average over the R/ep replicas gives
+// Σ over all R ranks / R, what the replicated weights get. Averaging it over ep would mix experts.
 //
-// Bytes per layer and step (one all-to-all, f32 rows of C): a rank sends the rows of its kept
-// assignments that live on other ranks, tokens·k·C·bytes·(ep−1)/ep when the load is uniform and
-// nothing drops; dispatch and combine forward, and their reverses backward: four all-to-alls.
-// Memory per rank: E/ep experts (8C² weights each) plus the replicated weights.
+// Where ep sits in the mesh: between dp_shard and cp (mesh.h), Megatron's tp-cp-ep-dp-pp order and
+// torchtitan's, whose ep is carved out of the data-parallel ranks: ep ranks read other rows as dp
+// ranks do, and its two all-to-alls per layer want faster links than dp's one reduction per step.
 //
-//   Tests: tests/parallel/expert_parallel/test_expert_parallel.cpp
+// Bytes per MoE layer and step (f32 rows of C): each all-to-all sends the rows of a rank's kept
+// assignments that live on other ranks, tokens·k·C·4·(ep−1)/ep when the load is uniform and nothing
+// drops; dispatch and combine forward, their reverses backward: four all-to-alls. Memory per rank:
+// E/ep experts (8C² + 5C weights each) plus the replicated weights (router E·C, attention, embeddings).
+//
+// Supported layouts: ep alone and ep × dp_replicate under DDP (parallelize_options.h refuses the rest:
+// ZeRO, FSDP, pp, tp, cp, mixed precision).
+//
+// Files, in reading order: expert_exchange.h (the differentiable all-to-all, the gradient scale),
+// expert_parallel_moe.h (the layer), apply_expert_parallel.h (on a model part), expert_parallel_runner.h
+// (the micro-batch loop and the aux loss's weight).
+//
+//   Tests: tests/parallel/expert_parallel/test_expert_parallel.cpp (the layer, f64),
+//          tests/parallel/expert_parallel/test_expert_parallel_layouts.cpp (through parallelize and the Trainer)
 #pragma once
 
 #include "parallel/expert_parallel/expert_exchange.h"
 #include "parallel/expert_parallel/expert_parallel_moe.h"
+#include "parallel/expert_parallel/apply_expert_parallel.h"
+#include "parallel/expert_parallel/expert_parallel_runner.h"

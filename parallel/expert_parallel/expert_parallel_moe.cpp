@@ -73,82 +73,87 @@ std::vector<double> expert_major(const Traffic& t, int64_t per_rank) {
 
 }  // namespace
 
+// This rank's experts of `serial`, in a list named from the first one's global index.
+static std::shared_ptr<nn::ModuleList> rank_experts(const nn::MoE& serial, int ep, int ep_rank) {
+  const int64_t E = serial.num_experts();
+  if (E % ep != 0)
+    throw Error("expert parallel: " + std::to_string(E) + " experts do not split over ep " + std::to_string(ep) +
+                " (E % ep = " + std::to_string(E % ep) + ")");
+  const int64_t per_rank = E / ep, first = ep_rank * per_rank;
+  auto list = std::make_shared<nn::ModuleList>(first);
+  for (int64_t e = first; e < first + per_rank; ++e) list->push_back(serial.experts->children().at(static_cast<size_t>(e)).second);
+  return list;
+}
+
 ExpertParallelMoE::ExpertParallelMoE(const nn::MoE& serial, ExpertGroups groups)
-    : groups_(std::move(groups)),
-      num_experts_(serial.num_experts()),
-      top_k_(serial.top_k),
-      capacity_factor_(serial.capacity_factor),
-      aux_weight_(serial.aux_weight),
-      z_weight_(serial.z_weight),
-      order_(serial.order) {
+    : nn::MoE(serial, serial.router, rank_experts(serial, groups.ep ? groups.ep->size() : 1, groups.ep ? groups.ep->rank() : 0)),
+      groups_(std::move(groups)),
+      num_experts_(serial.num_experts()) {
   SL_CHECK(groups_.ep && groups_.batch && groups_.replicas, "ExpertParallelMoE: every group must be set");
   const int ep = groups_.ep->size();
-  if (num_experts_ % ep != 0)
-    throw Error("expert parallel: " + std::to_string(num_experts_) + " experts do not split over ep " +
-                std::to_string(ep) + " (E % ep = " + std::to_string(num_experts_ % ep) + ")");
   SL_CHECK(groups_.batch->size() == ep * groups_.replicas->size() &&
                groups_.batch->rank() == groups_.replicas->rank() * ep + groups_.ep->rank(),
            "ExpertParallelMoE: the batch group (rank ", groups_.batch->rank(), " of ", groups_.batch->size(),
            ") is not replicas x ep with ep innermost");
-  const int64_t per_rank = num_experts_ / ep;
-  first_ = groups_.ep->rank() * per_rank;
-  router = register_module("router", serial.router);
-  experts = register_module("experts", std::make_shared<nn::ModuleList>(first_));
-  for (int64_t e = first_; e < first_ + per_rank; ++e) experts->push_back(serial.experts->children().at(static_cast<size_t>(e)).second);
+  first_ = experts->first_index();
 }
 
+// This rank's part of the group's auxiliary losses: Switch's balance E·Σ_e f_e·P_e with f_e from the
+// group's counts and P_e's sum over this rank's tokens only, and the z-loss's sum over them, both
+// divided by the group's N tokens. Summed over the batch ranks: the serial model's loss of the group.
+void ExpertParallelMoE::record_losses(const Tensor& probs, const Tensor& logits, const std::vector<int64_t>& routed,
+                                      int64_t group_tokens) {
+  const int64_t E = num_experts_;
+  std::vector<double> fraction(routed.size());
+  for (size_t e = 0; e < routed.size(); ++e)
+    fraction[e] = static_cast<double>(routed[e]) / static_cast<double>(group_tokens * top_k);
+  Tensor f = from_vector(fraction, {E}, probs.options().with_requires_grad(false));     // [E], no gradient
+  Tensor P = div(sum(probs, 0), static_cast<double>(group_tokens));                      // [E], this rank's part
+  balance_ = mul(sum(mul(f, P)), static_cast<double>(E));
+  Tensor m = max(logits, 1, true).detach();                                              // [N_l, 1]
+  Tensor lse = add(log(sum(exp(sub(logits, m)), 1, true)), m);                           // [N_l, 1]
+  z_ = div(sum(mul(lse, lse)), static_cast<double>(group_tokens));
+}
 
 Tensor ExpertParallelMoE::forward(const Tensor& x) {
   SL_CHECK(x.dim() >= 2, "ExpertParallelMoE: x must be [..., C], got ", x.shape());
-  const int64_t C = x.size(-1), N = x.numel() / C, E = num_experts_, k = top_k_, per_rank = local_experts();
+  const int64_t C = x.size(-1), N = x.numel() / C, E = num_experts_, k = top_k, per_rank = local_experts();
   const int ep = groups_.ep->size(), R = groups_.batch->size();
-  Tensor tokens = x.reshape({N, C});              // [N_l, C]
-  Tensor logits = (*router)(tokens);              // [N_l, E]
-  nn::Routing routing = nn::route(logits, k, order_);  // local choices and weights [N_l, k]
+  Tensor tokens = x.reshape({N, C});                   // [N_l, C]
+  Tensor logits = (*router)(tokens);                   // [N_l, E]
+  nn::Routing routing = nn::route(logits, k, order);   // local choices and weights [N_l, k]
 
-  // 1. The global batch's choices, in global token order, and the serial model's plan over them.
+  // 1. The group's choices, in global token order, and the serial model's plan over them.
   Tensor all = Tensor::empty({R * N, k}, routing.experts.options());  // [R·N_l, k]
   groups_.batch->all_gather(all, routing.experts);
-  const int64_t capacity = nn::expert_capacity(capacity_factor_, R * N, k, E);
+  const int64_t capacity = nn::expert_capacity(capacity_factor, R * N, k, E);
   const nn::DispatchPlan global = nn::plan_dispatch(all, E, capacity, Device::cpu());
   stats_ = {global.routed, global.kept, R * N, capacity};
-  // Global f_e = routed_e / (R·N_l·k): the loss reads N from the probs' N_l rows, so divide by R.
-  balance_ = div(nn::load_balancing_loss(routing.probs, global.routed, k), static_cast<double>(R));  // local P
-  z_ = nn::router_z_loss(logits);
+  record_losses(routing.probs, logits, global.routed, R * N);
   Traffic t = cut_plan(global, N, k, per_rank, ep, groups_.ep->rank(), groups_.batch->rank(), x.device());
 
   // 2. Dispatch: my rows to their experts' ranks.
   Tensor received = exchange_rows(nn::dispatch(tokens, t.mine), groups_.ep, t.receive, t.send);
-  // 3. The experts, each on its rows from every source. The 1/R on their gradient: see the header.
-  const Tensor order = from_vector(expert_major(t, per_rank), {received.size(0)}, TensorOptions(DType::i64, x.device()));
-  Tensor rows = scale_gradient(index_select(received, order), static_cast<double>(R));
+  // 3. The experts, each on its rows from every source. The 1/ep on their gradient: see the header.
+  const Tensor order_in = from_vector(expert_major(t, per_rank), {received.size(0)}, TensorOptions(DType::i64, x.device()));
+  Tensor rows = scale_gradient(index_select(received, order_in), static_cast<double>(ep));
   std::vector<Tensor> outputs;
   int64_t first = 0;
   for (int64_t e = 0; e < per_rank; ++e) {
-    int64_t count = 0;
-    for (const auto& source : t.from) count += source[static_cast<size_t>(e)];
-    if (count > 0) outputs.push_back(experts->at<nn::MLP>(static_cast<size_t>(e))(rows.narrow(0, first, count)));
+    const auto count = static_cast<int64_t>(t.sources[static_cast<size_t>(e)].size());
+    // With replicas every expert runs, on no rows too: its gradient (zeros) must reach the replicas'
+    // reduction on every rank, or a replica that got rows would wait for one that got none.
+    if (count > 0 || groups_.replicas->size() > 1) outputs.push_back(expert(e)(rows.narrow(0, first, count)));
     first += count;
   }
   Tensor y = outputs.empty() ? rows : outputs.size() == 1 ? outputs[0] : cat(outputs, 0);
-  std::vector<double> inverse(static_cast<size_t>(order.numel()));
-  const std::vector<double> forward_order = order.to(Device::cpu()).to_vector();
+  std::vector<double> inverse(static_cast<size_t>(order_in.numel()));
+  const std::vector<double> forward_order = order_in.to(Device::cpu()).to_vector();
   for (size_t i = 0; i < forward_order.size(); ++i) inverse[static_cast<size_t>(forward_order[i])] = static_cast<double>(i);
-  y = index_select(scale_gradient(y, 1.0 / R), from_vector(inverse, {y.size(0)}, order.options()));  // source by source
+  y = index_select(scale_gradient(y, 1.0 / ep), from_vector(inverse, {y.size(0)}, order_in.options()));  // source by source
   // 4. Combine: the outputs back to their tokens' ranks, weighted there.
   Tensor back = exchange_rows(y, groups_.ep, t.send, t.receive);  // [M_l, C], in the order sent
   return nn::combine(back, routing.weights, t.mine).reshape(x.shape());
-}
-
-Tensor ExpertParallelMoE::aux_loss() const {
-  SL_CHECK(balance_.defined(), "ExpertParallelMoE::aux_loss: no forward has run yet");
-  return add(mul(balance_, aux_weight_), mul(z_, z_weight_));
-}
-
-void ExpertParallelMoE::sum_expert_gradients() {
-  if (groups_.replicas->size() == 1) return;
-  std::vector<Tensor> params = experts->parameters();
-  sum_gradients_over(params, *groups_.replicas);
 }
 
 }  // namespace sl::parallel

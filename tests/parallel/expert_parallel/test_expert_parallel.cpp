@@ -53,10 +53,16 @@ Tensor batch(uint64_t step, int64_t C) {
   return randn({kRows, kT, C}, TensorOptions(DType::f64), &g);
 }
 
-// mean over tokens of |y - x|², plus the aux losses: the rank's share of the global loss.
+// mean over tokens of |y - x|², plus the aux losses when given.
 Tensor objective(const Tensor& y, const Tensor& x, const Tensor& aux) {
   Tensor d = sub(y, mul(x, 0.5));
-  return add(mean(sum(mul(d, d), -1)), aux);
+  Tensor m = mean(sum(mul(d, d), -1));
+  return aux.defined() ? add(m, aux) : m;
+}
+
+void average_over(const std::vector<Tensor>& params, ProcessGroup& group) {
+  sum_gradients_over(params, group);
+  for (const Tensor& p : params) p.grad().mul_(1.0 / group.size());
 }
 
 nn::AdamWOptions adamw() { return {.lr = 0.05, .weight_decay = 0.5}; }
@@ -95,13 +101,14 @@ TEST_P(ExpertParallelParity, ThreeAdamWStepsEqualTheSerialMoE) {
       moe.zero_grad();
       const Tensor y = moe(mine);
       expect_close(y, serial_y.narrow(0, rank * rows, rows), "y");
-      Tensor loss = objective(y, mine, moe.aux_loss());
-      loss.backward();
-      sum_gradients_over(moe.router->parameters(), *groups.batch);  // DDP's average, as a sum ...
-      for (const Tensor& p : moe.router->parameters()) p.grad().mul_(1.0 / world);  // ... over R
-      moe.sum_expert_gradients();
+      // This rank's share of the serial objective: its rows' mean / R plus its part of the aux losses,
+      // backpropagated R times over, as data parallelism weights it before its average.
+      Tensor loss = add(div(objective(y, mine, Tensor()), static_cast<double>(world)), moe.aux_loss());
+      mul(loss, static_cast<double>(world)).backward();
+      average_over(moe.router->parameters(), *groups.batch);  // DDP's average over the batch ranks
+      average_over(moe.experts->parameters(), *groups.replicas);  // the experts' over their replicas
       Tensor total = loss.detach().clone();
-      all->all_reduce(total, ReduceOp::avg);
+      all->all_reduce(total, ReduceOp::sum);
 
       const std::string at = "step " + std::to_string(step) + " rank " + std::to_string(rank);
       EXPECT_EQ(moe.stats().kept, serial->stats().kept) << at;
