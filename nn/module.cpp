@@ -15,6 +15,16 @@ void Module::check_name(const std::string& name) const {
   for (const auto& [existing, _] : children_) SL_CHECK(existing != name, "Module: '", name, "' is registered twice");
 }
 
+void Module::replace_child(const std::string& name, std::shared_ptr<Module> module) {
+  SL_CHECK(module != nullptr, "Module: no module to put in place of '", name, "'");
+  for (auto& [existing, child] : children_)
+    if (existing == name) {
+      child = std::move(module);
+      return;
+    }
+  throw Error("Module: no child '" + name + "' to replace");
+}
+
 Tensor Module::register_parameter(const std::string& name, Tensor value, Placement placement) {
   check_name(name);
   SL_CHECK(value.defined() && is_floating(value.dtype()), "Module: parameter '", name, "' must be a floating tensor");

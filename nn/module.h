@@ -67,6 +67,14 @@ class Module {
   int register_forward_hook(ForwardHook hook);
   void remove_hook(int id);  // either kind; throws for an unknown id
 
+  // Swaps the registered child `name` for `module` (a chapter putting a layer's parallel form in its
+  // place, under the same name); throws naming `name` when there is no such child.
+  template <typename M>
+  std::shared_ptr<M> replace_module(const std::string& name, std::shared_ptr<M> module) {
+    replace_child(name, module);
+    return module;
+  }
+
  protected:
   // Registers a parameter (a leaf that requires grad, charged to the ledger's "weights").
   Tensor register_parameter(const std::string& name, Tensor value, Placement placement = Placement::replicated());
@@ -86,6 +94,7 @@ class Module {
     Placement* placement;
   };
   void check_name(const std::string& name) const;
+  void replace_child(const std::string& name, std::shared_ptr<Module> module);
   void collect(const std::string& prefix, std::vector<Slot>& out) const;
   std::vector<Slot> unique_slots() const;
   Placement* find_placement(const std::string& name) const;

@@ -22,6 +22,16 @@ MoE::MoE(const GPTConfig& config, const InitOptions& init)
   for (int64_t e = 0; e < config.moe_experts; ++e) experts->push_back(std::make_shared<MLP>(config, init));
 }
 
+MoE::MoE(const MoE& settings, std::shared_ptr<Linear> shared_router, std::shared_ptr<ModuleList> some_experts)
+    : top_k(settings.top_k),
+      capacity_factor(settings.capacity_factor),
+      order(settings.order),
+      aux_weight(settings.aux_weight),
+      z_weight(settings.z_weight) {
+  router = register_module("router", std::move(shared_router));
+  experts = register_module("experts", std::move(some_experts));
+}
+
 Tensor MoE::forward(const Tensor& x) {
   SL_CHECK(x.dim() >= 2, "MoE: x must be [..., C], got ", x.shape());
   const int64_t C = x.size(-1), N = x.numel() / C, E = num_experts();

@@ -50,7 +50,11 @@ class MoE : public UnaryModule {
   MoERouter order;
   double aux_weight, z_weight;
 
- private:
+ protected:
+  // A MoE of `settings`' options around the given router and experts, drawing nothing: expert
+  // parallelism's layer (parallel/expert_parallel) keeps the router and its rank's experts.
+  MoE(const MoE& settings, std::shared_ptr<Linear> router, std::shared_ptr<ModuleList> experts);
+
   MoEStats stats_;
   Tensor balance_, z_;
 };

@@ -83,7 +83,7 @@ inline void add_model_flags(cli::Parser& cli, Options& o) {
              "during backward instead of keeping its activations; the same gradients, bitwise");
   cli.text("--init-from", o.init_from, "PATH",
            "load weights (safetensors, strict by name) before training, into any layout");
-  cli.group("Mixture of experts (serial model only)");
+  cli.group("Mixture of experts (serial, or over --ep)");
   cli.integer("--moe-experts", o.moe_experts, 0, cli::kNoMaximum,
               "experts E in place of the MLP (a router picks --moe-top-k per token); 0, the default: the dense MLP");
   cli.integer("--moe-top-k", o.moe_top_k, 1, cli::kNoMaximum, "experts each token is routed to (<= --moe-experts)");
@@ -185,6 +185,10 @@ inline void add_train_flags(cli::Parser& cli, Options& o, train_flags::Raw& raw)
   add_layout_flags(cli, o);
   cli.group("Data parallel");
   cli.flag("--naive-dp", o.naive_dp, "the classic DataParallel (rank 0 scatters, gathers and steps)");
+  cli.group("Expert parallel");
+  cli.integer("--ep", o.ep, 1, 1024,
+              "a mixture of experts' experts over N ranks, which also split the batch (world = dp x ep); with "
+              "--moe-experts, under DDP (--dp); not yet with --zero, --pp, --tp or --cp");
   cli.group("Pipeline");
   cli.text("--stage-layers", o.stage_layers, "a,b,...", "layers per stage (default: balanced by count)",
            train_flags::stage_layers_error);

@@ -59,7 +59,11 @@ std::vector<std::vector<size_t>> reverse_order_buckets(const std::vector<int64_t
 }
 
 void sum_gradients_over(const std::vector<Tensor>& params, ProcessGroup& group) {
-  Tensor flat = zeros({total_numel(params)});
+  // f32 unless every parameter is f64: an f64 model (gradcheck, the f64 parity tests) must not be
+  // rounded to f32 on the way; 16-bit gradients are summed in f32 as before.
+  bool all_f64 = !params.empty();
+  for (const Tensor& p : params) all_f64 = all_f64 && p.dtype() == DType::f64;
+  Tensor flat = zeros({total_numel(params)}, all_f64 ? DType::f64 : DType::f32);
   flatten_gradients_into(flat, params);
   group.all_reduce(flat, ReduceOp::sum);
   for (const Tensor& p : params)

@@ -28,7 +28,8 @@ std::vector<std::vector<size_t>> reverse_order_buckets(const std::vector<int64_t
                                                        int64_t bucket_bytes);
 
 // Sums every parameter's gradient over `group`, in one all-reduce of the flattened gradients; a
-// parameter without a gradient adds zeros and gets the sum.
+// parameter without a gradient adds zeros and gets the sum. The sum is taken in f32 (f64 when every
+// parameter is f64).
 void sum_gradients_over(const std::vector<Tensor>& params, ProcessGroup& group);
 
 }  // namespace sl::parallel

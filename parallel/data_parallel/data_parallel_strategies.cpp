@@ -8,19 +8,36 @@ namespace sl::parallel {
 DdpStrategy::DdpStrategy(ModelRunner& runner, const DeviceMesh& mesh, bool replicate, const nn::AdamWOptions& adamw,
                          const nn::MixedPrecision& precision, const CommHookFactory& comm_hook)
     : runner_(runner), mesh_(mesh), precision_(precision) {
-  if (replicate)
-    ddp_ = std::make_unique<DistributedDataParallel>(
-        runner.module(), mesh.group(MeshDim::dp), DDPOptions{.grad_dtype = precision.grad_dtype, .comm_hook = comm_hook});
+  const auto placements = runner.module().named_placements();
+  const auto params = runner.module().named_parameters();
+  for (size_t i = 0; i < params.size(); ++i)
+    if (is_expert_parameter(placements[i].second)) experts_.push_back(params[i].second);
+  if (experts_.empty()) {
+    if (replicate)
+      ddp_ = std::make_unique<DistributedDataParallel>(
+          runner.module(), mesh.group(MeshDim::dp), DDPOptions{.grad_dtype = precision.grad_dtype, .comm_hook = comm_hook});
+  } else {  // the replicated weights over dp, the experts over the ranks holding the same ones
+    auto replicated = [](const nn::Placement& p) { return !is_expert_parameter(p); };
+    ddp_ = std::make_unique<DistributedDataParallel>(runner.module(), mesh.group(MeshDim::dp),
+                                                     DDPOptions{.grad_dtype = precision.grad_dtype, .comm_hook = comm_hook,
+                                                                .include = replicated});
+    if (mesh.size(MeshDim::expert_dp_cp) > 1)
+      expert_ddp_ = std::make_unique<DistributedDataParallel>(
+          runner.module(), mesh.group(MeshDim::expert_dp_cp),
+          DDPOptions{.grad_dtype = precision.grad_dtype, .include = is_expert_parameter});
+  }
   nn::AdamWOptions options = adamw;
   options.master_weights = options.master_weights || precision.enabled();
   adamw_ = std::make_unique<nn::AdamW>(runner.module().parameters(), options);
 }
 
 void DdpStrategy::zero_grad() {
-  if (ddp_)
-    ddp_->zero_grad();
-  else
-    nn::zero_grads(runner_.module().parameters(), precision_);
+  if (!ddp_) return nn::zero_grads(runner_.module().parameters(), precision_);
+  ddp_->zero_grad();
+  if (expert_ddp_)
+    expert_ddp_->zero_grad();
+  else if (!experts_.empty())
+    nn::zero_grads(experts_, precision_);
 }
 
 bool DdpStrategy::unscale_gradients(const nn::GradScaler& scaler) {
@@ -32,15 +49,20 @@ bool DdpStrategy::unscale_gradients(const nn::GradScaler& scaler) {
 // DDP all-reduces only in the rank's last backward: the sum of all of them.
 void DdpStrategy::before_backward(bool last) {
   if (!ddp_) return;
-  if (last)
+  if (last) {
     local_only_.reset();
-  else if (!local_only_)
+    experts_local_only_.reset();
+  } else if (!local_only_) {
     local_only_.emplace(*ddp_);
+    if (expert_ddp_) experts_local_only_.emplace(*expert_ddp_);
+  }
 }
 
 void DdpStrategy::synchronize() {
   local_only_.reset();
+  experts_local_only_.reset();
   if (ddp_) ddp_->synchronize();  // every bucket's all-reduce done before the chapter adds its sums
+  if (expert_ddp_) expert_ddp_->synchronize();
 }
 
 double DdpStrategy::clip_grad_norm(double max_norm) {
@@ -49,6 +71,7 @@ double DdpStrategy::clip_grad_norm(double max_norm) {
 
 void DdpStrategy::step(double lr) {
   adamw_->lr = lr;
+  if (expert_ddp_) expert_ddp_->synchronize();
   if (ddp_)
     ddp_->step(*adamw_);
   else
@@ -77,7 +100,10 @@ void DdpStrategy::set_optimizer_steps(int64_t steps) { set_steps_of(adamw_.get()
 
 std::vector<std::pair<std::string, const CommLedger*>> DdpStrategy::groups() const {
   if (!ddp_) return {};
-  return {{std::string(name(MeshDim::dp)), &mesh_.group(MeshDim::dp)->ledger()}};
+  std::vector<std::pair<std::string, const CommLedger*>> out = {
+      {std::string(name(MeshDim::dp)), &mesh_.group(MeshDim::dp)->ledger()}};
+  if (expert_ddp_) out.emplace_back(std::string(name(MeshDim::expert_dp_cp)), &mesh_.group(MeshDim::expert_dp_cp)->ledger());
+  return out;
 }
 
 NaiveStrategy::NaiveStrategy(nn::GPT& model, ProcessGroupPtr world, ProcessGroupPtr side, const nn::AdamWOptions& adamw)

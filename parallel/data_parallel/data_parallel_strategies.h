@@ -28,7 +28,8 @@ namespace sl::parallel {
 class DdpStrategy : public DataParallelStrategy {
  public:
   // DDP over mesh.group(MeshDim::dp) around runner.module() (collective: broadcasts the weights), unless
-  // `replicate` is false (one replica: AdamW alone). The runner and the mesh must outlive it.
+  // `replicate` is false (one replica: AdamW alone). Experts (is_expert_parameter) are left out of
+  // it and get a DDP of their own over expert_dp_cp, when that has more than one rank. The runner and the mesh must outlive it.
   // Mixed precision (`precision`): the buckets in its grad_dtype, AdamW with f32 master weights.
   // `comm_hook`: reduces each bucket in place of DDP's all-reduce (comm_hook.h); unused with one replica.
   DdpStrategy(ModelRunner& runner, const DeviceMesh& mesh, bool replicate, const nn::AdamWOptions& adamw,
@@ -50,9 +51,11 @@ class DdpStrategy : public DataParallelStrategy {
   ModelRunner& runner_;
   const DeviceMesh& mesh_;
   std::unique_ptr<DistributedDataParallel> ddp_;  // null with one replica
+  std::unique_ptr<DistributedDataParallel> expert_ddp_;  // the experts' (null without experts or their replicas)
+  std::vector<Tensor> experts_;                          // their parameters
   std::unique_ptr<nn::AdamW> adamw_;
   nn::MixedPrecision precision_;
-  std::optional<DistributedDataParallel::NoSyncGuard> local_only_;  // between backward passes
+  std::optional<DistributedDataParallel::NoSyncGuard> local_only_, experts_local_only_;  // between backward passes
 };
 
 class NaiveStrategy : public DataParallelStrategy {

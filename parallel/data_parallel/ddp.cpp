@@ -186,7 +186,10 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, ProcessGrou
            options.bucket_bytes, ")");
   State& s = *state_;
   s.group = std::move(group);
+  const auto placements = module.named_placements();
+  size_t index = 0;
   for (auto& [name, param] : module.named_parameters()) {
+    if (options.include && !options.include(placements[index++].second)) continue;
     SL_CHECK(is_floating(param.dtype()) && (s.params.empty() || param.dtype() == s.params[0].dtype()),
              "DistributedDataParallel: parameter '", name, "' is ", dtype_name(param.dtype()), "; every parameter ",
              "must have one floating dtype (the first is ", s.params.empty() ? "-" : dtype_name(s.params[0].dtype()),
@@ -264,10 +267,7 @@ void DistributedDataParallel::synchronize() {
            ". Every parameter must get a gradient in every synced backward (unused parameters are not supported)");
 }
 
-void DistributedDataParallel::step(nn::Optimizer& optimizer) {
-  synchronize();
-  optimizer.step();
-}
+void DistributedDataParallel::step(nn::Optimizer& optimizer) { synchronize(), optimizer.step(); }
 
 DistributedDataParallel::NoSyncGuard::NoSyncGuard(DistributedDataParallel& ddp)
     : ddp_(ddp), previous_(ddp.state_->sync_enabled) {
@@ -276,7 +276,6 @@ DistributedDataParallel::NoSyncGuard::NoSyncGuard(DistributedDataParallel& ddp)
 }
 
 DistributedDataParallel::NoSyncGuard::~NoSyncGuard() { ddp_.state_->sync_enabled = previous_; }
-
 int DistributedDataParallel::num_buckets() const { return static_cast<int>(state_->buckets.size()); }
 
 std::vector<BucketLayout> DistributedDataParallel::bucket_layout() const {

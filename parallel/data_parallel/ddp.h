@@ -44,6 +44,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -69,6 +70,9 @@ struct DDPOptions {
   // hooks). Built once per rank at construction; each bucket's hook runs synchronously when the bucket
   // is ready, in bucket order, and must leave it holding the average. Empty: the async all-reduce.
   CommHookFactory comm_hook = {};
+  // Which of the module's parameters it reduces (every one when empty): expert parallelism's experts go
+  // to a DDP of their own, over expert_dp_cp (parallel/runner/data_parallel_strategy.h).
+  std::function<bool(const nn::Placement& placement)> include;
   static constexpr int64_t kBucketPerParameter = 1;                           // every parameter alone
   static constexpr int64_t kOneBucket = std::numeric_limits<int64_t>::max();  // all in one
 };

@@ -2,6 +2,8 @@
 #include "parallel/nd/parallelize.h"
 
 #include "parallel/data_parallel/data_parallel_strategies.h"
+#include "parallel/expert_parallel/apply_expert_parallel.h"
+#include "parallel/expert_parallel/expert_parallel_runner.h"
 #include "parallel/nd/nd_parallelizer.h"
 #include "parallel/pipeline/pipeline_runner.h"
 #include "parallel/runner/part_runner.h"
@@ -30,6 +32,8 @@ std::unique_ptr<ModelRunner> build_runner(const nn::GPTConfig& config, uint64_t 
     if (tp.size() > 1) apply_tensor_parallel(*part, tp);
     // 3. Context parallelism: its attention over this rank's sequence shard.
     if (cut->sequence().cp > 1) apply_context_parallel(*part, cut->sequence(), cut->cp_groups(), cut->cp_variant());
+    // 3b. Expert parallelism: each MoE block keeps this rank's E/ep experts, tokens moved by all-to-alls.
+    if (mesh.size(MeshDim::ep) > 1) apply_expert_parallel(*part, mesh);
     return part;
   };
   Stage stage = make_stage(config, mesh.pp_rank(), pp, pp > 1 ? o.pipeline.virtual_stages : 1,
@@ -40,6 +44,8 @@ std::unique_ptr<ModelRunner> build_runner(const nn::GPTConfig& config, uint64_t 
   std::unique_ptr<ModelRunner> runner;
   if (pp > 1)
     runner = std::make_unique<PipelineRunner>(std::move(stage), mesh, o.pipeline, cut);
+  else if (mesh.size(MeshDim::ep) > 1)  // one MoE batch over the batch ranks: its aux loss's weight
+    runner = std::make_unique<ExpertParallelRunner>(first, cut, mesh);
   else
     runner = std::make_unique<PartRunner>(first, cut);
   if (!initial.empty()) runner->load_full_state_dict(initial);  // before FSDP frees the weights into shards

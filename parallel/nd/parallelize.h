@@ -5,7 +5,9 @@
 //   1. pipeline   cut the GPT into this rank's chunks (GPTShardSpec layer ranges; pp 1: one chunk, all of it)
 //   2. tp         build each chunk as this rank's tp slice of the serial draw; apply_tensor_parallel
 //   3. cp         apply_context_parallel: attention over this rank's sequence shard
-//   4. schedule   one stage: the plain micro-batch loop (PartRunner); several: the pipeline's schedule
+//      ep         apply_expert_parallel: each MoE block keeps this rank's E/ep experts (ep > 1)
+//   4. schedule   one stage: the plain micro-batch loop (PartRunner; ExpertParallelRunner under ep);
+//                 several: the pipeline's schedule
 //   5. dp         the data-parallel strategy around it: DDP, naive, ZeRO-1/2, or fully_shard (FSDP over
 //                 dp_shard x cp; HSDP across dp_replicate)
 //

@@ -1,6 +1,7 @@
 // parallelize_options.cpp — see parallelize_options.h.
 #include "parallel/nd/parallelize_options.h"
 
+#include "parallel/expert_parallel/apply_expert_parallel.h"
 #include "parallel/nd/nd_parallelizer.h"
 
 namespace sl::parallel {
@@ -72,9 +73,22 @@ static void check_cut(const ParallelizeOptions& o) {
            "> 1) is not supported: ZeRO-Offload here moves the whole model's optimizer to the host");
 }
 
+// Expert parallelism runs under DDP (dp_replicate x ep), on whole models.
+static void check_expert_layout(const ParallelizeOptions& o) {
+  const ParallelismConfig& c = o.parallelism;
+  SL_CHECK(o.dp_strategy == DpStrategy::ddp, "expert parallel: ", c.str(), ": ep runs under DDP only (--zero 0, no ",
+           "--naive-dp); ZeRO and FSDP do not yet keep the experts out of their dp_cp shards (got ",
+           dp_strategy_name(o.dp_strategy), ")");
+  SL_CHECK(c.pp == 1 && c.tp == 1 && c.cp == 1, "expert parallel: ", c.str(), ": ep is not yet combined with pp, tp ",
+           "or cp (the aux loss of a middle stage, experts over tp, tokens over cp); use ep with dp_replicate");
+  SL_CHECK(!o.precision.enabled(), "expert parallel: ", c.str(), ": --mixed-precision ", o.precision.str(),
+           " is not yet supported with ep (the layout is checked in f32 and f64)");
+}
+
 void check_layout(const ParallelizeOptions& o, int world_size) {
   const ParallelismConfig& c = o.parallelism;
   c.validate(world_size);
+  if (c.ep > 1) check_expert_layout(o);
   const int zero = zero_stage(o.dp_strategy);
   if (o.cuts_model()) check_cut(o);
   SL_CHECK(!o.precision.enabled() || o.dp_strategy != DpStrategy::naive, "Trainer: --mixed-precision ",
@@ -106,6 +120,7 @@ void check_model_cut(const nn::GPTConfig& config, const ParallelizeOptions& o, i
     split_layers(config.n_layer, c.pp * o.pipeline.virtual_stages, o.pipeline.stage_layers);
   }
   check_nd_layout(config, c.tp, c.cp, {.sequence_parallel = o.sequence_parallel, .cp = o.cp});  // both at once
+  check_expert_parallel(config, c.ep);  // a mixture of experts whose E splits over ep
 }
 
 }  // namespace sl::parallel

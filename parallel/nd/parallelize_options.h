@@ -15,6 +15,9 @@
 //   {.tp | .cp = K, .dp_shard = N}           zero2         ZeRO-2 over a tp or cp cut (not pp: the tied wte)
 //   {.pp, .tp, .cp, .dp_replicate, .dp_shard} fsdp         FSDP / HSDP over what the cut leaves on a rank,
 //                                                          over dp_shard x cp
+//   {.ep = E, .dp_replicate = N}             ddp           expert parallel: each rank E/ep experts, DDP over dp
+//                                                          (replicas x ep) for the rest, over dp_replicate
+//                                                          for the experts; not with pp, tp, cp, ZeRO or FSDP
 #pragma once
 #include <cstdint>
 

@@ -35,6 +35,12 @@
 
 namespace sl::parallel {
 
+// Expert parallelism's rule, which every strategy keeps: an expert's weight (placed sharded(0, "ep"):
+// the stack of the E experts cut over ep, parallel/expert_parallel) lives on one ep rank, so it is
+// not a replica over dp_cp as the other weights are. Its gradient is averaged over expert_dp_cp (the
+// ranks that hold the same experts) and never over ep, which would mix different experts.
+bool is_expert_parameter(const nn::Placement& placement);
+
 class DataParallelStrategy {
  public:
   virtual ~DataParallelStrategy() = default;

@@ -39,6 +39,10 @@ std::vector<std::string> partial_over(const nn::Module& module, MeshDim dim) {
   return out;
 }
 
+bool is_expert_parameter(const nn::Placement& placement) {
+  return placement.kind == nn::Placement::Kind::sharded && placement.mesh_dim == name(MeshDim::ep);
+}
+
 Tensor grad_or_zeros(const Tensor& param) {
   return param.grad().defined() ? param.grad() : zeros(param.shape(), TensorOptions(param.dtype(), param.device()));
 }

@@ -12,6 +12,7 @@ TrainPlan plan_of_options(const TrainOptions& o, const nn::MixedPrecision& preci
   plan.parallelism.pp = static_cast<int>(o.pp);
   plan.parallelism.tp = static_cast<int>(o.tp);
   plan.parallelism.cp = static_cast<int>(o.cp);
+  plan.parallelism.ep = static_cast<int>(o.ep);
   if (o.naive_dp) plan.dp_strategy = DpStrategy::naive;
   plan.offload = o.offload;
   plan.micro_batches = static_cast<int>(o.micro_batches);

@@ -38,9 +38,22 @@ void check_run_options(const TrainOptions& o) {
   if (o.moe_experts > 0 && o.recompute == "full")
     throw OptionError("--moe-experts with --recompute full: the experts' auxiliary losses are recorded in forward, "
                      "which full recomputation reruns; use --recompute none or selective");
-  if (o.moe_experts > 0 && o.parallel())
-    throw OptionError("--moe-experts runs the serial model only: no layout yet shards or replicates a mixture of "
-                     "experts; drop the layout flags");
+  if (o.moe_experts > 0 && o.parallel() && o.ep == 1)
+    throw OptionError("--moe-experts over a layout routes one MoE batch over every rank that splits the batch only "
+                     "with --ep N (expert parallelism); without it each rank would route, cap and balance its own "
+                     "rows: a different model. Add --ep, or drop the layout flags");
+  if (o.ep > 1 && o.moe_experts == 0)
+    throw OptionError("--ep " + std::to_string(o.ep) + " shards a mixture of experts: add --moe-experts E (E % ep == 0)");
+  if (o.ep > 1 && o.moe_experts % o.ep != 0)
+    throw OptionError("--ep " + std::to_string(o.ep) + ": --moe-experts " + std::to_string(o.moe_experts) +
+                     " does not split over it (E % ep = " + std::to_string(o.moe_experts % o.ep) + ")");
+  if (o.ep > 1 && (o.zero > 0 || o.dp_replicate > 0 || o.naive_dp || o.cuts_model() || o.offload))
+    throw OptionError("--ep runs with --dp (DDP) only: ZeRO and FSDP (--zero, --dp-replicate/--dp-shard, --offload) "
+                     "do not yet keep the experts out of their shards, and --pp, --tp and --cp are not yet combined "
+                     "with it");
+  if (o.ep > 1 && (!o.checkpoint_dir.empty() || !o.resume.empty()))
+    throw OptionError("--ep with --checkpoint-dir or --resume: distributed checkpoints do not yet place the experts "
+                     "(each lives on one ep rank); --save writes the whole model");
   if ((o.save_every > 0 || o.keep_last > 0) && o.checkpoint_dir.empty())
     throw OptionError("--save-every and --keep-last write checkpoints: add --checkpoint-dir DIR");
   if (!o.resume.empty() && o.compare_serial)
@@ -118,13 +131,13 @@ void check_layout_options(const TrainOptions& o) {
         ": DDP cannot all-reduce from an interleaved stage's last backward (it covers one chunk); add --zero 1");
   // Global batch = micro-batch rows x micro-batches x dp_replicate x dp_shard (the pp, tp and cp
   // ranks of one replica share its rows).
-  const int64_t ranks = o.parallel() ? o.data_parallel() : 1;
-  const int64_t replicate = o.dp_replicate > 0 ? o.dp_replicate : o.zero == 0 ? ranks : 1;
-  const int64_t shard = ranks / replicate;
+  const int64_t ranks = o.parallel() ? o.data_parallel() * o.ep : 1;  // ep ranks read other rows too
+  const int64_t replicate = o.dp_replicate > 0 ? o.dp_replicate : o.zero == 0 ? ranks / o.ep : 1;
+  const int64_t shard = ranks / replicate / o.ep;
   if (o.batch_size % (ranks * o.micro_batches) != 0)
     throw OptionError("--batch-size " + std::to_string(o.batch_size) + " must be micro-batch rows x " +
                      std::to_string(o.micro_batches) + " micro-batches x dp_replicate " + std::to_string(replicate) +
-                     " x dp_shard " + std::to_string(shard) + ", but " + std::to_string(o.batch_size) + " % " +
+                     " x dp_shard " + std::to_string(shard) + (o.ep > 1 ? " x ep " + std::to_string(o.ep) : "") + ", but " + std::to_string(o.batch_size) + " % " +
                      std::to_string(ranks * o.micro_batches) + " = " +
                      std::to_string(o.batch_size % (ranks * o.micro_batches)));
   if (o.naive_dp && o.micro_batches > 1)

@@ -38,7 +38,8 @@ struct TrainOptions {
   int64_t n_layer = 2, n_head = 4, n_embd = 128, block_size = 0;  // block 0: one line (addition), 64 otherwise
   double dropout = 0.0;
   std::string recompute = "none";  // activation recomputation (nn::Recompute)
-  // A mixture of experts in place of the MLP (nn/moe.h; nn::GPTConfig's moe_ fields): serial only.
+  // A mixture of experts in place of the MLP (nn/moe.h; nn::GPTConfig's moe_ fields): serial, or
+  // with --ep over DDP.
   int64_t moe_experts = 0, moe_top_k = 2, moe_every = 1;
   double moe_capacity_factor = 0, moe_aux_weight = 0.01, moe_z_weight = 0.001;
   std::string moe_router = "topk-softmax";
@@ -57,6 +58,9 @@ struct TrainOptions {
   bool offload = false, naive_dp = false, compare_serial = false;
   // The chapters that cut the model (alone or together, with data parallelism over the dp ranks).
   int64_t pp = 1, virtual_stages = 1, tp = 1, cp = 1, ulysses_degree = 0;
+  // Expert parallelism (parallel/expert_parallel): a mixture of experts' experts over ep ranks, which
+  // read other rows as data-parallel ranks do (world = dp x ep x ...).
+  int64_t ep = 1;
   std::string schedule = "1f1b", stage_layers, cp_balance = "zigzag", cp_variant = "ring", trace;
   bool sp = false;
   // Simulated links on the threads backend (parallel/comm/topology.h).
@@ -72,7 +76,7 @@ struct TrainOptions {
   CommHookFactory ddp_comm_hook = {};
 
   int64_t data_parallel() const { return dp_replicate > 0 ? dp_replicate * dp_shard : dp; }
-  int64_t world() const { return data_parallel() * pp * tp * cp; }
+  int64_t world() const { return data_parallel() * ep * pp * tp * cp; }
   bool cuts_model() const { return pp > 1 || tp > 1 || cp > 1; }
   bool parallel() const { return world() > 1 || zero > 0 || naive_dp || dp_replicate > 0; }
 

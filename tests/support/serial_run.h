@@ -55,7 +55,9 @@ struct SerialRun {
 inline nn::NamedTensors copies(const nn::NamedTensors& named, bool grads = false) {
   nn::NamedTensors out;
   out.reserve(named.size());
-  for (const auto& [name, t] : named) out.emplace_back(name, (grads ? t.grad() : t).detach().clone());
+  for (const auto& [name, t] : named)  // a gradient never computed (an expert no token chose) as zeros
+    out.emplace_back(name, grads && !t.grad().defined() ? zeros(t.shape(), TensorOptions(t.dtype(), t.device()))
+                                                        : (grads ? t.grad() : t).detach().clone());
   return out;
 }
 

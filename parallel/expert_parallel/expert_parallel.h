@@ -1,0 +1,62 @@
+// expert_parallel.h — expert parallelism: a mixture of experts' E experts sharded over ep ranks, the
+// tokens moved to their experts and back by two all-to-alls. The serial layer is nn/moe.h; its steps
+// (nn/moe_routing.h: route, plan, dispatch, experts, combine) stay, and only dispatch and combine
+// change: each gains an all-to-all.
+//
+//   rank r of ep holds experts [r·E/ep, (r+1)·E/ep) and a replica of everything else (router,
+//   attention, dense weights). Its N_l tokens:
+//
+//   x [N_l, C] ─router─► route (local)             experts [N_l, k], weights [N_l, k]
+//   all_gather the choices over the ranks that split the batch (dp × ep): [R·N_l, k], in the global
+//   token order (batch rank b holds tokens [b·N_l, (b+1)·N_l)); plan_dispatch on them with the
+//   capacity of the global batch, ceil(cf · R·N_l · k / E): every rank computes the same plan, the
+//   serial model's, and takes its own tokens' rows from it
+//   dispatch   rows of my kept assignments, grouped by expert, so by owner ─all-to-all #1─►
+//              each rank receives the rows for its experts, source by source (splits: from the plan,
+//              no exchange of counts)
+//   experts    rows regrouped expert by expert, each in the global plan's order (the serial GEMM),
+//              MLP_e on each block, put back source by source
+//   combine    ─all-to-all #2─► the outputs back in the order sent ─combine (local weights)─► [N_l, C]
+//
+//   Backward: the reverse of each all-to-all (the splits swapped), in the reverse order.
+//
+// One MoE batch: micro-batch m of every rank that splits the batch (dp, which holds ep), in rank
+// order: the rows the serial model routes in one forward. Its capacity, drops and load are the serial
+// model's. The auxiliary losses over it: E·Σ f_e P_e takes f_e from the gathered counts and P_e's sum
+// over this rank's tokens divided by the batch's N; the z-loss likewise. Each rank's aux_loss() is its
+// part, the parts sum to the serial loss of that batch, and ExpertParallelRunner weights it by the
+// batch's counted targets, as the serial run weights a micro-batch (expert_parallel_runner.h). A
+// per-rank capacity or per-rank f_e would be a different model (its drops and loss differ): not offered.
+//
+// Gradients (the rule every strategy keeps: parallel/runner/data_parallel_strategy.h): the router,
+// attention and dense weights are replicated over ep and averaged over dp_cp (ep included) like any
+// data-parallel weight. An expert lives on one ep rank and is placed sharded(0, "ep"): the strategy
+// leaves it out of its dp buckets and averages it over expert_dp_cp, the ranks holding the same
+// experts. Its gradient on its owner sums what every ep source sent back; the layer scales it by 1/ep
+// on the way (scale_gradient, identity forward), so the average over the R/ep replicas gives
+// Σ over all R ranks / R, what the replicated weights get. Averaging it over ep would mix experts.
+//
+// Where ep sits in the mesh: between dp_shard and cp (mesh.h), Megatron's tp-cp-ep-dp-pp order and
+// torchtitan's, whose ep is carved out of the data-parallel ranks: ep ranks read other rows as dp
+// ranks do, and its two all-to-alls per layer want faster links than dp's one reduction per step.
+//
+// Bytes per MoE layer and step (f32 rows of C): each all-to-all sends the rows of a rank's kept
+// assignments that live on other ranks, tokens·k·C·4·(ep−1)/ep when the load is uniform and nothing
+// drops; dispatch and combine forward, their reverses backward: four all-to-alls. Memory per rank:
+// E/ep experts (8C² + 5C weights each) plus the replicated weights (router E·C, attention, embeddings).
+//
+// Supported layouts: ep alone and ep × dp_replicate under DDP (parallelize_options.h refuses the rest:
+// ZeRO, FSDP, pp, tp, cp, mixed precision).
+//
+// Files, in reading order: expert_exchange.h (the differentiable all-to-all, the gradient scale),
+// expert_parallel_moe.h (the layer), apply_expert_parallel.h (on a model part), expert_parallel_runner.h
+// (the micro-batch loop and the aux loss's weight).
+//
+//   Tests: tests/parallel/expert_parallel/test_expert_parallel.cpp (the layer, f64),
+//          tests/parallel/expert_parallel/test_expert_parallel_layouts.cpp (through parallelize and the Trainer)
+#pragma once
+
+#include "parallel/expert_parallel/expert_exchange.h"
+#include "parallel/expert_parallel/expert_parallel_moe.h"
+#include "parallel/expert_parallel/apply_expert_parallel.h"
+#include "parallel/expert_parallel/expert_parallel_runner.h"

@@ -1,0 +1,159 @@
+// expert_parallel_moe.cpp — see expert_parallel_moe.h and, for the steps, expert_parallel.h.
+#include "parallel/expert_parallel/expert_parallel_moe.h"
+
+#include "parallel/comm/flatten.h"
+#include "parallel/expert_parallel/expert_exchange.h"
+
+namespace sl::parallel {
+
+namespace {
+
+std::vector<int64_t> host_ids(const Tensor& t) {
+  std::vector<int64_t> out;
+  for (double v : t.to(Device::cpu()).to_vector()) out.push_back(static_cast<int64_t>(v));
+  return out;
+}
+
+// The global plan cut for the ep group: what this rank sends, and what each source sends to it.
+struct Traffic {
+  nn::DispatchPlan mine;                      // this rank's tokens' kept assignments, by expert (so by owner)
+  std::vector<int64_t> send, receive;         // [ep] rows to / from each ep rank
+  std::vector<std::vector<int64_t>> from;     // [ep][local experts] rows of each source for each of my experts
+  std::vector<std::vector<int>> sources;      // [local experts] the source of each of its rows, in the plan's order
+};
+
+Traffic cut_plan(const nn::DispatchPlan& global, int64_t n_local, int64_t k, int64_t per_rank, int ep, int ep_rank,
+                 int batch_rank, Device device) {
+  Traffic t;
+  t.send.assign(static_cast<size_t>(ep), 0);
+  t.receive.assign(static_cast<size_t>(ep), 0);
+  t.from.assign(static_cast<size_t>(ep), std::vector<int64_t>(static_cast<size_t>(per_rank), 0));
+  t.sources.resize(static_cast<size_t>(per_rank));
+  const std::vector<int64_t> token = host_ids(global.token), choice = host_ids(global.choice);
+  const int64_t first_source = batch_rank - ep_rank;  // the ep peers are consecutive batch ranks
+  std::vector<double> my_token, my_choice;
+  size_t m = 0;
+  for (size_t e = 0; e < global.kept.size(); ++e) {
+    const int owner = static_cast<int>(static_cast<int64_t>(e) / per_rank);
+    for (int64_t i = 0; i < global.kept[e]; ++i, ++m) {
+      const int64_t source = token[m] / n_local - first_source;
+      if (source == ep_rank) {
+        my_token.push_back(static_cast<double>(token[m] - batch_rank * n_local));
+        my_choice.push_back(static_cast<double>(choice[m] - batch_rank * n_local * k));
+        ++t.send[static_cast<size_t>(owner)];
+      }
+      if (owner == ep_rank && source >= 0 && source < ep) {
+        ++t.receive[static_cast<size_t>(source)];
+        ++t.from[static_cast<size_t>(source)][static_cast<size_t>(static_cast<int64_t>(e) % per_rank)];
+        t.sources[static_cast<size_t>(static_cast<int64_t>(e) % per_rank)].push_back(static_cast<int>(source));
+      }
+    }
+  }
+  const TensorOptions ids(DType::i64, device);
+  t.mine.token = from_vector(my_token, {static_cast<int64_t>(my_token.size())}, ids);
+  t.mine.choice = from_vector(my_choice, {static_cast<int64_t>(my_choice.size())}, ids);
+  return t;
+}
+
+// The received rows (source by source, each source's by expert) put expert by expert, each expert's
+// in the global plan's order: the rows, and their order, that expert computes in the serial model
+// (the same GEMM, so the same bits, when one replica serves the whole batch).
+std::vector<double> expert_major(const Traffic& t, int64_t per_rank) {
+  const size_t ep = t.from.size();
+  std::vector<int64_t> start(ep, 0);  // where each source's block (and its expert e's rows) begins
+  for (size_t s = 1; s < ep; ++s) start[s] = start[s - 1] + t.receive[s - 1];
+  std::vector<double> order;
+  for (int64_t e = 0; e < per_rank; ++e) {
+    std::vector<int64_t> next = start;
+    for (int source : t.sources[static_cast<size_t>(e)]) order.push_back(static_cast<double>(next[static_cast<size_t>(source)]++));
+    for (size_t s = 0; s < ep; ++s) start[s] += t.from[s][static_cast<size_t>(e)];
+  }
+  return order;
+}
+
+}  // namespace
+
+// This rank's experts of `serial`, in a list named from the first one's global index.
+static std::shared_ptr<nn::ModuleList> rank_experts(const nn::MoE& serial, int ep, int ep_rank) {
+  const int64_t E = serial.num_experts();
+  if (E % ep != 0)
+    throw Error("expert parallel: " + std::to_string(E) + " experts do not split over ep " + std::to_string(ep) +
+                " (E % ep = " + std::to_string(E % ep) + ")");
+  const int64_t per_rank = E / ep, first = ep_rank * per_rank;
+  auto list = std::make_shared<nn::ModuleList>(first);
+  for (int64_t e = first; e < first + per_rank; ++e) list->push_back(serial.experts->children().at(static_cast<size_t>(e)).second);
+  return list;
+}
+
+ExpertParallelMoE::ExpertParallelMoE(const nn::MoE& serial, ExpertGroups groups)
+    : nn::MoE(serial, serial.router, rank_experts(serial, groups.ep ? groups.ep->size() : 1, groups.ep ? groups.ep->rank() : 0)),
+      groups_(std::move(groups)),
+      num_experts_(serial.num_experts()) {
+  SL_CHECK(groups_.ep && groups_.batch && groups_.replicas, "ExpertParallelMoE: every group must be set");
+  const int ep = groups_.ep->size();
+  SL_CHECK(groups_.batch->size() == ep * groups_.replicas->size() &&
+               groups_.batch->rank() == groups_.replicas->rank() * ep + groups_.ep->rank(),
+           "ExpertParallelMoE: the batch group (rank ", groups_.batch->rank(), " of ", groups_.batch->size(),
+           ") is not replicas x ep with ep innermost");
+  first_ = experts->first_index();
+}
+
+// This rank's part of the group's auxiliary losses: Switch's balance E·Σ_e f_e·P_e with f_e from the
+// group's counts and P_e's sum over this rank's tokens only, and the z-loss's sum over them, both
+// divided by the group's N tokens. Summed over the batch ranks: the serial model's loss of the group.
+void ExpertParallelMoE::record_losses(const Tensor& probs, const Tensor& logits, const std::vector<int64_t>& routed,
+                                      int64_t group_tokens) {
+  const int64_t E = num_experts_;
+  std::vector<double> fraction(routed.size());
+  for (size_t e = 0; e < routed.size(); ++e)
+    fraction[e] = static_cast<double>(routed[e]) / static_cast<double>(group_tokens * top_k);
+  Tensor f = from_vector(fraction, {E}, probs.options().with_requires_grad(false));     // [E], no gradient
+  Tensor P = div(sum(probs, 0), static_cast<double>(group_tokens));                      // [E], this rank's part
+  balance_ = mul(sum(mul(f, P)), static_cast<double>(E));
+  Tensor m = max(logits, 1, true).detach();                                              // [N_l, 1]
+  Tensor lse = add(log(sum(exp(sub(logits, m)), 1, true)), m);                           // [N_l, 1]
+  z_ = div(sum(mul(lse, lse)), static_cast<double>(group_tokens));
+}
+
+Tensor ExpertParallelMoE::forward(const Tensor& x) {
+  SL_CHECK(x.dim() >= 2, "ExpertParallelMoE: x must be [..., C], got ", x.shape());
+  const int64_t C = x.size(-1), N = x.numel() / C, E = num_experts_, k = top_k, per_rank = local_experts();
+  const int ep = groups_.ep->size(), R = groups_.batch->size();
+  Tensor tokens = x.reshape({N, C});                   // [N_l, C]
+  Tensor logits = (*router)(tokens);                   // [N_l, E]
+  nn::Routing routing = nn::route(logits, k, order);   // local choices and weights [N_l, k]
+
+  // 1. The group's choices, in global token order, and the serial model's plan over them.
+  Tensor all = Tensor::empty({R * N, k}, routing.experts.options());  // [R·N_l, k]
+  groups_.batch->all_gather(all, routing.experts);
+  const int64_t capacity = nn::expert_capacity(capacity_factor, R * N, k, E);
+  const nn::DispatchPlan global = nn::plan_dispatch(all, E, capacity, Device::cpu());
+  stats_ = {global.routed, global.kept, R * N, capacity};
+  record_losses(routing.probs, logits, global.routed, R * N);
+  Traffic t = cut_plan(global, N, k, per_rank, ep, groups_.ep->rank(), groups_.batch->rank(), x.device());
+
+  // 2. Dispatch: my rows to their experts' ranks.
+  Tensor received = exchange_rows(nn::dispatch(tokens, t.mine), groups_.ep, t.receive, t.send);
+  // 3. The experts, each on its rows from every source. The 1/ep on their gradient: see the header.
+  const Tensor order_in = from_vector(expert_major(t, per_rank), {received.size(0)}, TensorOptions(DType::i64, x.device()));
+  Tensor rows = scale_gradient(index_select(received, order_in), static_cast<double>(ep));
+  std::vector<Tensor> outputs;
+  int64_t first = 0;
+  for (int64_t e = 0; e < per_rank; ++e) {
+    const auto count = static_cast<int64_t>(t.sources[static_cast<size_t>(e)].size());
+    // With replicas every expert runs, on no rows too: its gradient (zeros) must reach the replicas'
+    // reduction on every rank, or a replica that got rows would wait for one that got none.
+    if (count > 0 || groups_.replicas->size() > 1) outputs.push_back(expert(e)(rows.narrow(0, first, count)));
+    first += count;
+  }
+  Tensor y = outputs.empty() ? rows : outputs.size() == 1 ? outputs[0] : cat(outputs, 0);
+  std::vector<double> inverse(static_cast<size_t>(order_in.numel()));
+  const std::vector<double> forward_order = order_in.to(Device::cpu()).to_vector();
+  for (size_t i = 0; i < forward_order.size(); ++i) inverse[static_cast<size_t>(forward_order[i])] = static_cast<double>(i);
+  y = index_select(scale_gradient(y, 1.0 / ep), from_vector(inverse, {y.size(0)}, order_in.options()));  // source by source
+  // 4. Combine: the outputs back to their tokens' ranks, weighted there.
+  Tensor back = exchange_rows(y, groups_.ep, t.send, t.receive);  // [M_l, C], in the order sent
+  return nn::combine(back, routing.weights, t.mine).reshape(x.shape());
+}
+
+}  // namespace sl::parallel

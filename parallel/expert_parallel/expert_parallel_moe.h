@@ -1,0 +1,45 @@
+// expert_parallel_moe.h — nn::MoE with its experts sharded over ep (the story: expert_parallel.h).
+//
+//   ExpertParallelMoE moe(serial, groups);   // this rank's experts of `serial`, its router replicated
+//   y = moe(x);                              // x [B_l, T, C]: this rank's rows of the group's batch
+//   (R · its share of the loss).backward();  // R = groups.batch->size(), as data parallelism weights it
+//   average the replicated gradients over groups.batch, each expert's over groups.replicas
+//
+// It is an nn::MoE (a Block holds it in place of the serial one, under the same name "mlp"): its
+// stats() are the whole group's routing (every rank the same), and its aux_loss() is this rank's
+// part of the group's auxiliary losses (their sum over groups.batch is the serial model's loss).
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "nn/moe.h"
+#include "parallel/comm/process_group.h"
+
+namespace sl::parallel {
+
+struct ExpertGroups {
+  ProcessGroupPtr ep;        // the ranks the experts are sharded over (E/ep each)
+  ProcessGroupPtr batch;     // the ranks whose rows form one MoE batch (dp × ep), ep innermost: rank = d·ep + ep rank
+  ProcessGroupPtr replicas;  // the ranks holding the same experts (same ep rank, every other batch rank)
+};
+
+class ExpertParallelMoE : public nn::MoE {
+ public:
+  // Shares `serial`'s router and experts [r·E/ep, (r+1)·E/ep) (named experts.<e>, as in the serial
+  // model). Throws sl::Error unless ep divides E and the groups fit (batch = replicas × ep).
+  ExpertParallelMoE(const nn::MoE& serial, ExpertGroups groups);
+  Tensor forward(const Tensor& x) override;  // [B_l, T, C] (or [N_l, C]) -> the same shape
+
+  int64_t first_expert() const { return first_; }
+  int64_t local_experts() const { return num_experts(); }  // E / ep
+  int64_t global_experts() const { return num_experts_; }  // E
+  const ExpertGroups& groups() const { return groups_; }
+
+ private:
+  void record_losses(const Tensor& probs, const Tensor& logits, const std::vector<int64_t>& routed, int64_t group_tokens);
+
+  ExpertGroups groups_;
+  int64_t num_experts_ = 0, first_ = 0;
+};
+
+}  // namespace sl::parallel

@@ -1,0 +1,36 @@
+// expert_parallel_runner.h — the plain micro-batch loop (PartRunner) over a part whose MoE blocks
+// are expert-parallel (apply_expert_parallel.h): what parallelize.h builds when ep > 1 and pp = 1.
+//
+// One MoE batch is micro-batch m of every batch rank (dp, ep included): the union over those ranks of
+// their m-th micro-batch, in rank order, is what the serial model routes in one forward (its
+// capacity, drops and load). Its auxiliary loss is weighted as the serial run weighs a micro-batch's,
+// by that batch's counted targets G_m over the global batch's C. Each rank backpropagates its part
+// a_d of the aux loss (expert_parallel_moe.h) beside its own mean cross-entropy:
+//
+//   loss_d = CE_d + a_d · G_m / c_d        (c_d: this rank's counted targets in micro-batch m)
+//   weighted c_d · dp / C, averaged over dp:   Σ_d CE_d · c_d / C + (Σ_d a_d) · G_m / C   = serial
+//
+// G_m costs one all-reduce of M numbers over dp per step. full_state_dict and full_gradients gather
+// every expert over ep (the serial model's names, E experts per MoE block).
+#pragma once
+#include <memory>
+
+#include "parallel/comm/mesh.h"
+#include "parallel/runner/part_runner.h"
+
+namespace sl::parallel {
+
+class ExpertParallelRunner : public PartRunner {
+ public:
+  ExpertParallelRunner(std::shared_ptr<nn::GPT> part, std::shared_ptr<const ChunkParallelizer> cut, const DeviceMesh& mesh);
+  double forward_backward(const std::vector<nn::TokenStream::MicroBatch>& micros, double global_count, int dp,
+                          const BackwardHooks& hooks) override;
+  nn::StateDict full_state_dict() override;  // collective over ep and the cut's groups
+  nn::StateDict full_gradients() override;
+
+ private:
+  nn::StateDict with_every_expert(nn::StateDict local, bool gradients);
+  const DeviceMesh& mesh_;
+};
+
+}  // namespace sl::parallel

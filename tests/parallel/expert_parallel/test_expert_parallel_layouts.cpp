@@ -1,0 +1,162 @@
+// test_expert_parallel_layouts.cpp — a mixture-of-experts GPT with its experts sharded over ep
+// (parallel/expert_parallel/expert_parallel.h), built by parallelize and run by the Trainer, against
+// an INDEPENDENT serial nn::GPT + nn::AdamW (lr 1e-2, weight decay 0.1): the loss of each of 3 steps,
+// the gathered gradients of the last step (before its update), the strategy's gradient norm and the
+// parameters after it, within the N-D suite's rtol 1e-5, atol 4e-5.
+//
+// The serial model routes one MoE batch per forward: here, micro-batch m of every batch rank (dp,
+// ep included), in rank order (expert_parallel_runner.h). The reference forwards exactly those rows
+// as one batch and weights its loss by their share of the step's counted targets: a serial model of
+// the same groups, not the layout at world 1. Capacity, drops and the aux loss are then the serial
+// model's; a per-rank capacity or a per-rank aux loss fails here.
+//
+// What makes it able to fail: a loss-masked stream (rows count unequal numbers of targets, so the
+// aux loss's weight G_m/C differs from any rank's own), aux and z weights large enough to move the
+// router, cases that drop tokens (asserted), and gradients compared before Adam hides a scale.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "nn/data.h"
+#include "nn/gpt.h"
+#include "nn/moe.h"
+#include "parallel/comm/launch.h"
+#include "parallel/expert_parallel/apply_expert_parallel.h"
+#include "parallel/train/trainer.h"
+#include "tests/support/compare.h"
+#include "tests/support/serial_run.h"
+#include "tests/support/test_util.h"
+#include "tests/support/trainer.h"
+
+namespace sl::parallel {
+namespace {
+
+using test_support::at;
+using test_support::expect_close;
+using test_support::state_of;
+
+constexpr int kSteps = 3;
+constexpr int64_t kBatch = 8, kT = 8;
+constexpr test_support::Tolerance kTol{.atol = 4e-5, .rtol = 1e-5};
+constexpr uint64_t kSeed = 11;
+
+struct EpLayout {
+  std::string name;
+  int ep = 2, dp = 1;  // dp: DDP replicas (dp_replicate)
+  int64_t k = 2;
+  double capacity_factor = 0;  // 0: dropless
+  int micro_batches = 1;
+  int world() const { return ep * dp; }
+};
+void PrintTo(const EpLayout& c, std::ostream* out) { *out << c.name; }
+std::string layout_name(const testing::TestParamInfo<EpLayout>& info) { return info.param.name; }
+
+nn::GPTConfig config_of(const EpLayout& c) {
+  nn::GPTConfig config{.vocab_size = 31, .block_size = kT, .n_layer = 2, .n_head = 4, .n_embd = 16};
+  config.moe_experts = 4;
+  config.moe_top_k = c.k;
+  config.moe_capacity_factor = c.capacity_factor;
+  // k 1: softmax then top-k (the weight carries the router's gradient); k 2: Mixtral's order.
+  config.moe_router = c.k == 1 ? nn::MoERouter::softmax_topk : nn::MoERouter::topk_softmax;
+  config.moe_aux_weight = 0.1;  // large, so that an aux loss over the wrong tokens shows
+  config.moe_z_weight = 0.01;
+  return config;
+}
+
+// Targets count when i % 8 < 1 + (i / 8) % 5: rows and micro-batches count unequal numbers.
+nn::TokenStream masked_tokens() {
+  nn::TokenStream s;
+  s.vocab_size = 31;
+  for (int i = 0; i < 800; ++i) {
+    s.tokens.push_back(static_cast<int32_t>((i * 7 + i / 5 + (i * i) % 11) % 31));
+    s.loss_mask.push_back(i % 8 < 1 + (i / 8) % 5 ? 1 : 0);
+  }
+  return s;
+}
+
+// Step s's MoE batches: for micro-batch m, rows m of every batch rank's share, rank by rank, weighted
+// by their counted targets over the batch's.
+std::vector<test_support::WeightedBatch> moe_batches(const nn::TokenStream& data, int step, const EpLayout& c) {
+  const nn::Batch batch = data.get_batch(step, kBatch, kT);
+  const int ranks = c.world(), M = c.micro_batches;
+  const int64_t rows = kBatch / (ranks * M);
+  const double total = static_cast<double>(nn::counted_targets(batch.targets));
+  std::vector<test_support::WeightedBatch> out;
+  for (int m = 0; m < M; ++m) {
+    std::vector<Tensor> inputs, targets;
+    for (int d = 0; d < ranks; ++d) {
+      const int64_t first = d * (kBatch / ranks) + m * rows;
+      inputs.push_back(batch.inputs.narrow(0, first, rows));
+      targets.push_back(batch.targets.narrow(0, first, rows));
+    }
+    nn::Batch group{cat(inputs, 0), cat(targets, 0)};
+    const double weight = M == 1 ? 1.0 : static_cast<double>(nn::counted_targets(group.targets)) / total;
+    out.push_back({group, weight});
+  }
+  return out;
+}
+
+double norm_of(const nn::NamedTensors& grads) {
+  double squares = 0;
+  for (const auto& [name, g] : grads)
+    for (double x : g.to_vector()) squares += x * x;
+  return std::sqrt(squares);
+}
+
+TrainPlan plan_of(const EpLayout& c) {
+  TrainPlan plan;
+  plan.parallelism.ep = c.ep;
+  plan.parallelism.dp_replicate = c.dp;
+  plan.micro_batches = c.micro_batches;
+  return plan;
+}
+
+class ExpertParallelLayouts : public testing::TestWithParam<EpLayout> {};
+
+TEST_P(ExpertParallelLayouts, MatchesTheSerialMoEThroughTheTrainer) {
+  const EpLayout c = GetParam();
+  SL_SKIP_UNLESS_WORLD(c.world());
+  const nn::TokenStream data = masked_tokens();
+  const nn::GPTConfig config = config_of(c);
+  const test_support::SerialRun serial = test_support::serial_run_micro(
+      {.config = config, .seed = kSeed, .adamw = parity_adamw(), .steps = kSteps},
+      [&](int s) { return moe_batches(data, s, c); });
+  const test_support::SerialStep& last_step = serial.steps.back();
+  const TrainPlan plan = plan_of(c);
+  std::vector<int64_t> dropped(static_cast<size_t>(c.world()), 0);
+  launch(c.world(), [&](RankContext& ctx) {
+    std::unique_ptr<Trainer> trainer = make_plan_trainer(ctx, plan, config, kSeed, parity_adamw());  // train's path
+    auto& part = dynamic_cast<nn::GPT&>(trainer->runner()->module());
+    ASSERT_EQ(expert_parallel_layers(part).size(), 2u);
+    for (int s = 0; s < kSteps; ++s) {
+      if (s == kSteps - 1) trainer->keep_gradients();
+      const double loss = trainer->train_step(data, s, kBatch, kT, parity_adamw().lr, 1e30);  // the norm, no clip
+      EXPECT_NEAR(loss, serial.steps[s].loss, kTol.bound(serial.steps[s].loss)) << "step " << s;
+      for (const auto& [layer, moe] : expert_parallel_layers(part)) dropped[static_cast<size_t>(ctx.rank)] += moe->stats().dropped();
+    }
+    expect_close(trainer->full_gradients(), state_of(last_step.grads), kTol, at("gradient", ctx.rank, kSteps - 1));
+    EXPECT_NEAR(trainer->last_grad_norm(), norm_of(last_step.grads), 1e-5 * norm_of(last_step.grads))
+        << "gradient norm on rank " << ctx.rank;
+    expect_close(trainer->full_state_dict(), state_of(last_step.params), kTol, at("parameter", ctx.rank, kSteps - 1));
+  });
+  for (int64_t d : dropped) {
+    if (c.capacity_factor > 0) EXPECT_GT(d, 0) << "this case must drop tokens";
+    else EXPECT_EQ(d, 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, ExpertParallelLayouts,
+    testing::Values(EpLayout{.name = "ep2_k1", .ep = 2, .k = 1},
+                    EpLayout{.name = "ep2_k2", .ep = 2, .k = 2},
+                    EpLayout{.name = "ep2_k1_drops", .ep = 2, .k = 1, .capacity_factor = 1.0},
+                    EpLayout{.name = "ep2_k2_drops", .ep = 2, .k = 2, .capacity_factor = 1.0},
+                    EpLayout{.name = "ep4_k1_drops", .ep = 4, .k = 1, .capacity_factor = 1.0},
+                    EpLayout{.name = "ep4_k2", .ep = 4, .k = 2},
+                    EpLayout{.name = "ep2_dp2_k2", .ep = 2, .dp = 2, .k = 2},
+                    EpLayout{.name = "ep2_dp2_k2_drops_mb2", .ep = 2, .dp = 2, .k = 2, .capacity_factor = 1.0,
+                             .micro_batches = 2}),
+    layout_name);
+
+}  // namespace
+}  // namespace sl::parallel
