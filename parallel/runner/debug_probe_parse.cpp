@@ -87,7 +87,11 @@ void check_target(const ProbeFault& f, const std::string& text) {
     throw Error(fault + kind_name(f.kind) + " acts in a block's attention: its module is h.N.attn, got '" + f.target +
                 "'");
   if (f.kind == Kind::ring_chunk_index) {
-    dim_of(f.target, text);
+    try {
+      mesh_dim_from_name(f.target);
+    } catch (const Error& e) {
+      throw Error(fault + "ring-chunk-index reduces over a mesh dimension's group: " + e.what());
+    }
     if (!f.on.empty())
       throw Error(fault + "ring-chunk-index is the ring every rank of the group runs: it takes no DIM=K");
   }
