@@ -1,8 +1,9 @@
 // debug_probe.h — a rank's window into its part of the model while it trains: the output of every
 // named module of the GPT, captured through forward hooks, and faults planted by module or parameter
 // name on the ranks at chosen mesh coordinates, so that a test (or a lesson) can break one rank of a
-// layout without editing its code. build/bin/diverge (parallel/train/divergence.h) reads the captures;
-// its tests plant the faults.
+// layout without editing its code: at the modules' hooks, at the places inside the chapters that
+// fault_sites.h names, or in a mesh group's reductions. build/bin/diverge (parallel/train/divergence.h)
+// reads the captures; its tests and --inject plant the faults.
 //
 //   DebugProbe probe(faults);                    one per rank: it holds that rank's hooks and captures
 //   probe.attach(trainer.runner()->module(), &mesh);    hooks on wte, wpe, h.N, h.N.attn, h.N.mlp, ln_f, the part
