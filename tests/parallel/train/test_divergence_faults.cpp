@@ -124,7 +124,7 @@ void off_by_one_ring(ProcessGroup& group, const Tensor& data) {
   }
 }
 
-TEST(DivergenceFaults, RingChunkIndexSumsWhatTheOffByOneRingSums) {
+TEST(ProbeReductionFault, SumsWhatTheOffByOneRingSums) {
   SL_SKIP_UNLESS_WORLD(3);
   const int n = 3;
   const int64_t numel = 12;
