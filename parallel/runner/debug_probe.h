@@ -65,18 +65,19 @@
 //   ring-chunk-index DIM [step=N]                   ring_chunk_index         ("ring-chunk-index dp step=0")
 // DIM is a mesh dimension's name (pp, dp_replicate, dp_shard, cp, tp, dp, ...); without step= every step.
 //
-// Thread safety: a probe belongs to one rank thread, which alone runs its modules' hooks; nothing is
-// shared between ranks and nothing is global. Detach by destroying the modules or the probe's hooks
-// (remove()); a probe must outlive the modules' use of its hooks.
+// Thread safety: a probe belongs to one rank thread, which alone runs its modules' hooks and asks its
+// fault sites (a thread-local pointer: fault_sites.h); nothing is shared between ranks. A
+// ring_chunk_index fault also runs on its group's worker thread (an async all-reduce's): it reads only
+// the faults, the mesh and the step (atomic), and marks fired() (atomic). Detach by destroying the
+// modules or the probe's hooks (remove()); a probe must outlive the modules' and groups' use of them.
 //
-//   Tests: tests/parallel/train/test_divergence.cpp
+//   Tests: tests/parallel/train/test_divergence.cpp, test_divergence_faults.cpp
 #pragma once
+#include <atomic>
 #include <map>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <atomic>
 
 #include "nn/gpt.h"
 #include "nn/module.h"
