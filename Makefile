@@ -86,10 +86,11 @@ else
   # ThreadSanitizer also leaves out the suites that repeat, in other number formats or beside a
   # second serial run, the thread patterns the f32 parity suites already take it through: the
   # mixed-precision parity and overflow layouts (the same runners, buckets and collectives on 16-bit
-  # buffers) and the divergence finder's layouts (launch + Trainer, as NdParallelParity). They run in
-  # `make test`; under TSan they took about 50 of its 190 s.
+  # buffers) and the divergence finder's layouts and planted faults (launch + Trainer, as
+  # NdParallelParity; a reduction fault on a group's worker thread stays in, ProbeReductionFault). They
+  # run in `make test`; under TSan they took about 50 of its 190 s.
   ifeq ($(SANITIZE),thread)
-    SAN_GTEST_FILTER := --gtest_filter=-Long*:*MixedPrecisionParity*:*MixedPrecisionOverflow*:DivergenceFinder.*:*NoFalseAlarm*
+    SAN_GTEST_FILTER := --gtest_filter=-Long*:*MixedPrecisionParity*:*MixedPrecisionOverflow*:DivergenceFinder.*:DivergenceFaults.*:*NoFalseAlarm*
   endif
   # ThreadSanitizer sees only instrumented code: OpenBLAS's own threads would be invisible to it,
   # so thread-sanitized builds use Eigen's header-only GEMM (compiled, and so checked, with the rest).

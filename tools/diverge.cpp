@@ -55,7 +55,10 @@ Options parse_diverge(int argc, const char* const* argv, bool& json, bool& help,
   cli.text("--inject", inject, "FAULT",
            "plant a fault in the layout's ranks (several: separated by ';'): 'scale-grad PARAM [DIM=K ...] [step=N] xF' "
            "scales the parameter's .grad before the chapter's sums; 'scale-output MODULE [DIM=K ...] [step=N] xF' its "
-           "output; 'reuse-output MODULE [DIM=K ...] [step=N] call=A from=B' returns micro-batch B's output for A. "
+           "output; 'reuse-output MODULE [DIM=K ...] [step=N] call=A from=B' returns micro-batch B's output for A; "
+           "inside the chapters: 'scale-contribution PARAM [...] xF' (before ZeRO-2's or FSDP's reduce-scatter), "
+           "'add-bias MODULE [...] [+V]' (before the row-parallel sum), 'zigzag-unswapped MODULE [...]', "
+           "'ulysses-order MODULE [...]' and 'ring-chunk-index DIM [step=N]' (parallel/runner/debug_probe.h). "
            "DIM: pp, dp_replicate, dp_shard, cp, tp (the ranks at those coordinates; none: every rank)");
   cli.footer("Exit 0: no divergence; 1: a divergence (or a failed run); 2: a bad flag.");
   help = cli.parse(argc, argv);

@@ -44,15 +44,24 @@ void ProcessGroup::set_collective_observer(CollectiveObserver observer) {
   observer_ = std::move(observer);
 }
 
+void ProcessGroup::set_reduction_fault(ReductionFault fault) {
+  std::lock_guard lock(observer_mutex_);
+  reduction_fault_ = std::move(fault);
+}
+
 // Every collective passes here just before it moves bytes, on the thread that runs it: the test
-// observer sees it first (and may throw, as a failing rank would), then debug mode compares it.
-void ProcessGroup::check_fingerprint(Fingerprint mine) {
+// observer sees it first (and may throw, as a failing rank would), a reduction fault may change a
+// reduction's input, then debug mode compares it.
+void ProcessGroup::check_fingerprint(Fingerprint mine, const Tensor& reduced) {
   CollectiveObserver observer;
+  ReductionFault fault;
   {
     std::lock_guard lock(observer_mutex_);
     observer = observer_;
+    if (reduced.defined()) fault = reduction_fault_;
   }
   if (observer) observer(mine);
+  if (fault) fault(mine, reduced);
   if (!options_.debug_collectives || size_ == 1) return;
   std::vector<Fingerprint> all(size_);
   // The exchange is itself the first step of every collective in debug mode, so it always pairs up,
@@ -75,7 +84,7 @@ void ProcessGroup::all_reduce(const Tensor& tensor, ReduceOp op) {
   SL_CHECK(op != ReduceOp::avg || is_floating(tensor.dtype()), "all_reduce: avg needs a floating dtype, got ",
            dtype_name(tensor.dtype()));
   uint64_t seq = begin_collective(CommOp::all_reduce, true);
-  check_fingerprint(make_fingerprint(CommOp::all_reduce, seq, tensor, -1, static_cast<int>(op)));
+  check_fingerprint(make_fingerprint(CommOp::all_reduce, seq, tensor, -1, static_cast<int>(op)), tensor);
   run_all_reduce(tensor, op, seq);
 }
 
@@ -104,7 +113,7 @@ void ProcessGroup::reduce_scatter(const Tensor& output, const Tensor& input, Red
   SL_CHECK(op != ReduceOp::avg || is_floating(input.dtype()), "reduce_scatter: avg needs a floating dtype, got ",
            dtype_name(input.dtype()));
   uint64_t seq = begin_collective(CommOp::reduce_scatter, true);
-  check_fingerprint(make_fingerprint(CommOp::reduce_scatter, seq, input, -1, static_cast<int>(op)));
+  check_fingerprint(make_fingerprint(CommOp::reduce_scatter, seq, input, -1, static_cast<int>(op)), input);
   run_reduce_scatter(output, input, op, seq);
 }
 

@@ -189,6 +189,12 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // rank had failed there. An empty function removes it.
   using CollectiveObserver = std::function<void(const Fingerprint&)>;
   void set_collective_observer(CollectiveObserver observer);
+  // Fault injection, for tests and the divergence finder (parallel/runner/debug_probe.h): `fault` is
+  // called before every reduction of this handle (all_reduce, reduce_scatter, their async forms; on
+  // the thread that runs it, after the observer) with its fingerprint and its input, which it may
+  // change in place: the values a wrong reduction would have combined. An empty function removes it.
+  using ReductionFault = std::function<void(const Fingerprint&, const Tensor& input)>;
+  void set_reduction_fault(ReductionFault fault);
 
   // Ends every wait of every rank of the launch this group belongs to: they raise RemoteError
   // naming this rank and `what` (mismatch: CollectiveMismatch). The group's worker calls it when an
@@ -236,7 +242,8 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   void checked_all_to_all(const Tensor& output, const Tensor& input, const std::vector<int64_t>& output_splits,
                           const std::vector<int64_t>& input_splits, bool uneven);
   void check_split_sizes(const AllToAllLayout& layout, uint64_t sequence);  // debug mode, uneven all_to_all
-  void check_fingerprint(Fingerprint fingerprint);  // debug mode: every rank compares all of them
+  // The hooks see it first, then debug mode compares it on every rank. `reduced`: a reduction's input.
+  void check_fingerprint(Fingerprint fingerprint, const Tensor& reduced = Tensor());
   WorkPtr enqueue(std::function<void()> job);
   void drain_async();  // waits until every queued collective has run
   void worker_loop();
@@ -258,6 +265,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
 
   std::mutex observer_mutex_;  // set by the test's thread, read by the worker
   CollectiveObserver observer_;
+  ReductionFault reduction_fault_;
 };
 
 using ProcessGroupPtr = std::shared_ptr<ProcessGroup>;

@@ -122,7 +122,7 @@ WorkPtr ProcessGroup::all_reduce_async(const Tensor& tensor, ReduceOp op) {
            dtype_name(tensor.dtype()));
   uint64_t seq = begin_collective(CommOp::all_reduce, false);
   return enqueue([this, tensor, op, seq] {
-    check_fingerprint(make_fingerprint(CommOp::all_reduce, seq, tensor, -1, static_cast<int>(op)));
+    check_fingerprint(make_fingerprint(CommOp::all_reduce, seq, tensor, -1, static_cast<int>(op)), tensor);
     run_all_reduce(tensor, op, seq);
   });
 }
@@ -141,7 +141,7 @@ WorkPtr ProcessGroup::reduce_scatter_async(const Tensor& output, const Tensor& i
   SL_CHECK(op != ReduceOp::avg || is_floating(input.dtype()), "reduce_scatter_async: avg needs a floating dtype");
   uint64_t seq = begin_collective(CommOp::reduce_scatter, false);
   return enqueue([this, output, input, op, seq] {
-    check_fingerprint(make_fingerprint(CommOp::reduce_scatter, seq, input, -1, static_cast<int>(op)));
+    check_fingerprint(make_fingerprint(CommOp::reduce_scatter, seq, input, -1, static_cast<int>(op)), input);
     run_reduce_scatter(output, input, op, seq);
   });
 }

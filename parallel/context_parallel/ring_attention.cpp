@@ -2,6 +2,7 @@
 #include "parallel/context_parallel/ring_attention.h"
 
 #include "autograd/function.h"
+#include "parallel/runner/fault_sites.h"
 #include "tensor/ledger.h"
 #include "tensor/ops.h"
 
@@ -33,6 +34,31 @@ void wait_all(std::vector<WorkPtr>& works) {
   works.clear();
 }
 
+// The mask of a ring that forgot zigzag's swap (the zigzag_unswapped fault the divergence finder
+// plants, runner/fault_sites.h; lesson 13's --break-zigzag): it believes cp rank r holds chunks r and
+// cp+r, while the rows hold chunks r and 2cp-1-r. Each quarter block (a half of the local Q against a
+// half of the held K/V) is full, causal or skipped by the chunks it believes; a row's first block is
+// at step 0, its own chunk's.
+std::vector<StepWork> unswapped_work(const SequenceShard& shard, int src, int64_t Tl) {
+  const int64_t h = Tl / 2, q_chunk[2] = {shard.rank, shard.cp + shard.rank}, kv_chunk[2] = {src, shard.cp + src};
+  std::vector<StepWork> work;
+  for (int i = 0; i < 2; ++i) {
+    bool started = false;
+    for (int j = 0; j < 2; ++j) {
+      if (q_chunk[i] < kv_chunk[j]) continue;  // wholly in the future
+      const BlockMask mask = q_chunk[i] == kv_chunk[j] ? BlockMask::causal : BlockMask::none;
+      work.push_back({mask, i * h, h, j * h, h, src == shard.rank && !started});
+      started = true;
+    }
+  }
+  return work;
+}
+
+// What this rank's queries do against rank src's K/V at a ring step (sequence_shard.h).
+std::vector<StepWork> step_work(const SequenceShard& shard, int src, int64_t Tl, bool unswapped) {
+  return unswapped ? unswapped_work(shard, src, Tl) : shard.work(src, Tl);
+}
+
 // The dtype blocks merge and gradients sum in: q's, or f32 for 16-bit q (attention_block.h).
 TensorOptions accumulator(const Tensor& q) {
   return is_16bit(q.dtype()) ? q.options().with_dtype(DType::f32) : q.options();
@@ -45,7 +71,7 @@ Tensor in_dtype_of(const Tensor& x, const Tensor& accumulated) {
 
 struct RingAttentionFn : Function<RingAttentionFn> {
   static Tensor forward(FunctionCtx& ctx, const Tensor& q, const Tensor& k, const Tensor& v, SequenceShard shard,
-                        ProcessGroupPtr group, double scale) {
+                        ProcessGroupPtr group, double scale, bool unswapped) {
     const int cp = shard.cp;
     const int64_t Tl = q.size(2);
     Ring ring(group);
@@ -55,7 +81,8 @@ struct RingAttentionFn : Function<RingAttentionFn> {
       std::vector<WorkPtr> works;
       Tensor k_next, v_next;
       if (s + 1 < cp) works = ring.pass(k_cur, v_cur, k_next, v_next);  // in flight while we compute
-      for (const StepWork& work : shard.work(src, Tl)) attend_step(work, q, k_cur, v_cur, scale, out, lse);
+      for (const StepWork& work : step_work(shard, src, Tl, unswapped))
+        attend_step(work, q, k_cur, v_cur, scale, out, lse);
       wait_all(works);
       k_cur = k_next;
       v_cur = v_next;
@@ -65,6 +92,7 @@ struct RingAttentionFn : Function<RingAttentionFn> {
     ctx.set("shard", shard);
     ctx.set("group", group);
     ctx.set("scale", scale);
+    ctx.set("unswapped", unswapped);
     return out;
   }
 
@@ -87,7 +115,7 @@ struct RingAttentionFn : Function<RingAttentionFn> {
       std::vector<WorkPtr> kv_works;
       Tensor k_next, v_next;
       if (s + 1 < cp) kv_works = ring.pass(k_cur, v_cur, k_next, v_next);
-      const std::vector<StepWork> works = shard.work(src, Tl);
+      const std::vector<StepWork> works = step_work(shard, src, Tl, ctx.get<bool>("unswapped"));
       Tensor dk_part, dv_part;
       if (!works.empty()) {
         dk_part = zeros(k.shape(), accumulator(k));  // travels on in the accumulators' dtype
@@ -128,7 +156,10 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const S
            "ring_attention: q, k, v must be [B, NH, T/cp, HS] alike, got ", q.shape(), ", ", k.shape(), ", ",
            v.shape());
   shard.check_length(q.size(2) * shard.cp);
-  return RingAttentionFn::apply(q, k, v, shard, group, attention_scale(q, scale));
+  const FaultSites* faults = FaultSites::here();  // a fault the divergence finder planted; none otherwise
+  const bool unswapped =
+      faults && shard.balance == CpBalance::zigzag && faults->breaks(FaultSites::Mistake::zigzag_unswapped);
+  return RingAttentionFn::apply(q, k, v, shard, group, attention_scale(q, scale), unswapped);
 }
 
 }  // namespace sl::parallel

@@ -5,6 +5,7 @@
 
 #include "autograd/grad_mode.h"
 #include "parallel/comm/mesh_dim.h"
+#include "parallel/runner/fault_sites.h"
 #include "parallel/tensor_parallel/mappings.h"
 
 namespace sl::parallel {
@@ -19,7 +20,9 @@ Tensor column_input(const Tensor& x, const TPGroup& tp) {
 
 // What leaves a row-parallel layer: g(partial) + bias (partial [B, T, out]), or under SP the
 // reduce-scattered rows + bias ([B, T/t, out]). bias may be undefined.
-Tensor row_output(const Tensor& partial, const Tensor& bias, const TPGroup& tp) {
+Tensor row_output(Tensor partial, const Tensor& bias, const TPGroup& tp) {
+  if (const FaultSites* faults = FaultSites::here())  // a fault the divergence finder planted; none otherwise
+    partial = faults->before_partial_sum(partial, bias);
   Tensor summed = tp.sequence_parallel ? reduce_scatter_sequence(partial, tp.group) : reduce_from_tp(partial, tp.group);
   return bias.defined() ? add(summed, bias) : summed;  // once, after the sum
 }

@@ -136,7 +136,8 @@ void assemble(DivergenceReport& report, std::vector<std::deque<Comparison>>& row
 void check_targets(const std::vector<ProbeFault>& faults, const std::map<std::string, int>& modules,
                    const std::map<std::string, int>& parameters) {
   for (const ProbeFault& f : faults) {
-    const bool gradient = f.kind == ProbeFault::Kind::scale_gradient;
+    if (f.names_group()) continue;  // a mesh dimension: checked when its words were read
+    const bool gradient = f.names_parameter();
     const auto& names = gradient ? parameters : modules;
     if ((names.count(f.target) && f.target != "loss") || (gradient && f.target == "*")) continue;
     std::string some;

@@ -2,6 +2,7 @@
 #include "parallel/zero/fsdp_unit.h"
 
 #include "autograd/grad_mode.h"
+#include "parallel/runner/fault_sites.h"
 #include "parallel/zero/host_link.h"
 #include "tensor/ops.h"
 
@@ -119,6 +120,8 @@ void FsdpUnit::finish_backward() {
 void FsdpUnit::post_backward() {
   SL_ASSERT(state_ == State::backward);
   NoGradGuard no_grad;
+  if (const FaultSites* faults = FaultSites::here())  // a fault the divergence finder planted; none otherwise
+    for (const Tensor& p : flat_->params()) faults->before_gradient_reduce(p);  // .grad: views of full_grads_
   // In place: my chunk of the full gradients receives the reduction (no second [S] buffer).
   Tensor reduced = flat_->shard_of(full_grads_, shard_group_->rank());
   // [P] on every rank -> my [S] of the mean over the shard group; HSDP: then the mean over replicas.

@@ -2,6 +2,7 @@
 #include "parallel/zero/zero_reducer.h"
 
 #include "autograd/grad_mode.h"
+#include "parallel/runner/fault_sites.h"
 #include "tensor/ledger.h"
 #include "tensor/ops.h"
 
@@ -75,6 +76,8 @@ void ZeroReducer::launch_ready() {
 void ZeroReducer::launch(size_t bucket) {
   const FlatBucket& b = flat_.layout().buckets[bucket];
   if (!buffers_[bucket].defined()) bind_bucket(bucket);  // no gradient reached it: reduce zeros
+  if (const FaultSites* faults = FaultSites::here())  // a fault the divergence finder planted; none otherwise
+    for (size_t i : b.segments) faults->before_gradient_reduce(flat_.params()[i]);
   // In place: my chunk of the bucket receives the average; the rest of the bucket is what we send.
   Tensor chunk = buffers_[bucket].flat_view(group_->rank() * b.chunk_numel, {b.chunk_numel});
   WorkPtr work = group_->reduce_scatter_async(chunk, buffers_[bucket], ReduceOp::avg);
