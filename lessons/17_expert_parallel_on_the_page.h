@@ -28,6 +28,7 @@
 #include "autograd/function.h"
 #include "nn/moe.h"
 #include "parallel/comm/launch.h"
+#include "parallel/expert_parallel/expert_parallel.h"
 #include "tensor/ops.h"
 
 namespace lesson17 {
@@ -173,6 +174,7 @@ static Tensor grad_or_zeros(const Tensor& p) { return p.grad().defined() ? p.gra
 
 struct EpCase {
   double out_err = 0, router_err = 0, expert_err = 0, input_err = 0;
+  double library_err = 0;  // the library's layer (parallel/expert_parallel) against the page's, forward
   int64_t serial_dropped = 0, ep_dropped = 0, dispatch_bytes = 0, combine_bytes = 0;  // bytes: rank 0
 };
 
@@ -214,10 +216,20 @@ static EpCase run_case(const nn::GPTConfig& config, int ep, const Breaks& breaks
     auto here = [&](const Tensor& t) { return t.narrow(0, ctx.rank * Nl, Nl).to(ctx.device); };
     const EpResult got = expert_parallel_by_hand(ctx, *moe, config, mine, breaks);
     sum(mul(got.out, here(dout))).backward();
+    Tensor library_out;
+    {  // The library's chapter on the same rows: ep = the world, every rank's rows one MoE batch.
+      NoGradGuard no_grad;
+      Generator library_init(5);
+      auto weights = make(library_init);
+      const parallel::ProcessGroupPtr alone = ctx.world->split(ctx.rank, 0);
+      parallel::ExpertParallelMoE library(*weights, {.ep = ctx.world, .batch = ctx.world, .replicas = alone});
+      library_out = library(mine.detach());
+    }
     Tensor router_grad = grad_or_zeros(moe->router->weight).clone();
     ctx.world->all_reduce(router_grad);  // a replica's gradient: summed over the ranks that used it
     std::lock_guard lock(mutex);
     result.out_err = std::max(result.out_err, max_abs_diff(got.out, here(out.detach())));
+    result.library_err = std::max(result.library_err, max_abs_diff(library_out, got.out.detach()));
     result.input_err = std::max(result.input_err, max_abs_diff(mine.grad(), here(x.grad())));
     result.router_err = std::max(result.router_err, max_abs_diff(router_grad, grad_or_zeros(serial->router->weight).to(ctx.device)));
     for (int64_t e = ctx.rank * (E / ep); e < (ctx.rank + 1) * (E / ep); ++e) {
@@ -255,6 +267,9 @@ inline void expert_parallel(const nn::GPTConfig& config, int ep, const Breaks& b
         "ep ranks by hand == the serial nn::MoE: the same drops, the same output (capacity over the global batch)");
   check(random.router_err < 1e-4 && random.expert_err < 1e-4 && random.input_err < 1e-4,
         "gradients: each expert's on its rank, the router's summed over ranks, the tokens' == the serial layer's");
+  std::printf("  the library's layer (parallel::ExpertParallelMoE, what train --ep runs) on the same rows: "
+              "out differs from the page's by %.2g\n", random.library_err);
+  check(random.library_err < 1e-5, "the page's ranks == parallel::ExpertParallelMoE (the library's chapter), forward");
 
   nn::GPTConfig dropless = config;  // the formula counts every assignment: nothing dropped
   dropless.moe_capacity_factor = 0;

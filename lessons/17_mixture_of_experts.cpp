@@ -11,7 +11,8 @@
 //   * expert parallelism written out (section 4, in 17_expert_parallel_on_the_page.h): E/ep experts per
 //     rank, the routing choices all-gathered so that capacity counts the GLOBAL batch, a dispatch
 //     all-to-all, the experts, a combine all-to-all; output and gradients checked against the serial
-//     nn::MoE, bytes against tokens · k · C · 4 · (ep-1)/ep
+//     nn::MoE, the output against the library's parallel::ExpertParallelMoE, bytes against
+//     tokens · k · C · 4 · (ep-1)/ep
 //
 // Run:    make lesson N=17        Prints: the story below, then "lesson 17: OK".
 // Try:    build/lessons/17_mixture_of_experts --ep 4 --svg /tmp/svg_17   (the load curves drawn)
