@@ -48,6 +48,7 @@ Options parse_diverge(int argc, const char* const* argv, bool& json, bool& help,
   add_model_flags(cli, o);
   add_training_flags(cli, o, raw);
   add_layout_flags(cli, o);
+  add_expert_parallel_flags(cli, o);
   cli.group("Output");
   cli.flag("--json", json, "print the whole table (every module, parameter, rank and step compared) as JSON");
   std::string inject;

@@ -175,6 +175,13 @@ inline void add_output_flags(cli::Parser& cli, Options& o, train_flags::Raw& raw
 }
 
 // Every flag of train, bound to `o` (and `raw`), grouped for --help.
+inline void add_expert_parallel_flags(cli::Parser& cli, Options& o) {
+  cli.group("Expert parallel");
+  cli.integer("--ep", o.ep, 1, 1024,
+              "a mixture of experts' experts over N ranks, which also split the batch (world = dp x ep); with "
+              "--moe-experts, under DDP (--dp); not yet with --zero, --pp, --tp or --cp");
+}
+
 inline void add_train_flags(cli::Parser& cli, Options& o, train_flags::Raw& raw) {
   cli.group("Config file");
   cli.config_file(
@@ -185,10 +192,7 @@ inline void add_train_flags(cli::Parser& cli, Options& o, train_flags::Raw& raw)
   add_layout_flags(cli, o);
   cli.group("Data parallel");
   cli.flag("--naive-dp", o.naive_dp, "the classic DataParallel (rank 0 scatters, gathers and steps)");
-  cli.group("Expert parallel");
-  cli.integer("--ep", o.ep, 1, 1024,
-              "a mixture of experts' experts over N ranks, which also split the batch (world = dp x ep); with "
-              "--moe-experts, under DDP (--dp); not yet with --zero, --pp, --tp or --cp");
+  add_expert_parallel_flags(cli, o);
   cli.group("Pipeline");
   cli.text("--stage-layers", o.stage_layers, "a,b,...", "layers per stage (default: balanced by count)",
            train_flags::stage_layers_error);
