@@ -35,6 +35,11 @@
 // experts. Its gradient on its owner sums what every ep source sent back; the layer scales it by 1/ep
 // on the way (scale_gradient, identity forward), so the average over the R/ep replicas gives
 // Σ over all R ranks / R, what the replicated weights get. Averaging it over ep would mix experts.
+// An expert that computed no row in any of the step's MoE batches (no token chose it, or every one
+// was dropped) has no gradient in the serial model, so AdamW skips it: no weight decay, no moment
+// update. Its replicas run it on no rows (their reduction needs every rank), which leaves zeros; so
+// the runner drops its .grad before the update (ModelRunner::unused_parameters). The global plan
+// says which experts computed rows, the same on every rank: no communication decides it.
 //
 // Where ep sits in the mesh: between dp_shard and cp (mesh.h), Megatron's tp-cp-ep-dp-pp order and
 // torchtitan's, whose ep is carved out of the data-parallel ranks: ep ranks read other rows as dp
