@@ -35,14 +35,21 @@
 // experts. Its gradient on its owner sums what every ep source sent back; the layer scales it by 1/ep
 // on the way (scale_gradient, identity forward), so the average over the R/ep replicas gives
 // Σ over all R ranks / R, what the replicated weights get. Averaging it over ep would mix experts.
+// An expert that computed no row in any of the step's MoE batches (no token chose it, or every one
+// was dropped) has no gradient in the serial model, so AdamW skips it: no weight decay, no moment
+// update. Its replicas run it on no rows (their reduction needs every rank), which leaves zeros; so
+// the runner drops its .grad before the update (ModelRunner::unused_parameters). The global plan
+// says which experts computed rows, the same on every rank: no communication decides it.
 //
 // Where ep sits in the mesh: between dp_shard and cp (mesh.h), Megatron's tp-cp-ep-dp-pp order and
 // torchtitan's, whose ep is carved out of the data-parallel ranks: ep ranks read other rows as dp
 // ranks do, and its two all-to-alls per layer want faster links than dp's one reduction per step.
 //
-// Bytes per MoE layer and step (f32 rows of C): each all-to-all sends the rows of a rank's kept
-// assignments that live on other ranks, tokens·k·C·4·(ep−1)/ep when the load is uniform and nothing
-// drops; dispatch and combine forward, their reverses backward: four all-to-alls. Memory per rank:
+// Bytes per MoE layer and micro-batch (f32 rows of C), four all-to-alls: dispatch and the combine's
+// reverse send the rows of this rank's kept assignments whose experts live on other ranks, the
+// combine and the dispatch's reverse send back the rows it received from them; each is
+// tokens·k·C·4·(ep−1)/ep when the load is uniform and nothing drops. Before them, the all-gather of
+// the [N_l, k] i64 choices over the batch ranks (its ledger is dp's). Memory per rank:
 // E/ep experts (8C² + 5C weights each) plus the replicated weights (router E·C, attention, embeddings).
 //
 // Supported layouts: ep alone and ep × dp_replicate under DDP (parallelize_options.h refuses the rest:
@@ -53,7 +60,8 @@
 // (the micro-batch loop and the aux loss's weight).
 //
 //   Tests: tests/parallel/expert_parallel/test_expert_parallel.cpp (the layer, f64),
-//          tests/parallel/expert_parallel/test_expert_parallel_layouts.cpp (through parallelize and the Trainer)
+//          tests/parallel/expert_parallel/test_expert_parallel_layouts.cpp (through parallelize and the Trainer),
+//          tests/parallel/expert_parallel/test_expert_parallel_ledger.cpp (the all-to-all bytes, a rank's weights)
 #pragma once
 
 #include "parallel/expert_parallel/expert_exchange.h"

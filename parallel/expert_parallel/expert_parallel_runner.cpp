@@ -21,14 +21,37 @@ double ExpertParallelRunner::forward_backward(const std::vector<nn::TokenStream:
   mesh_.group(MeshDim::dp)->all_reduce(group_counts, ReduceOp::sum);
   const std::vector<double> group = group_counts.to_vector();
   size_t m = 0;
+  served_.clear();
   const double share = run_micro_batches(micros, global_count, dp, hooks, [&](const nn::TokenStream::MicroBatch& micro) {
     MicroBatchLoss loss = cut().loss(cut().forward(part(), micro.batch.inputs), micro);
+    count_served_rows();
     const double group_count = group[m++];
     if (const Tensor aux = part().moe_loss(); aux.defined())
       loss.mean = add(loss.mean, mul(aux, group_count / loss.counted));  // a_d · G_m / c_d
     return loss;
   });
   return holds_loss() ? share : 0.0;
+}
+
+void ExpertParallelRunner::count_served_rows() {
+  const auto layers = expert_parallel_layers(part());
+  served_.resize(layers.size());
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const ExpertParallelMoE& moe = *layers[l].second;
+    served_[l].resize(static_cast<size_t>(moe.local_experts()), 0);
+    for (int64_t j = 0; j < moe.local_experts(); ++j)  // stats(): the global plan's, every rank the same
+      served_[l][static_cast<size_t>(j)] += moe.stats().kept.at(static_cast<size_t>(moe.first_expert() + j));
+  }
+}
+
+std::vector<Tensor> ExpertParallelRunner::unused_parameters() {
+  std::vector<Tensor> out;
+  const auto layers = expert_parallel_layers(part());
+  for (size_t l = 0; l < served_.size() && l < layers.size(); ++l)
+    for (int64_t j = 0; j < layers[l].second->local_experts(); ++j)
+      if (served_[l][static_cast<size_t>(j)] == 0)
+        for (const Tensor& param : layers[l].second->expert(j).parameters()) out.push_back(param);
+  return out;
 }
 
 // `local` (this rank's parameters under serial names) with every other ep rank's experts added.

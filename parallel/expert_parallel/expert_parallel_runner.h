@@ -10,7 +10,9 @@
 //   loss_d = CE_d + a_d · G_m / c_d        (c_d: this rank's counted targets in micro-batch m)
 //   weighted c_d · dp / C, averaged over dp:   Σ_d CE_d · c_d / C + (Σ_d a_d) · G_m / C   = serial
 //
-// G_m costs one all-reduce of M numbers over dp per step. full_state_dict and full_gradients gather
+// G_m costs one all-reduce of M numbers over dp per step. An expert that computed no row in any of
+// the step's MoE batches has no gradient in the serial model, so AdamW leaves it alone there; here
+// its replicas' reduction leaves zeros, which unused_parameters() has dropped before the update. full_state_dict and full_gradients gather
 // every expert over ep (the serial model's names, E experts per MoE block).
 #pragma once
 #include <memory>
@@ -25,12 +27,17 @@ class ExpertParallelRunner : public PartRunner {
   ExpertParallelRunner(std::shared_ptr<nn::GPT> part, std::shared_ptr<const ChunkParallelizer> cut, const DeviceMesh& mesh);
   double forward_backward(const std::vector<nn::TokenStream::MicroBatch>& micros, double global_count, int dp,
                           const BackwardHooks& hooks) override;
+  // This rank's experts that computed no row in the step's MoE batches (counted over the global
+  // plans, so every rank holding the same experts agrees): their .grad is dropped before the update.
+  std::vector<Tensor> unused_parameters() override;
   nn::StateDict full_state_dict() override;  // collective over ep and the cut's groups
   nn::StateDict full_gradients() override;
 
  private:
   nn::StateDict with_every_expert(nn::StateDict local, bool gradients);
+  void count_served_rows();  // after a forward: each local expert's kept rows added to served_
   const DeviceMesh& mesh_;
+  std::vector<std::vector<int64_t>> served_;  // [MoE layer][local expert] rows computed in this step
 };
 
 }  // namespace sl::parallel

@@ -38,7 +38,10 @@ namespace sl::parallel {
 // Expert parallelism's rule, which every strategy keeps: an expert's weight (placed sharded(0, "ep"):
 // the stack of the E experts cut over ep, parallel/expert_parallel) lives on one ep rank, so it is
 // not a replica over dp_cp as the other weights are. Its gradient is averaged over expert_dp_cp (the
-// ranks that hold the same experts) and never over ep, which would mix different experts.
+// ranks that hold the same experts) and never over ep, which would mix different experts. An expert
+// that no row reached in the step has no gradient in the serial model, and AdamW skips it there (no
+// weight decay, no moment update): its .grad is dropped before the update here too, whatever zeros
+// its replicas' reduction left (ModelRunner::unused_parameters, applied by finish_gradients).
 bool is_expert_parameter(const nn::Placement& placement);
 
 class DataParallelStrategy {

@@ -13,8 +13,7 @@ namespace sl::parallel {
 
 void ModelRunner::finish_gradients() {
   const std::vector<GradientSum> sums = gradient_sums();
-  if (sums.empty()) return;
-  const nn::NamedTensors named = module().named_parameters();
+  const nn::NamedTensors named = sums.empty() ? nn::NamedTensors{} : module().named_parameters();
   for (const GradientSum& sum : sums) {
     std::vector<Tensor> params;
     for (const std::string& name : sum.params) {
@@ -24,6 +23,7 @@ void ModelRunner::finish_gradients() {
     }
     sum_gradients_over(params, *sum.group);
   }
+  for (const Tensor& unused : unused_parameters()) unused.set_grad(Tensor());
 }
 
 std::vector<std::string> parameter_names(const nn::Module& module) {

@@ -76,7 +76,12 @@ class ModelRunner {
   // The chapter's own gradient sums after the backward passes (the same list, in the same order, on
   // every rank of each group); none by default.
   virtual std::vector<GradientSum> gradient_sums() { return {}; }
-  // gradient_sums() applied to the parameters' .grad (a parameter without one gets zeros first).
+  // The parameters the serial model computes no gradient for in this step (an expert that no row
+  // reached: parallel/expert_parallel); none by default.
+  virtual std::vector<Tensor> unused_parameters() { return {}; }
+  // gradient_sums() applied to the parameters' .grad (a parameter without one gets zeros first),
+  // then unused_parameters()' .grad dropped, so that AdamW skips them as it does serially (no weight
+  // decay, no moment update), whatever zeros a replica's reduction left there.
   void finish_gradients();
 
   // Groups the runner made itself, beyond the mesh's (the pipeline's tied-wte pair), for the run

@@ -29,7 +29,15 @@ std::vector<LocalGradientRun> ZeroStrategy::local_gradients(ModelRunner& runner)
   return zero_->shard_gradients(names_);
 }
 
+// Neither ZeRO nor FSDP keeps a flat buffer's parameter out of the update, as expert parallelism's
+// unused experts need (ModelRunner::unused_parameters): parallelize refuses ep with them.
+static void check_no_unused_parameters(ModelRunner& runner, const char* strategy) {
+  SL_CHECK(runner.unused_parameters().empty(), strategy, ": the runner has parameters to leave out of this step's ",
+           "update (experts no row reached), which its flat buffers cannot skip");
+}
+
 void ZeroStrategy::finish_gradients(ModelRunner& runner) {
+  check_no_unused_parameters(runner, "ZeRO");
   if (zero_->options().stage == 1) return runner.finish_gradients();  // .grad views the flat buffer
   const std::vector<GradientSum> sums = runner.gradient_sums();
   if (sums.empty()) return;
@@ -92,6 +100,7 @@ std::vector<NamedShard> FsdpStrategy::shards() const {
 }
 
 void FsdpStrategy::finish_gradients(ModelRunner& runner) {
+  check_no_unused_parameters(runner, "FSDP");
   const std::vector<NamedShard> all = shards();
   for (const GradientSum& sum : runner.gradient_sums())
     if (!sum.over || std::find(shard_dims_.begin(), shard_dims_.end(), *sum.over) == shard_dims_.end())

@@ -2,7 +2,7 @@
 // (parallel/expert_parallel/expert_parallel.h) against an independent serial nn::MoE and nn::AdamW:
 // 3 AdamW steps in f64 (to 1e-13), for ep 2 and 4, ep × dp, k 1 and 2, with and without capacity drops. Each
 // step: the loss (the ranks' average), the router's and every expert's gradient, then the weights.
-// Also: the all-to-all bytes of a step equal the rows the plan sends off-rank, 4 exchanges.
+// The bytes and the memory: test_expert_parallel_ledger.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>

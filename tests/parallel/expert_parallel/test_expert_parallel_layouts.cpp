@@ -12,7 +12,9 @@
 //
 // What makes it able to fail: a loss-masked stream (rows count unequal numbers of targets, so the
 // aux loss's weight G_m/C differs from any rank's own), aux and z weights large enough to move the
-// router, cases that drop tokens (asserted), and gradients compared before Adam hides a scale.
+// router, cases that drop tokens (asserted), cases where an expert computes no row in a step
+// (asserted: serially it has no gradient and AdamW skips it, no weight decay), and gradients
+// compared before Adam hides a scale.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -46,6 +48,7 @@ struct EpLayout {
   int64_t k = 2;
   double capacity_factor = 0;  // 0: dropless
   int micro_batches = 1;
+  bool idle_expert = false;  // some expert computes no row in some step (asserted)
   int world() const { return ep * dp; }
 };
 void PrintTo(const EpLayout& c, std::ostream* out) { *out << c.name; }
@@ -123,7 +126,7 @@ TEST_P(ExpertParallelLayouts, MatchesTheSerialMoEThroughTheTrainer) {
       [&](int s) { return moe_batches(data, s, c); });
   const test_support::SerialStep& last_step = serial.steps.back();
   const TrainPlan plan = plan_of(c);
-  std::vector<int64_t> dropped(static_cast<size_t>(c.world()), 0);
+  std::vector<int64_t> dropped(static_cast<size_t>(c.world()), 0), idle(static_cast<size_t>(c.world()), 0);
   launch(c.world(), [&](RankContext& ctx) {
     std::unique_ptr<Trainer> trainer = make_plan_trainer(ctx, plan, config, kSeed, parity_adamw());  // train's path
     auto& part = dynamic_cast<nn::GPT&>(trainer->runner()->module());
@@ -132,7 +135,10 @@ TEST_P(ExpertParallelLayouts, MatchesTheSerialMoEThroughTheTrainer) {
       if (s == kSteps - 1) trainer->keep_gradients();
       const double loss = trainer->train_step(data, s, kBatch, kT, parity_adamw().lr, 1e30);  // the norm, no clip
       EXPECT_NEAR(loss, serial.steps[s].loss, kTol.bound(serial.steps[s].loss)) << "step " << s;
-      for (const auto& [layer, moe] : expert_parallel_layers(part)) dropped[static_cast<size_t>(ctx.rank)] += moe->stats().dropped();
+      for (const auto& [layer, moe] : expert_parallel_layers(part)) {
+        dropped[static_cast<size_t>(ctx.rank)] += moe->stats().dropped();
+        for (int64_t kept : moe->stats().kept) idle[static_cast<size_t>(ctx.rank)] += kept == 0 ? 1 : 0;
+      }
     }
     expect_close(trainer->full_gradients(), state_of(last_step.grads), kTol, at("gradient", ctx.rank, kSteps - 1));
     EXPECT_NEAR(trainer->last_grad_norm(), norm_of(last_step.grads), 1e-5 * norm_of(last_step.grads))
@@ -143,6 +149,8 @@ TEST_P(ExpertParallelLayouts, MatchesTheSerialMoEThroughTheTrainer) {
     if (c.capacity_factor > 0) EXPECT_GT(d, 0) << "this case must drop tokens";
     else EXPECT_EQ(d, 0);
   }
+  if (c.idle_expert)
+    for (int64_t i : idle) EXPECT_GT(i, 0) << "this case must leave an expert without rows in a step";
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -153,6 +161,9 @@ INSTANTIATE_TEST_SUITE_P(
                     EpLayout{.name = "ep2_k2_drops", .ep = 2, .k = 2, .capacity_factor = 1.0},
                     EpLayout{.name = "ep4_k1_drops", .ep = 4, .k = 1, .capacity_factor = 1.0},
                     EpLayout{.name = "ep4_k2", .ep = 4, .k = 2},
+                    EpLayout{.name = "ep2_dp2_k1", .ep = 2, .dp = 2, .k = 1, .idle_expert = true},
+                    EpLayout{.name = "ep2_dp2_k1_drops", .ep = 2, .dp = 2, .k = 1, .capacity_factor = 1.0,
+                             .idle_expert = true},
                     EpLayout{.name = "ep2_dp2_k2", .ep = 2, .dp = 2, .k = 2},
                     EpLayout{.name = "ep2_dp2_k2_drops_mb2", .ep = 2, .dp = 2, .k = 2, .capacity_factor = 1.0,
                              .micro_batches = 2}),
