@@ -79,10 +79,20 @@ States fsdp_states(const RankPart& part, const TrainPlan& plan, int64_t w, int64
 
 }  // namespace
 
+void validate_as_planned(const TrainPlan& plan, int world) {
+  TrainPlan dense = plan;  // the ep ranks counted as what they are for every weight but an expert's
+  if (plan.parallelism.ep > 1) {
+    (plan.dp_strategy == DpStrategy::ddp ? dense.parallelism.dp_replicate : dense.parallelism.dp_shard) *=
+        plan.parallelism.ep;
+    dense.parallelism.ep = 1;
+  }
+  dense.validate(world);
+}
+
 void check_layout(const ModelShape& model, const TrainPlan& plan, const BatchShape& batch, int rank) {
   const ParallelismConfig& c = plan.parallelism;
   const int world = c.world_size();
-  plan.validate(world);
+  validate_as_planned(plan, world);
   model.validate();
   check_model_cut(model, plan.parallelize_options(), plan.micro_batches);
   SL_CHECK(rank >= 0 && rank < world, "cost model: rank ", rank, " is not in the world of ", world, " (",

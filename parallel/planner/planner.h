@@ -7,8 +7,8 @@
 //   sends, and how long a step takes, without running anything, then it ranks them.
 //
 //   model + batch ──▶ enumerate (pp, dp_replicate, dp_shard, ep, cp, tp, ZeRO stage, schedule, m)
-//                         │ drop the impossible (TrainPlan::validate, heads % tp, layers % pp, T % cp,
-//                         │ experts % ep, batch)
+//                         │ drop the impossible (TrainPlan::validate with ep counted as data parallel:
+//                         │ validate_as_planned; heads % tp, layers % pp, T % cp, experts % ep, batch)
 //                         ▼
 //                     estimate_memory  (cost_model.h: weights, grads, optimizer, activations per rank)
 //                     estimate_traffic (cost_model.h: per group and op, calls and bytes, members)

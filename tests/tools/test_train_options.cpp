@@ -32,11 +32,13 @@ TEST(TrainOptions, BadCombinationsAreUsageErrors) {
   for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
            {"--offload", "--offload moves ZeRO's optimizer to the host: add --zero 1, 2 or 3"},
            {"--moe-experts 4 --dp 2",
-            "--moe-experts runs the serial model only: no layout yet shards or replicates a mixture of experts; "
-            "drop the layout flags"},
+            "--moe-experts over a layout routes one MoE batch over every rank that splits the batch only with --ep N "
+            "(expert parallelism); without it each rank would route, cap and balance its own rows: a different model. "
+            "Add --ep, or drop the layout flags"},
            {"--moe-experts 4 --tp 2",
-            "--moe-experts runs the serial model only: no layout yet shards or replicates a mixture of experts; "
-            "drop the layout flags"},
+            "--moe-experts over a layout routes one MoE batch over every rank that splits the batch only with --ep N "
+            "(expert parallelism); without it each rank would route, cap and balance its own rows: a different model. "
+            "Add --ep, or drop the layout flags"},
            {"--moe-experts 2 --moe-top-k 3", "--moe-top-k (3) picks more experts than --moe-experts (2)"},
            {"--moe-experts 2 --recompute full",
             "--moe-experts with --recompute full: the experts' auxiliary losses are recorded in forward, which full "
