@@ -1,6 +1,9 @@
 // moe.cpp — see moe.h.
 #include "nn/moe.h"
 
+#include <functional>
+#include <utility>
+
 namespace sl::nn {
 
 int64_t MoEStats::dropped() const {
@@ -40,7 +43,7 @@ Tensor MoE::forward(const Tensor& x) {
   Routing routing = route(logits, top_k, order);          // experts, weights [N, k]
   const int64_t capacity = expert_capacity(capacity_factor, N, top_k, E);
   DispatchPlan plan = plan_dispatch(routing.experts, E, capacity, x.device());
-  stats_ = {plan.routed, plan.kept, N, capacity};
+  record({plan.routed, plan.kept, N, capacity});
   balance_ = nn::load_balancing_loss(routing.probs, plan.routed, top_k);
   z_ = router_z_loss(logits);
 
@@ -54,6 +57,26 @@ Tensor MoE::forward(const Tensor& x) {
   }
   Tensor y = outputs.empty() ? rows : outputs.size() == 1 ? outputs[0] : cat(outputs, 0);  // [M, C]
   return combine(y, routing.weights, plan).reshape(x.shape());                             // [N, C] -> x's shape
+}
+
+void MoE::record(MoEStats stats) {
+  if (load_.routed.size() != stats.routed.size()) load_ = {std::vector<int64_t>(stats.routed.size()),
+                                                           std::vector<int64_t>(stats.routed.size()), 0, stats.capacity};
+  for (size_t e = 0; e < stats.routed.size(); ++e) load_.routed[e] += stats.routed[e], load_.kept[e] += stats.kept[e];
+  load_.tokens += stats.tokens;
+  stats_ = std::move(stats);
+}
+
+MoEStats MoE::take_load() { return std::exchange(load_, MoEStats{}); }
+
+std::vector<std::pair<std::string, MoEStats>> take_moe_loads(Module& root) {
+  std::vector<std::pair<std::string, MoEStats>> out;
+  std::function<void(Module&, const std::string&)> visit = [&](Module& m, const std::string& name) {
+    if (auto* moe = dynamic_cast<MoE*>(&m)) out.emplace_back(name, moe->take_load());
+    for (const auto& [child, module] : m.children()) visit(*module, name.empty() ? child : name + "." + child);
+  };
+  visit(root, "");
+  return out;
 }
 
 Tensor MoE::aux_loss() const {

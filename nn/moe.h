@@ -38,7 +38,10 @@ class MoE : public UnaryModule {
   int64_t num_experts() const { return static_cast<int64_t>(experts->size()); }
 
   // Of the last forward (undefined tensors before the first):
-  const MoEStats& stats() const { return stats_; }
+  const MoEStats& stats() const { return stats_; }  // the last forward's routing
+  // Every forward's routing added up since the last take (a step's micro-batches), then cleared: what
+  // the run report logs as tokens per expert.
+  MoEStats take_load();
   const Tensor& load_balancing_loss() const { return balance_; }  // E · Σ f_e P_e
   const Tensor& z_loss() const { return z_; }                      // mean logsumexp(logits)²
   Tensor aux_loss() const;  // aux_weight · load_balancing_loss + z_weight · z_loss (scalar)
@@ -55,8 +58,13 @@ class MoE : public UnaryModule {
   // parallelism's layer (parallel/expert_parallel) keeps the router and its rank's experts.
   MoE(const MoE& settings, std::shared_ptr<Linear> router, std::shared_ptr<ModuleList> experts);
 
-  MoEStats stats_;
+  void record(MoEStats stats);  // stats_ = stats, and added to the load since the last take
+
+  MoEStats stats_, load_;
   Tensor balance_, z_;
 };
+
+// Each MoE layer under `root` (by its name, "h.1.mlp") with its load since the last take, taken.
+std::vector<std::pair<std::string, MoEStats>> take_moe_loads(Module& root);
 
 }  // namespace sl::nn

@@ -128,7 +128,7 @@ Tensor ExpertParallelMoE::forward(const Tensor& x) {
   groups_.batch->all_gather(all, routing.experts);
   const int64_t capacity = nn::expert_capacity(capacity_factor, R * N, k, E);
   const nn::DispatchPlan global = nn::plan_dispatch(all, E, capacity, Device::cpu());
-  stats_ = {global.routed, global.kept, R * N, capacity};
+  record({global.routed, global.kept, R * N, capacity});
   record_losses(routing.probs, logits, global.routed, R * N);
   Traffic t = cut_plan(global, N, k, per_rank, ep, groups_.ep->rank(), groups_.batch->rank(), x.device());
 

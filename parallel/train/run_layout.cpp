@@ -141,7 +141,7 @@ std::vector<double> train_layout(TrainRun& r, nn::StateDict& weights) {
     std::function<double()> eval;
     auto* whole = dynamic_cast<nn::GPT*>(&trainer.runner()->module());
     if (r.addition && !o.parallel() && whole) eval = [&] { return accuracy(r, *whole); };
-    std::vector<double> mine = run_steps(r, ctx.rank == 0, step_fn, eval, after_step);
+    std::vector<double> mine = run_steps(r, ctx.rank == 0, step_fn, eval, after_step, &trainer.runner()->module());
     if (o.profile) r.profile = Profiler::report(), Profiler::disable();
     if (!o.trace.empty()) write_pipeline_trace(trainer, ctx, o.trace);
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "nn/module.h"
 #include "parallel/train/train_run.h"
 
 namespace sl::parallel {
@@ -23,8 +24,17 @@ std::string json_number(double value);
 
 // Runs the run's steps. `step_fn(step, lr)` runs one optimizer step and returns its loss; `eval`
 // (may be empty) gives held-out accuracy; `after_step(done)` (may be empty) runs after each step.
-// `report`: this rank logs, prints and evaluates. Returns the losses of the steps run.
+// `report`: this rank logs, prints and evaluates. `model` (may be null): the reporting rank's part,
+// whose mixture-of-experts layers' tokens per expert each step adds to the log (moe_load_json).
+// Returns the losses of the steps run.
 std::vector<double> run_steps(TrainRun& run, bool report, const std::function<double(int64_t, double)>& step_fn,
-                              const std::function<double()>& eval, const std::function<void(int64_t)>& after_step);
+                              const std::function<double()>& eval, const std::function<void(int64_t)>& after_step,
+                              nn::Module* model = nullptr);
+
+// The step's load of each MoE layer under `model`, taken (nn::take_moe_loads), as a log record's
+// field: `"experts": {"h.0.mlp": {"routed": [..], "kept": [..], "tokens": N}, ...}` (empty without
+// MoE layers); `imbalance` is set to the largest max/mean of routed assignments over the layers.
+// Under --ep the layers' counts are the whole batch's, the same on every rank.
+std::string moe_load_json(nn::Module& model, double* imbalance);
 
 }  // namespace sl::parallel

@@ -51,6 +51,11 @@ void check_run_options(const TrainOptions& o) {
     throw OptionError("--ep runs with --dp (DDP) only: ZeRO and FSDP (--zero, --dp-replicate/--dp-shard, --offload) "
                      "do not yet keep the experts out of their shards, and --pp, --tp and --cp are not yet combined "
                      "with it");
+  if (o.ep > 1 && o.micro_batches > 1)
+    throw OptionError("--ep with --micro-batches " + std::to_string(o.micro_batches) + ": the experts' capacity and "
+                     "balance count one micro-batch, and micro-batch m of the ranks (each rank's m-th slice of its rows) "
+                     "is not the serial model's micro-batch m (rows m·B/M onwards): a different model. Use "
+                     "--micro-batches 1");
   if (o.ep > 1 && (!o.checkpoint_dir.empty() || !o.resume.empty()))
     throw OptionError("--ep with --checkpoint-dir or --resume: distributed checkpoints do not yet place the experts "
                      "(each lives on one ep rank); --save writes the whole model");
