@@ -52,8 +52,16 @@
 // the [N_l, k] i64 choices over the batch ranks (its ledger is dp's). Memory per rank:
 // E/ep experts (8C² + 5C weights each) plus the replicated weights (router E·C, attention, embeddings).
 //
-// Supported layouts: ep alone and ep × dp_replicate under DDP (parallelize_options.h refuses the rest:
-// ZeRO, FSDP, pp, tp, cp, mixed precision).
+// Under ZeRO-1/2 (parallel/zero/zero_strategies.h): the replicated weights go into ZeRO's flat buffers,
+// sharded over dp_shard × ep (every rank holding them); the experts stay out of them, whole, their
+// gradients in .grad averaged over expert_dp_cp (= dp_shard here) by one all-reduce per expert tensor,
+// stepped by an nn::AdamW whose moments are whole (parallel/zero/expert_replicas.h), the unused ones
+// dropped as above. Memory per rank: the replicated weights' gradients (ZeRO-2) and AdamW moments
+// divided by dp_shard·ep; the E/ep experts' weights, gradients and moments whole.
+//
+// Supported layouts: ep alone, ep × dp_replicate under DDP, ep × dp_shard under ZeRO-1 or ZeRO-2
+// (parallelize_options.h refuses the rest: FSDP, offload, pp, tp, cp, mixed precision; train refuses
+// distributed checkpoints with ep).
 //
 // Files, in reading order: expert_exchange.h (the differentiable all-to-all, the gradient scale),
 // expert_parallel_moe.h (the layer), apply_expert_parallel.h (on a model part), expert_parallel_runner.h

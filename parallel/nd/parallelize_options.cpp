@@ -73,12 +73,14 @@ static void check_cut(const ParallelizeOptions& o) {
            "> 1) is not supported: ZeRO-Offload here moves the whole model's optimizer to the host");
 }
 
-// Expert parallelism runs under DDP (dp_replicate x ep), on whole models.
+// Expert parallelism runs under DDP (dp_replicate x ep) or ZeRO-1/2 (dp_shard x ep), on whole models.
 static void check_expert_layout(const ParallelizeOptions& o) {
   const ParallelismConfig& c = o.parallelism;
-  SL_CHECK(o.dp_strategy == DpStrategy::ddp, "expert parallel: ", c.str(), ": ep runs under DDP only (--zero 0, no ",
-           "--naive-dp); ZeRO and FSDP do not yet keep the experts out of their dp_cp shards (got ",
-           dp_strategy_name(o.dp_strategy), ")");
+  SL_CHECK(o.dp_strategy == DpStrategy::ddp || o.dp_strategy == DpStrategy::zero1 || o.dp_strategy == DpStrategy::zero2,
+           "expert parallel: ", c.str(), ": ep runs under DDP, ZeRO-1 or ZeRO-2 (--zero 0, 1 or 2, no --naive-dp); ",
+           "FSDP does not yet keep the experts out of its units (got ", dp_strategy_name(o.dp_strategy), ")");
+  SL_CHECK(!o.offload, "expert parallel: ", c.str(), ": --offload is not offered with ep (the experts' AdamW stays ",
+           "on the device)");
   SL_CHECK(c.pp == 1 && c.tp == 1 && c.cp == 1, "expert parallel: ", c.str(), ": ep is not yet combined with pp, tp ",
            "or cp (the aux loss of a middle stage, experts over tp, tokens over cp); use ep with dp_replicate");
   SL_CHECK(!o.precision.enabled(), "expert parallel: ", c.str(), ": --mixed-precision ", o.precision.str(),

@@ -57,12 +57,14 @@
 //   fsdp_unit.h         one FSDP unit: gather, free, reduce-scatter
 //   fsdp.h              FullyShardedGPT: units, hooks, HSDP, offload
 //   sharded_gradients.h a cut model's gradient sums and clip placements, applied to gradient shards
+//   expert_replicas.h   an expert-parallel model's experts under ZeRO-1/2: whole, averaged over expert_dp_cp
 //   zero_strategies.h   ZeRO-1/2 and FSDP/HSDP as the Trainer's DataParallelStrategy; fully_shard, FSDP's one
 //                       entry (any part: the whole model or a cut, over dp_shard x cp)
 //
 //   Lesson: lessons/07_zero.cpp
 //   Tests: tests/parallel/zero/test_zero.cpp, tests/parallel/zero/test_fsdp.cpp, tests/parallel/train/test_grad_accumulation.cpp
 #pragma once
+#include "parallel/zero/expert_replicas.h"
 #include "parallel/zero/flat_params.h"
 #include "parallel/zero/fsdp.h"
 #include "parallel/zero/sharded_adamw.h"

@@ -206,19 +206,19 @@ double ZeroAdamW::clip_grad_norm(double max_norm) {
 }
 
 double ZeroAdamW::clip_grad_norm(double max_norm, const std::vector<nn::Placement>& placements, const DeviceMesh& mesh,
-                                 MeshDim shard_dim) {
+                                 const MeshDims& shard_dims, std::vector<MeshGrad> others) {
   SL_CHECK(max_norm > 0, "ZeroAdamW::clip_grad_norm: max_norm must be positive (got ", max_norm, ")");
   SL_CHECK(placements.size() == flat_.params().size(), "ZeroAdamW::clip_grad_norm: ", placements.size(),
            " placements for ", flat_.params().size(), " parameters");
   if (!reduced()) reduce_gradients();
   const FlatLayout& layout = flat_.layout();
   const std::vector<Tensor> chunks = my_grad_chunks();
-  std::vector<MeshGrad> pieces;  // views into my chunks: clipping scales them in place
+  std::vector<MeshGrad> pieces = std::move(others);  // then views into my chunks: clipping scales them in place
   for (const ShardPiece& piece : layout.shard_pieces(group_->rank()))
     pieces.push_back({chunks[piece.bucket].flat_view(piece.shard_offset - layout.buckets[piece.bucket].shard_offset,
                                                      Shape({piece.numel})),
                       placements[piece.segment],
-                      {shard_dim}});
+                      shard_dims});
   double norm = 0;
   with_averaged_gradients([&] { norm = parallel::clip_grad_norm(pieces, max_norm, mesh); });
   return norm;

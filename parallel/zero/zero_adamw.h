@@ -80,6 +80,7 @@
 #include "nn/grad_scaler.h"
 #include "nn/optim.h"
 #include "nn/placement.h"
+#include "parallel/comm/grad_norm.h"
 #include "parallel/comm/mesh.h"
 #include "parallel/comm/process_group.h"
 #include "parallel/runner/state_pieces.h"
@@ -131,9 +132,11 @@ class ZeroAdamW {
   double clip_grad_norm(double max_norm);
   // The same over a DeviceMesh when the parameters are themselves a cut of the model (a pipeline
   // stage, a TP shard): `placements[i]` is parameter i's; each piece of this rank's shard counts as
-  // that parameter's placement says, split over the mesh dimension `shard_dim` (parallel/comm/grad_norm.h).
+  // that parameter's placement says, split over the mesh dimensions `shard_dims` (parallel/comm/grad_norm.h).
+  // `others`: gradients kept outside the flat buffers (an expert-parallel model's experts), clipped
+  // with them under the one global norm.
   double clip_grad_norm(double max_norm, const std::vector<nn::Placement>& placements, const DeviceMesh& mesh,
-                        MeshDim shard_dim = MeshDim::dp_shard);
+                        const MeshDims& shard_dims = {MeshDim::dp_shard}, std::vector<MeshGrad> others = {});
   // Sharded AdamW on this rank's shard (on the host when offloading), then the all-gathers of the
   // weights. Stage 2 then starts a new window (its gradients live in the shard, which
   // model.zero_grad() cannot reach); stage 1, like nn::AdamW, keeps adding until zero_grad().

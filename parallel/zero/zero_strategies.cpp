@@ -5,6 +5,28 @@
 
 namespace sl::parallel {
 
+// The parameters ZeRO flattens (every one, or all but the experts) and the experts, with placements.
+struct ParameterSplit {
+  std::vector<Tensor> flat, experts;
+  std::vector<std::string> flat_names;
+  std::vector<nn::Placement> flat_placements, expert_placements;
+};
+static ParameterSplit split_experts(const nn::Module& module) {
+  ParameterSplit split;
+  const auto params = module.named_parameters();
+  const auto placements = module.named_placements();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const nn::Placement& placement = placements[i].second;
+    if (is_expert_parameter(placement)) {
+      split.experts.push_back(params[i].second), split.expert_placements.push_back(placement);
+    } else {
+      split.flat.push_back(params[i].second), split.flat_names.push_back(params[i].first);
+      split.flat_placements.push_back(placement);
+    }
+  }
+  return split;
+}
+
 ZeroStrategy::ZeroStrategy(ModelRunner& runner, const DeviceMesh& mesh, int stage, bool offload,
                            const nn::AdamWOptions& adamw, const nn::MixedPrecision& precision)
     : runner_(runner), mesh_(mesh) {
@@ -12,21 +34,33 @@ ZeroStrategy::ZeroStrategy(ModelRunner& runner, const DeviceMesh& mesh, int stag
   options.master_weights = options.master_weights || precision.enabled();
   std::optional<DType> grad_dtype;
   if (precision.enabled()) grad_dtype = precision.grad_dtype;
+  ParameterSplit split = split_experts(runner.module());
+  if (!split.experts.empty()) {  // the replicated weights span ep too; the experts their own replicas
+    shard_dims_ = {MeshDim::dp_shard, MeshDim::ep};
+    experts_ = std::make_unique<ExpertReplicas>(std::move(split.experts), std::move(split.expert_placements), mesh, options);
+  }
   zero_ = std::make_unique<ZeroAdamW>(
-      runner.module().parameters(), mesh.group(MeshDim::dp_shard),
+      std::move(split.flat), mesh.group(shard_dims_),
       ZeroOptions{.stage = stage, .offload = offload, .adamw = options, .grad_dtype = grad_dtype});
-  names_ = parameter_names(runner.module());
+  names_ = std::move(split.flat_names);
+  placements_ = std::move(split.flat_placements);
 }
 
 std::vector<LocalStateRun> ZeroStrategy::local_state(ModelRunner& runner) {
+  if (experts_)
+    throw Error("ZeRO with expert parallelism: distributed checkpoints do not yet hold the experts' AdamW state; "
+                "checkpoint ep under DDP (--zero 0)");
   std::vector<LocalStateRun> runs = whole_parameter_runs(runner.module(), nullptr, {MeshDim::dp, MeshDim::cp});
   for (LocalStateRun& run : zero_->shard_state(names_, {MeshDim::dp_replicate, MeshDim::cp})) runs.push_back(std::move(run));
   return runs;
 }
 
 std::vector<LocalGradientRun> ZeroStrategy::local_gradients(ModelRunner& runner) {
-  (void)runner;
-  return zero_->shard_gradients(names_);
+  std::vector<LocalGradientRun> runs = zero_->shard_gradients(names_);
+  if (experts_)  // the experts' whole .grad
+    for (LocalGradientRun& run : whole_gradient_runs(runner.module()))
+      if (std::find(names_.begin(), names_.end(), run.parameter) == names_.end()) runs.push_back(std::move(run));
+  return runs;
 }
 
 // Neither ZeRO nor FSDP keeps a flat buffer's parameter out of the update, as expert parallelism's
@@ -37,6 +71,10 @@ static void check_no_unused_parameters(ModelRunner& runner, const char* strategy
 }
 
 void ZeroStrategy::finish_gradients(ModelRunner& runner) {
+  if (experts_) {  // the runner's sums are none (ep runs on whole models); the unused experts dropped
+    SL_CHECK(runner.gradient_sums().empty(), "ZeRO with expert parallelism over a cut model");
+    return experts_->finish_gradients(runner);  // stage 1: .grad views the flat buffer, which reduces later
+  }
   check_no_unused_parameters(runner, "ZeRO");
   if (zero_->options().stage == 1) return runner.finish_gradients();  // .grad views the flat buffer
   const std::vector<GradientSum> sums = runner.gradient_sums();
@@ -60,23 +98,50 @@ static nn::StateDict flat_gradients_by_name(ZeroAdamW& zero, const nn::NamedTens
 }
 
 // The averaged gradients of this rank's part, whole, gathered across the runner's groups.
+// With experts (a whole model: ep runs on no cut): the flat buffer's, and every expert's .grad
+// gathered over ep by the runner.
 nn::StateDict ZeroStrategy::full_gradients(ModelRunner& runner) {
-  return runner.full_state_dict_from(flat_gradients_by_name(*zero_, runner.module().named_parameters()));
+  if (!experts_) return runner.full_state_dict_from(flat_gradients_by_name(*zero_, runner.module().named_parameters()));
+  nn::NamedTensors flat;
+  for (const auto& [name, param] : runner.module().named_parameters())
+    if (std::find(names_.begin(), names_.end(), name) != names_.end()) flat.emplace_back(name, param);
+  nn::StateDict out = flat_gradients_by_name(*zero_, flat);
+  nn::StateDict all = runner.full_gradients();  // the replicated weights' entries replaced below
+  for (auto& [name, grad] : out) all[name] = grad;
+  return all;
 }
 
 double ZeroStrategy::clip_grad_norm(double max_norm) {
-  std::vector<nn::Placement> placements;  // pp/tp-aware: each logical element counted once
-  for (auto& [name, placement] : runner_.module().named_placements()) placements.push_back(placement);
-  return zero_->clip_grad_norm(max_norm, placements, mesh_);
+  // pp/tp-aware: each logical element counted once; the experts once per ep rank
+  return zero_->clip_grad_norm(max_norm, placements_, mesh_, shard_dims_,
+                               experts_ ? experts_->mesh_grads() : std::vector<MeshGrad>{});
 }
 
 void ZeroStrategy::step(double lr) {
   zero_->lr = lr;
   zero_->step();
+  if (experts_) experts_->step(lr);
+}
+
+void ZeroStrategy::zero_grad() {
+  zero_->zero_grad();
+  if (experts_) experts_->zero_grad();
+}
+
+int64_t ZeroStrategy::optimizer_steps() const {
+  return std::max(zero_->step_count(), experts_ ? experts_->optimizer_steps() : 0);
+}
+
+void ZeroStrategy::set_optimizer_steps(int64_t steps) {
+  zero_->set_step_count(steps);
+  if (experts_) experts_->set_optimizer_steps(steps);
 }
 
 std::vector<std::pair<std::string, const CommLedger*>> ZeroStrategy::groups() const {
-  return {{std::string(name(MeshDim::dp_shard)), &mesh_.group(MeshDim::dp_shard)->ledger()}};
+  std::vector<std::pair<std::string, const CommLedger*>> out = {{name(shard_dims_), &zero_->group()->ledger()}};
+  if (experts_ && experts_->group())
+    out.emplace_back(std::string(name(MeshDim::expert_dp_cp)), &experts_->group()->ledger());
+  return out;
 }
 
 std::unique_ptr<FsdpStrategy> fully_shard(nn::GPT& part, ModelRunner& runner, const DeviceMesh& mesh,

@@ -15,12 +15,15 @@
 // Both work on whichever part of the model a runner holds: the whole GPT, or a chapter's cut (a
 // pipeline stage, a TP shard, a sequence shard, any mix) whose placements the clip reads.
 // fully_shard() is FSDP's one entry: parallel/nd/parallelize.cpp calls it on every layout it shards.
+// An expert-parallel model (ep > 1) runs under ZeroStrategy with its experts kept out of the flat
+// buffers (expert_replicas.h); FsdpStrategy does not take one.
 #pragma once
 #include <memory>
 
 #include "nn/mixed_precision.h"
 #include "parallel/comm/mesh.h"
 #include "parallel/runner/data_parallel_strategy.h"
+#include "parallel/zero/expert_replicas.h"
 #include "parallel/zero/fsdp.h"
 #include "parallel/zero/sharded_gradients.h"
 #include "parallel/zero/zero_adamw.h"
@@ -32,11 +35,15 @@ class ZeroStrategy : public DataParallelStrategy {
   // ZeRO-`stage` (1 or 2) over mesh.group(MeshDim::dp_shard) on runner.module()'s parameters (its gradients
   // are gathered through the runner, its clip reads the placements over the mesh). The runner and
   // the mesh must outlive it.
+  // An expert-parallel model (ep > 1, parallel/expert_parallel): the flat buffers hold every weight
+  // but the experts and shard over dp_shard x ep (the ranks that replicate those weights); the
+  // experts stay whole in .grad, averaged over expert_dp_cp, stepped by a whole nn::AdamW
+  // (expert_replicas.h: ZeRO's saving on the replicated weights only), the unused ones skipped.
   // Mixed precision (`precision`): the flat buffers hold the model's 16-bit weights, the gradients
   // precision.grad_dtype, and AdamW an f32 master shard.
   ZeroStrategy(ModelRunner& runner, const DeviceMesh& mesh, int stage, bool offload, const nn::AdamWOptions& adamw,
                const nn::MixedPrecision& precision = {});
-  void zero_grad() override { zero_->zero_grad(); }
+  void zero_grad() override;
   void finish_gradients(ModelRunner& runner) override;  // ZeRO-2: the runner's sums on the shard
   nn::StateDict full_gradients(ModelRunner& runner) override;
   double clip_grad_norm(double max_norm) override;
@@ -46,16 +53,19 @@ class ZeroStrategy : public DataParallelStrategy {
   // it (replicas over cp and dp_replicate).
   std::vector<LocalStateRun> local_state(ModelRunner& runner) override;
   std::vector<LocalGradientRun> local_gradients(ModelRunner& runner) override;
-  int64_t optimizer_steps() const override { return zero_->step_count(); }
-  void set_optimizer_steps(int64_t steps) override { zero_->set_step_count(steps); }
+  int64_t optimizer_steps() const override;
+  void set_optimizer_steps(int64_t steps) override;
   std::vector<std::pair<std::string, const CommLedger*>> groups() const override;
   ZeroAdamW& optimizer() { return *zero_; }
 
  private:
   ModelRunner& runner_;
   const DeviceMesh& mesh_;
+  MeshDims shard_dims_{MeshDim::dp_shard};  // the flat buffers' group: dp_shard, or dp_shard x ep with experts
   std::unique_ptr<ZeroAdamW> zero_;
-  std::vector<std::string> names_;  // runner.module()'s parameters, the flat layout's segments
+  std::unique_ptr<ExpertReplicas> experts_;  // an expert-parallel model's experts (null without)
+  std::vector<std::string> names_;           // the flat layout's segments: runner.module()'s parameters but the experts
+  std::vector<nn::Placement> placements_;    // theirs
 };
 
 class FsdpStrategy : public DataParallelStrategy {

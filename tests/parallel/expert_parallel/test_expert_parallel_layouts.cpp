@@ -44,11 +44,12 @@ constexpr uint64_t kSeed = 11;
 
 struct EpLayout {
   std::string name;
-  int ep = 2, dp = 1;  // dp: DDP replicas (dp_replicate)
+  int ep = 2, dp = 1;  // dp: DDP replicas (dp_replicate), or ZeRO's dp_shard when zero > 0
   int64_t k = 2;
   double capacity_factor = 0;  // 0: dropless
   int micro_batches = 1;
   bool idle_expert = false;  // some expert computes no row in some step (asserted)
+  int zero = 0;        // 0: DDP; 1, 2: ZeRO-1/2 over dp_shard x ep, the experts over expert_dp_cp
   int world() const { return ep * dp; }
 };
 void PrintTo(const EpLayout& c, std::ostream* out) { *out << c.name; }
@@ -109,7 +110,12 @@ double norm_of(const nn::NamedTensors& grads) {
 TrainPlan plan_of(const EpLayout& c) {
   TrainPlan plan;
   plan.parallelism.ep = c.ep;
-  plan.parallelism.dp_replicate = c.dp;
+  if (c.zero == 0) {
+    plan.parallelism.dp_replicate = c.dp;
+  } else {
+    plan.parallelism.dp_shard = c.dp;
+    plan.dp_strategy = zero_stage_strategy(c.zero);
+  }
   plan.micro_batches = c.micro_batches;
   return plan;
 }
@@ -166,7 +172,16 @@ INSTANTIATE_TEST_SUITE_P(
                              .idle_expert = true},
                     EpLayout{.name = "ep2_dp2_k2", .ep = 2, .dp = 2, .k = 2},
                     EpLayout{.name = "ep2_dp2_k2_drops_mb2", .ep = 2, .dp = 2, .k = 2, .capacity_factor = 1.0,
-                             .micro_batches = 2}),
+                             .micro_batches = 2},
+                    EpLayout{.name = "ep2_zero1_k2", .ep = 2, .k = 2, .zero = 1},
+                    EpLayout{.name = "ep2_dp2_zero1_k1", .ep = 2, .dp = 2, .k = 1, .idle_expert = true, .zero = 1},
+                    EpLayout{.name = "ep2_dp2_zero1_k2_drops", .ep = 2, .dp = 2, .k = 2, .capacity_factor = 1.0,
+                             .zero = 1},
+                    EpLayout{.name = "ep2_dp2_zero2_k1_drops", .ep = 2, .dp = 2, .k = 1, .capacity_factor = 1.0,
+                             .idle_expert = true, .zero = 2},
+                    EpLayout{.name = "ep2_dp2_zero2_k2", .ep = 2, .dp = 2, .k = 2, .zero = 2},
+                    EpLayout{.name = "ep2_dp2_zero2_k2_drops_mb2", .ep = 2, .dp = 2, .k = 2, .capacity_factor = 1.0,
+                             .micro_batches = 2, .zero = 2}),
     layout_name);
 
 }  // namespace
