@@ -52,15 +52,16 @@
 // the [N_l, k] i64 choices over the batch ranks (its ledger is dp's). Memory per rank:
 // E/ep experts (8C² + 5C weights each) plus the replicated weights (router E·C, attention, embeddings).
 //
-// Under ZeRO-1/2 (parallel/zero/zero_strategies.h): the replicated weights go into ZeRO's flat buffers,
-// sharded over dp_shard × ep (every rank holding them); the experts stay out of them, whole, their
-// gradients in .grad averaged over expert_dp_cp (= dp_shard here) by one all-reduce per expert tensor,
-// stepped by an nn::AdamW whose moments are whole (parallel/zero/expert_replicas.h), the unused ones
-// dropped as above. Memory per rank: the replicated weights' gradients (ZeRO-2) and AdamW moments
-// divided by dp_shard·ep; the E/ep experts' weights, gradients and moments whole.
+// Under ZeRO-1/2 and FSDP (parallel/zero/zero_strategies.h): the replicated weights go into ZeRO's flat
+// buffers or FSDP's units, sharded over dp_shard × ep (every rank holding them); the experts stay out
+// of them, whole, their gradients in .grad averaged over expert_dp_cp (= dp_shard here) by one
+// all-reduce per expert tensor, stepped by an nn::AdamW whose moments are whole
+// (parallel/zero/expert_replicas.h), the unused ones dropped as above. Memory per rank: the replicated
+// weights' gradients (ZeRO-2) and AdamW moments (and, under FSDP, weights and gradients) divided by
+// dp_shard·ep; the E/ep experts' weights, gradients and moments whole.
 //
-// Supported layouts: ep alone, ep × dp_replicate under DDP, ep × dp_shard under ZeRO-1 or ZeRO-2
-// (parallelize_options.h refuses the rest: FSDP, offload, pp, tp, cp, mixed precision; train refuses
+// Supported layouts: ep alone, ep × dp_replicate under DDP, ep × dp_shard under ZeRO-1, ZeRO-2 or FSDP
+// (parallelize_options.h refuses the rest: HSDP, offload, pp, tp, cp, mixed precision; train refuses
 // distributed checkpoints with ep).
 //
 // Files, in reading order: expert_exchange.h (the differentiable all-to-all, the gradient scale),

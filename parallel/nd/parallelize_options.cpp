@@ -73,12 +73,13 @@ static void check_cut(const ParallelizeOptions& o) {
            "> 1) is not supported: ZeRO-Offload here moves the whole model's optimizer to the host");
 }
 
-// Expert parallelism runs under DDP (dp_replicate x ep) or ZeRO-1/2 (dp_shard x ep), on whole models.
+// Expert parallelism runs under DDP (dp_replicate x ep), ZeRO-1/2 or FSDP (dp_shard x ep), on whole models.
 static void check_expert_layout(const ParallelizeOptions& o) {
   const ParallelismConfig& c = o.parallelism;
-  SL_CHECK(o.dp_strategy == DpStrategy::ddp || o.dp_strategy == DpStrategy::zero1 || o.dp_strategy == DpStrategy::zero2,
-           "expert parallel: ", c.str(), ": ep runs under DDP, ZeRO-1 or ZeRO-2 (--zero 0, 1 or 2, no --naive-dp); ",
-           "FSDP does not yet keep the experts out of its units (got ", dp_strategy_name(o.dp_strategy), ")");
+  SL_CHECK(o.dp_strategy != DpStrategy::naive, "expert parallel: ", c.str(), ": ep runs under DDP, ZeRO-1/2 or FSDP ",
+           "(--zero 0 to 3), not the naive DataParallel");
+  SL_CHECK(o.dp_strategy != DpStrategy::fsdp || c.dp_replicate == 1, "expert parallel: ", c.str(), ": HSDP ",
+           "(dp_replicate ", c.dp_replicate, " with FSDP) is not yet combined with ep; use FSDP over dp_shard");
   SL_CHECK(!o.offload, "expert parallel: ", c.str(), ": --offload is not offered with ep (the experts' AdamW stays ",
            "on the device)");
   SL_CHECK(c.pp == 1 && c.tp == 1 && c.cp == 1, "expert parallel: ", c.str(), ": ep is not yet combined with pp, tp ",

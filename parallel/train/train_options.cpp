@@ -47,10 +47,10 @@ void check_run_options(const TrainOptions& o) {
   if (o.ep > 1 && o.moe_experts % o.ep != 0)
     throw OptionError("--ep " + std::to_string(o.ep) + ": --moe-experts " + std::to_string(o.moe_experts) +
                      " does not split over it (E % ep = " + std::to_string(o.moe_experts % o.ep) + ")");
-  if (o.ep > 1 && (o.zero > 2 || o.dp_replicate > 0 || o.naive_dp || o.cuts_model() || o.offload))
-    throw OptionError("--ep runs with --dp under DDP, --zero 1 or --zero 2 only: FSDP (--zero 3, "
-                     "--dp-replicate/--dp-shard) does not yet keep the experts out of its units, --offload and "
-                     "--naive-dp are not offered with it, and --pp, --tp and --cp are not yet combined with it");
+  if (o.ep > 1 && (o.dp_replicate > 0 || o.naive_dp || o.cuts_model() || o.offload))
+    throw OptionError("--ep runs with --dp under DDP or --zero 1, 2 or 3 only: HSDP (--dp-replicate/--dp-shard), "
+                     "--offload and --naive-dp are not offered with it, and --pp, --tp and --cp are not yet combined "
+                     "with it");
   if (o.ep > 1 && o.micro_batches > 1)
     throw OptionError("--ep with --micro-batches " + std::to_string(o.micro_batches) + ": the experts' capacity and "
                      "balance count one micro-batch, and micro-batch m of the ranks (each rank's m-th slice of its rows) "

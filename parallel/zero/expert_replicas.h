@@ -1,8 +1,8 @@
-// expert_replicas.h — the experts of an expert-parallel model under ZeRO-1/2: kept whole, out of the
-// flat buffers, and averaged like DDP's replicas over the ranks that hold the same experts.
+// expert_replicas.h — the experts of an expert-parallel model under ZeRO-1/2 and FSDP: kept whole, out
+// of the flat buffers and units, and averaged like DDP's replicas over the ranks holding the same experts.
 //
-//   ZeRO over dp_shard x ep shards the replicated weights (router, attention, dense): every rank of
-//   that group holds the same ones. An expert lives on one ep rank only (placed sharded(0, "ep")),
+//   ZeRO and FSDP over dp_shard x ep shard the replicated weights (router, attention, dense): every
+//   rank of that group holds the same ones. An expert lives on one ep rank only (placed sharded(0, "ep")),
 //   so it cannot join those flat buffers: its replicas are the expert_dp_cp ranks (dp_shard with ep
 //   cut out). ExpertReplicas keeps its gradient in .grad, averages it over expert_dp_cp after the
 //   backward passes (one all-reduce per expert tensor), drops the .grad of an expert that no row
@@ -10,8 +10,8 @@
 //   nn::AdamW over them whose moments are whole, not sharded.
 //
 //   Memory per rank for the experts: E/ep experts' weights, gradients and two AdamW moments, each
-//   whole (4 × E/ep × (8C² + 5C) floats), where ZeRO would divide the last three by dp_shard.
-//   The replicated weights keep ZeRO's sharding over dp_shard x ep.
+//   whole (4 × E/ep × (8C² + 5C) floats), where ZeRO would divide the last two (FSDP: all four) by
+//   dp_shard. The replicated weights keep ZeRO's or FSDP's sharding over dp_shard x ep.
 #pragma once
 #include <memory>
 #include <vector>

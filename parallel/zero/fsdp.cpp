@@ -42,6 +42,28 @@ nn::NamedTensors with_prefix(const std::string& prefix, const nn::NamedTensors& 
 
 }  // namespace
 
+// A block's parameters under `prefix`, but those fsdp.leave_out keeps out of the units.
+static nn::NamedTensors block_parameters(nn::Module& block, const std::string& prefix, const FsdpOptions& fsdp) {
+  const nn::NamedTensors params = block.named_parameters();
+  if (!fsdp.leave_out) return with_prefix(prefix, params);
+  const auto placements = block.named_placements();
+  nn::NamedTensors kept;
+  for (size_t i = 0; i < params.size(); ++i)
+    if (!fsdp.leave_out(placements[i].second)) kept.push_back(params[i]);
+  return with_prefix(prefix, kept);
+}
+
+// The elements fsdp.leave_out keeps out of the units (only a block's parameters may be left out).
+static int64_t left_out(const nn::GPT& model, const FsdpOptions& fsdp) {
+  int64_t numel = 0;
+  if (!fsdp.leave_out) return numel;
+  const auto params = model.named_parameters();
+  const auto placements = model.named_placements();
+  for (size_t i = 0; i < params.size(); ++i)
+    if (fsdp.leave_out(placements[i].second)) numel += params[i].second.numel();
+  return numel;
+}
+
 FullyShardedGPT::FullyShardedGPT(nn::GPT& model, ProcessGroupPtr shard_group, ProcessGroupPtr replicate_group,
                                  const nn::AdamWOptions& adamw, const FsdpOptions& fsdp)
     : lr(adamw.lr),
@@ -87,13 +109,12 @@ FullyShardedGPT::FullyShardedGPT(nn::GPT& model, ProcessGroupPtr shard_group, Pr
   first_block_ = units_.size();
   for (int64_t layer = model.spec().layer_begin; layer < model.spec().layer_end; ++layer) {
     std::string prefix = "h." + std::to_string(layer) + ".";  // the serial model's (global) layer index
-    units_.push_back(FsdpUnit::make(prefix.substr(0, prefix.size() - 1),
-                                    with_prefix(prefix, model.block(layer).named_parameters()), shard_group_,
-                                    replicate_group_, fsdp));
+    units_.push_back(FsdpUnit::make(prefix.substr(0, prefix.size() - 1), block_parameters(model.block(layer), prefix, fsdp),
+                                    shard_group_, replicate_group_, fsdp));
   }
   int64_t wrapped = 0;
   for (const auto& unit : units_) wrapped += unit->layout().numel;
-  SL_ASSERT(wrapped == model.num_parameters());  // every parameter in exactly one unit
+  SL_ASSERT(wrapped + left_out(model, fsdp) == model.num_parameters());  // every other parameter in exactly one unit
   // The root (and a part's wte) is gathered around the whole forward (wte is the first op and the
   // tied head the last), each block around its own.
   wrap(model, around_part, /*is_root=*/true);

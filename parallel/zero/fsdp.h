@@ -2,6 +2,8 @@
 //
 //   Every rank holds 1/N of every unit (weights, gradients, AdamW state) and gathers a unit only
 //   while it computes with it. Units: root = {wte, wpe, ln_f}, then h.0, h.1, ... (one flat buffer each).
+//   FsdpOptions::leave_out keeps some of a block's parameters out of its unit, whole and never freed
+//   (an expert-parallel model's experts: zero_strategies.h's fully_shard).
 //
 //     forward:   gather root, embed | gather h.0, h.0, free h.0 | gather h.1, h.1, free h.1 | ln_f, head, free root
 //     backward:  gather root, head', ln_f' | gather h.1, h.1', reduce-scatter h.1's grads, free h.1 |

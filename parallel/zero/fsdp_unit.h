@@ -19,6 +19,7 @@
 //
 //   Used by: parallel/zero/fsdp.h       Tests: tests/parallel/zero/test_fsdp.cpp
 #pragma once
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -48,6 +49,9 @@ struct FsdpOptions {
   // parameters' (the paper's 2 + 2 + 12 bytes over N), f32: main_grad. The unit keeps an f32 master
   // shard for AdamW (the options must set master_weights).
   std::optional<DType> grad_dtype = std::nullopt;
+  // Parameters kept out of every unit (FullyShardedGPT; true: left out), whole on their rank and
+  // never freed: an expert-parallel model's experts, which their own replicas average. None by default.
+  std::function<bool(const nn::Placement&)> leave_out;
 };
 
 class FsdpUnit {

@@ -57,7 +57,7 @@
 //   fsdp_unit.h         one FSDP unit: gather, free, reduce-scatter
 //   fsdp.h              FullyShardedGPT: units, hooks, HSDP, offload
 //   sharded_gradients.h a cut model's gradient sums and clip placements, applied to gradient shards
-//   expert_replicas.h   an expert-parallel model's experts under ZeRO-1/2: whole, averaged over expert_dp_cp
+//   expert_replicas.h   an expert-parallel model's experts under ZeRO/FSDP: whole, averaged over expert_dp_cp
 //   zero_strategies.h   ZeRO-1/2 and FSDP/HSDP as the Trainer's DataParallelStrategy; fully_shard, FSDP's one
 //                       entry (any part: the whole model or a cut, over dp_shard x cp)
 //

@@ -2,6 +2,7 @@
 #include "parallel/zero/zero_strategies.h"
 
 #include <algorithm>
+#include <set>
 
 namespace sl::parallel {
 
@@ -147,13 +148,27 @@ std::vector<std::pair<std::string, const CommLedger*>> ZeroStrategy::groups() co
 std::unique_ptr<FsdpStrategy> fully_shard(nn::GPT& part, ModelRunner& runner, const DeviceMesh& mesh,
                                           const nn::AdamWOptions& adamw, FsdpOptions options) {
   options.gradient_divisor = mesh.size(MeshDim::dp_shard);
+  std::unique_ptr<ExpertReplicas> experts;
+  if (ParameterSplit split = split_experts(part); !split.experts.empty()) {
+    options.gradient_divisor *= mesh.size(MeshDim::ep);
+    options.leave_out = is_expert_parameter;
+    experts = std::make_unique<ExpertReplicas>(std::move(split.experts), std::move(split.expert_placements), mesh, adamw);
+  }
   ProcessGroupPtr replicas = mesh.size(MeshDim::dp_replicate) > 1 ? mesh.group(MeshDim::dp_replicate) : nullptr;
   auto fsdp = std::make_shared<FullyShardedGPT>(part, mesh.group(MeshDim::dp_shard_cp), replicas, adamw, options);
-  return std::make_unique<FsdpStrategy>(std::move(fsdp), runner, mesh);
+  return std::make_unique<FsdpStrategy>(std::move(fsdp), runner, mesh, std::move(experts));
 }
 
-FsdpStrategy::FsdpStrategy(std::shared_ptr<FullyShardedGPT> fsdp, ModelRunner& runner, const DeviceMesh& mesh)
-    : fsdp_(std::move(fsdp)), runner_(runner), mesh_(mesh) {}
+FsdpStrategy::FsdpStrategy(std::shared_ptr<FullyShardedGPT> fsdp, ModelRunner& runner, const DeviceMesh& mesh,
+                           std::unique_ptr<ExpertReplicas> experts)
+    : fsdp_(std::move(fsdp)), runner_(runner), mesh_(mesh), experts_(std::move(experts)) {
+  if (experts_) shard_dims_ = {MeshDim::dp_shard, MeshDim::ep, MeshDim::cp};
+}
+
+void FsdpStrategy::zero_grad() {
+  fsdp_->zero_grad();
+  if (experts_) experts_->zero_grad();
+}
 
 std::vector<NamedShard> FsdpStrategy::shards() const {
   fsdp_->finish_backward();  // every unit's shard complete
@@ -165,6 +180,10 @@ std::vector<NamedShard> FsdpStrategy::shards() const {
 }
 
 void FsdpStrategy::finish_gradients(ModelRunner& runner) {
+  if (experts_) {
+    SL_CHECK(runner.gradient_sums().empty(), "FSDP with expert parallelism over a cut model");
+    return experts_->finish_gradients(runner);
+  }
   check_no_unused_parameters(runner, "FSDP");
   const std::vector<NamedShard> all = shards();
   for (const GradientSum& sum : runner.gradient_sums())
@@ -174,7 +193,9 @@ void FsdpStrategy::finish_gradients(ModelRunner& runner) {
 
 double FsdpStrategy::clip_grad_norm(double max_norm) {
   SL_CHECK(max_norm > 0, "FsdpStrategy::clip_grad_norm: max_norm must be positive (got ", max_norm, ")");
-  return parallel::clip_grad_norm(shard_mesh_grads(shards(), runner_.module(), shard_dims_), max_norm, mesh_);
+  std::vector<MeshGrad> pieces = experts_ ? experts_->mesh_grads() : std::vector<MeshGrad>{};
+  for (MeshGrad& piece : shard_mesh_grads(shards(), runner_.module(), shard_dims_)) pieces.push_back(std::move(piece));
+  return parallel::clip_grad_norm(pieces, max_norm, mesh_);
 }
 
 bool FsdpStrategy::unscale_gradients(const nn::GradScaler& scaler) {
@@ -184,14 +205,33 @@ bool FsdpStrategy::unscale_gradients(const nn::GradScaler& scaler) {
 }
 
 // This rank's part gathered over the shard group, then across the runner's groups (tp, pp).
-nn::StateDict FsdpStrategy::full_gradients(ModelRunner& runner) { return runner.full_state_dict_from(fsdp_->full_grads()); }
+// With experts (a whole model): the units' entries over what the runner gathers of every expert.
+static nn::StateDict with_units(nn::StateDict all, const nn::StateDict& units) {
+  for (const auto& [name, value] : units) all[name] = value;
+  return all;
+}
 
+nn::StateDict FsdpStrategy::full_gradients(ModelRunner& runner) {
+  if (!experts_) return runner.full_state_dict_from(fsdp_->full_grads());
+  const nn::StateDict units = fsdp_->full_grads();
+  return with_units(runner.full_gradients(), units);
+}
+
+// With experts: every unit gathered into its parameters while the runner reads them (and every
+// expert over ep), then freed again.
 nn::StateDict FsdpStrategy::full_state_dict(ModelRunner& runner) {
-  return runner.full_state_dict_from(fsdp_->full_state_dict());
+  if (!experts_) return runner.full_state_dict_from(fsdp_->full_state_dict());
+  for (const auto& unit : fsdp_->units()) unit->unshard();
+  nn::StateDict all = runner.full_state_dict();
+  for (const auto& unit : fsdp_->units()) unit->reshard();
+  return all;
 }
 
 std::vector<LocalStateRun> FsdpStrategy::local_state(ModelRunner& runner) {
   (void)runner;
+  if (experts_)
+    throw Error("FSDP with expert parallelism: distributed checkpoints do not yet hold the experts' AdamW state; "
+                "checkpoint ep under DDP (--zero 0)");
   std::vector<LocalStateRun> runs;
   for (const auto& unit : fsdp_->units())
     for (LocalStateRun& run : unit->shard_state({MeshDim::dp_replicate})) runs.push_back(std::move(run));
@@ -199,37 +239,47 @@ std::vector<LocalStateRun> FsdpStrategy::local_state(ModelRunner& runner) {
 }
 
 std::vector<LocalGradientRun> FsdpStrategy::local_gradients(ModelRunner& runner) {
-  (void)runner;
   std::vector<LocalGradientRun> runs;
   for (const auto& unit : fsdp_->units())
     for (LocalGradientRun& run : unit->shard_gradients()) runs.push_back(std::move(run));
+  if (experts_) {  // the experts' whole .grad
+    std::set<std::string> experts;
+    for (const auto& [name, placement] : runner.module().named_placements())
+      if (is_expert_parameter(placement)) experts.insert(name);
+    for (LocalGradientRun& run : whole_gradient_runs(runner.module()))
+      if (experts.count(run.parameter)) runs.push_back(std::move(run));
+  }
   return runs;
 }
 
 int64_t FsdpStrategy::optimizer_steps() const {
   int64_t most = 0;
   for (const auto& unit : fsdp_->units()) most = std::max(most, unit->step_count());
-  return most;
+  return experts_ ? std::max(most, experts_->optimizer_steps()) : most;
 }
 
 void FsdpStrategy::set_optimizer_steps(int64_t steps) {
   for (const auto& unit : fsdp_->units()) unit->set_step_count(steps);
+  if (experts_) experts_->set_optimizer_steps(steps);
 }
 
 void FsdpStrategy::step(double lr) {
   fsdp_->lr = lr;
   fsdp_->step();
   fsdp_->zero_grad();
+  if (experts_) experts_->step(lr);
 }
 
 std::vector<std::pair<std::string, const CommLedger*>> FsdpStrategy::groups() const {
   // Over a cut with cp > 1 the shards span dp_shard x cp: the mesh's dp_shard_cp.
   const bool over_cp = std::find(shard_dims_.begin(), shard_dims_.end(), MeshDim::cp) != shard_dims_.end() &&
                        mesh_.size(MeshDim::cp) > 1;
-  const MeshDim shard = over_cp ? MeshDim::dp_shard_cp : MeshDim::dp_shard;
+  const MeshDim shard = over_cp || experts_ ? MeshDim::dp_shard_cp : MeshDim::dp_shard;  // with experts: x ep
   std::vector<std::pair<std::string, const CommLedger*>> all{{std::string(name(shard)), &fsdp_->shard_group()->ledger()}};
   if (fsdp_->replicate_group() && fsdp_->replicate_group() != fsdp_->shard_group())
     all.emplace_back(name(MeshDim::dp_replicate), &fsdp_->replicate_group()->ledger());
+  if (experts_ && experts_->group())
+    all.emplace_back(name(MeshDim::expert_dp_cp), &experts_->group()->ledger());
   return all;
 }
 

@@ -15,8 +15,8 @@
 // Both work on whichever part of the model a runner holds: the whole GPT, or a chapter's cut (a
 // pipeline stage, a TP shard, a sequence shard, any mix) whose placements the clip reads.
 // fully_shard() is FSDP's one entry: parallel/nd/parallelize.cpp calls it on every layout it shards.
-// An expert-parallel model (ep > 1) runs under ZeroStrategy with its experts kept out of the flat
-// buffers (expert_replicas.h); FsdpStrategy does not take one.
+// An expert-parallel model (ep > 1) keeps its experts out of ZeRO's flat buffers and FSDP's units
+// (expert_replicas.h: whole, averaged over expert_dp_cp, their own AdamW).
 #pragma once
 #include <memory>
 
@@ -75,10 +75,12 @@ class FsdpStrategy : public DataParallelStrategy {
   // dp_shard and cp (the shard group spans them: the reduce-scatter has summed over them), and the
   // clip counts each piece as its parameter's placement says, split over dp_shard x cp. The runner
   // and mesh must outlive it.
-  FsdpStrategy(std::shared_ptr<FullyShardedGPT> fsdp, ModelRunner& runner, const DeviceMesh& mesh);
+  // `experts`: an expert-parallel model's experts, left out of fsdp's units (fully_shard).
+  FsdpStrategy(std::shared_ptr<FullyShardedGPT> fsdp, ModelRunner& runner, const DeviceMesh& mesh,
+               std::unique_ptr<ExpertReplicas> experts = nullptr);
   // step() zeroes the shards after it, but a step skipped on an fp16 overflow never gets there and
   // leaves them holding inf: they are zeroed here too, or every later step would overflow again.
-  void zero_grad() override { fsdp_->zero_grad(); }
+  void zero_grad() override;
   void finish_gradients(ModelRunner& runner) override;
   nn::StateDict full_gradients(ModelRunner& runner) override;
   double clip_grad_norm(double max_norm) override;
@@ -98,7 +100,8 @@ class FsdpStrategy : public DataParallelStrategy {
   std::shared_ptr<FullyShardedGPT> fsdp_;
   ModelRunner& runner_;
   const DeviceMesh& mesh_;
-  MeshDims shard_dims_{MeshDim::dp_shard, MeshDim::cp};
+  MeshDims shard_dims_{MeshDim::dp_shard, MeshDim::cp};  // with experts: dp_shard x ep x cp
+  std::unique_ptr<ExpertReplicas> experts_;              // null without
 };
 
 // FSDP (ZeRO-3) over `part`, the model part `runner` runs (the whole GPT, or what a cut leaves on
@@ -108,6 +111,9 @@ class FsdpStrategy : public DataParallelStrategy {
 // and HSDP's all-reduce of each shard over dp_replicate when it is > 1. `options`: offload and the
 // gradients' dtype (its gradient_divisor is set here). Collective over those groups. Load the
 // part's weights (train --init-from) before: its parameters are freed into the shards.
+// An expert-parallel part (ep > 1): the units leave the experts out (FsdpOptions::leave_out), the
+// rest averaged over dp_shard x ep (the shard group spans ep: they are replicas there); the experts
+// stay whole, averaged over expert_dp_cp and stepped by their own AdamW (expert_replicas.h).
 std::unique_ptr<FsdpStrategy> fully_shard(nn::GPT& part, ModelRunner& runner, const DeviceMesh& mesh,
                                           const nn::AdamWOptions& adamw, FsdpOptions options = {});
 

@@ -49,7 +49,7 @@ struct EpLayout {
   double capacity_factor = 0;  // 0: dropless
   int micro_batches = 1;
   bool idle_expert = false;  // some expert computes no row in some step (asserted)
-  int zero = 0;        // 0: DDP; 1, 2: ZeRO-1/2 over dp_shard x ep, the experts over expert_dp_cp
+  int zero = 0;        // 0: DDP; 1, 2, 3: ZeRO-1/2, FSDP over dp_shard x ep, the experts over expert_dp_cp
   int world() const { return ep * dp; }
 };
 void PrintTo(const EpLayout& c, std::ostream* out) { *out << c.name; }
@@ -181,7 +181,13 @@ INSTANTIATE_TEST_SUITE_P(
                              .idle_expert = true, .zero = 2},
                     EpLayout{.name = "ep2_dp2_zero2_k2", .ep = 2, .dp = 2, .k = 2, .zero = 2},
                     EpLayout{.name = "ep2_dp2_zero2_k2_drops_mb2", .ep = 2, .dp = 2, .k = 2, .capacity_factor = 1.0,
-                             .micro_batches = 2, .zero = 2}),
+                             .micro_batches = 2, .zero = 2},
+                    EpLayout{.name = "ep2_fsdp_k2_drops", .ep = 2, .k = 2, .capacity_factor = 1.0, .zero = 3},
+                    EpLayout{.name = "ep2_dp2_fsdp_k1_drops", .ep = 2, .dp = 2, .k = 1, .capacity_factor = 1.0,
+                             .idle_expert = true, .zero = 3},
+                    EpLayout{.name = "ep2_dp2_fsdp_k2", .ep = 2, .dp = 2, .k = 2, .zero = 3},
+                    EpLayout{.name = "ep2_dp2_fsdp_k2_drops_mb2", .ep = 2, .dp = 2, .k = 2, .capacity_factor = 1.0,
+                             .micro_batches = 2, .zero = 3}),
     layout_name);
 
 }  // namespace
