@@ -92,8 +92,16 @@ static void set_steps_of(nn::AdamW* adamw, int64_t steps) {
   for (size_t i = 0; i < adamw->params().size(); ++i) adamw->state(i).step = steps;
 }
 
+// Every weight whole; its replicas: the ranks its gradient is averaged over (dp_cp, ep included), an
+// expert's only the ranks holding the same experts (expert_dp_cp): each ep rank saves its own.
 std::vector<LocalStateRun> DdpStrategy::local_state(ModelRunner& runner) {
-  return whole_parameter_runs(runner.module(), adamw_.get(), {MeshDim::dp, MeshDim::cp});
+  std::vector<LocalStateRun> runs = whole_parameter_runs(runner.module(), adamw_.get(), {MeshDim::dp, MeshDim::cp});
+  if (experts_.empty()) return runs;
+  const auto placements = runner.module().named_placements();
+  SL_ASSERT(placements.size() == runs.size());
+  for (size_t i = 0; i < runs.size(); ++i)
+    if (is_expert_parameter(placements[i].second)) runs[i].replicated_over = {MeshDim::expert_dp_cp};
+  return runs;
 }
 int64_t DdpStrategy::optimizer_steps() const { return steps_of(adamw_.get()); }
 void DdpStrategy::set_optimizer_steps(int64_t steps) { set_steps_of(adamw_.get(), steps); }

@@ -27,10 +27,19 @@ std::map<std::string, Shape> serial_parameter_shapes(const nn::GPTConfig& config
     shapes[h + "attn.c_attn.bias"] = Shape({3 * C});
     shapes[h + "attn.c_proj.weight"] = Shape({C, C});
     shapes[h + "attn.c_proj.bias"] = Shape({C});
-    shapes[h + "mlp.c_fc.weight"] = Shape({4 * C, C});
-    shapes[h + "mlp.c_fc.bias"] = Shape({4 * C});
-    shapes[h + "mlp.c_proj.weight"] = Shape({C, 4 * C});
-    shapes[h + "mlp.c_proj.bias"] = Shape({C});
+    // a mixture of experts' block (nn/moe.h): the router [E, C], no bias, and E MLPs in place of one
+    std::vector<std::string> mlps = {h + "mlp."};
+    if (config.is_moe_layer(l)) {
+      shapes[h + "mlp.router.weight"] = Shape({config.moe_experts, C});
+      mlps.clear();
+      for (int64_t e = 0; e < config.moe_experts; ++e) mlps.push_back(h + "mlp.experts." + std::to_string(e) + ".");
+    }
+    for (const std::string& mlp : mlps) {
+      shapes[mlp + "c_fc.weight"] = Shape({4 * C, C});
+      shapes[mlp + "c_fc.bias"] = Shape({4 * C});
+      shapes[mlp + "c_proj.weight"] = Shape({C, 4 * C});
+      shapes[mlp + "c_proj.bias"] = Shape({C});
+    }
   }
   return shapes;
 }
