@@ -80,7 +80,7 @@
 // the faults, the mesh and the step (atomic), and marks fired() (atomic). Detach by destroying the
 // modules or the probe's hooks (remove()); a probe must outlive the modules' and groups' use of them.
 //
-//   Tests: tests/parallel/train/test_divergence.cpp, test_divergence_faults.cpp
+//   Tests: tests/parallel/train/test_divergence.cpp, test_divergence_faults.cpp, test_divergence_experts.cpp
 #pragma once
 #include <atomic>
 #include <map>

@@ -28,7 +28,7 @@
 // Thread safety: the sites are this rank thread's (ranks are threads); a chapter asks them on the
 // thread that runs its forward and backward, which is the rank's.
 //
-//   Tests: tests/parallel/train/test_divergence_faults.cpp
+//   Tests: tests/parallel/train/test_divergence_faults.cpp, test_divergence_experts.cpp
 #pragma once
 #include "tensor/tensor.h"
 
