@@ -159,14 +159,16 @@ bool restore_run_state(const nlohmann::json& state, const std::function<void(int
 
 }  // namespace
 
-nlohmann::json trainer_run_state(Trainer& trainer) {
+nlohmann::json trainer_run_state(Trainer& trainer) { return trainer_run_state(trainer, trainer.strategy().optimizer_steps()); }
+
+nlohmann::json trainer_run_state(Trainer& trainer, int64_t optimizer_steps) {
   ProcessGroup& world = *trainer.mesh().world();
   const Generator& mine = default_generator();
   Tensor rng = from_vector({static_cast<double>(mine.seed()), static_cast<double>(mine.offset())}, Shape({2}), DType::i64);
   Tensor all = Tensor::empty({2 * static_cast<int64_t>(world.size())}, DType::i64);
   world.all_gather(all, rng);
   // AdamW's count: the most any rank holds (naive DP's workers hold no optimizer).
-  Tensor steps = from_vector({static_cast<double>(trainer.strategy().optimizer_steps())}, Shape({1}), DType::i64);
+  Tensor steps = from_vector({static_cast<double>(optimizer_steps)}, Shape({1}), DType::i64);
   world.all_reduce(steps, ReduceOp::max);
   const Tensor host = all.device().is_cpu() ? all : all.to(Device::cpu());  // a GPU rank's (NCCL) comes over
   return run_state_json(static_cast<int64_t>(steps.item()), std::as_const(trainer).scaler(), host.values<int64_t>());

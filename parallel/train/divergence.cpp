@@ -104,7 +104,8 @@ void step_serial_runs(RankContext& ctx, Trainer& trainer, const TrainRun& run, i
   nlohmann::json run_state;
   if (step > 0) {
     layout_state.add(state_pieces(trainer, run.config));
-    run_state = trainer_run_state(trainer);  // collective: AdamW's step count, the loss scaler
+    layout_state.add_steps_behind(trainer.strategy().parameters_behind());  // experts AdamW skipped
+    run_state = trainer_run_state(trainer, trainer.strategy().most_optimizer_steps());  // collective: the loss scaler too
     ctx.world->barrier();
   }
   if (ctx.rank == 0) {
