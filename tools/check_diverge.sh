@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CI: build/bin/diverge over every layout of tools/diverge_layouts.txt (the N-D parity suite's, the
-# mixed-precision ones, the CP variants and recomputation), 3 steps each: each must report no
+# mixed-precision ones, the CP variants and recomputation, mixtures of experts), 3 steps each: each must report no
 # divergence (exit 0), or, marked "refused", be refused naming why (exit 1, "diverge: --..." on
 # stderr). Then the planted faults of tools/diverge_faults.txt (diverge --inject), each of which must
 # be named: diverge exits 1 and its FIRST DIVERGENCE line gives the table's step, phase and module or

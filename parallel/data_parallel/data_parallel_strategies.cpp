@@ -1,6 +1,8 @@
 // data_parallel_strategies.cpp — see data_parallel_strategies.h.
 #include "parallel/data_parallel/data_parallel_strategies.h"
 
+#include <algorithm>
+
 #include "parallel/comm/grad_norm.h"
 
 namespace sl::parallel {
@@ -92,10 +94,34 @@ static void set_steps_of(nn::AdamW* adamw, int64_t steps) {
   for (size_t i = 0; i < adamw->params().size(); ++i) adamw->state(i).step = steps;
 }
 
+// Every weight whole; its replicas: the ranks its gradient is averaged over (dp_cp, ep included), an
+// expert's only the ranks holding the same experts (expert_dp_cp): each ep rank saves its own.
 std::vector<LocalStateRun> DdpStrategy::local_state(ModelRunner& runner) {
-  return whole_parameter_runs(runner.module(), adamw_.get(), {MeshDim::dp, MeshDim::cp});
+  std::vector<LocalStateRun> runs = whole_parameter_runs(runner.module(), adamw_.get(), {MeshDim::dp, MeshDim::cp});
+  if (experts_.empty()) return runs;
+  const auto placements = runner.module().named_placements();
+  SL_ASSERT(placements.size() == runs.size());
+  for (size_t i = 0; i < runs.size(); ++i)
+    if (is_expert_parameter(placements[i].second)) runs[i].replicated_over = {MeshDim::expert_dp_cp};
+  return runs;
 }
 int64_t DdpStrategy::optimizer_steps() const { return steps_of(adamw_.get()); }
+int64_t DdpStrategy::most_optimizer_steps() const {
+  int64_t most = 0;
+  for (size_t i = 0; adamw_ && i < adamw_->params().size(); ++i) most = std::max(most, adamw_->state(i).step);
+  return most;
+}
+std::map<std::string, int64_t> DdpStrategy::parameters_behind() const {
+  std::map<std::string, int64_t> behind;
+  const int64_t most = most_optimizer_steps();
+  size_t i = 0;
+  for (const auto& [name, param] : runner_.module().named_parameters()) {
+    SL_ASSERT(adamw_ && adamw_->params()[i].is_same(param));
+    if (adamw_->state(i).step != most) behind[name] = adamw_->state(i).step;
+    ++i;
+  }
+  return behind;
+}
 void DdpStrategy::set_optimizer_steps(int64_t steps) { set_steps_of(adamw_.get(), steps); }
 
 std::vector<std::pair<std::string, const CommLedger*>> DdpStrategy::groups() const {

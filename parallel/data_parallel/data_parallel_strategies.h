@@ -45,6 +45,8 @@ class DdpStrategy : public DataParallelStrategy {
   std::vector<LocalStateRun> local_state(ModelRunner& runner) override;
   int64_t optimizer_steps() const override;
   void set_optimizer_steps(int64_t steps) override;
+  std::map<std::string, int64_t> parameters_behind() const override;
+  int64_t most_optimizer_steps() const override;
   std::vector<std::pair<std::string, const CommLedger*>> groups() const override;
 
  private:

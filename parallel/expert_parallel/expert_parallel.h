@@ -52,6 +52,10 @@
 // the [N_l, k] i64 choices over the batch ranks (its ledger is dp's). Memory per rank:
 // E/ep experts (8C² + 5C weights each) plus the replicated weights (router E·C, attention, embeddings).
 //
+// Two mistakes of lesson 17 can be planted in this layer by build/bin/diverge's probe
+// (parallel/runner/fault_sites.h): the capacity counted over each rank's own tokens (local_capacity)
+// and the combine's weights detached from the router (detached_combine_weights).
+//
 // Under ZeRO-1/2 and FSDP (parallel/zero/zero_strategies.h): the replicated weights go into ZeRO's flat
 // buffers or FSDP's units, sharded over dp_shard × ep (every rank holding them); the experts stay out
 // of them, whole, their gradients in .grad averaged over expert_dp_cp (= dp_shard here) by one

@@ -3,6 +3,7 @@
 
 #include "parallel/comm/flatten.h"
 #include "parallel/expert_parallel/expert_exchange.h"
+#include "parallel/runner/fault_sites.h"
 
 namespace sl::parallel {
 
@@ -12,6 +13,39 @@ std::vector<int64_t> host_ids(const Tensor& t) {
   std::vector<int64_t> out;
   for (double v : t.to(Device::cpu()).to_vector()) out.push_back(static_cast<int64_t>(v));
   return out;
+}
+
+// A planted mistake (fault_sites.h's local_capacity, lesson 17's --break-local-capacity): each of
+// the R batch ranks' N_l tokens capped on their own, with capacity ceil(cf·N_l·k/E), the R plans
+// merged expert by expert (each expert's rows source by source) in the global plan's form. The same
+// on every rank; a different model from the serial one wherever some rank's tokens overflow it.
+nn::DispatchPlan plan_per_rank(const Tensor& all, int64_t E, double capacity_factor, int R, int64_t n_local, int64_t k) {
+  const int64_t capacity = nn::expert_capacity(capacity_factor, n_local, k, E);
+  std::vector<nn::DispatchPlan> plans;
+  std::vector<std::vector<int64_t>> tokens, choices;  // [R] each plan's, expert by expert
+  for (int s = 0; s < R; ++s) {
+    plans.push_back(nn::plan_dispatch(all.narrow(0, s * n_local, n_local), E, capacity, Device::cpu()));
+    tokens.push_back(host_ids(plans.back().token)), choices.push_back(host_ids(plans.back().choice));
+  }
+  nn::DispatchPlan merged;
+  merged.routed.assign(static_cast<size_t>(E), 0), merged.kept.assign(static_cast<size_t>(E), 0);
+  merged.capacity = capacity;
+  std::vector<double> token, choice;
+  std::vector<size_t> next(static_cast<size_t>(R), 0);  // source s's first row of expert e in its plan
+  for (size_t e = 0; e < static_cast<size_t>(E); ++e)
+    for (size_t s = 0; s < static_cast<size_t>(R); ++s) {
+      const int64_t kept = plans[s].kept[e], first_token = static_cast<int64_t>(s) * n_local;
+      for (int64_t i = 0; i < kept; ++i, ++next[s]) {
+        token.push_back(static_cast<double>(tokens[s][next[s]] + first_token));
+        choice.push_back(static_cast<double>(choices[s][next[s]] + first_token * k));
+      }
+      merged.routed[e] += plans[s].routed[e];
+      merged.kept[e] += kept;
+    }
+  const TensorOptions ids(DType::i64, Device::cpu());
+  merged.token = from_vector(token, {static_cast<int64_t>(token.size())}, ids);
+  merged.choice = from_vector(choice, {static_cast<int64_t>(choice.size())}, ids);
+  return merged;
 }
 
 // The global plan cut for the ep group: what this rank sends, and what each source sends to it.
@@ -126,9 +160,12 @@ Tensor ExpertParallelMoE::forward(const Tensor& x) {
   // 1. The group's choices, in global token order, and the serial model's plan over them.
   Tensor all = Tensor::empty({R * N, k}, routing.experts.options());  // [R·N_l, k]
   groups_.batch->all_gather(all, routing.experts);
+  const FaultSites* faults = FaultSites::here();  // a fault the divergence finder planted; none otherwise
+  const bool capped_per_rank = faults && faults->breaks(FaultSites::Mistake::local_capacity);
   const int64_t capacity = nn::expert_capacity(capacity_factor, R * N, k, E);
-  const nn::DispatchPlan global = nn::plan_dispatch(all, E, capacity, Device::cpu());
-  record({global.routed, global.kept, R * N, capacity});
+  const nn::DispatchPlan global = capped_per_rank ? plan_per_rank(all, E, capacity_factor, R, N, k)
+                                                  : nn::plan_dispatch(all, E, capacity, Device::cpu());
+  record({global.routed, global.kept, R * N, global.capacity});
   record_losses(routing.probs, logits, global.routed, R * N);
   Traffic t = cut_plan(global, N, k, per_rank, ep, groups_.ep->rank(), groups_.batch->rank(), x.device());
 
@@ -153,7 +190,8 @@ Tensor ExpertParallelMoE::forward(const Tensor& x) {
   y = index_select(scale_gradient(y, 1.0 / ep), from_vector(inverse, {y.size(0)}, order_in.options()));  // source by source
   // 4. Combine: the outputs back to their tokens' ranks, weighted there.
   Tensor back = exchange_rows(y, groups_.ep, t.send, t.receive);  // [M_l, C], in the order sent
-  return nn::combine(back, routing.weights, t.mine).reshape(x.shape());
+  const bool detached = faults && faults->breaks(FaultSites::Mistake::detached_combine_weights);
+  return nn::combine(back, detached ? routing.weights.detach() : routing.weights, t.mine).reshape(x.shape());
 }
 
 }  // namespace sl::parallel

@@ -22,6 +22,7 @@
 // The naive DataParallel is the one strategy that runs the step's passes itself (rank 0 scatters
 // the batch): run_step() returns its loss where the others return nothing.
 #pragma once
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -85,6 +86,13 @@ class DataParallelStrategy {
   // AdamW's step count (its bias correction): the same for every parameter, which all step together.
   virtual int64_t optimizer_steps() const = 0;
   virtual void set_optimizer_steps(int64_t steps) = 0;
+  // The parameters (serial names) whose AdamW step count is not the others': DDP's experts that
+  // computed no row in some step, which AdamW skipped. Empty where every parameter steps together
+  // (optimizer_steps() then holds for all; it throws while this is not empty). build/bin/diverge
+  // carries these into its serial runs, which a checkpoint's single count cannot.
+  virtual std::map<std::string, int64_t> parameters_behind() const { return {}; }
+  // The most steps any of this rank's parameters took (optimizer_steps() when they step together).
+  virtual int64_t most_optimizer_steps() const { return optimizer_steps(); }
   // The groups the strategy talks on, each under the printed name of what it spans ("dp", "dp_shard",
   // "dp_replicate": name(MeshDim)), as ledgers and reports show them.
   virtual std::vector<std::pair<std::string, const CommLedger*>> groups() const = 0;

@@ -52,6 +52,13 @@
 //                    chunk c of the result (the tensor cut as the ring cuts it) holds rank c-1's values
 //                    alone. Planted as each rank r's input keeping only its chunk r+1 (the group's
 //                    reduction fault, process_group.h); every rank of the group runs it (no DIM=K)
+//   local_capacity   the expert-parallel layer h.N.mlp caps each batch rank's tokens on their own, with the
+//                    capacity of its N_l tokens (lesson 17's --break-local-capacity); every rank of the MoE
+//                    batch must plant it to make the lesson's plan (DIM=K picks no ranks: every rank's plan
+//                    is the same, and one rank alone would send rows the others do not expect)
+//   detached_weights the expert-parallel layer h.N.mlp's combine multiplies by the router's weights
+//                    detached (lesson 17's --break-detached-weights): the router's gradient loses its part
+//                    through the outputs, the auxiliary losses' alone is left
 //
 // From the command line (build/bin/diverge --inject), one fault in words:
 //   scale-grad PARAM [DIM=K ...] [step=N] xF        scale_gradient  ("scale-grad h.0.attn.c_attn.weight tp=1 step=1 x2";
@@ -63,6 +70,8 @@
 //   zigzag-unswapped MODULE [DIM=K ...] [step=N]    zigzag_unswapped         ("zigzag-unswapped h.1.attn cp=1")
 //   ulysses-order MODULE [DIM=K ...] [step=N]       ulysses_arrival_order    ("ulysses-order h.0.attn cp=1 step=0")
 //   ring-chunk-index DIM [step=N]                   ring_chunk_index         ("ring-chunk-index dp step=0")
+//   local-capacity MODULE [step=N]                  local_capacity           ("local-capacity h.0.mlp step=0")
+//   detached-weights MODULE [DIM=K ...] [step=N]    detached_weights         ("detached-weights h.1.mlp ep=1")
 // DIM is a mesh dimension's name (pp, dp_replicate, dp_shard, cp, tp, dp, ...); without step= every step.
 //
 // Thread safety: a probe belongs to one rank thread, which alone runs its modules' hooks and asks its
@@ -71,7 +80,7 @@
 // the faults, the mesh and the step (atomic), and marks fired() (atomic). Detach by destroying the
 // modules or the probe's hooks (remove()); a probe must outlive the modules' and groups' use of them.
 //
-//   Tests: tests/parallel/train/test_divergence.cpp, test_divergence_faults.cpp
+//   Tests: tests/parallel/train/test_divergence.cpp, test_divergence_faults.cpp, test_divergence_experts.cpp
 #pragma once
 #include <atomic>
 #include <map>
@@ -89,7 +98,7 @@ namespace sl::parallel {
 struct ProbeFault {
   enum class Kind {
     scale_output, reuse_output, scale_gradient, scale_contribution, add_bias, zigzag_unswapped,
-    ulysses_arrival_order, ring_chunk_index
+    ulysses_arrival_order, ring_chunk_index, local_capacity, detached_weights
   };
   Kind kind = Kind::scale_output;
   // A module ("h.0.attn"), a parameter ("h.0.attn.c_attn.weight": scale_gradient, scale_contribution)

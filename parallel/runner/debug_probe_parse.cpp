@@ -17,7 +17,7 @@ struct KindWords {
   const char* word;
   const char* name;
 };
-constexpr std::array<KindWords, 8> kKinds = {{
+constexpr std::array<KindWords, 10> kKinds = {{
     {Kind::scale_output, "scale-output", "scale_output"},
     {Kind::reuse_output, "reuse-output", "reuse_output"},
     {Kind::scale_gradient, "scale-grad", "scale_gradient"},
@@ -26,6 +26,8 @@ constexpr std::array<KindWords, 8> kKinds = {{
     {Kind::zigzag_unswapped, "zigzag-unswapped", "zigzag_unswapped"},
     {Kind::ulysses_arrival_order, "ulysses-order", "ulysses_arrival_order"},
     {Kind::ring_chunk_index, "ring-chunk-index", "ring_chunk_index"},
+    {Kind::local_capacity, "local-capacity", "local_capacity"},
+    {Kind::detached_weights, "detached-weights", "detached_weights"},
 }};
 
 const char* kind_name(Kind kind) {
@@ -41,7 +43,8 @@ bool scales(Kind kind) {
 const std::string kUsage =
     "expected 'scale-grad PARAM [DIM=K ...] [step=N] xF', 'scale-output MODULE [...] xF', "
     "'reuse-output MODULE [...] call=A from=B', 'scale-contribution PARAM [...] xF', 'add-bias MODULE [...] [+V]', "
-    "'zigzag-unswapped MODULE [...]', 'ulysses-order MODULE [...]' or 'ring-chunk-index DIM [step=N]'";
+    "'zigzag-unswapped MODULE [...]', 'ulysses-order MODULE [...]', 'ring-chunk-index DIM [step=N]', "
+    "'local-capacity MODULE [step=N]' or 'detached-weights MODULE [...]'";
 
 // `text` as a number of the kind `T` (int or double), all of it; an Error naming `what` otherwise.
 template <typename T>
@@ -86,6 +89,11 @@ void check_target(const ProbeFault& f, const std::string& text) {
   if ((f.kind == Kind::zigzag_unswapped || f.kind == Kind::ulysses_arrival_order) && !is_layer_module(f.target, "attn"))
     throw Error(fault + kind_name(f.kind) + " acts in a block's attention: its module is h.N.attn, got '" + f.target +
                 "'");
+  if ((f.kind == Kind::local_capacity || f.kind == Kind::detached_weights) && !is_layer_module(f.target, "mlp"))
+    throw Error(fault + kind_name(f.kind) + " acts in a block's expert-parallel mixture of experts: its module is "
+                "h.N.mlp, got '" + f.target + "'");
+  if (f.kind == Kind::local_capacity && !f.on.empty())
+    throw Error(fault + "local-capacity is the plan every rank of the MoE batch computes alike: it takes no DIM=K");
   if (f.kind == Kind::ring_chunk_index) {
     try {
       mesh_dim_from_name(f.target);
@@ -111,7 +119,7 @@ void check_complete(const ProbeFault& f, bool factor, bool call, bool from, cons
 
 bool ProbeFault::acts_at_site() const {
   return kind == Kind::scale_contribution || kind == Kind::add_bias || kind == Kind::zigzag_unswapped ||
-         kind == Kind::ulysses_arrival_order;
+         kind == Kind::ulysses_arrival_order || kind == Kind::local_capacity || kind == Kind::detached_weights;
 }
 
 std::string ProbeFault::str() const {

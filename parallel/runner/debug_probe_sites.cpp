@@ -33,7 +33,10 @@ Tensor DebugProbe::before_partial_sum(const Tensor& partial, const Tensor& bias)
 }
 
 bool DebugProbe::breaks(Mistake mistake) const {
-  const Kind kind = mistake == Mistake::zigzag_unswapped ? Kind::zigzag_unswapped : Kind::ulysses_arrival_order;
+  const Kind kind = mistake == Mistake::zigzag_unswapped         ? Kind::zigzag_unswapped
+                    : mistake == Mistake::ulysses_arrival_order  ? Kind::ulysses_arrival_order
+                    : mistake == Mistake::local_capacity         ? Kind::local_capacity
+                                                                 : Kind::detached_weights;
   for (const ProbeFault& f : faults_) {
     if (f.kind != kind || f.target != running_ || !mine(f)) continue;
     fired_ = true;

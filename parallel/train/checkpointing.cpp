@@ -27,10 +27,19 @@ std::map<std::string, Shape> serial_parameter_shapes(const nn::GPTConfig& config
     shapes[h + "attn.c_attn.bias"] = Shape({3 * C});
     shapes[h + "attn.c_proj.weight"] = Shape({C, C});
     shapes[h + "attn.c_proj.bias"] = Shape({C});
-    shapes[h + "mlp.c_fc.weight"] = Shape({4 * C, C});
-    shapes[h + "mlp.c_fc.bias"] = Shape({4 * C});
-    shapes[h + "mlp.c_proj.weight"] = Shape({C, 4 * C});
-    shapes[h + "mlp.c_proj.bias"] = Shape({C});
+    // a mixture of experts' block (nn/moe.h): the router [E, C], no bias, and E MLPs in place of one
+    std::vector<std::string> mlps = {h + "mlp."};
+    if (config.is_moe_layer(l)) {
+      shapes[h + "mlp.router.weight"] = Shape({config.moe_experts, C});
+      mlps.clear();
+      for (int64_t e = 0; e < config.moe_experts; ++e) mlps.push_back(h + "mlp.experts." + std::to_string(e) + ".");
+    }
+    for (const std::string& mlp : mlps) {
+      shapes[mlp + "c_fc.weight"] = Shape({4 * C, C});
+      shapes[mlp + "c_fc.bias"] = Shape({4 * C});
+      shapes[mlp + "c_proj.weight"] = Shape({C, 4 * C});
+      shapes[mlp + "c_proj.bias"] = Shape({C});
+    }
   }
   return shapes;
 }
@@ -150,14 +159,16 @@ bool restore_run_state(const nlohmann::json& state, const std::function<void(int
 
 }  // namespace
 
-nlohmann::json trainer_run_state(Trainer& trainer) {
+nlohmann::json trainer_run_state(Trainer& trainer) { return trainer_run_state(trainer, trainer.strategy().optimizer_steps()); }
+
+nlohmann::json trainer_run_state(Trainer& trainer, int64_t optimizer_steps) {
   ProcessGroup& world = *trainer.mesh().world();
   const Generator& mine = default_generator();
   Tensor rng = from_vector({static_cast<double>(mine.seed()), static_cast<double>(mine.offset())}, Shape({2}), DType::i64);
   Tensor all = Tensor::empty({2 * static_cast<int64_t>(world.size())}, DType::i64);
   world.all_gather(all, rng);
   // AdamW's count: the most any rank holds (naive DP's workers hold no optimizer).
-  Tensor steps = from_vector({static_cast<double>(trainer.strategy().optimizer_steps())}, Shape({1}), DType::i64);
+  Tensor steps = from_vector({static_cast<double>(optimizer_steps)}, Shape({1}), DType::i64);
   world.all_reduce(steps, ReduceOp::max);
   const Tensor host = all.device().is_cpu() ? all : all.to(Device::cpu());  // a GPU rank's (NCCL) comes over
   return run_state_json(static_cast<int64_t>(steps.item()), std::as_const(trainer).scaler(), host.values<int64_t>());

@@ -57,6 +57,9 @@ void restore_serial_run_state(nn::AdamW& optimizer, nn::GradScaler& scaler, cons
 // {"optimizer_steps": AdamW's step count, "scaler": {"scale", "clean_steps", "skipped_steps"},
 //  "rng": [{"seed", "offset"} per world rank: each rank thread's generator, which dropout draws from]}.
 nlohmann::json trainer_run_state(Trainer& trainer);
+// The same with this rank's count given: build/bin/diverge's, whose experts may lag the others
+// (DataParallelStrategy::parameters_behind); the state holds the most over the ranks.
+nlohmann::json trainer_run_state(Trainer& trainer, int64_t optimizer_steps);
 // Sets AdamW's step count and the scaler; the ranks' generators when the world has as many ranks as
 // the state (under another world size dropout draws other masks: say so, it is not an error).
 // Returns false when the generators could not be restored.

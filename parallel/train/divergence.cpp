@@ -104,7 +104,8 @@ void step_serial_runs(RankContext& ctx, Trainer& trainer, const TrainRun& run, i
   nlohmann::json run_state;
   if (step > 0) {
     layout_state.add(state_pieces(trainer, run.config));
-    run_state = trainer_run_state(trainer);  // collective: AdamW's step count, the loss scaler
+    layout_state.add_steps_behind(trainer.strategy().parameters_behind());  // experts AdamW skipped
+    run_state = trainer_run_state(trainer, trainer.strategy().most_optimizer_steps());  // collective: the loss scaler too
     ctx.world->barrier();
   }
   if (ctx.rank == 0) {
@@ -159,10 +160,6 @@ void check_comparable(const TrainOptions& o) {
                 "element of the layout is the serial model's");
   if (o.offload) throw Error("--offload: the gradient shard is moved to the host inside the step, where the finder does not read it");
   if (!o.resume.empty()) throw Error("--resume: the finder starts both runs at step 0 from the same weights");
-  if (o.moe_experts > 0)
-    throw Error("--moe-experts " + std::to_string(o.moe_experts) + ": a mixture of experts' router and experts have "
-                "no place yet in the checkpoint's state pieces, which the finder reads to place every gradient and weight "
-                "in the serial model (train --compare-serial checks such a layout's losses and weights)");
   if (o.steps < 1) throw Error("--steps must be at least 1");
 }
 

@@ -22,7 +22,8 @@
 // It lives in train/ because it drives the Trainer and reads the checkpoint's placement of pieces,
 // both of this layer; the module-level probe it reads is the runner's (parallel/runner/debug_probe.h).
 //
-//   Tests: tests/parallel/train/test_divergence.cpp        Program: tools/diverge.cpp
+//   Tests: tests/parallel/train/test_divergence.cpp, test_divergence_faults.cpp, test_divergence_experts.cpp
+//   Program: tools/diverge.cpp
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>

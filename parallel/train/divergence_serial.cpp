@@ -92,7 +92,14 @@ std::unique_ptr<LayoutState> SerialRecorder::make_layout_state() const { return 
 void SerialRecorder::load(const LayoutState& state, const nlohmann::json& run_state) {
   for (Twin* twin : {serial_.get(), exact_.get()}) {
     state.load_into(twin->state());
-    restore_serial_run_state(twin->reference->optimizer(), twin->reference->scaler(), run_state);
+    nn::AdamW& adamw = twin->reference->optimizer();
+    restore_serial_run_state(adamw, twin->reference->scaler(), run_state);
+    size_t i = 0;  // an expert that computed no row in a step lags the others, as in the layout
+    for (const auto& [name, p] : twin->model->named_parameters()) {
+      SL_ASSERT(adamw.params()[i].is_same(p));
+      if (state.steps_behind().count(name)) adamw.state(i).step = state.steps_behind().at(name);
+      ++i;
+    }
   }
   check_masters_round_to_weights(serial_->state());
 }

@@ -31,6 +31,12 @@ LayoutState::LayoutState(const std::vector<StatePiece>& serial) {
 
 void LayoutState::clear() {
   for (auto& [name, b] : buffers_) std::fill(b.covered.begin(), b.covered.end(), 0);
+  steps_behind_.clear();
+}
+
+void LayoutState::add_steps_behind(const std::map<std::string, int64_t>& steps) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& [name, count] : steps) steps_behind_[name] = count;  // replicas step alike
 }
 
 void LayoutState::add(const std::vector<StatePiece>& rank_pieces) {

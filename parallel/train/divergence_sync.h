@@ -44,6 +44,11 @@ class LayoutState {
   // Writes each piece (whole tensors of a serial run) from what the ranks added, in the piece's
   // dtype. Throws sl::Error naming a tensor no rank's pieces covered whole (nothing is written then).
   void load_into(const std::vector<StatePiece>& pieces) const;
+  // A rank's parameters whose AdamW step count lags the run's (DataParallelStrategy::parameters_behind:
+  // an expert AdamW skipped), by serial name; thread-safe. The serial runs take them after the run
+  // state's single count.
+  void add_steps_behind(const std::map<std::string, int64_t>& steps);
+  const std::map<std::string, int64_t>& steps_behind() const { return steps_behind_; }
 
  private:
   struct Buffer {
@@ -52,6 +57,7 @@ class LayoutState {
     std::vector<char> covered;   // 1 where a rank's piece wrote the element
   };
   std::map<std::string, Buffer> buffers_;
+  std::map<std::string, int64_t> steps_behind_;
   std::mutex mutex_;
 };
 
