@@ -143,7 +143,8 @@ Block::Block(const GPTConfig& config, const InitOptions& init, const GPTShardSpe
     mlp = register_module("mlp", std::make_shared<MLP>(config, init, spec));
     return;
   }
-  SL_CHECK(spec.tp_size == 1, "Block: a mixture of experts cannot be split over tensor parallelism (", spec.str(), ")");
+  // Whole under a tp slice too: tensor parallelism replicates the router and the experts
+  // (parallel/expert_parallel/expert_parallel.h says why), and they draw what the serial block draws.
   moe = register_module("mlp", std::make_shared<MoE>(config, init));
 }
 

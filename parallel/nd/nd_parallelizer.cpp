@@ -70,13 +70,20 @@ std::vector<GradientSum> NdParallelizer::gradient_sums(const nn::Module& stage) 
   return sums;
 }
 
+// A piece the cut holds whole: no tp, or a placement over another mesh dimension (an expert, sharded
+// over ep: expert parallelism's runner gathers those).
+static bool whole_here(const TPGroup& tp, const nn::Placement& placement) {
+  return tp.size() == 1 ||
+         (placement.kind == nn::Placement::Kind::sharded && placement.mesh_dim != name(MeshDim::tp));
+}
+
 Tensor NdParallelizer::gather(const std::string& name, const Tensor& piece, const nn::Placement& placement) const {
-  if (tp_.size() == 1) return ChunkParallelizer::gather(name, piece, placement);
+  if (whole_here(tp_, placement)) return ChunkParallelizer::gather(name, piece, placement);
   return gather_piece(name, piece.detach(), placement, tp_, vocab_);
 }
 
 Tensor NdParallelizer::slice(const std::string& name, const Tensor& whole, const nn::Placement& placement) const {
-  if (tp_.size() == 1) return whole;
+  if (whole_here(tp_, placement)) return whole;
   // The head's tied wte copy is placed tied("wte") but holds this rank's vocabulary rows, as wte does.
   const bool vocab_rows = name == "wte.weight";
   return slice_piece(name, whole, vocab_rows ? nn::Placement::sharded(0, parallel::name(MeshDim::tp)) : placement, tp_, vocab_);

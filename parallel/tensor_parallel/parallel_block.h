@@ -15,6 +15,10 @@
 //   (linear.h, the chapter's one implementation of the two layers). Under SP, f and g are the
 //   sequence all-gather and reduce-scatter, and the LayerNorms and residual adds see [B, T/t, C].
 //
+//   A mixture-of-experts block (nn/moe.h) keeps its router and experts whole on every tp rank: only
+//   its attention is split, and every rank of the group computes the same experts on the same tokens
+//   (not under SP, whose T/t rows would make tp a batch split: parallel/expert_parallel/expert_parallel.h).
+//
 //   Per block: forward 2 all-reduces of B·T·C (the g's), backward 2 (the f's) — or, under SP, 2
 //   all-gathers + 2 reduce-scatters each way, the same bytes.
 //
