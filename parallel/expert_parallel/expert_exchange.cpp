@@ -48,6 +48,18 @@ struct ScaleGradientFn : Function<ScaleGradientFn> {
   }
 };
 
+struct AttachLossFn : Function<AttachLossFn> {
+  static Tensor forward(FunctionCtx& ctx, const Tensor& y, const Tensor& loss, double weight) {
+    ctx.set("weight", weight);
+    ctx.set("loss_shape", loss.shape());
+    ctx.set("loss_options", loss.options().with_requires_grad(false));
+    return y;
+  }
+  static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {  // d(weight · loss)/d loss = weight
+    return {grads[0], full(ctx.get<Shape>("loss_shape"), ctx.get<double>("weight"), ctx.get<TensorOptions>("loss_options"))};
+  }
+};
+
 }  // namespace
 
 Tensor exchange_rows(const Tensor& x, const ProcessGroupPtr& group, const std::vector<int64_t>& receive,
@@ -67,5 +79,10 @@ Tensor exchange_rows(const Tensor& x, const ProcessGroupPtr& group, const std::v
 }
 
 Tensor scale_gradient(const Tensor& x, double scale) { return ScaleGradientFn::apply(x, scale); }
+
+Tensor attach_loss(const Tensor& y, const Tensor& loss, double weight) {
+  SL_CHECK(loss.numel() == 1, "attach_loss: the loss must be a scalar, got ", loss.shape());
+  return AttachLossFn::apply(y, loss, weight);
+}
 
 }  // namespace sl::parallel

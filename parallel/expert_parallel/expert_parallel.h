@@ -24,9 +24,12 @@
 // order: the rows the serial model routes in one forward. Its capacity, drops and load are the serial
 // model's. The auxiliary losses over it: E·Σ f_e P_e takes f_e from the gathered counts and P_e's sum
 // over this rank's tokens divided by the batch's N; the z-loss likewise. Each rank's aux_loss() is its
-// part, the parts sum to the serial loss of that batch, and ExpertParallelRunner weights it by the
-// batch's counted targets, as the serial run weights a micro-batch (expert_parallel_runner.h). A
-// per-rank capacity or per-rank f_e would be a different model (its drops and loss differ): not offered.
+// part, the parts sum to the serial loss of that batch. In a training step the layer attaches that
+// part to its own output with the weight of its MoE batch, G_m·dp/C (G_m: the batch's counted targets;
+// expert_parallel_step.h), as Megatron's MoEAuxLossAutoScaler does: whichever backward reaches the
+// output carries it, the loss's or, on a pipeline stage before the last, the gradient the next stage
+// sent. A per-rank capacity or per-rank f_e would be a different model (its drops and loss differ):
+// not offered.
 //
 // Gradients (the rule every strategy keeps: parallel/runner/data_parallel_strategy.h): the router,
 // attention and dense weights are replicated over ep and averaged over dp_cp (ep included) like any
@@ -64,13 +67,29 @@
 // weights' gradients (ZeRO-2) and AdamW moments (and, under FSDP, weights and gradients) divided by
 // dp_shard·ep; the E/ep experts' weights, gradients and moments whole.
 //
-// Supported layouts: ep alone, ep × dp_replicate under DDP, ep × dp_shard under ZeRO-1, ZeRO-2 or FSDP
-// (parallelize_options.h refuses the rest: HSDP, offload, pp, tp, cp, mixed precision; train refuses
-// distributed checkpoints with ep).
+// With tensor parallelism: ep is carved out of the data-parallel ranks (as DeepSpeed-MoE and
+// Megatron's expert-tensor-parallel 1 do), and an MoE block keeps its router and E/ep experts whole
+// on every tp rank: only the attention is split. The tp ranks of a group hold the same tokens (no
+// SP), so each routes, exchanges over its own ep group (same tp coordinate) and computes the same
+// rows: tp's degree of redundant expert work and all-to-all bytes, no tp collective in the MoE and
+// no gradient sum over tp (every tp rank's router and expert gradients are the same). Splitting each
+// expert's MLP column/row over tp (Megatron's expert-tensor-parallel > 1) would divide that work
+// and the experts' memory by tp at the cost of two tp collectives per expert; not built here.
 //
-// Files, in reading order: expert_exchange.h (the differentiable all-to-all, the gradient scale),
-// expert_parallel_moe.h (the layer), apply_expert_parallel.h (on a model part), expert_parallel_runner.h
-// (the micro-batch loop and the aux loss's weight).
+// With a pipeline: each stage's MoE blocks route micro-batch m of every batch rank as one MoE batch,
+// the same rows in every stage; a stage's aux parts ride on its MoE outputs' backward (above) and
+// its tp rank 0 reports their share of the logged loss. The pipeline's runner with this step around
+// it is the composition path's (parallel/nd/expert_parallel_pipeline.h).
+//
+// Supported layouts: ep with dp_replicate under DDP, with dp_shard under ZeRO-1, ZeRO-2 or FSDP, with
+// tp (any of those), with pp (under DDP). parallelize_options.h refuses the rest, naming why: cp,
+// SP, HSDP, offload, mixed precision, interleaved stages under DDP; train refuses distributed
+// checkpoints with ep.
+//
+// Files, in reading order: expert_exchange.h (the differentiable all-to-all, the gradient scale, the
+// attached loss), expert_parallel_moe.h (the layer), apply_expert_parallel.h (on a model part),
+// expert_parallel_step.h (what a runner does around its passes: the aux weights, the unused
+// experts, the experts' gathers), expert_parallel_runner.h (the micro-batch loop).
 //
 //   Tests: tests/parallel/expert_parallel/test_expert_parallel.cpp (the layer, f64),
 //          tests/parallel/expert_parallel/test_expert_parallel_layouts.cpp (through parallelize and the Trainer),
@@ -80,4 +99,5 @@
 #include "parallel/expert_parallel/expert_exchange.h"
 #include "parallel/expert_parallel/expert_parallel_moe.h"
 #include "parallel/expert_parallel/apply_expert_parallel.h"
+#include "parallel/expert_parallel/expert_parallel_step.h"
 #include "parallel/expert_parallel/expert_parallel_runner.h"

@@ -130,6 +130,7 @@ ExpertParallelMoE::ExpertParallelMoE(const nn::MoE& serial, ExpertGroups groups)
            "ExpertParallelMoE: the batch group (rank ", groups_.batch->rank(), " of ", groups_.batch->size(),
            ") is not replicas x ep with ep innermost");
   first_ = experts->first_index();
+  served_.assign(static_cast<size_t>(local_experts()), 0);
 }
 
 // This rank's part of the group's auxiliary losses: Switch's balance E·Σ_e f_e·P_e with f_e from the
@@ -191,7 +192,30 @@ Tensor ExpertParallelMoE::forward(const Tensor& x) {
   // 4. Combine: the outputs back to their tokens' ranks, weighted there.
   Tensor back = exchange_rows(y, groups_.ep, t.send, t.receive);  // [M_l, C], in the order sent
   const bool detached = faults && faults->breaks(FaultSites::Mistake::detached_combine_weights);
-  return nn::combine(back, detached ? routing.weights.detach() : routing.weights, t.mine).reshape(x.shape());
+  for (int64_t j = 0; j < per_rank; ++j) served_[static_cast<size_t>(j)] += global.kept[static_cast<size_t>(first_ + j)];
+  return attach_aux(nn::combine(back, detached ? routing.weights.detach() : routing.weights, t.mine).reshape(x.shape()));
+}
+
+void ExpertParallelMoE::begin_step(std::vector<AuxWeight> weights) {
+  step_weights_ = std::move(weights);
+  forwards_ = 0;
+  aux_share_ = 0;
+  served_.assign(static_cast<size_t>(local_experts()), 0);
+}
+
+double ExpertParallelMoE::end_step() {
+  step_weights_.clear();
+  return aux_share_;
+}
+
+Tensor ExpertParallelMoE::attach_aux(const Tensor& out) {
+  if (step_weights_.empty()) return out;  // outside a step: the caller adds aux_loss()
+  SL_CHECK(forwards_ < step_weights_.size(), "ExpertParallelMoE: forward ", forwards_ + 1, " in a step given ",
+           step_weights_.size(), " MoE batches' weights");
+  const AuxWeight weight = step_weights_[forwards_++];
+  const Tensor aux = aux_loss();  // this rank's part of the MoE batch's weighted auxiliary losses
+  aux_share_ += aux.item() * weight.share;
+  return attach_loss(out, aux, weight.gradient);
 }
 
 }  // namespace sl::parallel

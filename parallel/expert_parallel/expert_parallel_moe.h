@@ -8,6 +8,11 @@
 // It is an nn::MoE (a Block holds it in place of the serial one, under the same name "mlp"): its
 // stats() are the whole group's routing (every rank the same), and its aux_loss() is this rank's
 // part of the group's auxiliary losses (their sum over groups.batch is the serial model's loss).
+//
+// Inside a training step (a runner's begin_step .. end_step, expert_parallel_step.h) each forward
+// also attaches that part to its output with the weight the step gives its MoE batch (attach_loss):
+// the backward that reaches the output (from the loss, or from the next pipeline stage) carries it.
+// Outside one (a lesson, a test, an evaluation) nothing is attached: the caller adds aux_loss().
 #pragma once
 #include <memory>
 #include <vector>
@@ -35,11 +40,30 @@ class ExpertParallelMoE : public nn::MoE {
   int64_t global_experts() const { return num_experts_; }  // E
   const ExpertGroups& groups() const { return groups_; }
 
+  // One MoE batch's auxiliary-loss weights: `gradient` seeds this rank's part in backward (G_m·dp/C,
+  // expert_parallel_runner.h), `share` turns its value into this rank's part of the logged loss (G_m/C).
+  struct AuxWeight {
+    double gradient = 0, share = 0;
+  };
+  // The step's weights, one per forward to come, in order (a chunk runs its micro-batches in order
+  // under every schedule); clears the rows served. Throws on a forward beyond them.
+  void begin_step(std::vector<AuxWeight> weights);
+  // Σ over the step's forwards of aux value · share; the weights cleared (later forwards attach nothing).
+  double end_step();
+  // Rows each local expert computed since begin_step (the global plans' counts: every replica agrees).
+  const std::vector<int64_t>& served() const { return served_; }
+
  private:
   void record_losses(const Tensor& probs, const Tensor& logits, const std::vector<int64_t>& routed, int64_t group_tokens);
 
+  Tensor attach_aux(const Tensor& out);  // in a step: out with this forward's aux part attached
+
   ExpertGroups groups_;
   int64_t num_experts_ = 0, first_ = 0;
+  std::vector<AuxWeight> step_weights_;
+  size_t forwards_ = 0;
+  double aux_share_ = 0;
+  std::vector<int64_t> served_;
 };
 
 }  // namespace sl::parallel
