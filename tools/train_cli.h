@@ -178,8 +178,9 @@ inline void add_output_flags(cli::Parser& cli, Options& o, train_flags::Raw& raw
 inline void add_expert_parallel_flags(cli::Parser& cli, Options& o) {
   cli.group("Expert parallel");
   cli.integer("--ep", o.ep, 1, 1024,
-              "a mixture of experts' experts over N ranks, which also split the batch (world = dp x ep); with "
-              "--moe-experts, under DDP or --zero 1|2|3 (--dp); not yet with HSDP, --offload, --pp, --tp or --cp");
+              "a mixture of experts' experts over N ranks, which also split the batch (world = dp x ep x tp x pp); "
+              "with --moe-experts, under DDP or --zero 1|2|3 (--dp), with --tp (the experts whole on every tp rank) "
+              "and --pp (DDP); not yet with HSDP, --offload, --cp or --sp");
 }
 
 inline void add_train_flags(cli::Parser& cli, Options& o, train_flags::Raw& raw) {

@@ -4,6 +4,7 @@
 #include "parallel/data_parallel/data_parallel_strategies.h"
 #include "parallel/expert_parallel/apply_expert_parallel.h"
 #include "parallel/expert_parallel/expert_parallel_runner.h"
+#include "parallel/nd/expert_parallel_pipeline.h"
 #include "parallel/nd/nd_parallelizer.h"
 #include "parallel/pipeline/pipeline_runner.h"
 #include "parallel/runner/part_runner.h"
@@ -40,11 +41,15 @@ std::unique_ptr<ModelRunner> build_runner(const nn::GPTConfig& config, uint64_t 
                            pp > 1 ? o.pipeline.stage_layers : std::vector<int64_t>{}, build_chunk);
   first = stage.parts[0];
 
-  // 4. The stage's schedule: one stage runs the plain micro-batch loop, several the pipeline's.
+  // 4. The stage's schedule: one stage runs the plain micro-batch loop, several the pipeline's; under
+  // ep either one with expert parallelism's step around it (each MoE batch's aux weights, the experts' gathers).
   std::unique_ptr<ModelRunner> runner;
-  if (pp > 1)
+  const bool experts = mesh.size(MeshDim::ep) > 1;
+  if (pp > 1 && experts)
+    runner = std::make_unique<ExpertParallelPipelineRunner>(std::move(stage), mesh, o.pipeline, cut);
+  else if (pp > 1)
     runner = std::make_unique<PipelineRunner>(std::move(stage), mesh, o.pipeline, cut);
-  else if (mesh.size(MeshDim::ep) > 1)  // one MoE batch over the batch ranks: its aux loss's weight
+  else if (experts)
     runner = std::make_unique<ExpertParallelRunner>(first, cut, mesh);
   else
     runner = std::make_unique<PartRunner>(first, cut);

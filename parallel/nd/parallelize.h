@@ -7,7 +7,7 @@
 //   3. cp         apply_context_parallel: attention over this rank's sequence shard
 //      ep         apply_expert_parallel: each MoE block keeps this rank's E/ep experts (ep > 1)
 //   4. schedule   one stage: the plain micro-batch loop (PartRunner; ExpertParallelRunner under ep);
-//                 several: the pipeline's schedule
+//                 several: the pipeline's schedule (PipelineRunner; ExpertParallelPipelineRunner under ep)
 //   5. dp         the data-parallel strategy around it: DDP, naive, ZeRO-1/2, or fully_shard (FSDP over
 //                 dp_shard x cp; HSDP across dp_replicate)
 //

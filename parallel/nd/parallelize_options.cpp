@@ -61,7 +61,7 @@ static void check_cut(const ParallelizeOptions& o) {
   const int virtual_stages = o.pipeline.virtual_stages;
   SL_CHECK(o.dp_strategy != DpStrategy::naive, "Trainer: --naive-dp scatters whole-model batches; it cannot be ",
            "combined with ", c.str());
-  SL_CHECK(!(c.pp > 1 && virtual_stages > 1 && zero == 0 && c.dp_replicate > 1), "Trainer: ", c.str(),
+  SL_CHECK(!(c.pp > 1 && virtual_stages > 1 && zero == 0 && c.dp_replicate * c.ep > 1), "Trainer: ", c.str(),
            ": interleaved stages (virtual_stages ", virtual_stages, ") under DDP: a rank's last backward covers ",
            "only one of its chunks, so DDP's all-reduce cannot fire from it; use ZeRO-1 (--zero 1) over dp");
   SL_CHECK(!(zero == 2 && c.pp > 1), "Trainer: ", c.str(), ": ZeRO-2 (--zero 2) with pp ", c.pp,
@@ -73,7 +73,8 @@ static void check_cut(const ParallelizeOptions& o) {
            "> 1) is not supported: ZeRO-Offload here moves the whole model's optimizer to the host");
 }
 
-// Expert parallelism runs under DDP (dp_replicate x ep), ZeRO-1/2 or FSDP (dp_shard x ep), on whole models.
+// Expert parallelism runs under DDP (dp_replicate x ep), ZeRO-1/2 or FSDP (dp_shard x ep), with tp
+// (the experts replicated over it, no SP) and pp (under DDP); not yet with cp.
 static void check_expert_layout(const ParallelizeOptions& o) {
   const ParallelismConfig& c = o.parallelism;
   SL_CHECK(o.dp_strategy != DpStrategy::naive, "expert parallel: ", c.str(), ": ep runs under DDP, ZeRO-1/2 or FSDP ",
@@ -82,8 +83,13 @@ static void check_expert_layout(const ParallelizeOptions& o) {
            "(dp_replicate ", c.dp_replicate, " with FSDP) is not yet combined with ep; use FSDP over dp_shard");
   SL_CHECK(!o.offload, "expert parallel: ", c.str(), ": --offload is not offered with ep (the experts' AdamW stays ",
            "on the device)");
-  SL_CHECK(c.pp == 1 && c.tp == 1 && c.cp == 1, "expert parallel: ", c.str(), ": ep is not yet combined with pp, tp ",
-           "or cp (the aux loss of a middle stage, experts over tp, tokens over cp); use ep with dp_replicate");
+  SL_CHECK(c.cp == 1, "expert parallel: ", c.str(), ": ep is not yet combined with cp (one MoE batch would gather ",
+           "the sequence shards' tokens back into the serial order, zigzag included); use ep with dp, tp or pp");
+  SL_CHECK(!o.sequence_parallel, "expert parallel: ", c.str(), ": sequence parallelism hands each tp rank T/tp ",
+           "tokens, which would make tp split the MoE batch; ep runs with tp whose ranks route the same tokens");
+  SL_CHECK(c.pp == 1 || o.dp_strategy == DpStrategy::ddp, "expert parallel: ", c.str(), ": ep with pp runs under ",
+           "DDP; ZeRO and FSDP keep the experts apart only on a stage with no gradient sum of its own (the ",
+           "pipeline's tied wte has one)");
   SL_CHECK(!o.precision.enabled(), "expert parallel: ", c.str(), ": --mixed-precision ", o.precision.str(),
            " is not yet supported with ep (the layout is checked in f32 and f64)");
 }

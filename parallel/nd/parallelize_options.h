@@ -17,7 +17,12 @@
 //                                                          over dp_shard x cp
 //   {.ep = E, .dp_replicate = N}             ddp           expert parallel: each rank E/ep experts, DDP over dp
 //                                                          (replicas x ep) for the rest, over dp_replicate
-//                                                          for the experts; not with pp, tp, cp, ZeRO or FSDP
+//                                                          for the experts
+//   {.ep = E, .dp_shard = N}                 zero1|zero2|  the rest sharded over dp_shard x ep, the experts
+//                                            fsdp          whole, averaged over dp_shard
+//   {.ep, .tp, .pp} x dp                     ddp           ep with tp (experts replicated over tp, no SP)
+//                                                          and pp (one stage's MoE blocks); tp also under
+//                                                          ZeRO and FSDP; not with cp, HSDP, offload, 16-bit
 #pragma once
 #include <cstdint>
 

@@ -47,11 +47,11 @@ struct MemoryEstimate {
   int64_t total() const { return weights + grads + optimizer + activations; }
 };
 MemoryEstimate estimate_memory(const ModelShape& model, const TrainPlan& plan, const BatchShape& batch, int rank);
-// TrainPlan::validate as the planner applies it: train's --ep runs under DDP, ZeRO-1/2 and FSDP over
-// dp_shard (the experts kept whole outside the shards) so far, while the planner costs ep with every
-// other dimension, as Megatron and torchtitan run it; so the layout is checked as the library checks
-// it with the ep ranks counted as data-parallel ranks (what they are for every weight but an
-// expert's). Throws sl::Error as validate does.
+// TrainPlan::validate as the planner applies it: the planner costs ep with every other dimension as
+// Megatron runs it (experts split over tp, sharded under ZeRO/FSDP), while train's --ep keeps the
+// experts whole (over tp, and outside ZeRO's and FSDP's shards) and does not yet run with cp; so the
+// layout is checked as the library checks it with the ep ranks counted as data-parallel ranks (what
+// they are for every weight but an expert's). Throws sl::Error as validate does.
 void validate_as_planned(const TrainPlan& plan, int world);
 
 // What a rank sends and receives in one optimizer step, per (group, op), as its group's CommLedger

@@ -98,18 +98,22 @@ static nn::StateDict flat_gradients_by_name(ZeroAdamW& zero, const nn::NamedTens
   return out;
 }
 
-// The averaged gradients of this rank's part, whole, gathered across the runner's groups.
-// With experts (a whole model: ep runs on no cut): the flat buffer's, and every expert's .grad
-// gathered over ep by the runner.
+// Every parameter of `runner`'s module missing from `part` (an expert, out of the flat buffers and
+// units), with its .grad: this rank's part whole, for the runner's gathers.
+static nn::StateDict with_experts(nn::StateDict part, ModelRunner& runner) {
+  for (const auto& [name, param] : runner.module().named_parameters())
+    if (!part.count(name)) part[name] = grad_or_zeros(param).detach().clone();
+  return part;
+}
+
+// The averaged gradients of this rank's part, whole, gathered across the runner's groups (and, for
+// the experts, over ep by the runner).
 nn::StateDict ZeroStrategy::full_gradients(ModelRunner& runner) {
   if (!experts_) return runner.full_state_dict_from(flat_gradients_by_name(*zero_, runner.module().named_parameters()));
   nn::NamedTensors flat;
   for (const auto& [name, param] : runner.module().named_parameters())
     if (std::find(names_.begin(), names_.end(), name) != names_.end()) flat.emplace_back(name, param);
-  nn::StateDict out = flat_gradients_by_name(*zero_, flat);
-  nn::StateDict all = runner.full_gradients();  // the replicated weights' entries replaced below
-  for (auto& [name, grad] : out) all[name] = grad;
-  return all;
+  return runner.full_state_dict_from(with_experts(flat_gradients_by_name(*zero_, flat), runner));
 }
 
 double ZeroStrategy::clip_grad_norm(double max_norm) {
@@ -204,17 +208,11 @@ bool FsdpStrategy::unscale_gradients(const nn::GradScaler& scaler) {
   return scaler.unscale(grads);
 }
 
-// This rank's part gathered over the shard group, then across the runner's groups (tp, pp).
-// With experts (a whole model): the units' entries over what the runner gathers of every expert.
-static nn::StateDict with_units(nn::StateDict all, const nn::StateDict& units) {
-  for (const auto& [name, value] : units) all[name] = value;
-  return all;
-}
-
+// This rank's part gathered over the shard group, then across the runner's groups (tp, pp); with
+// experts, their .grad beside the units', every expert gathered over ep by the runner.
 nn::StateDict FsdpStrategy::full_gradients(ModelRunner& runner) {
   if (!experts_) return runner.full_state_dict_from(fsdp_->full_grads());
-  const nn::StateDict units = fsdp_->full_grads();
-  return with_units(runner.full_gradients(), units);
+  return runner.full_state_dict_from(with_experts(fsdp_->full_grads(), runner));
 }
 
 // With experts: every unit gathered into its parameters while the runner reads them (and every

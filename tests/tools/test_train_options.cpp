@@ -40,6 +40,15 @@ TEST(TrainOptions, BadCombinationsAreUsageErrors) {
             "(expert parallelism); without it each rank would route, cap and balance its own rows: a different model. "
             "Add --ep, or drop the layout flags"},
            {"--moe-experts 2 --moe-top-k 3", "--moe-top-k (3) picks more experts than --moe-experts (2)"},
+           {"--moe-experts 4 --ep 2 --cp 2",
+            "--ep runs with --dp (DDP or --zero 1, 2, 3), --tp and --pp: HSDP (--dp-replicate/--dp-shard), --offload "
+            "and --naive-dp are not offered with it, and --cp is not yet combined with it"},
+           {"--moe-experts 4 --ep 2 --tp 2 --sp",
+            "--ep with --sp: each tp rank would route its T/tp tokens, which makes tp split the MoE "
+            "batch; under --ep the tp ranks route the same tokens, the experts replicated over tp"},
+           {"--moe-experts 4 --ep 2 --pp 2 --zero 1",
+            "--ep with --pp runs under DDP (--zero 0): ZeRO and FSDP keep the experts apart only on a stage with no "
+            "gradient sum of its own, and the pipeline's tied wte has one"},
            {"--moe-experts 2 --recompute full",
             "--moe-experts with --recompute full: the experts' auxiliary losses are recorded in forward, which full "
             "recomputation reruns; use --recompute none or selective"},
@@ -175,6 +184,10 @@ TEST(TrainOptions, ValidCombinationsParse) {
   EXPECT_EQ(o.world(), 16);
   EXPECT_EQ(usage_error("--dp 2 --pp 2 --zero 3 --micro-batches 2 --batch-size 8", &o), "");  // FSDP with pp
   EXPECT_EQ(o.world(), 4);
+  // Expert parallelism with dp, tp and pp: the batch splits over dp x ep.
+  EXPECT_EQ(usage_error("--moe-experts 4 --ep 2 --dp 2 --tp 2 --pp 2 --batch-size 8", &o), "");
+  EXPECT_EQ(o.world(), 16);
+  EXPECT_EQ(usage_error("--moe-experts 4 --ep 2 --tp 2 --zero 3", &o), "");
   // The Accelerate guide's layouts parse (the TrainPlan checks which strategy runs over which cut).
   EXPECT_EQ(usage_error("--dp 2 --pp 2 --tp 2 --zero 3", &o), "");
   EXPECT_EQ(usage_error("--dp 2 --zero 3 --tp 2", &o), "");

@@ -10,6 +10,10 @@
 // the same groups, not the layout at world 1. Capacity, drops and the aux loss are then the serial
 // model's; a per-rank capacity or a per-rank aux loss fails here.
 //
+// The cut joins in: under tp the attention is split and the MoE replicated over it (each tp rank
+// routes the same tokens); under pp each stage routes micro-batch m of every batch rank, and the
+// first stage's aux loss reaches it only through the backward the last stage started (attach_loss).
+//
 // What makes it able to fail: a loss-masked stream (rows count unequal numbers of targets, so the
 // aux loss's weight G_m/C differs from any rank's own), aux and z weights large enough to move the
 // router, cases that drop tokens (asserted), cases where an expert computes no row in a step
@@ -24,6 +28,7 @@
 #include "nn/moe.h"
 #include "parallel/comm/launch.h"
 #include "parallel/expert_parallel/apply_expert_parallel.h"
+#include "parallel/pipeline/pipeline_runner.h"
 #include "parallel/train/trainer.h"
 #include "tests/support/compare.h"
 #include "tests/support/serial_run.h"
@@ -50,10 +55,23 @@ struct EpLayout {
   int micro_batches = 1;
   bool idle_expert = false;  // some expert computes no row in some step (asserted)
   int zero = 0;        // 0: DDP; 1, 2, 3: ZeRO-1/2, FSDP over dp_shard x ep, the experts over expert_dp_cp
-  int world() const { return ep * dp; }
+  int tp = 1, pp = 1;  // the cut: attention over tp (the experts replicated over it), layers over pp stages
+  int batch_ranks() const { return ep * dp; }
+  int world() const { return ep * dp * tp * pp; }
 };
 void PrintTo(const EpLayout& c, std::ostream* out) { *out << c.name; }
 std::string layout_name(const testing::TestParamInfo<EpLayout>& info) { return info.param.name; }
+
+// The parity AdamW with eps 1e-5: a gradient element far below eps moves its weight by far less
+// than lr. An expert's hidden unit that GELU has switched off gets a gradient of rounding size
+// (1e-9), which the layout and the serial run round differently; at eps 1e-6 Adam turned that
+// into weights 4.7e-5 apart after 3 steps, past atol. Gradients of 1e-3 (a wrong scale) and the
+// decay (a lost one) are untouched by eps.
+nn::AdamWOptions moe_adamw() {
+  nn::AdamWOptions adamw = parity_adamw();
+  adamw.eps = 1e-5;
+  return adamw;
+}
 
 nn::GPTConfig config_of(const EpLayout& c) {
   nn::GPTConfig config{.vocab_size = 31, .block_size = kT, .n_layer = 2, .n_head = 4, .n_embd = 16};
@@ -82,7 +100,7 @@ nn::TokenStream masked_tokens() {
 // by their counted targets over the batch's.
 std::vector<test_support::WeightedBatch> moe_batches(const nn::TokenStream& data, int step, const EpLayout& c) {
   const nn::Batch batch = data.get_batch(step, kBatch, kT);
-  const int ranks = c.world(), M = c.micro_batches;
+  const int ranks = c.batch_ranks(), M = c.micro_batches;
   const int64_t rows = kBatch / (ranks * M);
   const double total = static_cast<double>(nn::counted_targets(batch.targets));
   std::vector<test_support::WeightedBatch> out;
@@ -116,6 +134,8 @@ TrainPlan plan_of(const EpLayout& c) {
     plan.parallelism.dp_shard = c.dp;
     plan.dp_strategy = zero_stage_strategy(c.zero);
   }
+  plan.parallelism.tp = c.tp;
+  plan.parallelism.pp = c.pp;
   plan.micro_batches = c.micro_batches;
   return plan;
 }
@@ -128,20 +148,26 @@ TEST_P(ExpertParallelLayouts, MatchesTheSerialMoEThroughTheTrainer) {
   const nn::TokenStream data = masked_tokens();
   const nn::GPTConfig config = config_of(c);
   const test_support::SerialRun serial = test_support::serial_run_micro(
-      {.config = config, .seed = kSeed, .adamw = parity_adamw(), .steps = kSteps},
+      {.config = config, .seed = kSeed, .adamw = moe_adamw(), .steps = kSteps},
       [&](int s) { return moe_batches(data, s, c); });
   const test_support::SerialStep& last_step = serial.steps.back();
   const TrainPlan plan = plan_of(c);
   std::vector<int64_t> dropped(static_cast<size_t>(c.world()), 0), idle(static_cast<size_t>(c.world()), 0);
   launch(c.world(), [&](RankContext& ctx) {
-    std::unique_ptr<Trainer> trainer = make_plan_trainer(ctx, plan, config, kSeed, parity_adamw());  // train's path
-    auto& part = dynamic_cast<nn::GPT&>(trainer->runner()->module());
-    ASSERT_EQ(expert_parallel_layers(part).size(), 2u);
+    std::unique_ptr<Trainer> trainer = make_plan_trainer(ctx, plan, config, kSeed, moe_adamw());  // train's path
+    std::vector<std::pair<int64_t, ExpertParallelMoE*>> layers;  // this rank's MoE layers (a stage's under pp)
+    if (c.pp == 1) {
+      layers = expert_parallel_layers(dynamic_cast<nn::GPT&>(trainer->runner()->module()));
+    } else {
+      for (const auto& part : dynamic_cast<PipelineRunner&>(*trainer->runner()).stage().parts)
+        for (const auto& layer : expert_parallel_layers(*part)) layers.push_back(layer);
+    }
+    ASSERT_EQ(layers.size(), 2u / c.pp);
     for (int s = 0; s < kSteps; ++s) {
       if (s == kSteps - 1) trainer->keep_gradients();
-      const double loss = trainer->train_step(data, s, kBatch, kT, parity_adamw().lr, 1e30);  // the norm, no clip
+      const double loss = trainer->train_step(data, s, kBatch, kT, moe_adamw().lr, 1e30);  // the norm, no clip
       EXPECT_NEAR(loss, serial.steps[s].loss, kTol.bound(serial.steps[s].loss)) << "step " << s;
-      for (const auto& [layer, moe] : expert_parallel_layers(part)) {
+      for (const auto& [layer, moe] : layers) {
         dropped[static_cast<size_t>(ctx.rank)] += moe->stats().dropped();
         for (int64_t kept : moe->stats().kept) idle[static_cast<size_t>(ctx.rank)] += kept == 0 ? 1 : 0;
       }
@@ -187,7 +213,23 @@ INSTANTIATE_TEST_SUITE_P(
                              .idle_expert = true, .zero = 3},
                     EpLayout{.name = "ep2_dp2_fsdp_k2", .ep = 2, .dp = 2, .k = 2, .zero = 3},
                     EpLayout{.name = "ep2_dp2_fsdp_k2_drops_mb2", .ep = 2, .dp = 2, .k = 2, .capacity_factor = 1.0,
-                             .micro_batches = 2, .zero = 3}),
+                             .micro_batches = 2, .zero = 3},
+                    // ep x tp: the attention split, the MoE replicated over tp; ep x pp: a stage's MoE
+                    // blocks, the first stage's aux loss reaching it through the backward.
+                    EpLayout{.name = "ep2_tp2_k2", .ep = 2, .k = 2, .tp = 2},
+                    EpLayout{.name = "ep2_tp2_k1_drops", .ep = 2, .k = 1, .capacity_factor = 1.0, .tp = 2},
+                    EpLayout{.name = "ep2_dp2_tp2_k2_drops_mb2", .ep = 2, .dp = 2, .k = 2, .capacity_factor = 1.0,
+                             .micro_batches = 2, .tp = 2},
+                    EpLayout{.name = "ep2_tp2_zero1_k1_drops", .ep = 2, .k = 1, .capacity_factor = 1.0, .zero = 1,
+                             .tp = 2},
+                    EpLayout{.name = "ep2_tp2_fsdp_k2", .ep = 2, .k = 2, .zero = 3, .tp = 2},
+                    EpLayout{.name = "ep2_pp2_k2_mb2", .ep = 2, .k = 2, .micro_batches = 2, .pp = 2},
+                    EpLayout{.name = "ep2_pp2_k1_drops_mb2", .ep = 2, .k = 1, .capacity_factor = 1.0,
+                             .micro_batches = 2, .pp = 2},
+                    EpLayout{.name = "ep2_pp2_k2_drops", .ep = 2, .k = 2, .capacity_factor = 1.0, .pp = 2},
+                    EpLayout{.name = "ep2_pp2_tp2_k2_drops_mb2", .ep = 2, .k = 2, .capacity_factor = 1.0,
+                             .micro_batches = 2, .tp = 2, .pp = 2},
+                    EpLayout{.name = "ep4_pp2_k1_mb2", .ep = 4, .k = 1, .micro_batches = 2, .pp = 2}),
     layout_name);
 
 }  // namespace
