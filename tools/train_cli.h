@@ -178,9 +178,9 @@ inline void add_output_flags(cli::Parser& cli, Options& o, train_flags::Raw& raw
 inline void add_expert_parallel_flags(cli::Parser& cli, Options& o) {
   cli.group("Expert parallel");
   cli.integer("--ep", o.ep, 1, 1024,
-              "a mixture of experts' experts over N ranks, which also split the batch (world = dp x ep x tp x pp); "
-              "with --moe-experts, under DDP or --zero 1|2|3 (--dp), with --tp (the experts whole on every tp rank) "
-              "and --pp (DDP); not yet with HSDP, --offload, --cp or --sp");
+              "a mixture of experts' experts over N ranks, which also split the batch (world = dp x ep x pp x tp x "
+              "cp); with --moe-experts, under DDP or --zero 1|2|3 (--dp), with --tp (the experts whole on every tp "
+              "rank), --pp and --cp (DDP); not yet with HSDP, --offload or --sp");
 }
 
 inline void add_train_flags(cli::Parser& cli, Options& o, train_flags::Raw& raw) {

@@ -3,8 +3,14 @@
 
 namespace sl::parallel {
 
-ExpertGroups expert_groups(const DeviceMesh& mesh) {
-  return {.ep = mesh.group(MeshDim::ep), .batch = mesh.group(MeshDim::dp), .replicas = mesh.group(MeshDim::expert_dp_cp)};
+ExpertGroups expert_groups(const DeviceMesh& mesh, TokenPositions positions) {
+  const int cp = mesh.size(MeshDim::cp);
+  SL_CHECK(cp == 1 || positions, "expert parallel: cp ", cp, " needs the sequence shards' token positions");
+  return {.ep = mesh.group(MeshDim::ep),
+          .batch = mesh.group(cp > 1 ? MeshDim::dp_cp : MeshDim::dp),
+          .replicas = mesh.group(MeshDim::expert_dp_cp),
+          .cp = cp,
+          .positions = std::move(positions)};
 }
 
 void check_expert_parallel(const nn::GPTConfig& config, int ep) {
@@ -15,11 +21,11 @@ void check_expert_parallel(const nn::GPTConfig& config, int ep) {
            " (E % ep = ", config.moe_experts % ep, ")");
 }
 
-void apply_expert_parallel(nn::GPT& part, const DeviceMesh& mesh) {
+void apply_expert_parallel(nn::GPT& part, const DeviceMesh& mesh, TokenPositions positions) {
   const int ep = mesh.size(MeshDim::ep);
   if (ep == 1) return;
   check_expert_parallel(part.config(), ep);
-  const ExpertGroups groups = expert_groups(mesh);
+  const ExpertGroups groups = expert_groups(mesh, std::move(positions));
   const nn::GPTShardSpec range = part.spec().resolved(part.config());
   for (int64_t layer = range.layer_begin; layer < range.layer_end; ++layer) {
     nn::Block& block = part.block(layer);

@@ -81,8 +81,17 @@
 // its tp rank 0 reports their share of the logged loss. The pipeline's runner with this step around
 // it is the composition path's (parallel/nd/expert_parallel_pipeline.h).
 //
+// With context parallelism: each rank holds its sequence shard's tokens (zigzag, contiguous, Ulysses'
+// or the hybrid's), so one MoE batch is every token of micro-batch m over dp × cp (dp_cp, cp
+// innermost). The gathered choices are put back in the serial model's token order (row by row,
+// position by position: the cut's positions, passed down by parallelize.cpp) before the plan, since
+// capacity keeps the earlier tokens; the plan is then read in the ranks' order. An expert's ep
+// group shares the cp coordinate: its rows come from the same positions of other batch ranks. Its
+// gradient is averaged over expert_dp_cp (cp included) and then summed over cp with every other
+// gradient (the cut's sum), which is the sum over cp of the average over dp: what the dense weights get.
+//
 // Supported layouts: ep with dp_replicate under DDP, with dp_shard under ZeRO-1, ZeRO-2 or FSDP, with
-// tp (any of those), with pp (under DDP). parallelize_options.h refuses the rest, naming why: cp,
+// tp (any of those), with pp and cp (under DDP). parallelize_options.h refuses the rest, naming why:
 // SP, HSDP, offload, mixed precision, interleaved stages under DDP; train refuses distributed
 // checkpoints with ep.
 //

@@ -56,7 +56,16 @@ struct Traffic {
   std::vector<std::vector<int>> sources;      // [local experts] the source of each of its rows, in the plan's order
 };
 
-Traffic cut_plan(const nn::DispatchPlan& global, int64_t n_local, int64_t k, int64_t per_rank, int ep, int ep_rank,
+// Where a batch rank sits in the batch group: ranks of dp (d, ep rank r) × cp (c), cp innermost,
+// g = (d·ep + r)·cp + c. Its ep peers share d and c.
+struct BatchRank {
+  int64_t d, r, c;
+  static BatchRank of(int64_t g, int ep, int cp) { return {g / (cp * ep), (g / cp) % ep, g % cp}; }
+  bool ep_peer_of(const BatchRank& o) const { return d == o.d && c == o.c; }
+};
+
+// `global`'s tokens in gathered numbering (rank g's token i is g·N_l + i) cut for this rank's ep group.
+Traffic cut_plan(const nn::DispatchPlan& global, int64_t n_local, int64_t k, int64_t per_rank, int ep, int cp,
                  int batch_rank, Device device) {
   Traffic t;
   t.send.assign(static_cast<size_t>(ep), 0);
@@ -64,22 +73,22 @@ Traffic cut_plan(const nn::DispatchPlan& global, int64_t n_local, int64_t k, int
   t.from.assign(static_cast<size_t>(ep), std::vector<int64_t>(static_cast<size_t>(per_rank), 0));
   t.sources.resize(static_cast<size_t>(per_rank));
   const std::vector<int64_t> token = host_ids(global.token), choice = host_ids(global.choice);
-  const int64_t first_source = batch_rank - ep_rank;  // the ep peers are consecutive batch ranks
+  const BatchRank me = BatchRank::of(batch_rank, ep, cp);
   std::vector<double> my_token, my_choice;
   size_t m = 0;
   for (size_t e = 0; e < global.kept.size(); ++e) {
     const int owner = static_cast<int>(static_cast<int64_t>(e) / per_rank);
     for (int64_t i = 0; i < global.kept[e]; ++i, ++m) {
-      const int64_t source = token[m] / n_local - first_source;
-      if (source == ep_rank) {
+      const BatchRank from = BatchRank::of(token[m] / n_local, ep, cp);
+      if (token[m] / n_local == batch_rank) {
         my_token.push_back(static_cast<double>(token[m] - batch_rank * n_local));
         my_choice.push_back(static_cast<double>(choice[m] - batch_rank * n_local * k));
         ++t.send[static_cast<size_t>(owner)];
       }
-      if (owner == ep_rank && source >= 0 && source < ep) {
-        ++t.receive[static_cast<size_t>(source)];
-        ++t.from[static_cast<size_t>(source)][static_cast<size_t>(static_cast<int64_t>(e) % per_rank)];
-        t.sources[static_cast<size_t>(static_cast<int64_t>(e) % per_rank)].push_back(static_cast<int>(source));
+      if (owner == me.r && from.ep_peer_of(me)) {
+        ++t.receive[static_cast<size_t>(from.r)];
+        ++t.from[static_cast<size_t>(from.r)][static_cast<size_t>(static_cast<int64_t>(e) % per_rank)];
+        t.sources[static_cast<size_t>(static_cast<int64_t>(e) % per_rank)].push_back(static_cast<int>(from.r));
       }
     }
   }
@@ -87,6 +96,41 @@ Traffic cut_plan(const nn::DispatchPlan& global, int64_t n_local, int64_t k, int
   t.mine.token = from_vector(my_token, {static_cast<int64_t>(my_token.size())}, ids);
   t.mine.choice = from_vector(my_choice, {static_cast<int64_t>(my_choice.size())}, ids);
   return t;
+}
+
+// Under cp the gathered tokens (rank by rank, each rank's rows of its sequence shard) are not in the
+// serial model's order (row by row, position by position), in which capacity keeps tokens. Returns
+// serial[s] = the gathered index of serial token s of the MoE batch; empty when they agree (cp 1).
+std::vector<int64_t> serial_order(const ExpertGroups& groups, int64_t n_local, int64_t t_local) {
+  if (groups.cp == 1) return {};
+  const int cp = groups.cp;
+  const int64_t R = groups.batch->size(), rows = n_local / t_local, T = t_local * cp;
+  std::vector<std::vector<int64_t>> positions;  // [cp][t_local]: each cp rank's global positions
+  for (int c = 0; c < cp; ++c) positions.push_back(groups.positions(c, T));
+  std::vector<int64_t> serial(static_cast<size_t>(R * n_local));
+  for (int64_t g = 0; g < R; ++g)
+    for (int64_t i = 0; i < n_local; ++i) {
+      const int64_t row = (g / cp) * rows + i / t_local, position = positions[static_cast<size_t>(g % cp)][static_cast<size_t>(i % t_local)];
+      serial[static_cast<size_t>(row * T + position)] = g * n_local + i;
+    }
+  return serial;
+}
+
+// The plan over the serial order's choices, its tokens renumbered into gathered order.
+nn::DispatchPlan plan_in_gathered_order(const Tensor& all, const std::vector<int64_t>& serial, int64_t E,
+                                        int64_t capacity, int64_t k) {
+  if (serial.empty()) return nn::plan_dispatch(all, E, capacity, Device::cpu());
+  std::vector<double> order(serial.begin(), serial.end());
+  const TensorOptions ids(DType::i64, Device::cpu());
+  nn::DispatchPlan plan = nn::plan_dispatch(index_select(all, from_vector(order, {static_cast<int64_t>(order.size())}, ids)),
+                                            E, capacity, Device::cpu());
+  std::vector<double> token, choice;
+  for (int64_t s : host_ids(plan.token)) token.push_back(static_cast<double>(serial[static_cast<size_t>(s)]));
+  for (int64_t s : host_ids(plan.choice))
+    choice.push_back(static_cast<double>(serial[static_cast<size_t>(s / k)] * k + s % k));
+  plan.token = from_vector(token, {static_cast<int64_t>(token.size())}, ids);
+  plan.choice = from_vector(choice, {static_cast<int64_t>(choice.size())}, ids);
+  return plan;
 }
 
 // The received rows (source by source, each source's by expert) put expert by expert, each expert's
@@ -124,11 +168,14 @@ ExpertParallelMoE::ExpertParallelMoE(const nn::MoE& serial, ExpertGroups groups)
       groups_(std::move(groups)),
       num_experts_(serial.num_experts()) {
   SL_CHECK(groups_.ep && groups_.batch && groups_.replicas, "ExpertParallelMoE: every group must be set");
-  const int ep = groups_.ep->size();
+  const int ep = groups_.ep->size(), cp = groups_.cp, replica = groups_.replicas->rank();
+  SL_CHECK(cp >= 1 && (cp == 1 || groups_.positions) && groups_.replicas->size() % cp == 0,
+           "ExpertParallelMoE: cp ", cp, " needs each cp rank's token positions and replicas (",
+           groups_.replicas->size(), ") that hold cp");
   SL_CHECK(groups_.batch->size() == ep * groups_.replicas->size() &&
-               groups_.batch->rank() == groups_.replicas->rank() * ep + groups_.ep->rank(),
+               groups_.batch->rank() == ((replica / cp) * ep + groups_.ep->rank()) * cp + replica % cp,
            "ExpertParallelMoE: the batch group (rank ", groups_.batch->rank(), " of ", groups_.batch->size(),
-           ") is not replicas x ep with ep innermost");
+           ") is not dp x ep x cp, cp innermost");
   first_ = experts->first_index();
   served_.assign(static_cast<size_t>(local_experts()), 0);
 }
@@ -164,11 +211,12 @@ Tensor ExpertParallelMoE::forward(const Tensor& x) {
   const FaultSites* faults = FaultSites::here();  // a fault the divergence finder planted; none otherwise
   const bool capped_per_rank = faults && faults->breaks(FaultSites::Mistake::local_capacity);
   const int64_t capacity = nn::expert_capacity(capacity_factor, R * N, k, E);
-  const nn::DispatchPlan global = capped_per_rank ? plan_per_rank(all, E, capacity_factor, R, N, k)
-                                                  : nn::plan_dispatch(all, E, capacity, Device::cpu());
+  const nn::DispatchPlan global =
+      capped_per_rank ? plan_per_rank(all, E, capacity_factor, R, N, k)
+                      : plan_in_gathered_order(all.to(Device::cpu()), serial_order(groups_, N, x.dim() == 3 ? x.size(1) : N), E, capacity, k);
   record({global.routed, global.kept, R * N, global.capacity});
   record_losses(routing.probs, logits, global.routed, R * N);
-  Traffic t = cut_plan(global, N, k, per_rank, ep, groups_.ep->rank(), groups_.batch->rank(), x.device());
+  Traffic t = cut_plan(global, N, k, per_rank, ep, groups_.cp, groups_.batch->rank(), x.device());
 
   // 2. Dispatch: my rows to their experts' ranks.
   Tensor received = exchange_rows(nn::dispatch(tokens, t.mine), groups_.ep, t.receive, t.send);

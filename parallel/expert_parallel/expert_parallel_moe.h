@@ -14,6 +14,7 @@
 // the backward that reaches the output (from the loss, or from the next pipeline stage) carries it.
 // Outside one (a lesson, a test, an evaluation) nothing is attached: the caller adds aux_loss().
 #pragma once
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -24,8 +25,13 @@ namespace sl::parallel {
 
 struct ExpertGroups {
   ProcessGroupPtr ep;        // the ranks the experts are sharded over (E/ep each)
-  ProcessGroupPtr batch;     // the ranks whose rows form one MoE batch (dp × ep), ep innermost: rank = d·ep + ep rank
+  ProcessGroupPtr batch;     // the ranks whose tokens form one MoE batch: dp (which holds ep) × cp, cp
+                             // innermost: rank = (d·ep + ep rank)·cp + cp rank
   ProcessGroupPtr replicas;  // the ranks holding the same experts (same ep rank, every other batch rank)
+  // Under cp: each cp rank's global token positions (its sequence shard, in local order) for a
+  // sequence of T, so that the MoE batch is routed in the serial model's token order.
+  int cp = 1;
+  std::function<std::vector<int64_t>(int cp_rank, int64_t T)> positions;
 };
 
 class ExpertParallelMoE : public nn::MoE {

@@ -14,6 +14,18 @@ namespace sl::parallel {
 
 namespace {
 
+// Where each cp rank's tokens sit: expert parallelism routes one MoE batch in the serial order.
+TokenPositions token_positions(const SequenceShard& sequence) {
+  if (sequence.cp == 1) return {};
+  return [sequence](int cp_rank, int64_t T) {
+    SequenceShard shard = sequence;
+    shard.rank = cp_rank;
+    std::vector<int64_t> out;
+    for (double p : shard.positions(T).to_vector()) out.push_back(static_cast<int64_t>(p));
+    return out;
+  };
+}
+
 // Steps 1 to 4: this rank's chunks and the runner over them (`first`: the first chunk, which FSDP shards).
 std::unique_ptr<ModelRunner> build_runner(const nn::GPTConfig& config, uint64_t seed, const DeviceMesh& mesh,
                                           const ParallelizeOptions& o, const nn::StateDict& initial,
@@ -34,7 +46,7 @@ std::unique_ptr<ModelRunner> build_runner(const nn::GPTConfig& config, uint64_t 
     // 3. Context parallelism: its attention over this rank's sequence shard.
     if (cut->sequence().cp > 1) apply_context_parallel(*part, cut->sequence(), cut->cp_groups(), cut->cp_variant());
     // 3b. Expert parallelism: each MoE block keeps this rank's E/ep experts, tokens moved by all-to-alls.
-    if (mesh.size(MeshDim::ep) > 1) apply_expert_parallel(*part, mesh);
+    if (mesh.size(MeshDim::ep) > 1) apply_expert_parallel(*part, mesh, token_positions(cut->sequence()));
     return part;
   };
   Stage stage = make_stage(config, mesh.pp_rank(), pp, pp > 1 ? o.pipeline.virtual_stages : 1,

@@ -74,7 +74,7 @@ static void check_cut(const ParallelizeOptions& o) {
 }
 
 // Expert parallelism runs under DDP (dp_replicate x ep), ZeRO-1/2 or FSDP (dp_shard x ep), with tp
-// (the experts replicated over it, no SP) and pp (under DDP); not yet with cp.
+// (the experts replicated over it, no SP), and with pp and cp under DDP.
 static void check_expert_layout(const ParallelizeOptions& o) {
   const ParallelismConfig& c = o.parallelism;
   SL_CHECK(o.dp_strategy != DpStrategy::naive, "expert parallel: ", c.str(), ": ep runs under DDP, ZeRO-1/2 or FSDP ",
@@ -83,8 +83,9 @@ static void check_expert_layout(const ParallelizeOptions& o) {
            "(dp_replicate ", c.dp_replicate, " with FSDP) is not yet combined with ep; use FSDP over dp_shard");
   SL_CHECK(!o.offload, "expert parallel: ", c.str(), ": --offload is not offered with ep (the experts' AdamW stays ",
            "on the device)");
-  SL_CHECK(c.cp == 1, "expert parallel: ", c.str(), ": ep is not yet combined with cp (one MoE batch would gather ",
-           "the sequence shards' tokens back into the serial order, zigzag included); use ep with dp, tp or pp");
+  SL_CHECK(c.cp == 1 || o.dp_strategy == DpStrategy::ddp, "expert parallel: ", c.str(), ": ep with cp runs under ",
+           "DDP; ZeRO and FSDP keep the experts apart only on a cut with no gradient sum of its own (cp sums every ",
+           "gradient over its ranks)");
   SL_CHECK(!o.sequence_parallel, "expert parallel: ", c.str(), ": sequence parallelism hands each tp rank T/tp ",
            "tokens, which would make tp split the MoE batch; ep runs with tp whose ranks route the same tokens");
   SL_CHECK(c.pp == 1 || o.dp_strategy == DpStrategy::ddp, "expert parallel: ", c.str(), ": ep with pp runs under ",

@@ -20,9 +20,10 @@
 //                                                          for the experts
 //   {.ep = E, .dp_shard = N}                 zero1|zero2|  the rest sharded over dp_shard x ep, the experts
 //                                            fsdp          whole, averaged over dp_shard
-//   {.ep, .tp, .pp} x dp                     ddp           ep with tp (experts replicated over tp, no SP)
-//                                                          and pp (one stage's MoE blocks); tp also under
-//                                                          ZeRO and FSDP; not with cp, HSDP, offload, 16-bit
+//   {.ep, .tp, .pp, .cp} x dp                ddp           ep with tp (experts replicated over tp, no SP),
+//                                                          pp (a stage's MoE blocks) and cp (one MoE batch
+//                                                          in the serial token order); tp also under ZeRO
+//                                                          and FSDP; not with HSDP, offload, 16-bit
 #pragma once
 #include <cstdint>
 

@@ -49,7 +49,7 @@ struct MemoryEstimate {
 MemoryEstimate estimate_memory(const ModelShape& model, const TrainPlan& plan, const BatchShape& batch, int rank);
 // TrainPlan::validate as the planner applies it: the planner costs ep with every other dimension as
 // Megatron runs it (experts split over tp, sharded under ZeRO/FSDP), while train's --ep keeps the
-// experts whole (over tp, and outside ZeRO's and FSDP's shards) and does not yet run with cp; so the
+// experts whole (over tp, and outside ZeRO's and FSDP's shards); so the
 // layout is checked as the library checks it with the ep ranks counted as data-parallel ranks (what
 // they are for every weight but an expert's). Throws sl::Error as validate does.
 void validate_as_planned(const TrainPlan& plan, int world);

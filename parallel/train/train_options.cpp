@@ -47,15 +47,15 @@ void check_run_options(const TrainOptions& o) {
   if (o.ep > 1 && o.moe_experts % o.ep != 0)
     throw OptionError("--ep " + std::to_string(o.ep) + ": --moe-experts " + std::to_string(o.moe_experts) +
                      " does not split over it (E % ep = " + std::to_string(o.moe_experts % o.ep) + ")");
-  if (o.ep > 1 && (o.dp_replicate > 0 || o.naive_dp || o.cp > 1 || o.offload))
-    throw OptionError("--ep runs with --dp (DDP or --zero 1, 2, 3), --tp and --pp: HSDP (--dp-replicate/--dp-shard), "
-                     "--offload and --naive-dp are not offered with it, and --cp is not yet combined with it");
+  if (o.ep > 1 && (o.dp_replicate > 0 || o.naive_dp || o.offload))
+    throw OptionError("--ep runs with --dp (DDP or --zero 1, 2, 3), --tp, --pp and --cp: HSDP (--dp-replicate/"
+                     "--dp-shard), --offload and --naive-dp are not offered with it");
   if (o.ep > 1 && o.sp)
     throw OptionError("--ep with --sp: each tp rank would route its T/tp tokens, which makes tp split "
                      "the MoE batch; under --ep the tp ranks route the same tokens, the experts replicated over tp");
-  if (o.ep > 1 && o.pp > 1 && o.zero > 0)
-    throw OptionError("--ep with --pp runs under DDP (--zero 0): ZeRO and FSDP keep the experts apart only on a stage "
-                     "with no gradient sum of its own, and the pipeline's tied wte has one");
+  if (o.ep > 1 && (o.pp > 1 || o.cp > 1) && o.zero > 0)
+    throw OptionError("--ep with --pp or --cp runs under DDP (--zero 0): ZeRO and FSDP keep the experts apart only on "
+                     "a cut with no gradient sum of its own, and the pipeline's tied wte and cp's tokens have one");
   if (o.ep > 1 && o.micro_batches > 1)
     throw OptionError("--ep with --micro-batches " + std::to_string(o.micro_batches) + ": the experts' capacity and "
                      "balance count one micro-batch, and micro-batch m of the ranks (each rank's m-th slice of its rows) "

@@ -39,7 +39,7 @@ struct TrainOptions {
   double dropout = 0.0;
   std::string recompute = "none";  // activation recomputation (nn::Recompute)
   // A mixture of experts in place of the MLP (nn/moe.h; nn::GPTConfig's moe_ fields): serial, or
-  // with --ep (over DDP, ZeRO or FSDP, with --tp and --pp).
+  // with --ep (over DDP, ZeRO or FSDP, with --tp, --pp and --cp).
   int64_t moe_experts = 0, moe_top_k = 2, moe_every = 1;
   double moe_capacity_factor = 0, moe_aux_weight = 0.01, moe_z_weight = 0.001;
   std::string moe_router = "topk-softmax";

@@ -40,15 +40,18 @@ TEST(TrainOptions, BadCombinationsAreUsageErrors) {
             "(expert parallelism); without it each rank would route, cap and balance its own rows: a different model. "
             "Add --ep, or drop the layout flags"},
            {"--moe-experts 2 --moe-top-k 3", "--moe-top-k (3) picks more experts than --moe-experts (2)"},
-           {"--moe-experts 4 --ep 2 --cp 2",
-            "--ep runs with --dp (DDP or --zero 1, 2, 3), --tp and --pp: HSDP (--dp-replicate/--dp-shard), --offload "
-            "and --naive-dp are not offered with it, and --cp is not yet combined with it"},
+           {"--moe-experts 4 --ep 2 --dp-replicate 2 --dp-shard 1",
+            "--ep runs with --dp (DDP or --zero 1, 2, 3), --tp, --pp and --cp: HSDP (--dp-replicate/--dp-shard), "
+            "--offload and --naive-dp are not offered with it"},
+           {"--moe-experts 4 --ep 2 --cp 2 --zero 1",
+            "--ep with --pp or --cp runs under DDP (--zero 0): ZeRO and FSDP keep the experts apart only on a cut with "
+            "no gradient sum of its own, and the pipeline's tied wte and cp's tokens have one"},
            {"--moe-experts 4 --ep 2 --tp 2 --sp",
             "--ep with --sp: each tp rank would route its T/tp tokens, which makes tp split the MoE "
             "batch; under --ep the tp ranks route the same tokens, the experts replicated over tp"},
            {"--moe-experts 4 --ep 2 --pp 2 --zero 1",
-            "--ep with --pp runs under DDP (--zero 0): ZeRO and FSDP keep the experts apart only on a stage with no "
-            "gradient sum of its own, and the pipeline's tied wte has one"},
+            "--ep with --pp or --cp runs under DDP (--zero 0): ZeRO and FSDP keep the experts apart only on a cut with "
+            "no gradient sum of its own, and the pipeline's tied wte and cp's tokens have one"},
            {"--moe-experts 2 --recompute full",
             "--moe-experts with --recompute full: the experts' auxiliary losses are recorded in forward, which full "
             "recomputation reruns; use --recompute none or selective"},

@@ -56,8 +56,10 @@ struct EpLayout {
   bool idle_expert = false;  // some expert computes no row in some step (asserted)
   int zero = 0;        // 0: DDP; 1, 2, 3: ZeRO-1/2, FSDP over dp_shard x ep, the experts over expert_dp_cp
   int tp = 1, pp = 1;  // the cut: attention over tp (the experts replicated over it), layers over pp stages
+  int cp = 1;          // each rank the tokens of its sequence shard (zigzag), routed in the serial order
+  CpVariant cp_variant = CpVariant::ring;
   int batch_ranks() const { return ep * dp; }
-  int world() const { return ep * dp * tp * pp; }
+  int world() const { return ep * dp * tp * pp * cp; }
 };
 void PrintTo(const EpLayout& c, std::ostream* out) { *out << c.name; }
 std::string layout_name(const testing::TestParamInfo<EpLayout>& info) { return info.param.name; }
@@ -136,6 +138,8 @@ TrainPlan plan_of(const EpLayout& c) {
   }
   plan.parallelism.tp = c.tp;
   plan.parallelism.pp = c.pp;
+  plan.parallelism.cp = c.cp;
+  plan.cp_variant = c.cp_variant;
   plan.micro_batches = c.micro_batches;
   return plan;
 }
@@ -229,7 +233,16 @@ INSTANTIATE_TEST_SUITE_P(
                     EpLayout{.name = "ep2_pp2_k2_drops", .ep = 2, .k = 2, .capacity_factor = 1.0, .pp = 2},
                     EpLayout{.name = "ep2_pp2_tp2_k2_drops_mb2", .ep = 2, .k = 2, .capacity_factor = 1.0,
                              .micro_batches = 2, .tp = 2, .pp = 2},
-                    EpLayout{.name = "ep4_pp2_k1_mb2", .ep = 4, .k = 1, .micro_batches = 2, .pp = 2}),
+                    EpLayout{.name = "ep4_pp2_k1_mb2", .ep = 4, .k = 1, .micro_batches = 2, .pp = 2},
+                    // ep x cp: the MoE batch gathers every sequence shard's tokens; capacity keeps them in
+                    // the serial order (row by row, position by position), not the ranks'.
+                    EpLayout{.name = "ep2_cp2_k2", .ep = 2, .k = 2, .cp = 2},
+                    EpLayout{.name = "ep2_cp2_k1_drops", .ep = 2, .k = 1, .capacity_factor = 1.0, .cp = 2},
+                    EpLayout{.name = "ep2_dp2_cp2_k2_drops_mb2", .ep = 2, .dp = 2, .k = 2, .capacity_factor = 1.0,
+                             .micro_batches = 2, .cp = 2},
+                    EpLayout{.name = "ep2_cp2_ulysses_k2_drops", .ep = 2, .k = 2, .capacity_factor = 1.0, .cp = 2,
+                             .cp_variant = CpVariant::ulysses},
+                    EpLayout{.name = "ep2_tp2_cp2_k1_drops", .ep = 2, .k = 1, .capacity_factor = 1.0, .tp = 2, .cp = 2}),
     layout_name);
 
 }  // namespace
