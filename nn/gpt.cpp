@@ -297,7 +297,7 @@ Tensor GPT::forward(const Tensor& idx) {
 Tensor GPT::loss(const Tensor& idx, const Tensor& targets) {
   Tensor mean = cross_entropy(forward(idx), targets);
   const Tensor aux = moe_loss();
-  return aux.defined() ? add(mean, aux) : mean;
+  return aux.defined() ? add(mean, aux.to(mean.dtype())) : mean;  // 16-bit weights: the f32 loss's dtype
 }
 
 Tensor GPT::moe_loss() const {

@@ -16,7 +16,7 @@ double PartRunner::forward_backward(const std::vector<nn::TokenStream::MicroBatc
   const double share = run_micro_batches(micros, global_count, dp, hooks, [&](const nn::TokenStream::MicroBatch& micro) {
     MicroBatchLoss loss = cut_->loss(cut_->forward(*part_, micro.batch.inputs), micro);
     // a mixture of experts' auxiliary losses join the mean (the serial model's loss, nn/gpt.h)
-    if (const Tensor aux = part_->moe_loss(); aux.defined()) loss.mean = add(loss.mean, aux);
+    if (const Tensor aux = part_->moe_loss(); aux.defined()) loss.mean = add(loss.mean, aux.to(loss.mean.dtype()));
     return loss;
   });
   return holds_loss() ? share : 0.0;

@@ -35,6 +35,10 @@ void check_run_options(const TrainOptions& o) {
   if (o.moe_experts > 0 && o.moe_top_k > o.moe_experts)
     throw OptionError("--moe-top-k (" + std::to_string(o.moe_top_k) + ") picks more experts than --moe-experts (" +
                      std::to_string(o.moe_experts) + ")");
+  if (o.moe_experts > 0 && o.mixed_precision != "no")
+    throw OptionError("--moe-experts with --mixed-precision " + o.mixed_precision + ": a mixture of experts trains in f32 "
+                     "only (16-bit DDP's gradient buffers need a gradient from every expert, and one that no token "
+                     "reached has none); drop --mixed-precision");
   if (o.moe_experts > 0 && o.recompute == "full")
     throw OptionError("--moe-experts with --recompute full: the experts' auxiliary losses are recorded in forward, "
                      "which full recomputation reruns; use --recompute none or selective");

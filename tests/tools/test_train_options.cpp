@@ -40,6 +40,10 @@ TEST(TrainOptions, BadCombinationsAreUsageErrors) {
             "(expert parallelism); without it each rank would route, cap and balance its own rows: a different model. "
             "Add --ep, or drop the layout flags"},
            {"--moe-experts 2 --moe-top-k 3", "--moe-top-k (3) picks more experts than --moe-experts (2)"},
+           {"--moe-experts 4 --mixed-precision bf16",
+            "--moe-experts with --mixed-precision bf16: a mixture of experts trains in f32 only (16-bit DDP's gradient "
+            "buffers need a gradient from every expert, and one that no token reached has none); drop "
+            "--mixed-precision"},
            {"--moe-experts 4 --ep 2 --dp-replicate 2 --dp-shard 1",
             "--ep runs with --dp (DDP or --zero 1, 2, 3), --tp, --pp and --cp: HSDP (--dp-replicate/--dp-shard), "
             "--offload and --naive-dp are not offered with it"},
