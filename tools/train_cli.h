@@ -180,7 +180,7 @@ inline void add_expert_parallel_flags(cli::Parser& cli, Options& o) {
   cli.integer("--ep", o.ep, 1, 1024,
               "a mixture of experts' experts over N ranks, which also split the batch (world = dp x ep x pp x tp x "
               "cp); with --moe-experts, under DDP or --zero 1|2|3 (--dp), with --tp (the experts whole on every tp "
-              "rank), --pp and --cp (DDP); not yet with HSDP, --offload or --sp");
+              "rank), --pp and --cp (DDP), and HSDP; not yet with --offload or --sp");
 }
 
 inline void add_train_flags(cli::Parser& cli, Options& o, train_flags::Raw& raw) {

@@ -90,10 +90,10 @@
 // gradient is averaged over expert_dp_cp (cp included) and then summed over cp with every other
 // gradient (the cut's sum), which is the sum over cp of the average over dp: what the dense weights get.
 //
-// Supported layouts: ep with dp_replicate under DDP, with dp_shard under ZeRO-1, ZeRO-2 or FSDP, with
-// tp (any of those), with pp and cp (under DDP). parallelize_options.h refuses the rest, naming why:
-// SP, HSDP, offload, mixed precision, interleaved stages under DDP; train refuses distributed
-// checkpoints with ep.
+// Supported layouts: ep with dp_replicate under DDP, with dp_shard under ZeRO-1, ZeRO-2 or FSDP, HSDP
+// (FSDP within a replica, the experts averaged over every replica too), with tp (any of those), with
+// pp and cp (under DDP). parallelize_options.h refuses the rest, naming why: SP, offload, mixed
+// precision, interleaved stages under DDP; train refuses distributed checkpoints with ep.
 //
 // Files, in reading order: expert_exchange.h (the differentiable all-to-all, the gradient scale, the
 // attached loss), expert_parallel_moe.h (the layer), apply_expert_parallel.h (on a model part),

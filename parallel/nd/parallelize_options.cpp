@@ -79,8 +79,6 @@ static void check_expert_layout(const ParallelizeOptions& o) {
   const ParallelismConfig& c = o.parallelism;
   SL_CHECK(o.dp_strategy != DpStrategy::naive, "expert parallel: ", c.str(), ": ep runs under DDP, ZeRO-1/2 or FSDP ",
            "(--zero 0 to 3), not the naive DataParallel");
-  SL_CHECK(o.dp_strategy != DpStrategy::fsdp || c.dp_replicate == 1, "expert parallel: ", c.str(), ": HSDP ",
-           "(dp_replicate ", c.dp_replicate, " with FSDP) is not yet combined with ep; use FSDP over dp_shard");
   SL_CHECK(!o.offload, "expert parallel: ", c.str(), ": --offload is not offered with ep (the experts' AdamW stays ",
            "on the device)");
   SL_CHECK(c.cp == 1 || o.dp_strategy == DpStrategy::ddp, "expert parallel: ", c.str(), ": ep with cp runs under ",

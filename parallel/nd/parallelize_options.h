@@ -23,7 +23,7 @@
 //   {.ep, .tp, .pp, .cp} x dp                ddp           ep with tp (experts replicated over tp, no SP),
 //                                                          pp (a stage's MoE blocks) and cp (one MoE batch
 //                                                          in the serial token order); tp also under ZeRO
-//                                                          and FSDP; not with HSDP, offload, 16-bit
+//                                                          and FSDP (HSDP too); not with offload, 16-bit
 #pragma once
 #include <cstdint>
 

@@ -160,10 +160,10 @@ void check_comparable(const TrainOptions& o) {
                 "element of the layout is the serial model's");
   if (o.offload) throw Error("--offload: the gradient shard is moved to the host inside the step, where the finder does not read it");
   if (!o.resume.empty()) throw Error("--resume: the finder starts both runs at step 0 from the same weights");
-  if (o.ep > 1 && o.zero > 0)
-    throw Error("--ep " + std::to_string(o.ep) + " with --zero " + std::to_string(o.zero) + ": under ZeRO and FSDP the "
-                "experts' own AdamW state is not yet among the state pieces the finder reads (ep under DDP, --zero 0, "
-                "is compared)");
+  if (o.ep > 1 && (o.zero > 0 || o.dp_replicate > 0))
+    throw Error("--ep " + std::to_string(o.ep) + (o.zero > 0 ? " with --zero " + std::to_string(o.zero) : " with HSDP") +
+                ": under ZeRO and FSDP the experts' own AdamW state is not yet among the state pieces the finder reads "
+                "(ep under DDP, --zero 0, is compared)");
   if (o.steps < 1) throw Error("--steps must be at least 1");
 }
 

@@ -51,9 +51,9 @@ void check_run_options(const TrainOptions& o) {
   if (o.ep > 1 && o.moe_experts % o.ep != 0)
     throw OptionError("--ep " + std::to_string(o.ep) + ": --moe-experts " + std::to_string(o.moe_experts) +
                      " does not split over it (E % ep = " + std::to_string(o.moe_experts % o.ep) + ")");
-  if (o.ep > 1 && (o.dp_replicate > 0 || o.naive_dp || o.offload))
-    throw OptionError("--ep runs with --dp (DDP or --zero 1, 2, 3), --tp, --pp and --cp: HSDP (--dp-replicate/"
-                     "--dp-shard), --offload and --naive-dp are not offered with it");
+  if (o.ep > 1 && (o.naive_dp || o.offload))
+    throw OptionError("--ep runs with --dp (DDP or --zero 1, 2, 3), HSDP, --tp, --pp and --cp: --offload and --naive-dp "
+                     "are not offered with it");
   if (o.ep > 1 && o.sp)
     throw OptionError("--ep with --sp: each tp rank would route its T/tp tokens, which makes tp split "
                      "the MoE batch; under --ep the tp ranks route the same tokens, the experts replicated over tp");

@@ -44,9 +44,9 @@ TEST(TrainOptions, BadCombinationsAreUsageErrors) {
             "--moe-experts with --mixed-precision bf16: a mixture of experts trains in f32 only (16-bit DDP's gradient "
             "buffers need a gradient from every expert, and one that no token reached has none); drop "
             "--mixed-precision"},
-           {"--moe-experts 4 --ep 2 --dp-replicate 2 --dp-shard 1",
-            "--ep runs with --dp (DDP or --zero 1, 2, 3), --tp, --pp and --cp: HSDP (--dp-replicate/--dp-shard), "
-            "--offload and --naive-dp are not offered with it"},
+           {"--moe-experts 4 --ep 2 --dp 2 --zero 1 --offload",
+            "--ep runs with --dp (DDP or --zero 1, 2, 3), HSDP, --tp, --pp and --cp: --offload and --naive-dp are not "
+            "offered with it"},
            {"--moe-experts 4 --ep 2 --cp 2 --zero 1",
             "--ep with --pp or --cp runs under DDP (--zero 0): ZeRO and FSDP keep the experts apart only on a cut with "
             "no gradient sum of its own, and the pipeline's tied wte and cp's tokens have one"},

@@ -57,9 +57,10 @@ struct EpLayout {
   int zero = 0;        // 0: DDP; 1, 2, 3: ZeRO-1/2, FSDP over dp_shard x ep, the experts over expert_dp_cp
   int tp = 1, pp = 1;  // the cut: attention over tp (the experts replicated over it), layers over pp stages
   int cp = 1;          // each rank the tokens of its sequence shard (zigzag), routed in the serial order
+  int replicas = 1;    // HSDP (zero 3): FSDP over dp_shard = dp, all-reduced across this many replicas
   CpVariant cp_variant = CpVariant::ring;
-  int batch_ranks() const { return ep * dp; }
-  int world() const { return ep * dp * tp * pp * cp; }
+  int batch_ranks() const { return ep * dp * replicas; }
+  int world() const { return batch_ranks() * tp * pp * cp; }
 };
 void PrintTo(const EpLayout& c, std::ostream* out) { *out << c.name; }
 std::string layout_name(const testing::TestParamInfo<EpLayout>& info) { return info.param.name; }
@@ -134,6 +135,7 @@ TrainPlan plan_of(const EpLayout& c) {
     plan.parallelism.dp_replicate = c.dp;
   } else {
     plan.parallelism.dp_shard = c.dp;
+    plan.parallelism.dp_replicate = c.replicas;
     plan.dp_strategy = zero_stage_strategy(c.zero);
   }
   plan.parallelism.tp = c.tp;
@@ -182,11 +184,15 @@ TEST_P(ExpertParallelLayouts, MatchesTheSerialMoEThroughTheTrainer) {
     expect_close(trainer->full_state_dict(), state_of(last_step.params), kTol, at("parameter", ctx.rank, kSteps - 1));
   });
   for (int64_t d : dropped) {
-    if (c.capacity_factor > 0) EXPECT_GT(d, 0) << "this case must drop tokens";
-    else EXPECT_EQ(d, 0);
+    if (c.capacity_factor > 0) {
+      EXPECT_GT(d, 0) << "this case must drop tokens";
+    } else {
+      EXPECT_EQ(d, 0);
+    }
   }
-  if (c.idle_expert)
+  if (c.idle_expert) {
     for (int64_t i : idle) EXPECT_GT(i, 0) << "this case must leave an expert without rows in a step";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -242,7 +248,11 @@ INSTANTIATE_TEST_SUITE_P(
                              .micro_batches = 2, .cp = 2},
                     EpLayout{.name = "ep2_cp2_ulysses_k2_drops", .ep = 2, .k = 2, .capacity_factor = 1.0, .cp = 2,
                              .cp_variant = CpVariant::ulysses},
-                    EpLayout{.name = "ep2_tp2_cp2_k1_drops", .ep = 2, .k = 1, .capacity_factor = 1.0, .tp = 2, .cp = 2}),
+                    EpLayout{.name = "ep2_tp2_cp2_k1_drops", .ep = 2, .k = 1, .capacity_factor = 1.0, .tp = 2, .cp = 2},
+                    // HSDP: FSDP over dp_shard x ep within a replica, the replicas all-reduced
+                    EpLayout{.name = "ep2_hsdp2x1_k2_drops", .ep = 2, .dp = 1, .k = 2, .capacity_factor = 1.0, .zero = 3,
+                             .replicas = 2},
+                    EpLayout{.name = "ep2_hsdp2x2_k1", .ep = 2, .dp = 2, .k = 1, .zero = 3, .replicas = 2}),
     layout_name);
 
 }  // namespace
