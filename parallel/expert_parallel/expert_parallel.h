@@ -93,7 +93,8 @@
 // Supported layouts: ep with dp_replicate under DDP, with dp_shard under ZeRO-1, ZeRO-2 or FSDP, HSDP
 // (FSDP within a replica, the experts averaged over every replica too), with tp (any of those), with
 // pp and cp (under DDP). parallelize_options.h refuses the rest, naming why: SP, offload, mixed
-// precision, interleaved stages under DDP; train refuses distributed checkpoints with ep.
+// precision, interleaved stages under DDP; train refuses distributed checkpoints with any mixture of
+// experts (a checkpoint keeps one AdamW step count, which a skipped expert lags).
 //
 // Files, in reading order: expert_exchange.h (the differentiable all-to-all, the gradient scale, the
 // attached loss), expert_parallel_moe.h (the layer), apply_expert_parallel.h (on a model part),

@@ -75,10 +75,13 @@ std::unique_ptr<DataParallelStrategy> data_parallel(nn::GPT& part, ModelRunner& 
   switch (o.dp_strategy) {
     case DpStrategy::naive:  // the classic DataParallel runs the passes itself; its kept gradients go on a side group
       return std::make_unique<NaiveStrategy>(part, world, world->split(0), o.adamw);
-    case DpStrategy::ddp:  // over dp; a cut at dp 1 has nothing to average: AdamW alone (the whole
-                           // model keeps DDP over its one rank, as the planner models the serial run)
-      return std::make_unique<DdpStrategy>(runner, mesh, mesh.size(MeshDim::dp) > 1 || !o.cuts_model(), o.adamw,
-                                           o.precision, o.ddp_comm_hook);
+    case DpStrategy::ddp: {  // over dp; a cut at dp 1 has nothing to average: AdamW alone (the whole
+                             // model keeps DDP over its one rank, as the planner models the serial run,
+                             // but for a mixture of experts: an expert no token reached has no gradient,
+                             // which DDP's buckets would wait for, and AdamW skips it)
+      const bool replicate = mesh.size(MeshDim::dp) > 1 || (!o.cuts_model() && part.config().moe_experts == 0);
+      return std::make_unique<DdpStrategy>(runner, mesh, replicate, o.adamw, o.precision, o.ddp_comm_hook);
+    }
     case DpStrategy::zero1:
     case DpStrategy::zero2:
       return std::make_unique<ZeroStrategy>(runner, mesh, zero_stage(o.dp_strategy), o.offload, o.adamw, o.precision);

@@ -65,10 +65,10 @@ void check_run_options(const TrainOptions& o) {
                      "balance count one micro-batch, and micro-batch m of the ranks (each rank's m-th slice of its rows) "
                      "is not the serial model's micro-batch m (rows m·B/M onwards): a different model. Use "
                      "--micro-batches 1");
-  if (o.ep > 1 && (!o.checkpoint_dir.empty() || !o.resume.empty()))
-    throw OptionError("--ep with --checkpoint-dir or --resume: an expert-parallel layout's distributed checkpoint is not "
-                     "offered yet (its state pieces place each expert on the ep rank holding it, but no save and resume "
-                     "through them is checked); --save writes the whole model");
+  if (o.moe_experts > 0 && (!o.checkpoint_dir.empty() || !o.resume.empty()))
+    throw OptionError("--moe-experts with --checkpoint-dir or --resume: a checkpoint keeps one AdamW step count, and an "
+                     "expert that no token reached in some step lags the others' (AdamW skipped it); --save writes the "
+                     "whole model");
   if ((o.save_every > 0 || o.keep_last > 0) && o.checkpoint_dir.empty())
     throw OptionError("--save-every and --keep-last write checkpoints: add --checkpoint-dir DIR");
   if (!o.resume.empty() && o.compare_serial)

@@ -59,5 +59,20 @@ TEST_F(TrainCli, LogsTokensPerExpertEachStepSeriallyAndUnderEp) {
   EXPECT_EQ(s[0].at("experts").at("h.0.mlp").at("routed"), one[0].at("experts").at("h.0.mlp").at("routed"));
 }
 
+// The serial run trains through an expert that no token reached in a step (its log shows kept 0): it has
+// no gradient, which AdamW skips, where DDP over the one rank would wait for it.
+TEST_F(TrainCli, TheSerialRunTrainsPastAnExpertNoTokenReached) {
+  const std::string log = temp_path("moe_idle.jsonl");
+  CliRun run = run_train("--task addition --n-layer 2 --n-head 4 --n-embd 32 --batch-size 8 --steps 8 --eval-every 0 "
+                         "--lr 1e-2 --warmup-steps 0 --threads 1 --seed 5 --moe-experts 4 --moe-top-k 2 "
+                         "--moe-capacity-factor 1 --log-jsonl " + log);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  int idle = 0;
+  for (const auto& record : records(log))
+    for (const auto& [layer, load] : record.at("experts").items())
+      for (int64_t kept : load.at("kept").get<std::vector<int64_t>>()) idle += kept == 0;
+  EXPECT_GT(idle, 0) << "this run must leave an expert without rows in some step";
+}
+
 }  // namespace
 }  // namespace sl
