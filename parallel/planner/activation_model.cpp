@@ -20,7 +20,7 @@
 //     block   the last layer's first backward op (MLP c_proj): dy rCw, dx 4rCw/t, dW 4C²w/t, db Cw
 //             (16-bit: through f32 copies of each), with FSDP's gathered units (weights and gradients)
 //   an MoE layer (moe_extra_bytes): the router's f32 logits and probabilities, the k·r dispatched rows
-//     and expert outputs, the experts' c_fc and GELU 2(k + S)·rF/t, in place of the MLP's 8rC/t
+//     and expert outputs, the experts' c_fc and GELU 2(k + S)·rF (whole over tp), in place of the MLP's 8rC/t
 //   plus the batch's token ids and targets (i64), the gradients a cut at dp 1 frees at zero_grad (not
 //   yet made again at the first backward; after it they are back), ZeRO-2's flat gradient buffer.
 #include "parallel/planner/activation_model.h"
@@ -79,13 +79,13 @@ int64_t layer_bytes(const Shapes& x, const TrainPlan& plan, nn::Recompute recomp
 // What an MoE layer keeps beyond a dense one's (none or selective): instead of c_fc's output and GELU
 // (8rC/t), the router's logits and probabilities (f32, r·E each), the dispatched rows and the experts'
 // outputs (k·r·C each, kept before the combine), c_fc's output and GELU of the k routed and S shared
-// experts (2(k + S)·r·F/t); k·min(1, cf) with a capacity factor cf.
+// experts (2(k + S)·r·F, whole on every tp rank); k·min(1, cf) with a capacity factor cf.
 int64_t moe_extra_bytes(const ModelShape& m, const Shapes& x) {
   const double cf = m.moe_capacity_factor, kept_share = cf > 0 ? std::min(1.0, cf) : 1.0;
   const auto routed = static_cast<int64_t>(kept_share * static_cast<double>(m.moe_top_k * x.r));
   const int64_t F = m.expert_width();
   const int64_t kept = 8 * x.r * m.moe_experts + 2 * routed * x.C * x.w +
-                       2 * (routed + m.shared_experts * x.r) * F / x.t * x.w;
+                       2 * (routed + m.shared_experts * x.r) * F * x.w;  // whole on every tp rank
   return kept - 8 * x.r * x.C / x.t * x.w;
 }
 
@@ -146,19 +146,16 @@ InFlight in_flight(const TrainPlan& plan, const RankPart& part, int stage) {
 int64_t fsdp_gathered(const TrainPlan& plan, const RankPart& part, int64_t w, int64_t g) {
   if (plan.dp_strategy != DpStrategy::fsdp) return 0;
   const ParallelismConfig& c = plan.parallelism;
-  const int64_t N = c.dp_shard * (plan.cuts_model() ? c.cp : 1);
-  int64_t block = 0, rest = 0, experts = 0;
+  const int64_t n = c.dp_shard * (plan.cuts_model() ? c.cp : 1) * c.ep;  // an ep rank's experts: in no unit
+  int64_t block = 0, rest = 0;
   for (const UnitShape& unit : part.units) {
-    const int64_t n = unit.expert ? N : N * c.ep;  // a block's experts: their own unit, without ep
     const int64_t padded = (unit.numel + n - 1) / n * n;
-    if (unit.expert)
-      experts = std::max(experts, padded);
-    else if (unit.name.rfind("h.", 0) == 0)
+    if (unit.name.rfind("h.", 0) == 0)
       block = std::max(block, padded);
     else if (part.first_stage)
       rest += padded;
   }
-  return (w + g) * (block + experts + rest);
+  return (w + g) * (block + rest);
 }
 
 }  // namespace

@@ -12,13 +12,18 @@
 //            batch   the global batch in rows (train's --batch-size) and the sequence length T
 //            rank    a world rank of the mesh [pp, dp_replicate, dp_shard, ep, cp, tp] (stages differ)
 //
-//   Expert parallelism (ep, the expert_parallel chapter's rules): a rank holds E/ep routed experts and
-//   every other weight whole (ep ranks are data-parallel ranks for them: dp includes ep, the batch
-//   splits over dp_replicate x dp_shard x ep); per MoE layer and micro-batch two all-to-alls forward
-//   (dispatch, combine) and their two reverses backward on the ep group, each moving the rank's kept
-//   assignments that live on other ranks, tokens·k·min(1, cf)·C·bytes·(ep-1)/ep for a uniform load,
-//   and one all-gather of the routing choices (tokens·k·8 bytes) over the ranks that split the batch
-//   (dp_cp). Expert gradients are reduced without ep (expert_dp_cp), the others with it.
+//   Expert parallelism (ep, the expert_parallel chapter's rules, as the library runs them): a rank
+//   holds E/ep routed experts and every other weight whole (ep ranks are data-parallel ranks for them:
+//   dp includes ep, the batch splits over dp_replicate x dp_shard x ep). tp does not cut an MoE block:
+//   its router and experts are whole on every tp rank, which route the same tokens, send the same
+//   all-to-all bytes and compute the same expert rows. Per MoE layer and micro-batch two all-to-alls
+//   forward (dispatch, combine) and their two reverses backward on the ep group, each moving the
+//   rank's kept assignments that live on other ranks, tokens·k·min(1, cf)·C·bytes·(ep-1)/ep for a
+//   uniform load, and one all-gather of the routing choices (tokens·k·8 bytes) over the ranks that
+//   split the batch (dp_cp). Expert gradients are averaged over expert_dp_cp: DDP's own buckets
+//   there; under ZeRO-1/2 and FSDP the experts stay out of the flat buffers and units (weights, .grad
+//   and AdamW moments whole) and one all-reduce per expert tensor averages them, while the other
+//   weights are sharded over dp_shard x ep.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -47,12 +52,11 @@ struct MemoryEstimate {
   int64_t total() const { return weights + grads + optimizer + activations; }
 };
 MemoryEstimate estimate_memory(const ModelShape& model, const TrainPlan& plan, const BatchShape& batch, int rank);
-// TrainPlan::validate as the planner applies it: the planner costs ep with every other dimension as
-// Megatron runs it (experts split over tp, sharded under ZeRO/FSDP), while train's --ep keeps the
-// experts whole (over tp, and outside ZeRO's and FSDP's shards); so the
-// layout is checked as the library checks it with the ep ranks counted as data-parallel ranks (what
-// they are for every weight but an expert's). Throws sl::Error as validate does.
-void validate_as_planned(const TrainPlan& plan, int world);
+// The layouts train runs: TrainPlan::validate (the library's own checks, ep's refusals with them:
+// no SP, HSDP or offload with ep, ZeRO/FSDP not with pp or cp, no interleaved stages under DDP, no
+// mixed precision), then train's refusals for a mixture of experts (f32 only, no full recomputation).
+// The planner costs nothing else. Throws sl::Error as validate does.
+void check_trainable(const ModelShape& model, const TrainPlan& plan, int world);
 
 // What a rank sends and receives in one optimizer step, per (group, op), as its group's CommLedger
 // counts it. Group names are the trainer's (Trainer::ledgers()): the strategy's groups, then "pp",
@@ -71,7 +75,7 @@ struct GroupTraffic {
 std::vector<GroupTraffic> estimate_traffic(const ModelShape& model, const TrainPlan& plan, const BatchShape& batch,
                                            int rank);
 
-// The expert rules of a layout: ep > 1 only with experts, ep divides E, tp divides the expert width.
+// The expert rules of a layout: ep > 1 only with experts, ep divides E (tp does not cut the experts).
 // Throws sl::Error naming the values.
 void check_experts(const ModelShape& model, const ParallelismConfig& parallelism);
 

@@ -7,9 +7,10 @@
 //   FSDP      per micro-batch: each unit gathered in forward and in backward and its gradients
 //             reduce-scattered, over dp_shard (dp_shard_cp over a cut); HSDP: each shard all-reduced
 //             over the replicas
-//   with ep > 1 the groups above include ep for every weight but the routed experts, whose own
-//   buckets and units go over the same groups without it (mesh_dim.h: expert_dp_cp,
-//   expert_dp_shard_cp); the clip's norm spans ep (each ep rank holds other experts).
+//   with ep > 1 the groups above include ep for every weight but the routed experts, which are
+//   averaged over expert_dp_cp (mesh_dim.h): DDP's own buckets there; under ZeRO and FSDP, outside
+//   the flat buffers and units, one all-reduce per expert tensor (parallel/zero/expert_replicas.h);
+//   the clip's norm spans ep (each ep rank holds other experts).
 #include <algorithm>
 
 #include "parallel/planner/traffic_step.h"
@@ -57,10 +58,16 @@ int64_t numel_of(const RankPart& part, const std::vector<bool>& wanted) {
   return total;
 }
 
-// A weight's data-parallel group: `dims` with ep for the replicated weights, without it for experts.
-MeshDims with_ep(MeshDims dims, bool expert) {
-  if (!expert) dims.push_back(MeshDim::ep);
-  return dims;
+// The replicated weights' data-parallel group under ZeRO: dp_shard with ep.
+const MeshDims kShardWithEp = {MeshDim::dp_shard, MeshDim::ep};
+
+// ExpertReplicas under ZeRO and FSDP: one all-reduce per expert tensor over expert_dp_cp (RankPart
+// stacks an ep rank's E/ep experts in one tensor per weight; the model holds one per expert).
+void expert_replica_traffic(Step& s) {
+  if (s.book.size({MeshDim::expert_dp_cp}) == 1) return;
+  const int64_t experts = s.model.moe_experts / s.plan.parallelism.ep;
+  for (size_t i : params_where(s.part, true))
+    s.book.all_reduce({MeshDim::expert_dp_cp}, s.part.params[i].numel / experts, s.ges, experts);
 }
 
 }  // namespace
@@ -68,7 +75,7 @@ MeshDims with_ep(MeshDims dims, bool expert) {
 void ddp_traffic(Step& s, bool replicate) {
   for (bool expert : {false, true}) {
     const std::vector<size_t> params = params_where(s.part, expert);
-    const MeshDims group = expert ? MeshDims{MeshDim::dp_replicate, MeshDim::dp_shard} : MeshDims{MeshDim::dp};
+    const MeshDims group = expert ? MeshDims{MeshDim::expert_dp_cp} : MeshDims{MeshDim::dp};
     if (!replicate || params.empty() || (expert && s.book.size(group) == 1)) continue;
     std::vector<int64_t> bytes;
     for (size_t i : params) bytes.push_back(s.part.params[i].numel * s.ges);
@@ -84,27 +91,22 @@ void ddp_traffic(Step& s, bool replicate) {
 
 void zero_traffic(Step& s) {
   const int64_t reduces = s.plan.dp_strategy == DpStrategy::zero2 ? s.M : 1;
-  std::vector<FlatBucketShape> buckets[2];
-  for (bool expert : {false, true}) {
-    const std::vector<size_t> params = params_where(s.part, expert);
-    const MeshDims group = with_ep({MeshDim::dp_shard}, expert);
-    if (params.empty() || (expert && s.book.size(group) == 1)) continue;
-    buckets[expert] = flat_buckets(s.part, params, s.book.size(group), kBucketBytes, s.pes, false);
-    for (const FlatBucketShape& b : buckets[expert]) {
-      s.book.reduce_scatter(group, b.chunk * s.ges, reduces);
-      s.book.all_gather(group, b.chunk * s.pes);
-    }
+  const std::vector<FlatBucketShape> buckets =
+      flat_buckets(s.part, params_where(s.part, false), s.book.size(kShardWithEp), kBucketBytes, s.pes, false);
+  for (const FlatBucketShape& b : buckets) {
+    s.book.reduce_scatter(kShardWithEp, b.chunk * s.ges, reduces);
+    s.book.all_gather(kShardWithEp, b.chunk * s.pes);
   }
+  expert_replica_traffic(s);
   if (s.plan.dp_strategy == DpStrategy::zero2) {
-    const int r = s.book.rank_in(with_ep({MeshDim::dp_shard}, false)), re = s.book.rank_in({MeshDim::dp_shard});
-    gradient_sums(s, false, [&](const std::vector<bool>& w) {
-      return shard_elements_of(s.part, buckets[0], r, w) + shard_elements_of(s.part, buckets[1], re, w);
-    }, s.ges);
+    const int r = s.book.rank_in(kShardWithEp);
+    gradient_sums(s, false, [&](const std::vector<bool>& w) { return shard_elements_of(s.part, buckets, r, w); },
+                  s.ges);
   } else {
     gradient_sums(s, false, [&](const std::vector<bool>& w) { return numel_of(s.part, w); }, 4);
   }
   const bool cut = s.plan.cuts_model();
-  if (!cut) s.book.all_gather(with_ep({MeshDim::dp_shard}, false), 8);
+  if (!cut) s.book.all_gather(kShardWithEp, 8);
   else if (const MeshDims dims = clip_dims(s.plan, {MeshDim::dp_shard}); !dims.empty()) s.book.all_gather(dims, 8);
 }
 
@@ -113,25 +115,21 @@ void fsdp_traffic(Step& s) {
   const bool cut = s.plan.cuts_model();
   // dp_shard_cp includes ep; off a cut cp is 1, so {dp_shard, ep} is the same set
   const MeshDims shard = {cut ? MeshDim::dp_shard_cp : MeshDim::dp_shard, MeshDim::ep};
-  const MeshDims expert_shard = {cut ? MeshDim::expert_dp_shard_cp : MeshDim::dp_shard};
-  std::vector<FlatBucketShape> all[2];
+  std::vector<FlatBucketShape> units;
   for (const UnitShape& unit : s.part.units) {
-    const MeshDims& group = unit.expert ? expert_shard : shard;
-    const FlatBucketShape b = flat_buckets(s.part, unit.params, s.book.size(group), kBucketBytes, s.pes, true)[0];
-    all[unit.expert].push_back(b);
-    if (unit.expert && s.book.size(group) == 1) continue;  // whole on every rank of its group: nothing moves
-    s.book.all_gather(group, b.chunk * s.pes, 2 * s.M);  // forward and backward, every micro-batch
-    s.book.reduce_scatter(group, b.chunk * s.ges, s.M);
+    const FlatBucketShape b = flat_buckets(s.part, unit.params, s.book.size(shard), kBucketBytes, s.pes, true)[0];
+    units.push_back(b);
+    s.book.all_gather(shard, b.chunk * s.pes, 2 * s.M);  // forward and backward, every micro-batch
+    s.book.reduce_scatter(shard, b.chunk * s.ges, s.M);
     if (c.dp_replicate > 1) s.book.all_reduce({MeshDim::dp_replicate}, b.chunk, s.ges, s.M);
   }
+  expert_replica_traffic(s);
   if (!cut) {
     s.book.all_gather(shard, 8);
     return;
   }
-  const int r = s.book.rank_in(shard), re = s.book.rank_in(expert_shard);
-  gradient_sums(s, true, [&](const std::vector<bool>& w) {
-    return shard_elements_of(s.part, all[0], r, w) + shard_elements_of(s.part, all[1], re, w);
-  }, s.ges);
+  const int r = s.book.rank_in(shard);
+  gradient_sums(s, true, [&](const std::vector<bool>& w) { return shard_elements_of(s.part, units, r, w); }, s.ges);
   if (const MeshDims dims = clip_dims(s.plan, {MeshDim::dp_shard, MeshDim::cp}); !dims.empty())
     s.book.all_gather(dims, 8);
 }

@@ -14,6 +14,9 @@
 //   routing    the chosen expert ids (i64, tokens·k) all-gathered once per layer over the ranks that
 //              split the batch (dp_cp), so every rank balances the load over the whole batch
 //
+//   the step  each micro-batch's counted targets (f64) summed once over dp (ep included): the weight
+//              of its MoE batch's auxiliary losses (expert_parallel_step.h), on every rank of an ep layout
+//
 // Selective recomputation reruns the attention core only, so the MoE's exchanges are not repeated.
 #include <algorithm>
 #include <cmath>
@@ -22,8 +25,17 @@
 
 namespace sl::parallel::planner {
 
+namespace {
+
+void expert_step_traffic(Step& s) {
+  if (s.plan.parallelism.ep > 1 && s.book.size({MeshDim::dp}) > 1) s.book.all_reduce({MeshDim::dp}, s.M, 8);
+}
+
+}  // namespace
+
 void expert_traffic(Step& s) {
   if (!s.model.has_experts()) return;
+  expert_step_traffic(s);
   const int64_t moe_layers = std::count_if(s.part.layers.begin(), s.part.layers.end(),
                                            [&](int64_t layer) { return s.model.moe_layer(layer); });
   if (moe_layers == 0) return;

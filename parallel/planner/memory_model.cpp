@@ -10,8 +10,10 @@
 //     FSDP / HSDP          weights wS     grads gS                     optimizer 8S (+4S), per unit
 //     offload              the optimizer (ZeRO) or every shard (FSDP) on the host: 16S in f32
 //                          (moments, master weights, f32 gradient shard); FSDP adds its w+g shards' bytes
-//   with experts, Ψ holds this ep rank's E/ep routed experts (rank_part.h); ZeRO and FSDP shard the
-//   other weights over N·ep ranks (dp_shard_cp includes ep) and the experts over N (expert_dp_shard_cp)
+//   with experts, Ψ holds this ep rank's E/ep routed experts Ψe, whole on every tp rank (rank_part.h);
+//   ZeRO and FSDP shard the other weights over N·ep ranks (dp_shard × ep) and keep the experts out of
+//   their buffers and units (parallel/zero/expert_replicas.h): weights wΨe, gradients gΨe (.grad) and
+//   AdamW's moments 8Ψe, whole on every rank
 //
 //   activations: what one step holds above those at its peak (the start of the last backward): per
 //   layer and micro-batch in flight the tensors backward reads, Korthikanti et al.'s accounting in
@@ -46,16 +48,24 @@ States ddp_states(const RankPart& part, int64_t w, int64_t g, int64_t master) {
   return {w * psi, g * psi, (8 + master) * psi, 0};
 }
 
+// An ep rank's experts under ZeRO and FSDP: whole weights, .grad and AdamW moments (no offload,
+// no mixed precision with ep: check_trainable).
+int64_t expert_numel(const RankPart& part) {
+  int64_t numel = 0;
+  for (size_t i : params_where(part, true)) numel += part.params[i].numel;
+  return numel;
+}
+
 States zero_states(const RankPart& part, const TrainPlan& plan, int64_t w, int64_t g, int64_t master) {
   const int N = plan.parallelism.dp_shard, ep = plan.parallelism.ep;
   int64_t padded = 0, shard = 0;
-  for (bool expert : {false, true})
-    for (const FlatBucketShape& b : flat_buckets(part, params_where(part, expert), expert ? N : N * ep, kBucketBytes,
-                                                 w, false)) {
-      padded += b.padded;
-      shard += b.chunk;
-    }
-  States s{w * padded, plan.dp_strategy == DpStrategy::zero1 ? g * padded : g * shard, (8 + master) * shard, 0};
+  for (const FlatBucketShape& b : flat_buckets(part, params_where(part, false), N * ep, kBucketBytes, w, false)) {
+    padded += b.padded;
+    shard += b.chunk;
+  }
+  const int64_t experts = expert_numel(part);
+  States s{w * (padded + experts), (plan.dp_strategy == DpStrategy::zero1 ? g * padded : g * shard) + g * experts,
+           (8 + master) * shard + 8 * experts, 0};
   if (plan.dp_strategy == DpStrategy::zero2) s.zero2_flat = g * padded;
   if (plan.offload) {
     s.host = 16 * shard;  // exp_avg, exp_avg_sq, the f32 master weights and gradient shard
@@ -66,34 +76,31 @@ States zero_states(const RankPart& part, const TrainPlan& plan, int64_t w, int64
 
 States fsdp_states(const RankPart& part, const TrainPlan& plan, int64_t w, int64_t g, int64_t master) {
   const ParallelismConfig& c = plan.parallelism;
-  const int N = c.dp_shard * (plan.cuts_model() ? c.cp : 1);
+  const int n = c.dp_shard * (plan.cuts_model() ? c.cp : 1) * c.ep;  // dp_shard_cp (x ep)
   int64_t shard = 0;
-  for (const UnitShape& unit : part.units) {
-    const int n = unit.expert ? N : N * c.ep;  // expert_dp_shard_cp or dp_shard_cp
-    shard += (unit.numel + n - 1) / n;
-  }
-  States s{w * shard, g * shard, (8 + master) * shard, 0};
+  for (const UnitShape& unit : part.units) shard += (unit.numel + n - 1) / n;
+  const int64_t experts = expert_numel(part);
+  States s{w * (shard + experts), g * (shard + experts), (8 + master) * shard + 8 * experts, 0};
   if (plan.offload) s = {0, 0, 0, (w + g + 8 + master) * shard};
   return s;
 }
 
 }  // namespace
 
-void validate_as_planned(const TrainPlan& plan, int world) {
-  TrainPlan dense = plan;  // the ep ranks counted as what they are for every weight but an expert's
-  if (plan.parallelism.ep > 1) {
-    (plan.dp_strategy == DpStrategy::ddp ? dense.parallelism.dp_replicate : dense.parallelism.dp_shard) *=
-        plan.parallelism.ep;
-    dense.parallelism.ep = 1;
-  }
-  dense.validate(world);
+void check_trainable(const ModelShape& model, const TrainPlan& plan, int world) {
+  plan.validate(world);  // the library's checks, ep's refusals included (parallelize_options.cpp)
+  if (!model.has_experts()) return;
+  SL_CHECK(!plan.precision.enabled(), "cost model: a mixture of experts trains in f32 only (train refuses ",
+           "--moe-experts with --mixed-precision ", plan.precision.str(), ")");
+  SL_CHECK(model.recompute != nn::Recompute::full, "cost model: a mixture of experts records its auxiliary losses ",
+           "in forward, which --recompute full reruns (train refuses it)");
 }
 
 void check_layout(const ModelShape& model, const TrainPlan& plan, const BatchShape& batch, int rank) {
   const ParallelismConfig& c = plan.parallelism;
   const int world = c.world_size();
-  validate_as_planned(plan, world);
   model.validate();
+  check_trainable(model, plan, world);
   check_model_cut(model, plan.parallelize_options(), plan.micro_batches);
   SL_CHECK(rank >= 0 && rank < world, "cost model: rank ", rank, " is not in the world of ", world, " (",
            c.str(), ")");
@@ -114,8 +121,6 @@ void check_experts(const ModelShape& model, const ParallelismConfig& c) {
   if (!model.has_experts()) return;
   SL_CHECK(model.moe_experts % c.ep == 0, "cost model: ep ", c.ep, " does not divide the ", model.moe_experts,
            " experts");
-  SL_CHECK(model.expert_width() % c.tp == 0, "cost model: tp ", c.tp, " does not divide the expert width ",
-           model.expert_width());
 }
 
 MemoryEstimate estimate_memory(const ModelShape& model, const TrainPlan& plan, const BatchShape& batch, int rank) {

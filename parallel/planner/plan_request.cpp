@@ -56,6 +56,9 @@ PlanRequest resolve_plan(const PlanOptions& o) {
   PlanRequest r;
   r.precision = nn::MixedPrecision::parse(o.layout.mixed_precision, o.grad_reduce_dtype);
   r.work.model = plan_model(o, r.precision);
+  SL_CHECK(!r.work.model.has_experts() || !r.precision.enabled(), "--mixed-precision ", o.layout.mixed_precision,
+           " with a mixture of experts: train runs one in f32 only (it refuses --moe-experts with ",
+           "--mixed-precision), so no layout would be trainable; drop --mixed-precision");
   const int64_t layout_world = o.layout_given ? o.layout.world() : 0;
   r.cluster = plan_cluster(o, layout_world);
   SL_CHECK(layout_world <= r.cluster.world(), "the layout's ", layout_world, " ranks do not fit the cluster's ",

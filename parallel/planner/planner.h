@@ -7,8 +7,8 @@
 //   sends, and how long a step takes, without running anything, then it ranks them.
 //
 //   model + batch ──▶ enumerate (pp, dp_replicate, dp_shard, ep, cp, tp, ZeRO stage, schedule, m)
-//                         │ drop the impossible (TrainPlan::validate with ep counted as data parallel:
-//                         │ validate_as_planned; heads % tp, layers % pp, T % cp, experts % ep, batch)
+//                         │ drop what train cannot run (TrainPlan::validate and train's MoE refusals:
+//                         │ check_trainable; heads % tp, layers % pp, T % cp, experts % ep, batch)
 //                         ▼
 //                     estimate_memory  (cost_model.h: weights, grads, optimizer, activations per rank)
 //                     estimate_traffic (cost_model.h: per group and op, calls and bytes, members)
@@ -32,13 +32,16 @@
 //
 //   Mixtures of experts (mixtral-8x7b, deepseek-v3): ep, expert parallelism, joins the search for a
 //   model with experts, carved from the data-parallel ranks (dp × ep read other rows). What it costs
-//   and saves, from the expert-parallel chapter's rules:
-//     memory    E/ep experts per rank (weights, gradients, Adam state), the rest whole; ZeRO/FSDP shard
-//               the rest over dp_shard_cp (ep included) and the experts over expert_dp_shard_cp
+//   and saves, from the expert-parallel chapter's rules, as the library runs them:
+//     memory    E/ep experts per rank (weights, gradients, Adam state), the rest whole; an MoE block
+//               whole on every tp rank; ZeRO/FSDP shard the rest over dp_shard × ep and keep the
+//               experts whole, outside their buffers and units
 //     traffic   per MoE layer and micro-batch 4 all-to-alls on the ep group (dispatch, combine and
-//               their reverses), tokens·k·C·bytes·(ep-1)/ep each, in the stage time; the routing
-//               choices all-gathered over dp_cp; expert gradients reduced without ep
-//     compute   the active weights: the router and the k routed + shared experts a token runs
+//               their reverses), tokens·k·C·bytes·(ep-1)/ep each, in the stage time, the same on
+//               every tp rank; the routing choices all-gathered over dp_cp; expert gradients averaged
+//               over expert_dp_cp (DDP's buckets, or one all-reduce per expert tensor under ZeRO/FSDP)
+//     compute   the active weights: the router and the k routed + shared experts a token runs, the
+//               experts' repeated on every tp rank
 //
 //   Read in this order:
 //     presets.h     the models by name: GPT-2 sizes, ZeRO's 7.5B, Megatron's 175B/530B/1T, Llama-like,
@@ -54,7 +57,8 @@
 //                   train maps them: parallel/train/plan_of_options.h)
 //
 //   Tool: build/bin/plan (tools/plan.cpp)   Tests: tests/parallel/planner/test_planner.cpp (the papers),
-//   tests/parallel/planner/test_planner_ledger.cpp (shardlab's own ledgers),
+//   tests/parallel/planner/test_planner_ledger.cpp (shardlab's own ledgers; test_planner_ledger_experts.cpp
+//   for ep layouts),
 //   tests/parallel/planner/test_planner_experts.cpp (the MoE presets, all-to-all bytes, expert memory)
 #pragma once
 #include "parallel/planner/cluster.h"

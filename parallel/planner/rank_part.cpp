@@ -39,8 +39,8 @@ std::vector<int64_t> chunk_layer_counts(int64_t n_layer, int chunks, const std::
 
 // A block's twelve parameters under a tp cut of t: [3C/t, C] rows of c_attn, [C, C/t] columns of
 // c_proj (its bias whole), [4C/t, C] rows of c_fc, [C, 4C/t] columns of mlp.c_proj (bias whole).
-// An MoE block's MLP: the router [E, C] whole, then `count` experts of width F cut the same way,
-// stacked (this ep rank's routed ones, or the shared ones).
+// An MoE block's MLP is not cut by tp (parallel/tensor_parallel/parallel_block.h): the router [E, C]
+// whole, then `count` whole experts of width F, stacked (this ep rank's routed ones, or the shared ones).
 void add_block(std::vector<ParamShape>& out, int64_t layer, const ModelShape& m, int64_t t, bool sp, int ep) {
   const int64_t C = m.n_embd;
   const std::string h = "h." + std::to_string(layer) + ".";
@@ -65,10 +65,11 @@ void add_block(std::vector<ParamShape>& out, int64_t layer, const ModelShape& m,
   const int64_t F = m.expert_width();
   auto experts = [&](const std::string& name, int64_t count, bool routed) {
     if (count == 0) return;
-    add("mlp." + name + ".c_fc.weight", count * (F / t) * C, true, false, true, routed);
-    add("mlp." + name + ".c_fc.bias", count * (F / t), false, false, true, routed);
-    add("mlp." + name + ".c_proj.weight", count * C * (F / t), true, false, true, routed);
-    add("mlp." + name + ".c_proj.bias", count * C, false, true, false, routed);
+    const bool expert = routed && ep > 1;  // placed on one ep rank; at ep 1 an ordinary replicated weight
+    add("mlp." + name + ".c_fc.weight", count * F * C, true, false, false, expert);
+    add("mlp." + name + ".c_fc.bias", count * F, false, false, false, expert);
+    add("mlp." + name + ".c_proj.weight", count * C * F, true, false, false, expert);
+    add("mlp." + name + ".c_proj.bias", count * C, false, false, false, expert);
   };
   add("mlp.router.weight", m.moe_experts * C, true, false, false);
   experts("shared_experts", m.shared_experts, false);
@@ -76,13 +77,14 @@ void add_block(std::vector<ParamShape>& out, int64_t layer, const ModelShape& m,
 }
 
 // FSDP's units (parallel/zero/fsdp.cpp): the whole model's root {wte, wpe, ln_f}; a part's wte
-// alone, then root {wpe} or {ln_f}; then one unit per block, its routed experts one more.
+// alone, then root {wpe} or {ln_f}; then one unit per block. An ep rank's experts join no unit: they
+// stay whole (parallel/zero/expert_replicas.h).
 void add_units(RankPart& part, bool whole) {
-  auto unit_of = [&](const std::string& name, const std::vector<std::string>& prefixes, bool expert = false) {
-    UnitShape unit{name, {}, 0, expert};
+  auto unit_of = [&](const std::string& name, const std::vector<std::string>& prefixes) {
+    UnitShape unit{name, {}, 0};
     for (size_t i = 0; i < part.params.size(); ++i)
       for (const std::string& prefix : prefixes)
-        if (part.params[i].name.rfind(prefix, 0) == 0 && part.params[i].expert == expert) {
+        if (part.params[i].name.rfind(prefix, 0) == 0 && !part.params[i].expert) {
           unit.params.push_back(i);
           unit.numel += part.params[i].numel;
         }
@@ -97,7 +99,6 @@ void add_units(RankPart& part, bool whole) {
   for (int64_t layer : part.layers) {
     const std::string h = "h." + std::to_string(layer);
     unit_of(h, {h + "."});
-    unit_of(h + ".experts", {h + "."}, true);
   }
 }
 

@@ -7,11 +7,11 @@
 //               a pipeline stage's chunks (layers [b, e), wte/wpe on chunk 0, ln_f + a tied wte copy
 //               on the last), tp's slices (c_attn/c_fc rows, c_proj columns, wte rows of Vp/t, V
 //               padded up to a multiple of t; LayerNorms, wpe and c_proj biases whole); an MoE block's
-//               router whole, its shared experts cut like the MLP, and its E/ep routed experts (those
-//               of this ep rank) cut like the MLP and stacked, one tensor per weight (expert = true)
+//               MLP whole on every tp rank: its router, its shared experts and its E/ep routed experts
+//               (those of this ep rank, stacked, one tensor per weight; expert = true when ep > 1)
 //   units       FSDP's units of that part: root {wte, wpe, ln_f} for the whole model; a part's own
-//               wte, then root {wpe} or {ln_f}; then one unit per block (parallel/zero/fsdp.h), an
-//               MoE block's routed experts a unit of their own (sharded over expert_dp_shard_cp)
+//               wte, then root {wpe} or {ln_f}; then one unit per block (parallel/zero/fsdp.h); an ep
+//               rank's routed experts join none (whole, parallel/zero/expert_replicas.h)
 //   flat_layout the bucket rule DDP and ZeRO share (reverse order, a bucket closes at >= bucket_bytes)
 //               and the padding of each bucket to a multiple of N (parallel/zero/flat_params.h)
 //   ring_*      the bytes a rank sends and receives in the threads backend's rings
@@ -35,7 +35,7 @@ struct ParamShape {
   bool tied_copy = false;  // the last stage's wte (placement tied("wte"))
   bool tp_partial = false; // SP: LayerNorms and c_proj biases, whose gradients are summed over tp
   bool tp_sharded = false; // a slice cut over tp (c_attn, c_fc, c_proj weights, ...; wte rows)
-  bool expert = false;     // this ep rank's routed experts: not replicated over ep (mesh_dim.h)
+  bool expert = false;     // this ep rank's routed experts (ep > 1): not replicated over ep (mesh_dim.h)
 };
 
 // One FSDP unit: a run of this part's parameters (indices into RankPart::params), flattened.
@@ -43,7 +43,6 @@ struct UnitShape {
   std::string name;
   std::vector<size_t> params;
   int64_t numel = 0;
-  bool expert = false;  // a block's routed experts
 };
 
 struct RankPart {

@@ -21,7 +21,7 @@ void check_layout(const Workload& work, const TrainPlan& plan, int world) {
   const ModelShape& m = work.model;
   const ParallelismConfig& c = plan.parallelism;
   check_workload(work);
-  validate_as_planned(plan, world);
+  check_trainable(m, plan, world);
   SL_CHECK(m.n_head % c.tp == 0, "tp ", c.tp, " does not divide the ", m.n_head, " heads");
   SL_CHECK(m.n_layer % (static_cast<int64_t>(c.pp) * plan.virtual_stages) == 0, "pp ", c.pp,
            " x virtual stages ", plan.virtual_stages, " does not divide the ", m.n_layer, " layers");

@@ -28,7 +28,7 @@ namespace sl::parallel::planner {
 // Throws sl::Error naming the value unless 1 <= T <= block_size and the batch has rows.
 void check_workload(const Workload& work);
 // Throws sl::Error naming the value when `plan` cannot train `work` on `world` ranks: the plan's
-// own rules, heads % tp, layers % (pp·v), T % cp, T <= block_size, batch % (dp · ep · micro-batches), and
+// rules and train's (cost_model.h: check_trainable), heads % tp, layers % (pp·v), T % cp, T <= block_size, batch % (dp · ep · micro-batches), and
 // the expert rules (cost_model.h: check_experts).
 void check_layout(const Workload& work, const TrainPlan& plan, int world);
 

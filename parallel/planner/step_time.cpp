@@ -35,15 +35,16 @@ double traffic_seconds(const GroupTraffic& t, const Topology& topology) {
 
 namespace {
 
-// Weights one token multiplies by in one layer, averaged over the layers: attention's 4h², then the
-// dense MLP's 8h², or an MoE's router Eh and the (k·kept + S) expert MLPs it runs (2hF each), kept
-// the share of assignments a capacity factor below 1 leaves.
-double mean_layer_matmul_weights(const ModelShape& m) {
+// Weights one token multiplies by in one layer, averaged over the layers, as {those tp cuts, those it
+// does not}: attention's 4h², then the dense MLP's 8h² (cut), or an MoE's router Eh and the
+// (k·kept + S) expert MLPs it runs (2hF each), whole on every tp rank; kept the share of assignments
+// a capacity factor below 1 leaves.
+std::pair<double, double> mean_layer_matmul_weights(const ModelShape& m) {
   const double h = static_cast<double>(m.n_embd), F = static_cast<double>(m.expert_width());
   const double cf = m.moe_capacity_factor, kept = cf > 0 ? std::min(1.0, cf) : 1.0;
   const double moe = static_cast<double>(m.moe_experts) * h + (m.moe_top_k * kept + m.shared_experts) * 2 * h * F;
   const double moe_layers = static_cast<double>(m.moe_layer_count()), L = static_cast<double>(m.n_layer);
-  return 4 * h * h + ((L - moe_layers) * 8 * h * h + moe_layers * moe) / L;
+  return {4 * h * h + (L - moe_layers) * 8 * h * h / L, moe_layers * moe / L};
 }
 
 }  // namespace
@@ -57,7 +58,9 @@ StageFlops stage_flops(const Workload& work, const TrainPlan& plan, int stage) {
   const double layers = static_cast<double>(m.n_layer) / c.pp;
   // One forward over this rank's rows, per layer: matmuls 24sh² (2 FLOPs per weight and token: 12h²
   // of them; with experts the active weights), causal attention 2s²h.
-  const double matmul = m.has_experts() ? rows * layers * 2 * s * mean_layer_matmul_weights(m) / cut
+  // An MoE block is whole on every tp rank: its expert work is tp's redundant rows, cut by cp only.
+  const auto [cut_weights, whole_weights] = m.has_experts() ? mean_layer_matmul_weights(m) : std::pair{0.0, 0.0};
+  const double matmul = m.has_experts() ? rows * layers * 2 * s * (cut_weights / cut + whole_weights / c.cp)
                                         : rows * layers * 24 * s * h * h / cut;
   const double attention = rows * layers * 2 * s * s * h / cut;
   const double logits = stage == c.pp - 1 ? rows * 2 * s * h * static_cast<double>(m.vocab_size) / cut : 0;

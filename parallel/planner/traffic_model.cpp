@@ -61,7 +61,10 @@ void cut_traffic(Step& s) {
   if (t > 1) {
     const int64_t per_layer_fwd = 2 * (1 + reruns), per_layer_bwd = 2;
     if (!sp) {
-      int64_t calls = layers * (per_layer_fwd + per_layer_bwd);
+      // an MoE block's MLP is whole on every tp rank: its attention's half of the mappings only
+      const int64_t moe_layers = std::count_if(s.part.layers.begin(), s.part.layers.end(),
+                                               [&](int64_t layer) { return s.model.moe_layer(layer); });
+      int64_t calls = (layers - moe_layers) * (per_layer_fwd + per_layer_bwd) + moe_layers * (1 + reruns + 1);
       if (s.part.first_stage) calls += 1;  // the embedding's g
       if (s.part.last_stage) calls += 1;   // the head's f (backward)
       s.book.all_reduce({MeshDim::tp}, X, s.pes, calls * s.M);
@@ -113,13 +116,16 @@ MeshDims trainer_names(const TrainPlan& plan) {
   const ParallelismConfig& c = plan.parallelism;
   switch (plan.dp_strategy) {
     case DpStrategy::ddp:
-      if (!plan.cuts_model() || c.dp_replicate * c.dp_shard > 1) names.push_back(MeshDim::dp);
+      if (!plan.cuts_model() || c.dp_replicate * c.dp_shard * c.ep > 1) names.push_back(MeshDim::dp);
+      if (c.ep > 1) names.push_back(MeshDim::expert_dp_cp);
       break;
     case DpStrategy::zero1:
-    case DpStrategy::zero2: names.push_back(MeshDim::dp_shard); break;
+    case DpStrategy::zero2:  // with ep the shards span dp_shard x ep, a set the trainer names "dp_shard+ep"
+      names.push_back(c.ep > 1 ? MeshDim::expert_dp_cp : MeshDim::dp_shard);
+      break;
     case DpStrategy::fsdp:
       names.push_back((plan.cuts_model() && c.cp > 1) || c.ep > 1 ? MeshDim::dp_shard_cp : MeshDim::dp_shard);
-      if (c.ep > 1) names.push_back(MeshDim::expert_dp_shard_cp);
+      if (c.ep > 1) names.push_back(MeshDim::expert_dp_cp);
       if (c.dp_replicate > 1) names.push_back(MeshDim::dp_replicate);
       break;
     case DpStrategy::naive: break;

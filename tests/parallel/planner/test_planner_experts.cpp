@@ -4,6 +4,7 @@
 // Mixtral trains. Expected values come from the shapes, never from the cost model.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -124,8 +125,10 @@ TEST(PlannerExperts, AllToAllBytesAreTheKeptAssignmentsThatLeaveTheRank) {
   EXPECT_EQ(find(estimate_traffic(small_moe(), ep_plan(8, 1, M), batch, 0), "ep", CommOp::all_to_all), nullptr);
 }
 
-// A rank holds E/ep experts of every MoE layer and every other weight whole (DDP); ZeRO-1 shards the
-// optimizer state of the other weights over dp_shard x ep and of the experts over dp_shard.
+// A rank holds E/ep experts of every MoE layer and every other weight whole (DDP). ZeRO-1 shards the
+// other weights' optimizer state over dp_shard x ep and keeps the experts out of its flat buffers:
+// their weights, gradients (.grad) and AdamW moments whole on every rank (at ep 1 the experts are
+// ordinary weights, sharded with the rest).
 TEST(PlannerExperts, ARankHoldsItsShareOfTheExperts) {
   const ModelShape m = small_moe();
   const double C = 64, E = 8, F = 4 * C, moe_layers = 2;
@@ -140,18 +143,77 @@ TEST(PlannerExperts, ARankHoldsItsShareOfTheExperts) {
     EXPECT_EQ(ddp.weights, static_cast<int64_t>(4 * (shared + psi_experts / ep))) << "ep " << ep;
     const int dp_shard = 8 / ep;
     const MemoryEstimate zero1 = estimate_memory(m, ep_plan(dp_shard, ep, 1, 1), batch, 0);
-    const double optimizer = 8 * (shared / (dp_shard * ep) + psi_experts / ep / dp_shard);
+    const double optimizer = ep == 1 ? 8 * (shared + psi_experts) / dp_shard
+                                     : 8 * (shared / (dp_shard * ep) + psi_experts / ep);
     EXPECT_NEAR(static_cast<double>(zero1.optimizer) / optimizer, 1.0, 0.01) << "ep " << ep;  // bucket padding
+    if (ep == 1) continue;
+    // the gradients: ZeRO-1's flat buffer of the other weights (padded) and the experts' whole .grad
+    EXPECT_NEAR(static_cast<double>(zero1.grads) / (4 * (shared + psi_experts / ep)), 1.0, 0.01) << "ep " << ep;
+    EXPECT_NEAR(static_cast<double>(zero1.weights) / (4 * (shared + psi_experts / ep)), 1.0, 0.01) << "ep " << ep;
   }
   EXPECT_THROW(estimate_memory(m, ep_plan(1, 3, 1), {6, 16}, 0), Error);  // ep 3 does not divide 8 experts
   EXPECT_THROW(estimate_memory(nn::GPTConfig{}, ep_plan(1, 2, 1), {2, 16}, 0), Error);  // no experts to split
 }
 
-// Expert gradients are all-reduced without ep (over dp_replicate here), the others with it (dp).
+// tp cuts the attention, the dense MLPs and the embedding, but not an MoE block: its router and this
+// ep rank's experts are whole on every tp rank, so the experts' bytes do not shrink with tp.
+TEST(PlannerExperts, TpLeavesTheMoEBlockWhole) {
+  const ModelShape m = small_moe();
+  const double C = 64, E = 8, F = 4 * C, V = 64, T = 16, t = 2, ep = 2;
+  const double attention = 5 * C + 4 * C * C / t + 3 * C / t;   // LayerNorms, c_attn rows, c_proj columns
+  const double dense_mlp = 8 * C * C / t + 4 * C / t + C;        // c_fc rows, c_proj columns (bias whole)
+  const double moe_mlp = E * C + E / ep * (2 * C * F + F + C);   // router, E/ep whole experts
+  const double psi = V / t * C + T * C + 4 * attention + 2 * dense_mlp + 2 * moe_mlp + 2 * C;
+  TrainPlan plan = ep_plan(2, 2, 1);
+  plan.parallelism.tp = 2;
+  for (int rank = 0; rank < 8; ++rank)
+    EXPECT_EQ(estimate_memory(m, plan, {16, 16}, rank).weights, static_cast<int64_t>(4 * psi)) << "rank " << rank;
+  // every tp rank routes the same tokens: the same all-to-all bytes as without tp, on its own ep group
+  const std::vector<GroupTraffic> tp_traffic = estimate_traffic(m, plan, {16, 16}, 1);
+  const std::vector<GroupTraffic> no_tp_traffic = estimate_traffic(m, ep_plan(2, 2, 1), {16, 16}, 0);
+  const GroupTraffic* with_tp = find(tp_traffic, "ep", CommOp::all_to_all);
+  const GroupTraffic* without = find(no_tp_traffic, "ep", CommOp::all_to_all);
+  ASSERT_NE(with_tp, nullptr);
+  ASSERT_NE(without, nullptr);
+  EXPECT_EQ(with_tp->bytes_sent, without->bytes_sent);
+  EXPECT_EQ(with_tp->members, (std::vector<int>{1, 3}));  // [dp_replicate 2, ep 2, tp 2]: tp coordinate 1
+}
+
+// The planner costs only what train runs: with experts, no mixed precision, no SP, HSDP or offload
+// with ep, ZeRO/FSDP not with pp or cp, no interleaved stages under DDP.
+TEST(PlannerExperts, LayoutsTrainRefusesAreRefused) {
+  const ModelShape m = small_moe();
+  auto refused = [&](const std::function<void(TrainPlan&)>& change) {
+    TrainPlan plan = ep_plan(2, 2, 2, 1);
+    change(plan);
+    return std::make_pair(plan, plan.parallelism.world_size());
+  };
+  const std::vector<std::pair<std::string, std::function<void(TrainPlan&)>>> cases = {
+      {"bf16", [](TrainPlan& p) { p.precision = nn::MixedPrecision::parse("bf16"); }},
+      {"sp", [](TrainPlan& p) { p.parallelism.tp = 2, p.sequence_parallel = true; }},
+      {"offload", [](TrainPlan& p) { p.offload = true; }},
+      {"hsdp", [](TrainPlan& p) { p.dp_strategy = DpStrategy::fsdp, p.parallelism.dp_replicate = 2; }},
+      {"zero1 pp", [](TrainPlan& p) { p.parallelism.pp = 2; }},
+      {"zero1 cp", [](TrainPlan& p) { p.parallelism.cp = 2; }},
+      {"ddp interleaved", [](TrainPlan& p) {
+         p.dp_strategy = DpStrategy::ddp, p.parallelism.dp_shard = 1, p.parallelism.pp = 2;
+         p.schedule = ScheduleKind::interleaved, p.virtual_stages = 2;
+       }},
+  };
+  for (const auto& [name, change] : cases) {
+    const auto [plan, world] = refused(change);
+    EXPECT_THROW(estimate_memory(m, plan, {32, 16}, 0), Error) << name;
+    EXPECT_THROW(check_layout(Workload{m, {32, 16}}, plan, world), Error) << name;
+  }
+  EXPECT_NO_THROW(estimate_memory(m, ep_plan(2, 2, 2, 1), {32, 16}, 0));  // ZeRO-1 over dp_shard 2 x ep 2
+}
+
+// Expert gradients are all-reduced without ep (over expert_dp_cp, dp_replicate here), the others with
+// it (dp). The group is named as the trainer names DDP's expert group.
 TEST(PlannerExperts, ExpertGradientsReduceWithoutEp) {
   const ModelShape m = small_moe();
   const auto traffic = estimate_traffic(m, ep_plan(2, 4, 1), {64, 16}, 0);
-  const GroupTraffic* experts = find(traffic, "dp_replicate", CommOp::all_reduce);
+  const GroupTraffic* experts = find(traffic, "expert_dp_cp", CommOp::all_reduce);
   const GroupTraffic* rest = find(traffic, "dp", CommOp::all_reduce);
   ASSERT_NE(experts, nullptr);
   ASSERT_NE(rest, nullptr);
@@ -171,15 +233,18 @@ Cluster h100s(int nodes) {
   return c;
 }
 
-// Mixtral on 64 H100s with a 4M-token batch (1024 rows of 4096): the best layout splits the experts
-// (ep > 1), and its step time holds the ep all-to-alls, on the critical path.
+// Mixtral on 64 H100s in f32 (train runs a mixture of experts in f32 only) with a 1M-token batch (1024
+// rows of 1024): the best layout splits the experts (ep > 1; with these numbers ep4 x pp8 under DDP),
+// and its step time holds the ep all-to-alls, on the critical path. With the experts whole over tp and
+// under ZeRO/FSDP, and ZeRO/FSDP refused with pp or cp, a 4M-token batch of 4096-token rows leaves no
+// ep layout that fits 80 GB: the planner then ranks ep-free FSDP layouts first.
 TEST(PlannerExperts, MixtralOn64H100sUsesExpertParallelism) {
-  Workload work{preset_config("mixtral-8x7b"), {1024, 4096}};
-  work.model.param_dtype = DType::bf16;
-  const Ranking r = search(work, h100s(8), {.precision = nn::MixedPrecision::parse("bf16", "")});
+  const Workload work{preset_config("mixtral-8x7b"), {1024, 1024}};
+  const Ranking r = search(work, h100s(8), {});
   ASSERT_GT(r.fitting(), 0);
   const LayoutEstimate& best = r.layouts.front();
   EXPECT_GT(best.plan.parallelism.ep, 1) << layout_name(best.plan);
+  EXPECT_EQ(best.plan.dp_strategy, DpStrategy::ddp) << layout_name(best.plan);  // ep with pp runs under DDP
   double all_to_all = 0;
   for (const GroupTime& g : best.groups)
     if (g.traffic.group == "ep" && g.traffic.op == CommOp::all_to_all) {
@@ -192,18 +257,24 @@ TEST(PlannerExperts, MixtralOn64H100sUsesExpertParallelism) {
   EXPECT_NEAR(best.step_time_s, best.compute_s + best.bubble_s + best.exposed_comm_s, 1e-9);
 }
 
-// The tool: a ranked table with an ep column, the presets by name.
-TEST(PlannerExperts, PlanPrintsEpForMoEPresets) {
-  std::vector<std::string> words{"plan", "--model", "mixtral-8x7b", "--nodes", "8", "--batch-size", "1024",
-                                 "--mixed-precision", "bf16", "--flops", "989TFLOP/s", "--links",
-                                 "intra=450GB/s,1us;inter=50GB/s,5us", "--top", "5"};
+std::string plan_text(std::vector<std::string> words) {
   std::vector<char*> argv;
   for (std::string& w : words) argv.push_back(w.data());
-  const std::string text = run_plan(parse_plan(static_cast<int>(argv.size()), argv.data()));
+  return run_plan(parse_plan(static_cast<int>(argv.size()), argv.data()));
+}
+
+// The tool: a ranked table with an ep column, the presets by name; a mixture of experts in f32 only.
+TEST(PlannerExperts, PlanPrintsEpForMoEPresets) {
+  std::vector<std::string> words{"plan", "--model", "mixtral-8x7b", "--nodes", "8", "--batch-size", "1024",
+                                 "--seq-len", "1024", "--flops", "989TFLOP/s", "--links",
+                                 "intra=450GB/s,1us;inter=50GB/s,5us", "--top", "5"};
+  const std::string text = plan_text(words);
   EXPECT_NE(text.find("tp  pp  cp  ep  dp(rxs)"), std::string::npos) << text;
   EXPECT_NE(text.find("   1  ep"), std::string::npos) << text;
   EXPECT_NE(text.find("active: 2 of 8 experts a token"), std::string::npos) << text;
   EXPECT_NE(text.find("  EP "), std::string::npos) << text;
+  words.insert(words.end(), {"--mixed-precision", "bf16"});
+  EXPECT_THROW(plan_text(words), Error);  // train refuses --moe-experts with --mixed-precision
 }
 
 }  // namespace

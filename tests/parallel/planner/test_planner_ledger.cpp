@@ -26,6 +26,7 @@
 #include "parallel/pipeline/schedule.h"
 #include "parallel/planner/cost_model.h"
 #include "parallel/train/trainer.h"
+#include "tests/support/planner_ledger.h"
 #include "tests/support/trainer.h"
 #include "tensor/ledger.h"
 
@@ -62,59 +63,6 @@ const nn::TokenStream& tokens() {
 
 std::unique_ptr<Trainer> make_trainer(RankContext& ctx, const LedgerCase& c) {
   return make_plan_trainer(ctx, c.plan, config_of(c), kSeed, parity_adamw());
-}
-
-using Counts = std::map<std::pair<std::string, CommOp>, CommStats>;
-
-// "pp+tp" -> {pp, tp}: the dims of a group the cost model names by joining them, read back from the text.
-MeshDims dims_of(const std::string& joined) {
-  MeshDims dims;
-  for (size_t begin = 0, end = 0; end != std::string::npos; begin = end + 1) {
-    end = joined.find('+', begin);
-    dims.push_back(mesh_dim_from_name(joined.substr(begin, end == std::string::npos ? std::string::npos : end - begin)));
-  }
-  return dims;
-}
-
-// Every distinct ledger once, under the trainer's first name for it; then the mesh's group over the
-// dims of each group the model names with a "+" (the trainer names none such), unless its ledger is
-// one of the trainer's: the model should have used the trainer's name then, which expect_traffic
-// reports as a group the trainer does not name.
-Counts snapshot(const Trainer& trainer, const std::vector<GroupTraffic>& model) {
-  std::vector<std::pair<std::string, const CommLedger*>> ledgers = trainer.ledgers();
-  for (const GroupTraffic& t : model)
-    if (t.group.find('+') != std::string::npos)
-      ledgers.emplace_back(t.group, &trainer.mesh().group(dims_of(t.group))->ledger());
-  Counts out;
-  std::set<const CommLedger*> seen;
-  for (const auto& [name, ledger] : ledgers) {
-    if (!seen.insert(ledger).second) continue;
-    for (int op = 0; op < static_cast<int>(CommOp::count_); ++op)
-      out[{name, static_cast<CommOp>(op)}] = (*ledger)[static_cast<CommOp>(op)];
-  }
-  return out;
-}
-
-void expect_traffic(const Counts& before, const Counts& after, const std::vector<GroupTraffic>& model, int rank) {
-  Counts expected;
-  for (const GroupTraffic& t : model) {
-    CommStats& e = expected[{t.group, t.op}];
-    e.calls += t.calls;
-    e.bytes_sent += t.bytes_sent;
-    e.bytes_received += t.bytes_received;
-  }
-  for (const auto& [key, now] : after) {
-    const CommStats was = before.count(key) ? before.at(key) : CommStats{};
-    const CommStats want = expected.count(key) ? expected.at(key) : CommStats{};
-    const std::string where = "rank " + std::to_string(rank) + " group " + key.first + " " + comm_op_name(key.second);
-    EXPECT_EQ(now.calls - was.calls, want.calls) << where << ": calls";
-    EXPECT_EQ(now.bytes_sent - was.bytes_sent, want.bytes_sent) << where << ": bytes sent";
-    EXPECT_EQ(now.bytes_received - was.bytes_received, want.bytes_received) << where << ": bytes received";
-    expected.erase(key);
-  }
-  for (const auto& [key, want] : expected)
-    EXPECT_EQ(want.calls, 0) << "rank " << rank << ": the cost model has group " << key.first << " "
-                             << comm_op_name(key.second) << ", which the trainer does not name";
 }
 
 // The step's peak above what the rank held before it (the model states between steps).
