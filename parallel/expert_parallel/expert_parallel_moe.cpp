@@ -253,6 +253,10 @@ void ExpertParallelMoE::begin_step(std::vector<AuxWeight> weights) {
 
 double ExpertParallelMoE::end_step() {
   step_weights_.clear();
+  // The last forward's losses keep their values but let go of their graph, which reaches back to
+  // the layer's input: on a pipeline stage that is the received activation, whose gradient would
+  // stay alive until the next step.
+  balance_ = balance_.detach(), z_ = z_.detach();
   return aux_share_;
 }
 

@@ -53,6 +53,7 @@ RankCut cut_of(const TrainRun& run, const TrainPlan& plan, const DeviceMesh& mes
   RankCut cut;
   cut.batch = run.o.batch_size, cut.tokens = run.o.block_size, cut.vocab = run.config.vocab_size;
   cut.dp = mesh.size(MeshDim::dp), cut.dp_rank = mesh.dp_rank(), cut.micro_batches = plan.micro_batches;
+  cut.micro_major = mesh.size(MeshDim::ep) > 1;
   cut.cp = mesh.size(MeshDim::cp), cut.cp_rank = mesh.cp_rank(), cut.zigzag = plan.cp_balance == CpBalance::zigzag;
   cut.ulysses = plan.cp_variant == CpVariant::ulysses ? cut.cp : plan.cp_variant == CpVariant::hybrid ? plan.ulysses_degree : 1;
   cut.tp = mesh.size(MeshDim::tp), cut.tp_rank = mesh.tp_rank();

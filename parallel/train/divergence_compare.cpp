@@ -86,7 +86,8 @@ std::string compare_output(const RankCut& cut, int micro, const Tensor& layout, 
   if (layout.dim() != serial.dim()) return "rank dims " + layout.shape().str() + " vs serial " + serial.shape().str();
   // Rows of the serial batch.
   const int64_t rows_per_micro = cut.batch / (cut.dp * cut.micro_batches);
-  const int64_t first_row = cut.dp_rank * (cut.batch / cut.dp) + micro * rows_per_micro;
+  const int64_t first_row = cut.micro_major ? micro * (cut.batch / cut.micro_batches) + cut.dp_rank * rows_per_micro
+                                            : cut.dp_rank * (cut.batch / cut.dp) + micro * rows_per_micro;
   if (!positions_only && layout.size(0) != rows_per_micro)
     return "rows " + std::to_string(layout.size(0)) + ", expected " + std::to_string(rows_per_micro);
   // Tokens: the cp shard's positions, under SP this tp rank's part of them.

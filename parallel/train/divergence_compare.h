@@ -95,6 +95,9 @@ double rms(const std::vector<double>& values);
 struct RankCut {
   int64_t batch = 0, tokens = 0, vocab = 0;  // B, T, V of the serial step
   int dp = 1, dp_rank = 0, micro_batches = 1;
+  // Under ep (a mixture of experts) rank d's micro-batch m is its slice of the serial micro-batch m,
+  // rows m·B/M + d·B/(M·dp) onwards; otherwise the m-th slice of its rows d·B/dp onwards.
+  bool micro_major = false;
   int cp = 1, cp_rank = 0, ulysses = 1;
   bool zigzag = true;
   int tp = 1, tp_rank = 0;

@@ -27,6 +27,12 @@ Rounding rounding_of(DType dtype) {
 }
 
 
+// A module's output for the whole batch from its calls of one step: the one call's, or the
+// micro-batches' row blocks in order (wpe's [T, C] is the same in each).
+Tensor whole_output(const std::vector<Tensor>& outs) {
+  return outs.size() == 1 || outs.at(0).dim() < 3 ? outs.at(0) : cat(outs, 0);
+}
+
 }  // namespace
 
 // One serial model with its optimizer and probe: the run in the layout's dtype, or its f64 twin.
@@ -49,8 +55,13 @@ struct SerialRecorder::Twin {
     {
       NoGradGuard no_grad;
       probe.begin_step(static_cast<int>(s));
-      model->forward(run.stream.get_batch(s, o.batch_size, o.block_size).inputs);
-      for (const auto& [name, outs] : probe.outputs()) outputs[name] = values_f64(outs.at(0));
+      const Tensor inputs = run.stream.get_batch(s, o.batch_size, o.block_size).inputs;
+      // A mixture of experts routes each micro-batch as one batch (its capacity, its drops): its
+      // outputs are those of the micro-batches' forwards, row blocks in order. A dense model's rows
+      // do not meet, so one forward of the batch gives them.
+      const int64_t micros = model->config().moe_experts > 0 ? o.micro_batches : 1, rows = inputs.size(0) / micros;
+      for (int64_t m = 0; m < micros; ++m) model->forward(inputs.narrow(0, m * rows, rows));
+      for (const auto& [name, outs] : probe.outputs()) outputs[name] = values_f64(whole_output(outs));
     }
     loss = reference->step(run.stream, s, [&] {
       for (const auto& [name, p] : model->named_parameters()) grads[name] = values_f64(p.grad().defined() ? p.grad() : zeros_like(p));
@@ -129,7 +140,7 @@ SerialStepRecord SerialRecorder::step(int64_t s) {
   rec.output_bound = noise_of(serial_->outputs, exact_->outputs, r);
   rec.grad_bound = noise_of(serial_->grads, exact_->grads, r);
   rec.weight_bound = noise_of(serial_->weights, exact_->weights, r);
-  for (const auto& [name, outs] : serial_->probe.outputs()) rec.outputs[name] = outs.at(0).to(DType::f32);
+  for (const auto& [name, outs] : serial_->probe.outputs()) rec.outputs[name] = whole_output(outs).to(DType::f32);
   for (const auto& [name, g] : serial_->grads) rec.grad_bounds[name] = bounds_of(g, rec.grad_bound), rec.grads[name] = g;
   for (const auto& [name, w] : serial_->weights) {
     // AdamW's update of one element moves at most ±lr; a gradient known to δg moves it by at most

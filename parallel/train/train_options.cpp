@@ -60,11 +60,6 @@ void check_run_options(const TrainOptions& o) {
   if (o.ep > 1 && (o.pp > 1 || o.cp > 1) && o.zero > 0)
     throw OptionError("--ep with --pp or --cp runs under DDP (--zero 0): ZeRO and FSDP keep the experts apart only on "
                      "a cut with no gradient sum of its own, and the pipeline's tied wte and cp's tokens have one");
-  if (o.ep > 1 && o.micro_batches > 1)
-    throw OptionError("--ep with --micro-batches " + std::to_string(o.micro_batches) + ": the experts' capacity and "
-                     "balance count one micro-batch, and micro-batch m of the ranks (each rank's m-th slice of its rows) "
-                     "is not the serial model's micro-batch m (rows m·B/M onwards): a different model. Use "
-                     "--micro-batches 1");
   if (o.moe_experts > 0 && (!o.checkpoint_dir.empty() || !o.resume.empty()))
     throw OptionError("--moe-experts with --checkpoint-dir or --resume: a checkpoint keeps one AdamW step count, and an "
                      "expert that no token reached in some step lags the others' (AdamW skipped it); --save writes the "

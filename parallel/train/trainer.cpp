@@ -1,6 +1,7 @@
 // trainer.cpp — see trainer.h: the same training step for every layout.
 #include "parallel/train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "autograd/profiler.h"
@@ -51,6 +52,12 @@ struct Trainer::Impl {
     std::vector<std::pair<std::string, const CommLedger*>> all = strategy->groups();
     for (MeshDim dim : {MeshDim::pp, MeshDim::cp, MeshDim::tp})  // a chapter's groups (the runner asks the mesh)
       if (mesh->size(dim) > 1) all.emplace_back(name(dim), &mesh->group(dim)->ledger());
+    // ep's all-to-alls, unless its ranks are every data-parallel rank (the mesh's dp group then, listed)
+    if (mesh->size(MeshDim::ep) > 1) {
+      const CommLedger* ep = &mesh->group(MeshDim::ep)->ledger();
+      if (std::none_of(all.begin(), all.end(), [&](const auto& named) { return named.second == ep; }))
+        all.emplace_back(name(MeshDim::ep), ep);
+    }
     for (const auto& group : runner->own_groups()) all.push_back(group);
     return all;
   }
@@ -103,6 +110,18 @@ std::vector<nn::TokenStream::MicroBatch> Trainer::Impl::my_micro_batches(const n
            " rows must be micro-batch rows x ", micro, " micro-batches x dp_replicate ", mesh->size(MeshDim::dp_replicate),
            " x dp_shard ", mesh->size(MeshDim::dp_shard), " (the pp, tp and cp ranks of a replica share its rows), but ",
            batch_rows, " % ", static_cast<int64_t>(dp) * micro, " = ", batch_rows % (static_cast<int64_t>(dp) * micro));
+  if (mesh->size(MeshDim::ep) > 1 && micro > 1) {
+    // A mixture of experts routes micro-batch m of every data-parallel rank as one batch: for it to be
+    // the serial run's micro-batch m (rows m·B/M onwards), rank d takes its slice of each of those.
+    std::vector<nn::TokenStream::MicroBatch> out;
+    const int64_t per_micro = batch_rows / micro;
+    for (int m = 0; m < micro; ++m) {
+      const RowRange rows = data_parallel_rows(per_micro, mesh->dp_rank(), dp);
+      out.push_back(data.micro_batches(step, batch_rows, block_size, 1, m * per_micro + rows.begin,
+                                       m * per_micro + rows.end)[0]);
+    }
+    return out;
+  }
   const RowRange rows = data_parallel_rows(batch_rows, mesh->dp_rank(), dp);
   return data.micro_batches(step, batch_rows, block_size, micro, rows.begin, rows.end);
 }

@@ -3,8 +3,8 @@
 //   snapshot(trainer, model)              each distinct ledger's counts per op, under the trainer's
 //                                         first name for it, plus the mesh's group of every "a+b" set
 //                                         the model names
-//   counted_as(trainer, model)            the ledger name a model group named after one mesh dim the
-//                                         trainer does not list ("ep") is counted under
+//   counted_as(trainer, model)            the ledger name a model group named after one mesh dim is
+//                                         counted under (the trainer's first name for its ledger)
 //   expect_traffic(before, after, model)  every group and op: calls and bytes of the step between the
 //                                         snapshots equal the model's; a group the model has and the
 //                                         trainer does not name fails
@@ -34,17 +34,14 @@ inline MeshDims dims_of(const std::string& joined) {
   return dims;
 }
 
-// The groups the model names after one mesh dim the trainer lists under no name ("ep", whose
-// all-to-alls the model keeps apart): each counted under the trainer's name for its mesh group's
-// ledger when it shares one ("dp" when ep is every data-parallel rank), else under its own.
+// The groups the model names after one mesh dim: each counted under the trainer's first name for its
+// mesh group's ledger when it shares one ("dp" when ep is every data-parallel rank; "dp_replicate"
+// for expert_dp_cp when dp_shard and cp are 1), else under its own (the trainer lists no "ep").
 inline std::map<std::string, std::string> counted_as(const Trainer& trainer, const std::vector<GroupTraffic>& model) {
   const std::vector<std::pair<std::string, const CommLedger*>> named = trainer.ledgers();
   std::map<std::string, std::string> out;
   for (const GroupTraffic& t : model) {
     if (t.dims.size() != 1 || t.group != name(t.dims) || out.count(t.group)) continue;
-    bool listed = false;
-    for (const auto& [n, ledger] : named) listed = listed || n == t.group;
-    if (listed) continue;
     out[t.group] = t.group;
     const CommLedger* ledger = &trainer.mesh().group(t.dims)->ledger();
     for (auto it = named.rbegin(); it != named.rend(); ++it)

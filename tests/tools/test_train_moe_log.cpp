@@ -1,7 +1,7 @@
 // The run report's tokens per expert: each --log-jsonl record of a mixture-of-experts model holds, per
 // MoE layer, the assignments routed to and kept by each expert over the step's micro-batches; under
 // --ep they are the whole batch's routing, so the same as the serial model's from the same weights
-// (--ep takes one micro-batch: the ranks' m-th slices are not the serial run's micro-batch m).
+// (under --ep micro-batch m of every rank is the serial run's micro-batch m).
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -57,6 +57,12 @@ TEST_F(TrainCli, LogsTokensPerExpertEachStepSeriallyAndUnderEp) {
   EXPECT_EQ(one[0].at("experts"), e[0].at("experts"));
   // With two micro-batches each is one MoE batch, capped on its own: the routing is counted over both.
   EXPECT_EQ(s[0].at("experts").at("h.0.mlp").at("routed"), one[0].at("experts").at("h.0.mlp").at("routed"));
+  // Under --ep with two micro-batches each rank takes its slice of each of the serial run's: the same
+  // two MoE batches, so the same drops.
+  const std::string ep_micro_log = temp_path("moe_ep_micro.jsonl");
+  CliRun ep_micro = run_train(kMoE + " --ep 2 --micro-batches 2 --log-jsonl " + ep_micro_log);
+  ASSERT_EQ(ep_micro.exit_code, 0) << ep_micro.output;
+  EXPECT_EQ(records(ep_micro_log)[0].at("experts"), s[0].at("experts"));
 }
 
 // The serial run trains through an expert that no token reached in a step (its log shows kept 0): it has

@@ -5,9 +5,10 @@
 // parameters after it, within the N-D suite's rtol 1e-5, atol 4e-5.
 //
 // The serial model routes one MoE batch per forward: here, micro-batch m of every batch rank (dp,
-// ep included), in rank order (expert_parallel_runner.h). The reference forwards exactly those rows
-// as one batch and weights its loss by their share of the step's counted targets: a serial model of
-// the same groups, not the layout at world 1. Capacity, drops and the aux loss are then the serial
+// ep included), in rank order (expert_parallel_runner.h), which the Trainer makes the serial run's
+// micro-batch m. The reference forwards exactly those rows as one batch and weights its loss by their
+// share of the step's counted targets: the serial model with gradient accumulation, not the layout
+// at world 1. Capacity, drops and the aux loss are then the serial
 // model's; a per-rank capacity or a per-rank aux loss fails here.
 //
 // The cut joins in: under tp the attention is split and the MoE replicated over it (each tp rank
@@ -99,22 +100,16 @@ nn::TokenStream masked_tokens() {
   return s;
 }
 
-// Step s's MoE batches: for micro-batch m, rows m of every batch rank's share, rank by rank, weighted
-// by their counted targets over the batch's.
+// Step s's MoE batches: the serial run's micro-batches, rows m·B/M onwards (the Trainer gives each
+// batch rank its slice of every one), weighted by their counted targets over the batch's.
 std::vector<test_support::WeightedBatch> moe_batches(const nn::TokenStream& data, int step, const EpLayout& c) {
   const nn::Batch batch = data.get_batch(step, kBatch, kT);
-  const int ranks = c.batch_ranks(), M = c.micro_batches;
-  const int64_t rows = kBatch / (ranks * M);
+  const int M = c.micro_batches;
+  const int64_t rows = kBatch / M;
   const double total = static_cast<double>(nn::counted_targets(batch.targets));
   std::vector<test_support::WeightedBatch> out;
   for (int m = 0; m < M; ++m) {
-    std::vector<Tensor> inputs, targets;
-    for (int d = 0; d < ranks; ++d) {
-      const int64_t first = d * (kBatch / ranks) + m * rows;
-      inputs.push_back(batch.inputs.narrow(0, first, rows));
-      targets.push_back(batch.targets.narrow(0, first, rows));
-    }
-    nn::Batch group{cat(inputs, 0), cat(targets, 0)};
+    nn::Batch group{batch.inputs.narrow(0, m * rows, rows), batch.targets.narrow(0, m * rows, rows)};
     const double weight = M == 1 ? 1.0 : static_cast<double>(nn::counted_targets(group.targets)) / total;
     out.push_back({group, weight});
   }

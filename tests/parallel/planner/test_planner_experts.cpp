@@ -179,8 +179,8 @@ TEST(PlannerExperts, TpLeavesTheMoEBlockWhole) {
   EXPECT_EQ(with_tp->members, (std::vector<int>{1, 3}));  // [dp_replicate 2, ep 2, tp 2]: tp coordinate 1
 }
 
-// The planner costs only what train runs: with experts, no mixed precision, no SP, HSDP or offload
-// with ep, ZeRO/FSDP not with pp or cp, no interleaved stages under DDP.
+// The planner costs only what train runs: with experts, no mixed precision, no SP or offload with ep,
+// ZeRO/FSDP not with pp or cp, no interleaved stages under DDP.
 TEST(PlannerExperts, LayoutsTrainRefusesAreRefused) {
   const ModelShape m = small_moe();
   auto refused = [&](const std::function<void(TrainPlan&)>& change) {
@@ -192,7 +192,6 @@ TEST(PlannerExperts, LayoutsTrainRefusesAreRefused) {
       {"bf16", [](TrainPlan& p) { p.precision = nn::MixedPrecision::parse("bf16"); }},
       {"sp", [](TrainPlan& p) { p.parallelism.tp = 2, p.sequence_parallel = true; }},
       {"offload", [](TrainPlan& p) { p.offload = true; }},
-      {"hsdp", [](TrainPlan& p) { p.dp_strategy = DpStrategy::fsdp, p.parallelism.dp_replicate = 2; }},
       {"zero1 pp", [](TrainPlan& p) { p.parallelism.pp = 2; }},
       {"zero1 cp", [](TrainPlan& p) { p.parallelism.cp = 2; }},
       {"ddp interleaved", [](TrainPlan& p) {
