@@ -3,6 +3,8 @@
 // passes so that the step's gradient is the serial model's, whatever the layout.
 //
 //   global batch, B rows ──split over dp──▶ B/dp rows on this rank ──cut──▶ M micro-batches of B/(dp·M)
+//   (a mixture of experts under ep cuts first: micro-batch m is its slice of rows m·B/M onwards, so
+//   that micro-batch m of every rank is the serial run's, which it routes as one: the Trainer's rows)
 //
 //   the serial loss = Σ over the global batch's counted targets / C
 //                   = Σ_m loss_m · c_m / C        (loss_m: a micro-batch's mean over its c_m targets)
