@@ -59,6 +59,7 @@ struct EpLayout {
   int tp = 1, pp = 1;  // the cut: attention over tp (the experts replicated over it), layers over pp stages
   int cp = 1;          // each rank the tokens of its sequence shard (zigzag), routed in the serial order
   int replicas = 1;    // HSDP (zero 3): FSDP over dp_shard = dp, all-reduced across this many replicas
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;  // pp
   CpVariant cp_variant = CpVariant::ring;
   int batch_ranks() const { return ep * dp * replicas; }
   int world() const { return batch_ranks() * tp * pp * cp; }
@@ -136,6 +137,7 @@ TrainPlan plan_of(const EpLayout& c) {
   plan.parallelism.tp = c.tp;
   plan.parallelism.pp = c.pp;
   plan.parallelism.cp = c.cp;
+  plan.schedule = c.schedule;
   plan.cp_variant = c.cp_variant;
   plan.micro_batches = c.micro_batches;
   return plan;
@@ -235,6 +237,9 @@ INSTANTIATE_TEST_SUITE_P(
                     EpLayout{.name = "ep2_pp2_tp2_k2_drops_mb2", .ep = 2, .k = 2, .capacity_factor = 1.0,
                              .micro_batches = 2, .tp = 2, .pp = 2},
                     EpLayout{.name = "ep4_pp2_k1_mb2", .ep = 4, .k = 1, .micro_batches = 2, .pp = 2},
+                    // zero-bubble: the aux part's gradient reaches the router's weights in W, not B
+                    EpLayout{.name = "ep2_pp2_cp2_zb_k2_drops_mb2", .ep = 2, .k = 2, .capacity_factor = 1.0,
+                             .micro_batches = 2, .pp = 2, .cp = 2, .schedule = ScheduleKind::zero_bubble},
                     // ep x cp: the MoE batch gathers every sequence shard's tokens; capacity keeps them in
                     // the serial order (row by row, position by position), not the ranks'.
                     EpLayout{.name = "ep2_cp2_k2", .ep = 2, .k = 2, .cp = 2},
