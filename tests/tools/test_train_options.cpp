@@ -31,34 +31,6 @@ std::string usage_error(const std::string& command_line, Options* parsed = nullp
 TEST(TrainOptions, BadCombinationsAreUsageErrors) {
   for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
            {"--offload", "--offload moves ZeRO's optimizer to the host: add --zero 1, 2 or 3"},
-           {"--moe-experts 4 --dp 2",
-            "--moe-experts over a layout routes one MoE batch over every rank that splits the batch only with --ep N "
-            "(expert parallelism); without it each rank would route, cap and balance its own rows: a different model. "
-            "Add --ep, or drop the layout flags"},
-           {"--moe-experts 4 --tp 2",
-            "--moe-experts over a layout routes one MoE batch over every rank that splits the batch only with --ep N "
-            "(expert parallelism); without it each rank would route, cap and balance its own rows: a different model. "
-            "Add --ep, or drop the layout flags"},
-           {"--moe-experts 2 --moe-top-k 3", "--moe-top-k (3) picks more experts than --moe-experts (2)"},
-           {"--moe-experts 4 --mixed-precision bf16",
-            "--moe-experts with --mixed-precision bf16: a mixture of experts trains in f32 only (16-bit DDP's gradient "
-            "buffers need a gradient from every expert, and one that no token reached has none); drop "
-            "--mixed-precision"},
-           {"--moe-experts 4 --ep 2 --dp 2 --zero 1 --offload",
-            "--ep runs with --dp (DDP or --zero 1, 2, 3), HSDP, --tp, --pp and --cp: --offload and --naive-dp are not "
-            "offered with it"},
-           {"--moe-experts 4 --ep 2 --cp 2 --zero 1",
-            "--ep with --pp or --cp runs under DDP (--zero 0): ZeRO and FSDP keep the experts apart only on a cut with "
-            "no gradient sum of its own, and the pipeline's tied wte and cp's tokens have one"},
-           {"--moe-experts 4 --ep 2 --tp 2 --sp",
-            "--ep with --sp: each tp rank would route its T/tp tokens, which makes tp split the MoE "
-            "batch; under --ep the tp ranks route the same tokens, the experts replicated over tp"},
-           {"--moe-experts 4 --ep 2 --pp 2 --zero 1",
-            "--ep with --pp or --cp runs under DDP (--zero 0): ZeRO and FSDP keep the experts apart only on a cut with "
-            "no gradient sum of its own, and the pipeline's tied wte and cp's tokens have one"},
-           {"--moe-experts 2 --recompute full",
-            "--moe-experts with --recompute full: the experts' auxiliary losses are recorded in forward, which full "
-            "recomputation reruns; use --recompute none or selective"},
            {"--dp 2 --offload", "--offload moves ZeRO's optimizer to the host: add --zero 1, 2 or 3"},
            {"--dp-replicate 2 --dp-shard 2 --offload",
             "--offload moves ZeRO's optimizer to the host: add --zero 1, 2 or 3"},
@@ -110,6 +82,44 @@ TEST(TrainOptions, BadCombinationsAreUsageErrors) {
             "--batch-size 8 must be micro-batch rows x 1 micro-batches x dp_replicate 3 x dp_shard 1, but 8 % 3 = 2"},
            {"--dp-replicate 2 --dp-shard 3 --tp 2 --batch-size 8",
             "--batch-size 8 must be micro-batch rows x 1 micro-batches x dp_replicate 2 x dp_shard 3, but 8 % 6 = 2"}})
+    EXPECT_EQ(usage_error(args), message) << args;
+}
+
+// A mixture of experts: over a layout only with --ep, in f32, without distributed checkpoints; ep
+// beside what it is not combined with.
+TEST(TrainOptions, MixtureOfExpertsCombinationsAreUsageErrors) {
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--moe-experts 4 --dp 2",
+            "--moe-experts over a layout routes one MoE batch over every rank that splits the batch only with --ep N "
+            "(expert parallelism); without it each rank would route, cap and balance its own rows: a different model. "
+            "Add --ep, or drop the layout flags"},
+           {"--moe-experts 4 --tp 2",
+            "--moe-experts over a layout routes one MoE batch over every rank that splits the batch only with --ep N "
+            "(expert parallelism); without it each rank would route, cap and balance its own rows: a different model. "
+            "Add --ep, or drop the layout flags"},
+           {"--moe-experts 2 --moe-top-k 3", "--moe-top-k (3) picks more experts than --moe-experts (2)"},
+           {"--moe-experts 4 --mixed-precision bf16",
+            "--moe-experts with --mixed-precision bf16: a mixture of experts trains in f32 only (16-bit DDP's gradient "
+            "buffers need a gradient from every expert, and one that no token reached has none); drop "
+            "--mixed-precision"},
+           {"--moe-experts 4 --ep 2 --dp 2 --zero 1 --offload",
+            "--ep runs with --dp (DDP or --zero 1, 2, 3), HSDP, --tp, --pp and --cp: --offload and --naive-dp are not "
+            "offered with it"},
+           {"--moe-experts 4 --ep 2 --cp 2 --zero 1",
+            "--ep with --pp or --cp runs under DDP (--zero 0): ZeRO and FSDP keep the experts apart only on a cut with "
+            "no gradient sum of its own, and the pipeline's tied wte and cp's tokens have one"},
+           {"--moe-experts 4 --ep 2 --tp 2 --sp",
+            "--ep with --sp: each tp rank would route its T/tp tokens, which makes tp split the MoE "
+            "batch; under --ep the tp ranks route the same tokens, the experts replicated over tp"},
+           {"--moe-experts 4 --ep 2 --pp 2 --zero 1",
+            "--ep with --pp or --cp runs under DDP (--zero 0): ZeRO and FSDP keep the experts apart only on a cut with "
+            "no gradient sum of its own, and the pipeline's tied wte and cp's tokens have one"},
+           {"--moe-experts 4 --checkpoint-dir ckpt",
+            "--moe-experts with --checkpoint-dir or --resume: a checkpoint keeps one AdamW step count, and an expert "
+            "that no token reached in some step lags the others' (AdamW skipped it); --save writes the whole model"},
+           {"--moe-experts 2 --recompute full",
+            "--moe-experts with --recompute full: the experts' auxiliary losses are recorded in forward, which full "
+            "recomputation reruns; use --recompute none or selective"}})
     EXPECT_EQ(usage_error(args), message) << args;
 }
 
