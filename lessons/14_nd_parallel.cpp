@@ -1,7 +1,7 @@
 // Lesson 14 — N-D parallelism: every cut at once, on one mesh.
 //
 // What you will learn
-//   * the mesh: world ranks laid out row-major as [pp, dp_replicate, dp_shard, cp, tp] (TP
+//   * the mesh: world ranks laid out row-major as [pp, dp_replicate, dp_shard, ep, cp, tp] (TP
 //     innermost, PP outermost, as torchtitan does). A group over a dimension holds the ranks that
 //     agree on every OTHER coordinate. Drawn for world 8 = dp 2 x pp 2 x tp 2 and pp 2 x cp 2 x tp 2,
 //     computed on the page and checked against DeviceMesh's groups:

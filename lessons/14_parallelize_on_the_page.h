@@ -40,7 +40,7 @@ inline const std::vector<Step>& walk() {
       {{"check_layout(options, world->size());  // before any communication",
         "out.mesh = std::make_unique<DeviceMesh>(world, options.parallelism);"},
        "Every rule of the layout first (ZeRO-2 under pp, HSDP with offload, ...): a bad layout throws on\n"
-       "every rank before any rank communicates. Then the mesh [pp, dp_replicate, dp_shard, cp, tp]."},
+       "every rank before any rank communicates. Then the mesh [pp, dp_replicate, dp_shard, ep, cp, tp]."},
       {{"auto cut = std::make_shared<const NdParallelizer>(",
         "config, mesh, NdOptions{.sequence_parallel = o.sequence_parallel, .cp = o.cp});"},
        "How a part cut over tp and cp runs (its tokens, vocab-parallel embedding and loss, gradient\n"
@@ -57,16 +57,23 @@ inline const std::vector<Step>& walk() {
       {{"if (cut->sequence().cp > 1) apply_context_parallel(*part, cut->sequence(), cut->cp_groups(), cut->cp_variant());"},
        "3. Context parallelism: every attention of the chunk attends through the ring (or all-gather,\n"
        "Ulysses, hybrid) over this rank's sequence shard. Nothing else in the model changes."},
+      {{"if (mesh.size(MeshDim::ep) > 1) apply_expert_parallel(*part, mesh, token_positions(cut->sequence()));"},
+       "3b. Expert parallelism (a mixture of experts only): each MoE block keeps this rank's E/ep\n"
+       "experts and moves its tokens to them and back by two all-to-alls (lesson 17)."},
       {{"runner = std::make_unique<PipelineRunner>(std::move(stage), mesh, o.pipeline, cut);",
         "runner = std::make_unique<PartRunner>(first, cut);"},
        "4. The stage's schedule: several stages run the pipeline's schedule (1F1B, ...); one stage runs\n"
-       "the plain micro-batch loop. These are the only two ModelRunners."},
-      {{"return std::make_unique<DdpStrategy>(runner, mesh, mesh.size(MeshDim::dp) > 1 || !o.cuts_model(), o.adamw,",
+       "the plain micro-batch loop. Under ep each gets expert parallelism's step around it (each MoE\n"
+       "batch's aux-loss weight, the experts gathered over ep): ExpertParallelPipelineRunner and\n"
+       "ExpertParallelRunner."},
+      {{"const bool replicate = mesh.size(MeshDim::dp) > 1 || (!o.cuts_model() && part.config().moe_experts == 0);",
+        "return std::make_unique<DdpStrategy>(runner, mesh, replicate, o.adamw, o.precision, o.ddp_comm_hook);",
         "return std::make_unique<ZeroStrategy>(runner, mesh, zero_stage(o.dp_strategy), o.offload, o.adamw, o.precision);",
         "return fully_shard(part, runner, mesh, adamw, fsdp);"},
-       "5. Data parallelism around it: DDP over dp (a cut at dp 1: AdamW alone), ZeRO-1/2 over\n"
-       "dp_shard, or fully_shard: FSDP over dp_shard x cp (the cp ranks hold the same weights), HSDP\n"
-       "across dp_replicate. FSDP has this one entry, for the whole model and for every cut."},
+       "5. Data parallelism around it: DDP over dp (a cut or a mixture of experts at dp 1: AdamW\n"
+       "alone), ZeRO-1/2 over dp_shard, or fully_shard: FSDP over dp_shard x cp (the cp ranks hold the\n"
+       "same weights), HSDP across dp_replicate. FSDP has this one entry, for the whole model and for\n"
+       "every cut."},
   };
   return steps;
 }

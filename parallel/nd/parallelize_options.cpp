@@ -129,6 +129,13 @@ void check_model_cut(const nn::GPTConfig& config, const ParallelizeOptions& o, i
   }
   check_nd_layout(config, c.tp, c.cp, {.sequence_parallel = o.sequence_parallel, .cp = o.cp});  // both at once
   check_expert_parallel(config, c.ep);  // a mixture of experts whose E splits over ep
+  // Without ep a mixture of experts is routed by each rank on its own rows (dp, cp, SP: another
+  // model's capacity and balance) and a pipeline stage's aux loss reaches no backward: only tp,
+  // whose ranks route the same tokens, runs it as the serial model.
+  SL_CHECK(config.moe_experts == 0 || c.ep > 1 ||
+               (c.dp_replicate * c.dp_shard == 1 && c.cp == 1 && c.pp == 1 && !o.sequence_parallel),
+           "a mixture of experts over ", c.str(), (o.sequence_parallel ? " with SP" : ""), " needs ep > 1 (expert ",
+           "parallelism routes one MoE batch over every rank that splits the batch, and carries a stage's aux loss)");
 }
 
 }  // namespace sl::parallel

@@ -121,14 +121,15 @@ TEST(PlannerExperts, AllToAllBytesAreTheKeptAssignmentsThatLeaveTheRank) {
     EXPECT_EQ(a2a->bytes_received, a2a->bytes_sent);
     EXPECT_EQ(a2a->members.size(), static_cast<size_t>(ep));
   }
-  // ep 1: no all-to-all at all
-  EXPECT_EQ(find(estimate_traffic(small_moe(), ep_plan(8, 1, M), batch, 0), "ep", CommOp::all_to_all), nullptr);
+  // ep 1 over data-parallel ranks is refused (each rank would route its own rows); alone, no all-to-all
+  EXPECT_THROW(estimate_traffic(small_moe(), ep_plan(8, 1, M), batch, 0), Error);
+  EXPECT_EQ(find(estimate_traffic(small_moe(), ep_plan(1, 1, M), batch, 0), "ep", CommOp::all_to_all), nullptr);
 }
 
 // A rank holds E/ep experts of every MoE layer and every other weight whole (DDP). ZeRO-1 shards the
 // other weights' optimizer state over dp_shard x ep and keeps the experts out of its flat buffers:
-// their weights, gradients (.grad) and AdamW moments whole on every rank (at ep 1 the experts are
-// ordinary weights, sharded with the rest).
+// their weights, gradients (.grad) and AdamW moments whole on every rank. At ep 1 the mixture of
+// experts runs on one data-parallel rank only (each rank would route its own rows): refused over 8.
 TEST(PlannerExperts, ARankHoldsItsShareOfTheExperts) {
   const ModelShape m = small_moe();
   const double C = 64, E = 8, F = 4 * C, moe_layers = 2;
@@ -138,15 +139,14 @@ TEST(PlannerExperts, ARankHoldsItsShareOfTheExperts) {
   const double shared = dense_psi + moe_layers * (E * C - (8 * C * C + 5 * C));
   const double psi_experts = moe_layers * E * expert;
   const BatchShape batch{64, 16};
-  for (int ep : {1, 2, 4, 8}) {
+  EXPECT_THROW(estimate_memory(m, ep_plan(8, 1, 1), batch, 0), Error);
+  for (int ep : {2, 4, 8}) {
     const MemoryEstimate ddp = estimate_memory(m, ep_plan(8 / ep, ep, 1), batch, 0);
     EXPECT_EQ(ddp.weights, static_cast<int64_t>(4 * (shared + psi_experts / ep))) << "ep " << ep;
     const int dp_shard = 8 / ep;
     const MemoryEstimate zero1 = estimate_memory(m, ep_plan(dp_shard, ep, 1, 1), batch, 0);
-    const double optimizer = ep == 1 ? 8 * (shared + psi_experts) / dp_shard
-                                     : 8 * (shared / (dp_shard * ep) + psi_experts / ep);
+    const double optimizer = 8 * (shared / (dp_shard * ep) + psi_experts / ep);
     EXPECT_NEAR(static_cast<double>(zero1.optimizer) / optimizer, 1.0, 0.01) << "ep " << ep;  // bucket padding
-    if (ep == 1) continue;
     // the gradients: ZeRO-1's flat buffer of the other weights (padded) and the experts' whole .grad
     EXPECT_NEAR(static_cast<double>(zero1.grads) / (4 * (shared + psi_experts / ep)), 1.0, 0.01) << "ep " << ep;
     EXPECT_NEAR(static_cast<double>(zero1.weights) / (4 * (shared + psi_experts / ep)), 1.0, 0.01) << "ep " << ep;
