@@ -208,6 +208,8 @@ Tensor ExpertParallelMoE::forward(const Tensor& x) {
   // 1. The group's choices, in global token order, and the serial model's plan over them.
   Tensor all = Tensor::empty({R * N, k}, routing.experts.options());  // [R·N_l, k]
   groups_.batch->all_gather(all, routing.experts);
+  SL_CHECK(groups_.cp == 1 || x.dim() == 3, "ExpertParallelMoE: under cp ", groups_.cp, " x must be [B_l, T_l, C] ",
+           "(its rows' positions place the tokens in the serial order), got ", x.shape());
   const FaultSites* faults = FaultSites::here();  // a fault the divergence finder planted; none otherwise
   const bool capped_per_rank = faults && faults->breaks(FaultSites::Mistake::local_capacity);
   const int64_t capacity = nn::expert_capacity(capacity_factor, R * N, k, E);
